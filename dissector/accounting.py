@@ -1,0 +1,33 @@
+"""Counters every stage adds to, so that nothing seen is silently dropped.
+
+One ``Counters`` object lives per analysis run and is handed to each stage;
+there is no module-level state.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Counters:
+    """Named event counts, e.g. ``packets``, ``non_tcp``, ``tcp_gap_bytes``.
+
+    Stages use stable snake_case names (the anomaly catalogue) so that
+    the CLI summary, the report and tests can read them.
+    """
+
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def add(self, name: str, n: int = 1) -> None:
+        self.counts[name] += n
+
+    def __getitem__(self, name: str) -> int:
+        return self.counts.get(name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(sorted(self.counts.items()))
+
+    def merge(self, other: Counters) -> None:
+        self.counts.update(other.counts)

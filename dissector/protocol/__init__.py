@@ -1,0 +1,18 @@
+"""Stage 5: Kafka message decoding, driven by Apache Kafka's message specs.
+
+Contract used by the row stage and the CLI (implementations live in the
+sub-modules of this package):
+
+* ``decode_request(payload, *, records=False) -> Decoded`` decodes a whole request
+  frame (without the 4-byte size prefix): header and body.
+* ``decode_response(payload, api_key, api_version, *, records=False) -> Decoded``
+  decodes a whole response frame given its request's key and version.
+* ``summarize(api_key, api_version, request, response, topics) -> Summary`` reduces a
+  decoded pair to the analytics columns of ``dissector.schema``.
+* ``TopicNames`` learns topic_id -> name from the responses it is shown.
+* ``api_name(api_key) -> str`` and ``supported_apis()`` describe coverage.
+* ``error_name(code) -> str | None``.
+
+Decoding never raises on bad bytes: ``Decoded.error`` says which field failed at
+which offset and ``Decoded.body`` keeps what was decoded so far.
+"""
