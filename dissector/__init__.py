@@ -1,0 +1,70 @@
+"""kafka-dissector: Kafka network traffic -> decoded request/response pairs.
+
+Public API:
+    analyze(source, *, ports=None) -> pandas.DataFrame   (one row per pair)
+    iter_pairs(source, *, ports=None) -> Iterator[PairRecord]  (streaming)
+    COLUMNS / COLUMN_NAMES: the DataFrame contract
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from .schema import COLUMN_NAMES, COLUMNS
+
+if TYPE_CHECKING:
+    import os
+
+    import pandas as pd
+
+    from .pipeline import Options
+
+__all__ = [
+    "COLUMNS",
+    "COLUMN_NAMES",
+    "Counters",
+    "Options",
+    "PairRecord",
+    "analyze",
+    "iter_exchanges",
+    "iter_pairs",
+]
+
+__version__ = "0.1.0"
+
+# Imported on first use so that ``import dissector`` stays cheap for Spark workers.
+_LAZY = {
+    "Counters": "dissector.accounting",
+    "Options": "dissector.pipeline",
+    "iter_exchanges": "dissector.pipeline",
+    "iter_pairs": "dissector.pipeline",
+    "PairRecord": "dissector.rows",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'dissector' has no attribute {name!r}")
+
+
+def analyze(
+    source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    *,
+    ports: Iterable[int] | None = None,
+    options: Options | None = None,
+) -> pd.DataFrame:
+    """Every Kafka request/response pair in the capture(s), one row each.
+
+    ``df.attrs["counters"]`` holds what the stages counted (packets, gaps, frames
+    that were not Kafka, ...), ``df.attrs["tls_streams"]`` the connections found to
+    carry TLS.
+    """
+    from .analysis import run_analysis
+    from .pipeline import Options, capture_paths
+
+    if options is None:
+        options = Options(ports=frozenset(ports) if ports is not None else None)
+    return run_analysis(capture_paths(source), options)

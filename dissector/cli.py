@@ -1,0 +1,106 @@
+"""The ``kafka-dissector`` command line.
+
+Sub-commands live with the stage they belong to and are imported only when
+used, so ``kafka-dissector analyze`` never pays for matplotlib or pyspark.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from .summary_table import print_summary
+
+_LAZY_COMMANDS = {
+    "decode": ("dissector.decode_cli", "decode_command"),
+    "apis": ("dissector.decode_cli", "apis_command"),
+    "live": ("dissector.live", "live_command"),
+    "report": ("dissector.report", "report_command"),
+    "spark": ("dissector.spark_job", "spark_command"),
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *_LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _LAZY_COMMANDS:
+            module, attr = _LAZY_COMMANDS[cmd_name]
+            try:
+                return getattr(importlib.import_module(module), attr)
+            except ImportError as exc:
+                raise click.ClickException(
+                    f"'{cmd_name}' needs an optional dependency that is missing: {exc}"
+                ) from exc
+        return super().get_command(ctx, cmd_name)
+
+
+def parse_ports(value: str | None) -> frozenset[int] | None:
+    if not value:
+        return None
+    try:
+        ports = frozenset(int(p) for p in value.split(",") if p.strip())
+    except ValueError as exc:
+        raise click.BadParameter(f"ports must be comma-separated numbers: {value!r}") from exc
+    if not ports or any(not 0 < p < 65536 for p in ports):
+        raise click.BadParameter(f"ports must be between 1 and 65535: {value!r}")
+    return ports
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kafka-dissector")
+def main() -> None:
+    """Kafka traffic analyzer: captures in, decoded request/response pairs out."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="write the pairs: .parquet, .csv or .jsonl",
+)
+@click.option(
+    "--ports",
+    help="broker ports, comma-separated (default: the usual Kafka ports plus a heuristic)",
+)
+@click.option(
+    "--max-frame",
+    type=int,
+    default=None,
+    help="largest Kafka frame accepted, bytes (default 100 MiB)",
+)
+@click.option("--quiet", is_flag=True, help="no summary table")
+def analyze(
+    paths: tuple[str, ...],
+    output: str | None,
+    ports: str | None,
+    max_frame: int | None,
+    quiet: bool,
+) -> None:
+    """Decode every Kafka request/response pair in PATHS (pcap or pcapng)."""
+    from .analysis import run_analysis
+    from .capture import CaptureError
+    from .frame import export
+    from .pipeline import Options
+
+    opts = Options(ports=parse_ports(ports))
+    if max_frame is not None:
+        opts = Options(ports=opts.ports, max_frame=max_frame)
+    try:
+        df = run_analysis(list(paths), opts, show=sys.stderr.isatty() and not quiet)
+    except CaptureError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if output:
+        try:
+            export(df, output)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+    if not quiet:
+        print_summary(df)
+        if output:
+            click.echo(f"wrote {len(df)} rows to {output}")

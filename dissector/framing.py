@@ -1,0 +1,189 @@
+"""Stage 3: in-order bytes of one connection direction -> Kafka frames.
+
+Every Kafka message on the wire is a big-endian int32 size followed by that many
+bytes. A ``Framer`` cuts one direction's byte stream at those boundaries.
+
+Losing sync is the hard part: after a TCP gap, or when the capture starts
+mid-connection, the next bytes are usually not a size prefix. We then only try
+frame starts at chunk (segment) starts, because Kafka clients and brokers write
+each message with its own send call, and accept a candidate only when it is
+plausible for the direction's role (see ``kafka_header``). Everything skipped is
+counted.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .accounting import Counters
+from .tcp import Chunk, Endpoint
+
+# The broker's socket.request.max.bytes default; a bigger size prefix means we
+# are not looking at a frame boundary (or at Kafka at all).
+DEFAULT_MAX_FRAME = 100 * 1024 * 1024
+
+_SIZE = struct.Struct(">i")
+
+# A TLS record starts with content type 0x14-0x17 and version 0x03 0x0N.
+_TLS_CONTENT_TYPES = frozenset((0x14, 0x15, 0x16, 0x17))
+
+
+@dataclass(slots=True)
+class Frame:
+    stream: int
+    src: Endpoint
+    dst: Endpoint
+    payload: bytes  # message bytes after the 4-byte size prefix
+    first_ts_ns: int  # time of the packet carrying the first byte
+    last_ts_ns: int  # time of the packet carrying the last byte
+    first_frame: int
+    last_frame: int
+    after_gap: bool  # the first frame accepted after a resync
+
+    @property
+    def wire_size(self) -> int:
+        return len(self.payload) + 4
+
+
+StartCheck = Callable[[bytes, int], bool]
+"""Is ``buf[0:]`` a plausible frame start, given the bytes available (second arg)?"""
+
+
+def looks_like_tls(buf: bytes | bytearray | memoryview) -> bool:
+    return len(buf) >= 3 and buf[0] in _TLS_CONTENT_TYPES and buf[1] == 0x03 and buf[2] <= 0x04
+
+
+class Framer:
+    """Cuts one direction of one connection into size-prefixed frames."""
+
+    __slots__ = (
+        "_after_gap",
+        "_buf",
+        "_counters",
+        "_first_frame",
+        "_first_ts",
+        "_plausible",
+        "_resync_pending",
+        "_synced",
+        "dst",
+        "max_frame",
+        "src",
+        "stream",
+        "tls",
+    )
+
+    def __init__(
+        self,
+        stream: int,
+        src: Endpoint,
+        dst: Endpoint,
+        counters: Counters,
+        plausible_start: StartCheck,
+        max_frame: int = DEFAULT_MAX_FRAME,
+    ) -> None:
+        self.stream = stream
+        self.src = src
+        self.dst = dst
+        self.max_frame = max_frame
+        self.tls = False
+        self._counters = counters
+        self._plausible = plausible_start
+        self._buf = bytearray()
+        self._synced = True
+        self._resync_pending = False
+        self._after_gap = False
+        self._first_ts = 0
+        self._first_frame = 0
+
+    def set_start_check(self, plausible_start: StartCheck) -> None:
+        self._plausible = plausible_start
+
+    def feed(self, chunk: Chunk) -> list[Frame]:
+        if self.tls:
+            self._counters.add("tls_bytes", len(chunk.data))
+            return []
+        if chunk.resync:
+            self._lose_sync(chunk.lost)
+        if not self._synced and not self._try_resync(chunk.data):
+            return []
+        if not self._buf:
+            self._first_ts, self._first_frame = chunk.ts_ns, chunk.frame
+        self._buf += chunk.data
+        return self._cut(chunk.ts_ns, chunk.frame)
+
+    def close(self) -> None:
+        """End of this direction: a partial frame left over is counted, not lost silently."""
+        if self._buf and not self.tls:
+            self._counters.add("truncated_frames")
+            self._counters.add("truncated_frame_bytes", len(self._buf))
+        self._buf.clear()
+
+    def _lose_sync(self, lost: int) -> None:
+        if self._buf:
+            self._counters.add("frames_cut_by_gap")
+            self._counters.add("resync_skipped_bytes", len(self._buf))
+            self._buf.clear()
+        self._synced = False
+        self._resync_pending = True
+
+    def _try_resync(self, data: bytes) -> bool:
+        if self._resync_pending and looks_like_tls(data):
+            self._detect_tls(data)
+            return False
+        if len(data) >= 4 and self._plausible(data, len(data)):
+            self._synced = True
+            self._resync_pending = False
+            self._after_gap = True
+            self._counters.add("resyncs")
+            return True
+        self._counters.add("resync_skipped_bytes", len(data))
+        return False
+
+    def _detect_tls(self, data: bytes | bytearray) -> None:
+        self.tls = True
+        self._counters.add("tls_connections_directions")
+        self._counters.add("tls_bytes", len(data))
+        self._buf.clear()
+
+    def _cut(self, ts_ns: int, frame_no: int) -> list[Frame]:
+        buf = self._buf
+        out: list[Frame] = []
+        pos = 0
+        while len(buf) - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0 or size > self.max_frame:
+                rest = bytes(buf[pos:])
+                if looks_like_tls(rest):
+                    self._detect_tls(rest)
+                    return out
+                self._counters.add("bad_frame_size")
+                self._counters.add("resync_skipped_bytes", len(rest))
+                buf.clear()
+                self._synced = False
+                self._resync_pending = False
+                return out
+            end = pos + 4 + size
+            if end > len(buf):
+                break
+            out.append(
+                Frame(
+                    self.stream,
+                    self.src,
+                    self.dst,
+                    bytes(buf[pos + 4 : end]),
+                    self._first_ts,
+                    ts_ns,
+                    self._first_frame,
+                    frame_no,
+                    self._after_gap,
+                )
+            )
+            self._after_gap = False
+            pos = end
+            # A following frame in the same chunk starts in this packet.
+            self._first_ts, self._first_frame = ts_ns, frame_no
+        if pos:
+            del buf[:pos]
+        return out

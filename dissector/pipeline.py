@@ -1,0 +1,196 @@
+"""The stages wired together: packets -> streams -> frames -> exchanges -> rows.
+
+``Session`` runs one packet source (a capture file or a live interface) through
+reassembly, framing and correlation. ``iter_exchanges`` and ``iter_pairs``
+stream over one or many capture files, so memory follows the number of open
+connections, not the capture length.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .accounting import Counters
+from .capture import Packet, read_packets
+from .correlate import DEFAULT_BROKER_PORTS, CorrelationConfig, Correlator, Exchange
+from .framing import DEFAULT_MAX_FRAME, Framer
+from .kafka_header import VersionCheck
+from .rows import Decoder, PairRecord, build_record
+from .tcp import Chunk, Reassembler, StreamClose, StreamOpen
+
+Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    ports: frozenset[int] | None = None  # broker ports; None: the usual Kafka ports
+    heuristic: bool | None = None  # find Kafka on other ports; default: on unless ports given
+    max_frame: int = DEFAULT_MAX_FRAME
+
+    def correlation(self, known: VersionCheck, flexible: VersionCheck) -> CorrelationConfig:
+        heuristic = self.heuristic if self.heuristic is not None else self.ports is None
+        return CorrelationConfig(
+            known=known,
+            flexible_request=flexible,
+            broker_ports=self.ports if self.ports is not None else DEFAULT_BROKER_PORTS,
+            heuristic=heuristic,
+            max_frame=self.max_frame,
+        )
+
+
+@dataclass(slots=True)
+class ConnectionInfo:
+    stream: int
+    initiator: tuple[str, int]
+    responder: tuple[str, int]
+    tls: bool = False
+    frames: int = 0
+
+
+def _default_decoder() -> Any:
+    from . import protocol
+
+    return protocol
+
+
+@dataclass
+class Session:
+    """One packet source through reassembly, framing and correlation."""
+
+    options: Options = field(default_factory=Options)
+    counters: Counters = field(default_factory=Counters)
+    decoder: Any = field(default_factory=_default_decoder)
+    connections: dict[int, ConnectionInfo] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._tcp = Reassembler(self.counters)
+        self._corr = Correlator(
+            self.counters,
+            self.options.correlation(
+                self.decoder.is_known_version, self.decoder.request_is_flexible
+            ),
+        )
+        self._framers: dict[tuple[int, tuple[str, int]], Framer] = {}
+
+    def packet(self, pkt: Packet) -> list[Exchange]:
+        out: list[Exchange] = []
+        for ev in self._tcp.feed(pkt):
+            out.extend(self._event(ev))
+        return out
+
+    def finish(self) -> list[Exchange]:
+        out: list[Exchange] = []
+        for ev in self._tcp.flush():
+            out.extend(self._event(ev))
+        for key in list(self._framers):
+            self._close_framer(key)
+        out.extend(self._corr.close_all())
+        return out
+
+    def _event(self, ev: StreamOpen | Chunk | StreamClose) -> list[Exchange]:
+        if isinstance(ev, Chunk):
+            return self._chunk(ev)
+        if isinstance(ev, StreamOpen):
+            self._corr.open(ev)
+            self.connections[ev.stream] = ConnectionInfo(ev.stream, ev.initiator, ev.responder)
+            return []
+        for key in [k for k in self._framers if k[0] == ev.stream]:
+            self._close_framer(key)
+        return self._corr.close(ev.stream)
+
+    def _chunk(self, ch: Chunk) -> list[Exchange]:
+        key = (ch.stream, ch.src)
+        framer = self._framers.get(key)
+        if framer is None:
+            if not self._corr.is_kafka_candidate(ch.stream):
+                self.counters.add("non_kafka_bytes", len(ch.data))
+                return []
+            framer = Framer(
+                ch.stream,
+                ch.src,
+                ch.dst,
+                self.counters,
+                self._corr.start_check(ch.stream, ch.src),
+                self.options.max_frame,
+            )
+            self._framers[key] = framer
+        out: list[Exchange] = []
+        for frame in framer.feed(ch):
+            self.counters.add("kafka_frames")
+            out.extend(self._corr.frame(frame))
+        if framer.tls:
+            self.connections[ch.stream].tls = True
+        return out
+
+    def _close_framer(self, key: tuple[int, tuple[str, int]]) -> None:
+        framer = self._framers.pop(key)
+        framer.close()
+
+
+def capture_paths(source: Source) -> list[str]:
+    if isinstance(source, str | os.PathLike):
+        return [os.fspath(source)]
+    return [os.fspath(p) for p in source]
+
+
+def iter_packet_exchanges(packets: Iterable[Packet], session: Session) -> Iterator[Exchange]:
+    """Exchanges of any packet source (file or live), as soon as each is complete."""
+    for pkt in packets:
+        yield from session.packet(pkt)
+    yield from session.finish()
+
+
+def iter_exchanges(
+    source: Source,
+    *,
+    ports: Iterable[int] | None = None,
+    options: Options | None = None,
+    counters: Counters | None = None,
+    decoder: Decoder | None = None,
+    sessions: list[Session] | None = None,
+) -> Iterator[tuple[str, Exchange]]:
+    """(capture path, exchange) for every exchange in the captures, in capture order.
+
+    ``sessions``, when given, receives each capture's finished ``Session`` (its
+    connections, e.g. which ones are TLS) for callers that report on them.
+    """
+    opts = options or Options(ports=frozenset(ports) if ports is not None else None)
+    counters = counters if counters is not None else Counters()
+    decoder = decoder or _default_decoder()
+    for path in capture_paths(source):
+        session = Session(opts, counters, decoder)
+        if sessions is not None:
+            sessions.append(session)
+        for ex in iter_packet_exchanges(read_packets(path, counters), session):
+            yield path, ex
+
+
+def iter_pairs(
+    source: Source,
+    *,
+    ports: Iterable[int] | None = None,
+    options: Options | None = None,
+    counters: Counters | None = None,
+    decoder: Decoder | None = None,
+    sessions: list[Session] | None = None,
+) -> Iterator[PairRecord]:
+    """Stream the pair records of one or many captures (the DataFrame's rows)."""
+    decoder = decoder or _default_decoder()
+    topics_by_capture: dict[str, Any] = {}
+    exchanges = iter_exchanges(
+        source,
+        ports=ports,
+        options=options,
+        counters=counters,
+        decoder=decoder,
+        sessions=sessions,
+    )
+    for path, ex in exchanges:
+        topics = topics_by_capture.get(path)
+        if topics is None:
+            topics_by_capture.clear()  # captures are independent: forget the previous one
+            topics = topics_by_capture[path] = decoder.TopicNames()
+        yield build_record(path, ex, decoder, topics)

@@ -1,0 +1,153 @@
+"""Stage 6: decoded exchanges -> rows of the pairs DataFrame (``schema.COLUMNS``).
+
+The row builder asks a ``Decoder`` (the protocol package, or anything with the
+same functions) to decode both sides and to summarise them into the analytics
+columns; it never looks inside Kafka bodies itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
+
+from .correlate import (
+    MALFORMED,
+    NO_RESPONSE,
+    ORPHAN_RESPONSE,
+    PAIR,
+    SASL_TOKEN,
+    UNANSWERED,
+    Exchange,
+)
+
+SASL_TOKEN_API_NAME = "SaslToken"
+
+
+class Decoder(Protocol):
+    def decode_request(self, payload: bytes, *, records: bool = False) -> Any: ...
+
+    def decode_response(
+        self, payload: bytes, api_key: int, api_version: int, *, records: bool = False
+    ) -> Any: ...
+
+    def summarize(
+        self, api_key: int, api_version: int, request: Any, response: Any, topics: Any
+    ) -> Any: ...
+
+    def api_name(self, api_key: int) -> str: ...
+
+
+@dataclass(slots=True)
+class PairRecord:
+    """One row of the pairs DataFrame; field names and order are ``schema.COLUMN_NAMES``."""
+
+    capture: str
+    stream: int
+    client_ip: str
+    client_port: int
+    broker_ip: str
+    broker_port: int
+    request_time: int | None  # ns since epoch, UTC
+    response_time: int | None
+    latency_ms: float | None
+    first_byte_ms: float | None
+    api_key: int | None
+    api_name: str | None
+    api_version: int | None
+    correlation_id: int | None
+    client_id: str | None
+    request_size: int | None
+    response_size: int | None
+    status: str
+    error_code: int | None = None
+    error_name: str | None = None
+    error_count: int | None = None
+    topics: list[str] = field(default_factory=list)
+    partitions: int | None = None
+    records: int | None = None
+    record_bytes: int | None = None
+    compression: str | None = None
+    throttle_ms: int | None = None
+    decode_error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+_BASE_STATUS = {
+    PAIR: "ok",
+    NO_RESPONSE: "no_response",
+    UNANSWERED: "unanswered",
+    ORPHAN_RESPONSE: "orphan_response",
+    SASL_TOKEN: "ok",
+    MALFORMED: "malformed",
+}
+
+
+def _ms(ns: int) -> float:
+    return ns / 1_000_000
+
+
+def base_record(capture: str, ex: Exchange) -> PairRecord:
+    """Everything a row knows without decoding bodies: endpoints, times, sizes, header."""
+    req, resp = ex.request, ex.response
+    req_done = req.last_ts_ns if req is not None else None
+    return PairRecord(
+        capture=capture,
+        stream=ex.stream,
+        client_ip=ex.client[0],
+        client_port=ex.client[1],
+        broker_ip=ex.broker[0],
+        broker_port=ex.broker[1],
+        request_time=req_done,
+        response_time=resp.last_ts_ns if resp is not None else None,
+        latency_ms=_ms(resp.last_ts_ns - req_done) if resp is not None and req_done else None,
+        first_byte_ms=_ms(resp.first_ts_ns - req_done) if resp is not None and req_done else None,
+        api_key=ex.api_key,
+        api_name=SASL_TOKEN_API_NAME if ex.kind == SASL_TOKEN else None,
+        api_version=ex.api_version,
+        correlation_id=ex.correlation_id,
+        client_id=ex.client_id,
+        request_size=req.wire_size if req is not None else None,
+        response_size=resp.wire_size if resp is not None else None,
+        status=_BASE_STATUS[ex.kind],
+        decode_error=ex.note if ex.kind == MALFORMED else None,
+    )
+
+
+def build_record(capture: str, ex: Exchange, decoder: Decoder, topics: Any) -> PairRecord:
+    rec = base_record(capture, ex)
+    if ex.api_key is None or ex.api_version is None:
+        return rec
+    rec.api_name = decoder.api_name(ex.api_key)
+    request = decoder.decode_request(ex.request.payload) if ex.request is not None else None
+    response = (
+        decoder.decode_response(ex.response.payload, ex.api_key, ex.api_version)
+        if ex.response is not None
+        else None
+    )
+    s = decoder.summarize(ex.api_key, ex.api_version, request, response, topics)
+    rec.error_code = s.error_code
+    rec.error_name = s.error_name
+    rec.error_count = s.error_count
+    rec.topics = list(s.topics)
+    rec.partitions = s.partitions
+    rec.records = s.records
+    rec.record_bytes = s.record_bytes
+    rec.compression = s.compression
+    rec.throttle_ms = s.throttle_ms
+    rec.decode_error = _join(ex.note, s.decode_error)
+    if s.decode_error and _is_fatal(request, response):
+        rec.status = "malformed"
+    elif rec.status == "ok" and s.error_code:
+        rec.status = "error"
+    return rec
+
+
+def _is_fatal(*decoded: Any) -> bool:
+    return any(d is not None and getattr(d, "error", None) for d in decoded)
+
+
+def _join(*notes: str | None) -> str | None:
+    present = [n for n in notes if n]
+    return "; ".join(present) if present else None

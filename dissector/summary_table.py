@@ -1,0 +1,83 @@
+"""The per-API summary the CLI prints after an analysis."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def api_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """count, errors, unanswered, p50/p99 latency (ms) per api_name and version."""
+    import pandas as pd
+
+    if df.empty:
+        return pd.DataFrame(
+            columns=["api_name", "api_version", "count", "errors", "unanswered", "p50_ms", "p99_ms"]
+        )
+    keyed = df.assign(
+        api_name=df["api_name"].fillna("(unknown)"),
+        api_version=df["api_version"].astype("Float64"),
+        is_error=df["status"].isin(["error", "malformed"]),
+        is_unanswered=df["status"].eq("unanswered"),
+    )
+    grouped = keyed.groupby(["api_name", "api_version"], dropna=False, sort=True)
+    out = grouped.agg(
+        count=("status", "size"),
+        errors=("is_error", "sum"),
+        unanswered=("is_unanswered", "sum"),
+        p50_ms=("latency_ms", lambda s: s.astype("float64").quantile(0.5)),
+        p99_ms=("latency_ms", lambda s: s.astype("float64").quantile(0.99)),
+    )
+    return out.reset_index()
+
+
+def print_summary(df: pd.DataFrame) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"Kafka pairs: {len(df)} rows")
+    for name, justify in (
+        ("API", "left"),
+        ("ver", "right"),
+        ("count", "right"),
+        ("errors", "right"),
+        ("unanswered", "right"),
+        ("p50 ms", "right"),
+        ("p99 ms", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in api_summary(df).itertuples(index=False):
+        table.add_row(
+            str(row.api_name),
+            "" if _missing(row.api_version) else str(int(row.api_version)),
+            str(row.count),
+            str(int(row.errors)),
+            str(int(row.unanswered)),
+            _fmt_ms(row.p50_ms),
+            _fmt_ms(row.p99_ms),
+        )
+    console.print(table)
+    if not df.empty:
+        statuses = df["status"].value_counts().to_dict()
+        console.print("status: " + ", ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
+    counters = df.attrs.get("counters") or {}
+    if counters:
+        console.print(
+            "counters: " + ", ".join(f"{k}={v}" for k, v in counters.items()), highlight=False
+        )
+    tls = df.attrs.get("tls_streams") or []
+    if tls:
+        console.print(f"TLS detected (not decoded) on streams: {', '.join(map(str, tls))}")
+
+
+def _missing(value: object) -> bool:
+    import pandas as pd
+
+    return value is None or bool(pd.isna(value))
+
+
+def _fmt_ms(value: object) -> str:
+    return "" if _missing(value) else f"{float(value):.3f}"  # type: ignore[arg-type]
