@@ -39,7 +39,10 @@ def test_frames_split_across_chunks_keep_first_and_last_packet_times() -> None:
     (frame,) = f.feed(_chunk(msg[9:], 300, 3))
     assert frame.payload == msg[4:]
     assert (frame.first_ts_ns, frame.last_ts_ns, frame.first_frame, frame.last_frame) == (
-        100, 300, 1, 3,
+        100,
+        300,
+        1,
+        3,
     )
     assert frame.wire_size == len(msg)
 

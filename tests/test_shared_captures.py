@@ -116,7 +116,9 @@ def test_requests_pairs_and_unmatched_match_independent_counts(
     )
     assert int((df["status"] == "orphan_response").sum()) == orphans
     assert int((df["status"] == "unanswered").sum()) == unanswered
-    assert not (df["status"] == "malformed").any(), df[df["status"] == "malformed"].to_dict("records")
+    assert not (df["status"] == "malformed").any(), df[df["status"] == "malformed"].to_dict(
+        "records"
+    )
 
 
 def test_tansu_records_per_codec(shared_captures: Path) -> None:
@@ -139,9 +141,21 @@ def _tshark_times(tshark: str, path: Path, port: int, direction: str) -> set[int
     """Epoch ns of frames where tshark finishes a Kafka PDU sent to (or from) ``port``."""
     field = "tcp.dstport" if direction == "request" else "tcp.srcport"
     out = subprocess.run(
-        [tshark, "-r", str(path), "-Y", f"kafka && {field}=={port}", "-T", "fields",
-         "-e", "frame.time_epoch"],
-        capture_output=True, text=True, check=True, timeout=60,
+        [
+            tshark,
+            "-r",
+            str(path),
+            "-Y",
+            f"kafka && {field}=={port}",
+            "-T",
+            "fields",
+            "-e",
+            "frame.time_epoch",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
     times = set()
     for line in out.split():
