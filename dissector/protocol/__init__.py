@@ -16,3 +16,35 @@ sub-modules of this package):
 Decoding never raises on bad bytes: ``Decoded.error`` says which field failed at
 which offset and ``Decoded.body`` keeps what was decoded so far.
 """
+
+from dissector.protocol.decode import (
+    Decoded,
+    Registry,
+    decode_request,
+    decode_response,
+    get_registry,
+    is_known_version,
+    produce_acks,
+    request_is_flexible,
+)
+from dissector.protocol.errors import error_name
+from dissector.protocol.names import ApiSupport, api_name, supported_apis
+from dissector.protocol.summary import Summary, TopicNames, summarize
+
+__all__ = [
+    "ApiSupport",
+    "Decoded",
+    "Registry",
+    "Summary",
+    "TopicNames",
+    "api_name",
+    "decode_request",
+    "decode_response",
+    "error_name",
+    "get_registry",
+    "is_known_version",
+    "produce_acks",
+    "request_is_flexible",
+    "summarize",
+    "supported_apis",
+]

@@ -1,0 +1,498 @@
+"""Compile a ``Layout`` into a decoder function.
+
+Two back ends produce the same dicts:
+
+* ``generate`` emits specialised Python source per layout (nested arrays inlined
+  as loops, runs of fixed-width fields merged into one ``struct`` unpack) and
+  ``exec``s it: the fast path.
+* ``closures`` builds one small closure per field. It tracks the field path and
+  keeps what it decoded so far, so it is what explains a failure: the fast path
+  simply raises, and the caller re-runs the closure decoder to say which field
+  at which offset went wrong.
+
+Both bound every allocation by the bytes present: a count or length larger than
+what remains is an error, never an allocation. ``benchmarks/decode_speed.py``
+compares them.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dissector.protocol.spec import Field, Layout
+
+RecordsHook = Callable[[Any], Any]
+"""Turns the bytes of a ``records`` field into the value kept in the body."""
+
+DecodeFn = Callable[[bytes, int], tuple[dict[str, Any], int]]
+
+FIXED: dict[str, tuple[str, int]] = {
+    "int8": ("b", 1),
+    "int16": ("h", 2),
+    "int32": ("i", 4),
+    "int64": ("q", 8),
+    "uint8": ("B", 1),
+    "uint16": ("H", 2),
+    "uint32": ("I", 4),
+    "uint64": ("Q", 8),
+    "float64": ("d", 8),
+    "bool": ("?", 1),
+}
+
+UNKNOWN_TAGS = "_unknown_tags"
+
+_I16 = struct.Struct(">h").unpack_from
+_I32 = struct.Struct(">i").unpack_from
+
+
+class Short(Exception):
+    """Raised by the fast path; the closure decoder then explains it."""
+
+
+@dataclass
+class DecodeFailure(Exception):
+    """Where and why a decode stopped, with the part decoded so far."""
+
+    reason: str
+    offset: int
+    path: list[str] = field(default_factory=list)
+    partial: Any = None
+
+    def field_path(self) -> str:
+        out = ""
+        for part in self.path:
+            out += part if part.startswith("[") or not out else "." + part
+        return out or "<body>"
+
+    def message(self) -> str:
+        return f"{self.field_path()}: {self.reason} at offset {self.offset}"
+
+
+def read_uvarint(buf: bytes, p: int) -> tuple[int, int]:
+    """Unsigned varint of at most 5 bytes (Kafka's lengths and counts are 32-bit)."""
+    value = 0
+    shift = 0
+    while True:
+        if p >= len(buf):
+            raise Short("varint runs past the end")
+        b = buf[p]
+        p += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, p
+        shift += 7
+        if shift > 28:
+            raise Short("varint longer than 5 bytes")
+
+
+def uuid_text(raw: bytes) -> str:
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def raw_records(data: Any) -> Any:
+    """Fallback records hook: keep only the size."""
+    return {"size": len(data)}
+
+
+# ---------------------------------------------------------------- generated code
+
+
+class _Gen:
+    def __init__(self, records: RecordsHook) -> None:
+        self.lines: list[str] = []
+        self.ns: dict[str, Any] = {
+            "_uv": read_uvarint,
+            "_Short": Short,
+            "_uuid": uuid_text,
+            "_REC": records,
+            "_unpack": struct.unpack_from,
+            "_i16": _I16,
+            "_i32": _I32,
+        }
+        self.counter = 0
+
+    def uid(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def const(self, value: Any, prefix: str = "_c") -> str:
+        name = self.uid(prefix)
+        self.ns[name] = value
+        return name
+
+
+def _emit_uvarint(out: list[str], ind: str, var: str) -> None:
+    out.append(f"{ind}{var} = buf[p]")
+    out.append(f"{ind}if {var} < 128:")
+    out.append(f"{ind}    p += 1")
+    out.append(f"{ind}else:")
+    out.append(f"{ind}    {var}, p = _uv(buf, p)")
+
+
+def _emit_length(out: list[str], ind: str, var: str, flexible: bool, wide: bool) -> None:
+    """Read a length/count into var: -1 means null."""
+    if flexible:
+        _emit_uvarint(out, ind, var)
+        out.append(f"{ind}{var} -= 1")
+    elif wide:
+        out.append(f"{ind}{var} = _i32(buf, p)[0]")
+        out.append(f"{ind}p += 4")
+    else:
+        out.append(f"{ind}{var} = _i16(buf, p)[0]")
+        out.append(f"{ind}p += 2")
+
+
+def _emit_sized(g: _Gen, out: list[str], ind: str, kind: str, target: str, flexible: bool) -> None:
+    """A string, bytes or records value into the assignment target."""
+    n = g.uid("n")
+    _emit_length(out, ind, n, flexible, wide=kind != "string")
+    out.append(f"{ind}if {n} < 0:")
+    out.append(f"{ind}    {target} = None")
+    out.append(f"{ind}else:")
+    out.append(f"{ind}    if {n} > L - p:")
+    out.append(f"{ind}        raise _Short")
+    if kind == "string":
+        out.append(f"{ind}    {target} = buf[p:p + {n}].decode('utf-8', 'replace')")
+    elif kind == "bytes":
+        out.append(f"{ind}    {target} = buf[p:p + {n}]")
+    else:
+        out.append(f"{ind}    {target} = _REC(buf[p:p + {n}])")
+    out.append(f"{ind}    p += {n}")
+
+
+def _emit_scalar(g: _Gen, out: list[str], ind: str, f: Field, target: str, flexible: bool) -> None:
+    if f.type in FIXED:
+        fmt, size = FIXED[f.type]
+        s = g.const(struct.Struct(">" + fmt).unpack_from, "_u")
+        out.append(f"{ind}{target} = {s}(buf, p)[0]")
+        out.append(f"{ind}p += {size}")
+    elif f.type == "uuid":
+        out.append(f"{ind}if p + 16 > L:")
+        out.append(f"{ind}    raise _Short")
+        out.append(f"{ind}{target} = _uuid(buf[p:p + 16])")
+        out.append(f"{ind}p += 16")
+    else:
+        _emit_sized(g, out, ind, f.type, target, flexible)
+
+
+def _emit_fields(
+    g: _Gen, out: list[str], ind: str, fields: tuple[Field, ...], d: str, flexible: bool
+) -> None:
+    """Decode the non-tagged fields into dict d, then the tagged-field section."""
+    run: list[Field] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        if len(run) == 1:
+            _emit_scalar(g, out, ind, run[0], f"{d}[{run[0].name!r}]", flexible)
+        else:
+            fmt = ">" + "".join(FIXED[f.type][0] for f in run)
+            s = g.const(struct.Struct(fmt).unpack_from, "_u")
+            targets = ", ".join(f"{d}[{f.name!r}]" for f in run)
+            out.append(f"{ind}{targets} = {s}(buf, p)")
+            out.append(f"{ind}p += {struct.calcsize(fmt)}")
+        run.clear()
+
+    tagged = [f for f in fields if f.tag is not None]
+    for f in fields:
+        if f.tag is not None:
+            continue
+        if f.type in FIXED and not f.array:
+            run.append(f)
+            continue
+        flush()
+        _emit_field(g, out, ind, f, f"{d}[{f.name!r}]", flexible)
+    flush()
+    if flexible:
+        _emit_tag_section(g, out, ind, tagged, d)
+
+
+def _emit_field(g: _Gen, out: list[str], ind: str, f: Field, target: str, flexible: bool) -> None:
+    if f.array:
+        _emit_array(g, out, ind, f, target, flexible)
+    elif f.type == "struct":
+        sub = g.uid("d")
+        if f.nullable and flexible:
+            out.append(f"{ind}if buf[p] == 255:")
+            out.append(f"{ind}    p += 1")
+            out.append(f"{ind}    {target} = None")
+            out.append(f"{ind}else:")
+            out.append(f"{ind}    p += 1")
+            ind += "    "
+        out.append(f"{ind}{sub} = {target} = {{}}")
+        _emit_fields(g, out, ind, f.fields, sub, flexible)
+    else:
+        _emit_scalar(g, out, ind, f, target, flexible)
+
+
+def _emit_array(g: _Gen, out: list[str], ind: str, f: Field, target: str, flexible: bool) -> None:
+    n = g.uid("n")
+    _emit_length(out, ind, n, flexible, wide=True)
+    out.append(f"{ind}if {n} < 0:")
+    out.append(f"{ind}    {target} = None")
+    out.append(f"{ind}elif {n} > L - p:")
+    out.append(f"{ind}    raise _Short")
+    out.append(f"{ind}else:")
+    ind += "    "
+    if f.type in FIXED:
+        fmt, size = FIXED[f.type]
+        out.append(f"{ind}{target} = list(_unpack('>%d{fmt}' % {n}, buf, p))")
+        out.append(f"{ind}p += {n} * {size}")
+        return
+    lst = g.uid("l")
+    out.append(f"{ind}{lst} = {target} = []")
+    out.append(f"{ind}for _ in range({n}):")
+    ind += "    "
+    if f.type == "struct":
+        sub = g.uid("d")
+        out.append(f"{ind}{sub} = {{}}")
+        out.append(f"{ind}{lst}.append({sub})")
+        _emit_fields(g, out, ind, f.fields, sub, flexible)
+    else:
+        v = g.uid("v")
+        _emit_scalar(g, out, ind, f, v, flexible)
+        out.append(f"{ind}{lst}.append({v})")
+
+
+def _emit_tag_section(g: _Gen, out: list[str], ind: str, tagged: list[Field], d: str) -> None:
+    n = g.uid("n")
+    _emit_uvarint(out, ind, n)
+    out.append(f"{ind}if {n}:")
+    fn = _tag_function(g, tagged)
+    out.append(f"{ind}    p = {fn}(buf, p, {n}, {d})")
+
+
+def _tag_function(g: _Gen, tagged: list[Field]) -> str:
+    """A helper that walks one tagged-field section; known tags decode from their slice."""
+    name = g.uid("_tags")
+    body: list[str] = [
+        f"def {name}(buf0, p0, count, d):",
+        "    if count > len(buf0) - p0:",
+        "        raise _Short",
+        "    unknown = None",
+        "    for _ in range(count):",
+        "        tag, p0 = _uv(buf0, p0)",
+        "        size, p0 = _uv(buf0, p0)",
+        "        if size > len(buf0) - p0:",
+        "            raise _Short",
+        "        buf = buf0[p0:p0 + size]",
+        "        p = 0",
+        "        L = size",
+    ]
+    keyword = "if"
+    for f in tagged:
+        body.append(f"        {keyword} tag == {f.tag}:")
+        keyword = "elif"
+        _emit_field(g, body, "            ", f, f"d[{f.name!r}]", True)
+    body.append("        else:" if tagged else "        if True:")
+    body.append("            if unknown is None:")
+    body.append(f"                unknown = d[{UNKNOWN_TAGS!r}] = {{}}")
+    body.append("            unknown[tag] = buf")
+    body.append("        p0 += size")
+    body.append("    return p0")
+    g.lines.extend(body)
+    g.lines.append("")
+    return name
+
+
+def generate(layout: Layout, records: RecordsHook = raw_records) -> DecodeFn:
+    """Specialised decoder for one layout: ``fn(buf, p) -> (body, end_offset)``."""
+    g = _Gen(records)
+    main: list[str] = ["def decode(buf, p):", "    L = len(buf)", "    d0 = {}"]
+    _emit_fields(g, main, "    ", layout.fields, "d0", layout.flexible)
+    main.append("    return d0, p")
+    source = "\n".join([*g.lines, *main]) + "\n"
+    ns = dict(g.ns)
+    code = compile(source, f"<kafka {layout.api_key} v{layout.version} {layout.direction}>", "exec")
+    exec(code, ns)
+    fn: DecodeFn = ns["decode"]
+    fn.__doc__ = source  # kept for debugging: print(fn.__doc__)
+    return fn
+
+
+# ---------------------------------------------------------------- closures
+
+Reader = Callable[[bytes, int], tuple[Any, int]]
+
+
+def _fail(reason: str, offset: int) -> DecodeFailure:
+    return DecodeFailure(reason=reason, offset=offset)
+
+
+def _need(buf: bytes, p: int, n: int, what: str) -> None:
+    if n > len(buf) - p:
+        raise _fail(f"{what} needs {n} bytes, {max(len(buf) - p, 0)} left", p)
+
+
+def _uvarint_checked(buf: bytes, p: int) -> tuple[int, int]:
+    try:
+        return read_uvarint(buf, p)
+    except Short as exc:
+        raise _fail(str(exc), p) from None
+
+
+def _length_reader(flexible: bool, wide: bool) -> Reader:
+    if flexible:
+
+        def compact(buf: bytes, p: int) -> tuple[int, int]:
+            n, q = _uvarint_checked(buf, p)
+            return n - 1, q
+
+        return compact
+    unpack, size = (_I32, 4) if wide else (_I16, 2)
+
+    def legacy(buf: bytes, p: int) -> tuple[int, int]:
+        _need(buf, p, size, "length")
+        return unpack(buf, p)[0], p + size
+
+    return legacy
+
+
+def _scalar_reader(kind: str, flexible: bool, records: RecordsHook) -> Reader:
+    if kind in FIXED:
+        fmt, size = FIXED[kind]
+        unpack = struct.Struct(">" + fmt).unpack_from
+
+        def fixed(buf: bytes, p: int) -> tuple[Any, int]:
+            _need(buf, p, size, kind)
+            return unpack(buf, p)[0], p + size
+
+        return fixed
+    if kind == "uuid":
+
+        def uuid_reader(buf: bytes, p: int) -> tuple[Any, int]:
+            _need(buf, p, 16, "uuid")
+            return uuid_text(buf[p : p + 16]), p + 16
+
+        return uuid_reader
+    length = _length_reader(flexible, wide=kind != "string")
+
+    def sized(buf: bytes, p: int) -> tuple[Any, int]:
+        n, q = length(buf, p)
+        if n < 0:
+            return None, q
+        _need(buf, q, n, f"{kind} of length {n}")
+        raw = buf[q : q + n]
+        if kind == "string":
+            return raw.decode("utf-8", "replace"), q + n
+        if kind == "records":
+            return records(raw), q + n
+        return raw, q + n
+
+    return sized
+
+
+def _struct_reader(fields: tuple[Field, ...], flexible: bool, records: RecordsHook) -> Reader:
+    plain = [(f.name, _field_reader(f, flexible, records)) for f in fields if f.tag is None]
+    tagged = {
+        f.tag: (f.name, _field_reader(f, flexible, records)) for f in fields if f.tag is not None
+    }
+
+    def read_struct(buf: bytes, p: int) -> tuple[Any, int]:
+        d: dict[str, Any] = {}
+        name = ""
+        try:
+            for name, reader in plain:
+                d[name], p = reader(buf, p)
+            if flexible:
+                name = "_tagged_fields"
+                p = _read_tags(buf, p, tagged, d)
+        except DecodeFailure as exc:
+            if exc.partial is not None:
+                d[name] = exc.partial
+            exc.path.insert(0, name)
+            exc.partial = d
+            raise
+        return d, p
+
+    return read_struct
+
+
+def _read_tags(buf: bytes, p: int, tagged: dict[Any, tuple[str, Reader]], d: dict[str, Any]) -> int:
+    count, p = _uvarint_checked(buf, p)
+    if count > len(buf) - p:
+        raise _fail(f"tagged field count {count} exceeds the {len(buf) - p} bytes left", p)
+    for _ in range(count):
+        tag, p = _uvarint_checked(buf, p)
+        size, p = _uvarint_checked(buf, p)
+        _need(buf, p, size, f"tagged field {tag}")
+        chunk = buf[p : p + size]
+        if tag in tagged:
+            name, reader = tagged[tag]
+            try:
+                d[name], _ = reader(chunk, 0)
+            except DecodeFailure as exc:
+                exc.offset += p
+                exc.path.insert(0, name)
+                raise
+        else:
+            d.setdefault(UNKNOWN_TAGS, {})[tag] = chunk
+        p += size
+    return p
+
+
+def _field_reader(f: Field, flexible: bool, records: RecordsHook) -> Reader:
+    if f.type == "struct":
+        element = _struct_reader(f.fields, flexible, records)
+    else:
+        element = _scalar_reader(f.type, flexible, records)
+    if f.array:
+        return _array_reader(element, flexible)
+    if f.type == "struct" and f.nullable and flexible:
+
+        def nullable_struct(buf: bytes, p: int) -> tuple[Any, int]:
+            _need(buf, p, 1, "struct presence marker")
+            if buf[p] == 255:
+                return None, p + 1
+            return element(buf, p + 1)
+
+        return nullable_struct
+    return element
+
+
+def _array_reader(element: Reader, flexible: bool) -> Reader:
+    length = _length_reader(flexible, wide=True)
+
+    def read_array(buf: bytes, p: int) -> tuple[Any, int]:
+        n, q = length(buf, p)
+        if n < 0:
+            return None, q
+        if n > len(buf) - q:
+            raise _fail(f"array count {n} exceeds the {len(buf) - q} bytes left", p)
+        items: list[Any] = []
+        for i in range(n):
+            try:
+                value, q = element(buf, q)
+            except DecodeFailure as exc:
+                if exc.partial is not None:
+                    items.append(exc.partial)
+                exc.path.insert(0, f"[{i}]")
+                exc.partial = items
+                raise
+            items.append(value)
+        return items, q
+
+    return read_array
+
+
+def closures(layout: Layout, records: RecordsHook = raw_records) -> DecodeFn:
+    """Closure-tree decoder for one layout; raises DecodeFailure with partial results."""
+    reader = _struct_reader(layout.fields, layout.flexible, records)
+
+    def decode(buf: bytes, p: int) -> tuple[dict[str, Any], int]:
+        try:
+            body, q = reader(buf, p)
+        except DecodeFailure as exc:
+            if exc.path and exc.path[0] == "":
+                exc.path.pop(0)
+            raise
+        except (IndexError, UnicodeDecodeError, struct.error) as exc:
+            raise _fail(f"unexpected {type(exc).__name__}: {exc}", p) from None
+        return body, q
+
+    return decode

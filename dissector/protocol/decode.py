@@ -1,0 +1,259 @@
+"""Decode whole request and response frames: header, then the body by its layout."""
+
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dissector.protocol import compile as kc
+from dissector.protocol.sources import load_specs
+from dissector.protocol.spec import REQUEST, RESPONSE, Layout, SpecSet
+
+API_VERSIONS = 18
+CONTROLLED_SHUTDOWN = 7
+UNSUPPORTED_VERSION = 35
+
+_REQ_FIXED = struct.Struct(">hhi")
+_I16 = struct.Struct(">h").unpack_from
+_I32 = struct.Struct(">i").unpack_from
+
+
+@dataclass(slots=True)
+class Decoded:
+    """One decoded frame. ``body`` keeps what was decoded even when ``error`` is set."""
+
+    header: dict[str, Any]
+    body: dict[str, Any] | None
+    error: str | None = None
+    trailing: int = 0
+    api_key: int | None = None
+    api_version: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _records_hook(expand: bool) -> kc.RecordsHook:
+    try:
+        from dissector.protocol.records import parse_records
+    except ImportError:  # the record-batch module is optional for the engine
+        return kc.raw_records
+
+    def hook(data: Any) -> Any:
+        try:
+            return parse_records(data, expand=expand)
+        except Exception as exc:  # a record parser bug must not lose the message
+            return {"size": len(data), "error": f"{type(exc).__name__}: {exc}"}
+
+    return hook
+
+
+class Registry:
+    """Layouts plus their compiled decoders, compiled on first use and cached."""
+
+    def __init__(self, specs: SpecSet, backend: str = "generate") -> None:
+        self.specs = specs
+        self.backend = backend
+        self._fast: dict[tuple[int, int, str, bool], kc.DecodeFn] = {}
+        self._slow: dict[tuple[int, int, str, bool], kc.DecodeFn] = {}
+
+    def layout(self, api_key: int, version: int, direction: str) -> Layout | None:
+        return self.specs.get(api_key, version, direction)
+
+    def decoder(self, layout: Layout, expand: bool) -> kc.DecodeFn:
+        key = (layout.api_key, layout.version, layout.direction, expand)
+        fn = self._fast.get(key)
+        if fn is None:
+            build = kc.generate if self.backend == "generate" else kc.closures
+            fn = self._fast[key] = build(layout, _records_hook(expand))
+        return fn
+
+    def explainer(self, layout: Layout, expand: bool) -> kc.DecodeFn:
+        key = (layout.api_key, layout.version, layout.direction, expand)
+        fn = self._slow.get(key)
+        if fn is None:
+            fn = self._slow[key] = kc.closures(layout, _records_hook(expand))
+        return fn
+
+    def compile_all(self) -> int:
+        """Compile every layout now (a test and the benchmark use this)."""
+        count = 0
+        for (api_key, direction), versions in self.specs.layouts.items():
+            for version in versions:
+                layout = self.specs.get(api_key, version, direction)
+                if layout is not None:
+                    self.decoder(layout, False)
+                    count += 1
+        return count
+
+
+@functools.cache
+def _registry_for(spec_dirs: tuple[str, ...], backend: str) -> Registry:
+    return Registry(load_specs(spec_dirs), backend)
+
+
+def get_registry(spec_dirs: Iterable[str | Path] = (), backend: str = "generate") -> Registry:
+    """The shared registry for these spec directories (built once per process)."""
+    return _registry_for(tuple(str(Path(d)) for d in spec_dirs), backend)
+
+
+def _decode_body(
+    registry: Registry, layout: Layout, buf: bytes, start: int, expand: bool
+) -> tuple[dict[str, Any] | None, str | None, int]:
+    """(body, error, end offset). The fast path raises; the closure path explains."""
+    try:
+        body, end = registry.decoder(layout, expand)(buf, start)
+        return body, None, end
+    except Exception:
+        pass
+    try:
+        body, end = registry.explainer(layout, expand)(buf, start)
+    except kc.DecodeFailure as exc:
+        return exc.partial, exc.message(), len(buf)
+    except Exception as exc:
+        return None, f"<body>: {type(exc).__name__}: {exc} at offset {start}", len(buf)
+    return body, None, end
+
+
+def _as_bytes(payload: bytes | bytearray | memoryview) -> bytes:
+    return payload if isinstance(payload, bytes) else bytes(payload)
+
+
+def decode_request(
+    payload: bytes | bytearray | memoryview,
+    *,
+    records: bool = False,
+    registry: Registry | None = None,
+) -> Decoded:
+    """A request frame without its 4-byte size prefix: header v0/v1/v2, then body."""
+    buf = _as_bytes(payload)
+    reg = registry or get_registry()
+    if len(buf) < 8:
+        return Decoded(header={}, body=None, error=f"header: {len(buf)} bytes, need 8", trailing=0)
+    api_key, version, correlation_id = _REQ_FIXED.unpack_from(buf, 0)
+    header: dict[str, Any] = {
+        "request_api_key": api_key,
+        "request_api_version": version,
+        "correlation_id": correlation_id,
+    }
+    out = Decoded(header=header, body=None, api_key=api_key, api_version=version)
+    layout = reg.layout(api_key, version, REQUEST)
+    p = 8
+    if api_key == CONTROLLED_SHUTDOWN and version == 0:
+        pass  # the only request whose header has no client_id (header v0)
+    else:
+        # client_id stays a legacy nullable string even in header v2.
+        if len(buf) < p + 2:
+            out.error = f"header.client_id: length needs 2 bytes, {len(buf) - p} left at offset {p}"
+            return out
+        n = _I16(buf, p)[0]
+        p += 2
+        if n >= 0:
+            if n > len(buf) - p:
+                out.error = (
+                    f"header.client_id: string of length {n} needs {n} bytes, "
+                    f"{len(buf) - p} left at offset {p}"
+                )
+                return out
+            header["client_id"] = buf[p : p + n].decode("utf-8", "replace")
+            p += n
+        else:
+            header["client_id"] = None
+    if layout is None:
+        out.error = _unsupported(reg, api_key, version, REQUEST)
+        return out
+    if layout.flexible:
+        try:
+            p = _read_header_tags(buf, p, header)
+        except kc.DecodeFailure as exc:
+            out.error = f"header.{exc.message()}"
+            return out
+    out.body, out.error, end = _decode_body(reg, layout, buf, p, records)
+    out.trailing = max(len(buf) - end, 0)
+    return out
+
+
+def _read_header_tags(buf: bytes, p: int, header: dict[str, Any]) -> int:
+    return kc._read_tags(buf, p, {}, header)
+
+
+def decode_response(
+    payload: bytes | bytearray | memoryview,
+    api_key: int,
+    api_version: int,
+    *,
+    records: bool = False,
+    registry: Registry | None = None,
+) -> Decoded:
+    """A response frame without its size prefix, given its request's key and version."""
+    buf = _as_bytes(payload)
+    reg = registry or get_registry()
+    out = Decoded(header={}, body=None, api_key=api_key, api_version=api_version)
+    if len(buf) < 4:
+        out.error = f"header.correlation_id: int32 needs 4 bytes, {len(buf)} left at offset 0"
+        return out
+    out.header["correlation_id"] = _I32(buf, 0)[0]
+    p = 4
+    version = api_version
+    # A broker answers an ApiVersions version it does not support with error 35 in
+    # the v0 layout, so the client can retry with a version from the list.
+    if (
+        api_key == API_VERSIONS
+        and version > 0
+        and len(buf) >= 6
+        and _I16(buf, 4)[0] == UNSUPPORTED_VERSION
+    ):
+        version = 0
+        out.notes.append("unsupported_version: body decoded with the v0 layout")
+    layout = reg.layout(api_key, version, RESPONSE)
+    if layout is None:
+        out.error = _unsupported(reg, api_key, api_version, RESPONSE)
+        return out
+    if layout.flexible and api_key != API_VERSIONS:
+        try:
+            p = _read_header_tags(buf, p, out.header)
+        except kc.DecodeFailure as exc:
+            out.error = f"header.{exc.message()}"
+            return out
+    out.body, out.error, end = _decode_body(reg, layout, buf, p, records)
+    out.trailing = max(len(buf) - end, 0)
+    return out
+
+
+def _unsupported(reg: Registry, api_key: int, version: int, direction: str) -> str:
+    versions = reg.specs.versions(api_key, direction)
+    if not versions:
+        return f"unknown_api_key: no {direction} spec for api_key {api_key}"
+    return (
+        f"unsupported_version: no {direction} spec for api_key {api_key} version {version} "
+        f"(known {versions[0]}-{versions[-1]})"
+    )
+
+
+def produce_acks(decoded_request: Decoded | None) -> int | None:
+    """acks of a Produce request (0 means the broker sends no response)."""
+    if decoded_request is None or decoded_request.api_key != 0 or not decoded_request.body:
+        return None
+    acks = decoded_request.body.get("acks")
+    return acks if isinstance(acks, int) else None
+
+
+# Kafka 4.0 removed the inter-broker keys 4-7 and no installed spec describes them;
+# for framing heuristics any small version of them is plausible.
+_SPECLESS_KEYS = range(4, 8)
+_SPECLESS_MAX_VERSION = 15
+
+
+def is_known_version(api_key: int, api_version: int) -> bool:
+    """Is there a request spec for (api_key, api_version)? Used by framing heuristics."""
+    if api_key in _SPECLESS_KEYS:
+        return 0 <= api_version <= _SPECLESS_MAX_VERSION
+    return get_registry().layout(api_key, api_version, REQUEST) is not None
+
+
+def request_is_flexible(api_key: int, api_version: int) -> bool:
+    """Does this request use header v2 (flexible versions)? False when unknown."""
+    layout = get_registry().layout(api_key, api_version, REQUEST)
+    return layout is not None and layout.flexible

@@ -1,0 +1,72 @@
+"""API names and the coverage table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from dissector.protocol.decode import Registry, get_registry
+from dissector.protocol.spec import REQUEST, RESPONSE
+
+
+@cache
+def _names() -> dict[int, str]:
+    # kafka-python's ApiKey enum names every key Kafka ever assigned, including the
+    # inter-broker keys 4-7 that Kafka 4.0 removed and no spec describes any more.
+    from kafka.protocol.api_key import ApiKey
+
+    return {int(k): k.name for k in ApiKey}
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name for an API key (e.g. ``Produce``), or ``Unknown(k)``."""
+    return _names().get(api_key, f"Unknown({api_key})")
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSupport:
+    api_key: int
+    name: str
+    request_versions: tuple[int, ...]
+    response_versions: tuple[int, ...]
+    sources: tuple[str, ...]
+
+
+def supported_apis(registry: Registry | None = None) -> list[ApiSupport]:
+    """Every API key we know of, with the versions we can decode in each direction."""
+    reg = registry or get_registry()
+    keys = sorted(set(_names()) | set(reg.specs.keys()))
+    out: list[ApiSupport] = []
+    for key in keys:
+        sources = sorted(
+            {
+                layout.source
+                for direction in (REQUEST, RESPONSE)
+                for layout in reg.specs.layouts.get((key, direction), {}).values()
+            }
+        )
+        out.append(
+            ApiSupport(
+                api_key=key,
+                name=api_name(key),
+                request_versions=tuple(reg.specs.versions(key, REQUEST)),
+                response_versions=tuple(reg.specs.versions(key, RESPONSE)),
+                sources=tuple(sources),
+            )
+        )
+    return out
+
+
+def version_ranges(versions: tuple[int, ...]) -> str:
+    """(0, 1, 2, 5) -> "0-2,5"; () -> "-" (names and headers only)."""
+    if not versions:
+        return "-"
+    parts: list[str] = []
+    start = prev = versions[0]
+    for v in versions[1:]:
+        if v != prev + 1:
+            parts.append(f"{start}-{prev}" if prev != start else str(start))
+            start = v
+        prev = v
+    parts.append(f"{start}-{prev}" if prev != start else str(start))
+    return ",".join(parts)
