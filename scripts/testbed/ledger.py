@@ -1,0 +1,90 @@
+"""The drivers' record of what they did, written as JSON next to a capture."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(slots=True)
+class ExpectedError:
+    """A Kafka error the driver provoked on purpose and the API whose response carries it."""
+
+    api: str
+    error: str
+
+
+@dataclass(slots=True)
+class Operation:
+    """One thing a client did, as the client reports it.
+
+    `apis` names the Kafka APIs (Apache Kafka's message names) that must appear for
+    `client_id` on `port`; `records` is what the client counted (acknowledged for produce,
+    delivered to the application for consume).
+    """
+
+    op: str
+    client: str
+    client_id: str
+    port: int
+    apis: list[str]
+    ok: bool = True
+    topic: str | None = None
+    codec: str | None = None
+    records: int | None = None
+    group_id: str | None = None
+    group_protocol: str | None = None
+    errors: list[ExpectedError] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+    started: float = 0.0
+    finished: float = 0.0
+
+
+@dataclass(slots=True)
+class Ledger:
+    driver: str
+    clients: dict[str, str]
+    operations: list[Operation] = field(default_factory=list)
+
+    def add(self, operation: Operation) -> Operation:
+        self.operations.append(operation)
+        return operation
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n")
+
+
+class Timed:
+    """Context manager stamping an operation's wall-clock start and end."""
+
+    def __init__(self, operation: Operation) -> None:
+        self.operation = operation
+
+    def __enter__(self) -> Operation:
+        self.operation.started = time.time()
+        return self.operation
+
+    def __exit__(self, *exc: object) -> None:
+        self.operation.finished = time.time()
+
+
+def merge(ledgers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several drivers' ledgers as one document (drivers kept apart, operations listed)."""
+    return {"drivers": ledgers}
+
+
+def produced_by_topic_codec(doc: dict[str, Any]) -> dict[tuple[str, str], int]:
+    """Records the clients had acknowledged, per (topic, codec), over a merged document."""
+    out: dict[tuple[str, str], int] = {}
+    for ledger in doc["drivers"]:
+        for op in ledger["operations"]:
+            if op["op"].startswith("produce") and op["topic"] and op["records"]:
+                key = (op["topic"], op["codec"] or "none")
+                out[key] = out.get(key, 0) + op["records"]
+    return out
