@@ -1,0 +1,862 @@
+"""Kafka record data: magic 0/1 message sets and magic 2 record batches.
+
+``parse_records(data)`` reads the bytes of a Kafka field of type ``records`` (Produce
+request, Fetch response, ...) and returns a :class:`RecordSet`: counts, codecs and
+anomalies, plus every batch and record when ``expand=True``.
+
+Rules it keeps, whatever the bytes:
+
+* It never raises and never hangs. Anomalies go to ``RecordSet.errors`` as
+  ``"<snake_case_code>: <detail>"`` strings (codes in :data:`ERROR_CODES`).
+* Allocation is bounded by the input plus ``max_decompressed``, a budget shared by
+  every decompression in one call: counts and lengths read from the wire are checked
+  against the bytes that remain before anything is sized from them.
+* A batch whose declared length runs past the end of the data is a *partial* batch
+  (brokers cut Fetch responses at the byte limit), counted in ``partial_batches``,
+  not an error, and its records are not counted: franz-go and Kafka's clients do the
+  same. The same cut inside a decompressed message set is an error.
+* CRCs (CRC-32C for magic 2, CRC-32 for magic 0/1) are checked and reported, never
+  fatal.
+
+Every entry of a record set starts with ``offset int64, length int32`` and keeps its
+magic byte at byte 16, so one framing loop serves all three formats and an anomaly
+inside one entry never desynchronises the next.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import cramjam
+import crc32c as _crc32c
+
+__all__ = [
+    "CODEC_NAMES",
+    "CONTROL_TYPES",
+    "ERROR_CODES",
+    "RecordSet",
+    "parse_records",
+]
+
+CODEC_NAMES: Final[tuple[str, ...]] = ("none", "gzip", "snappy", "lz4", "zstd")
+
+# Kafka's ControlRecordType: the int16 "type" in a control record's key.
+CONTROL_TYPES: Final[dict[int, str]] = {
+    0: "ABORT",
+    1: "COMMIT",
+    2: "LEADER_CHANGE",
+    3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER",
+    5: "KRAFT_VERSION",
+    6: "KRAFT_VOTERS",
+}
+
+ERROR_CODES: Final[frozenset[str]] = frozenset(
+    {
+        "bad_batch_length",  # entry length too small for its header, or negative
+        "bad_message_size",  # magic 0/1 message shorter than its fixed fields
+        "bad_length",  # key/value/header length below -1
+        "bad_record_count",  # negative records count in a v2 header
+        "bad_header_count",  # header count negative or larger than the bytes left
+        "bad_header_key",  # null header key
+        "bad_varint",  # varint longer than its type allows, or cut off
+        "bad_compressed_message",  # compressed magic 0/1 wrapper with null value
+        "crc_mismatch",
+        "decompression_failed",
+        "decompression_limit",  # would exceed max_decompressed
+        "unknown_codec",
+        "unknown_magic",
+        "nesting_too_deep",  # compressed message inside compressed message, too deep
+        "record_count_mismatch",  # v2 header count differs from records found
+        "record_length_mismatch",  # record fields do not end where its length says
+        "message_size_mismatch",  # magic 0/1 fields do not end where its size says
+        "trailing_bytes",  # bytes after the last record of a batch
+        "truncated_record",  # record runs past the end of its batch
+        "truncated_batch",  # entry cut short inside a decompressed message set
+        "too_many_errors",
+        "internal_error",  # a bug here; the result holds what was read before it
+    }
+)
+
+MAX_ERRORS: Final = 64
+MAX_NESTING: Final = 2  # Kafka itself allows one level of wrapper messages
+
+_ENTRY = struct.Struct(">qi")  # offset/baseOffset, size/batchLength
+_MAGIC_AT: Final = 16
+_I32 = struct.Struct(">i")
+_CONTROL_KEY = struct.Struct(">hh")
+
+
+def _compile(fields: tuple[tuple[str, str], ...]) -> tuple[tuple[str, ...], struct.Struct]:
+    return tuple(n for n, _ in fields), struct.Struct(">" + "".join(f for _, f in fields))
+
+
+# Fixed headers as data: (name, struct format), compiled once.
+_V2_NAMES, _V2 = _compile(
+    (
+        ("base_offset", "q"),
+        ("batch_length", "i"),
+        ("partition_leader_epoch", "i"),
+        ("magic", "b"),
+        ("crc", "I"),
+        ("attributes", "h"),
+        ("last_offset_delta", "i"),
+        ("first_timestamp", "q"),
+        ("max_timestamp", "q"),
+        ("producer_id", "q"),
+        ("producer_epoch", "h"),
+        ("base_sequence", "i"),
+        ("record_count", "i"),
+    )
+)
+_V2_CRC_FROM: Final = 21  # CRC-32C covers attributes .. end of batch
+_V2_MIN_LENGTH: Final = _V2.size - _ENTRY.size
+
+_LEGACY_NAMES, _LEGACY = _compile(
+    (("offset", "q"), ("message_size", "i"), ("crc", "I"), ("magic", "b"), ("attributes", "b"))
+)
+_TIMESTAMP = struct.Struct(">q")
+_LEGACY_MIN_SIZE: Final = (14, 22)  # crc..value lengths for magic 0 and magic 1
+
+_XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
+_XERIAL_HEADER: Final = 16
+_SNAPPY_FRAMED_MAGIC: Final = b"\xff\x06\x00\x00sNaPpY"
+_LZ4_MAGIC: Final = b"\x04\x22\x4d\x18"
+_CRAMJAM_FULL: Final = "failed to write whole buffer"
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+Item = dict[str, Any]
+
+
+@dataclass
+class RecordSet:
+    """What one ``records`` field holds.
+
+    ``batches`` counts complete entries: v2 batches, and magic 0/1 top-level
+    messages (a compressed wrapper is one batch holding its inner messages).
+    ``records`` counts records in them (inner messages for wrappers). ``bytes`` is
+    the input length. ``codecs`` has one name per batch. ``items`` (only with
+    ``expand=True``) has one dict per batch, each with a ``records`` list.
+    """
+
+    batches: int = 0
+    records: int = 0
+    bytes: int = 0
+    codecs: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    items: list[Item] | None = None
+    partial_batches: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-serialisable copy; every bytes value becomes a base64 (RFC 4648) string."""
+        return {
+            "batches": self.batches,
+            "records": self.records,
+            "bytes": self.bytes,
+            "partial_batches": self.partial_batches,
+            "codecs": list(self.codecs),
+            "errors": list(self.errors),
+            "bytes_encoding": "base64",
+            "items": None if self.items is None else [_jsonable(i) for i in self.items],
+        }
+
+
+def parse_records(
+    data: bytes | bytearray | memoryview,
+    *,
+    expand: bool = False,
+    max_decompressed: int = 64 * 1024 * 1024,
+) -> RecordSet:
+    """Parse a Kafka ``records`` field (any mix of magic 0, 1 and 2 entries).
+
+    Without ``expand`` only counts are kept; uncompressed v2 batches are counted from
+    their records-count field, validated by walking the record length prefixes.
+    Compressed batches are always decompressed (within ``max_decompressed``, shared
+    by the whole call) so that their count is checked, not trusted.
+    """
+    buf = data if isinstance(data, bytes) else bytes(data)
+    ctx = _Ctx(expand=expand, budget=max(0, int(max_decompressed)))
+    result = RecordSet(bytes=len(buf), items=[] if expand else None)
+    try:
+        _walk_top(ctx, buf)
+    except Exception as exc:  # never raise on bad input; a bug here is reported, not fatal
+        ctx.error("internal_error", f"{type(exc).__name__}: {exc}")
+    result.batches = ctx.batches
+    result.records = ctx.records
+    result.codecs = ctx.codecs
+    result.errors = ctx.finish_errors()
+    result.partial_batches = ctx.partial_batches
+    if expand:
+        result.items = ctx.items
+    return result
+
+
+# --- internals -------------------------------------------------------------------
+
+
+class _Bad(Exception):
+    """An anomaly inside one record or one compressed payload."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+
+@dataclass
+class _Ctx:
+    expand: bool
+    budget: int
+    batches: int = 0
+    records: int = 0
+    partial_batches: int = 0
+    codecs: list[str] = field(default_factory=list)
+    items: list[Item] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    dropped_errors: int = 0
+
+    def error(self, code: str, detail: str) -> None:
+        # Garbage input can hold one anomaly per dozen bytes: keep the list bounded.
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(f"{code}: {detail}")
+        else:
+            self.dropped_errors += 1
+
+    def finish_errors(self) -> list[str]:
+        if self.dropped_errors:
+            return [*self.errors, f"too_many_errors: {self.dropped_errors} more not listed"]
+        return self.errors
+
+
+@dataclass(slots=True)
+class _Legacy:
+    """One magic 0/1 message; key/value are views into the buffer."""
+
+    offset: int
+    magic: int
+    crc: int
+    crc_ok: bool
+    attributes: int
+    timestamp: int | None
+    key: memoryview | None
+    value: memoryview | None
+
+
+def _entries(buf: bytes) -> Iterator[tuple[int, int, int]]:
+    """Yield (index, start, end) of each complete entry; the last yield may be a
+    partial entry, signalled by end == -1, or a bad length, by end == -2."""
+    pos = 0
+    total = len(buf)
+    index = 0
+    while pos < total:
+        if total - pos < _ENTRY.size:
+            yield index, pos, -1
+            return
+        size = _ENTRY.unpack_from(buf, pos)[1]
+        if size < 0:
+            yield index, pos, -2
+            return
+        end = pos + _ENTRY.size + size
+        if end > total:
+            yield index, pos, -1
+            return
+        yield index, pos, end
+        pos = end
+        index += 1
+
+
+def _walk_top(ctx: _Ctx, buf: bytes) -> None:
+    for index, pos, end in _entries(buf):
+        if end == -1:
+            ctx.partial_batches += 1
+            return
+        if end == -2:
+            ctx.error("bad_batch_length", f"negative length in batch {index} at offset {pos}")
+            return
+        if end - pos <= _MAGIC_AT:
+            ctx.error("bad_batch_length", f"batch {index} at offset {pos} too short")
+            continue
+        magic = buf[pos + _MAGIC_AT]
+        if magic == 2:
+            _v2_batch(ctx, buf, pos, end, index)
+        elif magic in (0, 1):
+            _legacy_top(ctx, buf, pos, end, index)
+        else:
+            ctx.error("unknown_magic", f"{magic} in batch {index} at offset {pos}")
+
+
+# --- magic 2 ---------------------------------------------------------------------
+
+
+def _v2_batch(ctx: _Ctx, buf: bytes, pos: int, end: int, index: int) -> None:
+    where = f"batch {index} at offset {pos}"
+    if end - pos < _V2.size:
+        ctx.error("bad_batch_length", f"{where}: {end - pos} bytes, header needs {_V2.size}")
+        return
+    header = dict(zip(_V2_NAMES, _V2.unpack_from(buf, pos), strict=True))
+    crc_ok = _crc32c.crc32c(memoryview(buf)[pos + _V2_CRC_FROM : end]) == header["crc"]
+    if not crc_ok:
+        ctx.error("crc_mismatch", where)
+    attributes = header["attributes"]
+    codec = attributes & 0x07
+    ctx.batches += 1
+    ctx.codecs.append(CODEC_NAMES[codec] if codec < len(CODEC_NAMES) else "unknown")
+    count = header["record_count"]
+    if count < 0:
+        ctx.error("bad_record_count", f"{count} in {where}")
+        count = 0
+
+    body: bytes | memoryview | None = memoryview(buf)[pos + _V2.size : end]
+    if codec:
+        body = _decompress(ctx, codec, body, magic=2, where=where)
+    records: list[Item] = []
+    if body is not None:
+        found = _v2_records(ctx, header, body, count, where, records if ctx.expand else None)
+        ctx.records += found
+    if ctx.expand:
+        ctx.items.append(_v2_item(header, crc_ok, pos, records))
+
+
+def _v2_item(header: dict[str, int], crc_ok: bool, pos: int, records: list[Item]) -> Item:
+    attributes = header["attributes"]
+    is_control = bool(attributes & 0x20)
+    codec = attributes & 0x07
+    item: Item = dict(header)
+    item.update(
+        byte_offset=pos,
+        crc_ok=crc_ok,
+        compression=CODEC_NAMES[codec] if codec < len(CODEC_NAMES) else f"unknown({codec})",
+        timestamp_type="log_append_time" if attributes & 0x08 else "create_time",
+        is_transactional=bool(attributes & 0x10),
+        is_control=is_control,
+        has_delete_horizon=bool(attributes & 0x40),
+        control_type=records[0].get("control_type") if is_control and records else None,
+        first_timestamp_iso=_iso(header["first_timestamp"]),
+        max_timestamp_iso=_iso(header["max_timestamp"]),
+        records=records,
+    )
+    return item
+
+
+def _v2_records(
+    ctx: _Ctx,
+    header: dict[str, int],
+    body: bytes | memoryview,
+    count: int,
+    where: str,
+    out: list[Item] | None,
+) -> int:
+    """Walk the records of one batch; return how many were found. Each record is
+    skipped by its length prefix, so a bad record never hides the next one."""
+    if isinstance(body, memoryview):
+        body = body.tobytes()  # int indexing on bytes is several times faster
+    total = len(body)
+    pos = 0
+    found = 0
+    env = _RecordEnv(
+        base_offset=header["base_offset"],
+        first_timestamp=header["first_timestamp"],
+        max_timestamp=header["max_timestamp"],
+        log_append=bool(header["attributes"] & 0x08),
+        is_control=bool(header["attributes"] & 0x20),
+    )
+    while found < count and pos < total:
+        byte = body[pos]
+        if byte < 0x80:  # one-byte length: the common case, inlined for speed
+            length, start = (byte >> 1) ^ -(byte & 1), pos + 1
+        else:
+            try:
+                length, start = _varint(body, pos, total, 5)
+            except _Bad as bad:
+                ctx.error(bad.code, f"{bad.detail}: record {found} length in {where}")
+                return found
+        if length < 0 or start + length > total:
+            ctx.error("truncated_record", f"record {found} in {where}")
+            return found
+        if out is not None:
+            try:
+                out.append(_v2_record(env, body, start, start + length))
+            except _Bad as bad:
+                ctx.error(bad.code, f"{bad.detail}: record {found} in {where}")
+        pos = start + length
+        found += 1
+    if found < count:
+        ctx.error("record_count_mismatch", f"header says {count}, found {found} in {where}")
+    elif pos < total:
+        ctx.error("trailing_bytes", f"{total - pos} after record {found - 1} in {where}")
+    return found
+
+
+@dataclass(slots=True)
+class _RecordEnv:
+    """What every record of one v2 batch needs from its header."""
+
+    base_offset: int
+    first_timestamp: int
+    max_timestamp: int
+    log_append: bool
+    is_control: bool
+    # Records of a batch mostly share their second: format each second once.
+    seconds: dict[int, str | None] = field(default_factory=dict)
+
+
+def _v2_record(env: _RecordEnv, buf: bytes, pos: int, end: int) -> Item:
+    if pos >= end:
+        raise _Bad("truncated_record", "no attributes")
+    pos += 1  # record attributes: unused by Kafka so far
+    ts_delta, pos = _varint(buf, pos, end, 10)
+    offset_delta, pos = _varint(buf, pos, end, 5)
+    key, pos = _var_bytes(buf, pos, end)
+    value, pos = _var_bytes(buf, pos, end)
+    n_headers, pos = _varint(buf, pos, end, 5)
+    if n_headers < 0 or n_headers > (end - pos) // 2:  # each header takes >= 2 bytes
+        raise _Bad("bad_header_count", str(n_headers))
+    headers: list[tuple[str, bytes | None]] = []
+    for _ in range(n_headers):
+        h_key, pos = _var_bytes(buf, pos, end)
+        if h_key is None:
+            raise _Bad("bad_header_key", "null")
+        h_value, pos = _var_bytes(buf, pos, end)
+        headers.append((h_key.decode("utf-8", "replace"), h_value))
+    if pos != end:
+        raise _Bad("record_length_mismatch", f"{end - pos} bytes left")
+    # LOG_APPEND_TIME: the broker's time (max_timestamp) applies to every record.
+    timestamp = env.max_timestamp if env.log_append else env.first_timestamp + ts_delta
+    record: Item = {
+        "offset": env.base_offset + offset_delta,
+        "timestamp": timestamp,
+        "timestamp_iso": _iso(timestamp, env.seconds),
+        "key": key,
+        "key_text": _text(key),
+        "value": value,
+        "value_text": _text(value),
+        "headers": headers,
+    }
+    if env.is_control:
+        record["control_type"] = _control_type(key)
+    return record
+
+
+def _control_type(key: bytes | None) -> str | None:
+    if key is None or len(key) < _CONTROL_KEY.size:
+        return None
+    kind = _CONTROL_KEY.unpack_from(key)[1]
+    return CONTROL_TYPES.get(kind, f"UNKNOWN({kind})")
+
+
+def _varint(buf: bytes, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+    """Zigzag varint (max_bytes 5) or varlong (10) as Kafka's record format uses."""
+    if pos < end:
+        raw = buf[pos]
+        if raw < 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos + 1
+    raw = 0
+    shift = 0
+    for _ in range(max_bytes):
+        if pos >= end:
+            raise _Bad("bad_varint", "cut off")
+        byte = buf[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+    raise _Bad("bad_varint", f"longer than {max_bytes} bytes")
+
+
+def _var_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
+    raw = buf[pos] if pos < end else 0x80
+    if raw < 0x80:  # one-byte length, inlined: this runs for every key and value
+        length, pos = (raw >> 1) ^ -(raw & 1), pos + 1
+    else:
+        length, pos = _varint(buf, pos, end, 5)
+    if length == -1:
+        return None, pos
+    if length < -1:
+        raise _Bad("bad_length", str(length))
+    if pos + length > end:
+        raise _Bad("truncated_record", f"field of {length} bytes")
+    return buf[pos : pos + length], pos + length
+
+
+# --- magic 0 and 1 ---------------------------------------------------------------
+
+
+def _legacy_top(ctx: _Ctx, buf: bytes, pos: int, end: int, index: int) -> None:
+    where = f"batch {index} at offset {pos}"
+    wrapper = _legacy_message(ctx, buf, pos, end, where)
+    if wrapper is None:
+        return
+    codec = wrapper.attributes & 0x07
+    ctx.batches += 1
+    ctx.codecs.append(CODEC_NAMES[codec] if codec < len(CODEC_NAMES) else "unknown")
+    inner = [wrapper] if codec == 0 else _legacy_inner(ctx, wrapper, 1, where)
+    ctx.records += len(inner)
+    if ctx.expand:
+        ctx.items.append(_legacy_item(wrapper, pos, inner))
+
+
+def _legacy_message(ctx: _Ctx, buf: bytes, pos: int, end: int, where: str) -> _Legacy | None:
+    # Callers checked that the magic byte (0 or 1) lies inside the entry.
+    size = end - pos - _ENTRY.size
+    if size < _LEGACY_MIN_SIZE[buf[pos + _MAGIC_AT]]:
+        ctx.error("bad_message_size", f"{size} in {where}")
+        return None
+    offset, _, crc, magic, attributes = _LEGACY.unpack_from(buf, pos)
+    view = memoryview(buf)
+    crc_ok = zlib.crc32(view[pos + _MAGIC_AT : end]) == crc
+    if not crc_ok:
+        ctx.error("crc_mismatch", f"message at offset {pos} in {where}")
+    p = pos + _LEGACY.size
+    timestamp = None
+    if magic == 1:
+        timestamp = _TIMESTAMP.unpack_from(buf, p)[0]
+        p += _TIMESTAMP.size
+    try:
+        key, p = _i32_bytes(buf, view, p, end)
+        value, p = _i32_bytes(buf, view, p, end)
+    except _Bad as bad:
+        ctx.error(bad.code, f"{bad.detail}: message at offset {pos} in {where}")
+        return None
+    if p != end:
+        ctx.error("message_size_mismatch", f"{end - p} bytes left at offset {pos} in {where}")
+    return _Legacy(offset, magic, crc, crc_ok, attributes, timestamp, key, value)
+
+
+def _i32_bytes(buf: bytes, view: memoryview, pos: int, end: int) -> tuple[memoryview | None, int]:
+    if pos + _I32.size > end:
+        raise _Bad("truncated_record", "length cut off")
+    length = _I32.unpack_from(buf, pos)[0]
+    pos += _I32.size
+    if length == -1:
+        return None, pos
+    if length < -1:
+        raise _Bad("bad_length", str(length))
+    if pos + length > end:
+        raise _Bad("truncated_record", f"field of {length} bytes")
+    return view[pos : pos + length], pos + length
+
+
+def _legacy_inner(ctx: _Ctx, wrapper: _Legacy, depth: int, where: str) -> list[_Legacy]:
+    """The messages inside a compressed wrapper, with Kafka's offset and timestamp
+    rules applied (magic 1 inner offsets are relative to the wrapper's last offset)."""
+    if wrapper.value is None:
+        ctx.error("bad_compressed_message", f"null value in {where}")
+        return []
+    data = _decompress(ctx, wrapper.attributes & 0x07, wrapper.value, wrapper.magic, where)
+    if data is None:
+        return []
+    inner_buf = data if isinstance(data, bytes) else data.tobytes()
+    out: list[_Legacy] = []
+    for index, pos, end in _entries(inner_buf):
+        here = f"inner message {index} of {where}"
+        if end < 0:
+            ctx.error("truncated_batch" if end == -1 else "bad_batch_length", here)
+            break
+        if end - pos <= _MAGIC_AT:
+            ctx.error("bad_message_size", here)
+            continue
+        magic = inner_buf[pos + _MAGIC_AT]
+        if magic not in (0, 1):
+            ctx.error("unknown_magic", f"{magic} in {here}")
+            continue
+        message = _legacy_message(ctx, inner_buf, pos, end, here)
+        if message is None:
+            continue
+        if message.attributes & 0x07:
+            if depth >= MAX_NESTING:
+                ctx.error("nesting_too_deep", here)
+                continue
+            out.extend(_legacy_inner(ctx, message, depth + 1, here))
+        else:
+            out.append(message)
+    if wrapper.magic >= 1 and out:
+        # A producer's wrapper has offset 0 and its inner offsets 0..n-1, which gives a
+        # negative base: Kafka keeps the inner offsets then, and so do we.
+        base = wrapper.offset - out[-1].offset
+        log_append = bool(wrapper.attributes & 0x08)
+        for message in out:
+            if base >= 0:
+                message.offset += base
+            if log_append:
+                message.timestamp = wrapper.timestamp
+    return out
+
+
+def _legacy_item(wrapper: _Legacy, pos: int, inner: list[_Legacy]) -> Item:
+    codec = wrapper.attributes & 0x07
+    return {
+        "byte_offset": pos,
+        "base_offset": wrapper.offset,
+        "magic": wrapper.magic,
+        "crc": wrapper.crc,
+        "crc_ok": wrapper.crc_ok,
+        "attributes": wrapper.attributes,
+        "compression": CODEC_NAMES[codec] if codec < len(CODEC_NAMES) else f"unknown({codec})",
+        "timestamp_type": _legacy_ts_type(wrapper),
+        "timestamp": wrapper.timestamp,
+        "timestamp_iso": _iso(wrapper.timestamp),
+        "is_transactional": False,
+        "is_control": False,
+        "control_type": None,
+        "partition_leader_epoch": None,
+        "producer_id": None,
+        "producer_epoch": None,
+        "base_sequence": None,
+        "records": [_legacy_record(m, wrapper) for m in inner],
+    }
+
+
+def _legacy_ts_type(message: _Legacy) -> str | None:
+    if message.magic == 0:
+        return None
+    return "log_append_time" if message.attributes & 0x08 else "create_time"
+
+
+def _legacy_record(message: _Legacy, wrapper: _Legacy) -> Item:
+    key = None if message.key is None else message.key.tobytes()
+    value = None if message.value is None else message.value.tobytes()
+    return {
+        "offset": message.offset,
+        "timestamp": message.timestamp,
+        "timestamp_iso": _iso(message.timestamp),
+        "timestamp_type": _legacy_ts_type(wrapper),
+        "key": key,
+        "key_text": _text(key),
+        "value": value,
+        "value_text": _text(value),
+        "headers": [],
+        "crc_ok": message.crc_ok,
+    }
+
+
+# --- decompression ---------------------------------------------------------------
+
+
+def _decompress(
+    ctx: _Ctx, codec: int, data: memoryview, magic: int, where: str
+) -> bytes | memoryview | None:
+    """Decompress within ctx.budget; on failure record the anomaly and return None."""
+    if codec >= len(CODEC_NAMES):
+        ctx.error("unknown_codec", f"{codec} in {where}")
+        return None
+    try:
+        if codec == 1:
+            out: bytes | memoryview = _gunzip(data, ctx.budget)
+        elif codec == 2:
+            out = _unsnappy(data, ctx.budget)
+        elif codec == 3:
+            out = _unlz4(data, ctx.budget, old_kafka=magic == 0)
+        else:
+            out = _bounded(cramjam.zstd.decompress_into, data, ctx.budget, "zstd")
+    except _Bad as bad:
+        ctx.error(bad.code, f"{bad.detail} in {where}")
+        return None
+    except Exception as exc:  # codec libraries raise assorted types on corrupt input
+        ctx.error("decompression_failed", f"{CODEC_NAMES[codec]}: {exc} in {where}")
+        return None
+    ctx.budget -= len(out)
+    return out
+
+
+def _limit(name: str, limit: int) -> _Bad:
+    return _Bad("decompression_limit", f"{name} output over {limit} bytes")
+
+
+def _gunzip(data: memoryview, limit: int) -> bytes:
+    """Streaming gzip with zlib's max_length: never holds more than limit + 1 bytes."""
+    parts: list[bytes] = []
+    produced = 0
+    rest: bytes | memoryview = data
+    while True:
+        stream = zlib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
+        try:
+            chunk = stream.decompress(rest, limit - produced + 1)
+        except zlib.error as exc:
+            raise _Bad("decompression_failed", f"gzip: {exc}") from None
+        produced += len(chunk)
+        if produced > limit:
+            raise _limit("gzip", limit)
+        parts.append(chunk)
+        if not stream.eof:
+            raise _Bad("decompression_failed", "gzip: stream cut off")
+        rest = stream.unused_data
+        # Java's GZIPInputStream reads concatenated members; other trailing bytes it ignores.
+        if not rest.startswith(b"\x1f\x8b"):
+            return b"".join(parts)
+
+
+def _bounded(
+    into: Callable[[Any, bytearray], int], data: bytes | memoryview, limit: int, name: str
+) -> memoryview:
+    """cramjam's ``decompress_into`` stops with "failed to write whole buffer" once the
+    output buffer is full, so grow a buffer up to ``limit`` and never past it."""
+    # Kafka payloads often compress 5-10x; start near that, grow 8x so a retry
+    # (which decompresses again from the start) stays rare and cheap.
+    size = min(limit, max(256 * 1024, 8 * len(data)))
+    while True:
+        out = bytearray(size)
+        try:
+            n = into(data, out)
+        except cramjam.DecompressionError as exc:
+            if _CRAMJAM_FULL not in str(exc):
+                raise _Bad("decompression_failed", f"{name}: {exc}") from None
+            if size >= limit:
+                raise _limit(name, limit) from None
+            size = min(limit, size * 8)
+            continue
+        return memoryview(out)[:n]
+
+
+def _unsnappy(data: memoryview, limit: int) -> bytes | memoryview:
+    """Snappy as Kafka clients write it: xerial blocks (Java), the official framing
+    format, or one raw block (librdkafka and others)."""
+    if data[: len(_XERIAL_MAGIC)] == _XERIAL_MAGIC:
+        return _unxerial(data, limit)
+    if data[: len(_SNAPPY_FRAMED_MAGIC)] == _SNAPPY_FRAMED_MAGIC:
+        return _bounded(cramjam.snappy.decompress_into, data, limit, "snappy")
+    return _snappy_block(data, limit)
+
+
+def _snappy_block(block: memoryview, limit: int) -> memoryview:
+    # A raw block starts with its uncompressed length: check it before allocating.
+    declared = cramjam.snappy.decompress_raw_len(block)
+    if declared > limit:
+        raise _limit("snappy", limit)
+    out = bytearray(declared)
+    n = cramjam.snappy.decompress_raw_into(block, out)
+    return memoryview(out)[:n]
+
+
+def _unxerial(data: memoryview, limit: int) -> bytes:
+    if len(data) < _XERIAL_HEADER:
+        raise _Bad("decompression_failed", "snappy: xerial header cut off")
+    parts: list[memoryview] = []
+    produced = 0
+    pos = _XERIAL_HEADER
+    while pos < len(data):
+        if pos + _I32.size > len(data):
+            raise _Bad("decompression_failed", "snappy: xerial block length cut off")
+        length = _I32.unpack_from(data, pos)[0]
+        pos += _I32.size
+        if length < 0 or pos + length > len(data):
+            raise _Bad("decompression_failed", f"snappy: xerial block of {length} bytes")
+        block = _snappy_block(data[pos : pos + length], limit - produced)
+        produced += len(block)
+        parts.append(block)
+        pos += length
+    return b"".join(parts)
+
+
+def _unlz4(data: memoryview, limit: int, *, old_kafka: bool) -> memoryview:
+    if old_kafka:
+        # Kafka 0.8/0.9 (magic 0) computed the frame header checksum over the magic
+        # number too (KAFKA-3160); Kafka ignores it for magic 0, so put the right one.
+        data = _fix_lz4_header_checksum(data)
+    return _bounded(cramjam.lz4.decompress_into, data, limit, "lz4")
+
+
+def _fix_lz4_header_checksum(data: memoryview) -> memoryview:
+    if len(data) < 7 or data[:4] != _LZ4_MAGIC:
+        return data
+    flags = data[4]
+    hc_at = 6 + (8 if flags & 0x08 else 0) + (4 if flags & 0x01 else 0)
+    if hc_at >= len(data):
+        return data
+    fixed = bytearray(data)
+    fixed[hc_at] = (_xxh32(bytes(data[4:hc_at])) >> 8) & 0xFF
+    return memoryview(fixed)
+
+
+_P1: Final = 2654435761
+_P2: Final = 2246822519
+_P3: Final = 3266489917
+_P4: Final = 668265263
+_P5: Final = 374761393
+_M32: Final = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _xxh32(data: bytes, seed: int = 0) -> int:
+    """XXH32, only needed for the few bytes of an LZ4 frame descriptor."""
+    n = len(data)
+    pos = 0
+    if n >= 16:
+        lanes = [(seed + _P1 + _P2) & _M32, (seed + _P2) & _M32, seed & _M32, (seed - _P1) & _M32]
+        while pos + 16 <= n:
+            for i in range(4):
+                word = int.from_bytes(data[pos : pos + 4], "little")
+                lanes[i] = (_rotl((lanes[i] + word * _P2) & _M32, 13) * _P1) & _M32
+                pos += 4
+        acc = _rotl(lanes[0], 1) + _rotl(lanes[1], 7) + _rotl(lanes[2], 12) + _rotl(lanes[3], 18)
+    else:
+        acc = seed + _P5
+    acc = (acc + n) & _M32
+    while pos + 4 <= n:
+        word = int.from_bytes(data[pos : pos + 4], "little")
+        acc = (_rotl((acc + word * _P3) & _M32, 17) * _P4) & _M32
+        pos += 4
+    while pos < n:
+        acc = (_rotl((acc + data[pos] * _P5) & _M32, 11) * _P1) & _M32
+        pos += 1
+    acc ^= acc >> 15
+    acc = (acc * _P2) & _M32
+    acc ^= acc >> 13
+    acc = (acc * _P3) & _M32
+    acc ^= acc >> 16
+    return acc
+
+
+# --- presentation ----------------------------------------------------------------
+
+
+def _iso(ms: int | None, seconds: dict[int, str | None] | None = None) -> str | None:
+    """UTC ISO-8601 with milliseconds ("2024-01-02T03:04:05.678Z"); None for Kafka's
+    "no timestamp" (-1) and for values no datetime can hold. ``seconds`` caches the
+    text of whole seconds for a run of nearby timestamps."""
+    if ms is None or ms < 0:
+        return None
+    second, milli = divmod(ms, 1000)
+    if seconds is not None and second in seconds:
+        prefix = seconds[second]
+    else:
+        try:
+            prefix = (_EPOCH + timedelta(seconds=second)).strftime("%Y-%m-%dT%H:%M:%S")
+        except OverflowError:
+            prefix = None
+        if seconds is not None:
+            if len(seconds) > 1024:
+                seconds.clear()
+            seconds[second] = prefix
+    return None if prefix is None else f"{prefix}.{milli:03d}Z"
+
+
+def _text(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if text.isprintable() or all(c.isprintable() or c in "\t\r\n" for c in text):
+        return text
+    return None
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
