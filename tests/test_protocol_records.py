@@ -518,6 +518,12 @@ def test_empty_and_none_like_inputs() -> None:
     assert (rs.batches, rs.records, rs.bytes, rs.errors, rs.partial_batches) == (0, 0, 0, [], 0)
     rs = parse_records(memoryview(kp_build(2, 0, sample_records(2))))
     assert rs.records == 2
+    rs = parse_records(bytearray(kp_build(1, 0, sample_records(2))), expand=True)
+    assert rs.records == 2
+    rs = parse_records(None, expand=True)  # a null records field
+    assert (rs.records, rs.errors, rs.items) == (0, [], [])
+    rs = parse_records(12)  # type: ignore[arg-type]
+    assert (rs.records, rs.errors) == (0, ["bad_input: int"])
 
 
 # --- fuzz and bombs -------------------------------------------------------------------

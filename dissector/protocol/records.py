@@ -59,6 +59,7 @@ CONTROL_TYPES: Final[dict[int, str]] = {
 
 ERROR_CODES: Final[frozenset[str]] = frozenset(
     {
+        "bad_input",  # not bytes, bytearray or memoryview
         "bad_batch_length",  # entry length too small for its header, or negative
         "bad_message_size",  # magic 0/1 message shorter than its fixed fields
         "bad_length",  # key/value/header length below -1
@@ -168,7 +169,7 @@ class RecordSet:
 
 
 def parse_records(
-    data: bytes | bytearray | memoryview,
+    data: bytes | bytearray | memoryview | None,
     *,
     expand: bool = False,
     max_decompressed: int = 64 * 1024 * 1024,
@@ -180,8 +181,12 @@ def parse_records(
     Compressed batches are always decompressed (within ``max_decompressed``, shared
     by the whole call) so that their count is checked, not trusted.
     """
+    if data is None:  # a null records field
+        return RecordSet(items=[] if expand else None)
+    if not isinstance(data, bytes | bytearray | memoryview):
+        return RecordSet(items=[] if expand else None, errors=[f"bad_input: {type(data).__name__}"])
     buf = data if isinstance(data, bytes) else bytes(data)
-    ctx = _Ctx(expand=expand, budget=max(0, int(max_decompressed)))
+    ctx = _Ctx(expand=expand, budget=max(0, max_decompressed))
     result = RecordSet(bytes=len(buf), items=[] if expand else None)
     try:
         _walk_top(ctx, buf)
