@@ -738,6 +738,29 @@ def test_skywalking_header_capture() -> None:
     assert ours(batches[0]) == kp_read(batches[0])
 
 
+# Counts from ../shared/captures/README.md (an independent decoder's).
+@pytest.mark.parametrize(
+    ("capture", "port", "batches", "records"),
+    [
+        ("ndpi-kafka.pcapng", 9092, 3, 3),
+        ("ndpi-kafka-2023.pcapng", 9092, 1, 1),
+        ("deepflow-00-produce-v9.pcap", 36333, 1, 1),
+        ("deepflow-produce-v9-old.pcap", 36333, 1, 1),
+    ],
+)
+def test_uncompressed_v2_captures(capture: str, port: int, batches: int, records: int) -> None:
+    frames = _produce_payloads(CAPTURES / capture, port)
+    found = [b for f in frames for b in _find_v2_batches(f)]
+    assert len(found) == batches
+    total = 0
+    for batch in found:
+        rs = parse_records(batch, expand=True)
+        assert (rs.errors, rs.codecs) == ([], ["none"])
+        assert ours(batch) == kp_read(batch)
+        total += rs.records
+    assert total == records
+
+
 def _find_legacy_set(frame: bytes) -> bytes:
     """The magic 0/1 messages of a Produce request, located by layout: magic 0 or 1 at
     +16, a size that fits, and a CRC-32 (zlib) that matches; contiguous ones joined."""
