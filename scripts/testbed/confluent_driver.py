@@ -132,7 +132,7 @@ class Driver:
         self.ledger = Ledger(
             driver=CLIENT,
             clients={
-                "confluent-kafka": confluent_kafka.version()[0],
+                "confluent-kafka": confluent_kafka.__version__,
                 "librdkafka": confluent_kafka.libversion()[0],
             },
         )
