@@ -616,28 +616,44 @@ BOMB_SCRIPT = textwrap.dedent(
         # A raw snappy block whose length preamble claims 4 GiB - 1.
         return b"\\xff\\xff\\xff\\xff\\x0f" + b"\\x00" * 64
 
-    def batch(codec, body):
+    TINY = 8 << 20  # decompressed bytes of 7-byte records (the smallest valid ones)
+
+    def tiny_records():
+        # Each record: length 6, attributes, ts delta, offset delta, empty key,
+        # empty value, no headers; all zero bytes but the length.
+        c = zstandard.ZstdCompressor().compressobj()
+        chunk = b"\x0c" + bytes(6)
+        block = chunk * (1 << 17)
+        return b"".join(c.compress(block) for _ in range(TINY // len(block))) + c.flush()
+
+    def batch(codec, body, count=1):
         header = bytearray(61)
         struct.pack_into(">qiibIhiqqqhii", header, 0, 0, 49 + len(body), 0, 2, 0, codec,
-                         0, 0, 0, -1, -1, -1, 1)
+                         0, 0, 0, -1, -1, -1, count)
         struct.pack_into(">I", header, 17, crc32c.crc32c(bytes(header[21:]) + body))
         return bytes(header) + body
 
     kind = sys.argv[1]
-    codec, body = {"gzip": (1, gzip_bomb), "zstd": (4, zstd_bomb), "lz4": (3, lz4_bomb),
-                   "snappy": (2, snappy_lie)}[kind]
-    data = batch(codec, body())
+    if kind == "tiny":
+        data = batch(4, tiny_records(), count=TINY // (7 << 17) * (1 << 17))
+        limit = TINY
+    else:
+        codec, body = {"gzip": (1, gzip_bomb), "zstd": (4, zstd_bomb), "lz4": (3, lz4_bomb),
+                       "snappy": (2, snappy_lie)}[kind]
+        data = batch(codec, body())
+        limit = 1 << 20
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.monotonic()
-    rs = parse_records(data, expand=True, max_decompressed=1 << 20)
+    rs = parse_records(data, expand=True, max_decompressed=limit)
     took = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(len(data), took, (after - before) // 1024, "|".join(rs.errors))
+    kept = sum(len(i["records"]) for i in rs.items)
+    print(len(data), took, (after - before) // 1024, rs.records, kept, "|".join(rs.errors))
     """
 )
 
 
-@pytest.mark.parametrize("kind", ["gzip", "zstd", "lz4", "snappy"])
+@pytest.mark.parametrize("kind", ["gzip", "zstd", "lz4", "snappy", "tiny"])
 def test_decompression_bomb_is_bounded(kind: str) -> None:
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run(
@@ -650,11 +666,30 @@ def test_decompression_bomb_is_bounded(kind: str) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    size, took, grew_mib, errors = proc.stdout.split(maxsplit=3)
+    size, took, grew_mib, records, kept, errors = proc.stdout.split(maxsplit=5)
     assert int(size) < 6_000_000  # the test data itself stays small
-    assert float(took) < 5.0
-    assert int(grew_mib) < 64  # parse used far less than the 256 MiB-1 GiB inside
-    assert errors.strip().startswith("decompression_limit: "), errors
+    assert float(took) < 20.0
+    assert int(grew_mib) < 200  # far less than the 256 MiB-1 GiB inside, or 1.2M dicts
+    if kind == "tiny":
+        # All 1.2 million records counted, a bounded number kept as dicts.
+        assert int(records) == (8 << 20) // 7 // (1 << 17) * (1 << 17)
+        assert 0 < int(kept) <= 4 * (8 << 20) // 512
+        assert errors.strip().startswith("expand_limit: "), errors
+        assert "|" not in errors, errors  # and nothing else
+    else:
+        assert errors.strip().startswith("decompression_limit: "), errors
+
+
+def test_expand_keeps_a_bounded_prefix() -> None:
+    records = [(i, None, b"v%d" % i, []) for i in range(3000)]
+    for magic, codec in ((2, 0), (2, GZIP), (1, GZIP), (1, 0)):
+        buf = kp_build(magic, codec, records)
+        rs = parse_records(buf, expand=True, max_decompressed=200_000)
+        assert rs.records == 3000  # all counted
+        kept = ours(buf, max_decompressed=200_000)
+        assert 0 < len(kept) < 3000
+        assert kept == kp_read(buf)[: len(kept)]
+        assert [e.split(":")[0] for e in rs.errors] == ["expand_limit"]
 
 
 def test_budget_is_shared_across_batches() -> None:

@@ -76,6 +76,8 @@ ERROR_CODES: Final[frozenset[str]] = frozenset(
         "nesting_too_deep",  # compressed message inside compressed message, too deep
         "record_count_mismatch",  # v2 header count differs from records found
         "record_length_mismatch",  # record fields do not end where its length says
+        "bad_record_length",  # v2 record shorter than its six one-byte minimum fields
+        "expand_limit",  # expand=True stopped keeping records: item budget spent
         "message_size_mismatch",  # magic 0/1 fields do not end where its size says
         "trailing_bytes",  # bytes after the last record of a batch
         "truncated_record",  # record runs past the end of its batch
@@ -86,6 +88,12 @@ ERROR_CODES: Final[frozenset[str]] = frozenset(
 )
 
 MAX_ERRORS: Final = 64
+# expand=True keeps records as Python objects, several times the size of their bytes:
+# bound them too, by ITEM_BUDGET_FACTOR * max_decompressed at ITEM_OVERHEAD + length
+# bytes each (a dict of ten entries and its strings take about that).
+ITEM_BUDGET_FACTOR: Final = 4
+ITEM_OVERHEAD: Final = 512
+_V2_MIN_RECORD: Final = 6
 MAX_NESTING: Final = 2  # Kafka itself allows one level of wrapper messages
 
 _ENTRY = struct.Struct(">qi")  # offset/baseOffset, size/batchLength
@@ -143,7 +151,9 @@ class RecordSet:
     messages (a compressed wrapper is one batch holding its inner messages).
     ``records`` counts records in them (inner messages for wrappers). ``bytes`` is
     the input length. ``codecs`` has one name per batch. ``items`` (only with
-    ``expand=True``) has one dict per batch, each with a ``records`` list.
+    ``expand=True``) has one dict per batch, each with a ``records`` list; when the
+    item budget runs out (error ``expand_limit``) it holds a prefix of them.
+    ``partial_batches`` is 1 when the data ends inside a batch, else 0.
     """
 
     batches: int = 0
@@ -186,7 +196,8 @@ def parse_records(
     if not isinstance(data, bytes | bytearray | memoryview):
         return RecordSet(items=[] if expand else None, errors=[f"bad_input: {type(data).__name__}"])
     buf = data if isinstance(data, bytes) else bytes(data)
-    ctx = _Ctx(expand=expand, budget=max(0, max_decompressed))
+    budget = max(0, max_decompressed)
+    ctx = _Ctx(expand=expand, budget=budget, item_budget=ITEM_BUDGET_FACTOR * budget)
     result = RecordSet(bytes=len(buf), items=[] if expand else None)
     try:
         _walk_top(ctx, buf)
@@ -218,6 +229,7 @@ class _Bad(Exception):
 class _Ctx:
     expand: bool
     budget: int
+    item_budget: int
     batches: int = 0
     records: int = 0
     partial_batches: int = 0
@@ -232,6 +244,17 @@ class _Ctx:
             self.errors.append(f"{code}: {detail}")
         else:
             self.dropped_errors += 1
+
+    def keep(self, size: int, where: str) -> bool:
+        """Whether expand may keep one more record of ``size`` bytes."""
+        cost = size + ITEM_OVERHEAD
+        if self.item_budget >= cost:
+            self.item_budget -= cost
+            return True
+        if self.item_budget >= 0:
+            self.error("expand_limit", f"records from {where} on are counted, not kept")
+            self.item_budget = -1  # report once
+        return False
 
     def finish_errors(self) -> list[str]:
         if self.dropped_errors:
@@ -320,11 +343,11 @@ def _v2_batch(ctx: _Ctx, buf: bytes, pos: int, end: int, index: int) -> None:
     body: bytes | memoryview | None = memoryview(buf)[pos + _V2.size : end]
     if codec:
         body = _decompress(ctx, codec, body, magic=2, where=where)
-    records: list[Item] = []
+    # Decided before the walk, so that a kept batch holds every record that was kept.
+    records: list[Item] | None = [] if ctx.expand and ctx.keep(_V2.size, where) else None
     if body is not None:
-        found = _v2_records(ctx, header, body, count, where, records if ctx.expand else None)
-        ctx.records += found
-    if ctx.expand:
+        ctx.records += _v2_records(ctx, header, body, count, where, records)
+    if records is not None:
         ctx.items.append(_v2_item(header, crc_ok, pos, records))
 
 
@@ -384,7 +407,10 @@ def _v2_records(
         if length < 0 or start + length > total:
             ctx.error("truncated_record", f"record {found} in {where}")
             return found
-        if out is not None:
+        if length < _V2_MIN_RECORD:  # also keeps the walk at >= 7 bytes a record
+            ctx.error("bad_record_length", f"{length} for record {found} in {where}")
+            return found
+        if out is not None and ctx.keep(length, f"record {found} in {where}"):
             try:
                 out.append(_v2_record(env, body, start, start + length))
             except _Bad as bad:
@@ -501,10 +527,16 @@ def _legacy_top(ctx: _Ctx, buf: bytes, pos: int, end: int, index: int) -> None:
     codec = wrapper.attributes & 0x07
     ctx.batches += 1
     ctx.codecs.append(CODEC_NAMES[codec] if codec < len(CODEC_NAMES) else "unknown")
-    inner = [wrapper] if codec == 0 else _legacy_inner(ctx, wrapper, 1, where)
-    ctx.records += len(inner)
-    if ctx.expand:
-        ctx.items.append(_legacy_item(wrapper, pos, inner))
+    kept: list[_Legacy] | None = [] if ctx.expand and ctx.keep(_LEGACY.size, where) else None
+    if codec == 0:
+        found = 1
+        if kept is not None and ctx.keep(end - pos, where):
+            kept.append(wrapper)
+    else:
+        found = _legacy_inner(ctx, wrapper, 1, where, kept)[0]
+    ctx.records += found
+    if kept is not None:
+        ctx.items.append(_legacy_item(wrapper, pos, kept))
 
 
 def _legacy_message(ctx: _Ctx, buf: bytes, pos: int, end: int, where: str) -> _Legacy | None:
@@ -548,17 +580,23 @@ def _i32_bytes(buf: bytes, view: memoryview, pos: int, end: int) -> tuple[memory
     return view[pos : pos + length], pos + length
 
 
-def _legacy_inner(ctx: _Ctx, wrapper: _Legacy, depth: int, where: str) -> list[_Legacy]:
-    """The messages inside a compressed wrapper, with Kafka's offset and timestamp
-    rules applied (magic 1 inner offsets are relative to the wrapper's last offset)."""
+def _legacy_inner(
+    ctx: _Ctx, wrapper: _Legacy, depth: int, where: str, out: list[_Legacy] | None
+) -> tuple[int, int | None]:
+    """Count the messages inside a compressed wrapper and return (count, offset of the
+    last one); with ``out``, also keep them there (while the item budget lasts), with
+    Kafka's offset and timestamp rules applied: magic 1 inner offsets are relative to
+    the wrapper's, and LOG_APPEND_TIME gives every message the wrapper's timestamp."""
     if wrapper.value is None:
         ctx.error("bad_compressed_message", f"null value in {where}")
-        return []
+        return 0, None
     data = _decompress(ctx, wrapper.attributes & 0x07, wrapper.value, wrapper.magic, where)
     if data is None:
-        return []
+        return 0, None
     inner_buf = data if isinstance(data, bytes) else data.tobytes()
-    out: list[_Legacy] = []
+    first_kept = len(out) if out is not None else 0
+    count = 0
+    last: int | None = None
     for index, pos, end in _entries(inner_buf):
         here = f"inner message {index} of {where}"
         if end < 0:
@@ -578,20 +616,27 @@ def _legacy_inner(ctx: _Ctx, wrapper: _Legacy, depth: int, where: str) -> list[_
             if depth >= MAX_NESTING:
                 ctx.error("nesting_too_deep", here)
                 continue
-            out.extend(_legacy_inner(ctx, message, depth + 1, here))
-        else:
+            found, nested_last = _legacy_inner(ctx, message, depth + 1, here, out)
+            count += found
+            last = nested_last if nested_last is not None else last
+            continue
+        count += 1
+        last = message.offset
+        if out is not None and ctx.keep(end - pos, here):
             out.append(message)
-    if wrapper.magic >= 1 and out:
+    if wrapper.magic >= 1 and last is not None:
         # A producer's wrapper has offset 0 and its inner offsets 0..n-1, which gives a
         # negative base: Kafka keeps the inner offsets then, and so do we.
-        base = wrapper.offset - out[-1].offset
+        base = wrapper.offset - last
         log_append = bool(wrapper.attributes & 0x08)
-        for message in out:
+        for message in out[first_kept:] if out is not None else ():
             if base >= 0:
                 message.offset += base
             if log_append:
                 message.timestamp = wrapper.timestamp
-    return out
+        if base >= 0:
+            last += base
+    return count, last
 
 
 def _legacy_item(wrapper: _Legacy, pos: int, inner: list[_Legacy]) -> Item:
