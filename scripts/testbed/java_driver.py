@@ -135,8 +135,10 @@ class Driver:
                     topic,
                     "--command-property",
                     f"client.id={cid}",
-                    "--command-property",
-                    "compression.type=zstd",
+                    # The console producer sets compression.type from this option itself
+                    # (default none), overriding a compression.type property.
+                    "--compression-codec",
+                    "zstd",
                     "--command-property",
                     "linger.ms=50",
                 ],

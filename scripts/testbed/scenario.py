@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scripts.testbed.broker_log import dump_topics, summary
 from scripts.testbed.capture import Capture, bpf_filter
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -129,6 +130,8 @@ def run_scenario(
             logs[driver] = log.read_text()[-4000:]
             if ledger.exists():
                 ledgers.append(json.loads(ledger.read_text()))
+    # After the capture: DumpLogSegments is a JVM start and reads files, no network.
+    broker_log = summary(dump_topics(Path(env["KAFKA_BROKER_DIR"]) / "data", prefix))
     doc = {
         "capture": capture_path.name,
         "capture_tool": cap.tool,
@@ -146,6 +149,7 @@ def run_scenario(
         "exit_codes": exit_codes,
         "driver_logs_tail": {k: v for k, v in logs.items() if exit_codes[k] != 0},
         "drivers": ledgers,
+        "broker_log": broker_log,
     }
     ledger_path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return ScenarioResult(capture_path, ledger_path, exit_codes, cap.tool)

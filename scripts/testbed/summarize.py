@@ -67,6 +67,21 @@ def markdown(doc: dict[str, Any]) -> str:
     out += ["| client | operation | API | error |", "| --- | --- | --- | --- |"]
     for client, op, api, err in expected_errors(doc):
         out.append(f"| {client} | {op} | {api} | {err} |")
+    if "broker_log" in doc:
+        out += [
+            "",
+            "What the broker stored (its log segments, read with DumpLogSegments after the run;"
+            " control batches left out):",
+            "",
+            "| topic | codec | records |",
+            "| --- | --- | ---: |",
+        ]
+        for topic, per_codec in sorted(doc["broker_log"]["records_by_topic_codec"].items()):
+            for codec, n in sorted(per_codec.items()):
+                out.append(f"| {topic} | {codec} | {n} |")
+        out.append(
+            f"\nTransaction marker (control) batches: {doc['broker_log']['control_batches']}."
+        )
     ops = sum(len(ledger["operations"]) for ledger in doc["drivers"])
     out += ["", f"Operations in the ledger: {ops}."]
     return "\n".join(out)
