@@ -27,9 +27,10 @@ Policies (what a dissector has to decide because the wire does not):
 * Keep-alives and zero-window probes (1 byte at or before the next expected sequence)
   are old data and never enter the stream twice.
 * Snaplen-truncated segments deliver the bytes present; the missing ones are a gap.
-* A connection closes after both FINs or a plausible RST, once no hole is left
-  before those points; with holes left it waits ``close_grace_ns`` of capture time
-  for late segments, then closes anyway (holes become gaps). Packets of a closed
+* A connection closes after both FINs, once no hole is left before them; with holes
+  left it waits ``close_grace_ns`` of capture time for late segments, then closes
+  anyway (holes become gaps). After a plausible RST it waits ``rst_grace_ns``, because
+  the peer's data already in flight crosses the RST on the wire. Packets of a closed
   connection keep its stream index (``last_stream``) but carry no more data
   (payload counted in ``tcp_after_close_bytes``). Closed connections are freed;
   only a bounded table of their 4-tuples is kept for the stream index.
@@ -97,6 +98,7 @@ DEFAULT_MAX_BUFFERED = 4 << 20
 DEFAULT_MAX_TOTAL_BUFFERED = 256 << 20
 DEFAULT_ACK_GAP_PACKETS = 16
 DEFAULT_CLOSE_GRACE_NS = 2_000_000_000
+DEFAULT_RST_GRACE_NS = 1_000_000_000
 DEFAULT_CLOSED_MEMORY = 1 << 16
 
 # A buffered out-of-order segment: (start seq, data, bytes missing after it, ts, frame).
@@ -178,6 +180,7 @@ class Reassembler:
         max_total_buffered_bytes: int = DEFAULT_MAX_TOTAL_BUFFERED,
         ack_gap_packets: int = DEFAULT_ACK_GAP_PACKETS,
         close_grace_ns: int = DEFAULT_CLOSE_GRACE_NS,
+        rst_grace_ns: int = DEFAULT_RST_GRACE_NS,
         closed_memory: int = DEFAULT_CLOSED_MEMORY,
     ) -> None:
         self._counters = counters
@@ -185,6 +188,7 @@ class Reassembler:
         self._max_total = max_total_buffered_bytes
         self._ack_gap = ack_gap_packets
         self._grace = close_grace_ns
+        self._rst_grace = rst_grace_ns
         self._closed_memory = closed_memory
         self._dirs: dict[tuple[str, int, str, int], _Dir] = {}
         # 4-tuple -> (stream, first seq of that direction) of closed connections
@@ -213,6 +217,12 @@ class Reassembler:
         key = (pkt.src, pkt.sport, pkt.dst, pkt.dport)
         d = self._dirs.get(key)
         flags = pkt.flags
+        if d is not None and d.conn.closing_since is not None:
+            conn = d.conn
+            if self._close_due(conn, pkt.ts_ns):
+                # Past its grace: this packet comes after the close.
+                self._close(conn, "rst" if conn.rst else "fin", out)
+                d = None
         if d is None:
             d = self._lookup_closed(key, pkt)
             if d is None:
@@ -220,7 +230,7 @@ class Reassembler:
             self._open(d, pkt, out)
         elif flags & SYN and not flags & ACK and d.base is not None and pkt.seq != d.base:
             self._counters.add("tcp_port_reuse")
-            self._close(d.conn, "reused", out)
+            self._close(d.conn, "rst" if d.conn.rst else "reused", out)
             d = self._new_conn(key)
             self._open(d, pkt, out)
         self.last_stream = d.conn.stream
@@ -292,6 +302,13 @@ class Reassembler:
     def _try_close(self, conn: _Conn, now: int, out: list[Event]) -> None:
         if not self._wants_close(conn):
             return
+        if conn.closing_since is None:
+            conn.closing_since = now
+            self._closing[conn] = None
+        if self._close_due(conn, now):
+            self._close(conn, "rst" if conn.rst else "fin", out)
+
+    def _close_due(self, conn: _Conn, now: int) -> bool:
         a, b = conn.a, conn.b
         complete = (
             not a.segs
@@ -299,18 +316,14 @@ class Reassembler:
             and (a.fin is None or (a.next is not None and a.next >= a.fin))
             and (b.fin is None or (b.next is not None and b.next >= b.fin))
         )
-        if complete:
-            self._close(conn, "rst" if conn.rst else "fin", out)
-        elif conn.closing_since is None:
-            conn.closing_since = now
-            self._closing[conn] = None
-        elif now - conn.closing_since > self._grace:
-            self._close(conn, "rst" if conn.rst else "fin", out)
+        if complete and not conn.rst:
+            return True
+        waited = now - (conn.closing_since if conn.closing_since is not None else now)
+        return waited > (self._rst_grace if complete else self._grace)
 
     def _sweep(self, now: int, out: list[Event]) -> None:
         for conn in list(self._closing):
-            since = conn.closing_since
-            if since is not None and now - since > self._grace:
+            if self._close_due(conn, now):
                 self._close(conn, "rst" if conn.rst else "fin", out)
 
     def _close(self, conn: _Conn, reason: str, out: list[Event]) -> None:

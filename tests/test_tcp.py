@@ -1,0 +1,629 @@
+"""Stage 2 (TCP reassembly) against independent oracles.
+
+Oracles: tshark's ``tcp.stream`` and ``-z follow,tcp,raw`` on the shared real captures
+and on scenario captures built with scapy; hand-built segment sequences whose byte
+stream is known by construction; and a property test that re-segments, reorders and
+duplicates a real capture's segments, expecting tshark's reassembly of the original.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scapy.layers.inet import IP, TCP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+from scapy.utils import wrpcap
+
+from dissector.accounting import Counters
+from dissector.capture import ACK, FIN, PSH, RST, SYN, Packet, read_packets
+from dissector.tcp import Chunk, Event, Reassembler, StreamClose, StreamOpen, reassemble
+
+SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "captures"
+SHARED_FILES = sorted(p.name for p in SHARED.glob("*.pcap*")) if SHARED.is_dir() else []
+TSHARK = shutil.which("tshark")
+
+needs_tshark = pytest.mark.skipif(TSHARK is None, reason="tshark is not installed (the oracle)")
+
+Endpoint = tuple[str, int]
+DirKey = tuple[Endpoint, Endpoint]
+
+
+def _shared(name: str) -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"conformance captures not present: {SHARED}")
+    return SHARED / name
+
+
+def _tshark(*args: str) -> str:
+    assert TSHARK is not None
+    return subprocess.run(
+        [TSHARK, *args], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+
+
+def tshark_streams(path: Path) -> list[int]:
+    out = _tshark("-r", str(path), "-Y", "tcp", "-T", "fields", "-e", "tcp.stream")
+    return [int(x) for x in out.split()]
+
+
+def _endpoint(text: str) -> Endpoint:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+@cache
+def tshark_follow(path: Path) -> dict[DirKey, bytes]:
+    """(src, dst) -> bytes tshark reassembles for that direction, all streams."""
+    n_streams = max(tshark_streams(path), default=-1) + 1
+    args = ["-r", str(path), "-q"]
+    for s in range(n_streams):
+        args += ["-z", f"follow,tcp,raw,{s}"]
+    result: dict[DirKey, bytes] = {}
+    nodes: dict[int, Endpoint] = {}
+    data = {0: bytearray(), 1: bytearray()}
+    sections = 0
+    for line in _tshark(*args).splitlines():
+        if line.startswith("Filter: "):
+            nodes, data = {}, {0: bytearray(), 1: bytearray()}
+        elif line.startswith(("Node 0: ", "Node 1: ")):
+            nodes[int(line[5])] = _endpoint(line[8:])
+        elif line.startswith("===") and nodes:
+            for i in (0, 1):
+                key = (nodes[i], nodes[1 - i])
+                assert key not in result, "4-tuple reused: key by stream instead"
+                result[key] = bytes(data[i])
+            nodes = {}
+            sections += 1
+        elif line.startswith("\t") and line.strip():
+            data[1] += bytes.fromhex(line.strip())
+        elif line and not line.startswith(("=", "Follow")):
+            data[0] += bytes.fromhex(line)
+    assert sections == n_streams
+    return result
+
+
+def collect(events: list[Event]) -> dict[DirKey, bytes]:
+    streams: dict[DirKey, bytearray] = {}
+    for ev in events:
+        if isinstance(ev, Chunk):
+            streams.setdefault((ev.src, ev.dst), bytearray()).extend(ev.data)
+    return {k: bytes(v) for k, v in streams.items()}
+
+
+def run(packets: list[Packet], **options: int) -> tuple[list[Event], Counters]:
+    counters = Counters()
+    return list(reassemble(packets, counters, **options)), counters
+
+
+# ---------------------------------------------------------------------------
+# Real captures against tshark
+
+
+@needs_tshark
+@pytest.mark.parametrize("name", SHARED_FILES or ["(no shared captures)"])
+def test_shared_capture_streams_and_bytes_match_tshark(name: str) -> None:
+    path = _shared(name)
+    counters = Counters()
+    r = Reassembler(counters)
+    events: list[Event] = []
+    indexes: list[int] = []
+    for pkt in read_packets(str(path), counters):
+        events += r.feed(pkt)
+        indexes.append(r.last_stream)
+    events += r.flush()
+    assert indexes == tshark_streams(path)
+    ours = collect(events)
+    theirs = tshark_follow(path)
+    for key, data in theirs.items():
+        assert ours.get(key, b"") == data, key
+    assert set(ours) <= set(theirs)
+    opened = [e.stream for e in events if isinstance(e, StreamOpen)]
+    closed = [e.stream for e in events if isinstance(e, StreamClose)]
+    assert opened == list(range(max(indexes) + 1))
+    assert sorted(closed) == opened
+    assert r.open_connections == 0
+
+
+def test_capture_starting_mid_connection_is_flagged() -> None:
+    path = _shared("ndpi-kafka-2024.pcap")
+    counters = Counters()
+    events = list(reassemble(read_packets(str(path), counters), counters))
+    first: dict[DirKey, Chunk] = {}
+    for ev in events:
+        if isinstance(ev, Chunk):
+            first.setdefault((ev.src, ev.dst), ev)
+    opens = {e.stream: e for e in events if isinstance(e, StreamOpen)}
+    for chunk in first.values():
+        assert chunk.resync == (not opens[chunk.stream].syn_seen)
+    assert any(c.resync for c in first.values())
+
+
+# ---------------------------------------------------------------------------
+# Port reuse and stream numbering against tshark on a scapy-built capture
+
+C, S = "10.0.0.1", "10.0.0.2"
+
+
+def _frame(
+    src: str,
+    dst: str,
+    sport: int,
+    dport: int,
+    flags: str,
+    seq: int,
+    ack: int,
+    data: bytes = b"",
+    t: float = 0.0,
+) -> Ether:
+    p = (
+        Ether()
+        / IP(src=src, dst=dst)
+        / TCP(sport=sport, dport=dport, flags=flags, seq=seq, ack=ack)
+    )
+    if data:
+        p = p / Raw(data)
+    p.time = t
+    return p
+
+
+def _handshake_and_close(
+    isn_c: int, isn_s: int, request: bytes, response: bytes, t: float, close: str = "fin"
+) -> list[Ether]:
+    c, s = isn_c, isn_s
+    frames = [
+        _frame(C, S, 40000, 9092, "S", c, 0, t=t),
+        _frame(S, C, 9092, 40000, "SA", s, c + 1, t=t + 0.001),
+        _frame(C, S, 40000, 9092, "A", c + 1, s + 1, t=t + 0.002),
+        _frame(C, S, 40000, 9092, "PA", c + 1, s + 1, request, t=t + 0.003),
+        _frame(S, C, 9092, 40000, "PA", s + 1, c + 1 + len(request), response, t=t + 0.004),
+    ]
+    c_end, s_end = c + 1 + len(request), s + 1 + len(response)
+    if close == "fin":
+        frames += [
+            _frame(C, S, 40000, 9092, "FA", c_end, s_end, t=t + 0.005),
+            _frame(S, C, 9092, 40000, "FA", s_end, c_end + 1, t=t + 0.006),
+            _frame(C, S, 40000, 9092, "A", c_end + 1, s_end + 1, t=t + 0.007),
+        ]
+    elif close == "rst":
+        frames.append(_frame(C, S, 40000, 9092, "R", c_end, 0, t=t + 0.005))
+    return frames
+
+
+@needs_tshark
+def test_port_reuse_matches_tshark(tmp_path: Path) -> None:
+    frames = (
+        _handshake_and_close(1000, 5000, b"req-1", b"resp-1", 1.0, close="fin")
+        # same 4-tuple, new ISN after FIN
+        + _handshake_and_close(900_000, 7000, b"req-2", b"resp-2", 2.0, close="rst")
+        # same 4-tuple again after RST, and this time never closed ...
+        + _handshake_and_close(3_000_000, 9000, b"req-3", b"resp-3", 3.0, close="none")
+        # ... then a SYN with yet another ISN while it is still open
+        + _handshake_and_close(4_000_000_000, 11000, b"req-4", b"resp-4", 4.0, close="fin")
+    )
+    path = tmp_path / "reuse.pcap"
+    wrpcap(str(path), frames)
+    counters = Counters()
+    r = Reassembler(counters)
+    events: list[Event] = []
+    indexes = []
+    for pkt in read_packets(str(path), counters):
+        events += r.feed(pkt)
+        indexes.append(r.last_stream)
+    events += r.flush()
+    assert indexes == tshark_streams(path)
+    assert indexes[-1] == 3
+    closes = [(e.stream, e.reason) for e in events if isinstance(e, StreamClose)]
+    assert closes == [(0, "fin"), (1, "rst"), (2, "reused"), (3, "fin")]
+    per_stream: dict[int, bytes] = {}
+    for e in events:
+        if isinstance(e, Chunk) and e.src == (C, 40000):
+            per_stream[e.stream] = per_stream.get(e.stream, b"") + e.data
+    assert per_stream == {0: b"req-1", 1: b"req-2", 2: b"req-3", 3: b"req-4"}
+    assert counters["tcp_port_reuse"] == 3
+    assert r.open_connections == 0
+
+
+# ---------------------------------------------------------------------------
+# Hand-built segment sequences
+
+A, B = ("10.0.0.1", 40000), ("10.0.0.2", 9092)
+
+
+class Conn:
+    """Builds packets of one connection with absolute sequence numbers."""
+
+    def __init__(self, isn_a: int = 100, isn_b: int = 500) -> None:
+        self.isn = {A: isn_a, B: isn_b}
+        self.frame = 0
+
+    def pkt(
+        self,
+        src: Endpoint,
+        flags: int,
+        off: int = 0,
+        data: bytes = b"",
+        *,
+        missing: int = 0,
+        ack: int = 0,
+        ts: int | None = None,
+    ) -> Packet:
+        """``off`` counts payload bytes after the SYN (so the first data byte is off 0)."""
+        dst = B if src == A else A
+        self.frame += 1
+        seq = (self.isn[src] + (0 if flags & SYN else 1 + off)) & 0xFFFFFFFF
+        return Packet(
+            self.frame,
+            ts if ts is not None else self.frame * 1000,
+            src[0],
+            dst[0],
+            src[1],
+            dst[1],
+            seq,
+            ack,
+            flags,
+            data,
+            missing,
+        )
+
+    def handshake(self) -> list[Packet]:
+        return [self.pkt(A, SYN), self.pkt(B, SYN | ACK), self.pkt(A, ACK)]
+
+    def ack_of(self, src: Endpoint, upto: int) -> int:
+        """An ack number from ``src``'s peer acknowledging ``upto`` bytes of ``src``."""
+        return (self.isn[src] + 1 + upto) & 0xFFFFFFFF
+
+
+def chunks(events: list[Event], src: Endpoint = A) -> list[Chunk]:
+    return [e for e in events if isinstance(e, Chunk) and e.src == src]
+
+
+def data_of(events: list[Event], src: Endpoint = A) -> bytes:
+    return b"".join(c.data for c in chunks(events, src))
+
+
+def test_in_order_stream_and_fin_close() -> None:
+    c = Conn()
+    pkts = [
+        *c.handshake(),
+        c.pkt(A, PSH | ACK, 0, b"hello "),
+        c.pkt(A, PSH | ACK, 6, b"world"),
+        c.pkt(B, PSH | ACK, 0, b"ok"),
+        c.pkt(A, FIN | ACK, 11),
+        c.pkt(B, FIN | ACK, 2),
+    ]
+    events, counters = run(pkts)
+    assert events[0] == StreamOpen(0, A, B, True)
+    assert data_of(events) == b"hello world"
+    assert data_of(events, B) == b"ok"
+    assert not any(ch.resync for ch in chunks(events) + chunks(events, B))
+    assert events[-1] == StreamClose(0, "fin")
+    assert counters["tcp_gap_bytes"] == 0
+
+
+def test_syn_ack_first_makes_receiver_the_initiator() -> None:
+    c = Conn()
+    events, _ = run([c.pkt(B, SYN | ACK), c.pkt(A, ACK)])
+    assert events[0] == StreamOpen(0, A, B, True)
+
+
+def test_out_of_order_is_buffered_and_released_with_latest_time() -> None:
+    c = Conn()
+    hs = c.handshake()
+    last = c.pkt(A, PSH | ACK, 6, b"ccc", ts=10)
+    mid = c.pkt(A, PSH | ACK, 3, b"bbb", ts=20)
+    first = c.pkt(A, PSH | ACK, 0, b"aaa", ts=30)
+    events, counters = run([*hs, last, mid, first])
+    got = chunks(events)
+    assert [ch.data for ch in got] == [b"aaabbbccc"]
+    # The bytes were all in the capture only when the first segment arrived.
+    assert (got[0].frame, got[0].ts_ns) == (first.frame, 30)
+    assert counters["tcp_out_of_order"] == 2
+
+
+def test_retransmission_dropped_and_counted() -> None:
+    c = Conn()
+    seg = c.pkt(A, PSH | ACK, 0, b"abcdef")
+    again = c.pkt(A, PSH | ACK, 0, b"abcdef")
+    events, counters = run([*c.handshake(), seg, again, c.pkt(A, PSH | ACK, 6, b"g")])
+    assert data_of(events) == b"abcdefg"
+    assert counters["tcp_retransmission"] == 1
+    assert counters["tcp_overlap_conflict"] == 0
+
+
+def test_overlap_first_data_wins_and_conflict_counted() -> None:
+    c = Conn()
+    pkts = [
+        *c.handshake(),
+        c.pkt(A, PSH | ACK, 0, b"abcd"),
+        c.pkt(A, PSH | ACK, 2, b"XYef"),  # overlaps "cd" with different bytes
+        c.pkt(A, PSH | ACK, 8, b"ij"),  # buffered
+        c.pkt(A, PSH | ACK, 7, b"QRSk"),  # overlaps buffered "ij" with different bytes
+        c.pkt(A, PSH | ACK, 6, b"g"),
+    ]
+    events, counters = run(pkts)
+    assert data_of(events) == b"abcdefgQijk"
+    assert counters["tcp_overlap_conflict"] == 2
+    assert counters["tcp_overlap"] == 1
+
+
+def test_keepalive_and_zero_window_probe_not_duplicated() -> None:
+    c = Conn()
+    pkts = [
+        *c.handshake(),
+        c.pkt(A, PSH | ACK, 0, b"abc"),
+        c.pkt(A, ACK, 2, b"c"),  # keep-alive: 1 byte at next-1
+        c.pkt(A, ACK, 2),  # keep-alive without data
+        c.pkt(A, ACK, 3, b"d"),  # zero-window probe: 1 new byte ...
+        c.pkt(A, PSH | ACK, 3, b"defg"),  # ... then sent again in full
+    ]
+    events, counters = run(pkts)
+    assert data_of(events) == b"abcdefg"
+    assert counters["tcp_keepalive"] == 1
+
+
+def test_sequence_wrap_around() -> None:
+    c = Conn(isn_a=0xFFFFFFFF - 3)
+    pkts = [*c.handshake()] + [c.pkt(A, PSH | ACK, i * 2, bytes([65 + i]) * 2) for i in range(5)]
+    pkts[3], pkts[5] = pkts[5], pkts[3]  # out of order across the wrap
+    events, counters = run(pkts)
+    assert data_of(events) == b"AABBCCDDEE"
+    assert counters["tcp_gap_bytes"] == 0
+
+
+def test_snaplen_truncation_becomes_a_gap() -> None:
+    c = Conn()
+    pkts = [
+        *c.handshake(),
+        c.pkt(A, PSH | ACK, 0, b"head", missing=96),
+        c.pkt(A, PSH | ACK, 100, b"next"),
+    ]
+    events, counters = run(pkts)
+    got = chunks(events)
+    assert [(ch.data, ch.resync, ch.lost) for ch in got] == [
+        (b"head", False, 0),
+        (b"next", True, 96),
+    ]
+    assert counters["tcp_gap_bytes"] == 96
+
+
+def test_buffer_bound_skips_the_hole() -> None:
+    c = Conn()
+    pkts = [*c.handshake(), c.pkt(A, PSH | ACK, 0, b"a" * 10)]
+    # bytes 10..19 never arrive; 20.. arrive until the per-direction bound (50) is passed
+    pkts += [c.pkt(A, PSH | ACK, 20 + 10 * i, bytes([66 + i]) * 10) for i in range(6)]
+    events, counters = run(pkts, max_buffered_bytes=50)
+    got = chunks(events)
+    assert got[0].data == b"a" * 10
+    assert (got[1].resync, got[1].lost) == (True, 10)
+    assert got[1].data == b"B" * 10 + b"C" * 10 + b"D" * 10 + b"E" * 10 + b"F" * 10 + b"G" * 10
+    assert counters["tcp_gap_bytes"] == 10
+    assert counters["tcp_buffer_limit"] == 1
+
+
+def test_global_bound_skips_the_biggest_backlog() -> None:
+    c1, c2 = Conn(), Conn(isn_a=7)
+    pkts = c1.handshake()
+    pkts2 = [
+        Packet(
+            p.frame,
+            p.ts_ns,
+            p.src,
+            p.dst,
+            p.sport + 1 if p.src == A[0] else p.sport,
+            p.dport + 1 if p.dst == A[0] else p.dport,
+            p.seq,
+            p.ack,
+            p.flags,
+            p.payload,
+        )
+        for p in c2.handshake()
+    ]
+    pkts += pkts2
+    pkts += [c1.pkt(A, PSH | ACK, 10 + 10 * i, b"x" * 10) for i in range(4)]
+    events, counters = run(pkts, max_total_buffered_bytes=30)
+    got = chunks(events)
+    assert [(ch.lost, len(ch.data)) for ch in got] == [(10, 40)]
+    assert counters["tcp_global_buffer_limit"] == 1
+
+
+def test_acknowledged_hole_is_skipped() -> None:
+    c = Conn()
+    pkts = [*c.handshake(), c.pkt(A, PSH | ACK, 0, b"x" * 10), c.pkt(A, PSH | ACK, 20, b"z" * 10)]
+    # B acknowledges all 30 bytes: the receiver had bytes 10..19, the capture lost them.
+    pkts += [c.pkt(B, ACK, 0, ack=c.ack_of(A, 30)) for _ in range(3)]
+    events, counters = run(pkts, ack_gap_packets=3)
+    got = chunks(events)
+    assert [(ch.data, ch.lost, ch.resync) for ch in got] == [
+        (b"x" * 10, 0, False),
+        (b"z" * 10, 10, True),
+    ]
+    assert counters["tcp_acked_gap"] == 1
+    # Before the third ACK the hole is still waiting for a late copy.
+    events2, _ = run(pkts[:-1], ack_gap_packets=3)
+    assert [ch.data for ch in chunks(events2) if not isinstance(ch, StreamClose)][:1] == [b"x" * 10]
+
+
+def test_fin_before_last_data_waits_for_it() -> None:
+    c = Conn()
+    pkts = [
+        *c.handshake(),
+        c.pkt(A, PSH | ACK, 0, b"abc"),
+        c.pkt(A, FIN | ACK, 6),  # FIN arrives before bytes 3..5
+        c.pkt(B, FIN | ACK, 0),
+        c.pkt(A, PSH | ACK, 3, b"def"),
+    ]
+    events, counters = run(pkts)
+    assert data_of(events) == b"abcdef"
+    assert events[-1] == StreamClose(0, "fin")
+    assert counters["tcp_gap_bytes"] == 0
+
+
+def test_rst_closes_after_grace_and_later_data_is_counted() -> None:
+    c = Conn()
+    pkts = [
+        *c.handshake(),
+        c.pkt(A, PSH | ACK, 0, b"abc", ts=10),
+        c.pkt(A, RST | ACK, 3, ts=20),
+        c.pkt(B, PSH | ACK, 0, b"crossing", ts=30),  # in flight when A reset: kept
+        c.pkt(A, PSH | ACK, 3, b"def", ts=20 + 10**9 + 1),  # after the grace: dropped
+    ]
+    counters = Counters()
+    r = Reassembler(counters, rst_grace_ns=10**9)
+    events: list[Event] = []
+    for p in pkts:
+        events += r.feed(p)
+    assert events[-1] == StreamClose(0, "rst")
+    assert r.last_stream == 0
+    assert r.open_connections == 0
+    assert data_of(events) == b"abc"
+    assert data_of(events, B) == b"crossing"
+    assert counters["tcp_after_close_bytes"] == 3
+
+
+def test_rst_far_outside_window_is_ignored() -> None:
+    c = Conn()
+    bogus = c.pkt(B, RST, 0)
+    bogus.seq = (bogus.seq + (1 << 30)) & 0xFFFFFFFF
+    events, counters = run([*c.handshake(), bogus, c.pkt(A, PSH | ACK, 0, b"abc")])
+    assert data_of(events) == b"abc"
+    assert counters["tcp_rst_ignored"] == 1
+    assert events[-1] == StreamClose(0, "end_of_capture")
+
+
+def test_flush_turns_holes_into_gaps() -> None:
+    c = Conn()
+    pkts = [*c.handshake(), c.pkt(A, PSH | ACK, 0, b"abc"), c.pkt(A, PSH | ACK, 5, b"fg")]
+    events, counters = run(pkts)
+    assert [(ch.data, ch.lost, ch.resync) for ch in chunks(events)] == [
+        (b"abc", 0, False),
+        (b"fg", 2, True),
+    ]
+    assert events[-1] == StreamClose(0, "end_of_capture")
+    assert counters["tcp_gap_bytes"] == 2
+
+
+def test_mid_connection_start() -> None:
+    c = Conn()
+    events, _ = run([c.pkt(B, PSH | ACK, 50, b"resp"), c.pkt(A, PSH | ACK, 9, b"req")])
+    assert events[0] == StreamOpen(0, B, A, False)
+    got = chunks(events, B) + chunks(events, A)
+    assert [(ch.data, ch.resync, ch.lost) for ch in got] == [(b"resp", True, 0), (b"req", True, 0)]
+
+
+def test_closed_connections_are_freed() -> None:
+    counters = Counters()
+    r = Reassembler(counters, closed_memory=100)
+    n_events = 0
+    for i in range(2000):
+        c = Conn(isn_a=i * 7919, isn_b=i * 104729)
+        pkts = [
+            *c.handshake(),
+            c.pkt(A, PSH | ACK, 0, b"q"),
+            c.pkt(B, PSH | ACK, 0, b"r"),
+            c.pkt(A, FIN | ACK, 1),
+            c.pkt(B, FIN | ACK, 1),
+        ]
+        for p in pkts:
+            p.sport = 1024 + i  # a new 4-tuple each time
+            p.dport = 9092 if p.src == A[0] else 1024 + i
+            if p.src == B[0]:
+                p.sport, p.dport = 9092, 1024 + i
+            n_events += len(r.feed(p))
+        assert r.open_connections == 0
+    assert len(r._closed) <= 100
+    assert counters["tcp_streams"] == 2000
+    assert n_events == 2000 * 4  # open, two chunks, close
+
+
+# ---------------------------------------------------------------------------
+# Property: re-segmenting, reordering and duplicating does not change the bytes
+
+PROPERTY_CAPTURE = "local-tansu-confluent-kafka.pcapng"
+
+
+@cache
+def _property_packets() -> tuple[Packet, ...]:
+    return tuple(read_packets(str(_shared(PROPERTY_CAPTURE)), Counters()))
+
+
+def _split(pkt: Packet, rnd: random.Random) -> list[Packet]:
+    data = pkt.payload
+    if len(data) < 2 or rnd.random() < 0.3:
+        return [pkt]
+    cuts = sorted(rnd.sample(range(1, len(data)), k=min(len(data) - 1, rnd.randint(1, 4))))
+    bounds = [0, *cuts, len(data)]
+    pieces = []
+    for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        flags = pkt.flags
+        if i < len(bounds) - 2:
+            flags &= ~FIN
+        pieces.append(
+            Packet(
+                pkt.frame,
+                pkt.ts_ns,
+                pkt.src,
+                pkt.dst,
+                pkt.sport,
+                pkt.dport,
+                (pkt.seq + lo) & 0xFFFFFFFF,
+                pkt.ack,
+                flags,
+                data[lo:hi],
+            )
+        )
+    return pieces
+
+
+WINDOW = 6
+
+
+@needs_tshark
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_resegment_reorder_duplicate_keeps_bytes(seed: int) -> None:
+    original = _property_packets()
+    expected = tshark_follow(_shared(PROPERTY_CAPTURE))
+    rnd = random.Random(seed)
+    keyed: list[tuple[float, int, Packet]] = []
+    n = 0
+    for pkt in original:
+        for piece in _split(pkt, rnd):
+            # A SYN keeps its place (nothing after it overtakes it): a data segment
+            # before its connection's SYN would look like another connection.
+            jitter = 0.0 if piece.flags & SYN else rnd.uniform(0, WINDOW)
+            keyed.append((n + jitter, n, piece))
+            if piece.payload and rnd.random() < 0.15:
+                keyed.append((n + rnd.uniform(0, WINDOW), n, piece))  # a duplicate
+            n += 1
+    keyed.sort(key=lambda k: (k[0], k[1]))
+    shuffled = []
+    for frame, (_key, _n, p) in enumerate(keyed, start=1):
+        shuffled.append(
+            Packet(
+                frame,
+                p.ts_ns,
+                p.src,
+                p.dst,
+                p.sport,
+                p.dport,
+                p.seq,
+                p.ack,
+                p.flags,
+                p.payload,
+                p.missing,
+            )
+        )
+    # Reordering moves packets across idle periods of seconds; a close must not give
+    # up on late segments because of that, hence the long graces.
+    events, counters = run(shuffled, close_grace_ns=10**15, rst_grace_ns=10**15)
+    assert collect(events) == {k: v for k, v in expected.items() if v}
+    assert counters["tcp_gap_bytes"] == 0
