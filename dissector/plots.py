@@ -1,0 +1,435 @@
+"""Charts of a pairs DataFrame with matplotlib, for the report and notebooks.
+
+Figures are built with ``matplotlib.figure.Figure`` (Agg canvas), never pyplot:
+no display, no global figure registry, safe in threads and tests. Every chart
+function takes the pairs frame and returns a Figure; ``png_bytes`` renders it.
+One style (``STYLE``) and one colour per API (``api_colors``) keep the charts
+of one report consistent.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterable, Mapping
+from functools import wraps
+from typing import TYPE_CHECKING, Any, ParamSpec
+
+import matplotlib
+from matplotlib.figure import Figure
+
+from . import stats
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+
+P = ParamSpec("P")
+
+STYLE: Mapping[str, Any] = {
+    "figure.figsize": (10.0, 4.2),
+    "figure.dpi": 100,
+    "figure.facecolor": "white",
+    "savefig.facecolor": "white",
+    "savefig.bbox": "tight",
+    "figure.constrained_layout.use": True,
+    "font.size": 10,
+    "axes.titlesize": 12,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 10,
+    "axes.grid": True,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "grid.alpha": 0.3,
+    "legend.fontsize": 8,
+    "legend.frameon": False,
+}
+
+STATUS_COLORS: Mapping[str, str] = {
+    "ok": "#2ca02c",
+    "error": "#d62728",
+    "malformed": "#9467bd",
+    "unanswered": "#ff7f0e",
+    "no_response": "#7f7f7f",
+    "orphan_response": "#8c564b",
+}
+BYTES_IN_COLOR = "#1f77b4"
+BYTES_OUT_COLOR = "#ff7f0e"
+MAX_SERIES = 10
+"""Charts with one series per API show the busiest ones; the rest are 'other'."""
+OTHER = "other"
+
+
+def styled(func: Callable[P, Figure]) -> Callable[P, Figure]:
+    """Build the figure under ``STYLE`` (axes read rcParams when created)."""
+
+    @wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> Figure:
+        with matplotlib.rc_context(STYLE):
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+def png_bytes(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    with matplotlib.rc_context(STYLE):
+        fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+PALETTE: tuple[str, ...] = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#bcbd22",
+    "#17becf",
+    "#393b79",
+)
+"""Distinct colours for the busiest APIs; grey is kept for 'other'."""
+
+
+def api_colors(names_by_rank: Iterable[str]) -> dict[str, Any]:
+    """A fixed colour per API: ``PALETTE`` for the first ones given (busiest first),
+    tab20's lighter shades after that, grey for 'other'."""
+    light = matplotlib.colormaps["tab20"]
+    colors: dict[str, Any] = {}
+    for i, name in enumerate(n for n in dict.fromkeys(names_by_rank) if n != OTHER):
+        colors[name] = PALETTE[i] if i < len(PALETTE) else light(2 * (i % 10) + 1)
+    colors[OTHER] = "#b0b0b0"
+    return colors
+
+
+def _all_api_colors(df: pd.DataFrame) -> dict[str, Any]:
+    return api_colors(_busiest(_api_labels(df), limit=len(df)))
+
+
+def _api_labels(df: pd.DataFrame) -> pd.Series:
+    return df["api_name"].astype("object").where(df["api_name"].notna(), stats.MISSING_LABEL)
+
+
+def _busiest(labels: pd.Series, limit: int = MAX_SERIES) -> list[str]:
+    counts = labels.value_counts()
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [str(name) for name, _ in ranked[:limit]]
+
+
+def _empty(fig: Figure, ax: Axes, message: str) -> Figure:
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=12, color="#555555")
+    return fig
+
+
+def _start(df: pd.DataFrame) -> pd.Timestamp | None:
+    times = stats.event_time(df).dropna()
+    return times.min() if len(times) else None
+
+
+def _seconds_label(start: pd.Timestamp) -> str:
+    return f"seconds since {start.strftime('%Y-%m-%d %H:%M:%S')} UTC"
+
+
+def _byte_unit(largest: float) -> tuple[float, str]:
+    for divisor, unit in ((1024.0**3, "GiB"), (1024.0**2, "MiB"), (1024.0, "KiB")):
+        if largest >= divisor:
+            return divisor, unit
+    return 1.0, "B"
+
+
+@styled
+def latency_cdf(df: pd.DataFrame) -> Figure:
+    """Cumulative distribution of latency per API (log x): where the curve reaches
+    0.99 is that API's p99."""
+    import numpy as np
+
+    fig = Figure()
+    ax = fig.add_subplot()
+    timed = df[df[stats.LATENCY_COLUMN].notna()]
+    if timed.empty:
+        return _empty(fig, ax, "No request/response pairs with a latency")
+    labels = _api_labels(timed)
+    colors = _all_api_colors(df)
+    latency = stats.as_float(timed[stats.LATENCY_COLUMN])
+    for name in _busiest(labels):
+        values = np.sort(latency[labels == name].to_numpy())
+        values = np.clip(values, 1e-3, None)  # log axis: 0 ms would vanish
+        y = np.arange(1, len(values) + 1) / len(values)
+        p99 = float(np.percentile(values, 99))
+        ax.step(
+            values,
+            y,
+            where="post",
+            color=colors[name],
+            lw=1.6,
+            label=f"{name} (n={len(values)}, p99 {p99:.3g} ms)",
+        )
+    for q in stats.PERCENTILES:
+        ax.axhline(q, color="#888888", lw=0.8, ls=":")
+        ax.text(
+            1.0,
+            q,
+            f" p{round(q * 100)}",
+            transform=ax.get_yaxis_transform(),
+            va="center",
+            fontsize=8,
+            color="#555555",
+        )
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("latency (ms, log scale)")
+    ax.set_ylabel("fraction of requests at or below")
+    ax.set_title("Latency CDF per API")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.06, 1.0))
+    return fig
+
+
+@styled
+def latency_over_time(df: pd.DataFrame) -> Figure:
+    """Each pair's latency at its request time, one colour per API (log y)."""
+    fig = Figure()
+    ax = fig.add_subplot()
+    timed = df[df[stats.LATENCY_COLUMN].notna()]
+    start = _start(df)
+    if timed.empty or start is None:
+        return _empty(fig, ax, "No request/response pairs with a latency")
+    labels = _api_labels(timed)
+    busiest = _busiest(labels)
+    labels = labels.where(labels.isin(busiest), OTHER)
+    colors = _all_api_colors(df)
+    seconds = (stats.event_time(timed) - start).dt.total_seconds()
+    latency = stats.as_float(timed[stats.LATENCY_COLUMN]).clip(lower=1e-3)
+    for name in [*busiest, OTHER]:
+        mask = labels == name
+        if mask.any():
+            ax.scatter(
+                seconds[mask],
+                latency[mask],
+                s=14,
+                alpha=0.75,
+                color=colors[name],
+                label=name,
+                edgecolors="none",
+            )
+    ax.set_yscale("log")
+    ax.set_xlabel(_seconds_label(start))
+    ax.set_ylabel("latency (ms, log scale)")
+    ax.set_title("Latency over time per API")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+@styled
+def traffic_over_time(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
+    """Requests per second stacked by API, and bytes per second in and out."""
+    import numpy as np
+
+    fig = Figure(figsize=(10.0, 6.0))
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    start = _start(df)
+    if start is None:
+        bottom.set_axis_off()
+        return _empty(fig, top, "No timed rows")
+    per_api = stats.timeseries_by(df, "api_name", bucket_s)
+    width = int(per_api.attrs["bucket_s"])
+    totals = stats.timeseries(df, width)
+    x = (per_api.index - start.floor(f"{width}s")).total_seconds().to_numpy()
+    busiest = _busiest(_api_labels(df))
+    colors = _all_api_colors(df)
+    rest = [c for c in per_api.columns if c not in busiest]
+    series = {name: per_api[name] for name in busiest if name in per_api}
+    if rest:
+        series[OTHER] = per_api[rest].sum(axis=1)
+    base = np.zeros(len(per_api))
+    for name, counts in series.items():
+        values = counts.to_numpy() / width
+        top.bar(
+            x,
+            values,
+            width=width,
+            bottom=base,
+            align="edge",
+            color=colors[name],
+            label=name,
+            linewidth=0,
+        )
+        base += values
+    top.set_ylabel("requests per second")
+    top.set_title(f"Request rate and bytes over time ({width} s buckets)")
+    top.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    largest = float(max(totals["bytes_in_per_s"].max(), totals["bytes_out_per_s"].max(), 0))
+    divisor, unit = _byte_unit(largest)
+    edges = np.append(x, x[-1] + width)
+    for column, color, label in (
+        ("bytes_in_per_s", BYTES_IN_COLOR, "in: requests, client to broker"),
+        ("bytes_out_per_s", BYTES_OUT_COLOR, "out: responses, broker to client"),
+    ):
+        values = totals[column].to_numpy(dtype=float) / divisor
+        bottom.stairs(values, edges, color=color, lw=1.6, label=label)
+    bottom.set_ylim(bottom=0)
+    bottom.set_ylabel(f"{unit} per second")
+    bottom.set_xlabel(_seconds_label(start))
+    bottom.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+@styled
+def error_breakdown(df: pd.DataFrame, n: int = 12) -> Figure:
+    """Rows per status, and the most frequent error names by API."""
+    import numpy as np
+
+    fig = Figure(figsize=(10.0, 4.2))
+    left, right = fig.subplots(1, 2, width_ratios=[1, 1.6])
+    if df.empty:
+        right.set_axis_off()
+        return _empty(fig, left, "No rows")
+    counts = df["status"].value_counts()
+    statuses = [s for s in STATUS_COLORS if s in counts] + [
+        str(s) for s in counts.index if s not in STATUS_COLORS
+    ]
+    values = [int(counts[s]) for s in statuses]
+    positions = list(range(len(statuses)))
+    bars = left.barh(
+        positions, values, height=0.6, color=[STATUS_COLORS.get(s, "#999999") for s in statuses]
+    )
+    left.bar_label(bars, padding=2, fontsize=8)
+    _bar_axis(left, statuses)
+    left.set_title("Rows by status")
+    top = stats.top_errors(df, n)
+    if top.empty:
+        right.set_axis_off()
+        right.text(
+            0.5,
+            0.5,
+            "No Kafka errors in this capture",
+            ha="center",
+            va="center",
+            fontsize=12,
+            color="#2ca02c",
+        )
+        return fig
+    rows = stats.error_rows(df)
+    err = rows["error_name"].astype("object").where(rows["error_name"].notna(), rows["status"])
+    api = _api_labels(rows)
+    table = api.groupby(err.astype(str)).value_counts().unstack(fill_value=0).reindex(top["error"])
+    colors = _all_api_colors(df)
+    positions = list(range(len(table)))
+    left_edge = np.zeros(len(table))
+    for name in table.columns:
+        widths = table[name].to_numpy(dtype=float)
+        right.barh(
+            positions,
+            widths,
+            left=left_edge,
+            height=0.6,
+            color=colors.get(name, "#999999"),
+            label=name,
+        )
+        left_edge += widths
+    for pos, total in zip(positions, left_edge, strict=True):
+        right.text(total, pos, f" {int(total)}", va="center", fontsize=8)
+    _bar_axis(right, [str(e) for e in table.index])
+    right.set_title("Top errors, by API")
+    right.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def _bar_axis(ax: Axes, labels: list[str]) -> None:
+    """Horizontal bar axis: labels top-down, integer counts, bars never fatter than
+    a quarter of the axis."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_yticks(range(len(labels)), labels)
+    slots = max(len(labels), 4)
+    ax.set_ylim(slots - 0.5, -0.5)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel("rows")
+
+
+@styled
+def size_distributions(df: pd.DataFrame) -> Figure:
+    """Histograms of request and response sizes on the wire (log-spaced bins)."""
+    import numpy as np
+
+    fig = Figure(figsize=(10.0, 3.8))
+    axes = fig.subplots(1, 2, sharey=True)
+    specs = (
+        (stats.BYTES_IN_COLUMN, "Requests (client to broker)", BYTES_IN_COLOR),
+        (stats.BYTES_OUT_COLUMN, "Responses (broker to client)", BYTES_OUT_COLOR),
+    )
+    for ax, (column, title, color) in zip(axes, specs, strict=True):
+        sizes = stats.as_float(df[column]).dropna()
+        sizes = sizes[sizes > 0]
+        if sizes.empty:
+            _empty(fig, ax, f"No {column.replace('_', ' ')}s")
+            continue
+        lo, hi = float(sizes.min()), float(sizes.max())
+        bins = np.geomspace(lo, hi * 1.01, 30) if hi > lo else np.array([lo * 0.9, lo * 1.1])
+        ax.hist(sizes, bins=bins, color=color, alpha=0.85)
+        ax.set_xscale("log")
+        ax.set_xlabel("bytes on the wire (log scale)")
+        ax.set_title(f"{title}\nmedian {sizes.median():,.0f} B, max {hi:,.0f} B")
+    axes[0].set_ylabel("rows")
+    return fig
+
+
+@styled
+def group_activity(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
+    """Consumer-group and share-group calls per second, stacked by activity."""
+    import numpy as np
+
+    fig = Figure(figsize=(10.0, 3.8))
+    ax = fig.add_subplot()
+    counts = stats.group_activity(df, bucket_s)
+    start = _start(df)
+    if counts.empty or start is None or int(counts.to_numpy().sum()) == 0:
+        return _empty(fig, ax, "No consumer-group or share-group traffic")
+    width = int(counts.attrs["bucket_s"])
+    x = (counts.index - start.floor(f"{width}s")).total_seconds().to_numpy()
+    cmap = matplotlib.colormaps["tab10"]
+    base = np.zeros(len(counts))
+    activities = [c for c in counts.columns if c != stats.REBALANCE_LABEL]
+    for i, name in enumerate(activities):
+        values = counts[name].to_numpy() / width
+        ax.bar(
+            x,
+            values,
+            width=width,
+            bottom=base,
+            align="edge",
+            color=cmap(i % 10),
+            label=name,
+            linewidth=0,
+        )
+        base += values
+    rebalance = counts[stats.REBALANCE_LABEL].to_numpy()
+    if rebalance.sum():
+        hits = rebalance > 0
+        ax.scatter(
+            x[hits] + width / 2,
+            base[hits],
+            marker="v",
+            s=60,
+            color="#d62728",
+            label=stats.REBALANCE_LABEL,
+            zorder=3,
+        )
+    ax.set_xlabel(_seconds_label(start))
+    ax.set_ylabel("calls per second")
+    ax.set_title(f"Group coordination activity ({width} s buckets)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+CHARTS: Mapping[str, tuple[str, Callable[[pd.DataFrame], Figure]]] = {
+    "latency-cdf": ("Latency CDF per API", latency_cdf),
+    "latency-time": ("Latency over time per API", latency_over_time),
+    "traffic": ("Request rate and bytes over time", traffic_over_time),
+    "errors": ("Status and errors", error_breakdown),
+    "sizes": ("Request and response sizes", size_distributions),
+    "groups": ("Group coordination activity", group_activity),
+}
+"""Every chart by a stable id (used as the report's image ids), with its title."""

@@ -1,0 +1,662 @@
+"""Analytics over the pairs DataFrame: breakdowns, time series, errors, slow pairs.
+
+The metric *definitions* are plain data at the top of this module (which statuses
+are errors, which percentiles, what "bytes in/out" means, which APIs are group
+activity) so that the Spark job computes the same numbers from the same rules
+without importing pandas. The functions below are the pandas implementation.
+
+All functions take the frame ``dissector.analyze`` returns (columns in
+``dissector.schema``) and never modify it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# ---------------------------------------------------------------------------
+# Metric definitions (plain data: shared with dissector/spark_job.py)
+# ---------------------------------------------------------------------------
+
+ERROR_STATUSES: tuple[str, ...] = ("error", "malformed")
+"""Rows counted as errors: a non-zero Kafka error code, or a message that could not be
+decoded. Same rule as the CLI summary table."""
+
+UNANSWERED_STATUSES: tuple[str, ...] = ("unanswered",)
+"""Requests that expected a response and got none within the capture. Produce with
+acks=0 (status ``no_response``) expects none and is not counted."""
+
+LATENCY_COLUMN = "latency_ms"
+"""Latency = time of the packet completing the response minus time of the packet
+completing the request. Only rows where both were seen have one."""
+
+PERCENTILES: tuple[float, ...] = (0.5, 0.9, 0.99)
+"""Latency percentiles reported, as fractions."""
+
+PERCENTILE_INTERPOLATION = "linear"
+"""Exact percentiles with linear interpolation between closest ranks: numpy's and
+pandas' default, and Spark SQL's ``percentile`` (not ``percentile_approx``)."""
+
+BYTES_IN_COLUMN = "request_size"
+BYTES_OUT_COLUMN = "response_size"
+"""Bytes in = request bytes on the wire (client to broker, size prefix included);
+bytes out = response bytes on the wire (broker to client). Named from the broker's
+side, like Kafka's own BytesIn/BytesOut."""
+
+EVENT_TIME_COLUMNS: tuple[str, ...] = ("request_time", "response_time")
+"""A row's time for rates and time series: request_time, or response_time when the
+request is not in the capture (orphan responses)."""
+
+RATE_BASIS = "capture span"
+"""Rates are counts divided by the span of the whole input (first to last event
+time), not of each group, so that rates of different groups add up."""
+
+GROUP_KEYS: Mapping[str, tuple[str, ...]] = {
+    "api": ("api_name", "api_version"),
+    "client": ("client_id",),
+    "broker": ("broker_ip", "broker_port"),
+    "topic": ("topic",),
+}
+"""Breakdown dimensions. ``topic`` is one row per element of ``topics``: a pair
+touching several topics counts (with its bytes) once under each of them, and pairs
+touching no topic are left out of the topic breakdown."""
+
+MISSING_LABEL = "(none)"
+"""Label of a group whose key is null (e.g. no client_id, undecodable API)."""
+
+GROUP_ACTIVITY: Mapping[int, tuple[str, str]] = {
+    10: ("coordinator", "find coordinator"),
+    11: ("classic consumer group", "join"),
+    14: ("classic consumer group", "sync"),
+    12: ("classic consumer group", "heartbeat"),
+    13: ("classic consumer group", "leave"),
+    8: ("offsets", "offset commit"),
+    9: ("offsets", "offset fetch"),
+    68: ("consumer group (KIP-848)", "consumer-group heartbeat"),
+    76: ("share group (KIP-932)", "share-group heartbeat"),
+    78: ("share group (KIP-932)", "share fetch"),
+    79: ("share group (KIP-932)", "share acknowledge"),
+    88: ("streams group (KIP-1071)", "streams-group heartbeat"),
+}
+"""api_key -> (group protocol, activity). Keys, not names, so that a renamed API
+still counts."""
+
+REBALANCE_ERROR_NAMES: tuple[str, ...] = ("REBALANCE_IN_PROGRESS",)
+"""A response with one of these errors tells a member to rejoin: the broker-side sign
+of a classic rebalance. Every member sends one JoinGroup per rebalance, so joins per
+second is members x rebalances."""
+
+REBALANCE_LABEL = "rebalance in progress"
+
+METRIC_DOCS: Mapping[str, str] = {
+    "count": "rows (request/response pairs, plus lone requests or responses)",
+    "rate_per_s": "count divided by the span of the whole capture, per second",
+    "errors": f"rows whose status is one of {', '.join(ERROR_STATUSES)}",
+    "error_rate": "errors divided by count",
+    "unanswered": "requests that expected a response and got none in the capture",
+    "p50_ms / p90_ms / p99_ms": "latency percentiles, exact, linear interpolation",
+    "max_ms": "largest latency",
+    "bytes_in": "request bytes on the wire, client to broker (size prefix included)",
+    "bytes_out": "response bytes on the wire, broker to client (size prefix included)",
+    "records": "records carried by Produce requests and Fetch responses",
+}
+
+# ---------------------------------------------------------------------------
+# Preparation
+# ---------------------------------------------------------------------------
+
+
+def event_time(df: pd.DataFrame) -> pd.Series:
+    """Each row's time (see ``EVENT_TIME_COLUMNS``), tz-aware UTC."""
+    first, second = EVENT_TIME_COLUMNS
+    return df[first].fillna(df[second])
+
+
+def span_seconds(df: pd.DataFrame) -> float:
+    """First to last event time, seconds; 0.0 for fewer than two timed rows."""
+    times = event_time(df).dropna()
+    if len(times) < 2:
+        return 0.0
+    return float((times.max() - times.min()).total_seconds())
+
+
+def as_float(series: pd.Series) -> pd.Series:
+    """Nullable numbers -> float64 with NaN, what numpy-style quantiles expect."""
+    return series.astype("Float64").astype("float64")
+
+
+def _label(series: pd.Series) -> pd.Series:
+    return series.astype("object").where(series.notna(), MISSING_LABEL).astype(str)
+
+
+def broker_label(ip: object, port: object) -> str:
+    if ip is None or (isinstance(ip, float) and math.isnan(ip)):
+        return MISSING_LABEL
+    host = f"[{ip}]" if ":" in str(ip) else str(ip)
+    return f"{host}:{port}"
+
+
+def _prepared(df: pd.DataFrame) -> pd.DataFrame:
+    """The columns every metric needs, with plain dtypes."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "event_time": event_time(df),
+            "is_error": df["status"].isin(ERROR_STATUSES).astype(bool),
+            "is_unanswered": df["status"].isin(UNANSWERED_STATUSES).astype(bool),
+            "latency": as_float(df[LATENCY_COLUMN]),
+            "bytes_in": as_float(df[BYTES_IN_COLUMN]).fillna(0.0),
+            "bytes_out": as_float(df[BYTES_OUT_COLUMN]).fillna(0.0),
+            "records": as_float(df["records"]).fillna(0.0),
+        },
+        index=df.index,
+    )
+
+
+def _keyed(df: pd.DataFrame, by: str) -> tuple[pd.DataFrame, list[str]]:
+    """Prepared columns plus the breakdown key columns of ``by``."""
+    if by not in GROUP_KEYS:
+        raise ValueError(f"unknown breakdown {by!r}: use one of {', '.join(GROUP_KEYS)}")
+    frame = _prepared(df)
+    if by == "api":
+        frame["api_name"] = _label(df["api_name"])
+        frame["api_version"] = df["api_version"].astype("Int64")
+    elif by == "client":
+        frame["client_id"] = _label(df["client_id"])
+    elif by == "broker":
+        frame["broker"] = [
+            broker_label(ip, port)
+            for ip, port in zip(df["broker_ip"], df["broker_port"], strict=True)
+        ]
+        return frame, ["broker"]
+    else:
+        frame["topic"] = df["topics"].map(_topic_list)
+        frame = frame.explode("topic")
+        frame = frame[frame["topic"].notna()]
+    return frame, list(GROUP_KEYS[by])
+
+
+def _topic_list(value: object) -> list[str]:
+    if value is None or isinstance(value, float):
+        return []
+    return [str(t) for t in value]  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------------
+# Breakdowns
+# ---------------------------------------------------------------------------
+
+BREAKDOWN_COLUMNS: tuple[str, ...] = (
+    "count",
+    "rate_per_s",
+    "errors",
+    "error_rate",
+    "unanswered",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "max_ms",
+    "bytes_in",
+    "bytes_out",
+    "records",
+)
+
+
+def breakdown(df: pd.DataFrame, by: str) -> pd.DataFrame:
+    """count, rate, errors, latency percentiles and bytes per group of ``by``.
+
+    ``by`` is one of ``GROUP_KEYS``: api, client, broker, topic. One row per group,
+    the key columns first, sorted by count (largest first) then key.
+    """
+    import pandas as pd
+
+    frame, keys = _keyed(df, by)
+    if frame.empty:
+        return pd.DataFrame(columns=[*keys, *BREAKDOWN_COLUMNS])
+    grouped = frame.groupby(keys, dropna=False, sort=True)
+    out = grouped.agg(
+        count=("is_error", "size"),
+        errors=("is_error", "sum"),
+        unanswered=("is_unanswered", "sum"),
+        max_ms=("latency", "max"),
+        bytes_in=("bytes_in", "sum"),
+        bytes_out=("bytes_out", "sum"),
+        records=("records", "sum"),
+    )
+    quantiles = grouped["latency"].quantile(list(PERCENTILES)).unstack()
+    for q in PERCENTILES:
+        out[percentile_column(q)] = quantiles[q] if q in quantiles else float("nan")
+    span = span_seconds(df)
+    out["rate_per_s"] = out["count"] / span if span > 0 else float("nan")
+    out["error_rate"] = out["errors"] / out["count"]
+    for col in ("bytes_in", "bytes_out", "records", "errors", "unanswered"):
+        out[col] = out[col].astype("int64")
+    out = out.reset_index()
+    out = out.sort_values(["count", *keys], ascending=[False, *([True] * len(keys))])
+    return out[[*keys, *BREAKDOWN_COLUMNS]].reset_index(drop=True)
+
+
+def percentile_column(q: float) -> str:
+    return f"p{round(q * 100):d}_ms"
+
+
+def per_api(df: pd.DataFrame) -> pd.DataFrame:
+    return breakdown(df, "api")
+
+
+def per_client(df: pd.DataFrame) -> pd.DataFrame:
+    return breakdown(df, "client")
+
+
+def per_broker(df: pd.DataFrame) -> pd.DataFrame:
+    return breakdown(df, "broker")
+
+
+def per_topic(df: pd.DataFrame) -> pd.DataFrame:
+    return breakdown(df, "topic")
+
+
+def latency_summary(df: pd.DataFrame) -> dict[str, float]:
+    """Percentiles and max of all measured latencies, in ms (NaN when none)."""
+    lat = as_float(df[LATENCY_COLUMN]).dropna()
+    out = {
+        percentile_column(q): float(lat.quantile(q)) if len(lat) else math.nan for q in PERCENTILES
+    }
+    out["max_ms"] = float(lat.max()) if len(lat) else math.nan
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Time series
+# ---------------------------------------------------------------------------
+
+_MINUTES = (1, 2, 5, 10, 15, 30, 60, 120, 360, 720, 1440)
+_BUCKETS_S: tuple[int, ...] = (1, 2, 5, 10, 15, 30, *(60 * m for m in _MINUTES))
+
+
+def auto_bucket_seconds(span_s: float, max_buckets: int = 600) -> int:
+    """Smallest round bucket width that keeps a time series within ``max_buckets``."""
+    for width in _BUCKETS_S:
+        if span_s / width < max_buckets:
+            return width
+    return max(_BUCKETS_S[-1], math.ceil(span_s / max_buckets))
+
+
+MAX_BUCKETS = 200_000
+"""A time series longer than this is refused (memory): ask for wider buckets."""
+
+
+def _bucketed(df: pd.DataFrame, bucket_s: int | None) -> tuple[pd.DataFrame, int]:
+    span = span_seconds(df)
+    width = bucket_s if bucket_s is not None else auto_bucket_seconds(span)
+    if width <= 0:
+        raise ValueError(f"bucket width must be positive, got {width}")
+    if span / width >= MAX_BUCKETS:
+        raise ValueError(
+            f"{width} s buckets over a {span:,.0f} s capture make more than {MAX_BUCKETS:,} "
+            f"buckets: use wider buckets (or bucket_s=None to pick a width)"
+        )
+    frame = _prepared(df)
+    frame = frame[frame["event_time"].notna()]
+    frame["bucket"] = frame["event_time"].dt.floor(f"{width}s")
+    return frame, width
+
+
+def _full_index(frame: pd.DataFrame, width: int) -> pd.DatetimeIndex:
+    import pandas as pd
+
+    return pd.date_range(
+        frame["bucket"].min(), frame["bucket"].max(), freq=f"{width}s", name="time"
+    )
+
+
+TIMESERIES_COLUMNS: tuple[str, ...] = (
+    "requests",
+    "errors",
+    "unanswered",
+    "bytes_in",
+    "bytes_out",
+    "records",
+    "requests_per_s",
+    "bytes_in_per_s",
+    "bytes_out_per_s",
+    "p50_ms",
+    "p99_ms",
+)
+
+
+def timeseries(df: pd.DataFrame, bucket_s: int | None = None) -> pd.DataFrame:
+    """Per-bucket totals (``bucket_s`` seconds; None, the default, picks a round width
+    that keeps at most 600 buckets), indexed by bucket start (UTC). Empty buckets between
+    the first and last are present with zero counts."""
+    import pandas as pd
+
+    frame, width = _bucketed(df, bucket_s)
+    if frame.empty:
+        return pd.DataFrame(
+            columns=list(TIMESERIES_COLUMNS), index=pd.DatetimeIndex([], tz="UTC", name="time")
+        )
+    grouped = frame.groupby("bucket")
+    out = grouped.agg(
+        requests=("is_error", "size"),
+        errors=("is_error", "sum"),
+        unanswered=("is_unanswered", "sum"),
+        bytes_in=("bytes_in", "sum"),
+        bytes_out=("bytes_out", "sum"),
+        records=("records", "sum"),
+    )
+    q = grouped["latency"].quantile([0.5, 0.99]).unstack()
+    out["p50_ms"] = q[0.5]
+    out["p99_ms"] = q[0.99]
+    index = _full_index(frame, width)
+    out = out.reindex(index)
+    for col in ("requests", "errors", "unanswered", "bytes_in", "bytes_out", "records"):
+        out[col] = out[col].fillna(0).astype("int64")
+    out["requests_per_s"] = out["requests"] / width
+    out["bytes_in_per_s"] = out["bytes_in"] / width
+    out["bytes_out_per_s"] = out["bytes_out"] / width
+    out.attrs["bucket_s"] = width
+    return out[list(TIMESERIES_COLUMNS)]
+
+
+def timeseries_by(
+    df: pd.DataFrame, column: str = "api_name", bucket_s: int | None = None
+) -> pd.DataFrame:
+    """Rows per bucket, one column per value of ``column`` (e.g. per API)."""
+    import pandas as pd
+
+    frame, width = _bucketed(df, bucket_s)
+    if frame.empty:
+        return pd.DataFrame(index=pd.DatetimeIndex([], tz="UTC", name="time"))
+    frame["key"] = _label(df.loc[frame.index, column])
+    counts = frame.groupby(["bucket", "key"]).size().unstack(fill_value=0)
+    counts = counts.reindex(_full_index(frame, width), fill_value=0)
+    counts.columns.name = column
+    counts.attrs["bucket_s"] = width
+    return counts.astype("int64")
+
+
+# ---------------------------------------------------------------------------
+# Errors, slow and unanswered requests
+# ---------------------------------------------------------------------------
+
+
+def error_rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"].isin(ERROR_STATUSES).astype(bool)]
+
+
+def top_errors(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
+    """Most frequent errors: error name (or the status when there is no Kafka error
+    code, e.g. ``malformed``), count, share of all rows, the APIs and clients."""
+    import pandas as pd
+
+    rows = error_rows(df)
+    cols = ["error", "count", "share", "apis", "client_ids", "first_seen", "last_seen"]
+    if rows.empty:
+        return pd.DataFrame(columns=cols)
+    frame = pd.DataFrame(
+        {
+            "error": rows["error_name"]
+            .astype("object")
+            .where(rows["error_name"].notna(), rows["status"].astype("object"))
+            .astype(str),
+            "api": _label(rows["api_name"]),
+            "client": _label(rows["client_id"]),
+            "time": event_time(rows),
+        }
+    )
+    grouped = frame.groupby("error", sort=True)
+    out = grouped.agg(
+        count=("api", "size"),
+        apis=("api", lambda s: ", ".join(sorted(set(s)))),
+        client_ids=("client", lambda s: ", ".join(sorted(set(s)))),
+        first_seen=("time", "min"),
+        last_seen=("time", "max"),
+    ).reset_index()
+    out["share"] = out["count"] / len(df)
+    out = out.sort_values(["count", "error"], ascending=[False, True]).head(n)
+    return out[cols].reset_index(drop=True)
+
+
+PAIR_COLUMNS: tuple[str, ...] = (
+    "request_time",
+    "api_name",
+    "api_version",
+    "client_id",
+    "broker",
+    "topics",
+    "latency_ms",
+    "status",
+    "error_name",
+    "request_size",
+    "response_size",
+    "stream",
+    "correlation_id",
+)
+"""Columns of the slowest/unanswered tables: enough to find the pair in Wireshark
+(stream, correlation id) and to see what it was."""
+
+
+def _pair_table(rows: pd.DataFrame) -> pd.DataFrame:
+    out = rows.copy()
+    out["broker"] = [
+        broker_label(ip, port)
+        for ip, port in zip(rows["broker_ip"], rows["broker_port"], strict=True)
+    ]
+    return out[list(PAIR_COLUMNS)]
+
+
+def slowest(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
+    """The ``n`` pairs with the largest latency, slowest first."""
+    timed = df[df[LATENCY_COLUMN].notna()]
+    order = as_float(timed[LATENCY_COLUMN]).sort_values(ascending=False, kind="stable")
+    return _pair_table(timed.loc[order.index[:n]]).reset_index(drop=True)
+
+
+def unanswered(df: pd.DataFrame) -> pd.DataFrame:
+    """Requests without a response, in time order."""
+    rows = df[df["status"].isin(UNANSWERED_STATUSES).astype(bool)]
+    rows = rows.sort_values("request_time", kind="stable")
+    return _pair_table(rows).reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------
+# Consumer-group and share-group activity
+# ---------------------------------------------------------------------------
+
+
+def group_activity_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of group APIs (``GROUP_ACTIVITY``) with their protocol and activity."""
+    import pandas as pd
+
+    keys = df["api_key"].astype("Int64")
+    mask = keys.isin(list(GROUP_ACTIVITY)).fillna(False).astype(bool)
+    rows = df[mask]
+    activity = [GROUP_ACTIVITY[int(k)] for k in rows["api_key"]]
+    return pd.DataFrame(
+        {
+            "time": event_time(rows),
+            "protocol": [a[0] for a in activity],
+            "activity": [a[1] for a in activity],
+            "rebalance": rows["error_name"].isin(REBALANCE_ERROR_NAMES).fillna(False).astype(bool),
+            "status": rows["status"],
+        },
+        index=rows.index,
+    )
+
+
+def group_activity(df: pd.DataFrame, bucket_s: int | None = None) -> pd.DataFrame:
+    """Group API calls per bucket, one column per activity (see ``GROUP_ACTIVITY``)
+    plus ``rebalance in progress`` (responses carrying ``REBALANCE_ERROR_NAMES``).
+    Buckets span the whole capture so the chart lines up with the others."""
+    import pandas as pd
+
+    frame, width = _bucketed(df, bucket_s)
+    acts = group_activity_rows(df)
+    if frame.empty or acts.empty:
+        return pd.DataFrame(index=pd.DatetimeIndex([], tz="UTC", name="time"))
+    acts = acts[acts["time"].notna()].copy()
+    acts["bucket"] = acts["time"].dt.floor(f"{width}s")
+    counts = acts.groupby(["bucket", "activity"]).size().unstack(fill_value=0)
+    order = [a for a in dict.fromkeys(v[1] for v in GROUP_ACTIVITY.values()) if a in counts]
+    counts = counts[order]
+    counts[REBALANCE_LABEL] = acts.groupby("bucket")["rebalance"].sum()
+    counts = counts.reindex(_full_index(frame, width), fill_value=0).fillna(0)
+    counts.attrs["bucket_s"] = width
+    return counts.astype("int64")
+
+
+def group_activity_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Totals per group protocol and activity: calls, errors, rebalance signals."""
+    import pandas as pd
+
+    acts = group_activity_rows(df)
+    cols = ["protocol", "activity", "calls", "errors", "rebalance_in_progress"]
+    if acts.empty:
+        return pd.DataFrame(columns=cols)
+    acts = acts.assign(is_error=acts["status"].isin(ERROR_STATUSES).astype(bool))
+    out = acts.groupby(["protocol", "activity"], sort=True).agg(
+        calls=("status", "size"),
+        errors=("is_error", "sum"),
+        rebalance_in_progress=("rebalance", "sum"),
+    )
+    return out.reset_index()[cols]
+
+
+# ---------------------------------------------------------------------------
+# Capture facts
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureFacts:
+    """What a capture contains, for the report's header."""
+
+    captures: tuple[str, ...]
+    first: pd.Timestamp | None
+    last: pd.Timestamp | None
+    span_s: float
+    rows: int
+    statuses: Mapping[str, int]
+    connections: int
+    brokers: tuple[str, ...]
+    client_ips: tuple[str, ...]
+    client_ids: tuple[str, ...]
+    api_versions: tuple[str, ...]
+    kafka_floor: str | None
+    """Oldest Apache Kafka release that supports every API version answered without
+    error: the broker is at least that release."""
+
+
+def capture_facts(df: pd.DataFrame) -> CaptureFacts:
+    times = event_time(df).dropna()
+    pairs = df[["api_key", "api_version"]].dropna()
+    seen = sorted({(int(k), int(v)) for k, v in pairs.itertuples(index=False)})
+    # Only versions the broker answered without error prove what it supports (a
+    # client probing ApiVersions v99 says nothing about the broker).
+    accepted = df[df["status"].eq("ok").fillna(False).astype(bool)]
+    accepted_pairs = accepted[["api_key", "api_version"]].dropna()
+    supported = sorted({(int(k), int(v)) for k, v in accepted_pairs.itertuples(index=False)})
+    names = {
+        (int(k), int(v)): str(n)
+        for k, v, n in df[["api_key", "api_version", "api_name"]].dropna().itertuples(index=False)
+    }
+    return CaptureFacts(
+        captures=tuple(sorted(set(df["capture"].dropna().astype(str)))),
+        first=times.min() if len(times) else None,
+        last=times.max() if len(times) else None,
+        span_s=span_seconds(df),
+        rows=len(df),
+        statuses={str(k): int(v) for k, v in df["status"].value_counts().sort_index().items()},
+        connections=len(df[["capture", "stream"]].drop_duplicates()),
+        brokers=tuple(
+            sorted(
+                {
+                    broker_label(ip, port)
+                    for ip, port in zip(df["broker_ip"], df["broker_port"], strict=True)
+                }
+            )
+        ),
+        client_ips=tuple(sorted(set(df["client_ip"].dropna().astype(str)))),
+        client_ids=tuple(sorted(set(df["client_id"].dropna().astype(str)))),
+        api_versions=tuple(f"{names.get((k, v), f'api {k}')} v{v}" for k, v in seen),
+        kafka_floor=kafka_release_floor(supported),
+    )
+
+
+def _release_table() -> Mapping[tuple[int, ...], Mapping[int, tuple[int, int]]]:
+    # kafka-python's table of the API version ranges each Apache Kafka release
+    # supports: an independent, maintained source (see BrokerVersionData).
+    from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
+
+    return BROKER_API_VERSIONS
+
+
+def kafka_release_floor(seen: Iterable[tuple[int, int]]) -> str | None:
+    """Oldest Kafka release that supports every (api_key, api_version) in ``seen``.
+
+    ``"newer than X"`` when a version is past what the newest release in the table
+    supports; keys the table never lists (e.g. telemetry) are left out. None when
+    nothing seen is in the table.
+    """
+    table = _release_table()
+    releases = sorted(table)
+    known_keys = {key for ranges in table.values() for key in ranges}
+    floor_index = -1
+    for key, version in seen:
+        if key not in known_keys:
+            continue
+        for i, release in enumerate(releases):
+            lo_hi = table[release].get(key)
+            if lo_hi is not None and lo_hi[0] <= version <= lo_hi[1]:
+                floor_index = max(floor_index, i)
+                break
+        else:
+            if version > max(r[key][1] for r in table.values() if key in r):
+                return "newer than " + ".".join(map(str, releases[-1]))
+            # A version only older releases had, below a later minimum: it still
+            # needs no newer broker than the first release listing the key.
+            first = next(i for i, r in enumerate(releases) if key in table[r])
+            floor_index = max(floor_index, first)
+    if floor_index < 0:
+        return None
+    return ".".join(map(str, releases[floor_index]))
+
+
+__all__ = [
+    "BYTES_IN_COLUMN",
+    "BYTES_OUT_COLUMN",
+    "ERROR_STATUSES",
+    "EVENT_TIME_COLUMNS",
+    "GROUP_ACTIVITY",
+    "GROUP_KEYS",
+    "LATENCY_COLUMN",
+    "METRIC_DOCS",
+    "PERCENTILES",
+    "PERCENTILE_INTERPOLATION",
+    "RATE_BASIS",
+    "REBALANCE_ERROR_NAMES",
+    "UNANSWERED_STATUSES",
+    "CaptureFacts",
+    "breakdown",
+    "capture_facts",
+    "group_activity",
+    "group_activity_summary",
+    "kafka_release_floor",
+    "latency_summary",
+    "per_api",
+    "per_broker",
+    "per_client",
+    "per_topic",
+    "slowest",
+    "timeseries",
+    "timeseries_by",
+    "top_errors",
+    "unanswered",
+]

@@ -1,0 +1,537 @@
+"""dissector.stats on real captures, checked against independent computations.
+
+Expected values come from numpy/plain Python over the raw columns, from the
+counts in ../shared/captures/README.md (an independent decoder) and from Apache
+Kafka release facts; never from stats' own output.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dissector
+from dissector import stats
+from dissector.frame import records_to_frame
+from dissector.rows import PairRecord
+
+REPO = Path(__file__).resolve().parent.parent
+BUNDLED = REPO / "captures" / "kafka-4-mixed.pcapng"
+SHARED = REPO.parent / "shared" / "captures"
+TANSU = SHARED / "local-tansu-confluent-kafka.pcapng"
+NDPI = SHARED / "ndpi-kafka.pcapng"
+
+
+def _analyze(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        pytest.skip(f"capture not present: {path.name} (bundled capture or ../shared/captures)")
+    return dissector.analyze(path)
+
+
+@pytest.fixture(scope="module", params=["bundled", "tansu", "ndpi"])
+def real(request: pytest.FixtureRequest) -> pd.DataFrame:
+    path = {"bundled": BUNDLED, "tansu": TANSU, "ndpi": NDPI}[request.param]
+    return _analyze(path)
+
+
+@pytest.fixture(scope="module")
+def tansu() -> pd.DataFrame:
+    return _analyze(TANSU)
+
+
+def _event_ns(df: pd.DataFrame) -> list[int]:
+    out = []
+    for req, resp in zip(df["request_time"], df["response_time"], strict=True):
+        t = req if not pd.isna(req) else resp
+        if not pd.isna(t):
+            out.append(int(t.value))
+    return out
+
+
+def _api_rows(df: pd.DataFrame, name: str, version: object) -> pd.DataFrame:
+    keep = [
+        (n if not pd.isna(n) else stats.MISSING_LABEL) == name
+        and ((pd.isna(v) and pd.isna(version)) or (not pd.isna(v) and v == version))
+        for n, v in zip(df["api_name"], df["api_version"], strict=True)
+    ]
+    return df[keep]
+
+
+def _floats(values: pd.Series) -> list[float]:
+    return [float(v) for v in values if not pd.isna(v)]
+
+
+# -- breakdown per API ------------------------------------------------------------
+
+
+def test_per_api_counts_match_value_counts(real: pd.DataFrame) -> None:
+    table = stats.per_api(real)
+    expected = Counter(
+        (name if not pd.isna(name) else stats.MISSING_LABEL, None if pd.isna(v) else int(v))
+        for name, v in zip(real["api_name"], real["api_version"], strict=True)
+    )
+    got = {
+        (row.api_name, None if pd.isna(row.api_version) else int(row.api_version)): row.count
+        for row in table.itertuples()
+    }
+    assert got == dict(expected)
+    assert table["count"].sum() == len(real)
+    assert list(table["count"]) == sorted(table["count"], reverse=True)
+
+
+def test_per_api_latency_percentiles_equal_numpy(real: pd.DataFrame) -> None:
+    table = stats.per_api(real)
+    checked = 0
+    for row in table.itertuples():
+        lat = np.array(_floats(_api_rows(real, row.api_name, row.api_version)["latency_ms"]))
+        if len(lat) == 0:
+            assert math.isnan(row.p99_ms)
+            continue
+        assert row.p50_ms == pytest.approx(np.percentile(lat, 50), rel=1e-12)
+        assert row.p90_ms == pytest.approx(np.percentile(lat, 90), rel=1e-12)
+        assert row.p99_ms == pytest.approx(np.percentile(lat, 99), rel=1e-12)
+        assert row.max_ms == pytest.approx(lat.max(), rel=1e-12)
+        checked += 1
+    assert checked > 0
+
+
+def test_per_api_bytes_errors_and_rate(real: pd.DataFrame) -> None:
+    table = stats.per_api(real)
+    times = _event_ns(real)
+    span = (max(times) - min(times)) / 1e9
+    for row in table.itertuples():
+        rows = _api_rows(real, row.api_name, row.api_version)
+        assert row.bytes_in == sum(int(v) for v in rows["request_size"] if not pd.isna(v))
+        assert row.bytes_out == sum(int(v) for v in rows["response_size"] if not pd.isna(v))
+        errors = sum(s in ("error", "malformed") for s in rows["status"])
+        assert row.errors == errors
+        assert row.error_rate == pytest.approx(errors / len(rows))
+        assert row.unanswered == sum(s == "unanswered" for s in rows["status"])
+        assert row.rate_per_s == pytest.approx(len(rows) / span, rel=1e-9)
+
+
+def test_overall_latency_summary_equals_numpy(real: pd.DataFrame) -> None:
+    lat = np.array(_floats(real["latency_ms"]))
+    summary = stats.latency_summary(real)
+    assert summary["p99_ms"] == pytest.approx(np.percentile(lat, 99), rel=1e-12)
+    assert summary["max_ms"] == pytest.approx(lat.max())
+
+
+# -- other dimensions -------------------------------------------------------------
+
+
+def test_per_client_and_broker_partition_all_rows(real: pd.DataFrame) -> None:
+    clients = stats.per_client(real)
+    expected = Counter(c if not pd.isna(c) else stats.MISSING_LABEL for c in real["client_id"])
+    assert dict(zip(clients["client_id"], clients["count"], strict=True)) == dict(expected)
+    brokers = stats.per_broker(real)
+    expected_brokers = Counter(
+        f"{ip}:{port}" for ip, port in zip(real["broker_ip"], real["broker_port"], strict=True)
+    )
+    assert dict(zip(brokers["broker"], brokers["count"], strict=True)) == dict(expected_brokers)
+    assert brokers["bytes_in"].sum() == sum(int(v) for v in real["request_size"].dropna())
+
+
+def test_per_topic_counts_each_topic_of_a_pair(real: pd.DataFrame) -> None:
+    expected: Counter[str] = Counter()
+    for topics in real["topics"]:
+        expected.update(str(t) for t in (topics if topics is not None else []))
+    table = stats.per_topic(real)
+    assert dict(zip(table["topic"], table["count"], strict=True)) == dict(expected)
+
+
+def test_tansu_breakdown_matches_independent_counts(tansu: pd.DataFrame) -> None:
+    # ../shared/captures/README.md, from an independent decoder.
+    readme = {
+        ("Produce", 10): 16,
+        ("Fetch", 16): 7,
+        ("ListOffsets", 7): 10,
+        ("Metadata", 12): 11,
+        ("OffsetCommit", 9): 4,
+        ("OffsetFetch", 9): 2,
+        ("FindCoordinator", 2): 3,
+        ("JoinGroup", 5): 2,
+        ("Heartbeat", 3): 1,
+        ("LeaveGroup", 1): 1,
+        ("SyncGroup", 3): 1,
+        ("ListGroups", 5): 1,
+        ("ApiVersions", 3): 13,
+        ("CreateTopics", 4): 1,
+        ("DescribeConfigs", 1): 1,
+        ("ConsumerGroupDescribe", 0): 1,
+        ("GetTelemetrySubscriptions", 0): 9,
+    }
+    table = stats.per_api(tansu)
+    got = {(r.api_name, int(r.api_version)): r.count for r in table.itertuples()}
+    assert got == readme
+    produce = table[table["api_name"] == "Produce"].iloc[0]
+    assert produce["records"] == 1000  # the producer's log: 1000 delivered
+
+
+@pytest.fixture(scope="module")
+def bundled() -> pd.DataFrame:
+    return _analyze(BUNDLED)
+
+
+# captures/README.md, "What tshark 4.0.17 sees": request counts per API key (complete).
+BUNDLED_TSHARK_REQUESTS = {
+    0: 25,
+    1: 13,
+    2: 15,
+    3: 83,
+    8: 5,
+    9: 12,
+    10: 31,
+    11: 11,
+    12: 2,
+    13: 5,
+    14: 6,
+    15: 2,
+    16: 2,
+    17: 11,
+    18: 100,
+    19: 5,
+    20: 2,
+    21: 1,
+    22: 11,
+    24: 13,
+    26: 4,
+    27: 4,
+    29: 1,
+    30: 1,
+    31: 1,
+    32: 2,
+    35: 1,
+    36: 18,
+    37: 2,
+    42: 1,
+    44: 1,
+    47: 1,
+    50: 1,
+    55: 1,
+    60: 4,
+    66: 1,
+    68: 3,
+    69: 2,
+    75: 4,
+    76: 3,
+    77: 4,
+    78: 1,
+    79: 1,
+    83: 1,
+    84: 1,
+    85: 1,
+    86: 1,
+    87: 2,
+    90: 2,
+    91: 1,
+    92: 1,
+}
+
+
+def test_bundled_per_api_matches_tshark_request_counts(bundled: pd.DataFrame) -> None:
+    table = stats.per_api(bundled)
+    by_key: Counter[int] = Counter()
+    names = dict(zip(bundled["api_name"], bundled["api_key"], strict=True))
+    for row in table.itertuples():
+        if row.api_name in names and not pd.isna(names[row.api_name]):
+            by_key[int(names[row.api_name])] += row.count
+    assert dict(by_key) == BUNDLED_TSHARK_REQUESTS
+
+
+def test_bundled_group_activity_matches_tshark(bundled: pd.DataFrame) -> None:
+    summary = stats.group_activity_summary(bundled)
+    got = dict(zip(summary["activity"], summary["calls"], strict=True))
+    assert got == {
+        "join": 11,
+        "sync": 6,
+        "heartbeat": 2,
+        "leave": 5,
+        "offset commit": 5,
+        "offset fetch": 12,
+        "find coordinator": 31,
+        "consumer-group heartbeat": 3,
+        "share-group heartbeat": 3,
+        "share fetch": 1,
+        "share acknowledge": 1,
+    }
+    protocols = set(summary["protocol"])
+    assert {"share group (KIP-932)", "consumer group (KIP-848)"} <= protocols
+
+
+def test_bundled_errors_include_the_provoked_ones(bundled: pd.DataFrame) -> None:
+    top = stats.top_errors(bundled, 100)
+    # captures/README.md: errors the clients provoked and saw themselves.
+    provoked = {
+        ("TOPIC_ALREADY_EXISTS", "CreateTopics"),
+        ("SASL_AUTHENTICATION_FAILED", "SaslAuthenticate"),
+        ("UNKNOWN_TOPIC_OR_PARTITION", "Metadata"),
+        ("OFFSET_OUT_OF_RANGE", "Fetch"),
+        ("UNKNOWN_TOPIC_OR_PARTITION", "Produce"),
+        ("UNSUPPORTED_VERSION", "ApiVersions"),
+    }
+    seen = {(row.error, api) for row in top.itertuples() for api in row.apis.split(", ")}
+    assert provoked <= seen
+    sasl = top[top["error"] == "SASL_AUTHENTICATION_FAILED"]["count"].iloc[0]
+    assert sasl >= 2
+
+
+def test_bundled_facts(bundled: pd.DataFrame) -> None:
+    facts = stats.capture_facts(bundled)
+    assert facts.connections == 100  # tshark: 100 TCP connections
+    assert facts.brokers == ("127.0.0.1:9092", "127.0.0.1:9094")
+    # The broker is Apache Kafka 4.4.0: the floor from what it accepted must not be
+    # newer, and ShareFetch v2 (accepted here) first shipped in 4.2.
+    assert facts.kafka_floor is not None
+    floor = tuple(int(p) for p in facts.kafka_floor.split("."))
+    assert (4, 2) <= floor <= (4, 4)
+    # The unanswered Produce v2 of kafka-python (Kafka 4 dropped v0-v2).
+    missing = stats.unanswered(bundled)
+    assert ("Produce", 2) in set(zip(missing["api_name"], missing["api_version"], strict=True))
+
+
+# -- time series ------------------------------------------------------------------
+
+
+def test_timeseries_buckets_equal_counter_of_seconds(real: pd.DataFrame) -> None:
+    times = _event_ns(real)
+    width = stats.auto_bucket_seconds((max(times) - min(times)) / 1e9)
+    ts = stats.timeseries(real)
+    assert ts.attrs["bucket_s"] == width
+    expected = Counter(t // (width * 1_000_000_000) * width for t in times)
+    got = {int(ts_index.value // 1_000_000_000): n for ts_index, n in ts["requests"].items()}
+    assert {k: v for k, v in got.items() if v} == dict(expected)
+    # Every bucket between first and last is present, empty ones as zero.
+    assert len(ts) == (max(expected) - min(expected)) // width + 1
+    assert ts["bytes_in"].sum() == sum(int(v) for v in real["request_size"].dropna())
+    assert (ts["requests_per_s"] == ts["requests"] / width).all()
+
+
+def test_per_second_series_of_a_months_long_capture_is_refused() -> None:
+    df = _analyze(NDPI)  # merges captures from April and December 2023
+    with pytest.raises(ValueError, match="wider buckets"):
+        stats.timeseries(df, 1)
+    assert len(stats.timeseries(df)) <= 600
+
+
+def test_timeseries_wider_buckets_keep_totals(real: pd.DataFrame) -> None:
+    ts = stats.timeseries(real, 86400)
+    assert ts["requests"].sum() == len(_event_ns(real))
+    assert (ts["requests_per_s"] == ts["requests"] / 86400).all()
+    by_api = stats.timeseries_by(real, "api_name", 86400)
+    assert int(by_api.to_numpy().sum()) == len(_event_ns(real))
+
+
+def test_auto_bucket_keeps_chart_size_bounded() -> None:
+    assert stats.auto_bucket_seconds(7.0) == 1
+    assert stats.auto_bucket_seconds(3600.0) == 10
+    assert stats.auto_bucket_seconds(86400.0 * 30) * 600 >= 86400 * 30
+
+
+# -- errors, slow, unanswered -----------------------------------------------------
+
+
+def test_top_errors_equal_counter(real: pd.DataFrame) -> None:
+    expected = Counter(
+        (name if not pd.isna(name) else status)
+        for name, status in zip(real["error_name"], real["status"], strict=True)
+        if status in ("error", "malformed")
+    )
+    top = stats.top_errors(real, 50)
+    assert dict(zip(top["error"], top["count"], strict=True)) == dict(expected)
+
+
+def test_slowest_is_sorted_and_starts_at_max(real: pd.DataFrame) -> None:
+    slow = stats.slowest(real, 5)
+    lat = _floats(real["latency_ms"])
+    assert len(slow) == min(5, len(lat))
+    assert list(slow["latency_ms"]) == sorted(lat, reverse=True)[: len(slow)]
+
+
+def test_ndpi_unanswered_and_orphans() -> None:
+    df = _analyze(NDPI)
+    # README: 3 requests without response, 3 responses without request.
+    missing = stats.unanswered(df)
+    assert len(missing) == 3
+    assert set(missing["status"]) == {"unanswered"}
+    assert missing["latency_ms"].isna().all()
+    # Orphan responses have no request_time: their time comes from the response.
+    orphans = df[df["status"] == "orphan_response"]
+    assert len(orphans) == 3
+    assert stats.timeseries(df)["requests"].sum() == len(df)
+
+
+# -- group activity ---------------------------------------------------------------
+
+
+def test_tansu_group_activity_counts(tansu: pd.DataFrame) -> None:
+    summary = stats.group_activity_summary(tansu)
+    got = dict(zip(summary["activity"], summary["calls"], strict=True))
+    # README counts: JoinGroup x2, SyncGroup x1, Heartbeat x1, LeaveGroup x1,
+    # OffsetCommit x4, OffsetFetch x2, FindCoordinator x3.
+    assert got == {
+        "join": 2,
+        "sync": 1,
+        "heartbeat": 1,
+        "leave": 1,
+        "offset commit": 4,
+        "offset fetch": 2,
+        "find coordinator": 3,
+    }
+    series = stats.group_activity(tansu, 1)
+    assert int(series.drop(columns=[stats.REBALANCE_LABEL]).to_numpy().sum()) == 14
+    # The series spans the whole capture, like the other time series.
+    assert len(series) == len(stats.timeseries(tansu, 1))
+
+
+def test_share_group_and_rebalance_signals() -> None:
+    base = dict(
+        capture="x",
+        client_ip="10.0.0.1",
+        client_port=5000,
+        broker_ip="10.0.0.2",
+        broker_port=9092,
+        latency_ms=1.0,
+        first_byte_ms=1.0,
+        correlation_id=1,
+        client_id="c",
+        request_size=10,
+        response_size=20,
+    )
+    t0 = 1_700_000_000_000_000_000
+    recs = [
+        PairRecord(
+            stream=0,
+            request_time=t0,
+            response_time=t0 + 10**6,
+            api_key=76,
+            api_name="ShareGroupHeartbeat",
+            api_version=1,
+            status="ok",
+            **base,
+        ),
+        PairRecord(
+            stream=0,
+            request_time=t0 + 2 * 10**9,
+            response_time=t0 + 2 * 10**9 + 1,
+            api_key=12,
+            api_name="Heartbeat",
+            api_version=4,
+            status="error",
+            error_code=27,
+            error_name="REBALANCE_IN_PROGRESS",
+            **base,
+        ),
+        PairRecord(
+            stream=0,
+            request_time=t0 + 2 * 10**9 + 5,
+            response_time=t0 + 3 * 10**9,
+            api_key=11,
+            api_name="JoinGroup",
+            api_version=9,
+            status="ok",
+            **base,
+        ),
+    ]
+    df = records_to_frame(recs)
+    series = stats.group_activity(df, 1)
+    assert list(series.columns) == [
+        "join",
+        "heartbeat",
+        "share-group heartbeat",
+        stats.REBALANCE_LABEL,
+    ]
+    assert series["share-group heartbeat"].tolist() == [1, 0, 0]
+    assert series[stats.REBALANCE_LABEL].tolist() == [0, 0, 1]
+    assert series["join"].tolist() == [0, 0, 1]
+
+
+# -- capture facts ----------------------------------------------------------------
+
+
+def test_tansu_capture_facts(tansu: pd.DataFrame) -> None:
+    facts = stats.capture_facts(tansu)
+    assert facts.connections == 13  # README: 13 streams
+    assert facts.brokers == ("127.0.0.1:9092",)
+    assert facts.rows == 84
+    assert "Fetch v16" in facts.api_versions
+    times = _event_ns(tansu)
+    assert facts.span_s == pytest.approx((max(times) - min(times)) / 1e9, abs=1e-6)
+    # Fetch v16 (KIP-951) and ConsumerGroupDescribe v0 (KIP-848) first shipped in
+    # Apache Kafka 3.7 and 3.8 respectively: the floor is the later one.
+    assert facts.kafka_floor == "3.8"
+
+
+@pytest.mark.parametrize(
+    ("seen", "floor"),
+    [
+        ([(0, 3)], "0.11"),  # Produce v3: message format v2 (KIP-98), Kafka 0.11
+        ([(0, 3), (18, 3)], "2.4"),  # ApiVersions v3: flexible, KIP-511, Kafka 2.4
+        ([(0, 99)], "newer than"),
+        ([(71, 0)], None),  # telemetry keys are not in the release table
+        ([], None),
+    ],
+)
+def test_kafka_release_floor(seen: list[tuple[int, int]], floor: str | None) -> None:
+    got = stats.kafka_release_floor(seen)
+    if floor == "newer than":
+        assert got is not None and got.startswith("newer than")
+    else:
+        assert got == floor
+
+
+# -- degenerate input -------------------------------------------------------------
+
+
+def test_empty_frame_gives_empty_tables() -> None:
+    df = records_to_frame([])
+    for by in stats.GROUP_KEYS:
+        table = stats.breakdown(df, by)
+        assert table.empty and "p99_ms" in table.columns
+    assert stats.timeseries(df).empty
+    assert stats.top_errors(df).empty
+    assert stats.slowest(df).empty
+    assert stats.unanswered(df).empty
+    assert stats.group_activity(df).empty
+    facts = stats.capture_facts(df)
+    assert facts.rows == 0 and facts.first is None and facts.kafka_floor is None
+    assert math.isnan(stats.latency_summary(df)["p99_ms"])
+
+
+def test_unknown_breakdown_is_a_clear_error(tansu: pd.DataFrame) -> None:
+    with pytest.raises(ValueError, match="unknown breakdown"):
+        stats.breakdown(tansu, "partition")
+
+
+def test_metric_definitions_are_plain_data() -> None:
+    # The Spark job imports these: only str/float/int/tuple/dict, no pandas.
+    def plain(value: object) -> bool:
+        if isinstance(value, str | int | float):
+            return True
+        if isinstance(value, tuple):
+            return all(plain(v) for v in value)
+        if isinstance(value, dict):
+            return all(plain(k) and plain(v) for k, v in value.items())
+        return False
+
+    for name in (
+        "ERROR_STATUSES",
+        "UNANSWERED_STATUSES",
+        "PERCENTILES",
+        "GROUP_KEYS",
+        "GROUP_ACTIVITY",
+        "REBALANCE_ERROR_NAMES",
+        "BYTES_IN_COLUMN",
+        "BYTES_OUT_COLUMN",
+        "EVENT_TIME_COLUMNS",
+        "METRIC_DOCS",
+    ):
+        assert plain(getattr(stats, name)), name
+    assert set(stats.ERROR_STATUSES) | set(stats.UNANSWERED_STATUSES) <= set(
+        dissector.schema.STATUSES
+    )
