@@ -100,21 +100,27 @@ def get_registry(spec_dirs: Iterable[str | Path] = (), backend: str = "generate"
 
 
 def _decode_body(
-    registry: Registry, layout: Layout, buf: bytes, start: int, expand: bool
-) -> tuple[dict[str, Any] | None, str | None, int]:
-    """(body, error, end offset). The fast path raises; the closure path explains."""
+    registry: Registry, layout: Layout, buf: bytes, start: int, expand: bool, out: Decoded
+) -> int:
+    """Fill out.body/out.error; returns the end offset. The fast path raises on bad
+    bytes; the closure decoder then says where, and keeps the partial body."""
     try:
-        body, end = registry.decoder(layout, expand)(buf, start)
-        return body, None, end
+        out.body, end = registry.decoder(layout, expand)(buf, start)
+        return end
     except Exception:
         pass
     try:
-        body, end = registry.explainer(layout, expand)(buf, start)
+        out.body, end = registry.explainer(layout, expand)(buf, start)
     except kc.DecodeFailure as exc:
-        return exc.partial, exc.message(), len(buf)
+        out.body, out.error = exc.partial, exc.message()
+        return len(buf)
     except Exception as exc:
-        return None, f"<body>: {type(exc).__name__}: {exc} at offset {start}", len(buf)
-    return body, None, end
+        out.error = f"<body>: {type(exc).__name__}: {exc} at offset {start}"
+        return len(buf)
+    # The explaining decoder succeeded where the generated one failed: a bug, not bad
+    # bytes. The body is right; say so, so tests and users can see it.
+    out.notes.append("fast_path_failed")
+    return end
 
 
 def _as_bytes(payload: bytes | bytearray | memoryview) -> bytes:
@@ -170,7 +176,7 @@ def decode_request(
         except kc.DecodeFailure as exc:
             out.error = f"header.{exc.message()}"
             return out
-    out.body, out.error, end = _decode_body(reg, layout, buf, p, records)
+    end = _decode_body(reg, layout, buf, p, records, out)
     out.trailing = max(len(buf) - end, 0)
     return out
 
@@ -217,7 +223,7 @@ def decode_response(
         except kc.DecodeFailure as exc:
             out.error = f"header.{exc.message()}"
             return out
-    out.body, out.error, end = _decode_body(reg, layout, buf, p, records)
+    end = _decode_body(reg, layout, buf, p, records, out)
     out.trailing = max(len(buf) - end, 0)
     return out
 
