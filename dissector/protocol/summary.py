@@ -110,15 +110,17 @@ def _errors(body: dict[str, Any] | None) -> tuple[int | None, int]:
 
 
 def _topics(body: dict[str, Any] | None, names: TopicNames, out: dict[str, None]) -> None:
+    """Names of topics: struct fields ``topic``/``topic_name``, ``name`` in an element of
+    a topic array or of an array whose elements list partitions, else a known topic id."""
     for d in _dicts(body):
         for key, value in d.items():
-            if not isinstance(value, list) or "topic" not in key:
+            if not isinstance(value, list):
                 continue
             for item in value:
-                if isinstance(item, str):
+                if isinstance(item, str) and "topic" in key:
                     out.setdefault(item)
                 elif isinstance(item, dict):
-                    _topic_of(item, names, out)
+                    _topic_of(key, item, names, out)
     if body:
         for key in ("topic", "topic_name"):
             value = body.get(key)
@@ -126,12 +128,17 @@ def _topics(body: dict[str, Any] | None, names: TopicNames, out: dict[str, None]
                 out.setdefault(value)
 
 
-def _topic_of(item: dict[str, Any], names: TopicNames, out: dict[str, None]) -> None:
-    for key in _TOPIC_NAME_KEYS:
-        value = item.get(key)
+def _topic_of(key: str, item: dict[str, Any], names: TopicNames, out: dict[str, None]) -> None:
+    for field_name in ("topic", "topic_name"):
+        value = item.get(field_name)
         if isinstance(value, str) and value:
             out.setdefault(value)
             return
+    value = item.get("name")
+    topic_like = "topic" in key or any("partition" in k for k in item)
+    if isinstance(value, str) and value and topic_like:
+        out.setdefault(value)
+        return
     tid = item.get("topic_id")
     if isinstance(tid, str) and tid != _ZERO_UUID:
         out.setdefault(names.name(tid) or tid)
