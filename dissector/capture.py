@@ -205,18 +205,21 @@ def _pcap_frames(reader: _ChunkReader, header: bytes, counters: Counters) -> Ite
     order, frac_ns, rec_len = _PCAP_MAGICS[header[:4]]
     # The upper bits of the link type field carry FCS info; the type is the low 16.
     linktype = struct.unpack(order + "I", header[20:24])[0] & 0xFFFF
-    rec = struct.Struct(order + "IIII")
-    unpack_from = rec.unpack_from
-    frames = 0
+    unpack_from = struct.Struct(order + "IIII").unpack_from
     oversize = 0
+    buf = reader.buf
+    pos = reader.pos
     try:
         while True:
-            if not reader.ensure(rec_len):
-                if len(reader.buf) - reader.pos:
-                    counters.add("truncated_file")
-                return
-            buf = reader.buf
-            pos = reader.pos
+            end = pos + rec_len
+            if end > len(buf):
+                reader.pos = pos
+                if not reader.ensure(rec_len):
+                    if len(reader.buf) - reader.pos:
+                        counters.add("truncated_file")
+                    return
+                buf = reader.buf
+                pos = 0
             sec, frac, incl, orig = unpack_from(buf, pos)
             if incl > _MAX_RECORD:
                 counters.add("bad_record")
@@ -224,16 +227,16 @@ def _pcap_frames(reader: _ChunkReader, header: bytes, counters: Counters) -> Ite
             start = pos + rec_len
             end = start + incl
             if end > len(buf):
+                reader.pos = pos
                 if not reader.ensure(rec_len + incl):
                     counters.add("truncated_file")
                     return
                 buf = reader.buf
-                start = reader.pos + rec_len
+                start = rec_len
                 end = start + incl
-            reader.pos = end
+            pos = end
             if incl > orig:
                 oversize += 1
-            frames += 1
             yield linktype, sec * 1_000_000_000 + frac * frac_ns, buf[start:end]
     finally:
         if oversize:
@@ -404,11 +407,11 @@ def parse_frame(
     frame: int,
     ts_ns: int,
     counters: Counters,
-    addr_cache: dict[bytes, str] | None = None,
+    addr_cache: dict[bytes, tuple[str, str]] | None = None,
 ) -> Packet | None:
     """Decode one link-layer frame into a ``Packet``; count and return None if not TCP.
 
-    ``addr_cache`` (bytes -> text) avoids re-formatting the same addresses; pass the
+    ``addr_cache`` (address pair bytes -> texts) avoids re-formatting addresses; pass the
     same dict for a whole capture (callers bound its size).
     """
     n = len(data)
@@ -497,14 +500,14 @@ def parse_frame(
         if data[off + 9] != _IP_PROTO_TCP:
             counters.add("non_tcp")
             return None
-        key = data[off + 12 : off + 16]
-        src = cache.get(key)
-        if src is None:
-            src = cache[key] = socket.inet_ntop(socket.AF_INET, key)
-        key = data[off + 16 : off + 20]
-        dst = cache.get(key)
-        if dst is None:
-            dst = cache[key] = socket.inet_ntop(socket.AF_INET, key)
+        key = data[off + 12 : off + 20]
+        pair = cache.get(key)
+        if pair is None:
+            pair = cache[key] = (
+                socket.inet_ntop(socket.AF_INET, key[:4]),
+                socket.inet_ntop(socket.AF_INET, key[4:]),
+            )
+        src, dst = pair
         l4 = off + ihl
         end = off + total
     elif etype == _ETH_IPV6:
@@ -539,14 +542,14 @@ def parse_frame(
             if l4 > end:
                 counters.add("bad_ip_header")
                 return None
-        key = data[off + 8 : off + 24]
-        src = cache.get(key)
-        if src is None:
-            src = cache[key] = socket.inet_ntop(socket.AF_INET6, key)
-        key = data[off + 24 : off + 40]
-        dst = cache.get(key)
-        if dst is None:
-            dst = cache[key] = socket.inet_ntop(socket.AF_INET6, key)
+        key = data[off + 8 : off + 40]
+        pair = cache.get(key)
+        if pair is None:
+            pair = cache[key] = (
+                socket.inet_ntop(socket.AF_INET6, key[:16]),
+                socket.inet_ntop(socket.AF_INET6, key[16:]),
+            )
+        src, dst = pair
     else:
         counters.add("non_ip")
         return None
@@ -583,7 +586,7 @@ def decode_frames(frames: Iterable[Frame], counters: Counters) -> Iterator[Packe
 
     Live capture uses this with frames from its own source.
     """
-    cache: dict[bytes, str] = {}
+    cache: dict[bytes, tuple[str, str]] = {}
     frame = 0
     pending = 0
     yielded = 0

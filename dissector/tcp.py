@@ -374,8 +374,20 @@ class Reassembler:
             return  # data on an RST is diagnostic text, not stream bytes
         nxt: int = d.next  # type: ignore[assignment]
         if payload or missing:
-            start = d.unwrap(seq)
-            if start == nxt:
+            start = nxt + (((seq - nxt) + _HALF) & _M32) - _HALF  # unwrap, inlined: hot
+            if start == nxt and not missing and not d.segs:
+                # The common case, kept free of calls.
+                d.next = nxt + len(payload)
+                d.last_seq = nxt
+                d.last_data = payload
+                out.append(
+                    Chunk(
+                        d.conn.stream, d.src, d.dst, payload, pkt.ts_ns, pkt.frame, d.resync, d.lost
+                    )
+                )
+                d.resync = False
+                d.lost = 0
+            elif start == nxt:
                 self._deliver_in_order(d, payload, missing, pkt, out)
             elif start < nxt:
                 self._old_data(d, start, payload, missing, pkt, out)
