@@ -41,7 +41,9 @@ seen), ``tcp_keepalive``, ``tcp_overlap`` (partly new packets), ``tcp_overlap_co
 skipped), ``tcp_buffer_limit`` / ``tcp_global_buffer_limit`` (skips forced by a bound),
 ``tcp_acked_gap`` (skips proven by ACKs), ``tcp_out_of_window`` (segment too far ahead,
 dropped), ``tcp_port_reuse``, ``tcp_rst_ignored`` (RST far outside the window),
-``tcp_after_close`` / ``tcp_after_close_bytes``.
+``tcp_after_close`` / ``tcp_after_close_bytes``, ``tcp_idle_close`` (closed by
+``idle_timeout_ns``, off by default: a capture file's connections stay open until
+FIN/RST or the end; live capture should set it to bound memory).
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class Chunk:
 @dataclass(slots=True)
 class StreamClose:
     stream: int
-    reason: str  # fin | rst | reused | end_of_capture
+    reason: str  # fin | rst | reused | end_of_capture | idle (only with idle_timeout_ns)
 
 
 Event = StreamOpen | Chunk | StreamClose
@@ -159,10 +161,11 @@ class _Dir:
 
 
 class _Conn:
-    __slots__ = ("a", "b", "closing_since", "rst", "stream")
+    __slots__ = ("a", "b", "closing_since", "last_ts", "rst", "stream")
 
     def __init__(self, stream: int) -> None:
         self.stream = stream
+        self.last_ts = 0  # capture time of the latest packet, for the idle timeout
         self.a: _Dir
         self.b: _Dir
         self.rst = False
@@ -181,6 +184,7 @@ class Reassembler:
         ack_gap_packets: int = DEFAULT_ACK_GAP_PACKETS,
         close_grace_ns: int = DEFAULT_CLOSE_GRACE_NS,
         rst_grace_ns: int = DEFAULT_RST_GRACE_NS,
+        idle_timeout_ns: int | None = None,
         closed_memory: int = DEFAULT_CLOSED_MEMORY,
     ) -> None:
         self._counters = counters
@@ -189,6 +193,8 @@ class Reassembler:
         self._ack_gap = ack_gap_packets
         self._grace = close_grace_ns
         self._rst_grace = rst_grace_ns
+        self._idle = idle_timeout_ns
+        self._next_idle_sweep: int | None = None
         self._closed_memory = closed_memory
         self._dirs: dict[tuple[str, int, str, int], _Dir] = {}
         # 4-tuple -> (stream, first seq of that direction) of closed connections
@@ -214,6 +220,8 @@ class Reassembler:
         self._fed += 1
         if self._closing and self._fed % _SWEEP_EVERY == 0:
             self._sweep(pkt.ts_ns, out)
+        if self._idle is not None:
+            self._idle_sweep(pkt.ts_ns, out)
         key = (pkt.src, pkt.sport, pkt.dst, pkt.dport)
         d = self._dirs.get(key)
         flags = pkt.flags
@@ -233,9 +241,10 @@ class Reassembler:
             self._close(d.conn, "rst" if d.conn.rst else "reused", out)
             d = self._new_conn(key)
             self._open(d, pkt, out)
-        self.last_stream = d.conn.stream
-        self._segment(d, pkt, out)
         conn = d.conn
+        self.last_stream = conn.stream
+        conn.last_ts = pkt.ts_ns
+        self._segment(d, pkt, out)
         if conn.closing_since is not None or (flags & (FIN | RST) and self._wants_close(conn)):
             self._try_close(conn, pkt.ts_ns, out)
         if self._total > self._max_total:
@@ -320,6 +329,25 @@ class Reassembler:
             return True
         waited = now - (conn.closing_since if conn.closing_since is not None else now)
         return waited > (self._rst_grace if complete else self._grace)
+
+    def _idle_sweep(self, now: int, out: list[Event]) -> None:
+        """Close connections silent for ``idle_timeout_ns`` (live capture: bounded memory).
+
+        Runs every quarter timeout of capture time, so its cost does not grow with
+        the packet rate.
+        """
+        idle = self._idle
+        assert idle is not None
+        if self._next_idle_sweep is None:
+            self._next_idle_sweep = now + idle // 4
+            return
+        if now < self._next_idle_sweep:
+            return
+        self._next_idle_sweep = now + idle // 4
+        stale = {d.conn for d in self._dirs.values() if now - d.conn.last_ts > idle}
+        for conn in sorted(stale, key=lambda c: c.stream):
+            self._counters.add("tcp_idle_close")
+            self._close(conn, "idle", out)
 
     def _sweep(self, now: int, out: list[Event]) -> None:
         for conn in list(self._closing):

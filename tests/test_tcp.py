@@ -627,3 +627,21 @@ def test_resegment_reorder_duplicate_keeps_bytes(seed: int) -> None:
     events, counters = run(shuffled, close_grace_ns=10**15, rst_grace_ns=10**15)
     assert collect(events) == {k: v for k, v in expected.items() if v}
     assert counters["tcp_gap_bytes"] == 0
+
+
+def test_idle_timeout_closes_silent_connections() -> None:
+    counters = Counters()
+    r = Reassembler(counters, idle_timeout_ns=4_000)
+    c = Conn()
+    events: list[Event] = []
+    for p in [*c.handshake(), c.pkt(A, PSH | ACK, 0, b"abc", ts=100)]:
+        events += r.feed(p)
+    other = Conn()
+    for i, p in enumerate(other.handshake()):
+        p.sport = p.sport + 1 if p.src == A[0] else p.sport
+        p.dport = p.dport + 1 if p.dst == A[0] else p.dport
+        p.ts_ns = 10_000 + i
+        events += r.feed(p)
+    assert StreamClose(0, "idle") in events
+    assert r.open_connections == 1
+    assert counters["tcp_idle_close"] == 1
