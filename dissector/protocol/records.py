@@ -9,8 +9,14 @@ Rules it keeps, whatever the bytes:
 * It never raises and never hangs. Anomalies go to ``RecordSet.errors`` as
   ``"<snake_case_code>: <detail>"`` strings (codes in :data:`ERROR_CODES`).
 * Allocation is bounded by the input plus ``max_decompressed``, a budget shared by
-  every decompression in one call: counts and lengths read from the wire are checked
-  against the bytes that remain before anything is sized from them.
+  every decompression in one call (gzip streams through zlib's ``max_length``; the
+  other codecs decompress into a buffer that may grow up to the budget, never past
+  it). Counts and lengths read from the wire are checked against the bytes that
+  remain before anything is sized from them. With ``expand=True`` the kept batches
+  and records are bounded too (``ITEM_BUDGET_FACTOR * max_decompressed``, error
+  ``expand_limit``): past that, records are counted but not kept.
+* Without ``expand`` nothing per record is built: a batch is counted by walking the
+  length prefixes of its records, which also checks the header's records count.
 * A batch whose declared length runs past the end of the data is a *partial* batch
   (brokers cut Fetch responses at the byte limit), counted in ``partial_batches``,
   not an error, and its records are not counted: franz-go and Kafka's clients do the
@@ -46,7 +52,9 @@ __all__ = [
 
 CODEC_NAMES: Final[tuple[str, ...]] = ("none", "gzip", "snappy", "lz4", "zstd")
 
-# Kafka's ControlRecordType: the int16 "type" in a control record's key.
+# Kafka's ControlRecordType (clients/.../record/ControlRecordType.java): the int16
+# "type" in a control record's key. No installed package ships this table; ABORT and
+# COMMIT are checked against kafka-python's reader in the tests.
 CONTROL_TYPES: Final[dict[int, str]] = {
     0: "ABORT",
     1: "COMMIT",
