@@ -26,7 +26,8 @@ Counter names added here (all per frame unless noted):
 ``ip_total_length_zero`` (TSO capture: length taken from the frame);
 file level: ``truncated_file`` (partial last record), ``bad_record`` (impossible
 record/block length: reading stops), ``pcapng_unknown_interface``,
-``pcapng_simple_packet_block`` (no timestamp: ts_ns is 0).
+``pcapng_simple_packet_block`` (no timestamp: ts_ns is 0), ``read_error`` (the file
+could not be read further, e.g. a corrupt gzip stream: reading stops there).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 import gzip
 import socket
 import struct
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -176,12 +178,14 @@ def _tsresol_to_ratio(value: int) -> tuple[int, int]:
 class _ChunkReader:
     """A file read in large chunks, so records are sliced from memory."""
 
-    __slots__ = ("buf", "f", "pos")
+    __slots__ = ("buf", "error", "pos", "read")
 
     def __init__(self, f: BinaryIO, initial: bytes) -> None:
-        self.f = f
+        # read1: a gzip stream cut short still yields what decompressed before the cut.
+        self.read = getattr(f, "read1", f.read)
         self.buf = initial
         self.pos = 0
+        self.error = False  # reading failed (I/O error, corrupt gzip): treated as the end
 
     def ensure(self, n: int) -> bool:
         """Make ``n`` bytes available at ``pos``; False if the file ends first."""
@@ -191,7 +195,11 @@ class _ChunkReader:
         parts = [self.buf[self.pos :]]
         want = max(n - have, _CHUNK)
         while have < n:
-            more = self.f.read(want)
+            try:
+                more = self.read(want)
+            except (OSError, EOFError, zlib.error):
+                self.error = True
+                break
             if not more:
                 break
             parts.append(more)
@@ -391,10 +399,13 @@ def iter_frames(path: str, counters: Counters) -> Iterator[Frame]:
 
 def _frames_owning(f: BinaryIO, head: bytes, kind: str, counters: Counters) -> Iterator[Frame]:
     with f:
+        reader = _ChunkReader(f, head[24:] if kind == "pcap" else head)
         if kind == "pcap":
-            yield from _pcap_frames(_ChunkReader(f, head[24:]), head, counters)
+            yield from _pcap_frames(reader, head, counters)
         else:
-            yield from _pcapng_frames(_ChunkReader(f, head), counters)
+            yield from _pcapng_frames(reader, counters)
+        if reader.error:
+            counters.add("read_error")
 
 
 # ---------------------------------------------------------------------------

@@ -368,7 +368,7 @@ def _v4_frames(n: int) -> list[bytes]:
             Ether()
             / IP(src="10.0.0.1", dst="10.0.0.2")
             / TCP(sport=40000, dport=9092, seq=100 + i, flags="PA")
-            / Raw(bytes([65 + i]))
+            / Raw(bytes([65 + i % 26]))
         )
         for i in range(n)
     ]
@@ -521,6 +521,18 @@ def test_gzip_capture(tmp_path: Path) -> None:
     packed = tmp_path / "x.pcap.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     assert list(read_packets(str(packed), Counters())) == list(read_packets(str(plain), Counters()))
+
+
+def test_truncated_gzip_capture(tmp_path: Path) -> None:
+    plain = tmp_path / "x.pcap"
+    _write_pcap(plain, 1, _v4_frames(200))
+    packed = gzip.compress(plain.read_bytes())
+    cut = tmp_path / "cut.pcap.gz"
+    cut.write_bytes(packed[: len(packed) // 2])
+    counters = Counters()
+    pkts = list(read_packets(str(cut), counters))
+    assert 0 < len(pkts) < 200
+    assert counters["read_error"] == 1
 
 
 @pytest.mark.parametrize(
