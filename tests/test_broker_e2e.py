@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +31,8 @@ import pytest
 
 import dissector
 from dissector.schema import COLUMN_NAMES
+from scripts.testbed.broker_log import parse_dump, records_by_topic_codec
+from scripts.testbed.capture import Capture
 from scripts.testbed.scenario import run_scenario
 from scripts.testbed.tshark_counts import TsharkCounts, count
 
@@ -339,3 +343,84 @@ def test_latency_is_non_negative_and_bounded(run: Run) -> None:
     span_ms = (run.doc["finished"] - run.doc["started"]) * 1000
     assert (answered["latency_ms"] >= 0).all()
     assert (answered["latency_ms"] <= span_ms).all()
+
+
+# ---------------------------------------------------------------- the test bed's own parts
+
+
+def _echo_server() -> tuple[socket.socket, threading.Thread]:
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(10)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(10)
+            for _ in range(100):  # bounded: the client sends 5 messages then closes
+                data = conn.recv(100)
+                if not data:
+                    return
+                conn.sendall(data)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return server, thread
+
+
+@pytest.mark.parametrize("prefer", ["dumpcap", "scapy"])
+def test_capture_records_each_loopback_segment_once(
+    prefer: str, tshark: str, tmp_path: Path
+) -> None:
+    """Five request/echo exchanges on loopback: tshark must find five data segments each
+    way in the file (scapy's raw socket would see every loopback packet twice)."""
+    if prefer == "dumpcap" and shutil.which("dumpcap") is None:
+        pytest.skip("dumpcap is not installed (it comes with tshark)")
+    server, thread = _echo_server()
+    port = server.getsockname()[1]
+    path = tmp_path / f"echo-{prefer}.pcap"
+    with server, Capture(path, ports=(port,), prefer=prefer, settle_s=0.5) as cap:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            for i in range(5):
+                client.sendall(b"ping %d" % i)
+                assert client.recv(100) == b"ping %d" % i
+        thread.join(10)
+    assert cap.tool == prefer
+    out = subprocess.run(
+        [tshark, "-n", "-r", str(path), "-Y", "tcp.len > 0", "-T", "fields", "-e", "tcp.dstport"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
+    to_server = out.count(str(port))
+    assert (to_server, len(out) - to_server, len(set(out))) == (5, 5, 2)
+
+
+DUMP_SAMPLE = """\
+Dumping /state/data/mix-txn-0/00000000000000000000.log
+Log starting offset: 0
+baseOffset: 0 lastOffset: 19 count: 20 baseSequence: 0 lastSequence: 19 producerId: 1 \
+producerEpoch: 0 partitionLeaderEpoch: 0 isTransactional: true isControl: false \
+deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1795362662960 size: 296 magic: 2 \
+compresscodec: lz4 crc: 208180814 isvalid: true
+baseOffset: 20 lastOffset: 20 count: 1 baseSequence: -1 lastSequence: -1 producerId: 1 \
+producerEpoch: 0 partitionLeaderEpoch: 0 isTransactional: true isControl: true \
+deleteHorizonMs: OptionalLong.empty position: 296 CreateTime: 1795362663030 size: 78 magic: 2 \
+compresscodec: none crc: 210744238 isvalid: true
+Dumping /state/data/mix-kp-old-0/00000000000000000000.log
+Log starting offset: 0
+baseOffset: 0 lastOffset: 14 count: 15 baseSequence: 0 lastSequence: 14 producerId: 7 \
+producerEpoch: 0 partitionLeaderEpoch: 0 isTransactional: false isControl: false \
+deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: 1795362673253 size: 233 magic: 2 \
+compresscodec: gzip crc: 424105176 isvalid: true
+"""
+
+
+def test_broker_log_parser_reads_dump_log_segments_output() -> None:
+    batches = parse_dump(DUMP_SAMPLE)
+    assert [(b.topic, b.partition, b.count, b.codec, b.control) for b in batches] == [
+        ("mix-txn", 0, 20, "lz4", False),
+        ("mix-txn", 0, 1, "none", True),
+        ("mix-kp-old", 0, 15, "gzip", False),
+    ]
+    assert records_by_topic_codec(batches) == {"mix-txn": {"lz4": 20}, "mix-kp-old": {"gzip": 15}}

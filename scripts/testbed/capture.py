@@ -20,6 +20,21 @@ def bpf_filter(ports: tuple[int, ...]) -> str:
     return " or ".join(f"tcp port {p}" for p in ports)
 
 
+def drop_loopback_echoes(packets: Any, window: int = 16, within_s: float = 0.01) -> list[Any]:
+    """Drop the second sighting of a loopback packet: the same bytes among the last few
+    packets and within 10 ms (a real TCP retransmission waits at least the 200 ms RTO)."""
+    kept: list[Any] = []
+    recent: list[tuple[bytes, float]] = []
+    for pkt in packets:
+        raw, ts = bytes(pkt), float(pkt.time)
+        if any(raw == r and ts - t < within_s for r, t in recent):
+            recent = [(r, t) for r, t in recent if r != raw]
+            continue
+        kept.append(pkt)
+        recent = [*recent[-(window - 1) :], (raw, ts)]
+    return kept
+
+
 @dataclass
 class Capture:
     """Context manager: capture starts on enter and is complete on disk after exit."""
@@ -28,6 +43,8 @@ class Capture:
     ports: tuple[int, ...] = (9092, 9094)
     interface: str = "lo"
     settle_s: float = 1.0
+    # "dumpcap" tries dumpcap first and falls back to scapy; "scapy" uses scapy only.
+    prefer: str = "dumpcap"
     tool: str = ""
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _sniffer: Any = field(default=None, repr=False)
@@ -36,11 +53,10 @@ class Capture:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             self.path.unlink()
-        if shutil.which("dumpcap") and self._start_dumpcap():
+        if self.prefer == "dumpcap" and shutil.which("dumpcap") and self._start_dumpcap():
             self.tool = "dumpcap"
         else:
             self._start_scapy()
-            self.tool = "scapy"
         return self
 
     def _start_dumpcap(self) -> bool:
@@ -75,10 +91,9 @@ class Capture:
     def _start_scapy(self) -> None:
         from scapy.all import AsyncSniffer
 
-        self._sniffer = AsyncSniffer(
-            iface=self.interface, filter=bpf_filter(self.ports), store=True
-        )
+        self._sniffer = AsyncSniffer(iface=self.interface, filter=bpf_filter(self.ports))
         self._sniffer.start()
+        self.tool = "scapy"
         time.sleep(0.5)
 
     def __exit__(
@@ -102,5 +117,7 @@ class Capture:
             from scapy.all import wrpcap
 
             packets = self._sniffer.stop()
+            # scapy's Linux socket sees each loopback packet twice (outgoing, incoming).
+            packets = drop_loopback_echoes(packets)
             wrpcap(str(self.path), packets)
             self._sniffer = None
