@@ -252,14 +252,22 @@ class Reassembler:
         return out
 
     def flush(self) -> list[Event]:
-        """End of capture: release every connection's data (holes become gaps)."""
+        """End of capture: release every connection's data (holes become gaps).
+
+        A connection already closing (FIN both ways or RST, waiting for late segments)
+        keeps that reason; the others close with ``end_of_capture``.
+        """
         out: list[Event] = []
         seen: set[int] = set()
         for d in list(self._dirs.values()):
             conn = d.conn
             if conn.stream not in seen:
                 seen.add(conn.stream)
-                self._close(conn, "end_of_capture", out)
+                if self._wants_close(conn):
+                    reason = "rst" if conn.rst else "fin"
+                else:
+                    reason = "end_of_capture"
+                self._close(conn, reason, out)
         return out
 
     # ------------------------------------------------------------ connections

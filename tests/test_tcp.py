@@ -645,3 +645,11 @@ def test_idle_timeout_closes_silent_connections() -> None:
     assert StreamClose(0, "idle") in events
     assert r.open_connections == 1
     assert counters["tcp_idle_close"] == 1
+
+
+def test_flush_keeps_the_reason_of_a_closing_connection() -> None:
+    c = Conn()
+    pkts = [*c.handshake(), c.pkt(A, PSH | ACK, 0, b"abc"), c.pkt(B, RST | ACK, 0)]
+    events, _ = run(pkts)
+    # Still inside the RST grace when the capture ends.
+    assert [e for e in events if isinstance(e, StreamClose)] == [StreamClose(0, "rst")]
