@@ -281,7 +281,7 @@ def error_breakdown(df: pd.DataFrame, n: int = 12) -> Figure:
     import numpy as np
 
     fig = Figure(figsize=(10.0, 4.2))
-    left, right = fig.subplots(1, 2, width_ratios=[1, 1.6])
+    left, right = fig.subplots(1, 2, width_ratios=[1, 1.5])
     if df.empty:
         right.set_axis_off()
         return _empty(fig, left, "No rows")
@@ -344,7 +344,7 @@ def _bar_axis(ax: Axes, labels: list[str]) -> None:
     ax.set_yticks(range(len(labels)), labels)
     slots = max(len(labels), 4)
     ax.set_ylim(slots - 0.5, -0.5)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
     ax.grid(axis="y", visible=False)
     ax.set_xlabel("rows")
 
@@ -389,10 +389,10 @@ def group_activity(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
         return _empty(fig, ax, "No consumer-group or share-group traffic")
     width = int(counts.attrs["bucket_s"])
     x = (counts.index - start.floor(f"{width}s")).total_seconds().to_numpy()
-    cmap = matplotlib.colormaps["tab10"]
     base = np.zeros(len(counts))
     activities = [c for c in counts.columns if c != stats.REBALANCE_LABEL]
-    for i, name in enumerate(activities):
+    palette = _activity_colors()
+    for name in activities:
         values = counts[name].to_numpy() / width
         ax.bar(
             x,
@@ -400,7 +400,7 @@ def group_activity(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
             width=width,
             bottom=base,
             align="edge",
-            color=cmap(i % 10),
+            color=palette[name],
             label=name,
             linewidth=0,
         )
@@ -422,6 +422,15 @@ def group_activity(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
     ax.set_title(f"Group coordination activity ({width} s buckets)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
+
+
+def _activity_colors() -> dict[str, Any]:
+    """One colour per group activity, fixed by ``stats.GROUP_ACTIVITY`` order: the
+    same activity has the same colour in every report."""
+    cmap = matplotlib.colormaps["tab20"]
+    shades = [cmap(i) for i in range(0, 20, 2)] + [cmap(i) for i in range(1, 20, 2)]
+    activities = dict.fromkeys(v[1] for v in stats.GROUP_ACTIVITY.values())
+    return {name: shades[i % len(shades)] for i, name in enumerate(activities)}
 
 
 CHARTS: Mapping[str, tuple[str, Callable[[pd.DataFrame], Figure]]] = {

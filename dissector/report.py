@@ -1,0 +1,653 @@
+"""One self-contained HTML report of a capture: facts, charts and tables.
+
+The page embeds its charts as PNG data URIs and its style inline, so the single
+file opens offline in any browser. Output is deterministic for a given input
+(no generation timestamp), so the example in ``reports/`` can be regenerated
+and diffed::
+
+    kafka-dissector report captures/kafka-4-mixed.pcapng -o reports/kafka-4-mixed.html
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from . import __version__, stats
+from .cli import parse_ports
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+TABLE_ROW_LIMIT = 50
+"""Longer tables are cut (the note says how many rows were left out)."""
+SLOWEST_N = 20
+PER_API_ROW_LIMIT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    label: str
+    numeric: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    id: str
+    title: str
+    png: str  # base64
+    width: int
+    height: int
+    caption: str
+    kind: str = "chart"
+
+
+@dataclass(frozen=True, slots=True)
+class TableBlock:
+    id: str
+    title: str
+    headers: tuple[Header, ...]
+    rows: tuple[tuple[str, ...], ...]
+    empty: str = "Nothing to show."
+    note: str = ""
+    more: int = 0
+    css: str = ""
+    kind: str = "table"
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    label: str
+    value: str
+    tone: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    id: str
+    title: str
+    intro: str = ""
+    cards: tuple[Card, ...] = ()
+    facts: tuple[tuple[str, str], ...] = ()
+    blocks: tuple[Chart | TableBlock, ...] = field(default_factory=tuple)
+
+
+SECTION_IDS: tuple[str, ...] = (
+    "overview",
+    "capture",
+    "latency",
+    "traffic",
+    "errors",
+    "slowest",
+    "unanswered",
+    "groups",
+    "clients",
+    "brokers",
+    "topics",
+    "sizes",
+    "definitions",
+)
+"""Every report has these sections, in this order (tests and links rely on them)."""
+
+
+# ---------------------------------------------------------------------------
+# Formatting
+# ---------------------------------------------------------------------------
+
+
+def _missing(value: object) -> bool:
+    import pandas as pd
+
+    if isinstance(value, list | tuple):
+        return False
+    return value is None or bool(pd.isna(value))
+
+
+def fmt_ms(value: object) -> str:
+    if _missing(value):
+        return "–"
+    v = float(value)  # type: ignore[arg-type]
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.3f}"
+
+
+def fmt_int(value: object) -> str:
+    return "–" if _missing(value) else f"{int(value):,}"  # type: ignore[call-overload]
+
+
+def fmt_bytes(value: object) -> str:
+    if _missing(value):
+        return "–"
+    v = float(value)  # type: ignore[arg-type]
+    for unit, size in (("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0)):
+        if abs(v) >= size:
+            return f"{v / size:.1f} {unit}"
+    return f"{v:,.0f} B"
+
+
+def fmt_rate(value: object) -> str:
+    if _missing(value):
+        return "–"
+    v = float(value)  # type: ignore[arg-type]
+    return f"{v:.2f}" if v < 100 else f"{v:,.0f}"
+
+
+def fmt_pct(value: object) -> str:
+    if _missing(value):
+        return "–"
+    v = 100.0 * float(value)  # type: ignore[arg-type]
+    return "0%" if v == 0 else f"{v:.1f}%" if v >= 0.1 else "<0.1%"
+
+
+def fmt_time(value: object) -> str:
+    if _missing(value):
+        return "–"
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"  # type: ignore[attr-defined]
+
+
+def fmt_clock(value: object) -> str:
+    """Time of day, for tables under a header that gives the date."""
+    if _missing(value):
+        return "–"
+    return value.strftime("%H:%M:%S.%f")[:-3]  # type: ignore[attr-defined]
+
+
+def fmt_text(value: object) -> str:
+    if _missing(value):
+        return "–"
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value) or "–"
+    return str(value)
+
+
+def fmt_error(value: object) -> str:
+    return "–" if isinstance(value, str) and value == "NONE" else fmt_text(value)
+
+
+def fmt_topics(value: object, shown: int = 3) -> str:
+    if _missing(value) or not isinstance(value, list | tuple):
+        return fmt_text(value)
+    head = ", ".join(str(v) for v in value[:shown])
+    return f"{head} +{len(value) - shown} more" if len(value) > shown else head or "–"
+
+
+def fmt_duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.3f} s"
+    minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(int(minutes), 60)
+    days, hours = divmod(hours, 24)
+    parts = [f"{days} d"] if days else []
+    parts += [f"{hours} h"] if hours or days else []
+    return " ".join([*parts, f"{minutes} min", f"{secs:.0f} s"])
+
+
+Column = tuple[str, str, Callable[[object], str], bool]
+"""(source column, header label, formatter, numeric)."""
+
+
+def frame_table(
+    table_id: str,
+    title: str,
+    frame: pd.DataFrame,
+    columns: Sequence[Column],
+    *,
+    empty: str = "Nothing to show.",
+    note: str = "",
+    limit: int = TABLE_ROW_LIMIT,
+    css: str = "",
+) -> TableBlock:
+    shown = frame.head(limit)
+    rows = tuple(tuple(fmt(row[src]) for src, _, fmt, _ in columns) for _, row in shown.iterrows())
+    return TableBlock(
+        id=table_id,
+        title=title,
+        headers=tuple(Header(label, numeric) for _, label, _, numeric in columns),
+        rows=rows,
+        empty=empty,
+        note=note,
+        more=max(0, len(frame) - limit),
+        css=css,
+    )
+
+
+BREAKDOWN_METRICS: tuple[Column, ...] = (
+    ("count", "requests", fmt_int, True),
+    ("rate_per_s", "per s", fmt_rate, True),
+    ("errors", "errors", fmt_int, True),
+    ("error_rate", "error rate", fmt_pct, True),
+    ("unanswered", "unanswered", fmt_int, True),
+    ("p50_ms", "p50 ms", fmt_ms, True),
+    ("p90_ms", "p90 ms", fmt_ms, True),
+    ("p99_ms", "p99 ms", fmt_ms, True),
+    ("max_ms", "max ms", fmt_ms, True),
+    ("bytes_in", "bytes in", fmt_bytes, True),
+    ("bytes_out", "bytes out", fmt_bytes, True),
+)
+
+
+def _time_format(df: pd.DataFrame) -> Callable[[object], str]:
+    """Time of day when the capture is within one day (the header gives the date)."""
+    times = stats.event_time(df).dropna()
+    one_day = len(times) == 0 or times.min().date() == times.max().date()
+    return fmt_clock if one_day else fmt_time
+
+
+def _pair_columns(df: pd.DataFrame) -> tuple[Column, ...]:
+    return (("request_time", "time (UTC)", _time_format(df), False), *PAIR_COLUMNS)
+
+
+PAIR_COLUMNS: tuple[Column, ...] = (
+    ("api_name", "API", fmt_text, False),
+    ("api_version", "v", fmt_int, True),
+    ("client_id", "client id", fmt_text, False),
+    ("broker", "broker", fmt_text, False),
+    ("topics", "topics", fmt_topics, False),
+    ("latency_ms", "latency ms", fmt_ms, True),
+    ("status", "status", fmt_text, False),
+    ("error_name", "error", fmt_error, False),
+    ("request_size", "req bytes", fmt_int, True),
+    ("response_size", "resp bytes", fmt_int, True),
+    ("stream", "stream", fmt_int, True),
+    ("correlation_id", "corr id", fmt_int, True),
+)
+
+
+# ---------------------------------------------------------------------------
+# Charts
+# ---------------------------------------------------------------------------
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    # The IHDR chunk follows the 8-byte signature: width and height, big-endian.
+    width, height = struct.unpack(">II", png[16:24])
+    return width, height
+
+
+def chart(chart_id: str, df: pd.DataFrame, caption: str) -> Chart:
+    from . import plots
+
+    title, draw = plots.CHARTS[chart_id]
+    png = plots.png_bytes(draw(df))
+    width, height = _png_size(png)
+    return Chart(
+        id=chart_id,
+        title=title,
+        png=base64.b64encode(png).decode("ascii"),
+        width=width,
+        height=height,
+        caption=caption,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Sections
+# ---------------------------------------------------------------------------
+
+
+def _overview(df: pd.DataFrame) -> Section:
+    lat = stats.latency_summary(df)
+    errors = int(df["status"].isin(stats.ERROR_STATUSES).sum())
+    missing = int(df["status"].isin(stats.UNANSWERED_STATUSES).sum())
+    rate = errors / len(df) if len(df) else math.nan
+    return Section(
+        id="overview",
+        title="Overview",
+        cards=(
+            Card("rows (pairs)", fmt_int(len(df))),
+            Card("span", fmt_duration(stats.span_seconds(df))),
+            Card("errors", f"{errors:,} ({fmt_pct(rate)})", "bad" if errors else ""),
+            Card("unanswered", fmt_int(missing), "warn" if missing else ""),
+            Card("p50 latency", f"{fmt_ms(lat['p50_ms'])} ms"),
+            Card("p99 latency", f"{fmt_ms(lat['p99_ms'])} ms"),
+            Card("bytes in", fmt_bytes(stats.as_float(df[stats.BYTES_IN_COLUMN]).sum())),
+            Card("bytes out", fmt_bytes(stats.as_float(df[stats.BYTES_OUT_COLUMN]).sum())),
+        ),
+    )
+
+
+def _capture(df: pd.DataFrame) -> Section:
+    facts = stats.capture_facts(df)
+    counters = df.attrs.get("counters") or {}
+    tls = df.attrs.get("tls_streams") or []
+    floor = facts.kafka_floor
+    rows: list[tuple[str, str]] = [
+        ("capture files", ", ".join(facts.captures) or "–"),
+        ("first packet", fmt_time(facts.first)),
+        ("last packet", fmt_time(facts.last)),
+        ("span", fmt_duration(facts.span_s)),
+        ("rows by status", ", ".join(f"{k} {v:,}" for k, v in facts.statuses.items()) or "–"),
+        ("TCP connections", fmt_int(facts.connections)),
+        (f"brokers ({len(facts.brokers)})", ", ".join(facts.brokers) or "–"),
+        (f"client hosts ({len(facts.client_ips)})", ", ".join(facts.client_ips) or "–"),
+        (f"client ids ({len(facts.client_ids)})", ", ".join(facts.client_ids) or "–"),
+        (
+            "Kafka version",
+            f"broker is Apache Kafka {floor} or newer (oldest release supporting every "
+            "API version it answered without error)"
+            if floor
+            else "not enough answered requests to tell",
+        ),
+        (f"API versions seen ({len(facts.api_versions)})", ", ".join(facts.api_versions) or "–"),
+    ]
+    if tls:
+        rows.append(("TLS (not decoded)", "streams " + ", ".join(map(str, tls))))
+    if counters:
+        rows.append(("stage counters", ", ".join(f"{k} {v:,}" for k, v in counters.items())))
+    return Section(id="capture", title="Capture", facts=tuple(rows))
+
+
+def _latency(df: pd.DataFrame) -> Section:
+    table = stats.per_api(df)
+    return Section(
+        id="latency",
+        title="Latency per API",
+        intro="Latency is from the packet completing a request to the packet completing its "
+        "response, as seen where the capture was taken. Fetch and JoinGroup wait on the "
+        "broker by design (max wait, rebalance), so high values there are normal.",
+        blocks=(
+            chart(
+                "latency-cdf",
+                df,
+                "Cumulative share of requests answered within a latency, per API (busiest "
+                f"{_n_series()}). Where a curve crosses the p99 line is that API's p99.",
+            ),
+            chart(
+                "latency-time",
+                df,
+                "Every answered request at its time; outliers and slow periods stand out.",
+            ),
+            frame_table(
+                "per-api",
+                "Per API and version",
+                table,
+                (
+                    ("api_name", "API", fmt_text, False),
+                    ("api_version", "v", fmt_int, True),
+                    *BREAKDOWN_METRICS,
+                ),
+                limit=PER_API_ROW_LIMIT,
+            ),
+        ),
+    )
+
+
+def _n_series() -> int:
+    from . import plots
+
+    return plots.MAX_SERIES
+
+
+def _traffic(df: pd.DataFrame) -> Section:
+    return Section(
+        id="traffic",
+        title="Traffic over time",
+        blocks=(
+            chart(
+                "traffic",
+                df,
+                "Requests per second stacked by API, and wire bytes per second: in = requests "
+                "(client to broker), out = responses (broker to client).",
+            ),
+        ),
+    )
+
+
+def _errors(df: pd.DataFrame) -> Section:
+    top = stats.top_errors(df, 25)
+    return Section(
+        id="errors",
+        title="Errors",
+        intro=f"Error rows: status {' or '.join(stats.ERROR_STATUSES)} (a non-zero Kafka error "
+        "code anywhere in the response, or a message that could not be decoded).",
+        blocks=(
+            chart("errors", df, "Rows per status, and the most frequent errors by API."),
+            frame_table(
+                "top-errors",
+                "Top errors",
+                top,
+                (
+                    ("error", "error", fmt_text, False),
+                    ("count", "rows", fmt_int, True),
+                    ("share", "share of rows", fmt_pct, True),
+                    ("apis", "APIs", fmt_text, False),
+                    ("client_ids", "client ids", fmt_text, False),
+                    ("first_seen", "first (UTC)", _time_format(df), False),
+                    ("last_seen", "last (UTC)", _time_format(df), False),
+                ),
+                empty="No errors in this capture.",
+            ),
+        ),
+    )
+
+
+def _slowest(df: pd.DataFrame) -> Section:
+    return Section(
+        id="slowest",
+        title="Slowest requests",
+        intro="Find a pair in Wireshark with tcp.stream == stream and "
+        "kafka.correlation_id == corr id.",
+        blocks=(
+            frame_table(
+                "slowest",
+                f"The {SLOWEST_N} slowest request/response pairs",
+                stats.slowest(df, SLOWEST_N),
+                _pair_columns(df),
+                empty="No answered requests.",
+                css="pairs",
+            ),
+        ),
+    )
+
+
+def _unanswered(df: pd.DataFrame) -> Section:
+    return Section(
+        id="unanswered",
+        title="Unanswered requests",
+        intro="Requests that expected a response and got none before the capture ended "
+        "(Produce with acks=0 expects none and is not listed).",
+        blocks=(
+            frame_table(
+                "unanswered",
+                "Requests without a response",
+                stats.unanswered(df),
+                _pair_columns(df),
+                empty="Every request that expected a response got one.",
+                css="pairs",
+            ),
+        ),
+    )
+
+
+def _groups(df: pd.DataFrame) -> Section:
+    return Section(
+        id="groups",
+        title="Consumer-group and share-group activity",
+        intro="Group coordination calls over time: classic groups (join, sync, heartbeat, "
+        "leave), KIP-848 consumer groups and KIP-932 share groups (heartbeats, share fetch "
+        "and acknowledge), offset commits and fetches. Every member joins once per classic "
+        f"rebalance; responses with {', '.join(stats.REBALANCE_ERROR_NAMES)} mark one.",
+        blocks=(
+            chart("groups", df, "Group API calls per second, stacked by activity."),
+            frame_table(
+                "group-summary",
+                "Group calls by protocol and activity",
+                stats.group_activity_summary(df),
+                (
+                    ("protocol", "protocol", fmt_text, False),
+                    ("activity", "activity", fmt_text, False),
+                    ("calls", "calls", fmt_int, True),
+                    ("errors", "errors", fmt_int, True),
+                    ("rebalance_in_progress", "rebalance in progress", fmt_int, True),
+                ),
+                empty="No consumer-group or share-group traffic.",
+            ),
+        ),
+    )
+
+
+def _dimension(df: pd.DataFrame, by: str, section_id: str, title: str, note: str) -> Section:
+    key_columns: Mapping[str, tuple[Column, ...]] = {
+        "client": (("client_id", "client id", fmt_text, False),),
+        "broker": (("broker", "broker", fmt_text, False),),
+        "topic": (("topic", "topic", fmt_text, False),),
+    }
+    return Section(
+        id=section_id,
+        title=title,
+        blocks=(
+            frame_table(
+                f"per-{by}",
+                f"Per {by}",
+                stats.breakdown(df, by),
+                (*key_columns[by], *BREAKDOWN_METRICS),
+                note=note,
+            ),
+        ),
+    )
+
+
+def _sizes(df: pd.DataFrame) -> Section:
+    return Section(
+        id="sizes",
+        title="Sizes",
+        blocks=(
+            chart(
+                "sizes",
+                df,
+                "Distribution of request and response sizes on the wire, size prefix included.",
+            ),
+        ),
+    )
+
+
+def _definitions(command: str) -> Section:
+    facts = [(name, text) for name, text in stats.METRIC_DOCS.items()]
+    facts.append(("percentiles", f"exact, {stats.PERCENTILE_INTERPOLATION} interpolation"))
+    facts.append(("regenerate", command))
+    return Section(id="definitions", title="Definitions", facts=tuple(facts))
+
+
+def sections(df: pd.DataFrame, command: str) -> list[Section]:
+    out = [
+        _overview(df),
+        _capture(df),
+        _latency(df),
+        _traffic(df),
+        _errors(df),
+        _slowest(df),
+        _unanswered(df),
+        _groups(df),
+        _dimension(df, "client", "clients", "Clients", "Grouped by the client_id header field."),
+        _dimension(df, "broker", "brokers", "Brokers", "Grouped by broker address and port."),
+        _dimension(
+            df,
+            "topic",
+            "topics",
+            "Topics",
+            "A pair that touches several topics counts, with its bytes, under each of them.",
+        ),
+        _sizes(df),
+        _definitions(command),
+    ]
+    assert tuple(s.id for s in out) == SECTION_IDS
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------
+
+
+def _template() -> Any:
+    import jinja2
+
+    source = resources.files("dissector").joinpath("templates/report.html.j2").read_text("utf-8")
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    env.globals["zip"] = zip
+    return env.from_string(source)
+
+
+def render(df: pd.DataFrame, *, title: str | None = None, command: str = "") -> str:
+    """The report of the pairs frame ``df`` as one HTML document."""
+    facts = stats.capture_facts(df)
+    names = ", ".join(Path(c).name for c in facts.captures) or "no capture"
+    subtitle = (
+        f"{fmt_int(len(df))} Kafka request/response pairs from {names}; "
+        f"{fmt_time(facts.first)} to {fmt_time(facts.last)}"
+    )
+    command = command or "kafka-dissector report " + " ".join(facts.captures)
+    return _template().render(
+        title=title or f"Kafka traffic report: {names}",
+        subtitle=subtitle,
+        sections=sections(df, command),
+        version=__version__,
+        command=command,
+    )
+
+
+def write_report(
+    df: pd.DataFrame,
+    output: str | Path,
+    *,
+    title: str | None = None,
+    command: str = "",
+) -> Path:
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(df, title=title, command=command), encoding="utf-8")
+    return path
+
+
+def report_file(
+    paths: Iterable[str | Path],
+    output: str | Path,
+    *,
+    ports: frozenset[int] | None = None,
+    title: str | None = None,
+) -> Path:
+    """Analyse ``paths`` and write their report to ``output``."""
+    import dissector
+
+    sources = [str(p) for p in paths]
+    df = dissector.analyze(sources, ports=ports)
+    command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
+    if ports:
+        command += " --ports " + ",".join(str(p) for p in sorted(ports))
+    return write_report(df, output, title=title, command=command)
+
+
+@click.command("report")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default="kafka-report.html",
+    show_default=True,
+    help="HTML file to write",
+)
+@click.option("--ports", help="broker ports, comma-separated (default: usual ports + heuristic)")
+@click.option("--title", help="page title (default: names the capture files)")
+def report_command(
+    paths: tuple[str, ...], output: str, ports: str | None, title: str | None
+) -> None:
+    """Write one self-contained HTML report (charts, tables, capture facts) for PATHS."""
+    from .capture import CaptureError
+
+    try:
+        path = report_file(paths, output, ports=parse_ports(ports), title=title)
+    except CaptureError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")

@@ -1,0 +1,409 @@
+"""The HTML report, checked as a reader would see it.
+
+The page is parsed (sections, images, tables), opened in headless Chromium (a
+screenshot, and the DOM through chromedriver: every section shown, every image
+decoded by the browser), and its facts are compared with the bundled capture's
+README (the drivers' ledger and tshark), not with the report's own numbers.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import dissector
+from dissector import report
+from dissector.cli import main
+from dissector.frame import records_to_frame
+from dissector.rows import PairRecord
+
+REPO = Path(__file__).resolve().parent.parent
+BUNDLED = REPO / "captures" / "kafka-4-mixed.pcapng"
+EXAMPLE = REPO / "reports" / "kafka-4-mixed.html"
+EXAMPLE_COMMAND = (
+    "kafka-dissector report captures/kafka-4-mixed.pcapng -o reports/kafka-4-mixed.html"
+)
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+class Page(HTMLParser):
+    """What a page is made of: section ids, images, tables and their text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: list[str] = []
+        self.images: list[dict[str, str]] = []
+        self.external: list[str] = []
+        self.tables: dict[str, list[list[str]]] = {}
+        self.text: list[str] = []
+        self._table: str | None = None
+        self._last_h3: str | None = None
+        self._cell: list[str] | None = None
+        self._row: list[str] | None = None
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "section":
+            self.sections.append(a.get("id", ""))
+        if tag == "img":
+            self.images.append(a)
+        if tag == "script":
+            self._in_script = True
+            if a.get("src"):
+                self.external.append(a["src"])
+        for attr in ("src", "href"):
+            value = a.get(attr, "")
+            if value and not value.startswith(("data:", "#")):
+                self.external.append(value)
+        if tag == "h3":
+            self._last_h3 = a.get("id", "")
+        if tag == "table":
+            self._table = self._last_h3 or f"table{len(self.tables)}"
+            self.tables[self._table] = []
+        if tag == "tr" and self._table:
+            self._row = []
+        if tag in ("td", "th") and self._row is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None and self._row is not None:
+            self._row.append("".join(self._cell).strip())
+            self._cell = None
+        if tag == "tr" and self._row is not None and self._table:
+            self.tables[self._table].append(self._row)
+            self._row = None
+        if tag == "table":
+            self._table = None
+        if tag == "script":
+            self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+        if not self._in_script:
+            self.text.append(data)
+
+
+def parse(html: str) -> Page:
+    page = Page()
+    page.feed(html)
+    page.close()
+    return page
+
+
+def table_rows(page: Page, table_id: str) -> list[dict[str, str]]:
+    rows = page.tables[f"table-{table_id}"]
+    header, body = rows[0], rows[1:]
+    return [dict(zip(header, r, strict=True)) for r in body]
+
+
+@pytest.fixture(scope="module")
+def bundled_df() -> pd.DataFrame:
+    if not BUNDLED.is_file():
+        pytest.skip(f"bundled capture missing: {BUNDLED}")
+    return dissector.analyze(BUNDLED)
+
+
+@pytest.fixture(scope="module")
+def bundled_html(
+    bundled_df: pd.DataFrame, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, str]:
+    path = tmp_path_factory.mktemp("report") / "kafka-4-mixed.html"
+    report.write_report(bundled_df, path)
+    return path, path.read_text(encoding="utf-8")
+
+
+# -- structure --------------------------------------------------------------------
+
+
+def test_report_has_every_section_and_embedded_pngs(bundled_html: tuple[Path, str]) -> None:
+    page = parse(bundled_html[1])
+    assert page.sections == list(report.SECTION_IDS)
+    assert len(page.images) == 6
+    for img in page.images:
+        prefix = "data:image/png;base64,"
+        assert img["src"].startswith(prefix)
+        png = base64.b64decode(img["src"][len(prefix) :], validate=True)
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        pixels = plt_imread(png)
+        assert pixels.shape[1] == int(img["width"]) and pixels.shape[0] == int(img["height"])
+        # A chart, not a blank canvas: many distinct colours, a good share of ink.
+        flat = pixels.reshape(-1, pixels.shape[-1])[:, :3]
+        assert _distinct_colours(flat) > 50
+        assert (flat < 0.9).any(axis=1).mean() > 0.02
+        assert img["alt"]
+
+
+def _distinct_colours(rgb: np.ndarray) -> int:
+    packed = (rgb * 255).astype(np.uint32) @ np.array([1 << 16, 1 << 8, 1], dtype=np.uint32)
+    return len(np.unique(packed))
+
+
+def plt_imread(png: bytes) -> np.ndarray:
+    from matplotlib import image
+
+    return image.imread(io.BytesIO(png), format="png")
+
+
+def test_report_is_self_contained(bundled_html: tuple[Path, str]) -> None:
+    html = bundled_html[1]
+    page = parse(html)
+    assert page.external == []
+    assert "<link" not in html and "@import" not in html and "url(" not in html
+
+
+# -- facts, against the capture's README (ledger + tshark) --------------------------
+
+
+def test_report_facts_match_the_capture_readme(bundled_html: tuple[Path, str]) -> None:
+    page = parse(bundled_html[1])
+    text = " ".join(page.text)
+    # tshark: 100 TCP connections; PLAINTEXT 9092 and SASL_PLAINTEXT 9094.
+    assert "TCP connections 100" in " ".join(text.split())
+    assert "127.0.0.1:9092" in text and "127.0.0.1:9094" in text
+    # Broker: Apache Kafka 4.4.0; the report may only claim a release not newer.
+    assert "broker is Apache Kafka 4." in text
+    # Errors the clients provoked and reported themselves (README ledger table).
+    errors = {row["error"]: row for row in table_rows(page, "top-errors")}
+    for name, api in [
+        ("TOPIC_ALREADY_EXISTS", "CreateTopics"),
+        ("SASL_AUTHENTICATION_FAILED", "SaslAuthenticate"),
+        ("UNKNOWN_TOPIC_OR_PARTITION", "Metadata"),
+        ("OFFSET_OUT_OF_RANGE", "Fetch"),
+        ("UNSUPPORTED_VERSION", "ApiVersions"),
+    ]:
+        assert api in errors[name]["APIs"]
+    # kafka-python's Produce v2: Kafka 4 dropped it and never answered.
+    missing = table_rows(page, "unanswered")
+    assert any(r["API"] == "Produce" and r["v"] == "2" for r in missing)
+    # tshark request counts per API (complete), summed over versions in the table.
+    per_api: dict[str, int] = {}
+    for row in table_rows(page, "per-api"):
+        per_api[row["API"]] = per_api.get(row["API"], 0) + int(row["requests"].replace(",", ""))
+    assert per_api["ApiVersions"] == 100
+    assert per_api["Metadata"] == 83
+    assert per_api["FindCoordinator"] == 31
+    assert per_api["ShareGroupHeartbeat"] == 3
+
+
+def test_slowest_table_is_sorted(bundled_html: tuple[Path, str], bundled_df: pd.DataFrame) -> None:
+    rows = table_rows(parse(bundled_html[1]), "slowest")
+    shown = [float(r["latency ms"].replace(",", "")) for r in rows]
+    assert len(rows) == report.SLOWEST_N
+    assert shown == sorted(shown, reverse=True)
+    top = float(bundled_df["latency_ms"].astype("float64").max())
+    assert shown[0] == pytest.approx(top, rel=0.01)
+
+
+# -- robustness -------------------------------------------------------------------
+
+
+def _record(client_id: str, **kw: object) -> PairRecord:
+    base: dict[str, object] = dict(
+        capture="x.pcap", stream=0, client_ip="127.0.0.1", client_port=5000,
+        broker_ip="127.0.0.1", broker_port=9092, request_time=1_700_000_000_000_000_000,
+        response_time=1_700_000_000_001_000_000, latency_ms=1.0, first_byte_ms=1.0,
+        api_key=3, api_name="Metadata", api_version=12, correlation_id=1,
+        client_id=client_id, request_size=40, response_size=80, status="ok",
+    )  # fmt: skip
+    base.update(kw)
+    return PairRecord(**base)  # type: ignore[arg-type]
+
+
+def test_hostile_strings_are_escaped() -> None:
+    evil = '<script>alert("x")</script><img src=http://example.invalid/x>'
+    df = records_to_frame([_record(evil, topics=[evil])])
+    html = report.render(df)
+    page = parse(html)
+    assert page.external == []
+    assert "<script>" not in html
+    assert evil in " ".join(page.text)
+
+
+def test_empty_and_tiny_inputs_render_every_section() -> None:
+    for df in (records_to_frame([]), records_to_frame([_record("only-one")])):
+        page = parse(report.render(df))
+        assert page.sections == list(report.SECTION_IDS)
+        assert len(page.images) == 6
+
+
+def test_cli_writes_report_and_rejects_bad_input(tmp_path: Path) -> None:
+    if not BUNDLED.is_file():
+        pytest.skip(f"bundled capture missing: {BUNDLED}")
+    runner = CliRunner()
+    out = tmp_path / "sub" / "r.html"
+    result = runner.invoke(main, ["report", str(BUNDLED), "-o", str(out), "--title", "T <1>"])
+    assert result.exit_code == 0, result.output
+    assert out.is_file() and "wrote" in result.output
+    page = parse(out.read_text(encoding="utf-8"))
+    assert "T <1>" in page.text
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"not a capture at all")
+    result = runner.invoke(main, ["report", str(bad), "-o", str(tmp_path / "b.html")])
+    assert result.exit_code != 0
+    assert "not a pcap" in result.output
+    assert not (tmp_path / "b.html").exists()
+    result = runner.invoke(main, ["report", str(BUNDLED), "--ports", "http"])
+    assert result.exit_code != 0 and "ports" in result.output
+
+
+# -- the example report in reports/ ---------------------------------------------
+
+
+def test_example_report_is_generated_by_the_documented_command() -> None:
+    if not EXAMPLE.is_file():
+        pytest.fail(f"missing example report; run: {EXAMPLE_COMMAND}")
+    html = EXAMPLE.read_text(encoding="utf-8")
+    page = parse(html)
+    assert page.sections == list(report.SECTION_IDS)
+    assert len(page.images) == 6 and page.external == []
+    # The footer names the command that wrote it; a hand edit would not keep it.
+    assert f"<code>{EXAMPLE_COMMAND}</code>" in html
+
+
+# -- in a real browser ----------------------------------------------------------
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("chromium is not installed (apt-get install chromium chromium-driver)")
+
+
+def test_chromium_screenshot_shows_a_page(bundled_html: tuple[Path, str], tmp_path: Path) -> None:
+    browser = _chromium()
+    shot = tmp_path / "report.png"
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run(
+            [browser, *CHROMIUM_ARGS, f"--user-data-dir={profile}", f"--screenshot={shot}",
+             "--window-size=1280,4000", bundled_html[0].as_uri()],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+    pixels = plt_imread(shot.read_bytes())
+    assert pixels.shape[:2] == (4000, 1280)
+    flat = pixels[..., :3].reshape(-1, 3)
+    # The dark header band, the charts' colours and text: far from a blank page.
+    assert (flat.sum(axis=1) < 0.5).mean() > 0.005
+    assert _distinct_colours(flat) > 500
+    top = pixels[:40, :, :3]
+    assert top.mean() < 0.3  # the header band is dark
+
+
+@contextlib.contextmanager
+def _webdriver(timeout_s: float = 20.0) -> Iterator[str]:
+    driver = shutil.which("chromedriver")
+    if driver is None:
+        pytest.skip("chromedriver is not installed (apt-get install chromium-driver)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [driver, f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if _call(base + "/status")["value"].get("ready"):
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("chromedriver did not become ready")
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _call(url: str, payload: object = None, method: str | None = None) -> dict:
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(
+        url, data=data, method=method or ("POST" if data else "GET"),
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+DOM_PROBE = """
+const sections = [...document.querySelectorAll('section')].map(s => ({
+  id: s.id, height: s.getBoundingClientRect().height,
+  title: s.querySelector('h2') ? s.querySelector('h2').textContent : ''}));
+const images = [...document.images].map(i => ({
+  complete: i.complete, natural: i.naturalWidth, shown: i.getBoundingClientRect().width}));
+const links = [...document.querySelectorAll('nav a')].map(a => a.getAttribute('href'));
+return {sections, images, links, title: document.title,
+        width: document.documentElement.scrollWidth};
+"""
+
+
+def test_browser_renders_every_section_and_decodes_every_image(
+    bundled_html: tuple[Path, str],
+) -> None:
+    _chromium()
+    with tempfile.TemporaryDirectory() as profile, _webdriver() as base:
+        caps = {
+            "capabilities": {
+                "alwaysMatch": {
+                    "browserName": "chrome",
+                    "goog:chromeOptions": {
+                        "args": [*CHROMIUM_ARGS, f"--user-data-dir={profile}",
+                                 "--window-size=1280,1000"],
+                    },
+                }
+            }
+        }  # fmt: skip
+        session = _call(base + "/session", caps)["value"]["sessionId"]
+        url = f"{base}/session/{session}"
+        try:
+            _call(url + "/url", {"url": bundled_html[0].as_uri()})
+            dom = _call(url + "/execute/sync", {"script": DOM_PROBE, "args": []})["value"]
+            shot = base64.b64decode(_call(url + "/screenshot")["value"])
+        finally:
+            _call(url, method="DELETE")
+    assert [s["id"] for s in dom["sections"]] == list(report.SECTION_IDS)
+    assert all(s["height"] > 50 and s["title"] for s in dom["sections"])
+    assert len(dom["images"]) == 6
+    for img in dom["images"]:
+        assert img["complete"] and img["natural"] > 300 and img["shown"] > 300
+    assert dom["links"] == [f"#{s}" for s in report.SECTION_IDS]
+    assert dom["title"].startswith("Kafka traffic report")
+    # The page fits the window: wide tables scroll inside their box.
+    assert dom["width"] <= 1280
+    assert plt_imread(shot).shape[1] == 1280
