@@ -1,6 +1,6 @@
 """Speed of stages 1 and 2: packets/s and MB/s, next to tshark.
 
-    python benchmarks/capture_speed.py [CAPTURE] [--copies N] [--runs R] [--no-tshark]
+    python benchmarks/capture_speed.py [CAPTURE] [--copies N] [--runs R] [--no-tshark] [--pcapng]
 
 Without CAPTURE, the shared local-tansu capture is enlarged to N copies (default 300,
 about 95k packets / 26 MB) in a temporary pcap; each copy's IPv4 addresses get their
@@ -38,8 +38,8 @@ from dissector.tcp import Reassembler  # noqa: E402
 DEFAULT = REPO.parent / "shared" / "captures" / "local-tansu-confluent-kafka.pcapng"
 
 
-def enlarge(src: Path, copies: int, dst: Path) -> int:
-    """Write ``copies`` copies of ``src`` as a nanosecond pcap; returns frames written."""
+def enlarge(src: Path, copies: int, dst: Path, pcapng: bool = False) -> int:
+    """Write ``copies`` copies of ``src`` as a nanosecond pcap (or pcapng); returns frames."""
     counters = Counters()
     frames = list(iter_frames(str(src), counters))
     linktypes = {lt for lt, _ts, _data in frames}
@@ -49,16 +49,30 @@ def enlarge(src: Path, copies: int, dst: Path) -> int:
     span = (frames[-1][1] - first) + 1_000_000_000 if frames else 1
     n = 0
     with open(dst, "wb") as out:
-        out.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 262144, 1))
+        if pcapng:
+            out.write(_block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1)))
+            tsresol = struct.pack("<HHB3x", 9, 1, 9) + struct.pack("<HH", 0, 0)
+            out.write(_block(1, struct.pack("<HHI", 1, 0, 262144) + tsresol))
+        else:
+            out.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 262144, 1))
         for k in range(copies):
             for _lt, ts, data in frames:
                 buf = _readdress(data, k)
                 t = ts + k * span
-                sec, ns = divmod(t, 1_000_000_000)
-                out.write(struct.pack("<IIII", sec, ns, len(buf), len(buf)))
-                out.write(buf)
+                if pcapng:
+                    head = struct.pack("<IIIII", 0, t >> 32, t & 0xFFFFFFFF, len(buf), len(buf))
+                    out.write(_block(6, head + buf))
+                else:
+                    sec, ns = divmod(t, 1_000_000_000)
+                    out.write(struct.pack("<IIII", sec, ns, len(buf), len(buf)))
+                    out.write(buf)
                 n += 1
     return n
+
+
+def _block(btype: int, body: bytes) -> bytes:
+    body += b"\x00" * (-len(body) % 4)
+    return struct.pack("<II", btype, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
 
 
 def _readdress(buf: bytes, k: int) -> bytes:
@@ -143,6 +157,7 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=None, help="enlarge the capture N times")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--no-tshark", action="store_true")
+    ap.add_argument("--pcapng", action="store_true", help="write the enlarged file as pcapng")
     args = ap.parse_args()
 
     src = Path(args.capture) if args.capture else DEFAULT
@@ -153,8 +168,8 @@ def main() -> None:
     path = str(src)
     if copies:
         tmpdir = tempfile.mkdtemp(prefix="capture_speed_")
-        path = os.path.join(tmpdir, "enlarged.pcap")
-        n = enlarge(src, copies, Path(path))
+        path = os.path.join(tmpdir, "enlarged.pcapng" if args.pcapng else "enlarged.pcap")
+        n = enlarge(src, copies, Path(path), pcapng=args.pcapng)
         print(f"enlarged {src.name} x{copies}: {n} frames -> {path}")
     try:
         size_mb = os.path.getsize(path) / 1e6
