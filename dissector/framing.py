@@ -26,6 +26,10 @@ DEFAULT_MAX_FRAME = 100 * 1024 * 1024
 
 _SIZE = struct.Struct(">i")
 
+# Bytes enough to judge a resync candidate: size prefix, request header and a
+# client_id of ordinary length, or a response size and the next size prefix.
+_PROBE_BYTES = 512
+
 # A TLS record starts with content type 0x14-0x17 and version 0x03 0x0N.
 _TLS_CONTENT_TYPES = frozenset((0x14, 0x15, 0x16, 0x17))
 
@@ -105,41 +109,73 @@ class Framer:
             self._counters.add("tls_bytes", len(chunk.data))
             return []
         if chunk.resync:
-            self._lose_sync(chunk.lost)
-        if not self._synced and not self._try_resync(chunk.data):
-            return []
+            self._lose_sync()
         if not self._buf:
             self._first_ts, self._first_frame = chunk.ts_ns, chunk.frame
+        if not self._synced:
+            return self._probe(chunk)
         self._buf += chunk.data
         return self._cut(chunk.ts_ns, chunk.frame)
 
     def close(self) -> None:
         """End of this direction: a partial frame left over is counted, not lost silently."""
         if self._buf and not self.tls:
-            self._counters.add("truncated_frames")
-            self._counters.add("truncated_frame_bytes", len(self._buf))
+            if self._synced:
+                self._counters.add("truncated_frames")
+                self._counters.add("truncated_frame_bytes", len(self._buf))
+            else:
+                self._counters.add("resync_skipped_bytes", len(self._buf))
         self._buf.clear()
 
-    def _lose_sync(self, lost: int) -> None:
+    def _lose_sync(self) -> None:
         if self._buf:
-            self._counters.add("frames_cut_by_gap")
+            if self._synced:
+                self._counters.add("frames_cut_by_gap")
             self._counters.add("resync_skipped_bytes", len(self._buf))
             self._buf.clear()
         self._synced = False
         self._resync_pending = True
 
-    def _try_resync(self, data: bytes) -> bool:
-        if self._resync_pending and looks_like_tls(data):
-            self._detect_tls(data)
+    def _probe(self, chunk: Chunk) -> list[Frame]:
+        """Out of sync: ``_buf`` holds a candidate frame that began at a chunk start.
+
+        The candidate grows until there are enough bytes to judge it (a header may
+        arrive in several small segments); when it is rejected, the newest chunk's
+        start is the next candidate.
+        """
+        if not self._buf and self._resync_pending and looks_like_tls(chunk.data):
+            self._detect_tls(chunk.data)
+            return []
+        self._buf += chunk.data
+        verdict = self._judge(self._buf)
+        if verdict is False and len(self._buf) > len(chunk.data):
+            self._counters.add("resync_skipped_bytes", len(self._buf) - len(chunk.data))
+            self._buf[:] = chunk.data
+            self._first_ts, self._first_frame = chunk.ts_ns, chunk.frame
+            verdict = self._judge(self._buf)
+        if verdict is None:
+            return []
+        if verdict is False:
+            self._counters.add("resync_skipped_bytes", len(self._buf))
+            self._buf.clear()
+            return []
+        self._synced = True
+        self._resync_pending = False
+        self._after_gap = True
+        self._counters.add("resyncs")
+        return self._cut(chunk.ts_ns, chunk.frame)
+
+    def _judge(self, buf: bytearray) -> bool | None:
+        """Is buf a plausible frame start: True, False, or None (need more bytes)."""
+        if len(buf) < 4:
+            return None
+        (size,) = _SIZE.unpack_from(buf, 0)
+        if size < 0 or size > self.max_frame:
             return False
-        if len(data) >= 4 and self._plausible(data, len(data)):
-            self._synced = True
-            self._resync_pending = False
-            self._after_gap = True
-            self._counters.add("resyncs")
-            return True
-        self._counters.add("resync_skipped_bytes", len(data))
-        return False
+        need = min(4 + size, _PROBE_BYTES)
+        if len(buf) < need:
+            return None
+        return self._plausible(bytes(buf[: max(need, min(len(buf), _PROBE_BYTES))]), len(buf))
 
     def _detect_tls(self, data: bytes | bytearray) -> None:
         self.tls = True

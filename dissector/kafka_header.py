@@ -86,9 +86,9 @@ def request_start_check(known: VersionCheck) -> Callable[[bytes, int], bool]:
 def response_start_check(max_frame: int) -> Callable[[bytes, int], bool]:
     """A framing resync check for the broker->client direction.
 
-    Responses carry no type, so we accept a sane size that either ends exactly at
-    the chunk end or runs past it (a response spanning several segments), or is
-    followed by another sane size prefix.
+    Responses carry no type, so we accept a sane size that ends at or beyond the
+    bytes we have (a response spanning several segments), or is followed by
+    another sane size prefix.
     """
 
     def check(buf: bytes, available: int) -> bool:
@@ -98,10 +98,9 @@ def response_start_check(max_frame: int) -> Callable[[bytes, int], bool]:
         if size < 4 or size > max_frame:
             return False
         end = 4 + size
-        if end >= available:
-            return True
         if available - end < 4:
-            return False
+            # Ends at (or just before) the data we have: nothing after it to check.
+            return True
         nxt = _INT32.unpack_from(buf, end)[0]
         return 4 <= nxt <= max_frame
 

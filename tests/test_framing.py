@@ -96,3 +96,14 @@ def test_partial_frame_at_close_is_counted() -> None:
     f.feed(_chunk(_request(1)[:7], 1, 1))
     f.close()
     assert c["truncated_frames"] == 1 and c["truncated_frame_bytes"] == 7
+
+
+def test_resync_candidate_split_in_tiny_segments_is_kept_until_it_can_be_judged() -> None:
+    c = Counters()
+    f = _framer(c)
+    msg = _request(42, client_id=b"a-long-client-id")
+    assert f.feed(_chunk(msg[:6], 1, 1, resync=True)) == []
+    assert f.feed(_chunk(msg[6:9], 2, 2)) == []
+    (frame,) = f.feed(_chunk(msg[9:], 3, 3))
+    assert frame.payload == msg[4:] and frame.after_gap and frame.first_ts_ns == 1
+    assert c["resync_skipped_bytes"] == 0
