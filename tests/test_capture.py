@@ -14,6 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scapy.layers.inet import IP, TCP, UDP, IPOption_RR, IPOption_Timestamp
 from scapy.layers.inet6 import (
     IPv6,
@@ -37,6 +39,7 @@ from dissector.capture import (
     parse_frame,
     read_packets,
 )
+from dissector.tcp import StreamClose, StreamOpen, reassemble
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "captures"
 SHARED_FILES = sorted(p.name for p in SHARED.glob("*.pcap*")) if SHARED.is_dir() else []
@@ -570,3 +573,26 @@ def test_syn_flag_constant_matches_wire() -> None:
     pkt = parse_frame(1, frame, 1, 0, Counters())
     assert pkt is not None
     assert pkt.flags == SYN
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_corrupted_capture_never_raises(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    """Flipped bytes anywhere (headers, lengths, frames) are counted, never raised."""
+    name = data.draw(st.sampled_from(["ndpi-kafka.pcapng", "go-sniffer-kafka.pcap"]))
+    original = bytearray(_shared(name).read_bytes())
+    positions = data.draw(st.lists(st.integers(12, len(original) - 1), min_size=1, max_size=8))
+    for pos in positions:
+        original[pos] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(len(original) // 2, len(original)))
+    path = tmp_path_factory.mktemp("fuzz") / name
+    path.write_bytes(bytes(original[:cut]))
+    counters = Counters()
+    pkts = list(read_packets(str(path), counters))
+    assert counters["tcp_packets"] == len(pkts)
+    events = list(reassemble(pkts, counters))
+    assert sum(isinstance(e, StreamOpen) for e in events) == sum(
+        isinstance(e, StreamClose) for e in events
+    )
