@@ -144,8 +144,17 @@ def build_record(capture: str, ex: Exchange, decoder: Decoder, topics: Any) -> P
     return rec
 
 
+# A version newer than our specs is not broken bytes: the row keeps its status and
+# says why it is not decoded in decode_error (like Wireshark's "unsupported version").
+_NOT_MALFORMED = ("unsupported_version",)
+
+
 def _is_fatal(*decoded: Any) -> bool:
-    return any(d is not None and getattr(d, "error", None) for d in decoded)
+    for d in decoded:
+        error = getattr(d, "error", None) if d is not None else None
+        if error and not error.startswith(_NOT_MALFORMED):
+            return True
+    return False
 
 
 def _join(*notes: str | None) -> str | None:

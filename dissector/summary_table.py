@@ -48,7 +48,7 @@ def print_summary(df: pd.DataFrame) -> None:
         ("p50 ms", "right"),
         ("p99 ms", "right"),
     ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for row in api_summary(df).itertuples(index=False):
         table.add_row(
             str(row.api_name),
