@@ -653,3 +653,48 @@ def test_flush_keeps_the_reason_of_a_closing_connection() -> None:
     events, _ = run(pkts)
     # Still inside the RST grace when the capture ends.
     assert [e for e in events if isinstance(e, StreamClose)] == [StreamClose(0, "rst")]
+
+
+_packet = st.builds(
+    lambda frame, a_to_b, seq, ack, flags, data, missing: Packet(
+        frame,
+        frame * 1000,
+        A[0] if a_to_b else B[0],
+        B[0] if a_to_b else A[0],
+        A[1] if a_to_b else B[1],
+        B[1] if a_to_b else A[1],
+        seq,
+        ack,
+        flags,
+        data,
+        missing,
+    ),
+    st.integers(1, 10**6),
+    st.booleans(),
+    st.one_of(st.integers(0, 0xFFFFFFFF), st.integers(90, 140), st.integers(490, 540)),
+    st.one_of(st.integers(0, 0xFFFFFFFF), st.integers(90, 140), st.integers(490, 540)),
+    st.integers(0, 0xFF),
+    st.binary(max_size=20),
+    st.sampled_from([0, 0, 0, 5]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pkts=st.lists(_packet, max_size=40), bound=st.sampled_from([8, 64, 1 << 20]))
+def test_arbitrary_segments_never_break_invariants(pkts: list[Packet], bound: int) -> None:
+    counters = Counters()
+    r = Reassembler(counters, bound, max_total_buffered_bytes=2 * bound, ack_gap_packets=2)
+    events: list[Event] = []
+    for p in pkts:
+        events += r.feed(p)
+        assert r.buffered_bytes <= 2 * bound
+    events += r.flush()
+    assert r.open_connections == 0
+    assert r.buffered_bytes == 0
+    opens = [e.stream for e in events if isinstance(e, StreamOpen)]
+    closes = [e.stream for e in events if isinstance(e, StreamClose)]
+    assert opens == list(range(len(opens)))
+    assert sorted(closes) == opens
+    # Delivered bytes never exceed what was sent, per direction.
+    sent = sum(len(p.payload) for p in pkts)
+    assert sum(len(e.data) for e in events if isinstance(e, Chunk)) <= sent
