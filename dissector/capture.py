@@ -123,6 +123,8 @@ _IPV6_FRAGMENT = 44
 _IPV6_AH = 51  # length counts 4-byte units, minus 2
 
 _TCP_HEAD = struct.Struct("!HHIIH")
+# IPv4 fixed header: version/IHL, total length, flags/fragment offset, protocol, addresses.
+_IPV4_HEAD = struct.Struct("!B1xH2xH1xB2x8s")
 
 _MAX_RECORD = 64 * 1024 * 1024  # larger "captured length" means a corrupt file
 _CHUNK = 1 << 20
@@ -493,25 +495,25 @@ def parse_frame(
     cache = addr_cache if addr_cache is not None else {}
     # --- network layer: addresses, where TCP starts and where the IP packet ends
     if etype == _ETH_IPV4:
-        if n - off < 20 or data[off] >> 4 != 4:
+        if n - off < 20:
             counters.add("bad_ip_header")
             return None
-        ihl = (data[off] & 0x0F) * 4
-        total = (data[off + 2] << 8) | data[off + 3]
+        # One unpack for the whole fixed header: far cheaper than indexing byte by byte.
+        vihl, total, frag, proto, key = _IPV4_HEAD.unpack_from(data, off)
+        ihl = (vihl & 0x0F) * 4
         if total == 0 and ihl >= 20:
             # TCP segmentation offload captured before segmentation.
             counters.add("ip_total_length_zero")
             total = n - off
-        if ihl < 20 or n - off < ihl or total < ihl:
+        if vihl >> 4 != 4 or ihl < 20 or n - off < ihl or total < ihl:
             counters.add("bad_ip_header")
             return None
-        if ((data[off + 6] << 8) | data[off + 7]) & 0x3FFF:
+        if frag & 0x3FFF:
             counters.add("ip_fragment")
             return None
-        if data[off + 9] != _IP_PROTO_TCP:
+        if proto != _IP_PROTO_TCP:
             counters.add("non_tcp")
             return None
-        key = data[off + 12 : off + 20]
         pair = cache.get(key)
         if pair is None:
             pair = cache[key] = (
