@@ -72,19 +72,3 @@ class Timed:
 
     def __exit__(self, *exc: object) -> None:
         self.operation.finished = time.time()
-
-
-def merge(ledgers: list[dict[str, Any]]) -> dict[str, Any]:
-    """Several drivers' ledgers as one document (drivers kept apart, operations listed)."""
-    return {"drivers": ledgers}
-
-
-def produced_by_topic_codec(doc: dict[str, Any]) -> dict[tuple[str, str], int]:
-    """Records the clients had acknowledged, per (topic, codec), over a merged document."""
-    out: dict[tuple[str, str], int] = {}
-    for ledger in doc["drivers"]:
-        for op in ledger["operations"]:
-            if op["op"].startswith("produce") and op["topic"] and op["records"]:
-                key = (op["topic"], op["codec"] or "none")
-                out[key] = out.get(key, 0) + op["records"]
-    return out
