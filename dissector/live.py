@@ -524,7 +524,7 @@ class LiveCapture:
             if self.stop_reason:
                 title += f" (stopped: {self.stop_reason})"
         else:
-            title = f"kafka-dissector live {self.options.iface}: {tick.elapsed:.0f} s"
+            title = f"kafka-dissector live {self.options.iface}: {tick.elapsed:.1f} s"
         return self.stats_view.snapshot(
             title=title,
             seconds=tick.elapsed if whole_run else tick.span,
