@@ -321,7 +321,6 @@ def _capture(df: pd.DataFrame) -> Section:
     facts = stats.capture_facts(df)
     counters = df.attrs.get("counters") or {}
     tls = df.attrs.get("tls_streams") or []
-    floor = facts.kafka_floor
     rows: list[tuple[str, str]] = [
         ("capture files", ", ".join(facts.captures) or "–"),
         ("first packet", fmt_time(facts.first)),
@@ -332,13 +331,7 @@ def _capture(df: pd.DataFrame) -> Section:
         (f"brokers ({len(facts.brokers)})", ", ".join(facts.brokers) or "–"),
         (f"client hosts ({len(facts.client_ips)})", ", ".join(facts.client_ips) or "–"),
         (f"client ids ({len(facts.client_ids)})", ", ".join(facts.client_ids) or "–"),
-        (
-            "Kafka version",
-            f"broker is Apache Kafka {floor} or newer (oldest release supporting every "
-            "API version it answered without error)"
-            if floor
-            else "not enough answered requests to tell",
-        ),
+        ("Kafka version", stats.describe_kafka_floor(facts.kafka_floor)),
         (f"API versions seen ({len(facts.api_versions)})", ", ".join(facts.api_versions) or "–"),
     ]
     if tls:

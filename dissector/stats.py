@@ -629,6 +629,21 @@ def kafka_release_floor(seen: Iterable[tuple[int, int]]) -> str | None:
     return ".".join(map(str, releases[floor_index]))
 
 
+def describe_kafka_floor(floor: str | None) -> str:
+    """``capture_facts().kafka_floor`` as a sentence."""
+    if floor is None:
+        return "Kafka version: not enough answered requests to tell"
+    if floor.startswith("newer than "):
+        return (
+            f"broker is newer than Apache Kafka {floor.removeprefix('newer than ')} "
+            "(it answered API versions that release does not have)"
+        )
+    return (
+        f"broker is Apache Kafka {floor} or newer (oldest release supporting every API "
+        "version it answered without error)"
+    )
+
+
 __all__ = [
     "BYTES_IN_COLUMN",
     "BYTES_OUT_COLUMN",
@@ -646,6 +661,7 @@ __all__ = [
     "CaptureFacts",
     "breakdown",
     "capture_facts",
+    "describe_kafka_floor",
     "group_activity",
     "group_activity_summary",
     "kafka_release_floor",

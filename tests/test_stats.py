@@ -287,9 +287,10 @@ def test_bundled_facts(bundled: pd.DataFrame) -> None:
     assert facts.brokers == ("127.0.0.1:9092", "127.0.0.1:9094")
     # The broker is Apache Kafka 4.4.0: the floor from what it accepted must not be
     # newer, and ShareFetch v2 (accepted here) first shipped in 4.2.
+    # "newer than 4.3" (it answered ApiVersions v5, new in 4.4) is also consistent.
     assert facts.kafka_floor is not None
-    floor = tuple(int(p) for p in facts.kafka_floor.split("."))
-    assert (4, 2) <= floor <= (4, 4)
+    floor = tuple(int(p) for p in facts.kafka_floor.removeprefix("newer than ").split("."))
+    assert (4, 2) <= floor <= ((4, 3) if facts.kafka_floor.startswith("newer") else (4, 4))
     # The unanswered Produce v2 of kafka-python (Kafka 4 dropped v0-v2).
     missing = stats.unanswered(bundled)
     assert ("Produce", 2) in set(zip(missing["api_name"], missing["api_version"], strict=True))
@@ -535,3 +536,11 @@ def test_metric_definitions_are_plain_data() -> None:
     assert set(stats.ERROR_STATUSES) | set(stats.UNANSWERED_STATUSES) <= set(
         dissector.schema.STATUSES
     )
+
+
+def test_describe_kafka_floor_reads_as_a_sentence() -> None:
+    assert stats.describe_kafka_floor("3.8").startswith("broker is Apache Kafka 3.8 or newer")
+    assert stats.describe_kafka_floor("newer than 4.3").startswith(
+        "broker is newer than Apache Kafka 4.3"
+    )
+    assert "not enough" in stats.describe_kafka_floor(None)
