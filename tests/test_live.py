@@ -38,6 +38,9 @@ from dissector.live import live as live_fn
 from dissector.live_view import CAPTURE_GAP_NOTE, LiveStats, percentile
 from dissector.rows import PairRecord
 
+# The session's broker fixture (starts scripts/kafka-broker, stops it by PID).
+from tests.test_broker_e2e import kafka_broker  # noqa: F401
+
 REPO = Path(__file__).resolve().parent.parent
 TANSU = "local-tansu-confluent-kafka.pcapng"
 RECORDED_PORT = 9092
@@ -643,3 +646,78 @@ def _na(value: object) -> bool:
     if isinstance(value, list | tuple):
         return False
     return bool(pd.isna(value))
+
+
+# ---------------------------------------------------------------- real broker
+
+BROKER_PORT = 9092  # scripts/kafka-broker's PLAINTEXT listener
+PRODUCED = 200
+
+
+@pytest.mark.broker
+@pytest.mark.usefixtures("kafka_broker")
+def test_live_against_real_broker(tshark: str, tmp_path: Path) -> None:
+    """Real Apache Kafka and kafka-python while live captures lo.
+
+    Oracles: what the client says (acks, the error it raised), tshark's Kafka
+    dissector on the pcap live wrote, and the offline analysis of that pcap.
+    """
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    from scripts.testbed.tshark_counts import count as tshark_count
+
+    pcap = tmp_path / "broker.pcapng"
+    cap = LiveCapture(
+        LiveOptions(IFACE, ports=frozenset({BROKER_PORT}), duration=180, write_pcap=str(pcap))
+    )
+    collector = Collector(cap)
+    topic = f"live-{os.getpid()}-{time.time_ns()}"
+    bootstrap = f"127.0.0.1:{BROKER_PORT}"
+    admin = KafkaAdminClient(
+        bootstrap_servers=bootstrap, client_id="live-test-admin", request_timeout_ms=30_000
+    )
+    producer = None
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+        with pytest.raises(TopicAlreadyExistsError) as raised:
+            admin.create_topics([NewTopic(topic, 1, 1)])
+        producer = KafkaProducer(
+            bootstrap_servers=bootstrap, client_id="live-test-producer", linger_ms=0, acks=1
+        )
+        futures = [producer.send(topic, b"value-%d" % i) for i in range(PRODUCED)]
+        producer.flush(60)
+        acked = sum(1 for f in futures if f.succeeded())
+    finally:
+        if producer is not None:
+            producer.close(10)
+        admin.close()
+    time.sleep(0.5)  # the FINs of the closed connections
+    records = collector.finish()
+    df = frame_of(records)
+
+    assert acked == PRODUCED
+    produce = df[(df["client_id"] == "live-test-producer") & (df["api_name"] == "Produce")]
+    assert int(produce["records"].sum()) == acked
+    assert (produce["status"] == "ok").all()
+    assert produce["latency_ms"].notna().all()
+
+    creates = df[(df["client_id"] == "live-test-admin") & (df["api_name"] == "CreateTopics")]
+    assert sorted(creates["status"]) == ["error", "ok"]
+    failed = creates[creates["status"] == "error"].iloc[0]
+    assert failed["error_name"] == raised.value.message  # TOPIC_ALREADY_EXISTS
+    assert list(failed["topics"]) == [topic]
+
+    # Requests per API key as tshark's Kafka dissector counts them in the same bytes.
+    counts = tshark_count(pcap, (BROKER_PORT,))
+    with_request = df[df["status"] != "orphan_response"]
+    assert Counter(int(k) for k in with_request["api_key"]) == counts.requests
+
+    assert cap.final_stats.dropped == 0
+    assert cap.flagged == 0
+    from_pcap = dissector.analyze(pcap, ports=[BROKER_PORT])
+    cols = [c for c in df.columns if c != "capture"]
+    a = df[cols].sort_values(["stream", "correlation_id"]).reset_index(drop=True)
+    b = from_pcap[cols].sort_values(["stream", "correlation_id"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b)
