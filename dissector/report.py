@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import math
 import struct
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
 TABLE_ROW_LIMIT = 50
 """Longer tables are cut (the note says how many rows were left out)."""
 SLOWEST_N = 20
+API_VERSIONS_KEY = 18
+CLIENT_SOFTWARE_ATTR = "client_software"
+"""``df.attrs`` key: {"name version": [client ids]} from ApiVersions v3+ requests."""
 PER_API_ROW_LIMIT = 200
 
 
@@ -332,6 +336,7 @@ def _capture(df: pd.DataFrame) -> Section:
         (f"client hosts ({len(facts.client_ips)})", ", ".join(facts.client_ips) or "–"),
         (f"client ids ({len(facts.client_ids)})", ", ".join(facts.client_ids) or "–"),
         ("Kafka version", stats.describe_kafka_floor(facts.kafka_floor)),
+        ("client software", _software_text(df)),
         (f"API versions seen ({len(facts.api_versions)})", ", ".join(facts.api_versions) or "–"),
     ]
     if tls:
@@ -339,6 +344,19 @@ def _capture(df: pd.DataFrame) -> Section:
     if counters:
         rows.append(("stage counters", ", ".join(f"{k} {v:,}" for k, v in counters.items())))
     return Section(id="capture", title="Capture", facts=tuple(rows))
+
+
+def _software_text(df: pd.DataFrame) -> str:
+    software = df.attrs.get(CLIENT_SOFTWARE_ATTR)
+    if software is None:
+        return "not collected (use kafka-dissector report or report.analyze)"
+    if not software:
+        return "no client named its software (ApiVersions v3+ requests carry it)"
+    parts = []
+    for name, clients in software.items():
+        plural = "s" if len(clients) != 1 else ""
+        parts.append(f"{name} ({len(clients)} client id{plural})")
+    return ", ".join(parts)
 
 
 def _latency(df: pd.DataFrame) -> Section:
@@ -603,6 +621,61 @@ def write_report(
     return path
 
 
+@dataclass
+class SoftwareNotingDecoder:
+    """The protocol decoder, noting the client software that ApiVersions v3+ requests
+    name (KIP-511: client_software_name/version) while the normal analysis runs, so
+    the report needs no second pass over the capture."""
+
+    inner: Any
+    seen: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def decode_request(self, payload: Any, *, records: bool = False) -> Any:
+        decoded = self.inner.decode_request(payload, records=records)
+        body = getattr(decoded, "body", None)
+        if getattr(decoded, "api_key", None) == API_VERSIONS_KEY and isinstance(body, dict):
+            name = body.get("client_software_name")
+            if name:
+                software = f"{name} {body.get('client_software_version') or ''}".strip()
+                client = decoded.header.get("client_id") or stats.MISSING_LABEL
+                self.seen[(software, client)] += 1
+        return decoded
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def software(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for software, client in sorted(self.seen):
+            out.setdefault(software, []).append(client)
+        return out
+
+
+def analyze(paths: Iterable[str | Path], *, ports: frozenset[int] | None = None) -> pd.DataFrame:
+    """``dissector.analyze`` plus ``df.attrs["client_software"]`` (see
+    ``SoftwareNotingDecoder``), in one pass."""
+    from . import protocol
+    from .accounting import Counters
+    from .frame import records_to_frame
+    from .pipeline import Options, Session, iter_pairs
+
+    counters = Counters()
+    sessions: list[Session] = []
+    decoder = SoftwareNotingDecoder(protocol)
+    records = iter_pairs(
+        [str(p) for p in paths],
+        options=Options(ports=ports),
+        counters=counters,
+        sessions=sessions,
+        decoder=decoder,
+    )
+    df = records_to_frame(records)
+    df.attrs["counters"] = counters.as_dict()
+    df.attrs["tls_streams"] = [c.stream for s in sessions for c in s.connections.values() if c.tls]
+    df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
+    return df
+
+
 def report_file(
     paths: Iterable[str | Path],
     output: str | Path,
@@ -611,10 +684,8 @@ def report_file(
     title: str | None = None,
 ) -> Path:
     """Analyse ``paths`` and write their report to ``output``."""
-    import dissector
-
     sources = [str(p) for p in paths]
-    df = dissector.analyze(sources, ports=ports)
+    df = analyze(sources, ports=ports)
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if ports:
         command += " --ports " + ",".join(str(p) for p in sorted(ports))

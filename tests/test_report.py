@@ -128,7 +128,7 @@ def table_rows(page: Page, table_id: str) -> list[dict[str, str]]:
 def bundled_df() -> pd.DataFrame:
     if not BUNDLED.is_file():
         pytest.skip(f"bundled capture missing: {BUNDLED}")
-    return dissector.analyze(BUNDLED)
+    return report.analyze([BUNDLED])
 
 
 @pytest.fixture(scope="module")
@@ -200,6 +200,10 @@ def test_report_facts_match_the_capture_readme(bundled_html: tuple[Path, str]) -
         ("UNSUPPORTED_VERSION", "ApiVersions"),
     ]:
         assert api in errors[name]["APIs"]
+    # Client versions the ledger lists (the clients' own version strings).
+    assert "apache-kafka-java 4.3.1" in text
+    assert "confluent-kafka-python 2.16.1-rdkafka-2.16.0" in text
+    assert "kafka-python 3.0.12" in text
     # kafka-python's Produce v2: Kafka 4 dropped it and never answered.
     missing = table_rows(page, "unanswered")
     assert any(r["API"] == "Produce" and r["v"] == "2" for r in missing)
@@ -220,6 +224,20 @@ def test_slowest_table_is_sorted(bundled_html: tuple[Path, str], bundled_df: pd.
     assert shown == sorted(shown, reverse=True)
     top = float(bundled_df["latency_ms"].astype("float64").max())
     assert shown[0] == pytest.approx(top, rel=0.01)
+
+
+def test_report_analysis_equals_the_library_analysis(bundled_df: pd.DataFrame) -> None:
+    plain = dissector.analyze(BUNDLED)
+    pd.testing.assert_frame_equal(
+        bundled_df.reset_index(drop=True), plain.reset_index(drop=True), check_like=False
+    )
+    assert bundled_df.attrs["counters"] == plain.attrs["counters"]
+    software = bundled_df.attrs[report.CLIENT_SOFTWARE_ATTR]
+    # Every confluent-kafka client id of the ledger that sent ApiVersions v3+.
+    assert "mix-cfk-admin" in software["confluent-kafka-python 2.16.1-rdkafka-2.16.0"]
+    assert "mix-java-share-admin" in software["apache-kafka-java 4.3.1"]
+    # aiokafka sends ApiVersions v0, which names no software.
+    assert not any(c.startswith("mix-aio-") for cs in software.values() for c in cs)
 
 
 # -- robustness -------------------------------------------------------------------
