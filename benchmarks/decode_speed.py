@@ -1,6 +1,6 @@
 """Decode speed of the protocol stage: generated code vs compiled closures.
 
-    python benchmarks/decode_speed.py [CAPTURE...] [--seconds S] [--synthetic N]
+    python benchmarks/decode_speed.py [CAPTURE...] [--seconds S] [--runs R] [--synthetic N]
 
 The frames of the captures (default: every capture in ../shared/captures) are
 collected once through the pipeline, then decoded again and again for about S
@@ -8,8 +8,11 @@ seconds per row. With --synthetic N, N messages per (api_key, version, direction
 encoded by kio with fixed values are added, so every layout is exercised.
 
 Rows (messages/s and MB/s of frame payload):
-  generate          the default back end (specialised Python source per layout)
-  closures          the closure-tree back end (what explains failures)
+  generate-no-rec   generated code, record batches only measured (engine alone)
+  generate          the default back end (specialised Python source per layout),
+                    record batches summarised by dissector.protocol.records
+  closures-no-rec   the closure-tree back end (what explains failures), engine alone
+  closures          the closure-tree back end, record batches summarised
   generate+records  generated code, record batches expanded into records
   first-compile     one-off cost of compiling all layouts, both back ends
 """
@@ -106,6 +109,7 @@ def main() -> None:
     parser.add_argument("captures", nargs="*")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--synthetic", type=int, default=0)
+    parser.add_argument("--runs", type=int, default=3, help="best of this many runs per row")
     args = parser.parse_args()
     paths = args.captures or sorted(
         str(p) for p in DEFAULT_DIR.glob("*") if p.suffix in (".pcap", ".pcapng")
@@ -126,12 +130,16 @@ def main() -> None:
         f"first-compile  generate {timed(generate.compile_all):.2f} s, "
         f"closures {timed(closures.compile_all):.2f} s"
     )
+    raw = Registry(specs, "generate", parse_records=False)
+    raw_closures = Registry(specs, "closures", parse_records=False)
     for name, reg, rec in (
+        ("generate-no-rec", raw, False),
+        ("closures-no-rec", raw_closures, False),
         ("generate", generate, False),
         ("closures", closures, False),
         ("generate+records", generate, True),
     ):
-        rate, mbs = run(frames, reg, rec, args.seconds)
+        rate, mbs = max(run(frames, reg, rec, args.seconds) for _ in range(args.runs))
         print(f"{name:<17} {rate:>10,.0f} msg/s {mbs:>8.1f} MB/s")
 
 

@@ -112,6 +112,7 @@ class _Gen:
             "_unpack": struct.unpack_from,
             "_i16": _I16,
             "_i32": _I32,
+            "_no_tags": unknown_tags_only,
         }
         self.counter = 0
 
@@ -179,44 +180,51 @@ def _emit_scalar(g: _Gen, out: list[str], ind: str, f: Field, target: str, flexi
         _emit_sized(g, out, ind, f.type, target, flexible)
 
 
-def _emit_fields(
-    g: _Gen, out: list[str], ind: str, fields: tuple[Field, ...], d: str, flexible: bool
-) -> None:
-    """Decode the non-tagged fields into dict d, then the tagged-field section."""
-    run: list[Field] = []
+def _emit_struct(
+    g: _Gen, out: list[str], ind: str, fields: tuple[Field, ...], flexible: bool
+) -> str:
+    """Decode a struct's fields into locals, then build its dict in one literal.
+
+    Returns the name of the local holding the dict. Partial results are not kept
+    here: on failure the closure decoder re-runs and keeps them.
+    """
+    run: list[tuple[Field, str]] = []
+    members: list[tuple[str, str]] = []
 
     def flush() -> None:
         if not run:
             return
         if len(run) == 1:
-            _emit_scalar(g, out, ind, run[0], f"{d}[{run[0].name!r}]", flexible)
+            _emit_scalar(g, out, ind, run[0][0], run[0][1], flexible)
         else:
-            fmt = ">" + "".join(FIXED[f.type][0] for f in run)
+            fmt = ">" + "".join(FIXED[f.type][0] for f, _ in run)
             s = g.const(struct.Struct(fmt).unpack_from, "_u")
-            targets = ", ".join(f"{d}[{f.name!r}]" for f in run)
-            out.append(f"{ind}{targets} = {s}(buf, p)")
+            out.append(f"{ind}{', '.join(v for _, v in run)} = {s}(buf, p)")
             out.append(f"{ind}p += {struct.calcsize(fmt)}")
         run.clear()
 
-    tagged = [f for f in fields if f.tag is not None]
     for f in fields:
         if f.tag is not None:
             continue
+        var = g.uid("v")
+        members.append((f.name, var))
         if f.type in FIXED and not f.array:
-            run.append(f)
+            run.append((f, var))
             continue
         flush()
-        _emit_field(g, out, ind, f, f"{d}[{f.name!r}]", flexible)
+        _emit_field(g, out, ind, f, var, flexible)
     flush()
+    d = g.uid("d")
+    out.append(f"{ind}{d} = {{{', '.join(f'{name!r}: {var}' for name, var in members)}}}")
     if flexible:
-        _emit_tag_section(g, out, ind, tagged, d)
+        _emit_tag_section(g, out, ind, [f for f in fields if f.tag is not None], d)
+    return d
 
 
 def _emit_field(g: _Gen, out: list[str], ind: str, f: Field, target: str, flexible: bool) -> None:
     if f.array:
         _emit_array(g, out, ind, f, target, flexible)
     elif f.type == "struct":
-        sub = g.uid("d")
         if f.nullable and flexible:
             out.append(f"{ind}if buf[p] == 255:")
             out.append(f"{ind}    p += 1")
@@ -224,8 +232,8 @@ def _emit_field(g: _Gen, out: list[str], ind: str, f: Field, target: str, flexib
             out.append(f"{ind}else:")
             out.append(f"{ind}    p += 1")
             ind += "    "
-        out.append(f"{ind}{sub} = {target} = {{}}")
-        _emit_fields(g, out, ind, f.fields, sub, flexible)
+        sub = _emit_struct(g, out, ind, f.fields, flexible)
+        out.append(f"{ind}{target} = {sub}")
     else:
         _emit_scalar(g, out, ind, f, target, flexible)
 
@@ -245,18 +253,17 @@ def _emit_array(g: _Gen, out: list[str], ind: str, f: Field, target: str, flexib
         out.append(f"{ind}p += {n} * {size}")
         return
     lst = g.uid("l")
-    out.append(f"{ind}{lst} = {target} = []")
+    out.append(f"{ind}{lst} = []")
     out.append(f"{ind}for _ in range({n}):")
-    ind += "    "
+    inner = ind + "    "
     if f.type == "struct":
-        sub = g.uid("d")
-        out.append(f"{ind}{sub} = {{}}")
-        out.append(f"{ind}{lst}.append({sub})")
-        _emit_fields(g, out, ind, f.fields, sub, flexible)
+        sub = _emit_struct(g, out, inner, f.fields, flexible)
+        out.append(f"{inner}{lst}.append({sub})")
     else:
         v = g.uid("v")
-        _emit_scalar(g, out, ind, f, v, flexible)
-        out.append(f"{ind}{lst}.append({v})")
+        _emit_scalar(g, out, inner, f, v, flexible)
+        out.append(f"{inner}{lst}.append({v})")
+    out.append(f"{ind}{target} = {lst}")
 
 
 def _emit_tag_section(g: _Gen, out: list[str], ind: str, tagged: list[Field], d: str) -> None:
@@ -267,8 +274,25 @@ def _emit_tag_section(g: _Gen, out: list[str], ind: str, tagged: list[Field], d:
     out.append(f"{ind}    p = {fn}(buf, p, {n}, {d})")
 
 
+def unknown_tags_only(buf: bytes, p: int, count: int, d: dict[str, Any]) -> int:
+    """A tagged-field section of a struct that has no known tags: keep them raw."""
+    if count > len(buf) - p:
+        raise Short
+    unknown = d[UNKNOWN_TAGS] = {}
+    for _ in range(count):
+        tag, p = read_uvarint(buf, p)
+        size, p = read_uvarint(buf, p)
+        if size > len(buf) - p:
+            raise Short
+        unknown[tag] = buf[p : p + size]
+        p += size
+    return p
+
+
 def _tag_function(g: _Gen, tagged: list[Field]) -> str:
     """A helper that walks one tagged-field section; known tags decode from their slice."""
+    if not tagged:
+        return "_no_tags"
     name = g.uid("_tags")
     body: list[str] = [
         f"def {name}(buf0, p0, count, d):",
@@ -289,7 +313,7 @@ def _tag_function(g: _Gen, tagged: list[Field]) -> str:
         body.append(f"        {keyword} tag == {f.tag}:")
         keyword = "elif"
         _emit_field(g, body, "            ", f, f"d[{f.name!r}]", True)
-    body.append("        else:" if tagged else "        if True:")
+    body.append("        else:")
     body.append("            if unknown is None:")
     body.append(f"                unknown = d[{UNKNOWN_TAGS!r}] = {{}}")
     body.append("            unknown[tag] = buf")
@@ -303,9 +327,9 @@ def _tag_function(g: _Gen, tagged: list[Field]) -> str:
 def generate(layout: Layout, records: RecordsHook = raw_records) -> DecodeFn:
     """Specialised decoder for one layout: ``fn(buf, p) -> (body, end_offset)``."""
     g = _Gen(records)
-    main: list[str] = ["def decode(buf, p):", "    L = len(buf)", "    d0 = {}"]
-    _emit_fields(g, main, "    ", layout.fields, "d0", layout.flexible)
-    main.append("    return d0, p")
+    main: list[str] = ["def decode(buf, p):", "    L = len(buf)"]
+    top = _emit_struct(g, main, "    ", layout.fields, layout.flexible)
+    main.append(f"    return {top}, p")
     source = "\n".join([*g.lines, *main]) + "\n"
     ns = dict(g.ns)
     code = compile(source, f"<kafka {layout.api_key} v{layout.version} {layout.direction}>", "exec")

@@ -53,9 +53,12 @@ def _records_hook(expand: bool) -> kc.RecordsHook:
 class Registry:
     """Layouts plus their compiled decoders, compiled on first use and cached."""
 
-    def __init__(self, specs: SpecSet, backend: str = "generate") -> None:
+    def __init__(
+        self, specs: SpecSet, backend: str = "generate", *, parse_records: bool = True
+    ) -> None:
         self.specs = specs
         self.backend = backend
+        self.parse_records = parse_records
         self._fast: dict[tuple[int, int, str, bool], kc.DecodeFn] = {}
         self._slow: dict[tuple[int, int, str, bool], kc.DecodeFn] = {}
 
@@ -67,15 +70,18 @@ class Registry:
         fn = self._fast.get(key)
         if fn is None:
             build = kc.generate if self.backend == "generate" else kc.closures
-            fn = self._fast[key] = build(layout, _records_hook(expand))
+            fn = self._fast[key] = build(layout, self._hook(expand))
         return fn
 
     def explainer(self, layout: Layout, expand: bool) -> kc.DecodeFn:
         key = (layout.api_key, layout.version, layout.direction, expand)
         fn = self._slow.get(key)
         if fn is None:
-            fn = self._slow[key] = kc.closures(layout, _records_hook(expand))
+            fn = self._slow[key] = kc.closures(layout, self._hook(expand))
         return fn
+
+    def _hook(self, expand: bool) -> kc.RecordsHook:
+        return _records_hook(expand) if self.parse_records else kc.raw_records
 
     def compile_all(self) -> int:
         """Compile every layout now (a test and the benchmark use this)."""
@@ -182,6 +188,8 @@ def decode_request(
 
 
 def _read_header_tags(buf: bytes, p: int, header: dict[str, Any]) -> int:
+    if p < len(buf) and buf[p] == 0:
+        return p + 1  # the usual empty section
     return kc._read_tags(buf, p, {}, header)
 
 
