@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,9 @@ REPO = Path(__file__).resolve().parent.parent
 CAPTURES = REPO / "captures"
 # Third-party captures provided beside the checkout; never copied into the repo.
 SHARED_CAPTURES = REPO.parent / "shared" / "captures"
+KAFKA_BROKER = REPO / "scripts" / "kafka-broker"
+BROKER_START_TIMEOUT_S = 420  # includes the first Maven resolution of the jars
+BROKER_STOP_TIMEOUT_S = 60
 
 
 @pytest.fixture(scope="session")
@@ -26,3 +32,30 @@ def tshark() -> str:
     if path is None:
         pytest.skip("tshark is not installed (apt-get install tshark); it is the oracle here")
     return path
+
+
+def _broker(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(KAFKA_BROKER), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[None]:
+    """The test bed broker for the session; stopped by its PID afterwards if started here."""
+    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+    if missing:
+        message = f"the broker test bed needs {missing} (Java 17+ and Maven)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    started = _broker("start", timeout=BROKER_START_TIMEOUT_S)
+    if started.returncode == 3:
+        # Someone's broker from this same state dir is already up: use it, leave it running.
+        yield
+        return
+    assert started.returncode == 0, f"broker did not start:\n{started.stderr[-4000:]}"
+    try:
+        yield
+    finally:
+        _broker("stop", timeout=BROKER_STOP_TIMEOUT_S)

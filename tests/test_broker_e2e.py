@@ -37,11 +37,8 @@ from scripts.testbed.scenario import run_scenario
 from scripts.testbed.tshark_counts import TsharkCounts, count
 
 REPO = Path(__file__).resolve().parent.parent
-KAFKA_BROKER = REPO / "scripts" / "kafka-broker"
 RECORDED_CAPTURE = REPO / "captures" / "kafka-4-mixed.pcapng"
 RECORDED_LEDGER = REPO / "captures" / "kafka-4-mixed.drivers.json"
-BROKER_START_TIMEOUT_S = 420  # includes the first Maven resolution of the jars
-BROKER_STOP_TIMEOUT_S = 60
 
 ANSWERED = ("ok", "error")
 SHARE_APIS = (
@@ -89,33 +86,6 @@ def analysed(capture: Path, doc: dict[str, Any]) -> Run:
 @pytest.fixture(scope="session")
 def recorded_run(tshark: str) -> Run:
     return analysed(RECORDED_CAPTURE, json.loads(RECORDED_LEDGER.read_text()))
-
-
-def _broker(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(KAFKA_BROKER), *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
-
-
-@pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[None]:
-    """The test bed broker for the session; stopped by its PID afterwards if started here."""
-    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
-    if missing:
-        message = f"the broker test bed needs {missing} (Java 17+ and Maven)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    started = _broker("start", timeout=BROKER_START_TIMEOUT_S)
-    if started.returncode == 3:
-        # Someone's broker from this same state dir is already up: use it, leave it running.
-        yield
-        return
-    assert started.returncode == 0, f"broker did not start:\n{started.stderr[-4000:]}"
-    try:
-        yield
-    finally:
-        _broker("stop", timeout=BROKER_STOP_TIMEOUT_S)
 
 
 @pytest.fixture(scope="session")
