@@ -1,0 +1,166 @@
+"""Inside a Spark task: capture bytes -> Arrow batches of pair rows.
+
+``decode_batches`` is the function handed to ``DataFrame.mapInArrow`` over Spark's
+``binaryFile`` rows (``path``, ``content``). Each capture becomes
+
+* its pair rows (the contract columns, ``_capture_info`` null), in batches of at most
+  ``batch_rows`` so a long capture streams instead of building one huge batch;
+* if decoding stopped with an error, one flagged row: ``status`` "malformed" and
+  ``decode_error`` "capture_failed: <why>" (the rows before the error are kept);
+* one trailer row whose ``_capture_info`` says how it went (size, pairs, error,
+  counters). ``read.Fleet`` splits trailers from pairs.
+
+The offline pipeline reads captures from a local path, so the bytes are written to
+a temporary file in the task's scratch directory first (see docs/spark.md).
+
+This module needs pyarrow and the offline pipeline, never pyspark.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from ..accounting import Counters
+from ..pipeline import Options, iter_pairs
+from ..schema import COLUMNS
+from .types import CAPTURE_INFO, INFO_COLUMN, decoded_arrow_schema
+
+CAPTURE_FAILED = "capture_failed"
+"""Prefix of ``decode_error`` on the row that flags a capture that failed to decode."""
+
+FAILED_STATUS = "malformed"
+
+_TIMESTAMP_COLUMNS = frozenset(c.name for c in COLUMNS if c.kind == "timestamp")
+_CONTRACT_NAMES = tuple(c.name for c in COLUMNS)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeConfig:
+    """What every task needs; pickled into the tasks, so only plain data."""
+
+    options: Options = field(default_factory=Options)
+    batch_rows: int = 4096
+
+
+@dataclass(slots=True)
+class CaptureResult:
+    """How one capture went; becomes the trailer row."""
+
+    size_bytes: int
+    pairs: int = 0
+    failed: bool = False
+    error: str | None = None
+    decode_seconds: float = 0.0
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {c.name: getattr(self, c.name) for c in CAPTURE_INFO}
+
+
+class _Rows:
+    """Column lists for the next batch."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list[Any]] = {name: [] for name in _CONTRACT_NAMES}
+        self.info: list[dict[str, Any] | None] = []
+
+    def __len__(self) -> int:
+        return len(self.info)
+
+    def add(self, values: dict[str, Any], info: dict[str, Any] | None = None) -> None:
+        for name in _CONTRACT_NAMES:
+            value = values.get(name)
+            if name in _TIMESTAMP_COLUMNS and value is not None:
+                value = value // 1000  # ns -> us, Spark's resolution
+            self.cols[name].append(value)
+        self.info.append(info)
+
+    def add_record(self, record: Any, capture: str) -> None:
+        values = {name: getattr(record, name) for name in _CONTRACT_NAMES}
+        values["capture"] = capture
+        self.add(values)
+
+    def take(self) -> pa.RecordBatch:
+        schema = decoded_arrow_schema()
+        arrays = [pa.array(self.cols[f.name], type=f.type) for f in list(schema)[:-1]]
+        arrays.append(pa.array(self.info, type=schema.field(INFO_COLUMN).type))
+        self.cols = {name: [] for name in _CONTRACT_NAMES}
+        self.info = []
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def flag_row(capture: str, error: str) -> dict[str, Any]:
+    """The row standing for a capture that failed: status malformed, why in decode_error."""
+    why = f"{CAPTURE_FAILED}: {error}"
+    return {"capture": capture, "status": FAILED_STATUS, "decode_error": why}
+
+
+def failed_batch(captures: Iterable[str], error: str) -> pa.RecordBatch:
+    """Flag and trailer rows for captures that never reached a task."""
+    rows = _Rows()
+    for capture in captures:
+        result = CaptureResult(size_bytes=0, failed=True, error=error)
+        rows.add(flag_row(capture, error))
+        rows.add({"capture": capture}, result.as_dict())
+    return rows.take()
+
+
+def describe_error(exc: BaseException, local_path: str, capture: str) -> str:
+    """One line saying why, naming the capture rather than the task's temp file."""
+    text = str(exc).replace(local_path, capture) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
+
+
+def decode_local(
+    capture: str, local_path: str, size_bytes: int, config: DecodeConfig
+) -> Iterator[pa.RecordBatch]:
+    """Batches for the capture stored at ``local_path``; rows carry ``capture``."""
+    started = time.monotonic()
+    counters = Counters()
+    result = CaptureResult(size_bytes=size_bytes)
+    rows = _Rows()
+    try:
+        for record in iter_pairs(local_path, options=config.options, counters=counters):
+            rows.add_record(record, capture)
+            result.pairs += 1
+            if len(rows) >= config.batch_rows:
+                yield rows.take()
+    except Exception as exc:  # one bad capture must not fail the fleet job
+        result.failed = True
+        result.error = describe_error(exc, local_path, capture)
+        rows.add(flag_row(capture, result.error))
+    result.decode_seconds = time.monotonic() - started
+    result.counters = counters.as_dict()
+    rows.add({"capture": capture}, result.as_dict())
+    yield rows.take()
+
+
+def decode_capture(
+    capture: str, content: bytes | memoryview | pa.Buffer, config: DecodeConfig
+) -> Iterator[pa.RecordBatch]:
+    """Batches for one capture given as bytes (a ``binaryFile`` row's content)."""
+    with tempfile.TemporaryDirectory(prefix="kafka-dissector-") as tmp:
+        local = os.path.join(tmp, "capture")
+        with open(local, "wb") as fh:
+            fh.write(memoryview(content))
+        yield from decode_local(capture, local, len(memoryview(content)), config)
+
+
+def decode_batches(
+    batches: Iterable[pa.RecordBatch], config: DecodeConfig
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: binaryFile batches (path, content) -> decoded batches."""
+    for batch in batches:
+        paths = batch.column("path")
+        contents = batch.column("content")
+        for i in range(batch.num_rows):
+            content = contents[i]
+            data = content.as_buffer() if content.is_valid else b""
+            yield from decode_capture(paths[i].as_py(), data, config)

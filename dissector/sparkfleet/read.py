@@ -1,0 +1,141 @@
+"""Captures on any Hadoop-compatible path -> a ``Fleet`` of decoded pairs.
+
+Reading goes through Spark's ``binaryFile`` source and ``mapInArrow``:
+
+* the JVM lists and opens the files through Hadoop's FileSystem, so local paths,
+  ``hdfs://``, ``s3a://``, ``abfss://``, ``gs://`` and globs work wherever the
+  cluster is configured for them, with its credentials; a Python Data Source would
+  have to reach those stores from Python itself;
+* a capture is not splittable (TCP reassembly needs it whole), and ``binaryFile``
+  never splits a file, so one capture is decoded by exactly one task;
+* the decoding is the offline pipeline itself, run in Python workers over Arrow
+  batches, so the Spark rows are the pandas rows.
+
+Spark's file scan never hands a file of 0 bytes to a task, so ``load`` compares the
+listed files with the decoded ones and flags the files that were never read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+import pyarrow as pa
+
+from ..pipeline import Options
+from .decode import DecodeConfig, decode_batches, failed_batch
+from .types import CAPTURE_INFO, INFO_COLUMN, decoded_spark_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+UNREAD_ERROR = "empty file: Spark's file scan does not read files of 0 bytes"
+
+# Spark packs small files into one read task unless opening a file "costs" as much as
+# a whole task; with this cost every capture gets its own task (and its own core).
+ONE_FILE_PER_TASK_CONF = {"spark.sql.files.openCostInBytes": str(1 << 40)}
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The decoded captures (cached): pair rows plus one status row per capture."""
+
+    decoded: DataFrame
+    cached: DataFrame | None = None  # what ``unpersist`` releases
+
+    @property
+    def pairs(self) -> DataFrame:
+        """The pairs table: ``dissector.schema.COLUMNS``, in order, one row per pair."""
+        from pyspark.sql import functions as F
+
+        return self.decoded.where(F.col(INFO_COLUMN).isNull()).drop(INFO_COLUMN)
+
+    @property
+    def captures(self) -> DataFrame:
+        """One row per capture: ``capture`` plus ``types.CAPTURE_INFO``."""
+        from pyspark.sql import functions as F
+
+        info = [F.col(f"{INFO_COLUMN}.{c.name}").alias(c.name) for c in CAPTURE_INFO]
+        return self.decoded.where(F.col(INFO_COLUMN).isNotNull()).select("capture", *info)
+
+    def unpersist(self) -> None:
+        if self.cached is not None:
+            self.cached.unpersist()
+
+
+def read_binary(
+    spark: SparkSession,
+    paths: str | Iterable[str],
+    *,
+    recursive: bool = False,
+    glob: str | None = None,
+) -> DataFrame:
+    """``binaryFile`` rows (path, content) of the captures, one task per capture.
+
+    Sets ``ONE_FILE_PER_TASK_CONF`` on the session: Spark plans file splits when an
+    action runs, so the setting must stay in effect (it only changes how file scans
+    of this session are split into tasks).
+    """
+    for key, value in ONE_FILE_PER_TASK_CONF.items():
+        spark.conf.set(key, value)
+    reader = spark.read.format("binaryFile")
+    if recursive:
+        reader = reader.option("recursiveFileLookup", "true")
+    if glob:
+        reader = reader.option("pathGlobFilter", glob)
+    targets = [paths] if isinstance(paths, str) else list(paths)
+    if not targets:
+        raise ValueError("no capture paths given")
+    return reader.load(targets).select("path", "content")
+
+
+def load(
+    spark: SparkSession,
+    paths: str | Iterable[str],
+    *,
+    options: Options | None = None,
+    recursive: bool = False,
+    glob: str | None = None,
+    batch_rows: int = 4096,
+) -> Fleet:
+    """Decode every capture under ``paths`` (files, directories or globs) and cache it.
+
+    Runs one Spark job (the decoding); the rows stay cached (memory, then disk) for
+    the tables built from them until ``Fleet.unpersist``. Each row's ``capture`` is
+    the file's full URI as Spark lists it (``file:/...``, ``hdfs://...``).
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    config = DecodeConfig(options=options or Options(), batch_rows=batch_rows)
+    binary = read_binary(spark, paths, recursive=recursive, glob=glob)
+    listed = [path_string(uri) for uri in binary.inputFiles()]
+    decoded = binary.mapInArrow(partial(_decode, config=config), decoded_spark_schema())
+    cached = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+    trailers = cached.where(F.col(INFO_COLUMN).isNotNull()).select("capture").collect()
+    unread = sorted(set(listed) - {r["capture"] for r in trailers})
+    if unread:
+        table = pa.Table.from_batches([failed_batch(unread, UNREAD_ERROR)])
+        decoded = cached.unionByName(spark.createDataFrame(table, decoded_spark_schema()))
+    else:
+        decoded = cached
+    return Fleet(decoded, cached)
+
+
+def path_string(uri: str) -> str:
+    """A listed file's URI as the ``path`` column spells it (Hadoop ``Path.toString``).
+
+    ``inputFiles`` gives ``file:///a%20b`` where the rows say ``file:/a b``.
+    """
+    parts = urlsplit(uri)
+    if not parts.scheme:
+        return unquote(uri)
+    authority = f"//{parts.netloc}" if parts.netloc else ""
+    return f"{parts.scheme}:{authority}{unquote(parts.path)}"
+
+
+def _decode(batches: Iterator[pa.RecordBatch], config: DecodeConfig) -> Iterator[pa.RecordBatch]:
+    return decode_batches(batches, config)

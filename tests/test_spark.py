@@ -1,0 +1,529 @@
+"""Fleet analysis on Spark (local[2]) against the offline pipeline and plain-Python oracles.
+
+The oracle for rows is ``dissector.analyze`` run per capture (the contract the Spark
+job mirrors); the oracle for every summary table is computed here in plain Python and
+numpy from those rows, without Spark. Broken captures are made here: random bytes and
+an empty file, which the offline pipeline itself refuses (checked too).
+
+One SparkSession serves the whole module (start-up costs tens of seconds on 2 cores).
+The tests at the top need no Spark: they check the task-side decoder directly.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import dissector
+from dissector.capture import CaptureError
+from dissector.schema import COLUMN_NAMES, COLUMNS
+from dissector.sparkfleet.decode import CAPTURE_FAILED, DecodeConfig, decode_capture
+from dissector.sparkfleet.types import INFO_COLUMN
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared" / "captures"
+OWN = REPO / "captures"
+OWN_MAX_BYTES = 20 * 1024 * 1024  # keep the Spark run within a few minutes
+OWN_MAX_FILES = 6
+MIN_CAPTURES = 5
+WINDOW_US = 60_000_000  # the job's default throughput window, 1 minute
+KINDS = {c.name: c.kind for c in COLUMNS}
+
+Row = dict[str, Any]
+
+
+# --------------------------------------------------------------------------- captures
+
+
+def _good_captures() -> list[Path]:
+    found: list[Path] = []
+    if SHARED.is_dir():
+        found += sorted(p for p in SHARED.iterdir() if ".pcap" in p.name)
+    if OWN.is_dir():
+        own = sorted(
+            p for p in OWN.iterdir() if ".pcap" in p.name and p.stat().st_size <= OWN_MAX_BYTES
+        )
+        found += own[:OWN_MAX_FILES]
+    return [p.resolve() for p in found]
+
+
+@pytest.fixture(scope="module")
+def good_captures(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    paths = _good_captures()
+    if len(paths) < MIN_CAPTURES:
+        pytest.skip(
+            f"need at least {MIN_CAPTURES} captures from ../shared/captures or captures/, "
+            f"found {len(paths)}"
+        )
+    # Spark lists files as URIs: a name that needs escaping must still match its rows.
+    spaced = tmp_path_factory.mktemp("named") / "copy of a capture.pcap"
+    shutil.copyfile(min(paths, key=lambda p: p.stat().st_size), spaced)
+    return [*paths, spaced.resolve()]
+
+
+@pytest.fixture(scope="module")
+def broken_captures(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("broken")
+    noise = folder / "broken-random.pcap"
+    noise.write_bytes(random.Random(7).randbytes(4000))
+    empty = folder / "broken-empty.pcapng"
+    empty.write_bytes(b"")
+    return [noise.resolve(), empty.resolve()]
+
+
+# --------------------------------------------------------------------------- normalising
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _norm(name: str, value: Any) -> Any:
+    """A value as plain Python: None, int, float, str, tuple; times as epoch µs."""
+    if isinstance(value, list | tuple | np.ndarray):
+        return tuple(str(v) for v in value)
+    if _is_missing(value):
+        return None
+    kind = KINDS.get(name)
+    if kind == "timestamp" or isinstance(value, pd.Timestamp):
+        return int(value) if isinstance(value, int) else pd.Timestamp(value).value // 1000
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        return float(value)
+    return value
+
+
+def _pandas_rows(df: pd.DataFrame) -> list[Row]:
+    return [{k: _norm(k, v) for k, v in rec.items()} for rec in df.to_dict(orient="records")]
+
+
+def _spark_rows(df: Any) -> list[Row]:
+    """Collect with times as epoch µs, so no Python time zone is involved."""
+    from pyspark.sql import functions as F
+
+    cols = [
+        F.unix_micros(F.col(f.name)).alias(f.name)
+        if f.dataType.typeName() == "timestamp"
+        else F.col(f.name)
+        for f in df.schema.fields
+    ]
+    return [{k: _norm(k, v) for k, v in r.asDict().items()} for r in df.select(*cols).collect()]
+
+
+def _local(uri: str) -> str:
+    return urlparse(uri).path if uri.startswith("file:") else uri
+
+
+# --------------------------------------------------------------------------- oracle
+
+
+@pytest.fixture(scope="module")
+def expected(good_captures: list[Path]) -> list[Row]:
+    """The offline pipeline's rows for every good capture, analysed one file at a time."""
+    rows: list[Row] = []
+    for path in good_captures:
+        rows += _pandas_rows(dissector.analyze(str(path)))
+    assert rows, "the captures hold no pairs at all"
+    return rows
+
+
+def _group(rows: Iterable[Row], key: Callable[[Row], tuple]) -> dict[tuple, list[Row]]:
+    groups: dict[tuple, list[Row]] = defaultdict(list)
+    for r in rows:
+        groups[key(r)].append(r)
+    return dict(groups)
+
+
+def _inverted_cdf(values: list[float], p: float) -> float | None:
+    """The smallest value with at least a share p of the values at or below it."""
+    if not values:
+        return None
+    return float(np.percentile(np.asarray(values, dtype=float), p * 100, method="inverted_cdf"))
+
+
+def _sum(values: Iterable[Any]) -> int | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def _answered(r: Row) -> bool:
+    return r["status"] in ("ok", "error")
+
+
+def _latency_oracle(rows: list[Row], key: Callable[[Row], tuple]) -> dict[tuple, tuple]:
+    out = {}
+    for k, members in _group(rows, key).items():
+        lat = [r["latency_ms"] for r in members if r["latency_ms"] is not None]
+        out[k] = (
+            len(members),
+            len(lat),
+            _inverted_cdf(lat, 0.5),
+            _inverted_cdf(lat, 0.9),
+            _inverted_cdf(lat, 0.99),
+            float(np.mean(lat)) if lat else None,
+            max(lat) if lat else None,
+        )
+    return out
+
+
+def _by_topic(rows: list[Row]) -> Iterator[Row]:
+    for r in rows:
+        for topic in dict.fromkeys(r["topics"] or ()):
+            yield {**r, "topic": topic}
+
+
+# --------------------------------------------------------------------------- no Spark
+
+
+def test_task_decoder_rows_equal_offline_pipeline(good_captures: list[Path]) -> None:
+    """What a Spark task produces from a capture's bytes is analyze()'s rows."""
+    path = max(good_captures, key=lambda p: len(dissector.analyze(str(p))))
+    want = _pandas_rows(dissector.analyze(str(path)))
+    batches = list(decode_capture("any://name", path.read_bytes(), DecodeConfig(batch_rows=3)))
+    assert len(batches) > 1, "small batch_rows should stream several batches"
+    got = pa.Table.from_batches(batches).to_pylist()
+    trailer = [r for r in got if r[INFO_COLUMN] is not None]
+    pairs = [r for r in got if r[INFO_COLUMN] is None]
+    assert len(trailer) == 1 and trailer[0]["capture"] == "any://name"
+    assert trailer[0][INFO_COLUMN]["pairs"] == len(want)
+    assert trailer[0][INFO_COLUMN]["failed"] is False
+    assert {r["capture"] for r in pairs} == {"any://name"}
+    for r in want:
+        r["capture"] = "any://name"
+    got_rows = [{k: _norm(k, v) for k, v in r.items() if k != INFO_COLUMN} for r in pairs]
+    assert got_rows == want
+
+
+def test_task_decoder_flags_a_broken_capture(broken_captures: list[Path]) -> None:
+    for path in broken_captures:
+        with pytest.raises(CaptureError):
+            dissector.analyze(str(path))  # the offline pipeline refuses it too
+        got = pa.Table.from_batches(
+            list(decode_capture(str(path), path.read_bytes(), DecodeConfig()))
+        ).to_pylist()
+        assert len(got) == 2
+        flag, trailer = got
+        assert flag[INFO_COLUMN] is None
+        assert flag["status"] == "malformed"
+        assert flag["decode_error"].startswith(f"{CAPTURE_FAILED}: CaptureError: {path}")
+        info = trailer[INFO_COLUMN]
+        assert info["failed"] is True and info["pairs"] == 0
+        assert info["size_bytes"] == path.stat().st_size
+        # The task's temporary file name never leaks into the message.
+        assert "kafka-dissector-" not in info["error"]
+
+
+# --------------------------------------------------------------------------- Spark
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install pyspark)")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java 17+ (apt-get install openjdk-17-jre-headless)")
+    from dissector.spark_job import build_session
+
+    session = build_session(
+        "local[2]",
+        app_name="kafka-dissector-tests",
+        conf={"spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "2"},
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def all_paths(good_captures: list[Path], broken_captures: list[Path]) -> list[str]:
+    return [str(p) for p in [*good_captures, *broken_captures]]
+
+
+@pytest.fixture(scope="module")
+def fleet(spark: Any, all_paths: list[str]) -> Iterator[Any]:
+    from dissector.sparkfleet import load
+
+    loaded = load(spark, all_paths)
+    yield loaded
+    loaded.unpersist()
+
+
+@pytest.fixture(scope="module")
+def spark_pairs(fleet: Any) -> list[Row]:
+    rows = _spark_rows(fleet.pairs)
+    for r in rows:
+        r["capture"] = _local(r["capture"])
+    return rows
+
+
+@pytest.fixture(scope="module")
+def summaries(fleet: Any) -> dict[str, Any]:
+    from dissector.sparkfleet.aggregate import summaries as build
+
+    return build(fleet.pairs)
+
+
+@pytest.mark.spark
+def test_schema_is_the_contract(fleet: Any) -> None:
+    from pyspark.sql import types as T
+
+    spark_kind = {
+        "str": T.StringType(),
+        "int": T.LongType(),
+        "float": T.DoubleType(),
+        "timestamp": T.TimestampType(),
+        "str_list": T.ArrayType(T.StringType()),
+    }
+    schema = fleet.pairs.schema
+    assert tuple(schema.fieldNames()) == COLUMN_NAMES
+    for col in COLUMNS:
+        assert schema[col.name].dataType == spark_kind[col.kind], col.name
+
+
+@pytest.mark.spark
+def test_one_task_per_capture(spark: Any, fleet: Any, all_paths: list[str]) -> None:
+    from pyspark.sql import functions as F
+
+    from dissector.sparkfleet.read import read_binary
+
+    # Spark's file scan skips files of 0 bytes (load() flags those separately).
+    read = [p for p in all_paths if os.path.getsize(p) > 0]
+    assert len(read) < len(all_paths), "the set should include an empty capture"
+    assert read_binary(spark, all_paths).rdd.getNumPartitions() == len(read)
+    assert fleet.cached is not None
+    tasks = (
+        fleet.cached.select("capture", F.spark_partition_id().alias("task")).distinct().collect()
+    )
+    by_capture = _group((r.asDict() for r in tasks), lambda r: (_local(r["capture"]),))
+    assert set(by_capture) == {(p,) for p in read}
+    assert all(len(v) == 1 for v in by_capture.values()), "a capture was split over tasks"
+    assert len({r["task"] for r in tasks}) == len(read), "captures shared a task"
+
+
+@pytest.mark.spark
+def test_pairs_equal_pandas(
+    spark_pairs: list[Row], expected: list[Row], broken_captures: list[Path]
+) -> None:
+    broken = {str(p) for p in broken_captures}
+    good = [r for r in spark_pairs if r["capture"] not in broken]
+    assert len(good) == len(expected)
+    key = _row_key
+    assert sorted(good, key=key) == sorted(expected, key=key)
+
+
+def _row_key(r: Row) -> tuple:
+    return tuple(repr(r[name]) for name in COLUMN_NAMES)
+
+
+@pytest.mark.spark
+def test_rows_per_capture_and_status(spark_pairs: list[Row], expected: list[Row]) -> None:
+    def counts(rows: Iterable[Row]) -> dict[tuple, int]:
+        return {k: len(v) for k, v in _group(rows, lambda r: (r["capture"], r["status"])).items()}
+
+    flagged = [r for r in spark_pairs if (r["decode_error"] or "").startswith(CAPTURE_FAILED)]
+    got = counts(r for r in spark_pairs if r not in flagged)
+    assert got == counts(expected)
+    assert len(got) > MIN_CAPTURES
+
+
+@pytest.mark.spark
+def test_broken_captures_are_flagged_and_counted(
+    fleet: Any, spark_pairs: list[Row], broken_captures: list[Path], good_captures: list[Path]
+) -> None:
+    from dissector.spark_job import collect_report
+
+    broken = {str(p) for p in broken_captures}
+    flagged = [r for r in spark_pairs if r["capture"] in broken]
+    assert sorted(r["capture"] for r in flagged) == sorted(broken)
+    for r in flagged:
+        assert r["status"] == "malformed"
+        empty = os.path.getsize(r["capture"]) == 0
+        why = "empty file" if empty else "CaptureError"
+        assert r["decode_error"].startswith(f"{CAPTURE_FAILED}: {why}"), r
+    caps = {_local(r["capture"]): r for r in _spark_rows(fleet.captures)}
+    assert set(caps) == broken | {str(p) for p in good_captures}
+    assert {c for c, r in caps.items() if r["failed"]} == broken
+    report = collect_report(fleet)
+    assert report.failed == len(broken)
+    assert report.captures == len(broken) + len(good_captures)
+    assert sorted(_local(c) for c, _ in report.failures) == sorted(broken)
+
+
+def _spark_table(df: Any, keys: tuple[str, ...], values: tuple[str, ...]) -> dict[tuple, tuple]:
+    return {tuple(r[k] for k in keys): tuple(r[v] for v in values) for r in _spark_rows(df)}
+
+
+def _assert_tables_equal(got: dict[tuple, tuple], want: dict[tuple, tuple]) -> None:
+    assert set(got) == set(want)
+    for k, w in want.items():
+        g = got[k]
+        assert len(g) == len(w)
+        for gv, wv in zip(g, w, strict=True):
+            if isinstance(wv, float) and gv is not None:
+                assert gv == pytest.approx(wv, rel=1e-9), k
+            else:
+                assert gv == wv, k
+
+
+LAT_VALUES = ("requests", "answered", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("table", "keys"),
+    [
+        ("latency_by_api", ("api_key", "api_name", "api_version")),
+        ("latency_by_broker", ("broker_ip", "broker_port")),
+        ("latency_by_client", ("client_id",)),
+    ],
+)
+def test_latency_percentiles(
+    summaries: dict[str, Any], expected: list[Row], table: str, keys: tuple[str, ...]
+) -> None:
+    want = _latency_oracle(expected, lambda r: tuple(r[k] for k in keys))
+    assert sum(v[1] for v in want.values()) > 0, "no answered pairs to check"
+    _assert_tables_equal(_spark_table(summaries[table], keys, LAT_VALUES), want)
+
+
+@pytest.mark.spark
+def test_latency_per_topic(summaries: dict[str, Any], expected: list[Row]) -> None:
+    want = _latency_oracle(list(_by_topic(expected)), lambda r: (r["topic"],))
+    assert want, "no topics in the captures"
+    _assert_tables_equal(_spark_table(summaries["latency_by_topic"], ("topic",), LAT_VALUES), want)
+
+
+@pytest.mark.spark
+def test_error_rates(summaries: dict[str, Any], expected: list[Row]) -> None:
+    keys = ("api_key", "api_name", "api_version")
+    want = {}
+    for k, members in _group(expected, lambda r: tuple(r[n] for n in keys)).items():
+        answered = sum(1 for r in members if _answered(r))
+        errors = sum(1 for r in members if r["status"] == "error")
+        want[k] = (
+            len(members),
+            answered,
+            errors,
+            _sum(r["error_count"] for r in members),
+            errors / answered if answered else None,
+        )
+    assert sum(v[2] for v in want.values()) > 0, "no errors in the captures to check"
+    values = ("requests", "answered", "errors", "error_codes", "error_rate")
+    _assert_tables_equal(_spark_table(summaries["errors_by_api"], keys, values), want)
+
+
+@pytest.mark.spark
+def test_top_errors(summaries: dict[str, Any], expected: list[Row]) -> None:
+    keys = ("api_name", "error_code", "error_name")
+    failing = [r for r in expected if _answered(r) and r["error_code"] not in (None, 0)]
+    want = {}
+    for k, members in _group(failing, lambda r: tuple(r[n] for n in keys)).items():
+        brokers = {
+            (r["broker_ip"], r["broker_port"])
+            for r in members
+            if r["broker_ip"] is not None and r["broker_port"] is not None
+        }
+        want[k] = (len(members), len(brokers), len({r["capture"] for r in members}))
+    assert want and len(want) <= 20, "the oracle expects all error groups to fit the top 20"
+    got = _spark_table(summaries["top_errors"], keys, ("pairs", "brokers", "captures"))
+    _assert_tables_equal(got, want)
+    order = [r["pairs"] for r in _spark_rows(summaries["top_errors"])]
+    assert order == sorted(order, reverse=True)
+
+
+@pytest.mark.spark
+def test_unanswered(summaries: dict[str, Any], expected: list[Row]) -> None:
+    keys = ("broker_ip", "broker_port", "api_name", "api_version")
+    lost = [r for r in expected if r["status"] == "unanswered"]
+    assert lost, "no unanswered requests in the captures to check"
+    want = {}
+    for k, members in _group(lost, lambda r: tuple(r[n] for n in keys)).items():
+        times = [r["request_time"] for r in members if r["request_time"] is not None]
+        want[k] = (
+            len(members),
+            len({r["capture"] for r in members}),
+            min(times) if times else None,
+            max(times) if times else None,
+        )
+    values = ("unanswered", "captures", "first_request", "last_request")
+    _assert_tables_equal(_spark_table(summaries["unanswered_summary"], keys, values), want)
+    assert len(_spark_rows(summaries["unanswered_requests"])) == len(lost)
+
+
+@pytest.mark.spark
+def test_throughput_windows(summaries: dict[str, Any], expected: list[Row]) -> None:
+    def start(r: Row) -> tuple:
+        t = r["request_time"] if r["request_time"] is not None else r["response_time"]
+        return (t - t % WINDOW_US,)
+
+    timed = [r for r in expected if r["request_time"] is not None or r["response_time"]]
+    want = {}
+    for k, m in _group(timed, start).items():
+        want[k] = (
+            k[0] + WINDOW_US,
+            len(m),
+            sum(1 for r in m if _answered(r)),
+            sum(1 for r in m if r["status"] == "error"),
+            _sum(r["request_size"] for r in m),
+            _sum(r["response_size"] for r in m),
+            _sum(r["records"] for r in m),
+            _sum(r["record_bytes"] for r in m),
+        )
+    assert len(want) > 1, "the captures should span several windows"
+    values = (
+        "window_end",
+        "pairs",
+        "answered",
+        "errors",
+        "request_bytes",
+        "response_bytes",
+        "records",
+        "record_bytes",
+    )
+    got = _spark_table(summaries["throughput"], ("window_start",), values)
+    _assert_tables_equal(got, want)
+
+
+@pytest.mark.spark
+def test_cli_writes_parquet_tables(
+    spark: Any,
+    tmp_path: Path,
+    good_captures: list[Path],
+    broken_captures: list[Path],
+) -> None:
+    from click.testing import CliRunner
+
+    from dissector.spark_job import spark_command
+
+    chosen = [*good_captures[:3], broken_captures[0]]
+    want_pairs = sum(len(dissector.analyze(str(p))) for p in good_captures[:3])
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        spark_command,
+        [*map(str, chosen), "--master", "local[2]", "-o", str(out), "--window", "10 seconds"],
+    )
+    assert result.exit_code == 0, result.output
+    assert f"{len(chosen)} captures (1 failed to decode), {want_pairs} pairs" in result.output
+    pairs = pd.read_parquet(out / "pairs")
+    assert list(pairs.columns) == list(COLUMN_NAMES)
+    assert len(pairs) == want_pairs + 1  # plus the row flagging the broken capture
+    captures = pd.read_parquet(out / "captures")
+    assert len(captures) == len(chosen) and int(captures["failed"].sum()) == 1
+    for name in ("latency_by_api", "latency_by_topic", "top_errors", "throughput"):
+        assert (out / name).is_dir(), name
+    assert spark.sparkContext._jsc is not None, "the CLI stopped the caller's session"
