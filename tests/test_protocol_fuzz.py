@@ -3,6 +3,7 @@ hang or allocate beyond the input's size."""
 
 from __future__ import annotations
 
+import functools
 import random
 import struct
 import time
@@ -12,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dissector.protocol import Decoded, decode_request, decode_response, get_registry
+from dissector.protocol import Decoded, Registry, decode_request, decode_response, get_registry
+from dissector.protocol.compile import DecodeFailure
 from dissector.protocol.spec import REQUEST, RESPONSE
 
 FUZZ = settings(
@@ -119,3 +121,31 @@ def test_truncations_and_bit_flips_of_real_shaped_frames() -> None:
             i = rng.randrange(len(mutated))
             mutated[i] ^= 1 << rng.randrange(8)
         assert isinstance(decode_request(bytes(mutated)), Decoded)
+
+
+@functools.cache
+def _backends() -> tuple[Registry, Registry]:
+    specs = get_registry().specs
+    return (
+        Registry(specs, "generate", parse_records=False),
+        Registry(specs, "closures", parse_records=False),
+    )
+
+
+@FUZZ
+@given(st.sampled_from(COMBOS), st.binary(max_size=320))
+def test_generated_and_closure_decoders_agree(combo: tuple[int, int, str], buf: bytes) -> None:
+    """The two back ends are built independently from the same layout: on any bytes
+    both succeed with the same body and end offset, or both fail."""
+    generated, closures = _backends()
+    layout = get_registry().layout(*combo)
+    assert layout is not None
+    try:
+        expected: tuple[object, int] | None = closures.decoder(layout, False)(buf, 0)
+    except DecodeFailure:
+        expected = None
+    try:
+        got: tuple[object, int] | None = generated.decoder(layout, False)(buf, 0)
+    except Exception:
+        got = None
+    assert got == expected
