@@ -1,0 +1,77 @@
+"""``kafka-dissector decode`` and ``apis`` against the shared captures' independent counts."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dissector.decode_cli import apis_command, decode_command
+
+CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
+TANSU = CAPTURES / "local-tansu-confluent-kafka.pcapng"
+NDPI = CAPTURES / "ndpi-kafka.pcapng"
+
+
+def _run(*args: str) -> list[dict]:
+    result = CliRunner().invoke(decode_command, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.output.splitlines()]
+
+
+@pytest.mark.skipif(not TANSU.exists(), reason="../shared/captures is absent")
+def test_decode_tansu_produce_counts_match_the_producer_log() -> None:
+    rows = _run(str(TANSU), "--api", "Produce")
+    # README: Produce v10 x16, 4 batches per codec, 250 records per codec, 1000 in all.
+    assert len(rows) == 16
+    assert {r["api_version"] for r in rows} == {10}
+    per_codec = Counter[str]()
+    for r in rows:
+        assert r["response"] is not None and "error" not in r["request"]
+        summary = r["summary"]
+        assert summary["decode_error"] is None
+        per_codec[summary["compression"]] += summary["records"]
+    assert per_codec == {"gzip": 250, "lz4": 250, "zstd": 250, "snappy": 250}
+    assert all(r["request"]["body"]["topic_data"] for r in rows)
+
+
+@pytest.mark.skipif(not TANSU.exists(), reason="../shared/captures is absent")
+def test_decode_tansu_all_pairs_and_api_filter_by_key() -> None:
+    rows = _run(str(TANSU))
+    assert len(rows) == 84
+    by_api = Counter((r["api_name"], r["api_version"]) for r in rows)
+    assert by_api[("Metadata", 12)] == 11
+    assert by_api[("GetTelemetrySubscriptions", 0)] == 9
+    assert by_api[("ConsumerGroupDescribe", 0)] == 1
+    trailing = [r for r in rows if r["request"] and r["request"].get("trailing_bytes")]
+    assert [(r["api_name"], r["request"]["trailing_bytes"]) for r in trailing] == [("Metadata", 3)]
+    assert len(_run(str(TANSU), "--api", "1")) == 7
+
+
+@pytest.mark.skipif(not NDPI.exists(), reason="../shared/captures is absent")
+def test_decode_ndpi_trailing_bytes_of_old_librdkafka() -> None:
+    rows = _run(str(NDPI), "--api", "ApiVersions")
+    v0 = [r for r in rows if r["api_version"] == 0 and r["request"] is not None]
+    assert len(v0) == 4
+    assert all(r["request"]["trailing_bytes"] == 4 for r in v0)
+    assert all(r["request"].get("error") is None for r in v0)
+
+
+def test_apis_lists_every_key() -> None:
+    result = CliRunner().invoke(apis_command, ["--json"], catch_exceptions=False)
+    assert result.exit_code == 0
+    apis = [json.loads(line) for line in result.output.splitlines()]
+    keys = [a["api_key"] for a in apis]
+    assert keys == list(range(0, 93))
+    fetch = apis[1]
+    assert fetch["name"] == "Fetch"
+    assert fetch["request_versions"] == list(range(0, 19))
+
+
+def test_unknown_api_name_is_a_usage_error() -> None:
+    result = CliRunner().invoke(decode_command, [__file__, "--api", "NoSuchApi"])
+    assert result.exit_code == 2
+    assert "unknown API" in result.output
