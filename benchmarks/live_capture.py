@@ -16,6 +16,14 @@ Backends:
                link/IP/TCP parser (``capture.parse_frame``) on every frame
   scapy-sniff  ``scapy.sendrecv.sniff`` with its default dissection, as shipped
   scapy-raw    scapy's ``L2ListenSocket.recv_raw`` without dissection, as shipped
+
+Whole pipeline (capture + reassembly + decoding, what ``kafka-dissector live`` does):
+
+    python benchmarks/live_capture.py --times 20 \\
+        --pipeline ../shared/captures/local-tansu-confluent-kafka.pcapng
+
+replays the capture's request/response bytes over real loopback connections (a
+separate process plays client and broker) and reports pairs/s and drops.
 """
 
 from __future__ import annotations
@@ -290,12 +298,104 @@ def run(backend: str, rate: int, seconds: float) -> Result:
     return Result(backend, rate, count, len(seen), frames, drops, elapsed)
 
 
+# ---------------------------------------------------------------------------
+# Whole live pipeline: a recorded Kafka capture replayed over loopback
+
+
+def _exchanges_bytes(capture: str) -> list[list[tuple[bytes, bytes]]]:
+    """Per connection, each (request, response) as wire bytes with the size prefix."""
+    from dissector.pipeline import iter_exchanges
+
+    conns: dict[int, list[tuple[bytes, bytes]]] = {}
+    for _path, ex in iter_exchanges(capture):
+        if ex.request is None or ex.response is None:
+            continue
+        req, resp = ex.request.payload, ex.response.payload
+        conns.setdefault(ex.stream, []).append(
+            (struct.pack(">i", len(req)) + req, struct.pack(">i", len(resp)) + resp)
+        )
+    return list(conns.values())
+
+
+def _recv_n(sock: socket.socket, n: int) -> None:
+    while n > 0:
+        chunk = sock.recv(min(n, 1 << 20))
+        if not chunk:
+            raise ConnectionError("peer closed")
+        n -= len(chunk)
+
+
+def _replay(port: int, conns: list[list[tuple[bytes, bytes]]], times: int, go: Any) -> None:
+    """Client and broker sides in one process: request, response, request, ..."""
+    go.wait(10)
+    srv = socket.create_server(("127.0.0.1", port))
+    for _ in range(times):
+        for exchanges in conns:
+            client = socket.create_connection(("127.0.0.1", port), timeout=10)
+            server, _ = srv.accept()
+            server.settimeout(10)
+            for sock in (client, server):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for req, resp in exchanges:
+                client.sendall(req)
+                _recv_n(server, len(req))
+                server.sendall(resp)
+                _recv_n(client, len(resp))
+            client.close()
+            server.close()
+    srv.close()
+
+
+def pipeline(capture: str, times: int, buffer_mib: int) -> None:
+    """Replay ``capture``'s exchanges ``times`` times while ``LiveCapture`` decodes them."""
+    from dissector.live import LiveCapture, LiveOptions
+
+    conns = _exchanges_bytes(capture)
+    expected = sum(len(c) for c in conns) * times
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    cap = LiveCapture(
+        LiveOptions("lo", ports=frozenset({port}), duration=600, buffer_mib=buffer_mib)
+    )
+    go = multiprocessing.Event()
+    sender = multiprocessing.Process(target=_replay, args=(port, conns, times, go), daemon=True)
+    sender.start()
+    pairs = 0
+    start = time.monotonic()
+    go.set()
+    sent_done: float | None = None
+    for ev in cap.events():
+        if getattr(ev, "status", None) in ("ok", "error"):
+            pairs += 1
+        if sent_done is None and not sender.is_alive():
+            sent_done = time.monotonic()
+        if pairs >= expected or (sent_done is not None and time.monotonic() - sent_done > 5):
+            cap.stop("done")
+    elapsed = time.monotonic() - start
+    sender.join(5)
+    stats = cap.final_stats
+    print(
+        f"replayed {expected} pairs ({times} x {capture}); live decoded {pairs} pairs, "
+        f"{cap.frames} packets in {elapsed:.2f} s = {pairs / elapsed:.0f} pairs/s, "
+        f"{cap.frames / elapsed:.0f} packets/s; libpcap received {stats.received}, "
+        f"dropped {stats.dropped}; pairs flagged {cap.flagged}; ring {buffer_mib} MiB"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rates", default="10000,30000,60000,100000")
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--pipeline", metavar="CAPTURE", help="replay CAPTURE through live instead")
+    ap.add_argument("--times", type=int, default=20, help="replays of CAPTURE (--pipeline)")
+    ap.add_argument("--buffer-mib", type=int, default=32, help="ring size (--pipeline)")
     args = ap.parse_args()
+    if args.pipeline:
+        pipeline(args.pipeline, args.times, args.buffer_mib)
+        return
     rates = [int(r) for r in args.rates.split(",")]
     print(
         f"{'backend':<12} {'rate/s':>8} {'sent':>8} {'captured':>9} {'lost':>7} "

@@ -159,6 +159,7 @@ class PcapSource:
             raise LiveError(f"bad capture filter {bpf!r} on {iface}: {exc}") from exc
         cap.setnonblock(1)
         self._cap = cap
+        self._error = pcapy.PcapError
         self._fd = cap.getfd()
         self._batched = hasattr(cap, "next_batch")  # pcapy-ng >= 2.0
         self._meta = struct.Struct("=IIII")
@@ -177,6 +178,12 @@ class PcapSource:
         return self._read_now() if ready else []
 
     def _read_now(self) -> list[tuple[int, bytes]]:
+        try:
+            return self._read_batch()
+        except self._error as exc:  # e.g. the interface went away
+            raise LiveError(f"capture on {self.iface} failed: {exc}") from exc
+
+    def _read_batch(self) -> list[tuple[int, bytes]]:
         if self._batched:
             data, meta = self._cap.next_batch(BATCH)
             unpack = self._meta.unpack_from
@@ -266,6 +273,7 @@ class PcapWriter:
             self._writer = dpkt.pcap.Writer(self._file, snaplen=snaplen, linktype=linktype)
             self._hdr = struct.Struct(("<" if sys.byteorder == "little" else ">") + "IIII")
         self.frames = 0
+        self.error: str | None = None
 
     def write(self, ts_ns: int, data: bytes) -> None:
         usec = ts_ns // 1000
@@ -290,9 +298,17 @@ class PcapWriter:
         self._file.flush()
 
     def close(self) -> None:
-        if not self._file.closed:
+        """Flush and close; a failure is kept in ``error`` (the capture goes on)."""
+        if self._file.closed:
+            return
+        try:
             self._file.flush()
+        except OSError as exc:
+            self.error = self.error or f"writing {self.path} failed: {exc}"
+        try:
             self._file.close()
+        except OSError as exc:  # the buffered bytes it could not flush
+            self.error = self.error or f"writing {self.path} failed: {exc}"
 
 
 # ---------------------------------------------------------------------------
@@ -365,6 +381,7 @@ class LiveCapture:
         self.session = Session(Options(ports=opts.ports), self.counters, self.decoder)
         self.label = f"live:{opts.iface}"
         self.stop_reason: str | None = None
+        self.pcap_error: str | None = None  # --write-pcap failed: the file is incomplete
         self.pairs = 0
         self.flagged = 0
         self.frames = 0
@@ -438,6 +455,9 @@ class LiveCapture:
                     yield from self._drain()
             except KeyboardInterrupt:
                 self.stop("interrupted")
+            except LiveError as exc:
+                # The source failed mid-run: keep what was captured and finish cleanly.
+                self.stop(str(exc))
             for ex in self.session.finish():
                 yield self._record(ex)
             self._close()
@@ -458,7 +478,12 @@ class LiveCapture:
     def _frame(self, ts_ns: int, data: bytes) -> list[Exchange]:
         self.frames += 1
         if self.writer is not None:
-            self.writer.write(ts_ns, data)
+            try:
+                self.writer.write(ts_ns, data)
+            except OSError as exc:
+                # Disk full or similar: stop, keep the analysis, say why.
+                self.writer.error = self.writer.error or f"writing {self.writer.path} failed: {exc}"
+                self.stop(self.writer.error)
         self.counters.add("frames")
         pkt = parse_frame(
             self.source.linktype, data, self.frames, ts_ns, self.counters, self._addr_cache
@@ -506,6 +531,7 @@ class LiveCapture:
         self._closed = True
         if self.writer is not None:
             self.writer.close()
+            self.pcap_error = self.writer.error
         self.source.close()
 
     def close(self) -> None:
@@ -718,17 +744,23 @@ def _open_sink(path: str) -> _ParquetSink | _BufferedSink:
 
 
 def _install_stop_signals(cap: LiveCapture) -> Callable[[], None]:
-    """SIGINT and SIGTERM stop the capture cleanly; returns a function restoring them."""
+    """SIGINT and SIGTERM stop the capture cleanly; returns a function restoring them.
 
-    def handler(signum: int, _frame: types.FrameType | None) -> None:
-        cap.stop(signal.Signals(signum).name)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    The first signal asks for a clean stop and puts the previous handlers back, so a
+    second Ctrl-C interrupts at once if finishing takes too long.
+    """
+    previous: dict[int, Any] = {}
 
     def restore() -> None:
         for s, h in previous.items():
             signal.signal(s, h)
 
+    def handler(signum: int, _frame: types.FrameType | None) -> None:
+        cap.stop(signal.Signals(signum).name)
+        restore()
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        previous[s] = signal.signal(s, handler)
     return restore
 
 
@@ -811,7 +843,9 @@ def _final_summary(cap: LiveCapture, output: str | None) -> None:
         )
     if output:
         console.print(f"wrote {output}", highlight=False)
-    if cap.options.write_pcap:
+    if cap.pcap_error:
+        console.print(f"[bold red]{cap.pcap_error}: the pcap is incomplete[/]", highlight=False)
+    elif cap.options.write_pcap:
         console.print(f"wrote {cap.options.write_pcap} ({cap.frames} frames)", highlight=False)
 
 

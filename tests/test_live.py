@@ -39,7 +39,6 @@ from dissector.live_view import CAPTURE_GAP_NOTE, LiveStats, percentile
 from dissector.rows import PairRecord
 
 # The session's broker fixture (starts scripts/kafka-broker, stops it by PID).
-from tests.test_broker_e2e import kafka_broker  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
 TANSU = "local-tansu-confluent-kafka.pcapng"
@@ -567,6 +566,33 @@ def test_kernel_drops_are_counted_and_affected_pairs_flagged(
         clean += 1
     assert marked > 0
     assert clean + marked == len(records)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_pcap_write_failure_stops_with_reason_and_keeps_the_rows(
+    tansu_streams: dict[int, list[Turn]], tansu_offline: pd.DataFrame, listener: socket.socket
+) -> None:
+    port = listener.getsockname()[1]
+    cap = LiveCapture(
+        LiveOptions(IFACE, ports=frozenset({port}), duration=60, write_pcap="/dev/full")
+    )
+    collector = Collector(cap)
+    # The connection with the most bytes: more than the file's write buffer.
+    big = max(tansu_streams, key=lambda s: sum(len(t.data) for t in tansu_streams[s]))
+    replay(listener, tansu_streams, [big])
+    collector._thread.join(THREAD_JOIN_S)
+    records = collector.finish()
+    assert cap.stop_reason is not None
+    assert cap.stop_reason.startswith("writing /dev/full failed: [Errno 28]")
+    assert cap.pcap_error == cap.stop_reason
+    # Everything captured up to the failure is analysed; nothing is silently wrong.
+    assert any(r.status == "ok" for r in records)
+    got = remap(frame_of(records), [big])
+    expected = content(tansu_offline[tansu_offline["stream"] == big])
+    for row in content(got).to_dict(orient="records"):
+        if row["status"] == "unanswered":
+            continue  # its response came after the stop
+        assert row in expected.to_dict(orient="records")
 
 
 # ---------------------------------------------------------------- errors
