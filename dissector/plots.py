@@ -201,17 +201,20 @@ def latency_over_time(df: pd.DataFrame) -> Figure:
     colors = _all_api_colors(df)
     seconds = (stats.event_time(timed) - start).dt.total_seconds()
     latency = stats.as_float(timed[stats.LATENCY_COLUMN]).clip(lower=1e-3)
-    for name in [*busiest, OTHER]:
+    crowded = len(timed) > 5_000
+    for rank, name in enumerate([*busiest, OTHER]):
         mask = labels == name
         if mask.any():
             ax.scatter(
                 seconds[mask],
                 latency[mask],
-                s=14,
-                alpha=0.75,
+                s=4 if crowded else 14,
+                alpha=0.5 if crowded else 0.75,
                 color=colors[name],
                 label=name,
                 edgecolors="none",
+                # Rarer APIs on top of busy ones, 'other' underneath everything.
+                zorder=1 if name == OTHER else 2 + rank,
             )
     ax.set_yscale("log")
     ax.set_xlabel(_seconds_label(start))
@@ -219,6 +222,17 @@ def latency_over_time(df: pd.DataFrame) -> Figure:
     ax.set_title("Latency over time per API")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
+
+
+def _stacked_step(
+    ax: Axes, x: Any, width: int, base: Any, values: Any, color: Any, label: str
+) -> None:
+    """One filled step band per series (one artist, not one bar per bucket: a long
+    capture has hundreds of buckets)."""
+    import numpy as np
+
+    edges = np.append(x, x[-1] + width)
+    ax.stairs(base + values, edges, baseline=base, fill=True, color=color, label=label, lw=0)
 
 
 @styled
@@ -245,16 +259,7 @@ def traffic_over_time(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
     base = np.zeros(len(per_api))
     for name, counts in series.items():
         values = counts.to_numpy() / width
-        top.bar(
-            x,
-            values,
-            width=width,
-            bottom=base,
-            align="edge",
-            color=colors[name],
-            label=name,
-            linewidth=0,
-        )
+        _stacked_step(top, x, width, base, values, colors[name], name)
         base += values
     top.set_ylabel("requests per second")
     top.set_title(f"Request rate and bytes over time ({width} s buckets)")
@@ -394,16 +399,7 @@ def group_activity(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
     palette = _activity_colors()
     for name in activities:
         values = counts[name].to_numpy() / width
-        ax.bar(
-            x,
-            values,
-            width=width,
-            bottom=base,
-            align="edge",
-            color=palette[name],
-            label=name,
-            linewidth=0,
-        )
+        _stacked_step(ax, x, width, base, values, palette[name], name)
         base += values
     rebalance = counts[stats.REBALANCE_LABEL].to_numpy()
     if rebalance.sum():

@@ -62,9 +62,9 @@ GROUP_KEYS: Mapping[str, tuple[str, ...]] = {
     "broker": ("broker_ip", "broker_port"),
     "topic": ("topic",),
 }
-"""Breakdown dimensions. ``topic`` is one row per element of ``topics``: a pair
-touching several topics counts (with its bytes) once under each of them, and pairs
-touching no topic are left out of the topic breakdown."""
+"""Breakdown dimensions. ``topic`` is one row per distinct element of ``topics``: a
+pair touching several topics counts (with its bytes) once under each of them, and
+pairs touching no topic are left out of the topic breakdown."""
 
 MISSING_LABEL = "(none)"
 """Label of a group whose key is null (e.g. no client_id, undecodable API)."""
@@ -185,7 +185,8 @@ def _keyed(df: pd.DataFrame, by: str) -> tuple[pd.DataFrame, list[str]]:
 def _topic_list(value: object) -> list[str]:
     if value is None or isinstance(value, float):
         return []
-    return [str(t) for t in value]  # type: ignore[union-attr]
+    # A pair naming a topic twice (two partitions) touches it once.
+    return list(dict.fromkeys(str(t) for t in value))  # type: ignore[union-attr]
 
 
 # ---------------------------------------------------------------------------

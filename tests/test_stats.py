@@ -140,7 +140,7 @@ def test_per_client_and_broker_partition_all_rows(real: pd.DataFrame) -> None:
 def test_per_topic_counts_each_topic_of_a_pair(real: pd.DataFrame) -> None:
     expected: Counter[str] = Counter()
     for topics in real["topics"]:
-        expected.update(str(t) for t in (topics if topics is not None else []))
+        expected.update({str(t) for t in (topics if topics is not None else [])})
     table = stats.per_topic(real)
     assert dict(zip(table["topic"], table["count"], strict=True)) == dict(expected)
 
