@@ -390,6 +390,7 @@ class LiveCapture:
         self._topics = self.decoder.TopicNames()
         self._addr_cache: dict[bytes, str] = {}
         self._closed = False
+        self._ran = False
         self._started = time.monotonic()
 
     # -- control --------------------------------------------------------------
@@ -431,6 +432,9 @@ class LiveCapture:
 
     def events(self) -> Iterator[PairRecord | Tick]:
         """Pair records as they complete, and a ``Tick`` every interval and at the end."""
+        if self._ran:
+            raise LiveError("a LiveCapture runs once: create a new one to capture again")
+        self._ran = True
         opts = self.options
         start = self._started = time.monotonic()
         deadline = start + opts.duration if opts.duration is not None else None

@@ -147,7 +147,7 @@ def recv_exactly(sock: socket.socket, n: int) -> None:
 
 def replay_connection(srv: socket.socket, turns: list[Turn], *, answer: bool = True) -> None:
     """One real loopback connection carrying the recorded turns in order."""
-    client = socket.create_connection(srv.getsockname(), timeout=SOCKET_TIMEOUT_S)
+    client = socket.create_connection(srv.getsockname()[:2], timeout=SOCKET_TIMEOUT_S)
     server, _ = srv.accept()
     server.settimeout(SOCKET_TIMEOUT_S)
     for sock in (client, server):
@@ -359,6 +359,33 @@ def test_replay_live_equals_offline_and_its_own_pcap(
     a = live_df[cols].sort_values(["stream", "correlation_id"]).reset_index(drop=True)
     b = from_pcap[cols].sort_values(["stream", "correlation_id"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_replay_over_ipv6_loopback(
+    tansu_streams: dict[int, list[Turn]], tansu_offline: pd.DataFrame
+) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 in this Python build")
+    srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    try:
+        srv.bind(("::1", 0))
+    except OSError as exc:
+        srv.close()
+        pytest.skip(f"no ::1 on this host: {exc}")
+    srv.listen(4)
+    srv.settimeout(SOCKET_TIMEOUT_S)
+    port = srv.getsockname()[1]
+    try:
+        cap = LiveCapture(LiveOptions(IFACE, ports=frozenset({port}), duration=60))
+        collector = Collector(cap)
+        replay(srv, tansu_streams, [1, 3])
+        time.sleep(0.3)
+        records = collector.finish()
+    finally:
+        srv.close()
+    got = remap(frame_of(records), [1, 3])
+    assert (got["client_ip"] == "::1").all() and (got["broker_ip"] == "::1").all()
+    assert_same_rows(got, tansu_offline[tansu_offline["stream"].isin([1, 3])])
 
 
 def test_pcap_written_by_live_is_read_by_tshark(
