@@ -425,3 +425,46 @@ def test_browser_renders_every_section_and_decodes_every_image(
     # The page fits the window: wide tables scroll inside their box.
     assert dom["width"] <= 1280
     assert plt_imread(shot).shape[1] == 1280
+
+
+# -- the charts themselves --------------------------------------------------------
+
+UNIT_WORDS = ("ms", "bytes", "per second", "seconds since", "rows", "fraction", "B ")
+
+
+def test_every_chart_has_titles_units_and_legends(bundled_df: pd.DataFrame) -> None:
+    from dissector import plots
+
+    for chart_id, (title, draw) in plots.CHARTS.items():
+        fig = draw(bundled_df)
+        axes = [ax for ax in fig.axes if ax.axison]
+        assert axes, chart_id
+        assert any(ax.get_title() for ax in axes), chart_id
+        for ax in axes:
+            labels = f"{ax.get_xlabel()} {ax.get_ylabel()} {ax.get_title()}"
+            assert any(w in labels for w in UNIT_WORDS), (chart_id, labels)
+        series = sum(len(ax.get_legend_handles_labels()[0]) for ax in axes)
+        legends = [ax.get_legend() for ax in axes if ax.get_legend() is not None]
+        if series > 1 and chart_id != "sizes":
+            assert legends, chart_id
+        assert title  # the report's caption heading
+    # The same API has the same colour in every chart of a report.
+    colors = plots.api_colors(["Produce", "Fetch", "Metadata"])
+    assert plots.api_colors(["Produce", "Fetch", "Metadata"]) == colors
+    assert len(set(map(str, colors.values()))) == len(colors)
+
+
+def test_group_chart_marks_rebalances() -> None:
+    from dissector import plots
+
+    recs = [
+        _record("m1", api_key=11, api_name="JoinGroup", api_version=9),
+        _record(
+            "m2", api_key=12, api_name="Heartbeat", api_version=4, status="error",
+            error_code=27, error_name="REBALANCE_IN_PROGRESS",
+            request_time=1_700_000_002_000_000_000, response_time=1_700_000_002_001_000_000,
+        ),
+    ]  # fmt: skip
+    fig = plots.group_activity(records_to_frame(recs))
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert {"join", "heartbeat", "rebalance in progress"} <= set(labels)
