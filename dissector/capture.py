@@ -150,19 +150,9 @@ _BT_PB = 2  # obsolete Packet Block
 _BT_SPB = 3
 _BT_EPB = 6
 _BT_SHB = 0x0A0D0D0A
+_PACKET_BLOCKS = frozenset({_BT_EPB, _BT_PB})
 _OPT_IF_TSRESOL = 9
 _OPT_IF_TSOFFSET = 14
-
-
-@dataclass(frozen=True, slots=True)
-class _Interface:
-    linktype: int
-    ts_mul: int  # ns = ticks * ts_mul // ts_div + ts_offset_ns
-    ts_div: int
-    ts_offset_ns: int
-
-    def to_ns(self, ticks: int) -> int:
-        return ticks * self.ts_mul // self.ts_div + self.ts_offset_ns
 
 
 def _tsresol_to_ratio(value: int) -> tuple[int, int]:
@@ -255,7 +245,8 @@ def _pcap_frames(reader: _ChunkReader, header: bytes, counters: Counters) -> Ite
             counters.add("caplen_exceeds_wire_len", oversize)
 
 
-def _parse_idb(body: bytes, order: str) -> _Interface:
+def _parse_idb(body: bytes, order: str) -> tuple[int, int, int, int]:
+    """(linktype, ts multiplier, ts divisor, ts offset ns) of an IDB body."""
     linktype = struct.unpack_from(order + "H", body, 0)[0]
     mul, div, offset_ns = 1000, 1, 0  # default resolution: microseconds
     pos = 8
@@ -270,28 +261,35 @@ def _parse_idb(body: bytes, order: str) -> _Interface:
         elif code == _OPT_IF_TSOFFSET and length == 8:
             offset_ns = struct.unpack(order + "q", value)[0] * 1_000_000_000
         pos += 4 + ((length + 3) & ~3)
-    return _Interface(linktype, mul, div, offset_ns)
+    return linktype, mul, div, offset_ns
 
 
 def _pcapng_frames(reader: _ChunkReader, counters: Counters) -> Iterator[Frame]:
     order = "<"
-    interfaces: list[_Interface] = []
-    epb = struct.Struct("<IIIII")
+    # Per interface: (linktype, ts multiplier, ts divisor, ts offset ns).
+    interfaces: list[tuple[int, int, int, int]] = []
+    head = struct.Struct("<II").unpack_from
+    # Block type and length plus, for an EPB, its fixed fields: one unpack per packet.
+    head_epb = struct.Struct("<IIIIIII").unpack_from
+    buf = reader.buf
+    pos = reader.pos
     while True:
-        if not reader.ensure(8):
-            if len(reader.buf) - reader.pos:
-                counters.add("truncated_file")
-            return
-        buf = reader.buf
-        pos = reader.pos
-        btype = struct.unpack_from(order + "I", buf, pos)[0]
-        if btype == _BT_SHB:
-            # The byte-order magic decides how this section (and its length) reads.
-            if not reader.ensure(12):
-                counters.add("truncated_file")
+        if len(buf) - pos >= 28:
+            btype, blen, iface_id, ts_hi, ts_lo, caplen, _orig = head_epb(buf, pos)
+        else:
+            reader.pos = pos
+            if not reader.ensure(28) and len(reader.buf) - reader.pos < 12:
+                if len(reader.buf) - reader.pos:
+                    counters.add("truncated_file")
                 return
             buf = reader.buf
-            pos = reader.pos
+            pos = 0
+            if len(buf) >= 28:
+                btype, blen, iface_id, ts_hi, ts_lo, caplen, _orig = head_epb(buf, pos)
+            else:  # a short last block: no packet block fits here
+                btype, blen = head(buf, pos)
+        if btype == _BT_SHB:
+            # The byte-order magic decides how this section (and its length) reads.
             bom = buf[pos + 8 : pos + 12]
             if bom == b"\x4d\x3c\x2b\x1a":
                 order = "<"
@@ -300,53 +298,62 @@ def _pcapng_frames(reader: _ChunkReader, counters: Counters) -> Iterator[Frame]:
             else:
                 counters.add("bad_record")
                 return
-            epb = struct.Struct(order + "IIIII")
+            head = struct.Struct(order + "II").unpack_from
+            head_epb = struct.Struct(order + "IIIIIII").unpack_from
+            btype, blen = head(buf, pos)
             interfaces = []
-        blen = struct.unpack_from(order + "I", buf, pos + 4)[0]
         if blen < 12 or blen % 4 or blen > _MAX_RECORD:
             counters.add("bad_record")
             return
-        if not reader.ensure(blen):
-            counters.add("truncated_file")
-            return
-        buf = reader.buf
-        pos = reader.pos
-        reader.pos = pos + blen
-        if btype in (_BT_EPB, _BT_PB):
+        end = pos + blen
+        if end > len(buf):
+            reader.pos = pos
+            if not reader.ensure(blen):
+                counters.add("truncated_file")
+                return
+            buf = reader.buf
+            pos = 0
+            end = blen
+        if btype in _PACKET_BLOCKS:
             if blen < 32:
                 counters.add("bad_record")
+                pos = end
                 continue
-            iface_id, ts_hi, ts_lo, caplen, _orig = epb.unpack_from(buf, pos + 8)
             if btype == _BT_PB:
                 # Obsolete layout: a 16-bit interface id, then a 16-bit drop count.
                 iface_id = struct.unpack_from(order + "H", buf, pos + 8)[0]
-            if iface_id >= len(interfaces):
-                counters.add("pcapng_unknown_interface")
+            if iface_id >= len(interfaces) or caplen > blen - 32:
+                counters.add(
+                    "pcapng_unknown_interface" if iface_id >= len(interfaces) else "bad_record"
+                )
+                pos = end
                 continue
-            if caplen > blen - 32:
-                counters.add("bad_record")
-                continue
-            iface = interfaces[iface_id]
+            linktype, mul, div, offset = interfaces[iface_id]
             start = pos + 28
+            pos = end
             yield (
-                iface.linktype,
-                ((ts_hi << 32) | ts_lo) * iface.ts_mul // iface.ts_div + iface.ts_offset_ns,
+                linktype,
+                ((ts_hi << 32) | ts_lo) * mul // div + offset,
                 buf[start : start + caplen],
             )
         elif btype == _BT_SPB:
+            start = pos + 12
+            pos = end
             if not interfaces or blen < 16:
                 counters.add("pcapng_unknown_interface")
                 continue
-            orig = struct.unpack_from(order + "I", buf, pos + 8)[0]
+            orig = struct.unpack_from(order + "I", buf, start - 4)[0]
             counters.add("pcapng_simple_packet_block")
-            start = pos + 12
-            yield interfaces[0].linktype, 0, buf[start : start + min(orig, blen - 16)]
+            yield interfaces[0][0], 0, buf[start : start + min(orig, blen - 16)]
         elif btype == _BT_IDB:
             if blen < 20:
                 counters.add("bad_record")
                 return
-            interfaces.append(_parse_idb(buf[pos + 8 : pos + blen], order))
-        # Other blocks (name resolution, statistics, custom, ...) carry no packets.
+            interfaces.append(_parse_idb(buf[pos + 8 : end], order))
+            pos = end
+        else:
+            # Other blocks (name resolution, statistics, custom, ...) carry no packets.
+            pos = end
 
 
 def _open(path: str) -> tuple[BinaryIO, bytes]:
