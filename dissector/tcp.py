@@ -51,6 +51,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from .accounting import Counters
 from .capture import ACK, FIN, RST, SYN, Packet
@@ -644,8 +645,11 @@ class Reassembler:
                 self._skip_hole(worst, out)
 
 
-def reassemble(packets: Iterable[Packet], counters: Counters, **options: int) -> Iterator[Event]:
-    """Every event of a packet source, ending with the end-of-capture flush."""
+def reassemble(packets: Iterable[Packet], counters: Counters, **options: Any) -> Iterator[Event]:
+    """Every event of a packet source, ending with the end-of-capture flush.
+
+    ``options`` are ``Reassembler``'s keyword arguments.
+    """
     r = Reassembler(counters, **options)
     for pkt in packets:
         yield from r.feed(pkt)
