@@ -60,7 +60,10 @@ DEFAULT_INTERVAL = 1.0
 BATCH = 1024  # frames per read call
 BLOCK_TIMEOUT_MS = 50  # TPACKET_V3 hands over a partly filled block after this long
 POLL_S = 0.1  # longest wait for packets before checking stop conditions
-DRAIN_LIMIT_S = 2.0  # bound on reading what was buffered before a stop
+# Safety bound on reading what was buffered before a stop. The drain ends by itself at
+# the first frame newer than the stop or an empty read, so at most a ring's worth is
+# read; this only matters when decoding that ring is very slow.
+DRAIN_LIMIT_S = 30.0
 
 # libpcap's pcap_activate() results (pcap/pcap.h); pcapy returns them unchanged.
 _PCAP_ERRORS = {
