@@ -335,7 +335,7 @@ def _capture(df: pd.DataFrame) -> Section:
         (f"brokers ({len(facts.brokers)})", ", ".join(facts.brokers) or "–"),
         (f"client hosts ({len(facts.client_ips)})", ", ".join(facts.client_ips) or "–"),
         (f"client ids ({len(facts.client_ids)})", ", ".join(facts.client_ids) or "–"),
-        ("Kafka version", stats.describe_kafka_floor(facts.kafka_floor)),
+        ("Kafka version", _kafka_versions_text(facts)),
         ("client software", _software_text(df)),
         (f"API versions seen ({len(facts.api_versions)})", ", ".join(facts.api_versions) or "–"),
     ]
@@ -344,6 +344,15 @@ def _capture(df: pd.DataFrame) -> Section:
     if counters:
         rows.append(("stage counters", ", ".join(f"{k} {v:,}" for k, v in counters.items())))
     return Section(id="capture", title="Capture", facts=tuple(rows))
+
+
+def _kafka_versions_text(facts: stats.CaptureFacts) -> str:
+    if len(facts.kafka_floors) <= 1:
+        return stats.describe_kafka_floor(facts.kafka_floor)
+    return "; ".join(
+        stats.describe_kafka_floor(floor, f"broker {broker}")
+        for broker, floor in facts.kafka_floors.items()
+    )
 
 
 def _software_text(df: pd.DataFrame) -> str:

@@ -552,7 +552,9 @@ class CaptureFacts:
     api_versions: tuple[str, ...]
     kafka_floor: str | None
     """Oldest Apache Kafka release that supports every API version answered without
-    error: the broker is at least that release."""
+    error by any broker: the newest broker is at least that release."""
+    kafka_floors: Mapping[str, str | None]
+    """The same per broker address."""
 
 
 def capture_facts(df: pd.DataFrame) -> CaptureFacts:
@@ -562,8 +564,11 @@ def capture_facts(df: pd.DataFrame) -> CaptureFacts:
     # Only versions the broker answered without error prove what it supports (a
     # client probing ApiVersions v99 says nothing about the broker).
     accepted = df[df["status"].eq("ok").fillna(False).astype(bool)]
-    accepted_pairs = accepted[["api_key", "api_version"]].dropna()
-    supported = sorted({(int(k), int(v)) for k, v in accepted_pairs.itertuples(index=False)})
+    accepted_pairs = accepted[["broker_ip", "broker_port", "api_key", "api_version"]].dropna()
+    by_broker: dict[str, set[tuple[int, int]]] = {}
+    for ip, port, key, version in accepted_pairs.itertuples(index=False):
+        by_broker.setdefault(broker_label(ip, port), set()).add((int(key), int(version)))
+    supported = sorted(set().union(*by_broker.values()))
     names = {
         (int(k), int(v)): str(n)
         for k, v, n in df[["api_key", "api_version", "api_name"]].dropna().itertuples(index=False)
@@ -588,6 +593,7 @@ def capture_facts(df: pd.DataFrame) -> CaptureFacts:
         client_ids=tuple(sorted(set(df["client_id"].dropna().astype(str)))),
         api_versions=tuple(f"{names.get((k, v), f'api {k}')} v{v}" for k, v in seen),
         kafka_floor=kafka_release_floor(supported),
+        kafka_floors={b: kafka_release_floor(sorted(v)) for b, v in sorted(by_broker.items())},
     )
 
 
@@ -630,17 +636,17 @@ def kafka_release_floor(seen: Iterable[tuple[int, int]]) -> str | None:
     return ".".join(map(str, releases[floor_index]))
 
 
-def describe_kafka_floor(floor: str | None) -> str:
-    """``capture_facts().kafka_floor`` as a sentence."""
+def describe_kafka_floor(floor: str | None, broker: str = "broker") -> str:
+    """``capture_facts().kafka_floor`` (or one of ``kafka_floors``) as a sentence."""
     if floor is None:
-        return "Kafka version: not enough answered requests to tell"
+        return f"{broker}: not enough answered requests to tell its Kafka version"
     if floor.startswith("newer than "):
         return (
-            f"broker is newer than Apache Kafka {floor.removeprefix('newer than ')} "
+            f"{broker} is newer than Apache Kafka {floor.removeprefix('newer than ')} "
             "(it answered API versions that release does not have)"
         )
     return (
-        f"broker is Apache Kafka {floor} or newer (oldest release supporting every API "
+        f"{broker} is Apache Kafka {floor} or newer (oldest release supporting every API "
         "version it answered without error)"
     )
 

@@ -291,6 +291,13 @@ def test_bundled_facts(bundled: pd.DataFrame) -> None:
     assert facts.kafka_floor is not None
     floor = tuple(int(p) for p in facts.kafka_floor.removeprefix("newer than ").split("."))
     assert (4, 2) <= floor <= ((4, 3) if facts.kafka_floor.startswith("newer") else (4, 4))
+    # One broker process behind both listeners: each listener's floor is consistent
+    # with Kafka 4.4.0 on its own.
+    assert set(facts.kafka_floors) == {"127.0.0.1:9092", "127.0.0.1:9094"}
+    for floor_text in facts.kafka_floors.values():
+        assert floor_text is not None
+        release = tuple(int(p) for p in floor_text.removeprefix("newer than ").split("."))
+        assert release <= ((4, 3) if floor_text.startswith("newer") else (4, 4))
     # The unanswered Produce v2 of kafka-python (Kafka 4 dropped v0-v2).
     missing = stats.unanswered(bundled)
     assert ("Produce", 2) in set(zip(missing["api_name"], missing["api_version"], strict=True))
@@ -466,6 +473,7 @@ def test_tansu_capture_facts(tansu: pd.DataFrame) -> None:
     # Fetch v16 (KIP-951) and ConsumerGroupDescribe v0 (KIP-848) first shipped in
     # Apache Kafka 3.7 and 3.8 respectively: the floor is the later one.
     assert facts.kafka_floor == "3.8"
+    assert facts.kafka_floors == {"127.0.0.1:9092": "3.8"}
 
 
 @pytest.mark.parametrize(
@@ -544,3 +552,4 @@ def test_describe_kafka_floor_reads_as_a_sentence() -> None:
         "broker is newer than Apache Kafka 4.3"
     )
     assert "not enough" in stats.describe_kafka_floor(None)
+    assert stats.describe_kafka_floor("2.4", "broker b:1").startswith("broker b:1 is Apache")
