@@ -2,8 +2,8 @@
 
 ``LiveStats`` is fed every pair record as it completes and keeps two views of
 them: the current refresh interval (reset by ``roll``) and the whole run. Memory
-stays bounded on long captures: whole-run latencies are a fixed-size uniform
-sample per API (exact until the sample fills), error names a counter.
+stays bounded on long captures: latencies are a fixed-size uniform sample per API
+and view (exact until the sample fills), error names a counter.
 ``render`` turns a snapshot into a rich renderable; nothing here touches the
 network, so the numbers are testable without a terminal.
 """
@@ -38,7 +38,7 @@ class ApiWindow:
     error_names: Counter[str] = field(default_factory=Counter)
     _seen_latencies: int = 0
 
-    def add(self, rec: PairRecord, rng: random.Random | None) -> None:
+    def add(self, rec: PairRecord, rng: random.Random) -> None:
         self.requests += 1
         if rec.status in ERROR_STATUSES:
             self.errors += 1
@@ -50,7 +50,7 @@ class ApiWindow:
         if rec.latency_ms is None:
             return
         self._seen_latencies += 1
-        if rng is None or len(self.latencies) < LATENCY_SAMPLE:
+        if len(self.latencies) < LATENCY_SAMPLE:
             self.latencies.append(rec.latency_ms)
             return
         # Reservoir sampling keeps a uniform sample of the whole run in fixed memory.
@@ -128,7 +128,7 @@ class LiveStats:
     def add(self, rec: PairRecord) -> None:
         label = _api_label(rec)
         self.pairs += 1
-        self.interval.setdefault(label, ApiWindow()).add(rec, None)
+        self.interval.setdefault(label, ApiWindow()).add(rec, self._rng)
         self.total.setdefault(label, ApiWindow()).add(rec, self._rng)
 
     def roll(self) -> None:

@@ -87,7 +87,9 @@ class Turn:
     data: bytes
 
 
-def follow_streams(tshark: str, capture: Path, server_port: int) -> dict[int, list[Turn]]:
+def follow_streams(
+    tshark: str, capture: Path, server_ports: frozenset[int]
+) -> dict[int, list[Turn]]:
     """Each TCP connection's payload as alternating client/broker turns, via tshark."""
     streams = tshark_stream_ids(tshark, capture)
     args = [tshark, "-n", "-r", str(capture), "-q"]
@@ -101,7 +103,7 @@ def follow_streams(tshark: str, capture: Path, server_port: int) -> dict[int, li
             continue
         node0 = re.search(r"Node 0: .*:(\d+)", block)
         assert node0 is not None
-        node0_is_client = int(node0.group(1)) != server_port
+        node0_is_client = int(node0.group(1)) not in server_ports
         turns: list[Turn] = []
         for line in block.splitlines():
             if not line.strip() or not re.fullmatch(r"\t?[0-9a-f]+", line):
@@ -302,7 +304,7 @@ def tansu(shared_captures: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def tansu_streams(tshark: str, tansu: Path) -> dict[int, list[Turn]]:
-    return follow_streams(tshark, tansu, RECORDED_PORT)
+    return follow_streams(tshark, tansu, frozenset({RECORDED_PORT}))
 
 
 @pytest.fixture(scope="module")
@@ -367,6 +369,28 @@ def test_replay_live_equals_offline_and_its_own_pcap(
     a = live_df[cols].sort_values(["stream", "correlation_id"]).reset_index(drop=True)
     b = from_pcap[cols].sort_values(["stream", "correlation_id"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_replay_of_the_projects_recorded_capture(
+    tshark: str, listener: socket.socket, tmp_path: Path
+) -> None:
+    """captures/kafka-4-mixed.pcapng (real Apache Kafka 4.4, many clients, SASL, errors,
+    two unanswered requests): replayed over one loopback port, live == offline."""
+    recorded = REPO / "captures" / "kafka-4-mixed.pcapng"
+    if not recorded.is_file():
+        pytest.skip(f"{recorded} is not present")
+    streams = follow_streams(tshark, recorded, frozenset({9092, 9094}))
+    offline = dissector.analyze(recorded)
+    port = listener.getsockname()[1]
+    cap = LiveCapture(LiveOptions(IFACE, ports=frozenset({port}), duration=120))
+    collector = Collector(cap)
+    replay(listener, streams, sorted(streams))
+    time.sleep(0.3)
+    live_df = frame_of(collector.finish())
+    assert len(live_df) == len(offline) > 400
+    assert sorted(live_df["status"].unique()) == ["error", "ok", "unanswered"]
+    assert_same_rows(live_df, offline)
+    assert cap.final_stats.dropped == 0
 
 
 def test_replay_over_ipv6_loopback(
@@ -803,3 +827,24 @@ def test_live_against_real_broker(tshark: str, tmp_path: Path) -> None:
     a = df[cols].sort_values(["stream", "correlation_id"]).reset_index(drop=True)
     b = from_pcap[cols].sort_values(["stream", "correlation_id"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_view_latency_sample_is_bounded_and_representative() -> None:
+    import random
+    import statistics
+
+    from dissector.live_view import LATENCY_SAMPLE
+
+    rng = random.Random(7)
+    values = [rng.expovariate(1.0) for _ in range(LATENCY_SAMPLE + 30_000)]
+    stats = LiveStats()
+    base = dict(capture="c", stream=0, client_ip="a", client_port=1, broker_ip="b",
+                broker_port=2, request_time=None, response_time=None, first_byte_ms=None,
+                api_key=0, api_name="Produce", api_version=9, correlation_id=1,
+                client_id=None, request_size=None, response_size=None, status="ok")  # fmt: skip
+    for v in values:
+        stats.add(PairRecord(latency_ms=v, **base))  # type: ignore[arg-type]
+    window = stats.total["Produce"]
+    assert window.requests == len(values)
+    assert len(window.latencies) == LATENCY_SAMPLE
+    assert statistics.median(window.latencies) == pytest.approx(statistics.median(values), rel=0.05)
