@@ -19,9 +19,10 @@ Policies (what a dissector has to decide because the wire does not):
   delivered segment (we do not keep history), so conflicts further back go uncounted.
 * Out-of-order segments are buffered, bounded per direction (``max_buffered_bytes``)
   and across all connections (``max_total_buffered_bytes``). Over a bound, or once
-  the peer has acknowledged past a hole in ``ack_gap_packets`` packets (the capture
-  missed those bytes, the receiver did not), the hole is skipped: the next chunk has
-  ``resync=True`` and ``lost`` = hole size, counted in ``tcp_gap_bytes``.
+  the peer has acknowledged past a hole in ``ack_gap_packets`` packets or for
+  ``ack_gap_ns`` of capture time (the capture missed those bytes, the receiver did
+  not), the hole is skipped: the next chunk has ``resync=True`` and ``lost`` = hole
+  size, counted in ``tcp_gap_bytes``.
 * A direction first seen without its SYN (capture started mid-connection) starts
   at the first sequence number seen; its first chunk has ``resync=True``.
 * Keep-alives and zero-window probes (1 byte at or before the next expected sequence)
@@ -100,6 +101,7 @@ _SWEEP_EVERY = 1024
 DEFAULT_MAX_BUFFERED = 4 << 20
 DEFAULT_MAX_TOTAL_BUFFERED = 256 << 20
 DEFAULT_ACK_GAP_PACKETS = 16
+DEFAULT_ACK_GAP_NS = 200_000_000
 DEFAULT_CLOSE_GRACE_NS = 2_000_000_000
 DEFAULT_RST_GRACE_NS = 1_000_000_000
 DEFAULT_CLOSED_MEMORY = 1 << 16
@@ -118,6 +120,8 @@ class _Dir:
     __slots__ = (
         "ack_count",
         "ack_hole",
+        "ack_max",
+        "ack_since",
         "base",
         "buffered",
         "conn",
@@ -151,8 +155,12 @@ class _Dir:
         self.lost = 0  # bytes skipped before the next chunk
         self.last_seq = 0  # last delivered segment, to check retransmitted copies
         self.last_data = b""
-        self.ack_count = 0  # peer packets acknowledging past our hole at ``ack_hole``
+        # Peer packets acknowledging past our next byte (the capture lost bytes the
+        # receiver got): how many since ``next`` was ``ack_hole``, since when, how far.
+        self.ack_count = 0
         self.ack_hole = -1
+        self.ack_since = 0
+        self.ack_max = 0
 
     def unwrap(self, seq: int) -> int:
         """The unwrapped sequence number nearest to ``next`` with these low 32 bits."""
@@ -183,6 +191,7 @@ class Reassembler:
         *,
         max_total_buffered_bytes: int = DEFAULT_MAX_TOTAL_BUFFERED,
         ack_gap_packets: int = DEFAULT_ACK_GAP_PACKETS,
+        ack_gap_ns: int = DEFAULT_ACK_GAP_NS,
         close_grace_ns: int = DEFAULT_CLOSE_GRACE_NS,
         rst_grace_ns: int = DEFAULT_RST_GRACE_NS,
         idle_timeout_ns: int | None = None,
@@ -192,6 +201,7 @@ class Reassembler:
         self._max_dir = max_buffered_bytes
         self._max_total = max_total_buffered_bytes
         self._ack_gap = ack_gap_packets
+        self._ack_gap_ns = ack_gap_ns
         self._grace = close_grace_ns
         self._rst_grace = rst_grace_ns
         self._idle = idle_timeout_ns
@@ -401,8 +411,12 @@ class Reassembler:
         payload = pkt.payload
         missing = pkt.missing
         peer = d.peer
-        if flags & ACK and peer.segs:
-            self._ack_evidence(peer, pkt.ack, out)
+        if flags & ACK:
+            pnext = peer.next
+            # Acknowledging more than the capture holds happens only when it lost bytes
+            # (or reordered them): rare, so the check stays inline.
+            if pnext is not None and (((pkt.ack - pnext) + _HALF) & _M32) - _HALF > 0:
+                self._ack_evidence(peer, pkt.ack, pkt.ts_ns, out)
         if flags & RST:
             if abs(d.unwrap(seq) - d.next) > _RST_WINDOW:  # type: ignore[operator]
                 self._counters.add("tcp_rst_ignored")
@@ -434,6 +448,8 @@ class Reassembler:
             else:
                 self._buffer(d, start, payload, missing, pkt.ts_ns, pkt.frame)
                 self._counters.add("tcp_out_of_order")
+                if d.ack_count and d.ack_hole == nxt:
+                    self._skip_acked(d, pkt.ts_ns, out)
                 if d.buffered > self._max_dir:
                     self._counters.add("tcp_buffer_limit")
                     while d.buffered > self._max_dir:
@@ -620,18 +636,30 @@ class Reassembler:
             d.next = first
         self._drain(d, out)
 
-    def _ack_evidence(self, d: _Dir, ack: int, out: list[Event]) -> None:
-        """The peer acknowledged bytes of ``d`` beyond its hole: the capture lost them."""
-        if d.next is None or d.unwrap(ack) <= d.next:
-            return
+    def _ack_evidence(self, d: _Dir, ack: int, now: int, out: list[Event]) -> None:
+        """The peer acknowledged bytes of ``d`` beyond its next expected byte."""
+        target = d.unwrap(ack)
         if d.ack_hole != d.next:
-            d.ack_hole = d.next
+            d.ack_hole = d.next  # type: ignore[assignment]
             d.ack_count = 0
+            d.ack_since = now
+            d.ack_max = target
         d.ack_count += 1
-        if d.ack_count >= self._ack_gap:
+        d.ack_max = max(d.ack_max, target)
+        if d.segs:
+            self._skip_acked(d, now, out)
+
+    def _skip_acked(self, d: _Dir, now: int, out: list[Event]) -> None:
+        """Skip holes the peer acknowledged, once the evidence outlasts reordering.
+
+        Reordering in a capture spans a few packets and microseconds; evidence from
+        ``ack_gap_packets`` peer packets or ``ack_gap_ns`` of capture time means the
+        bytes were lost by the capture, not late.
+        """
+        if d.ack_count >= self._ack_gap or now - d.ack_since >= self._ack_gap_ns:
             self._counters.add("tcp_acked_gap")
-            target = d.unwrap(ack)
-            while d.segs and d.next < target:
+            target = d.ack_max
+            while d.segs and d.next < target:  # type: ignore[operator]
                 self._skip_hole(d, out)
 
     def _relieve_global(self, out: list[Event]) -> None:

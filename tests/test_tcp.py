@@ -452,6 +452,30 @@ def test_acknowledged_hole_is_skipped() -> None:
     assert [ch.data for ch in chunks(events2) if not isinstance(ch, StreamClose)][:1] == [b"x" * 10]
 
 
+def test_hole_acknowledged_long_ago_is_skipped_at_once() -> None:
+    """A request segment the capture lost, then the next request a second later."""
+    c = Conn()
+    pkts = [
+        *c.handshake(),
+        c.pkt(A, PSH | ACK, 0, b"req1", ts=1_000_000),
+        # req2 (bytes 4..7) lost by the capture; the broker acknowledges it:
+        c.pkt(B, PSH | ACK, 0, b"resp1", ack=c.ack_of(A, 8), ts=2_000_000),
+        c.pkt(A, PSH | ACK, 8, b"req3", ts=1_002_000_000),
+    ]
+    events, counters = run(pkts)
+    assert [(ch.data, ch.lost, ch.resync) for ch in chunks(events)] == [
+        (b"req1", 0, False),
+        (b"req3", 4, True),
+    ]
+    assert events.index(StreamClose(0, "end_of_capture")) == len(events) - 1
+    assert counters["tcp_acked_gap"] == 1
+    # The same within a few microseconds looks like reordering: req3 waits.
+    pkts[-1].ts_ns = 2_000_500
+    events, counters = run(pkts, ack_gap_ns=10**9)
+    assert counters["tcp_acked_gap"] == 0
+    assert counters["tcp_gap_bytes"] == 4  # released only by the end-of-capture flush
+
+
 def test_fin_before_last_data_waits_for_it() -> None:
     c = Conn()
     pkts = [
@@ -630,9 +654,9 @@ def test_resegment_reorder_duplicate_keeps_bytes(name: str, seed: int) -> None:
                 p.missing,
             )
         )
-    # Reordering moves packets across idle periods of seconds; a close must not give
-    # up on late segments because of that, hence the long graces.
-    events, counters = run(shuffled, close_grace_ns=10**15, rst_grace_ns=10**15)
+    # Reordering moves packets across idle periods of seconds; a close or an ACKed hole
+    # must not give up on late segments because of that, hence the long graces.
+    events, counters = run(shuffled, close_grace_ns=10**15, rst_grace_ns=10**15, ack_gap_ns=10**15)
     assert collect(events) == {k: v for k, v in expected.items() if v}
     assert counters["tcp_gap_bytes"] == 0
 
