@@ -15,6 +15,14 @@ sub-modules of this package):
 
 Decoding never raises on bad bytes: ``Decoded.error`` says which field failed at
 which offset and ``Decoded.body`` keeps what was decoded so far.
+
+How it works: ``sources`` reads Apache's JSON message specs (kafka-python's package
+data, plus ``--specs DIR``), kio's generated classes and kafka-python's hand-written
+schemas of removed versions into one model (``spec.Layout`` per api_key, version
+and direction); ``compile`` turns a layout into a decoder (generated Python source,
+or closures for explaining failures); ``decode`` handles headers and caches the
+compiled decoders in a ``Registry``; ``summary`` computes the analytics columns.
+Field names are Apache's, in snake_case (``ThrottleTimeMs`` -> ``throttle_time_ms``).
 """
 
 from dissector.protocol.decode import (
