@@ -94,11 +94,16 @@ PALETTE: tuple[str, ...] = (
 
 def api_colors(names_by_rank: Iterable[str]) -> dict[str, Any]:
     """A fixed colour per API: ``PALETTE`` for the first ones given (busiest first),
-    tab20's lighter shades after that, grey for 'other'."""
+    then tab20's lighter shades, tab20b and tab20c (59 distinct colours before any
+    repeats), grey for 'other'."""
     light = matplotlib.colormaps["tab20"]
+    extra = [light(i) for i in range(1, 20, 2)]
+    extra += [matplotlib.colormaps[m](i) for m in ("tab20b", "tab20c") for i in range(20)]
+    taken = {matplotlib.colors.to_hex(c) for c in PALETTE}
+    shades = [*PALETTE, *(c for c in extra if matplotlib.colors.to_hex(c) not in taken)]
     colors: dict[str, Any] = {}
     for i, name in enumerate(n for n in dict.fromkeys(names_by_rank) if n != OTHER):
-        colors[name] = PALETTE[i] if i < len(PALETTE) else light(2 * (i % 10) + 1)
+        colors[name] = shades[i % len(shades)]
     colors[OTHER] = "#b0b0b0"
     return colors
 

@@ -456,6 +456,10 @@ def test_every_chart_has_titles_units_and_legends(bundled_df: pd.DataFrame) -> N
     colors = plots.api_colors(["Produce", "Fetch", "Metadata"])
     assert plots.api_colors(["Produce", "Fetch", "Metadata"]) == colors
     assert len(set(map(str, colors.values()))) == len(colors)
+    from matplotlib.colors import to_hex
+
+    many = plots.api_colors([f"api{i}" for i in range(50)])  # the 12 error APIs and more
+    assert len({to_hex(c) for c in many.values()}) == len(many)
 
 
 def test_group_chart_marks_rebalances() -> None:
