@@ -403,6 +403,23 @@ def test_pcap_variants(tmp_path: Path, magic: int, order: str, frac: int, ns: in
         assert [r[1] for r in tshark_tcp_rows(path)] == [p.ts_ns for p in pkts]
 
 
+def test_modified_pcap_with_longer_record_headers(tmp_path: Path) -> None:
+    """Kuznetzov's patched libpcap: magic a1b2cd34, 8 more bytes per record header."""
+    frames = _v4_frames(2)
+    path = tmp_path / "modified.pcap"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2CD34, 2, 4, 0, 0, 65535, 1))
+        for i, frame in enumerate(frames):
+            f.write(struct.pack("<IIII", 1_700_000_000 + i, 5, len(frame), len(frame)))
+            f.write(struct.pack("<iHBx", 2, 0x0800, 0))  # ifindex, protocol, packet type
+            f.write(frame)
+    pkts = list(read_packets(str(path), Counters()))
+    assert [(p.ts_ns, p.payload) for p in pkts] == [
+        (1_700_000_000_000_005_000, b"A"),
+        (1_700_000_001_000_005_000, b"B"),
+    ]
+
+
 def _block(order: str, btype: int, body: bytes) -> bytes:
     body += b"\x00" * (-len(body) % 4)
     length = len(body) + 12
