@@ -170,11 +170,8 @@ def _keyed(df: pd.DataFrame, by: str) -> tuple[pd.DataFrame, list[str]]:
     elif by == "client":
         frame["client_id"] = _label(df["client_id"])
     elif by == "broker":
-        frame["broker"] = [
-            broker_label(ip, port)
-            for ip, port in zip(df["broker_ip"], df["broker_port"], strict=True)
-        ]
-        return frame, ["broker"]
+        frame["broker_ip"] = df["broker_ip"]
+        frame["broker_port"] = df["broker_port"].astype("Int64")
     else:
         frame["topic"] = df["topics"].map(_topic_list)
         frame = frame.explode("topic")
@@ -213,13 +210,15 @@ def breakdown(df: pd.DataFrame, by: str) -> pd.DataFrame:
     """count, rate, errors, latency percentiles and bytes per group of ``by``.
 
     ``by`` is one of ``GROUP_KEYS``: api, client, broker, topic. One row per group,
-    the key columns first, sorted by count (largest first) then key.
+    the key columns first (for brokers also a ``broker`` "host:port" label), sorted
+    by count (largest first) then key.
     """
     import pandas as pd
 
     frame, keys = _keyed(df, by)
     if frame.empty:
-        return pd.DataFrame(columns=[*keys, *BREAKDOWN_COLUMNS])
+        label = ["broker"] if by == "broker" else []
+        return pd.DataFrame(columns=[*label, *keys, *BREAKDOWN_COLUMNS])
     grouped = frame.groupby(keys, dropna=False, sort=True)
     out = grouped.agg(
         count=("is_error", "size"),
@@ -240,6 +239,17 @@ def breakdown(df: pd.DataFrame, by: str) -> pd.DataFrame:
         out[col] = out[col].astype("int64")
     out = out.reset_index()
     out = out.sort_values(["count", *keys], ascending=[False, *([True] * len(keys))])
+    if by == "broker":
+        # One readable column as well, "host:port" ([v6]:port), for tables and charts.
+        out.insert(
+            0,
+            "broker",
+            [
+                broker_label(ip, port)
+                for ip, port in zip(out["broker_ip"], out["broker_port"], strict=True)
+            ],
+        )
+        keys = ["broker", *keys]
     return out[[*keys, *BREAKDOWN_COLUMNS]].reset_index(drop=True)
 
 
