@@ -611,13 +611,48 @@ def _split(pkt: Packet, rnd: random.Random) -> list[Packet]:
 WINDOW = 6
 
 
+def _near_wrap(packets: tuple[Packet, ...], rnd: random.Random) -> tuple[Packet, ...]:
+    """Shift each direction's sequence numbers so they cross 2**32 early on."""
+    shift: dict[tuple[str, int, str, int], int] = {}
+    for p in packets:
+        key = (p.src, p.sport, p.dst, p.dport)
+        if key not in shift:
+            shift[key] = (2**32 - rnd.randint(1, 3000) - p.seq) & 0xFFFFFFFF
+    out = []
+    for p in packets:
+        own = shift[(p.src, p.sport, p.dst, p.dport)]
+        peer = shift.get((p.dst, p.dport, p.src, p.sport), 0)
+        out.append(
+            Packet(
+                p.frame,
+                p.ts_ns,
+                p.src,
+                p.dst,
+                p.sport,
+                p.dport,
+                (p.seq + own) & 0xFFFFFFFF,
+                (p.ack + peer) & 0xFFFFFFFF,
+                p.flags,
+                p.payload,
+                p.missing,
+            )
+        )
+    return tuple(out)
+
+
 @needs_tshark
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(name=st.sampled_from(PROPERTY_CAPTURES), seed=st.integers(min_value=0, max_value=2**32 - 1))
-def test_resegment_reorder_duplicate_keeps_bytes(name: str, seed: int) -> None:
+@given(
+    name=st.sampled_from(PROPERTY_CAPTURES),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+    wrap=st.booleans(),
+)
+def test_resegment_reorder_duplicate_keeps_bytes(name: str, seed: int, wrap: bool) -> None:
     original = _property_packets(name)
     expected = tshark_follow(_shared(name))
     rnd = random.Random(seed)
+    if wrap:
+        original = _near_wrap(original, rnd)
     keyed: list[tuple[float, int, Packet]] = []
     seen: set[tuple[str, int, str, int]] = set()
     n = 0
