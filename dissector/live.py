@@ -7,11 +7,13 @@ object offline analysis uses: reassembly, framing, correlation and decoding exis
 once. Rows are ``rows.PairRecord`` built by ``rows.build_record``, so a live row and
 an offline row of the same bytes are equal (``capture`` names ``live:IFACE``).
 
-Why pcapy-ng (libpcap) and not scapy: on loopback pcapy-ng's ``next_batch`` kept up
-with 150,000 packets/s with no loss, while scapy's ``sniff`` lost a quarter of
-10,000 packets/s and its raw socket 40 % at 50,000/s; libpcap also reports its own
-drop counts (``pcap_stats``) and compiles BPF in-process (numbers and method:
-``benchmarks/live_capture.py``).
+Why pcapy-ng (libpcap) and not scapy: on loopback (a busy 2-core VM) pcapy-ng with
+a 32 MiB ring lost no packet at any rate the sender reached (up to ~48,000 packets/s,
+300,000 packets in a row), with or without our per-frame parse, while scapy's
+``sniff`` lost 10-55 % at 10,000 packets/s and ~90 % from 30,000/s, and its raw
+socket 60-70 % from 30,000/s (it also sees every loopback packet twice). libpcap
+reports its own drop counts (``pcap_stats``), sizes the kernel ring and compiles BPF
+in-process. Method and numbers: ``benchmarks/live_capture.py``.
 
 How stopping works: ``stop()`` (signal handlers, another thread), ``duration``,
 ``count`` and Ctrl-C all end the read loop the same way. Frames already in the
