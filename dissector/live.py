@@ -841,8 +841,8 @@ def _final_summary(cap: LiveCapture, output: str | None) -> None:
     unanswered = sum(w.unanswered for w in cap.stats_view.total.values())
     console.print(
         f"{cap.pairs} pairs, {unanswered} unanswered, {cap.flagged} flagged for capture gaps; "
-        f"{cap.frames} packets, libpcap: received {cap.final_stats.received}, "
-        f"dropped {cap.final_stats.dropped}, interface dropped {cap.final_stats.if_dropped}",
+        f"{cap.frames} packets analysed; libpcap dropped {cap.final_stats.dropped}, "
+        f"interface dropped {cap.final_stats.if_dropped}",
         highlight=False,
     )
     if cap.final_stats.dropped or cap.final_stats.if_dropped:

@@ -480,6 +480,7 @@ def test_module_is_callable_as_dissector_live() -> None:
     import dissector.live as module
 
     assert callable(module)
+    assert callable(dissector.live)  # the package attribute, as notebooks call it
     with pytest.raises(LiveError, match="no such network interface"):
         module("no-such-if0", duration=1)
 
