@@ -849,3 +849,33 @@ def test_view_latency_sample_is_bounded_and_representative() -> None:
     assert window.requests == len(values)
     assert len(window.latencies) == LATENCY_SAMPLE
     assert statistics.median(window.latencies) == pytest.approx(statistics.median(values), rel=0.05)
+
+
+def test_rendered_view_shows_rates_errors_and_drops(tansu_offline: pd.DataFrame) -> None:
+    from rich.console import Console
+
+    from dissector.live_view import CaptureHealth, plain_lines, render
+
+    stats = LiveStats()
+    for row in tansu_offline.to_dict(orient="records"):
+        stats.add(
+            PairRecord(**{k: (None if _na(v) else v) for k, v in row.items()})  # type: ignore[arg-type]
+        )
+    health = CaptureHealth(packets=318, kernel_drops=5, interface_drops=0, tcp_gaps=2)
+    snap = stats.snapshot(
+        title="t", seconds=4.0, health=health, open_by_api={"Fetch": 2}, whole_run=True
+    )
+    console = Console(record=True, width=200)
+    console.print(render(snap))
+    text = console.export_text()
+    assert "kernel drops 5" in text
+    errors = tansu_offline[tansu_offline["status"] == "error"]
+    assert len(errors) == 1
+    name = errors.iloc[0]["error_name"]
+    api = errors.iloc[0]["api_name"]
+    line = next(ln for ln in text.splitlines() if ln.strip("│ ").startswith(api))
+    assert f"{name} x1" in line
+    produce = next(ln for ln in plain_lines(snap) if ln.strip().startswith("Produce:"))
+    assert "4.0 req/s, 16 requests" in produce  # 16 Produce pairs over 4 s
+    fetch = next(ln for ln in plain_lines(snap) if ln.strip().startswith("Fetch:"))
+    assert "open 2" in fetch
