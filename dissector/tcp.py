@@ -50,6 +50,7 @@ FIN/RST or the end; live capture should set it to bound memory).
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -208,8 +209,10 @@ class Reassembler:
         self._next_idle_sweep: int | None = None
         self._closed_memory = closed_memory
         self._dirs: dict[tuple[str, int, str, int], _Dir] = {}
-        # 4-tuple -> (stream, first seq of that direction) of closed connections
-        self._closed: dict[tuple[str, int, str, int], tuple[int, int | None]] = {}
+        # 4-tuple -> (stream, first seq of that direction) of closed connections. An
+        # OrderedDict: evicting the oldest from a plain dict rescans its deleted slots,
+        # which turns quadratic over a long capture.
+        self._closed: OrderedDict[tuple[str, int, str, int], tuple[int, int | None]] = OrderedDict()
         self._closing: dict[_Conn, None] = {}
         self._next_stream = 0
         self._total = 0
@@ -387,10 +390,14 @@ class Reassembler:
         for d in (conn.a, conn.b):
             if self._dirs.get(d.key) is d:
                 del self._dirs[d.key]
-            closed.pop(d.key, None)  # re-insert at the end: eviction is oldest first
             closed[d.key] = (conn.stream, d.base)
+            closed.move_to_end(d.key)  # eviction is oldest first
         while len(closed) > self._closed_memory:
-            del closed[next(iter(closed))]
+            closed.popitem(last=False)
+        # Break the reference cycles so a closed connection is freed at once by
+        # reference counting instead of waiting for the cyclic garbage collector.
+        a, b = conn.a, conn.b
+        del conn.a, conn.b, a.peer, b.peer
 
     # ---------------------------------------------------------------- segments
 
