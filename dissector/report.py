@@ -513,7 +513,45 @@ def _groups(df: pd.DataFrame) -> Section:
                 ),
                 empty="No consumer-group or share-group traffic.",
             ),
+            _group_table(df),
         ),
+    )
+
+
+def _group_table(df: pd.DataFrame) -> TableBlock:
+    import pandas as pd
+
+    notes = df.attrs.get(GROUPS_ATTR)
+    rows = [
+        {
+            "group": group,
+            "protocol": note["protocol"],
+            "members": note["members"],
+            "generations": ", ".join(map(str, note["generations"])) or "–",
+            "rebalances": len(note["generations"]) if note["protocol"] == "classic" else None,
+            "calls": ", ".join(f"{k} {v}" for k, v in note["calls"].items()),
+            "errors": note["errors"],
+        }
+        for group, note in (notes or {}).items()
+    ]
+    return frame_table(
+        "groups",
+        "Groups",
+        pd.DataFrame(rows),
+        (
+            ("group", "group id", fmt_text, False),
+            ("protocol", "protocol", fmt_text, False),
+            ("members", "members", fmt_int, True),
+            ("rebalances", "rebalances completed", fmt_int, True),
+            ("generations", "generations / member epochs", fmt_text, False),
+            ("calls", "membership calls", fmt_text, False),
+            ("errors", "errors", fmt_int, True),
+        ),
+        empty="No group membership calls."
+        if notes is not None
+        else "Not collected: make the report with kafka-dissector report or report.analyze.",
+        note="Classic groups: one generation per completed rebalance (successful JoinGroup). "
+        "KIP-848 consumer and KIP-932 share groups: member epochs the coordinator assigned.",
     )
 
 
@@ -630,25 +668,108 @@ def write_report(
     return path
 
 
+GROUP_MEMBERSHIP_APIS: Mapping[int, str] = {
+    11: "classic",
+    12: "classic",
+    13: "classic",
+    14: "classic",
+    68: "consumer",
+    76: "share",
+    88: "streams",
+}
+"""APIs by which members join and stay in a group, and the group protocol each means."""
+GROUPS_ATTR = "groups"
+"""``df.attrs`` key: {group_id: {protocol, members, generations, calls, errors}}."""
+
+
 @dataclass
-class SoftwareNotingDecoder:
-    """The protocol decoder, noting the client software that ApiVersions v3+ requests
-    name (KIP-511: client_software_name/version) while the normal analysis runs, so
-    the report needs no second pass over the capture."""
+class GroupNote:
+    """What the membership calls of one group showed."""
+
+    protocol: str
+    members: set[str] = field(default_factory=set)
+    generations: set[int] = field(default_factory=set)
+    """Classic: generation ids of successful JoinGroup responses (one per completed
+    rebalance). KIP-848/932 groups: member epochs the coordinator handed out."""
+    calls: Counter[str] = field(default_factory=Counter)
+    errors: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "protocol": self.protocol,
+            "members": len(self.members),
+            "generations": sorted(self.generations),
+            "calls": dict(sorted(self.calls.items())),
+            "errors": self.errors,
+        }
+
+
+def _body(decoded: Any) -> dict[str, Any]:
+    body = getattr(decoded, "body", None)
+    return body if isinstance(body, dict) else {}
+
+
+def note_group_call(
+    groups: dict[str, GroupNote], api_key: int, api_name: str, request: Any, response: Any
+) -> None:
+    """Add one decoded membership call (``GROUP_MEMBERSHIP_APIS``) to ``groups``."""
+    protocol = GROUP_MEMBERSHIP_APIS.get(api_key)
+    req, resp = _body(request), _body(response)
+    group = req.get("group_id")
+    if protocol is None or not isinstance(group, str):
+        return
+    note = groups.setdefault(group, GroupNote(protocol))
+    note.calls[api_name] += 1
+    leaving = [m.get("member_id") for m in req.get("members") or [] if isinstance(m, dict)]
+    for member in (req.get("member_id"), resp.get("member_id"), *leaving):
+        if isinstance(member, str) and member:
+            note.members.add(member)
+    error = resp.get("error_code")
+    if error:
+        note.errors += 1
+        return
+    if not resp:
+        return
+    if api_key == 11:
+        generation = resp.get("generation_id")
+        if isinstance(generation, int) and generation >= 0:
+            note.generations.add(generation)
+    elif protocol != "classic":
+        epoch = resp.get("member_epoch")
+        if isinstance(epoch, int) and epoch > 0:
+            note.generations.add(epoch)
+
+
+@dataclass
+class NotingDecoder:
+    """The protocol decoder, noting facts the pairs table has no column for while the
+    normal analysis runs (no second pass over the capture):
+
+    * the client software ApiVersions v3+ requests name (KIP-511);
+    * per group: protocol, members, generations or epochs (``note_group_call``).
+    """
 
     inner: Any
     seen: Counter[tuple[str, str]] = field(default_factory=Counter)
+    groups: dict[str, GroupNote] = field(default_factory=dict)
 
     def decode_request(self, payload: Any, *, records: bool = False) -> Any:
         decoded = self.inner.decode_request(payload, records=records)
-        body = getattr(decoded, "body", None)
-        if getattr(decoded, "api_key", None) == API_VERSIONS_KEY and isinstance(body, dict):
+        body = _body(decoded)
+        if getattr(decoded, "api_key", None) == API_VERSIONS_KEY:
             name = body.get("client_software_name")
             if name:
                 software = f"{name} {body.get('client_software_version') or ''}".strip()
                 client = decoded.header.get("client_id") or stats.MISSING_LABEL
                 self.seen[(software, client)] += 1
         return decoded
+
+    def summarize(
+        self, api_key: int, api_version: int, request: Any, response: Any, topics: Any
+    ) -> Any:
+        if api_key in GROUP_MEMBERSHIP_APIS:
+            note_group_call(self.groups, api_key, self.inner.api_name(api_key), request, response)
+        return self.inner.summarize(api_key, api_version, request, response, topics)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -659,10 +780,13 @@ class SoftwareNotingDecoder:
             out.setdefault(software, []).append(client)
         return out
 
+    def group_notes(self) -> dict[str, dict[str, Any]]:
+        return {group: note.as_dict() for group, note in sorted(self.groups.items())}
+
 
 def analyze(paths: Iterable[str | Path], *, ports: frozenset[int] | None = None) -> pd.DataFrame:
-    """``dissector.analyze`` plus ``df.attrs["client_software"]`` (see
-    ``SoftwareNotingDecoder``), in one pass."""
+    """``dissector.analyze`` plus ``df.attrs["client_software"]`` and
+    ``df.attrs["groups"]`` (see ``NotingDecoder``), in one pass."""
     from . import protocol
     from .accounting import Counters
     from .frame import records_to_frame
@@ -670,7 +794,7 @@ def analyze(paths: Iterable[str | Path], *, ports: frozenset[int] | None = None)
 
     counters = Counters()
     sessions: list[Session] = []
-    decoder = SoftwareNotingDecoder(protocol)
+    decoder = NotingDecoder(protocol)
     records = iter_pairs(
         [str(p) for p in paths],
         options=Options(ports=ports),
@@ -682,6 +806,7 @@ def analyze(paths: Iterable[str | Path], *, ports: frozenset[int] | None = None)
     df.attrs["counters"] = counters.as_dict()
     df.attrs["tls_streams"] = [c.stream for s in sessions for c in s.connections.values() if c.tls]
     df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
+    df.attrs[GROUPS_ATTR] = decoder.group_notes()
     return df
 
 

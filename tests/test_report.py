@@ -244,6 +244,102 @@ def test_report_analysis_equals_the_library_analysis(bundled_df: pd.DataFrame) -
     assert not any(c.startswith("mix-aio-") for cs in software.values() for c in cs)
 
 
+def test_groups_match_the_ledger_and_tshark(bundled_df: pd.DataFrame, tshark: str) -> None:
+    groups = bundled_df.attrs[report.GROUPS_ATTR]
+    # captures/README.md, "Records delivered to the application, per consuming group".
+    assert {g: n["protocol"] for g, n in groups.items()} == {
+        "mix-group-classic": "classic",
+        "mix-group-consumer": "consumer",
+        "mix-group-scram": "classic",
+        "mix-kp-group": "classic",
+        "mix-kp-old-group": "classic",
+        "mix-aio-group": "classic",
+        "mix-share-group": "share",
+    }
+    # tshark decodes JoinGroup: each response follows its request on the same stream.
+    out = subprocess.run(
+        [tshark, "-r", str(BUNDLED), "-d", "tcp.port==9094,kafka", "-d", "tcp.port==9092,kafka",
+         "-Y", "kafka.api_key == 11", "-T", "fields", "-e", "tcp.stream",
+         "-e", "kafka.consumer_group", "-e", "kafka.generation_id", "-e", "kafka.error"],
+        check=True, capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    pending: dict[str, str] = {}
+    expected: dict[str, set[int]] = {}
+    for line in out.splitlines():
+        stream, group, generation, error = [*line.split("\t"), "", "", ""][:4]
+        if group:
+            pending[stream] = group
+        elif generation and stream in pending:
+            target = expected.setdefault(pending.pop(stream), set())
+            if error == "0" and int(generation) >= 0:
+                target.add(int(generation))
+    classic = {g: set(n["generations"]) for g, n in groups.items() if n["protocol"] == "classic"}
+    assert classic == expected
+    assert expected["mix-kp-group"] == {1, 2}  # kafka-python rejoined once
+    joins = {g: n["calls"].get("JoinGroup", 0) for g, n in groups.items()}
+    assert sum(joins.values()) == 11  # tshark: 11 JoinGroup requests
+    page = parse(report.render(bundled_df))
+    rows = {r["group id"]: r for r in table_rows(page, "groups")}
+    assert rows["mix-kp-group"]["rebalances completed"] == "2"
+    assert rows["mix-share-group"]["protocol"] == "share"
+
+
+def test_note_group_call_rules() -> None:
+    from types import SimpleNamespace as D
+
+    groups: dict[str, report.GroupNote] = {}
+    note = report.note_group_call
+    note(
+        groups,
+        11,
+        "JoinGroup",
+        D(body={"group_id": "g", "member_id": ""}),
+        D(body={"error_code": 79, "generation_id": -1, "member_id": "m1"}),
+    )
+    note(
+        groups,
+        11,
+        "JoinGroup",
+        D(body={"group_id": "g", "member_id": "m1"}),
+        D(body={"error_code": 0, "generation_id": 7, "member_id": "m1"}),
+    )
+    note(
+        groups,
+        13,
+        "LeaveGroup",
+        D(body={"group_id": "g", "members": [{"member_id": "m2"}]}),
+        D(body={"error_code": 0}),
+    )
+    note(
+        groups,
+        76,
+        "ShareGroupHeartbeat",
+        D(body={"group_id": "s", "member_epoch": 0}),
+        D(body={"error_code": 0, "member_epoch": 3, "member_id": "x"}),
+    )
+    note(
+        groups,
+        76,
+        "ShareGroupHeartbeat",
+        D(body={"group_id": "s", "member_epoch": -1}),
+        D(body={"error_code": 0, "member_epoch": -1}),
+    )
+    note(groups, 12, "Heartbeat", D(body=None), None)  # undecodable: nothing to note
+    note(groups, 3, "Metadata", D(body={"group_id": "nope"}), None)  # not membership
+    assert groups["g"].as_dict() == {
+        "protocol": "classic",
+        "members": 2,
+        "generations": [7],
+        "calls": {"JoinGroup": 2, "LeaveGroup": 1},
+        "errors": 1,
+    }
+    assert groups["s"].as_dict()["generations"] == [3]
+    assert set(groups) == {"g", "s"}
+    # Without report.analyze, the table says how to get it rather than showing nothing.
+    page = parse(report.render(records_to_frame([_record("c")])))
+    assert "Not collected" in " ".join(page.text)
+
+
 # -- robustness -------------------------------------------------------------------
 
 
