@@ -499,12 +499,13 @@ class Reassembler:
         """A segment starting before the next expected byte: retransmission or overlap."""
         nxt: int = d.next  # type: ignore[assignment]
         end = start + len(payload)
+        if end + missing <= nxt and len(payload) <= 1 and start == nxt - 1:
+            # Keep-alive: its byte (if any) is filler, often zero, not a conflicting copy.
+            self._counters.add("tcp_keepalive")
+            return
         self._check_delivered(d, start, payload)
         if end + missing <= nxt:
-            if len(payload) <= 1 and start == nxt - 1:
-                self._counters.add("tcp_keepalive")
-            else:
-                self._counters.add("tcp_retransmission")
+            self._counters.add("tcp_retransmission")
             return
         self._counters.add("tcp_overlap")
         if end > nxt:

@@ -360,14 +360,15 @@ def test_keepalive_and_zero_window_probe_not_duplicated() -> None:
     pkts = [
         *c.handshake(),
         c.pkt(A, PSH | ACK, 0, b"abc"),
-        c.pkt(A, ACK, 2, b"c"),  # keep-alive: 1 byte at next-1
+        c.pkt(A, ACK, 2, b"\x00"),  # keep-alive: 1 filler byte at next-1
         c.pkt(A, ACK, 2),  # keep-alive without data
         c.pkt(A, ACK, 3, b"d"),  # zero-window probe: 1 new byte ...
         c.pkt(A, PSH | ACK, 3, b"defg"),  # ... then sent again in full
     ]
     events, counters = run(pkts)
     assert data_of(events) == b"abcdefg"
-    assert counters["tcp_keepalive"] == 1
+    assert counters["tcp_keepalive"] == 1  # the one with a byte; an empty one is an ACK
+    assert counters["tcp_overlap_conflict"] == 0
 
 
 def test_sequence_wrap_around() -> None:
