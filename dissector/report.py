@@ -556,6 +556,10 @@ def _group_table(df: pd.DataFrame) -> TableBlock:
 
 
 def _dimension(df: pd.DataFrame, by: str, section_id: str, title: str, note: str) -> Section:
+    # Quotas are set per client: throttling belongs in the client table.
+    extra: Mapping[str, tuple[Column, ...]] = {
+        "client": (("throttled", "throttled", fmt_int, True),),
+    }
     key_columns: Mapping[str, tuple[Column, ...]] = {
         "client": (("client_id", "client id", fmt_text, False),),
         "broker": (("broker", "broker", fmt_text, False),),
@@ -569,7 +573,7 @@ def _dimension(df: pd.DataFrame, by: str, section_id: str, title: str, note: str
                 f"per-{by}",
                 f"Per {by}",
                 stats.breakdown(df, by),
-                (*key_columns[by], *BREAKDOWN_METRICS),
+                (*key_columns[by], *BREAKDOWN_METRICS, *extra.get(by, ())),
                 note=note,
             ),
         ),
@@ -804,7 +808,7 @@ def analyze(paths: Iterable[str | Path], *, ports: frozenset[int] | None = None)
     )
     df = records_to_frame(records)
     df.attrs["counters"] = counters.as_dict()
-    df.attrs["tls_streams"] = [c.stream for s in sessions for c in s.connections.values() if c.tls]
+    df.attrs["tls_streams"] = [stream for s in sessions for stream in s.tls_streams]
     df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
     df.attrs[GROUPS_ATTR] = decoder.group_notes()
     return df

@@ -104,6 +104,7 @@ METRIC_DOCS: Mapping[str, str] = {
     "bytes_in": "request bytes on the wire, client to broker (size prefix included)",
     "bytes_out": "response bytes on the wire, broker to client (size prefix included)",
     "records": "records carried by Produce requests and Fetch responses",
+    "throttled": "responses with throttle_time_ms > 0 (the broker applied a quota)",
 }
 
 # ---------------------------------------------------------------------------
@@ -154,6 +155,7 @@ def _prepared(df: pd.DataFrame) -> pd.DataFrame:
             "bytes_in": as_float(df[BYTES_IN_COLUMN]).fillna(0.0),
             "bytes_out": as_float(df[BYTES_OUT_COLUMN]).fillna(0.0),
             "records": as_float(df["records"]).fillna(0.0),
+            "throttled": (as_float(df["throttle_ms"]).fillna(0.0) > 0),
         },
         index=df.index,
     )
@@ -203,6 +205,7 @@ BREAKDOWN_COLUMNS: tuple[str, ...] = (
     "bytes_in",
     "bytes_out",
     "records",
+    "throttled",
 )
 
 
@@ -228,6 +231,7 @@ def breakdown(df: pd.DataFrame, by: str) -> pd.DataFrame:
         bytes_in=("bytes_in", "sum"),
         bytes_out=("bytes_out", "sum"),
         records=("records", "sum"),
+        throttled=("throttled", "sum"),
     )
     quantiles = grouped["latency"].quantile(list(PERCENTILES)).unstack()
     for q in PERCENTILES:
@@ -235,7 +239,7 @@ def breakdown(df: pd.DataFrame, by: str) -> pd.DataFrame:
     span = span_seconds(df)
     out["rate_per_s"] = out["count"] / span if span > 0 else float("nan")
     out["error_rate"] = out["errors"] / out["count"]
-    for col in ("bytes_in", "bytes_out", "records", "errors", "unanswered"):
+    for col in ("bytes_in", "bytes_out", "records", "errors", "unanswered", "throttled"):
         out[col] = out[col].astype("int64")
     out = out.reset_index()
     out = out.sort_values(["count", *keys], ascending=[False, *([True] * len(keys))])

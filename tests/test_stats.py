@@ -112,6 +112,7 @@ def test_per_api_bytes_errors_and_rate(real: pd.DataFrame) -> None:
         assert row.errors == errors
         assert row.error_rate == pytest.approx(errors / len(rows))
         assert row.unanswered == sum(s == "unanswered" for s in rows["status"])
+        assert row.throttled == sum(1 for t in rows["throttle_ms"] if not pd.isna(t) and t > 0)
         assert row.rate_per_s == pytest.approx(len(rows) / span, rel=1e-9)
 
 
@@ -143,6 +144,20 @@ def test_per_topic_counts_each_topic_of_a_pair(real: pd.DataFrame) -> None:
         expected.update({str(t) for t in (topics if topics is not None else [])})
     table = stats.per_topic(real)
     assert dict(zip(table["topic"], table["count"], strict=True)) == dict(expected)
+
+
+def test_throttled_counts_per_client() -> None:
+    t0 = 1_700_000_000_000_000_000
+    recs = [
+        PairRecord(capture="x", stream=0, client_ip="10.0.0.1", client_port=1, broker_ip="b",
+                   broker_port=9092, request_time=t0 + i, response_time=t0 + i + 5,
+                   latency_ms=0.1, first_byte_ms=0.1, api_key=0, api_name="Produce",
+                   api_version=9, correlation_id=i, client_id=client, request_size=10,
+                   response_size=10, status="ok", throttle_ms=throttle)
+        for i, (client, throttle) in enumerate([("a", 0), ("a", 250), ("b", None), ("a", 7)])
+    ]  # fmt: skip
+    table = stats.per_client(records_to_frame(recs))
+    assert dict(zip(table["client_id"], table["throttled"], strict=True)) == {"a": 2, "b": 0}
 
 
 def test_tansu_breakdown_matches_independent_counts(tansu: pd.DataFrame) -> None:
