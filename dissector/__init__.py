@@ -30,6 +30,7 @@ __all__ = [
     "analyze",
     "iter_exchanges",
     "iter_pairs",
+    "live",
 ]
 
 __version__ = "0.1.0"
@@ -42,11 +43,15 @@ _LAZY = {
     "iter_pairs": "dissector.pipeline",
     "PairRecord": "dissector.rows",
 }
+# Sub-modules reachable as attributes: ``dissector.live(...)`` (the module is callable).
+_LAZY_MODULES = {"live": "dissector.live"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _LAZY_MODULES:
+        return importlib.import_module(_LAZY_MODULES[name])
     raise AttributeError(f"module 'dissector' has no attribute {name!r}")
 
 

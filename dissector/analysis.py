@@ -24,7 +24,7 @@ def run_analysis(paths: list[str], options: Options, *, show: bool = False) -> p
         records = _with_bar(records, paths, counters)
     df = records_to_frame(records)
     df.attrs["counters"] = counters.as_dict()
-    df.attrs["tls_streams"] = [c.stream for s in sessions for c in s.connections.values() if c.tls]
+    df.attrs["tls_streams"] = [stream for s in sessions for stream in s.tls_streams]
     return df
 
 

@@ -17,6 +17,7 @@ frames without Kafka headers until authentication ends; those are paired as
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from .accounting import Counters
@@ -140,6 +141,12 @@ class Correlator:
         if conn.sasl_token is not None:
             out.append(self._sasl(conn, conn.sasl_token, None))
         return out
+
+    def open_requests(self) -> Counter[int]:
+        """Requests waiting for their response right now, by api_key."""
+        return Counter(
+            req.api_key for conn in self._conns.values() for req in conn.pending.values()
+        )
 
     def close_all(self) -> list[Exchange]:
         out: list[Exchange] = []

@@ -520,10 +520,6 @@ class LiveCapture:
 
     def _record(self, ex: Exchange) -> PairRecord:
         rec = build_record(self.label, ex, self.decoder, self._topics)
-        if _after_gap(ex) and not (rec.decode_error and CAPTURE_GAP_NOTE in rec.decode_error):
-            rec.decode_error = (
-                f"{rec.decode_error}; {CAPTURE_GAP_NOTE}" if rec.decode_error else CAPTURE_GAP_NOTE
-            )
         if rec.decode_error and CAPTURE_GAP_NOTE in rec.decode_error:
             self.flagged += 1
         if ex.request is not None and ex.response is not None:
@@ -570,25 +566,9 @@ class LiveCapture:
         )
 
 
-def _after_gap(ex: Exchange) -> bool:
-    return any(f is not None and f.after_gap for f in (ex.request, ex.response))
-
-
 def open_requests(session: Session, decoder: Any) -> dict[str, int]:
-    """Requests waiting for a response now, by API name.
-
-    Reads the correlator's open-request table; ``Session`` has no public accessor
-    for it yet, so a changed layout yields an empty result rather than an error.
-    """
-    out: dict[str, int] = {}
-    conns = getattr(getattr(session, "_corr", None), "_conns", None)
-    if not isinstance(conns, dict):
-        return out
-    for conn in conns.values():
-        for req in getattr(conn, "pending", {}).values():
-            name = decoder.api_name(req.api_key)
-            out[name] = out.get(name, 0) + 1
-    return out
+    """Requests waiting for a response now, by API name."""
+    return {decoder.api_name(key): n for key, n in session.open_requests().items()}
 
 
 # ---------------------------------------------------------------------------

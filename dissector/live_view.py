@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .rows import CAPTURE_GAP as CAPTURE_GAP_NOTE  # first frame after a hole in the capture
 from .rows import PairRecord
 
 if TYPE_CHECKING:
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 LATENCY_SAMPLE = 50_000  # per API and run; percentiles are exact below this many pairs
 ERROR_STATUSES = frozenset({"error", "malformed"})
 UNANSWERED_STATUSES = frozenset({"unanswered"})
-CAPTURE_GAP_NOTE = "capture_gap"  # decode_error note: first frame after a hole in the capture
 
 
 @dataclass

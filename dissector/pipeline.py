@@ -9,6 +9,7 @@ connections, not the capture length.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,15 +42,6 @@ class Options:
         )
 
 
-@dataclass(slots=True)
-class ConnectionInfo:
-    stream: int
-    initiator: tuple[str, int]
-    responder: tuple[str, int]
-    tls: bool = False
-    frames: int = 0
-
-
 def _default_decoder() -> Any:
     from . import protocol
 
@@ -63,7 +55,7 @@ class Session:
     options: Options = field(default_factory=Options)
     counters: Counters = field(default_factory=Counters)
     decoder: Any = field(default_factory=_default_decoder)
-    connections: dict[int, ConnectionInfo] = field(default_factory=dict)
+    tls_streams: list[int] = field(default_factory=list)  # connections found to carry TLS
 
     def __post_init__(self) -> None:
         self._tcp = Reassembler(self.counters)
@@ -95,7 +87,6 @@ class Session:
             return self._chunk(ev)
         if isinstance(ev, StreamOpen):
             self._corr.open(ev)
-            self.connections[ev.stream] = ConnectionInfo(ev.stream, ev.initiator, ev.responder)
             return []
         for key in [k for k in self._framers if k[0] == ev.stream]:
             self._close_framer(key)
@@ -118,12 +109,17 @@ class Session:
             )
             self._framers[key] = framer
         out: list[Exchange] = []
+        was_tls = framer.tls
         for frame in framer.feed(ch):
             self.counters.add("kafka_frames")
             out.extend(self._corr.frame(frame))
-        if framer.tls:
-            self.connections[ch.stream].tls = True
+        if framer.tls and not was_tls and ch.stream not in self.tls_streams:
+            self.tls_streams.append(ch.stream)
         return out
+
+    def open_requests(self) -> Counter[int]:
+        """Requests waiting for a response right now, by api_key (for live views)."""
+        return self._corr.open_requests()
 
     def _close_framer(self, key: tuple[int, tuple[str, int]]) -> None:
         framer = self._framers.pop(key)
@@ -154,8 +150,8 @@ def iter_exchanges(
 ) -> Iterator[tuple[str, Exchange]]:
     """(capture path, exchange) for every exchange in the captures, in capture order.
 
-    ``sessions``, when given, receives each capture's finished ``Session`` (its
-    connections, e.g. which ones are TLS) for callers that report on them.
+    ``sessions``, when given, receives each capture's ``Session`` (e.g. which
+    connections carry TLS) for callers that report on them.
     """
     opts = options or Options(ports=frozenset(ports) if ports is not None else None)
     counters = counters if counters is not None else Counters()

@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+import jinja2
 
-from . import __version__, stats
+# Imported here, not where used: a missing optional dependency (report extra:
+# matplotlib, jinja2) then surfaces as the CLI's clear message, not a traceback.
+from . import __version__, plots, stats
 from .cli import parse_ports
 
 if TYPE_CHECKING:
@@ -280,8 +283,6 @@ def _png_size(png: bytes) -> tuple[int, int]:
 
 
 def chart(chart_id: str, df: pd.DataFrame, caption: str) -> Chart:
-    from . import plots
-
     title, draw = plots.CHARTS[chart_id]
     png = plots.png_bytes(draw(df))
     width, height = _png_size(png)
@@ -404,8 +405,6 @@ def _latency(df: pd.DataFrame) -> Section:
 
 
 def _n_series() -> int:
-    from . import plots
-
     return plots.MAX_SERIES
 
 
@@ -633,8 +632,6 @@ def sections(df: pd.DataFrame, command: str) -> list[Section]:
 
 
 def _template() -> Any:
-    import jinja2
-
     source = resources.files("dissector").joinpath("templates/report.html.j2").read_text("utf-8")
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     env.globals["zip"] = zip

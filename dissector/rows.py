@@ -115,8 +115,15 @@ def base_record(capture: str, ex: Exchange) -> PairRecord:
     )
 
 
+CAPTURE_GAP = "capture_gap"
+
+
 def build_record(capture: str, ex: Exchange, decoder: Decoder, topics: Any) -> PairRecord:
     rec = base_record(capture, ex)
+    if _after_gap(ex):
+        # The first frame after lost bytes (or after a mid-connection start): what
+        # came before it is unknown, so the pair may lack context.
+        rec.decode_error = _join(rec.decode_error, CAPTURE_GAP)
     if ex.api_key is None or ex.api_version is None:
         return rec
     rec.api_name = decoder.api_name(ex.api_key)
@@ -136,7 +143,7 @@ def build_record(capture: str, ex: Exchange, decoder: Decoder, topics: Any) -> P
     rec.record_bytes = s.record_bytes
     rec.compression = s.compression
     rec.throttle_ms = s.throttle_ms
-    rec.decode_error = _join(ex.note, s.decode_error)
+    rec.decode_error = _join(rec.decode_error, ex.note, s.decode_error)
     if s.decode_error and _is_fatal(request, response):
         rec.status = "malformed"
     elif rec.status == "ok" and s.error_code:
@@ -147,6 +154,10 @@ def build_record(capture: str, ex: Exchange, decoder: Decoder, topics: Any) -> P
 # A version newer than our specs is not broken bytes: the row keeps its status and
 # says why it is not decoded in decode_error (like Wireshark's "unsupported version").
 _NOT_MALFORMED = ("unsupported_version",)
+
+
+def _after_gap(ex: Exchange) -> bool:
+    return any(f is not None and f.after_gap for f in (ex.request, ex.response))
 
 
 def _is_fatal(*decoded: Any) -> bool:
