@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import shutil
 import subprocess
 from functools import cache
@@ -230,6 +231,39 @@ def test_port_reuse_matches_tshark(tmp_path: Path) -> None:
     assert per_stream == {0: b"req-1", 1: b"req-2", 2: b"req-3", 3: b"req-4"}
     assert counters["tcp_port_reuse"] == 3
     assert r.open_connections == 0
+
+
+@needs_tshark
+def test_lost_reordered_and_conflicting_segments_match_tshark(tmp_path: Path) -> None:
+    """tshark's follow marks a hole as "[N bytes missing in capture file]"; its data
+    around the hole, its hole size and its choice among conflicting copies (the first)
+    are the oracle."""
+    c, s = 1000, 5000
+    frames = [
+        _frame(C, S, 40000, 9092, "S", c, 0, t=1.0),
+        _frame(S, C, 9092, 40000, "SA", s, c + 1, t=1.001),
+        _frame(C, S, 40000, 9092, "A", c + 1, s + 1, t=1.002),
+        _frame(C, S, 40000, 9092, "PA", c + 1, s + 1, b"AAAA", t=1.003),
+        # bytes c+5 .. c+8 never captured
+        _frame(C, S, 40000, 9092, "PA", c + 9, s + 1, b"CCCC", t=1.004),
+        _frame(C, S, 40000, 9092, "PA", c + 17, s + 1, b"EEEE", t=1.005),
+        _frame(C, S, 40000, 9092, "PA", c + 13, s + 1, b"DDDD", t=1.006),
+        _frame(S, C, 9092, 40000, "PA", s + 1, c + 21, b"resp", t=1.007),
+        _frame(C, S, 40000, 9092, "PA", c + 13, s + 5, b"dddd", t=1.008),  # differs
+    ]
+    path = tmp_path / "gap.pcap"
+    wrpcap(str(path), frames)
+    theirs = tshark_follow(path)[((C, 40000), (S, 9092))]
+    marker = re.fullmatch(rb"(.*)\[(\d+) bytes missing in capture file\]\x00?(.*)", theirs, re.S)
+    assert marker is not None, theirs
+    counters = Counters()
+    events = list(reassemble(read_packets(str(path), counters), counters))
+    got = chunks(events, (C, 40000))
+    assert b"".join(ch.data for ch in got) == marker.group(1) + marker.group(3)
+    resumed = next(ch for ch in got if ch.resync)
+    assert resumed.lost == int(marker.group(2)) == counters["tcp_gap_bytes"]
+    assert b"".join(ch.data for ch in got[: got.index(resumed)]) == marker.group(1)
+    assert counters["tcp_overlap_conflict"] == 1
 
 
 # ---------------------------------------------------------------------------
