@@ -12,6 +12,7 @@ import itertools
 import random
 import re
 import shutil
+import struct
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -264,6 +265,37 @@ def test_lost_reordered_and_conflicting_segments_match_tshark(tmp_path: Path) ->
     assert resumed.lost == int(marker.group(2)) == counters["tcp_gap_bytes"]
     assert b"".join(ch.data for ch in got[: got.index(resumed)]) == marker.group(1)
     assert counters["tcp_overlap_conflict"] == 1
+
+
+@needs_tshark
+def test_snaplen_truncated_capture_matches_tshark(tmp_path: Path) -> None:
+    c, s = 1000, 5000
+    frames = [
+        _frame(C, S, 40000, 9092, "S", c, 0),
+        _frame(S, C, 9092, 40000, "SA", s, c + 1),
+        _frame(C, S, 40000, 9092, "PA", c + 1, s + 1, b"A" * 100),
+        _frame(C, S, 40000, 9092, "PA", c + 101, s + 1, b"B" * 10),
+    ]
+    snaplen = 80
+    path = tmp_path / "snap.pcap"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, 1))
+        for i, frame in enumerate(frames):
+            wire = bytes(frame)
+            f.write(struct.pack("<IIII", 1000 + i, 0, min(len(wire), snaplen), len(wire)))
+            f.write(wire[:snaplen])
+    counters = Counters()
+    events = list(reassemble(read_packets(str(path), counters), counters))
+    assert collect(events)[((C, 40000), (S, 9092))] == tshark_follow(path)[((C, 40000), (S, 9092))]
+    tcp_len = int(
+        _tshark("-r", str(path), "-Y", "frame.number == 3", "-T", "fields", "-e", "tcp.len").strip()
+    )
+    present = snaplen - (14 + 20 + 20)
+    got = chunks(events, (C, 40000))
+    assert [(len(ch.data), ch.resync, ch.lost) for ch in got] == [
+        (present, False, 0),
+        (10, True, tcp_len - present),
+    ]
 
 
 # ---------------------------------------------------------------------------
