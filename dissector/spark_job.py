@@ -10,6 +10,14 @@ main script, outside its package.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":
+    # Run as spark-submit's main script: Python put this file's folder (dissector/) first
+    # on the import path, where its modules could shadow top-level ones of the same name.
+    # The package itself comes from --py-files or site-packages.
+    sys.path.pop(0)
+
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -219,6 +227,8 @@ def spark_command(
     # Inside a running application (a notebook, a test) reuse its session, leave it up.
     owned = SparkSession.getActiveSession() is None
     spark = build_session(master, conf=_parse_conf(confs))
+    from pyspark.errors import AnalysisException
+
     try:
         if out_dir is None:
             _print_summary(spark, paths, options, window, top, recursive, glob)
@@ -234,6 +244,9 @@ def spark_command(
             glob=glob,
         )
         _echo_report(report, out_dir)
+    except AnalysisException as exc:
+        # e.g. a path that does not exist: Spark's message names it.
+        raise click.ClickException(str(exc).splitlines()[0]) from exc
     finally:
         if owned:
             spark.stop()

@@ -527,3 +527,16 @@ def test_cli_writes_parquet_tables(
     for name in ("latency_by_api", "latency_by_topic", "top_errors", "throughput"):
         assert (out / name).is_dir(), name
     assert spark.sparkContext._jsc is not None, "the CLI stopped the caller's session"
+
+
+@pytest.mark.spark
+def test_cli_missing_path_is_a_clear_error(spark: Any, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dissector.spark_job import spark_command
+
+    missing = tmp_path / "no-such-capture.pcap"
+    result = CliRunner().invoke(spark_command, [str(missing), "-o", str(tmp_path / "out")])
+    assert result.exit_code != 0
+    assert "no-such-capture.pcap" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
