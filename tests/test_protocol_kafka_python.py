@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from pathlib import Path
@@ -15,6 +16,7 @@ CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
 pytestmark = pytest.mark.skipif(not CAPTURES.is_dir(), reason="../shared/captures is absent")
 
 
+@functools.cache
 def _kafka_python_classes() -> dict[tuple[int, bool], Any]:
     import kafka.protocol as kp
     from kafka.protocol.api_message import ApiMessage
