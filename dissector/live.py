@@ -53,6 +53,10 @@ from .live_view import CAPTURE_GAP_NOTE, CaptureHealth, LiveStats, Snapshot
 from .pipeline import Options, Session
 from .rows import PairRecord, build_record
 
+# A connection silent for this long is closed (its open requests become
+# unanswered) so that a long live run does not hold every connection it saw.
+LIVE_IDLE_TIMEOUT_S = 600.0
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -383,7 +387,8 @@ class LiveCapture:
         except LiveError:
             self.source.close()
             raise
-        self.session = Session(Options(ports=opts.ports), self.counters, self.decoder)
+        options = Options(ports=opts.ports, idle_timeout_s=LIVE_IDLE_TIMEOUT_S)
+        self.session = Session(options, self.counters, self.decoder)
         self.label = f"live:{opts.iface}"
         self.stop_reason: str | None = None
         self.pcap_error: str | None = None  # --write-pcap failed: the file is incomplete

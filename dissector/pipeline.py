@@ -30,6 +30,9 @@ class Options:
     ports: frozenset[int] | None = None  # broker ports; None: the usual Kafka ports
     heuristic: bool | None = None  # find Kafka on other ports; default: on unless ports given
     max_frame: int = DEFAULT_MAX_FRAME
+    # Close connections silent this long (live capture: connections that never
+    # FIN/RST would otherwise be held for the whole run). None: never.
+    idle_timeout_s: float | None = None
 
     def correlation(self, known: VersionCheck, flexible: VersionCheck) -> CorrelationConfig:
         heuristic = self.heuristic if self.heuristic is not None else self.ports is None
@@ -58,7 +61,10 @@ class Session:
     tls_streams: list[int] = field(default_factory=list)  # connections found to carry TLS
 
     def __post_init__(self) -> None:
-        self._tcp = Reassembler(self.counters)
+        idle = self.options.idle_timeout_s
+        self._tcp = Reassembler(
+            self.counters, idle_timeout_ns=int(idle * 1e9) if idle is not None else None
+        )
         self._corr = Correlator(
             self.counters,
             self.options.correlation(
