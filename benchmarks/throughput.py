@@ -68,7 +68,7 @@ def time_ours(path: Path, runs: int) -> tuple[float, int, int]:
         df = dissector.analyze(path)
         best = min(best, time.perf_counter() - t0)
         rows = len(df)
-        packets = df.attrs["counters"].get("packets", 0)
+        packets = df.attrs["counters"].get("frames", 0)
     return best, rows, packets
 
 

@@ -37,11 +37,11 @@ def _with_bar(
     columns = (
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
-        TextColumn("{task.fields[pairs]} pairs, {task.fields[packets]} packets"),
+        TextColumn("{task.fields[pairs]} pairs, {task.fields[frames]} frames"),
         TimeElapsedColumn(),
     )
     with Progress(*columns, transient=True) as bar:
-        task = bar.add_task("analyzing", total=total, pairs=0, packets=0)
+        task = bar.add_task("analyzing", total=total, pairs=0, frames=0)
         for n, rec in enumerate(records, 1):
             yield rec
             if n % 256 == 0:
@@ -49,6 +49,6 @@ def _with_bar(
                     task,
                     completed=min(counters["bytes_read"], total),
                     pairs=n,
-                    packets=counters["packets"],
+                    frames=counters["frames"],
                 )
         bar.update(task, completed=total)

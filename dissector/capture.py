@@ -20,7 +20,8 @@ because building dpkt objects per frame costs about 5x more (measured by
 
 Counter names added here (all per frame unless noted):
 
-``frames`` every packet record read; ``tcp_packets`` packets yielded;
+``frames`` every packet record read; ``bytes_read`` file bytes read (per chunk);
+``tcp_packets`` packets yielded;
 ``non_ip``, ``non_tcp``, ``unknown_linktype``, ``bad_link_header``, ``bad_ip_header``,
 ``bad_tcp_header``, ``ip_fragment`` (IPv4 or IPv6 fragment, not reassembled);
 ``snaplen_truncated`` (payload cut by the snaplen); ``caplen_exceeds_wire_len``
@@ -172,11 +173,12 @@ def _tsresol_to_ratio(value: int) -> tuple[int, int]:
 class _ChunkReader:
     """A file read in large chunks, so records are sliced from memory."""
 
-    __slots__ = ("buf", "error", "pos", "read")
+    __slots__ = ("buf", "counters", "error", "pos", "read")
 
-    def __init__(self, f: BinaryIO, initial: bytes) -> None:
+    def __init__(self, f: BinaryIO, initial: bytes, counters: Counters) -> None:
         # read1: a gzip stream cut short still yields what decompressed before the cut.
         self.read = getattr(f, "read1", f.read)
+        self.counters = counters  # bytes_read drives progress displays
         self.buf = initial
         self.pos = 0
         self.error = False  # reading failed (I/O error, corrupt gzip): treated as the end
@@ -196,6 +198,7 @@ class _ChunkReader:
                 break
             if not more:
                 break
+            self.counters.add("bytes_read", len(more))
             parts.append(more)
             have += len(more)
         self.buf = b"".join(parts)
@@ -410,7 +413,7 @@ def iter_frames(path: str, counters: Counters) -> Iterator[Frame]:
 
 def _frames_owning(f: BinaryIO, head: bytes, kind: str, counters: Counters) -> Iterator[Frame]:
     with f:
-        reader = _ChunkReader(f, head[24:] if kind == "pcap" else head)
+        reader = _ChunkReader(f, head[24:] if kind == "pcap" else head, counters)
         if kind == "pcap":
             yield from _pcap_frames(reader, head, counters)
         else:
