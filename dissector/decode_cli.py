@@ -105,7 +105,7 @@ def iter_decoded(
             "broker": f"{ex.broker[0]}:{ex.broker[1]}",
             "kind": ex.kind,
             "api_key": ex.api_key,
-            "api_name": api_name(ex.api_key) if ex.api_key is not None else None,
+            "api_name": api_name(ex.api_key, registry) if ex.api_key is not None else None,
             "api_version": ex.api_version,
             "correlation_id": ex.correlation_id,
             "note": ex.note,
@@ -129,8 +129,9 @@ def _ports(value: str | None) -> frozenset[int] | None:
     "--specs",
     "spec_dirs",
     multiple=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="a directory of Apache Kafka JSON message specs (newer or vendor Kafka)",
+    type=click.Path(exists=True),
+    help="Apache Kafka JSON message specs (newer or vendor Kafka): a directory, "
+    "or a kafka-clients jar; repeatable",
 )
 @click.option("--ports", help="broker ports, comma-separated")
 def decode_command(
@@ -155,8 +156,8 @@ def decode_command(
     "--specs",
     "spec_dirs",
     multiple=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="a directory of Apache Kafka JSON message specs to include",
+    type=click.Path(exists=True),
+    help="Apache Kafka JSON message specs to include: a directory or a kafka-clients jar",
 )
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per API")
 def apis_command(spec_dirs: tuple[str, ...], as_json: bool) -> None:
@@ -167,4 +168,4 @@ def apis_command(spec_dirs: tuple[str, ...], as_json: bool) -> None:
         else:
             request = version_ranges(api.request_versions)
             response = version_ranges(api.response_versions)
-            click.echo(f"{api.api_key:>4}  {api.name:<32} request {request:<8} response {response}")
+            click.echo(f"{api.api_key:>4}  {api.name:<38} request {request:<8} response {response}")

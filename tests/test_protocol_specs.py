@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import zipfile
+from pathlib import Path
+
 import pytest
 
 from dissector.protocol import api_name, get_registry, supported_apis
@@ -9,6 +13,7 @@ from dissector.protocol.sources import (
     iter_kafka_python_specs,
     iter_kio_layouts,
     iter_old_layouts,
+    load_specs,
     parse_versions,
     snake,
 )
@@ -149,3 +154,72 @@ def test_a_specs_directory_adds_versions(tmp_path) -> None:  # type: ignore[no-u
     out = decode_request(frame, registry=reg)
     assert out.error is None
     assert out.body == {"message": "hi", "count": 42, "note": "ok"}
+
+
+def _kafka_clients_jar(version: str) -> Path | None:
+    """kafka-clients from Maven Central, where scripts/kafka-broker's cache keeps it."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    jar = (
+        root
+        / "kafka-dissector"
+        / "m2"
+        / "org"
+        / "apache"
+        / "kafka"
+        / "kafka-clients"
+        / version
+        / f"kafka-clients-{version}.jar"
+    )
+    return jar if jar.is_file() else None
+
+
+def test_a_jar_of_specs_is_read_like_a_directory(tmp_path: Path) -> None:
+    # The layout of a kafka-clients jar: specs under common/message/, classes beside.
+    from importlib import resources
+
+    jar = tmp_path / "clients.jar"
+    src = resources.files("kafka.protocol.schemas.resources")
+    with zipfile.ZipFile(jar, "w") as archive:
+        archive.writestr("org/apache/kafka/Some.class", b"\xca\xfe\xba\xbe")
+        for name in ("MetadataRequest.json", "MetadataResponse.json"):
+            archive.writestr(f"common/message/{name}", (src / name).read_text())
+    specs = load_specs([jar])
+    layout = specs.get(3, 12, REQUEST)
+    assert layout is not None and layout.source.startswith("specs-dir:clients.jar!")
+    assert layout.wire() == load_specs().get(3, 12, REQUEST).wire()  # type: ignore[union-attr]
+
+
+def test_removed_versions_match_apache_3_9_specs() -> None:
+    """Kafka 3.9's own specs still list the versions 4.0 removed: every widened layout
+    must equal 3.9's, and 3.9 fills what no installed package describes."""
+    jar = _kafka_clients_jar("3.9.1")
+    if jar is None:
+        pytest.skip("kafka-clients-3.9.1.jar not in the cache (mvn dependency:get)")
+    base = get_registry().specs
+    old = load_specs([jar])
+    widened = [c for c in base.combinations() if base.get(*c).source.startswith("json-widened")]  # type: ignore[union-attr]
+    assert len(widened) == 46
+    for combo in widened:
+        native = old.get(*combo)
+        assert native is not None and native.source.startswith("specs-dir:"), combo
+        assert native.wire() == base.get(*combo).wire(), combo  # type: ignore[union-attr]
+    filled = {(k, v) for k, v, _ in set(old.combinations()) - set(base.combinations())}
+    assert {kv for kv in NOT_DESCRIBED if kv[0] in (38, 39, 40, 41, 56)} <= filled
+    assert {k for k, _ in filled} >= {4, 5, 6, 7}
+
+
+def test_a_newer_kafka_clients_jar_decodes_api_versions_v5() -> None:
+    """Kafka 4.4's ApiVersions v5, beyond the installed specs, in the committed capture."""
+    jar = _kafka_clients_jar("4.4.0")
+    capture = Path(__file__).resolve().parents[1] / "captures" / "kafka-4-mixed.pcapng"
+    if jar is None or not capture.is_file():
+        pytest.skip("kafka-clients-4.4.0.jar (scripts/kafka-broker fetch) or capture absent")
+    from dissector.decode_cli import iter_decoded
+
+    rows = [r for r in iter_decoded([str(capture)], api=18, spec_dirs=[str(jar)])]
+    v5 = [r for r in rows if r["api_version"] == 5]
+    assert v5
+    for r in v5:
+        assert "error" not in r["request"] and "error" not in r["response"]
+        assert r["request"]["body"]["client_software_name"] == "apache-kafka-java"
+        assert r["response"]["body"]["error_code"] == 0

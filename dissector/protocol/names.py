@@ -18,9 +18,16 @@ def _names() -> dict[int, str]:
     return {int(k): k.name for k in ApiKey}
 
 
-def api_name(api_key: int) -> str:
-    """Kafka's name for an API key (e.g. ``Produce``), or ``Unknown(k)``."""
-    return _names().get(api_key, f"Unknown({api_key})")
+def api_name(api_key: int, registry: Registry | None = None) -> str:
+    """Kafka's name for an API key (e.g. ``Produce``), or ``Unknown(k)``.
+
+    With a registry built from ``--specs``, keys newer than kafka-python's list are
+    named by their spec.
+    """
+    name = _names().get(api_key)
+    if name is None and registry is not None:
+        name = registry.specs.names.get(api_key)
+    return name or f"Unknown({api_key})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +55,7 @@ def supported_apis(registry: Registry | None = None) -> list[ApiSupport]:
         out.append(
             ApiSupport(
                 api_key=key,
-                name=api_name(key),
+                name=api_name(key, reg),
                 request_versions=tuple(reg.specs.versions(key, REQUEST)),
                 response_versions=tuple(reg.specs.versions(key, RESPONSE)),
                 sources=tuple(sources),

@@ -2,7 +2,9 @@
 
 Sources, in order of precedence for a given (api_key, version, direction):
 
-1. Apache Kafka JSON message specs from directories given with ``--specs DIR``.
+1. Apache Kafka JSON message specs given with ``--specs``: a directory of them, or
+   a kafka-clients jar (Maven Central), which carries them as common/message/*.json.
+   A newer jar adds newer versions; an older one (3.x) adds versions 4.0 removed.
 2. Apache's JSON specs shipped as package data by kafka-python 3.x.
 3. kio's generated classes (the Kafka 4.2 generation): reflected dataclasses.
 4. Versions Kafka 4.0 removed (below a JSON spec's ``validVersions``): Apache kept
@@ -28,6 +30,7 @@ import pkgutil
 import re
 import types
 import typing
+import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 from pathlib import Path
@@ -195,6 +198,27 @@ def iter_json_dir(directory: Path) -> Iterator[JsonSpec]:
         spec = parse_json_spec(path.read_text(encoding="utf-8"), str(path.name))
         if spec is not None:
             yield spec
+
+
+def iter_json_jar(jar: Path) -> Iterator[JsonSpec]:
+    """Apache's kafka-clients jar carries the specs as ``common/message/*.json``."""
+    with zipfile.ZipFile(jar) as archive:
+        for name in sorted(archive.namelist()):
+            if name.endswith(".json") and "/message/" in f"/{name}":
+                text = archive.read(name).decode("utf-8")
+                spec = parse_json_spec(text, f"{jar.name}!{name}")
+                if spec is not None:
+                    yield spec
+
+
+def iter_json_source(source: Path) -> Iterator[JsonSpec]:
+    """A directory of Apache JSON specs, or a jar/zip holding them (kafka-clients)."""
+    if source.is_dir():
+        yield from iter_json_dir(source)
+    elif zipfile.is_zipfile(source):
+        yield from iter_json_jar(source)
+    else:
+        raise ValueError(f"{source}: neither a directory of JSON specs nor a jar")
 
 
 def iter_kafka_python_specs() -> Iterator[JsonSpec]:
@@ -372,13 +396,20 @@ def load_specs(spec_dirs: Iterable[str | Path] = ()) -> SpecSet:
     specs = SpecSet(names=kafka_api_names())
     json_specs: dict[tuple[int, str], JsonSpec] = {}
     for directory in spec_dirs:
-        for js in iter_json_dir(Path(directory)):
+        for js in iter_json_source(Path(directory)):
             json_specs.setdefault((js.api_key, js.direction), js)
+            # a key newer than kafka-python's enum is named by its spec
+            specs.names.setdefault(
+                js.api_key, js.name.removesuffix("Request").removesuffix("Response")
+            )
             if js.valid is not None:
                 for v in range(js.valid[0], js.valid[1] + 1):
                     specs.add(json_layout(js, v, f"specs-dir:{js.origin}"))
     for js in iter_kafka_python_specs():
-        json_specs.setdefault((js.api_key, js.direction), js)
+        # Widening below starts from kafka-python's copy even when --specs gives
+        # another: the widening is checked against kafka-python's hand-written
+        # schemas, and Apache 4.0.0's own files dropped some v0-only fields.
+        json_specs[(js.api_key, js.direction)] = js
         if js.valid is not None:
             for v in range(js.valid[0], js.valid[1] + 1):
                 specs.add(json_layout(js, v, "kafka-python-json"))
