@@ -293,11 +293,11 @@ def iter_kio_layouts(
     from kio.schema.index import api_key_map, schema_name_map
     from kio.static.constants import EntityType
 
-    directions = {EntityType.request: REQUEST, EntityType.response: RESPONSE}
+    directions: dict[Any, str] = {EntityType.request: REQUEST, EntityType.response: RESPONSE}
     for api_key, name in api_key_map.items():
         for version, entities in schema_name_map[name].items():
             for entity_type, direction in directions.items():
-                path = entities.get(entity_type)
+                path = typing.cast(dict[Any, str], entities).get(entity_type)
                 if path is None or not wanted(int(api_key), int(version), direction):
                     continue
                 cls = pkgutil.resolve_name(path)
@@ -374,13 +374,14 @@ def iter_old_layouts() -> Iterator[Layout]:
                 continue
             if obj.__dict__.get("FLEXIBLE_VERSION") or getattr(obj, "FLEXIBLE_VERSION", False):
                 continue
+            cls: Any = obj  # a kafka-python Request/Response class
             try:
-                fields = old_fields(obj.SCHEMA)
+                fields = old_fields(cls.SCHEMA)
             except ValueError:
                 continue  # flexible (compact) schemas: the JSON specs cover those
             yield Layout(
-                api_key=int(obj.API_KEY),
-                version=int(obj.API_VERSION),
+                api_key=int(cls.API_KEY),
+                version=int(cls.API_VERSION),
                 direction=REQUEST if issubclass(obj, Request) else RESPONSE,
                 flexible=False,
                 fields=fields,
