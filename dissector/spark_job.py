@@ -170,11 +170,21 @@ def _echo_report(report: JobReport, out_dir: str | None) -> None:
         click.echo(f"  {name}: {rows} rows{where}")
 
 
-def _echo_table(title: str, df_rows: list, columns: list[str]) -> None:
+def _echo_table(title: str, rows: list, columns: list[str]) -> None:
     import pandas as pd
 
+    # object dtype: integer columns with nulls stay integers instead of turning float.
+    cells = [[round(v, 3) if isinstance(v, float) else v for v in row] for row in rows]
+    table = pd.DataFrame(cells, columns=columns, dtype=object)
     click.echo(f"\n{title}")
-    click.echo(pd.DataFrame(df_rows, columns=columns).to_string(index=False))
+    click.echo(table.to_string(index=False, na_rep="-") if rows else "(none)")
+
+
+def _check_all_failed(report: JobReport) -> None:
+    if report.captures and report.failed == report.captures:
+        raise click.ClickException(
+            f"every capture ({report.captures}) failed to decode; first: {report.failures[0][1]}"
+        )
 
 
 @click.command("spark")
@@ -244,6 +254,7 @@ def spark_command(
             glob=glob,
         )
         _echo_report(report, out_dir)
+        _check_all_failed(report)
     except AnalysisException as exc:
         # e.g. a path that does not exist: Spark's message names it.
         raise click.ClickException(str(exc).splitlines()[0]) from exc
@@ -267,6 +278,7 @@ def _print_summary(
         report = collect_report(fleet)
         report.seconds = time.monotonic() - started
         _echo_report(report, None)
+        _check_all_failed(report)
         tables = summaries(fleet.pairs, window=window, top=top)
         for name in ("latency_by_api", "latency_by_broker", "top_errors", "unanswered_summary"):
             df = tables[name]

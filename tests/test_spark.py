@@ -540,3 +540,15 @@ def test_cli_missing_path_is_a_clear_error(spark: Any, tmp_path: Path) -> None:
     assert result.exit_code != 0
     assert "no-such-capture.pcap" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.spark
+def test_cli_fails_when_every_capture_fails(spark: Any, broken_captures: list[Path]) -> None:
+    from click.testing import CliRunner
+
+    from dissector.spark_job import spark_command
+
+    result = CliRunner().invoke(spark_command, [str(broken_captures[0])])
+    assert result.exit_code == 1
+    assert "every capture (1) failed to decode" in result.output
+    assert "CaptureError" in result.output
