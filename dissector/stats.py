@@ -107,6 +107,45 @@ METRIC_DOCS: Mapping[str, str] = {
     "throttled": "responses with throttle_time_ms > 0 (the broker applied a quota)",
 }
 
+
+def percentile_column(q: float) -> str:
+    return f"p{round(q * 100):d}_ms"
+
+
+def _sql_in(values: tuple[str, ...]) -> str:
+    return ", ".join(f"'{v}'" for v in values)
+
+
+SQL_COLUMNS: Mapping[str, str] = {
+    "event_time": f"coalesce({EVENT_TIME_COLUMNS[0]}, {EVENT_TIME_COLUMNS[1]})",
+    "is_error": f"status IN ({_sql_in(ERROR_STATUSES)})",
+    "is_unanswered": f"status IN ({_sql_in(UNANSWERED_STATUSES)})",
+    "bytes_in": f"coalesce({BYTES_IN_COLUMN}, 0)",
+    "bytes_out": f"coalesce({BYTES_OUT_COLUMN}, 0)",
+    "records": "coalesce(records, 0)",
+    "throttled": "coalesce(throttle_ms, 0) > 0",
+}
+"""The per-row definitions above as Spark SQL expressions over the pairs columns
+(``F.expr(SQL_COLUMNS["is_error"])``)."""
+
+SQL_AGGREGATES: Mapping[str, str] = {
+    "count": "count(1)",
+    "errors": f"sum(CASE WHEN {SQL_COLUMNS['is_error']} THEN 1 ELSE 0 END)",
+    "unanswered": f"sum(CASE WHEN {SQL_COLUMNS['is_unanswered']} THEN 1 ELSE 0 END)",
+    **{percentile_column(q): f"percentile({LATENCY_COLUMN}, {q})" for q in PERCENTILES},
+    "max_ms": f"max({LATENCY_COLUMN})",
+    "bytes_in": f"sum({SQL_COLUMNS['bytes_in']})",
+    "bytes_out": f"sum({SQL_COLUMNS['bytes_out']})",
+    "records": f"sum({SQL_COLUMNS['records']})",
+    "throttled": f"sum(CASE WHEN {SQL_COLUMNS['throttled']} THEN 1 ELSE 0 END)",
+}
+"""The breakdown columns as Spark SQL aggregates, e.g.
+``SELECT api_name, api_version, <expr> AS <name>, ... GROUP BY api_name, api_version``;
+then ``error_rate = errors / count`` and ``rate_per_s = count / span`` (span from
+``min``/``max`` of ``SQL_COLUMNS["event_time"]`` over the whole input). Spark's
+``percentile`` is exact with linear interpolation, like pandas here; its
+``percentile_approx`` is not."""
+
 # ---------------------------------------------------------------------------
 # Preparation
 # ---------------------------------------------------------------------------
@@ -255,10 +294,6 @@ def breakdown(df: pd.DataFrame, by: str) -> pd.DataFrame:
         )
         keys = ["broker", *keys]
     return out[[*keys, *BREAKDOWN_COLUMNS]].reset_index(drop=True)
-
-
-def percentile_column(q: float) -> str:
-    return f"p{round(q * 100):d}_ms"
 
 
 def per_api(df: pd.DataFrame) -> pd.DataFrame:

@@ -568,3 +568,70 @@ def test_describe_kafka_floor_reads_as_a_sentence() -> None:
     )
     assert "not enough" in stats.describe_kafka_floor(None)
     assert stats.describe_kafka_floor("2.4", "broker b:1").startswith("broker b:1 is Apache")
+
+
+# -- the same definitions in Spark SQL --------------------------------------------
+
+_SPARK_SCHEMA = (
+    "api_name string, api_version int, status string, latency_ms double, "
+    "request_size long, response_size long, records long, throttle_ms long, "
+    "request_time timestamp, response_time timestamp"
+)
+
+
+def _plain(value: object) -> object:
+    if value is None or (not isinstance(value, list) and pd.isna(value)):
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.to_pydatetime()
+    return value.item() if hasattr(value, "item") else value
+
+
+@pytest.mark.spark
+def test_sql_definitions_give_the_same_numbers_in_spark(bundled: pd.DataFrame) -> None:
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install pyspark)")
+    import shutil
+
+    if shutil.which("java") is None:
+        pytest.skip("Spark needs Java 17+ (apt-get install openjdk-17-jre-headless)")
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("kafka-dissector-stats-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    try:
+        columns = [c.split()[0] for c in _SPARK_SCHEMA.split(", ")]
+        rows = [tuple(_plain(v) for v in r) for r in bundled[columns].itertuples(index=False)]
+        spark.createDataFrame(rows, _SPARK_SCHEMA).createOrReplaceTempView("pairs")
+        aggs = ", ".join(f"{expr} AS {name}" for name, expr in stats.SQL_AGGREGATES.items())
+        got = {
+            (r["api_name"], r["api_version"]): r.asDict()
+            for r in spark.sql(
+                f"SELECT api_name, api_version, {aggs} FROM pairs GROUP BY api_name, api_version"
+            ).collect()
+        }
+        event = stats.SQL_COLUMNS["event_time"]
+        first, last = spark.sql(f"SELECT min({event}), max({event}) FROM pairs").first()
+    finally:
+        spark.stop()
+    table = stats.per_api(bundled)
+    assert len(got) == len(table)
+    for row in table.itertuples():
+        name = None if row.api_name == stats.MISSING_LABEL else row.api_name
+        version = None if pd.isna(row.api_version) else int(row.api_version)
+        other = got[(name, version)]
+        for col in ("count", "errors", "unanswered", "bytes_in", "bytes_out", "records",
+                    "throttled"):  # fmt: skip
+            assert other[col] == getattr(row, col), (name, version, col)
+        for col in ("p50_ms", "p90_ms", "p99_ms", "max_ms"):
+            mine = getattr(row, col)
+            if other[col] is None:
+                assert math.isnan(mine)
+            else:
+                assert other[col] == pytest.approx(mine, rel=1e-9, abs=1e-9), (name, col)
+    assert (last - first).total_seconds() == pytest.approx(stats.span_seconds(bundled), abs=1e-5)
