@@ -86,91 +86,107 @@ def _dicts(value: Any) -> Iterator[dict[str, Any]]:
             stack.extend(reversed([x for x in v if isinstance(x, dict | list)]))
 
 
+@dataclass
+class _Scan:
+    """What one walk over a decoded body finds (one pass: this runs for every pair)."""
+
+    names: TopicNames
+    topics: dict[str, None]
+    first_nonzero_error: int | None = None
+    saw_error_code: bool = False
+    error_count: int = 0
+    partitions: int | None = None
+    records: int | None = None
+    record_bytes: int | None = None
+    codecs: list[str] = field(default_factory=list)
+
+
 def _is_error_key(key: str) -> bool:
     return key == "error_code" or key.endswith("_error_code")
 
 
-def _errors(body: dict[str, Any] | None) -> tuple[int | None, int]:
-    """(top-level code else first non-zero nested one, count of non-zero codes)."""
-    if not body:
-        return None, 0
-    top = body.get("error_code")
-    first: int | None = top if isinstance(top, int) else None
-    count = 0
-    for d in _dicts(body):
-        for k, v in d.items():
-            if _is_error_key(k) and isinstance(v, int) and not isinstance(v, bool):
-                if first is None:
-                    first = v
-                if v:
-                    count += 1
-                    if first == 0:
-                        first = v
-    return first, count
+def _walk(d: dict[str, Any], scan: _Scan, depth: int = 0) -> None:
+    if depth > 64:
+        return  # decoded bodies nest a few levels; never recurse without bound
+    for key, value in d.items():
+        kind = type(value)
+        if kind is int:
+            if _is_error_key(key):
+                scan.saw_error_code = True
+                if value:
+                    scan.error_count += 1
+                    if scan.first_nonzero_error is None:
+                        scan.first_nonzero_error = value
+        elif kind is list:
+            _walk_list(key, value, scan, depth)
+        elif kind is dict:
+            if "size" in value and len(value) <= 2 and set(value) <= {"size", "error"}:
+                scan.record_bytes = (scan.record_bytes or 0) + int(value["size"])
+            else:
+                _walk(value, scan, depth + 1)
+        elif kind is not str and kind is not bytes and hasattr(value, "codecs"):
+            scan.records = (scan.records or 0) + int(value.records)
+            scan.record_bytes = (scan.record_bytes or 0) + int(value.bytes)
+            scan.codecs.extend(value.codecs)
 
 
-def _topics(body: dict[str, Any] | None, names: TopicNames, out: dict[str, None]) -> None:
+def _walk_list(key: str, value: list[Any], scan: _Scan, depth: int) -> None:
+    first = value[0] if value else None
+    if "partition" in key and type(first) is not list:
+        # entries of arrays whose name mentions partitions (structs or indexes)
+        scan.partitions = (scan.partitions or 0) + len(value)
+    if type(first) is dict:
+        topic_array = "topic" in key
+        for item in value:
+            if type(item) is dict:
+                _topic_of(topic_array, item, scan)
+                _walk(item, scan, depth + 1)
+    elif type(first) is str and "topic" in key:
+        for item in value:
+            if type(item) is str:
+                scan.topics.setdefault(item)
+
+
+def _topic_of(topic_array: bool, item: dict[str, Any], scan: _Scan) -> None:
     """Names of topics: struct fields ``topic``/``topic_name``, ``name`` in an element of
     a topic array or of an array whose elements list partitions, else a known topic id."""
-    for d in _dicts(body):
-        for key, value in d.items():
-            if not isinstance(value, list):
-                continue
-            for item in value:
-                if isinstance(item, str) and "topic" in key:
-                    out.setdefault(item)
-                elif isinstance(item, dict):
-                    _topic_of(key, item, names, out)
-    if body:
-        for key in ("topic", "topic_name"):
-            value = body.get(key)
-            if isinstance(value, str):
-                out.setdefault(value)
-
-
-def _topic_of(key: str, item: dict[str, Any], names: TopicNames, out: dict[str, None]) -> None:
-    for field_name in ("topic", "topic_name"):
-        value = item.get(field_name)
-        if isinstance(value, str) and value:
-            out.setdefault(value)
-            return
+    value = item.get("topic") or item.get("topic_name")
+    if type(value) is str:
+        scan.topics.setdefault(value)
+        return
     value = item.get("name")
-    topic_like = "topic" in key or any("partition" in k for k in item)
-    if isinstance(value, str) and value and topic_like:
-        out.setdefault(value)
+    # any() only runs for items that have a name: `and` stops early otherwise
+    if type(value) is str and value and (topic_array or any("partition" in k for k in item)):
+        scan.topics.setdefault(value)
         return
     tid = item.get("topic_id")
-    if isinstance(tid, str) and tid != _ZERO_UUID:
-        out.setdefault(names.name(tid) or tid)
+    if type(tid) is str and tid != _ZERO_UUID:
+        scan.topics.setdefault(scan.names.name(tid) or tid)
 
 
-def _partitions(body: dict[str, Any] | None) -> int | None:
-    """Entries of arrays whose name mentions partitions (list of structs or of indexes)."""
-    if not body:
-        return None
-    total: int | None = None
-    for d in _dicts(body):
-        for key, value in d.items():
-            if "partition" in key and isinstance(value, list):
-                if any(isinstance(x, list) for x in value):
-                    continue
-                total = (total or 0) + len(value)
-    return total
+def _scan(body: dict[str, Any] | None, names: TopicNames, topics: dict[str, None]) -> _Scan:
+    scan = _Scan(names=names, topics=topics)
+    if body:
+        _walk(body, scan)
+        for key in ("topic", "topic_name"):
+            value = body.get(key)
+            if type(value) is str:
+                topics.setdefault(value)
+    return scan
 
 
-def _records(body: dict[str, Any] | None) -> tuple[int | None, int | None, list[str]]:
-    records: int | None = None
-    size: int | None = None
-    codecs: list[str] = []
-    for d in _dicts(body):
-        for value in d.values():
-            if hasattr(value, "records") and hasattr(value, "codecs"):
-                records = (records or 0) + int(value.records)
-                size = (size or 0) + int(value.bytes)
-                codecs.extend(value.codecs)
-            elif isinstance(value, dict) and set(value) <= {"size", "error"} and "size" in value:
-                size = (size or 0) + int(value["size"])
-    return records, size, codecs
+def _error_code(body: dict[str, Any] | None, scan: _Scan) -> int | None:
+    """The top-level error code, else the first non-zero nested one, else 0 if any."""
+    top = body.get("error_code") if body else None
+    if type(top) is int and top:
+        return top
+    if scan.first_nonzero_error is not None:
+        return scan.first_nonzero_error
+    return 0 if scan.saw_error_code else None
+
+
+def _sum(a: int | None, b: int | None) -> int | None:
+    return None if a is None and b is None else (a or 0) + (b or 0)
 
 
 def summarize(
@@ -184,31 +200,27 @@ def summarize(
     resp_body = response.body if response is not None else None
     if response is not None and response.error is None:
         topics.learn(api_key, resp_body)
-    s = Summary()
-    s.error_code, s.error_count = _errors(resp_body)
+    seen: dict[str, None] = {}
+    req = _scan(req_body, topics, seen)
+    resp = _scan(resp_body, topics, seen)
+    s = Summary(topics=list(seen), error_count=resp.error_count)
+    s.error_code = _error_code(resp_body, resp)
     if s.error_code is not None:
         s.error_name = error_name(s.error_code)
-    seen: dict[str, None] = {}
-    _topics(req_body, topics, seen)
-    _topics(resp_body, topics, seen)
-    s.topics = list(seen)
-    counts = [c for c in (_partitions(req_body), _partitions(resp_body)) if c is not None]
+    counts = [c for c in (req.partitions, resp.partitions) if c is not None]
     s.partitions = max(counts) if counts else None
-    r1, b1, c1 = _records(req_body)
-    r2, b2, c2 = _records(resp_body)
-    if r1 is not None or r2 is not None:
-        s.records = (r1 or 0) + (r2 or 0)
-    if b1 is not None or b2 is not None:
-        s.record_bytes = (b1 or 0) + (b2 or 0)
-    codecs = sorted(set(c1 + c2))
+    s.records = _sum(req.records, resp.records)
+    s.record_bytes = _sum(req.record_bytes, resp.record_bytes)
+    codecs = sorted(set(req.codecs + resp.codecs))
     s.compression = ",".join(codecs) if codecs else None
     if resp_body:
         throttle = resp_body.get("throttle_time_ms")
-        if isinstance(throttle, int):
+        if type(throttle) is int:
             s.throttle_ms = throttle
-    notes = []
-    for side, d in (("request", request), ("response", response)):
-        if d is not None and d.error:
-            notes.append(f"{side}: {d.error}")
+    notes = [
+        f"{side}: {d.error}"
+        for side, d in (("request", request), ("response", response))
+        if d is not None and d.error
+    ]
     s.decode_error = "; ".join(notes) if notes else None
     return s
