@@ -67,7 +67,7 @@ class Registry:
 
     def decoder(self, layout: Layout, expand: bool) -> kc.DecodeFn:
         key = (layout.api_key, layout.version, layout.direction, expand)
-        fn = self._fast.get(key)
+        fn = self._fast.get(key)  # one dict lookup per message once compiled
         if fn is None:
             build = kc.generate if self.backend == "generate" else kc.closures
             fn = self._fast[key] = build(layout, self._hook(expand))
@@ -102,7 +102,14 @@ def _registry_for(spec_dirs: tuple[str, ...], backend: str) -> Registry:
 
 def get_registry(spec_dirs: Iterable[str | Path] = (), backend: str = "generate") -> Registry:
     """The shared registry for these spec directories (built once per process)."""
+    if not spec_dirs and backend == "generate":
+        return _default_registry()
     return _registry_for(tuple(str(Path(d)) for d in spec_dirs), backend)
+
+
+@functools.cache
+def _default_registry() -> Registry:
+    return _registry_for((), "generate")
 
 
 def _decode_body(
@@ -113,7 +120,7 @@ def _decode_body(
     try:
         out.body, end = registry.decoder(layout, expand)(buf, start)
         return end
-    except Exception:
+    except Exception:  # bad bytes (or a generator bug): let the closures explain
         pass
     try:
         out.body, end = registry.explainer(layout, expand)(buf, start)
