@@ -10,6 +10,7 @@ of one report consistent.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Callable, Iterable, Mapping
 from functools import wraps
 from typing import TYPE_CHECKING, Any, ParamSpec
@@ -113,7 +114,7 @@ def _all_api_colors(df: pd.DataFrame) -> dict[str, Any]:
 
 
 def _api_labels(df: pd.DataFrame) -> pd.Series:
-    return df["api_name"].astype("object").where(df["api_name"].notna(), stats.MISSING_LABEL)
+    return df["api_name"].astype("object").where(df["api_name"].notna(), stats.UNKNOWN_API_LABEL)
 
 
 def _busiest(labels: pd.Series, limit: int = MAX_SERIES) -> list[str]:
@@ -133,8 +134,52 @@ def _start(df: pd.DataFrame) -> pd.Timestamp | None:
     return times.min() if len(times) else None
 
 
-def _seconds_label(start: pd.Timestamp) -> str:
-    return f"seconds since {start.strftime('%Y-%m-%d %H:%M:%S')} UTC"
+_TIME_UNITS: tuple[tuple[float, str, float], ...] = (
+    (1.0, "seconds", 600.0),
+    (60.0, "minutes", 600.0 * 60),
+    (3600.0, "hours", 72.0 * 3600),
+    (86400.0, "days", math.inf),
+)
+"""(seconds per unit, unit name, longest span shown in that unit) for time axes."""
+
+
+def _time_unit(span_s: float) -> tuple[float, str]:
+    """A time-axis unit that keeps tick labels short for the capture's span."""
+    for divisor, unit, limit in _TIME_UNITS:
+        if span_s <= limit:
+            return divisor, unit
+    return _TIME_UNITS[-1][:2]
+
+
+def _since_label(unit: str, start: pd.Timestamp) -> str:
+    return f"{unit} since {start.strftime('%Y-%m-%d %H:%M:%S')} UTC"
+
+
+def _rate_unit(bucket_s: int) -> tuple[float, str]:
+    """Counts per bucket are shown per second, or per minute/hour for wide buckets (a
+    sparse day-long capture would otherwise read 0.0001 requests per second)."""
+    if bucket_s >= 3600:
+        return 3600.0, "per hour"
+    if bucket_s >= 60:
+        return 60.0, "per minute"
+    return 1.0, "per second"
+
+
+def _bucket_text(bucket_s: int) -> str:
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if bucket_s >= size and bucket_s % size == 0:
+            return f"{bucket_s // size} {unit}"
+    return f"{bucket_s} s"
+
+
+def _bucket_axis(
+    index: pd.DatetimeIndex, start: pd.Timestamp, width: int, span_s: float
+) -> tuple[Any, float, str]:
+    """Bucket starts as x values in the axis unit, the bucket width in that unit, and
+    the axis label."""
+    divisor, unit = _time_unit(span_s)
+    x = (index - start.floor(f"{width}s")).total_seconds().to_numpy() / divisor
+    return x, width / divisor, _since_label(unit, start)
 
 
 def _byte_unit(largest: float) -> tuple[float, str]:
@@ -204,7 +249,8 @@ def latency_over_time(df: pd.DataFrame) -> Figure:
     busiest = _busiest(labels)
     labels = labels.where(labels.isin(busiest), OTHER)
     colors = _all_api_colors(df)
-    seconds = (stats.event_time(timed) - start).dt.total_seconds()
+    divisor, unit = _time_unit(stats.span_seconds(df))
+    seconds = (stats.event_time(timed) - start).dt.total_seconds() / divisor
     latency = stats.as_float(timed[stats.LATENCY_COLUMN]).clip(lower=1e-3)
     crowded = len(timed) > 5_000
     for rank, name in enumerate([*busiest, OTHER]):
@@ -222,7 +268,7 @@ def latency_over_time(df: pd.DataFrame) -> Figure:
                 zorder=1 if name == OTHER else 2 + rank,
             )
     ax.set_yscale("log")
-    ax.set_xlabel(_seconds_label(start))
+    ax.set_xlabel(_since_label(unit, start))
     ax.set_ylabel("latency (ms, log scale)")
     ax.set_title("Latency over time per API")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -230,7 +276,7 @@ def latency_over_time(df: pd.DataFrame) -> Figure:
 
 
 def _stacked_step(
-    ax: Axes, x: Any, width: int, base: Any, values: Any, color: Any, label: str
+    ax: Axes, x: Any, width: float, base: Any, values: Any, color: Any, label: str
 ) -> None:
     """One filled step band per series (one artist, not one bar per bucket: a long
     capture has hundreds of buckets)."""
@@ -254,7 +300,8 @@ def traffic_over_time(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
     per_api = stats.timeseries_by(df, "api_name", bucket_s)
     width = int(per_api.attrs["bucket_s"])
     totals = stats.timeseries(df, width)
-    x = (per_api.index - start.floor(f"{width}s")).total_seconds().to_numpy()
+    x, step, xlabel = _bucket_axis(per_api.index, start, width, stats.span_seconds(df))
+    factor, per = _rate_unit(width)
     busiest = _busiest(_api_labels(df))
     colors = _all_api_colors(df)
     rest = [c for c in per_api.columns if c not in busiest]
@@ -263,24 +310,26 @@ def traffic_over_time(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
         series[OTHER] = per_api[rest].sum(axis=1)
     base = np.zeros(len(per_api))
     for name, counts in series.items():
-        values = counts.to_numpy() / width
-        _stacked_step(top, x, width, base, values, colors[name], name)
+        values = counts.to_numpy() / width * factor
+        _stacked_step(top, x, step, base, values, colors[name], name)
         base += values
-    top.set_ylabel("requests per second")
-    top.set_title(f"Request rate and bytes over time ({width} s buckets)")
+    top.set_ylabel(f"requests {per}")
+    top.set_title(f"Request rate and bytes over time ({_bucket_text(width)} buckets)")
     top.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    largest = float(max(totals["bytes_in_per_s"].max(), totals["bytes_out_per_s"].max(), 0))
+    largest = factor * float(
+        max(totals["bytes_in_per_s"].max(), totals["bytes_out_per_s"].max(), 0)
+    )
     divisor, unit = _byte_unit(largest)
-    edges = np.append(x, x[-1] + width)
+    edges = np.append(x, x[-1] + step)
     for column, color, label in (
         ("bytes_in_per_s", BYTES_IN_COLOR, "in: requests, client to broker"),
         ("bytes_out_per_s", BYTES_OUT_COLOR, "out: responses, broker to client"),
     ):
-        values = totals[column].to_numpy(dtype=float) / divisor
+        values = totals[column].to_numpy(dtype=float) * factor / divisor
         bottom.stairs(values, edges, color=color, lw=1.6, label=label)
     bottom.set_ylim(bottom=0)
-    bottom.set_ylabel(f"{unit} per second")
-    bottom.set_xlabel(_seconds_label(start))
+    bottom.set_ylabel(f"{unit} {per}")
+    bottom.set_xlabel(xlabel)
     bottom.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
@@ -398,19 +447,20 @@ def group_activity(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
     if counts.empty or start is None or int(counts.to_numpy().sum()) == 0:
         return _empty(fig, ax, "No consumer-group or share-group traffic")
     width = int(counts.attrs["bucket_s"])
-    x = (counts.index - start.floor(f"{width}s")).total_seconds().to_numpy()
+    x, step, xlabel = _bucket_axis(counts.index, start, width, stats.span_seconds(df))
+    factor, per = _rate_unit(width)
     base = np.zeros(len(counts))
     activities = [c for c in counts.columns if c != stats.REBALANCE_LABEL]
     palette = _activity_colors()
     for name in activities:
-        values = counts[name].to_numpy() / width
-        _stacked_step(ax, x, width, base, values, palette[name], name)
+        values = counts[name].to_numpy() / width * factor
+        _stacked_step(ax, x, step, base, values, palette[name], name)
         base += values
     rebalance = counts[stats.REBALANCE_LABEL].to_numpy()
     if rebalance.sum():
         hits = rebalance > 0
         ax.scatter(
-            x[hits] + width / 2,
+            x[hits] + step / 2,
             base[hits],
             marker="v",
             s=60,
@@ -418,9 +468,9 @@ def group_activity(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
             label=stats.REBALANCE_LABEL,
             zorder=3,
         )
-    ax.set_xlabel(_seconds_label(start))
-    ax.set_ylabel("calls per second")
-    ax.set_title(f"Group coordination activity ({width} s buckets)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(f"calls {per}")
+    ax.set_title(f"Group coordination activity ({_bucket_text(width)} buckets)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 

@@ -67,7 +67,9 @@ pair touching several topics counts (with its bytes) once under each of them, an
 pairs touching no topic are left out of the topic breakdown."""
 
 MISSING_LABEL = "(none)"
-"""Label of a group whose key is null (e.g. no client_id, undecodable API)."""
+"""Label of a group whose key is null (e.g. no client_id)."""
+UNKNOWN_API_LABEL = "(unknown)"
+"""Label of rows whose API is unknown (a response whose request is not in the capture)."""
 
 GROUP_ACTIVITY: Mapping[int, tuple[str, str]] = {
     10: ("coordinator", "find coordinator"),
@@ -170,8 +172,8 @@ def as_float(series: pd.Series) -> pd.Series:
     return series.astype("Float64").astype("float64")
 
 
-def _label(series: pd.Series) -> pd.Series:
-    return series.astype("object").where(series.notna(), MISSING_LABEL).astype(str)
+def _label(series: pd.Series, missing: str = MISSING_LABEL) -> pd.Series:
+    return series.astype("object").where(series.notna(), missing).astype(str)
 
 
 def broker_label(ip: object, port: object) -> str:
@@ -206,7 +208,7 @@ def _keyed(df: pd.DataFrame, by: str) -> tuple[pd.DataFrame, list[str]]:
         raise ValueError(f"unknown breakdown {by!r}: use one of {', '.join(GROUP_KEYS)}")
     frame = _prepared(df)
     if by == "api":
-        frame["api_name"] = _label(df["api_name"])
+        frame["api_name"] = _label(df["api_name"], UNKNOWN_API_LABEL)
         frame["api_version"] = df["api_version"].astype("Int64")
     elif by == "client":
         frame["client_id"] = _label(df["client_id"])
@@ -456,7 +458,7 @@ def top_errors(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
             .astype("object")
             .where(rows["error_name"].notna(), rows["status"].astype("object"))
             .astype(str),
-            "api": _label(rows["api_name"]),
+            "api": _label(rows["api_name"], UNKNOWN_API_LABEL),
             "client": _label(rows["client_id"]),
             "time": event_time(rows),
         }

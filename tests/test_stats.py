@@ -55,7 +55,7 @@ def _event_ns(df: pd.DataFrame) -> list[int]:
 
 def _api_rows(df: pd.DataFrame, name: str, version: object) -> pd.DataFrame:
     keep = [
-        (n if not pd.isna(n) else stats.MISSING_LABEL) == name
+        (n if not pd.isna(n) else stats.UNKNOWN_API_LABEL) == name
         and ((pd.isna(v) and pd.isna(version)) or (not pd.isna(v) and v == version))
         for n, v in zip(df["api_name"], df["api_version"], strict=True)
     ]
@@ -72,7 +72,7 @@ def _floats(values: pd.Series) -> list[float]:
 def test_per_api_counts_match_value_counts(real: pd.DataFrame) -> None:
     table = stats.per_api(real)
     expected = Counter(
-        (name if not pd.isna(name) else stats.MISSING_LABEL, None if pd.isna(v) else int(v))
+        (name if not pd.isna(name) else stats.UNKNOWN_API_LABEL, None if pd.isna(v) else int(v))
         for name, v in zip(real["api_name"], real["api_version"], strict=True)
     )
     got = {
@@ -622,7 +622,7 @@ def test_sql_definitions_give_the_same_numbers_in_spark(bundled: pd.DataFrame) -
     table = stats.per_api(bundled)
     assert len(got) == len(table)
     for row in table.itertuples():
-        name = None if row.api_name == stats.MISSING_LABEL else row.api_name
+        name = None if row.api_name == stats.UNKNOWN_API_LABEL else row.api_name
         version = None if pd.isna(row.api_version) else int(row.api_version)
         other = got[(name, version)]
         for col in ("count", "errors", "unanswered", "bytes_in", "bytes_out", "records",
