@@ -223,3 +223,18 @@ def test_a_newer_kafka_clients_jar_decodes_api_versions_v5() -> None:
         assert "error" not in r["request"] and "error" not in r["response"]
         assert r["request"]["body"]["client_software_name"] == "apache-kafka-java"
         assert r["response"]["body"]["error_code"] == 0
+
+
+def test_a_bound_decoder_drives_the_pipeline_with_extra_specs() -> None:
+    jar = _kafka_clients_jar("4.4.0")
+    capture = Path(__file__).resolve().parents[1] / "captures" / "kafka-4-mixed.pcapng"
+    if jar is None or not capture.is_file():
+        pytest.skip("kafka-clients-4.4.0.jar (scripts/kafka-broker fetch) or capture absent")
+    from dissector.pipeline import iter_pairs
+    from dissector.protocol import decoder_for
+
+    rows = list(iter_pairs(str(capture), decoder=decoder_for([jar])))
+    undecoded = {(r.api_name, r.api_version) for r in rows if r.decode_error}
+    # only the driver's deliberate ApiVersions v99 stays undecoded with Kafka 4.4's specs
+    assert undecoded == {("ApiVersions", 99)}
+    assert any(r.api_name == "ApiVersions" and r.api_version == 5 for r in rows)

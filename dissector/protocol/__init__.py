@@ -35,12 +35,14 @@ from dissector.protocol.decode import (
     produce_acks,
     request_is_flexible,
 )
+from dissector.protocol.decoder import BoundDecoder, decoder_for
 from dissector.protocol.errors import error_name
 from dissector.protocol.names import ApiSupport, api_name, supported_apis
 from dissector.protocol.summary import Summary, TopicNames, summarize
 
 __all__ = [
     "ApiSupport",
+    "BoundDecoder",
     "Decoded",
     "Registry",
     "Summary",
@@ -48,6 +50,7 @@ __all__ = [
     "api_name",
     "decode_request",
     "decode_response",
+    "decoder_for",
     "error_name",
     "get_registry",
     "is_known_version",

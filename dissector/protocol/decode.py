@@ -267,14 +267,15 @@ _SPECLESS_KEYS = range(4, 8)
 _SPECLESS_MAX_VERSION = 15
 
 
-def is_known_version(api_key: int, api_version: int) -> bool:
+def is_known_version(api_key: int, api_version: int, registry: Registry | None = None) -> bool:
     """Is there a request spec for (api_key, api_version)? Used by framing heuristics."""
-    if api_key in _SPECLESS_KEYS:
-        return 0 <= api_version <= _SPECLESS_MAX_VERSION
-    return get_registry().layout(api_key, api_version, REQUEST) is not None
+    reg = registry or get_registry()
+    if reg.layout(api_key, api_version, REQUEST) is not None:
+        return True
+    return api_key in _SPECLESS_KEYS and 0 <= api_version <= _SPECLESS_MAX_VERSION
 
 
-def request_is_flexible(api_key: int, api_version: int) -> bool:
+def request_is_flexible(api_key: int, api_version: int, registry: Registry | None = None) -> bool:
     """Does this request use header v2 (flexible versions)? False when unknown."""
-    layout = get_registry().layout(api_key, api_version, REQUEST)
+    layout = (registry or get_registry()).layout(api_key, api_version, REQUEST)
     return layout is not None and layout.flexible

@@ -1,0 +1,69 @@
+"""The protocol stage as one object bound to a spec set (``--specs``).
+
+The pipeline takes any object with these methods as its decoder; the package
+itself (``dissector.protocol``) is one bound to the installed specs, and
+``decoder_for(spec_dirs)`` gives one that also reads Apache JSON specs from
+directories or kafka-clients jars (newer or vendor Kafka).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dissector.protocol import decode as _decode
+from dissector.protocol.names import ApiSupport
+from dissector.protocol.names import api_name as _api_name
+from dissector.protocol.names import supported_apis as _supported_apis
+from dissector.protocol.summary import Summary
+from dissector.protocol.summary import TopicNames as _TopicNames
+from dissector.protocol.summary import summarize as _summarize
+
+
+@dataclass(frozen=True)
+class BoundDecoder:
+    registry: _decode.Registry
+    # the pipeline makes one per capture: ``decoder.TopicNames()``
+    TopicNames: ClassVar[type[_TopicNames]] = _TopicNames
+
+    def decode_request(self, payload: bytes, *, records: bool = False) -> _decode.Decoded:
+        return _decode.decode_request(payload, records=records, registry=self.registry)
+
+    def decode_response(
+        self, payload: bytes, api_key: int, api_version: int, *, records: bool = False
+    ) -> _decode.Decoded:
+        return _decode.decode_response(
+            payload, api_key, api_version, records=records, registry=self.registry
+        )
+
+    def summarize(
+        self,
+        api_key: int,
+        api_version: int,
+        request: _decode.Decoded | None,
+        response: _decode.Decoded | None,
+        topics: _TopicNames,
+    ) -> Summary:
+        return _summarize(api_key, api_version, request, response, topics)
+
+    def api_name(self, api_key: int) -> str:
+        return _api_name(api_key, self.registry)
+
+    def supported_apis(self) -> list[ApiSupport]:
+        return _supported_apis(self.registry)
+
+    def is_known_version(self, api_key: int, api_version: int) -> bool:
+        return _decode.is_known_version(api_key, api_version, self.registry)
+
+    def request_is_flexible(self, api_key: int, api_version: int) -> bool:
+        return _decode.request_is_flexible(api_key, api_version, self.registry)
+
+    def produce_acks(self, decoded_request: Any) -> int | None:
+        return _decode.produce_acks(decoded_request)
+
+
+def decoder_for(spec_dirs: Iterable[str | Path] = ()) -> BoundDecoder:
+    """A decoder that also knows the Apache JSON specs in these directories or jars."""
+    return BoundDecoder(_decode.get_registry(spec_dirs))
