@@ -230,3 +230,68 @@ def _ms(n: int) -> Any:
     import datetime
 
     return datetime.timedelta(milliseconds=n)
+
+
+def test_topic_ids_from_describe_topic_partitions_name_share_fetch_topics() -> None:
+    from kio.schema.describe_topic_partitions.v0.response import (
+        DescribeTopicPartitionsResponse,
+        DescribeTopicPartitionsResponseTopic,
+    )
+    from kio.schema.share_fetch.v1.response import (
+        LeaderIdAndEpoch,
+        PartitionData,
+        ShareFetchableTopicResponse,
+        ShareFetchResponse,
+    )
+
+    tid = uuid.UUID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
+    describe = DescribeTopicPartitionsResponse(
+        throttle_time=_ms(0),
+        topics=(
+            DescribeTopicPartitionsResponseTopic(
+                error_code=ErrorCode.none,
+                name="shipments",
+                topic_id=tid,
+                is_internal=False,
+                partitions=(),
+                topic_authorized_operations=0,
+            ),
+        ),
+        next_cursor=None,
+    )
+    share = ShareFetchResponse(
+        throttle_time=_ms(0),
+        error_code=ErrorCode.none,
+        error_message=None,
+        acquisition_lock_timeout=_ms(30000),
+        responses=(
+            ShareFetchableTopicResponse(
+                topic_id=tid,
+                partitions=(
+                    PartitionData(
+                        partition_index=2,
+                        error_code=ErrorCode.none,
+                        error_message=None,
+                        acknowledge_error_code=ErrorCode.none,
+                        acknowledge_error_message=None,
+                        current_leader=LeaderIdAndEpoch(leader_id=1, leader_epoch=3),
+                        records=b"",
+                        acquired_records=(),
+                    ),
+                ),
+            ),
+        ),
+        node_endpoints=(),
+    )
+    names = TopicNames()
+    # before the describe response, only the id is known
+    early = decode_response(response_frame(share), 78, 1)
+    assert early.error is None
+    assert summarize(78, 1, None, early, names).topics == [str(tid)]
+    described = decode_response(response_frame(describe), 75, 0)
+    assert described.error is None
+    summarize(75, 0, None, described, names)
+    late = decode_response(response_frame(share), 78, 1)
+    s = summarize(78, 1, None, late, names)
+    assert s.topics == ["shipments"]
+    assert (s.partitions, s.error_code, s.error_count) == (1, 0, 0)
