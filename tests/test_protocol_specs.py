@@ -238,3 +238,16 @@ def test_a_bound_decoder_drives_the_pipeline_with_extra_specs() -> None:
     # only the driver's deliberate ApiVersions v99 stays undecoded with Kafka 4.4's specs
     assert undecoded == {("ApiVersions", 99)}
     assert any(r.api_name == "ApiVersions" and r.api_version == 5 for r in rows)
+
+
+def test_a_bound_decoder_pickles_for_worker_processes() -> None:
+    import pickle
+
+    from dissector.protocol import decoder_for
+
+    decoder = decoder_for()
+    clone = pickle.loads(pickle.dumps(decoder))
+    frame = bytes.fromhex("0012 0000 00000007 ffff")  # ApiVersions v0 request, null client id
+    assert clone.decode_request(frame).header == decoder.decode_request(frame).header
+    assert clone.decode_request(frame).body == {}
+    assert clone.api_name(18) == "ApiVersions"

@@ -24,9 +24,16 @@ from dissector.protocol.summary import summarize as _summarize
 
 @dataclass(frozen=True)
 class BoundDecoder:
-    registry: _decode.Registry
+    """Holds only the spec paths, so it pickles (Spark workers) and each process
+    builds and caches its own registry on first use."""
+
+    spec_dirs: tuple[str, ...] = ()
     # the pipeline makes one per capture: ``decoder.TopicNames()``
     TopicNames: ClassVar[type[_TopicNames]] = _TopicNames
+
+    @property
+    def registry(self) -> _decode.Registry:
+        return _decode.get_registry(self.spec_dirs)
 
     def decode_request(self, payload: bytes, *, records: bool = False) -> _decode.Decoded:
         return _decode.decode_request(payload, records=records, registry=self.registry)
@@ -66,4 +73,4 @@ class BoundDecoder:
 
 def decoder_for(spec_dirs: Iterable[str | Path] = ()) -> BoundDecoder:
     """A decoder that also knows the Apache JSON specs in these directories or jars."""
-    return BoundDecoder(_decode.get_registry(spec_dirs))
+    return BoundDecoder(tuple(str(Path(d)) for d in spec_dirs))
