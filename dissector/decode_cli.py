@@ -142,13 +142,18 @@ def decode_command(
     ports: str | None,
 ) -> None:
     """Decode every request/response pair of the captures as JSON lines."""
+    from dissector.capture import CaptureError
+
     key = parse_api(api)
     out = sys.stdout
-    for item in iter_decoded(
-        paths, api=key, records=records, spec_dirs=spec_dirs, ports=_ports(ports)
-    ):
-        out.write(json.dumps(item, default=_jsonable, ensure_ascii=False))
-        out.write("\n")
+    items = iter_decoded(paths, api=key, records=records, spec_dirs=spec_dirs, ports=_ports(ports))
+    try:
+        for item in items:
+            out.write(json.dumps(item, default=_jsonable, ensure_ascii=False))
+            out.write("\n")
+    except (CaptureError, OSError, ValueError) as exc:
+        # a file that is not a capture, or a --specs source that is not specs
+        raise click.ClickException(str(exc)) from exc
 
 
 @click.command("apis")

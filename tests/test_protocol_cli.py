@@ -75,3 +75,21 @@ def test_unknown_api_name_is_a_usage_error() -> None:
     result = CliRunner().invoke(decode_command, [__file__, "--api", "NoSuchApi"])
     assert result.exit_code == 2
     assert "unknown API" in result.output
+
+
+def test_a_file_that_is_not_a_capture_is_a_clean_error(tmp_path: Path) -> None:
+    bogus = tmp_path / "notes.txt"
+    bogus.write_text("not a capture\n")
+    result = CliRunner().invoke(decode_command, [str(bogus)])
+    assert result.exit_code == 1
+    assert "not a pcap or pcapng capture" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.skipif(not NDPI.exists(), reason="../shared/captures is absent")
+def test_a_specs_file_that_is_not_specs_is_a_clean_error(tmp_path: Path) -> None:
+    bogus = tmp_path / "specs.txt"
+    bogus.write_text("{}")
+    result = CliRunner().invoke(decode_command, [str(NDPI), "--specs", str(bogus)])
+    assert result.exit_code == 1
+    assert "neither a directory of JSON specs nor a jar" in result.output
