@@ -8,18 +8,27 @@ from typing import TYPE_CHECKING
 
 from .accounting import Counters
 from .pipeline import Options, Session, iter_pairs
-from .rows import PairRecord
+from .rows import Decoder, PairRecord
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-def run_analysis(paths: list[str], options: Options, *, show: bool = False) -> pd.DataFrame:
+def run_analysis(
+    paths: list[str], options: Options, *, show: bool = False, decoder: Decoder | None = None
+) -> pd.DataFrame:
+    """The pairs DataFrame of the captures, with the run's counters in ``df.attrs``.
+
+    ``decoder`` replaces the protocol package, e.g. by a wrapper that notes extra
+    facts while the one pass runs (the report does).
+    """
     from .frame import records_to_frame
 
     counters = Counters()
     sessions: list[Session] = []
-    records = iter_pairs(paths, options=options, counters=counters, sessions=sessions)
+    records = iter_pairs(
+        paths, options=options, counters=counters, sessions=sessions, decoder=decoder
+    )
     if show:
         records = _with_bar(records, paths, counters)
     df = records_to_frame(records)

@@ -13,12 +13,13 @@ import click
 
 from .summary_table import print_summary
 
+# name -> (module, click command attribute, one-line help shown by --help)
 _LAZY_COMMANDS = {
-    "decode": ("dissector.decode_cli", "decode_command"),
-    "apis": ("dissector.decode_cli", "apis_command"),
-    "live": ("dissector.live", "live_command"),
-    "report": ("dissector.report", "report_command"),
-    "spark": ("dissector.spark_job", "spark_command"),
+    "decode": ("dissector.decode_cli", "decode_command", "Full decoded pairs as JSON lines."),
+    "apis": ("dissector.decode_cli", "apis_command", "List every supported API and version."),
+    "live": ("dissector.live", "live_command", "Capture and analyse Kafka traffic live."),
+    "report": ("dissector.report", "report_command", "Write a self-contained HTML report."),
+    "spark": ("dissector.spark_job", "spark_command", "Fleet-wide analysis of many captures."),
 }
 
 
@@ -26,9 +27,19 @@ class _LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *_LAZY_COMMANDS])
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # --help lists sub-commands without importing them (matplotlib, pyspark...).
+        rows = [(name, _LAZY_COMMANDS[name][2]) for name in _LAZY_COMMANDS]
+        for name in super().list_commands(ctx):
+            cmd = super().get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=formatter.width)))
+        with formatter.section("Commands"):
+            formatter.write_dl(sorted(rows))
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in _LAZY_COMMANDS:
-            module, attr = _LAZY_COMMANDS[cmd_name]
+            module, attr, _ = _LAZY_COMMANDS[cmd_name]
             try:
                 return getattr(importlib.import_module(module), attr)
             except ImportError as exc:

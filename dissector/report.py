@@ -789,23 +789,11 @@ def analyze(paths: Iterable[str | Path], *, ports: frozenset[int] | None = None)
     """``dissector.analyze`` plus ``df.attrs["client_software"]`` and
     ``df.attrs["groups"]`` (see ``NotingDecoder``), in one pass."""
     from . import protocol
-    from .accounting import Counters
-    from .frame import records_to_frame
-    from .pipeline import Options, Session, iter_pairs
+    from .analysis import run_analysis
+    from .pipeline import Options
 
-    counters = Counters()
-    sessions: list[Session] = []
     decoder = NotingDecoder(protocol)
-    records = iter_pairs(
-        [str(p) for p in paths],
-        options=Options(ports=ports),
-        counters=counters,
-        sessions=sessions,
-        decoder=decoder,
-    )
-    df = records_to_frame(records)
-    df.attrs["counters"] = counters.as_dict()
-    df.attrs["tls_streams"] = [stream for s in sessions for stream in s.tls_streams]
+    df = run_analysis([str(p) for p in paths], Options(ports=ports), decoder=decoder)
     df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
     df.attrs[GROUPS_ATTR] = decoder.group_notes()
     return df
