@@ -2,7 +2,7 @@
 
 Layout (each module imports only the ones above it):
 
-* ``types``: the Spark and Arrow schemas, built from ``dissector.schema.COLUMNS``.
+* ``typemap``: the Spark and Arrow schemas, built from ``dissector.schema.COLUMNS``.
 * ``decode``: what runs inside a Spark task: one capture's bytes -> Arrow batches of
   pair rows plus one trailer row describing the capture. Needs pyarrow, not pyspark.
 * ``read``: ``load(spark, paths)`` -> a ``Fleet`` (pairs and per-capture status).

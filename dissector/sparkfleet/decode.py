@@ -30,7 +30,7 @@ import pyarrow as pa
 from ..accounting import Counters
 from ..pipeline import Options, iter_pairs
 from ..schema import COLUMNS
-from .types import CAPTURE_INFO, INFO_COLUMN, decoded_arrow_schema
+from .typemap import CAPTURE_INFO, INFO_COLUMN, decoded_arrow_schema
 
 CAPTURE_FAILED = "capture_failed"
 """Prefix of ``decode_error`` on the row that flags a capture that failed to decode."""

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from ..pipeline import Options
 from .decode import DecodeConfig, decode_batches, failed_batch
-from .types import CAPTURE_INFO, INFO_COLUMN, decoded_spark_schema
+from .typemap import CAPTURE_INFO, INFO_COLUMN, decoded_spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -55,7 +55,7 @@ class Fleet:
 
     @property
     def captures(self) -> DataFrame:
-        """One row per capture: ``capture`` plus ``types.CAPTURE_INFO``."""
+        """One row per capture: ``capture`` plus ``typemap.CAPTURE_INFO``."""
         from pyspark.sql import functions as F
 
         info = [F.col(f"{INFO_COLUMN}.{c.name}").alias(c.name) for c in CAPTURE_INFO]
