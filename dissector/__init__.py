@@ -9,7 +9,7 @@ Public API:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .schema import COLUMN_NAMES, COLUMNS
@@ -28,6 +28,7 @@ __all__ = [
     "Options",
     "PairRecord",
     "analyze",
+    "decode",
     "iter_exchanges",
     "iter_pairs",
     "live",
@@ -59,10 +60,13 @@ def analyze(
     source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
     *,
     ports: Iterable[int] | None = None,
+    specs: Iterable[str | os.PathLike[str]] = (),
     options: Options | None = None,
 ) -> pd.DataFrame:
     """Every Kafka request/response pair in the capture(s), one row each.
 
+    ``specs``: extra Apache Kafka JSON message-spec directories or kafka-clients
+    jars, for versions newer than the installed specs.
     ``df.attrs["counters"]`` holds what the stages counted (packets, gaps, frames
     that were not Kafka, ...), ``df.attrs["tls_streams"]`` the connections found to
     carry TLS.
@@ -72,4 +76,36 @@ def analyze(
 
     if options is None:
         options = Options(ports=frozenset(ports) if ports is not None else None)
-    return run_analysis(capture_paths(source), options)
+    return run_analysis(capture_paths(source), options, decoder=_decoder(specs))
+
+
+def decode(
+    source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    *,
+    api: int | None = None,
+    records: bool = False,
+    specs: Iterable[str | os.PathLike[str]] = (),
+    ports: Iterable[int] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Every pair fully decoded: request and response headers and bodies as nested
+    dicts (Apache's field names in snake_case), one dict per pair, streaming.
+    ``records=True`` expands record batches into records."""
+    from .decode_cli import iter_decoded
+    from .pipeline import capture_paths
+
+    return iter_decoded(
+        capture_paths(source),
+        api=api,
+        records=records,
+        spec_dirs=[str(s) for s in specs],
+        ports=ports,
+    )
+
+
+def _decoder(specs: Iterable[str | os.PathLike[str]]) -> Any:
+    paths = [str(s) for s in specs]
+    if not paths:
+        return None
+    from .protocol.decoder import decoder_for
+
+    return decoder_for(paths)

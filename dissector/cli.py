@@ -85,12 +85,19 @@ def main() -> None:
     default=None,
     help="largest Kafka frame accepted, bytes (default 100 MiB)",
 )
+@click.option(
+    "--specs",
+    multiple=True,
+    type=click.Path(exists=True),
+    help="extra Apache Kafka JSON spec directory or kafka-clients jar (repeatable)",
+)
 @click.option("--quiet", is_flag=True, help="no summary table")
 def analyze(
     paths: tuple[str, ...],
     output: str | None,
     ports: str | None,
     max_frame: int | None,
+    specs: tuple[str, ...],
     quiet: bool,
 ) -> None:
     """Decode every Kafka request/response pair in PATHS (pcap or pcapng)."""
@@ -102,8 +109,19 @@ def analyze(
     opts = Options(ports=parse_ports(ports))
     if max_frame is not None:
         opts = Options(ports=opts.ports, max_frame=max_frame)
+    decoder = None
+    if specs:
+        from .protocol.decoder import decoder_for
+
+        try:
+            decoder = decoder_for(specs)
+            decoder.registry  # noqa: B018 - load now so that a bad spec fails here, clearly
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(f"cannot load specs: {exc}") from exc
     try:
-        df = run_analysis(list(paths), opts, show=sys.stderr.isatty() and not quiet)
+        df = run_analysis(
+            list(paths), opts, show=sys.stderr.isatty() and not quiet, decoder=decoder
+        )
     except CaptureError as exc:
         raise click.ClickException(str(exc)) from exc
     if output:

@@ -22,6 +22,7 @@ from dissector.protocol import (
     summarize,
     supported_apis,
 )
+from dissector.protocol.decoder import decoder_for
 from dissector.protocol.names import version_ranges
 
 
@@ -73,9 +74,12 @@ def iter_decoded(
     """One dict per request/response pair (or lone frame), in capture order."""
     from dissector.pipeline import iter_exchanges
 
+    spec_dirs = list(spec_dirs)
     registry: Registry = get_registry(spec_dirs)
     topics: dict[str, TopicNames] = {}
-    for path, ex in iter_exchanges(list(paths), ports=ports):
+    # The bound decoder tells the correlator which (key, version) exist, specs included.
+    bound = decoder_for(spec_dirs) if spec_dirs else None
+    for path, ex in iter_exchanges(list(paths), ports=ports, decoder=bound):
         names = topics.setdefault(path, TopicNames())
         if api is not None and ex.api_key != api:
             continue
