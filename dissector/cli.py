@@ -133,3 +133,7 @@ def analyze(
         print_summary(df)
         if output:
             click.echo(f"wrote {len(df)} rows to {output}")
+
+
+if __name__ == "__main__":
+    main()
