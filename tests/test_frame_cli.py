@@ -108,3 +108,22 @@ def test_ports_option_restricts_to_those_brokers(df: pd.DataFrame) -> None:
     sasl_only = dissector.analyze(BUNDLED, ports=[9094])
     assert set(sasl_only["broker_port"]) == {9094}
     assert len(sasl_only) == int((df["broker_port"] == 9094).sum())
+
+
+TLS = REPO / "captures" / "tls-on-kafka-port.pcapng"
+
+
+def test_tls_on_a_kafka_port_is_reported_not_misparsed(tshark: str) -> None:
+    df = dissector.analyze(TLS)
+    assert len(df) == 0
+    assert df.attrs["tls_streams"] == [0]
+    lengths = subprocess.run(
+        [tshark, "-r", str(TLS), "-T", "fields", "-e", "tcp.len"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
+    assert df.attrs["counters"]["tls_bytes"] == sum(int(n) for n in lengths)
+    done = _cli("analyze", str(TLS))
+    assert done.returncode == 0 and "TLS detected" in done.stdout
