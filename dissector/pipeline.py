@@ -20,7 +20,7 @@ from .correlate import DEFAULT_BROKER_PORTS, CorrelationConfig, Correlator, Exch
 from .framing import DEFAULT_MAX_FRAME, Framer
 from .kafka_header import VersionCheck
 from .rows import Decoder, PairRecord, build_record
-from .tcp import Chunk, Reassembler, StreamClose, StreamOpen
+from .tcp import Chunk, Endpoint, Reassembler, StreamClose, StreamOpen
 
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
@@ -71,7 +71,9 @@ class Session:
                 self.decoder.is_known_version, self.decoder.request_is_flexible
             ),
         )
-        self._framers: dict[tuple[int, tuple[str, int]], Framer] = {}
+        # stream -> sender -> its framer; by stream so that a close finds its framers
+        # without scanning every open connection's (quadratic over a long capture).
+        self._framers: dict[int, dict[Endpoint, Framer]] = {}
 
     def packet(self, pkt: Packet) -> list[Exchange]:
         out: list[Exchange] = []
@@ -83,8 +85,8 @@ class Session:
         out: list[Exchange] = []
         for ev in self._tcp.flush():
             out.extend(self._event(ev))
-        for key in list(self._framers):
-            self._close_framer(key)
+        for stream in list(self._framers):
+            self._close_framers(stream)
         out.extend(self._corr.close_all())
         return out
 
@@ -94,13 +96,12 @@ class Session:
         if isinstance(ev, StreamOpen):
             self._corr.open(ev)
             return []
-        for key in [k for k in self._framers if k[0] == ev.stream]:
-            self._close_framer(key)
+        self._close_framers(ev.stream)
         return self._corr.close(ev.stream)
 
     def _chunk(self, ch: Chunk) -> list[Exchange]:
-        key = (ch.stream, ch.src)
-        framer = self._framers.get(key)
+        senders = self._framers.get(ch.stream)
+        framer = senders.get(ch.src) if senders is not None else None
         if framer is None:
             if not self._corr.is_kafka_candidate(ch.stream):
                 self.counters.add("non_kafka_bytes", len(ch.data))
@@ -113,7 +114,7 @@ class Session:
                 self._corr.start_check(ch.stream, ch.src),
                 self.options.max_frame,
             )
-            self._framers[key] = framer
+            self._framers.setdefault(ch.stream, {})[ch.src] = framer
         out: list[Exchange] = []
         was_tls = framer.tls
         for frame in framer.feed(ch):
@@ -127,9 +128,9 @@ class Session:
         """Requests waiting for a response right now, by api_key (for live views)."""
         return self._corr.open_requests()
 
-    def _close_framer(self, key: tuple[int, tuple[str, int]]) -> None:
-        framer = self._framers.pop(key)
-        framer.close()
+    def _close_framers(self, stream: int) -> None:
+        for framer in self._framers.pop(stream, {}).values():
+            framer.close()
 
 
 def capture_paths(source: Source) -> list[str]:
