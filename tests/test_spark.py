@@ -30,12 +30,12 @@ import dissector
 from dissector.capture import CaptureError
 from dissector.schema import COLUMN_NAMES, COLUMNS
 from dissector.sparkfleet.decode import CAPTURE_FAILED, DecodeConfig, decode_capture
-from dissector.sparkfleet.types import INFO_COLUMN
+from dissector.sparkfleet.typemap import INFO_COLUMN
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "captures"
 OWN = REPO / "captures"
-OWN_MAX_BYTES = 20 * 1024 * 1024  # keep the Spark run within a few minutes
+OWN_MAX_BYTES = 8 * 1024 * 1024  # keep the Spark run within a few minutes
 OWN_MAX_FILES = 6
 MIN_CAPTURES = 5
 WINDOW_US = 60_000_000  # the job's default throughput window, 1 minute
