@@ -33,6 +33,9 @@ class Decoded:
     api_key: int | None = None
     api_version: int | None = None
     notes: list[str] = field(default_factory=list)
+    # The layout the body was decoded with (ApiVersions may fall back to v0's), so
+    # the summary can read it by a plan made once per layout instead of by looking.
+    layout: Layout | None = None
 
 
 def _records_hook(expand: bool) -> kc.RecordsHook:
@@ -189,6 +192,7 @@ def decode_request(
         except kc.DecodeFailure as exc:
             out.error = f"header.{exc.message()}"
             return out
+    out.layout = layout
     end = _decode_body(reg, layout, buf, p, records, out)
     out.trailing = max(len(buf) - end, 0)
     return out
@@ -238,6 +242,7 @@ def decode_response(
         except kc.DecodeFailure as exc:
             out.error = f"header.{exc.message()}"
             return out
+    out.layout = layout
     end = _decode_body(reg, layout, buf, p, records, out)
     out.trailing = max(len(buf) - end, 0)
     return out

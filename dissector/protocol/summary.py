@@ -13,6 +13,7 @@ from typing import Any
 
 from dissector.protocol.decode import Decoded
 from dissector.protocol.errors import error_name
+from dissector.protocol.spec import Field, Layout
 
 # Responses that tell which name a topic id stands for.
 _ID_SOURCES = frozenset({3, 19, 75})
@@ -164,15 +165,173 @@ def _topic_of(topic_array: bool, item: dict[str, Any], scan: _Scan) -> None:
         scan.topics.setdefault(scan.names.name(tid) or tid)
 
 
-def _scan(body: dict[str, Any] | None, names: TopicNames, topics: dict[str, None]) -> _Scan:
+def _scan(decoded: Decoded | None, names: TopicNames, topics: dict[str, None]) -> _Scan:
     scan = _Scan(names=names, topics=topics)
+    body = decoded.body if decoded is not None else None
     if body:
-        _walk(body, scan)
+        layout = decoded.layout if decoded is not None else None
+        if layout is not None:
+            _run(_plan_of(layout), body, scan)
+        else:  # a body decoded elsewhere: no layout to plan by
+            _walk(body, scan)
         for key in ("topic", "topic_name"):
             value = body.get(key)
             if type(value) is str:
                 topics.setdefault(value)
     return scan
+
+
+# --- plans: the walk above, specialised once per layout ---------------------------
+#
+# ``_walk`` looks at every value of every dict, which for large bodies of things
+# no column needs (ApiVersions' hundreds of api_keys entries, Metadata's brokers,
+# replica lists) costs more than decoding them. A plan lists, per struct and in
+# field order, only the fields that can change a summary, as decided from the
+# layout by the same rules; ``_run`` then visits those. Values are still checked
+# at run time exactly as ``_walk`` checks them (partial bodies of malformed frames
+# lack fields; null arrays and structs are None), so both give the same summary.
+
+_ERROR = 0  # an integer field named like an error code
+_ARRAY = 1
+_STRUCT = 2  # a nested (non-array) struct
+_RECORDS = 3
+_GENERIC = 4  # a struct the plan does not describe: walked by ``_walk``
+
+_TOPIC_ITEM_KEYS = frozenset({"topic", "topic_name", "topic_id"})
+_INTS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+
+Step = tuple[int, str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _ArrayPlan:
+    partitions: bool  # the name mentions partitions: entries count as partitions
+    topic_array: bool  # the name mentions topics
+    topic_of_items: bool  # struct entries may name a topic (``_topic_of``)
+    items: tuple[Step, ...] | None  # what to read in struct entries (None: nothing)
+    topic_strings: bool  # entries are strings or uuids of a topic array
+
+
+def _plan(fields: tuple[Field, ...]) -> tuple[Step, ...]:
+    plain = [f for f in fields if f.tag is None]
+    tagged = [f for f in fields if f.tag is not None]
+    steps = [s for s in map(_step, plain) if s is not None]
+    tagged_steps = [s for s in map(_step, tagged) if s is not None]
+    if len(tagged_steps) > 1:
+        # Tagged fields enter the dict in wire order, which the layout does not fix;
+        # order decides the first error and the topic order, so walk such a struct.
+        return ((_GENERIC, "", None),)
+    return tuple(steps + tagged_steps)
+
+
+def _step(f: Field) -> Step | None:
+    if f.array:
+        return _array_step(f)
+    if f.type == "struct":
+        sub = _plan(f.fields)
+        # a struct of just ``size`` (and ``error``) reads like a records summary
+        looks_like_size = "size" in {m.name for m in f.fields}
+        return (_STRUCT, f.name, sub) if sub or looks_like_size else None
+    if f.type == "records":
+        return (_RECORDS, f.name, None)
+    if f.type in _INTS and _is_error_key(f.name):
+        return (_ERROR, f.name, None)
+    return None
+
+
+def _array_step(f: Field) -> Step | None:
+    items: tuple[Step, ...] | None = None
+    topic_of_items = False
+    if f.type == "struct":
+        items = _plan(f.fields) or None
+        topic_of_items = _may_name_topic("topic" in f.name, f.fields)
+    plan = _ArrayPlan(
+        partitions="partition" in f.name,
+        topic_array="topic" in f.name,
+        topic_of_items=topic_of_items,
+        items=items,
+        topic_strings=f.type in ("string", "uuid") and "topic" in f.name,
+    )
+    if plan.partitions or plan.items or plan.topic_of_items or plan.topic_strings:
+        return (_ARRAY, f.name, plan)
+    return None
+
+
+def _may_name_topic(topic_array: bool, members: tuple[Field, ...]) -> bool:
+    """Can ``_topic_of`` find a topic in entries with these fields? (Its run-time
+    checks still apply: this only rules out entries that can never name one.)"""
+    names = [m.name for m in members]
+    if any(n in _TOPIC_ITEM_KEYS for n in names):
+        return True
+    return "name" in names and (topic_array or any("partition" in n for n in names))
+
+
+# Plans by layout identity: layouts live in their registry for the whole process,
+# and each entry holds its layout, so an id is never reused while its entry exists.
+_PLANS: dict[int, tuple[Layout, tuple[Step, ...]]] = {}
+_MAX_PLANS = 1 << 14
+
+
+def _plan_of(layout: Layout) -> tuple[Step, ...]:
+    entry = _PLANS.get(id(layout))
+    if entry is None or entry[0] is not layout:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        entry = _PLANS[id(layout)] = (layout, _plan(layout.fields))
+    return entry[1]
+
+
+def _run(steps: tuple[Step, ...], d: dict[str, Any], scan: _Scan) -> None:
+    for op, key, arg in steps:
+        if op == _GENERIC:
+            _walk(d, scan)
+            return
+        value = d.get(key)
+        if value is None:
+            continue
+        if op == _ARRAY:
+            if type(value) is list:
+                _run_array(arg, value, scan)
+        elif op == _ERROR:
+            if type(value) is int:
+                scan.saw_error_code = True
+                if value:
+                    scan.error_count += 1
+                    if scan.first_nonzero_error is None:
+                        scan.first_nonzero_error = value
+        elif type(value) is dict:  # a struct, or the records hook's size summary
+            if "size" in value and len(value) <= 2 and set(value) <= {"size", "error"}:
+                scan.record_bytes = (scan.record_bytes or 0) + int(value["size"])
+            elif op == _STRUCT:
+                _run(arg, value, scan)
+            else:
+                _walk(value, scan)
+        elif op == _RECORDS and hasattr(value, "codecs"):
+            scan.records = (scan.records or 0) + int(value.records)
+            scan.record_bytes = (scan.record_bytes or 0) + int(value.bytes)
+            scan.codecs.extend(value.codecs)
+
+
+def _run_array(plan: _ArrayPlan, value: list[Any], scan: _Scan) -> None:
+    first = value[0] if value else None
+    if plan.partitions and type(first) is not list:
+        scan.partitions = (scan.partitions or 0) + len(value)
+    if type(first) is dict:
+        items = plan.items
+        if plan.topic_of_items:
+            for item in value:
+                if type(item) is dict:
+                    _topic_of(plan.topic_array, item, scan)
+                    if items:
+                        _run(items, item, scan)
+        elif items:
+            for item in value:
+                if type(item) is dict:
+                    _run(items, item, scan)
+    elif plan.topic_strings and type(first) is str:
+        for item in value:
+            if type(item) is str:
+                scan.topics.setdefault(item)
 
 
 def _error_code(body: dict[str, Any] | None, scan: _Scan) -> int | None:
@@ -196,13 +355,12 @@ def summarize(
     response: Decoded | None,
     topics: TopicNames,
 ) -> Summary:
-    req_body = request.body if request is not None else None
     resp_body = response.body if response is not None else None
     if response is not None and response.error is None:
         topics.learn(api_key, resp_body)
     seen: dict[str, None] = {}
-    req = _scan(req_body, topics, seen)
-    resp = _scan(resp_body, topics, seen)
+    req = _scan(request, topics, seen)
+    resp = _scan(response, topics, seen)
     s = Summary(topics=list(seen), error_count=resp.error_count)
     s.error_code = _error_code(resp_body, resp)
     if s.error_code is not None:
