@@ -18,6 +18,7 @@ if __name__ == "__main__":
     # The package itself comes from --py-files or site-packages.
     sys.path.pop(0)
 
+import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOOPBACK = "127.0.0.1"
+DEFAULT_MASTER = "local[*]"
 
 # Settings for a single-machine run: no web UI, few shuffle partitions (the summary
 # tables are small), the driver on loopback so nothing listens on other interfaces.
@@ -49,6 +51,11 @@ JOB_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     **ONE_FILE_PER_TASK_CONF,
 }
+
+
+def launched_by_spark_submit() -> bool:
+    """True in a driver started by spark-submit: PySpark then joins the JVM it was given."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def session_conf(master: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -69,6 +76,8 @@ def build_session(
     """A SparkSession; ``master`` None keeps spark-submit's master (else local[*])."""
     from pyspark.sql import SparkSession
 
+    if master is None and not launched_by_spark_submit():
+        master = DEFAULT_MASTER
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)

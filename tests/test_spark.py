@@ -230,6 +230,27 @@ def test_task_decoder_flags_a_broken_capture(broken_captures: list[Path]) -> Non
         assert "kafka-dissector-" not in info["error"]
 
 
+def test_session_conf_keeps_local_runs_on_loopback() -> None:
+    from dissector.spark_job import session_conf
+
+    local = session_conf("local[2]", {"spark.sql.shuffle.partitions": "2"})
+    assert local["spark.driver.bindAddress"] == "127.0.0.1"
+    assert local["spark.ui.enabled"] == "false"
+    assert local["spark.sql.shuffle.partitions"] == "2"  # the caller's setting wins
+    assert local["spark.sql.session.timeZone"] == "UTC"
+    cluster = session_conf("yarn")
+    assert "spark.driver.bindAddress" not in cluster and "spark.ui.enabled" not in cluster
+    assert cluster["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_path_string_matches_hadoop_path_spelling() -> None:
+    from dissector.sparkfleet.read import path_string
+
+    assert path_string("file:///data/a%20b.pcap") == "file:/data/a b.pcap"
+    assert path_string("hdfs://nn:8020/c/x.pcap") == "hdfs://nn:8020/c/x.pcap"
+    assert path_string("s3a://bucket/k%3D1/x.pcap") == "s3a://bucket/k=1/x.pcap"
+
+
 # --------------------------------------------------------------------------- Spark
 
 
