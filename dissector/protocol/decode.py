@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dissector.protocol import compile as kc
+from dissector.protocol.diskcache import load_or_build
 from dissector.protocol.sources import load_specs
 from dissector.protocol.spec import REQUEST, RESPONSE, Layout, SpecSet
 
@@ -100,7 +101,10 @@ class Registry:
 
 @functools.cache
 def _registry_for(spec_dirs: tuple[str, ...], backend: str) -> Registry:
-    return Registry(load_specs(spec_dirs), backend)
+    if spec_dirs:
+        return Registry(load_specs(spec_dirs), backend)
+    # The installed specs only change with the packages: see diskcache.
+    return Registry(load_or_build("specs", load_specs), backend)
 
 
 def get_registry(spec_dirs: Iterable[str | Path] = (), backend: str = "generate") -> Registry:

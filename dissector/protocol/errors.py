@@ -13,14 +13,21 @@ from functools import cache
 from types import MappingProxyType
 from typing import Final
 
-from kio.schema.errors import ErrorCode
+from dissector.protocol.diskcache import load_or_build
 
 __all__ = ["ERROR_NAMES", "error_name", "error_retriable"]
 
 
+def _from_kio() -> dict[int, tuple[str, bool]]:
+    from kio.schema.errors import ErrorCode
+
+    return {int(m.value): (m.name.upper(), bool(m.retriable)) for m in ErrorCode}
+
+
 @cache
 def _table() -> MappingProxyType[int, tuple[str, bool]]:
-    return MappingProxyType({int(m.value): (m.name.upper(), bool(m.retriable)) for m in ErrorCode})
+    # From the start-up cache: importing kio alone takes longer than a small capture.
+    return MappingProxyType(load_or_build("error-names", _from_kio))
 
 
 ERROR_NAMES: Final[MappingProxyType[int, tuple[str, bool]]] = _table()

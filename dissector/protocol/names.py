@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from functools import cache
 
 from dissector.protocol.decode import Registry, get_registry
+from dissector.protocol.diskcache import load_or_build
+from dissector.protocol.sources import kafka_api_names
 from dissector.protocol.spec import REQUEST, RESPONSE
 
 
@@ -13,9 +15,8 @@ from dissector.protocol.spec import REQUEST, RESPONSE
 def _names() -> dict[int, str]:
     # kafka-python's ApiKey enum names every key Kafka ever assigned, including the
     # inter-broker keys 4-7 that Kafka 4.0 removed and no spec describes any more.
-    from kafka.protocol.api_key import ApiKey
-
-    return {int(k): k.name for k in ApiKey}
+    # Kept in the start-up cache: importing kafka-python takes 0.2 s.
+    return load_or_build("api-names", kafka_api_names)
 
 
 def api_name(api_key: int, registry: Registry | None = None) -> str:

@@ -1,0 +1,121 @@
+"""Start-up cache: the spec model and name tables, kept on disk between runs.
+
+Building the default ``SpecSet`` reflects about 600 kio classes and reads
+kafka-python's JSON specs (0.6 s, plus 0.3 s importing both packages); the pickle
+of the result loads in about 15 ms. So the built tables are stored under
+``${XDG_CACHE_HOME:-~/.cache}/kafka-dissector/protocol``, named by a key over everything
+they are derived from: the Python version, the versions of kafka-python and kio,
+and the source of the modules that build them. An upgrade or an edit therefore
+builds afresh; nothing needs to be invalidated by hand.
+
+The cache only saves time: any problem (no home, read-only disk, a corrupt or
+foreign file) falls back to building. ``KAFKA_DISSECTOR_CACHE=off`` disables it.
+The directory is used only when it belongs to the user and nobody else can write
+to it, since a pickle is code.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import stat
+import sys
+import tempfile
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+ENV_SWITCH = "KAFKA_DISSECTOR_CACHE"
+FORMAT = 1  # bump when what is stored changes shape
+# The packages whose data the tables are read from.
+_PACKAGES = ("kafka-python", "kio")
+# Our modules that turn that data into the tables.
+_BUILDERS = ("sources.py", "spec.py", "errors.py", "names.py", "diskcache.py")
+
+
+def cache_dir() -> Path | None:
+    """Where entries live, or None when caching is off or there is no home."""
+    if os.environ.get(ENV_SWITCH, "").lower() in ("off", "0", "no", "false"):
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:  # no home directory can be determined
+            return None
+    return Path(base) / "kafka-dissector" / "protocol"
+
+
+@functools.cache
+def _key() -> str:
+    """What every entry depends on, hashed (computed once per process)."""
+    h = hashlib.sha256(f"{FORMAT} {sys.version}".encode())
+    for package in _PACKAGES:
+        try:
+            h.update(f"{package}={metadata.version(package)}".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{package}=absent".encode())
+    here = Path(__file__).resolve().parent
+    for name in _BUILDERS:
+        h.update((here / name).read_bytes())
+    return h.hexdigest()[:24]
+
+
+def _safe(directory: Path) -> bool:
+    """Owned by us and writable by nobody else (POSIX); elsewhere: it exists."""
+    try:
+        st = directory.stat()
+    except OSError:
+        return False
+    if not hasattr(os, "getuid"):
+        return stat.S_ISDIR(st.st_mode)
+    return (
+        stat.S_ISDIR(st.st_mode)
+        and st.st_uid == os.getuid()
+        and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
+
+
+def load_or_build(name: str, build: Callable[[], T]) -> T:
+    """The stored value named ``name`` for the current key, else ``build()`` (stored)."""
+    directory = cache_dir()
+    if directory is None:
+        return build()
+    path = directory / f"{name}-{_key()}.pickle"
+    if _safe(directory):
+        try:
+            with open(path, "rb") as fh:
+                return pickle.load(fh)  # type: ignore[no-any-return]
+        except FileNotFoundError:
+            pass
+        except Exception:  # corrupt or from an incompatible run: rebuild over it
+            pass
+    value = build()
+    _store(directory, name, path, value)
+    return value
+
+
+def _store(directory: Path, name: str, path: Path, value: object) -> None:
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _safe(directory):
+            return
+        # Written aside and renamed: concurrent runs (Spark workers) never see half a file.
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        for old in directory.glob(f"{name}-*.pickle"):
+            if old != path:  # left by other package versions or sources
+                old.unlink(missing_ok=True)
+    except OSError:
+        pass  # a read-only or full disk only costs the next run the build again
