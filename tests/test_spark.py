@@ -230,6 +230,35 @@ def test_task_decoder_flags_a_broken_capture(broken_captures: list[Path]) -> Non
         assert "kafka-dissector-" not in info["error"]
 
 
+def test_task_decoder_keeps_rows_before_a_failure(
+    good_captures: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decoder crash part-way: the rows before it stay, the capture is flagged."""
+    import dissector.sparkfleet.decode as decode_mod
+
+    path = max(good_captures, key=lambda p: len(dissector.analyze(str(p))))
+    real = decode_mod.iter_pairs
+    keep = 5
+
+    def failing(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        for n, record in enumerate(real(*args, **kwargs)):
+            if n == keep:
+                raise RuntimeError("decoder bug")
+            yield record
+
+    monkeypatch.setattr(decode_mod, "iter_pairs", failing)
+    got = pa.Table.from_batches(
+        list(decode_capture("cap", path.read_bytes(), DecodeConfig(batch_rows=2)))
+    ).to_pylist()
+    want = _pandas_rows(dissector.analyze(str(path)))[:keep]
+    pairs = [{k: _norm(k, v) for k, v in r.items() if k != INFO_COLUMN} for r in got[:keep]]
+    assert [r["correlation_id"] for r in pairs] == [r["correlation_id"] for r in want]
+    flag, trailer = got[keep:]
+    assert flag["decode_error"] == f"{CAPTURE_FAILED}: RuntimeError: decoder bug"
+    assert trailer[INFO_COLUMN]["failed"] is True
+    assert trailer[INFO_COLUMN]["pairs"] == keep
+
+
 def test_session_conf_keeps_local_runs_on_loopback() -> None:
     from dissector.spark_job import session_conf
 
