@@ -602,3 +602,29 @@ def test_cli_fails_when_every_capture_fails(spark: Any, broken_captures: list[Pa
     assert result.exit_code == 1
     assert "every capture (1) failed to decode" in result.output
     assert "CaptureError" in result.output
+
+
+@pytest.mark.spark
+def test_captures_over_the_size_limit_are_flagged_not_read(
+    spark: Any, good_captures: list[Path]
+) -> None:
+    from dissector.sparkfleet import load
+
+    by_size = sorted(good_captures, key=lambda p: p.stat().st_size)
+    small = by_size[:2]
+    limit = small[-1].stat().st_size
+    big = next(p for p in by_size if p.stat().st_size > limit)  # the next larger one
+    chosen = [*small, big]
+    fleet = load(spark, [str(p) for p in chosen], max_bytes=limit)
+    try:
+        caps = {_local(r["capture"]): r for r in _spark_rows(fleet.captures)}
+        assert set(caps) == {str(p) for p in chosen}
+        assert caps[str(big)]["failed"] is True
+        assert caps[str(big)]["size_bytes"] == big.stat().st_size
+        assert caps[str(big)]["error"].startswith(f"too large: {big.stat().st_size} bytes")
+        assert [p for p, r in caps.items() if r["failed"]] == [str(big)]
+        pairs = _spark_rows(fleet.pairs)
+        want = sum(len(dissector.analyze(str(p))) for p in small)
+        assert len([r for r in pairs if _local(r["capture"]) != str(big)]) == want
+    finally:
+        fleet.unpersist()

@@ -102,11 +102,14 @@ def flag_row(capture: str, error: str) -> dict[str, Any]:
     return {"capture": capture, "status": FAILED_STATUS, "decode_error": why}
 
 
-def failed_batch(captures: Iterable[str], error: str) -> pa.RecordBatch:
-    """Flag and trailer rows for captures that never reached a task."""
+def failed_batch(captures: Iterable[tuple[str, int, str]]) -> pa.RecordBatch:
+    """Flag and trailer rows for captures that never reached a task.
+
+    ``captures`` holds (capture, size in bytes, why) triples.
+    """
     rows = _Rows()
-    for capture in captures:
-        result = CaptureResult(size_bytes=0, failed=True, error=error)
+    for capture, size_bytes, error in captures:
+        result = CaptureResult(size_bytes=size_bytes, failed=True, error=error)
         rows.add(flag_row(capture, error))
         rows.add({"capture": capture}, result.as_dict())
     return rows.take()

@@ -11,7 +11,8 @@ Reading goes through Spark's ``binaryFile`` source and ``mapInArrow``:
 * the decoding is the offline pipeline itself, run in Python workers over Arrow
   batches, so the Spark rows are the pandas rows.
 
-Spark's file scan never hands a file of 0 bytes to a task, so ``load`` compares the
+Spark's file scan never hands a file of 0 bytes to a task, and files over
+``MAX_CAPTURE_BYTES`` are filtered out before they are read, so ``load`` compares the
 listed files with the decoded ones and flags the files that were never read.
 """
 
@@ -32,7 +33,10 @@ from .typemap import CAPTURE_INFO, INFO_COLUMN, decoded_spark_schema
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-UNREAD_ERROR = "empty file: Spark's file scan does not read files of 0 bytes"
+MAX_CAPTURE_BYTES = (1 << 31) - 1 - (1 << 20)
+"""Largest capture read: a Spark binary value is below 2 GiB (minus room for the row)."""
+
+EMPTY_ERROR = "empty file: Spark's file scan does not read files of 0 bytes"
 
 # Spark packs small files into one read task unless opening a file "costs" as much as
 # a whole task; with this cost every capture gets its own task (and its own core).
@@ -72,13 +76,19 @@ def read_binary(
     *,
     recursive: bool = False,
     glob: str | None = None,
+    max_bytes: int = MAX_CAPTURE_BYTES,
 ) -> DataFrame:
     """``binaryFile`` rows (path, content) of the captures, one task per capture.
+
+    Files over ``max_bytes`` are left out without being read (``binaryFile`` applies a
+    filter on ``length`` before it loads a file); ``load`` flags them.
 
     Sets ``ONE_FILE_PER_TASK_CONF`` on the session: Spark plans file splits when an
     action runs, so the setting must stay in effect (it only changes how file scans
     of this session are split into tasks).
     """
+    from pyspark.sql import functions as F
+
     for key, value in ONE_FILE_PER_TASK_CONF.items():
         spark.conf.set(key, value)
     reader = spark.read.format("binaryFile")
@@ -89,7 +99,8 @@ def read_binary(
     targets = [paths] if isinstance(paths, str) else list(paths)
     if not targets:
         raise ValueError("no capture paths given")
-    return reader.load(targets).select("path", "content")
+    files = reader.load(targets)
+    return files.where(F.col("length") <= max_bytes).select("path", "content")
 
 
 def load(
@@ -100,6 +111,7 @@ def load(
     recursive: bool = False,
     glob: str | None = None,
     batch_rows: int = 4096,
+    max_bytes: int = MAX_CAPTURE_BYTES,
 ) -> Fleet:
     """Decode every capture under ``paths`` (files, directories or globs) and cache it.
 
@@ -111,18 +123,41 @@ def load(
     from pyspark.sql import functions as F
 
     config = DecodeConfig(options=options or Options(), batch_rows=batch_rows)
-    binary = read_binary(spark, paths, recursive=recursive, glob=glob)
+    binary = read_binary(spark, paths, recursive=recursive, glob=glob, max_bytes=max_bytes)
     listed = [path_string(uri) for uri in binary.inputFiles()]
     decoded = binary.mapInArrow(partial(_decode, config=config), decoded_spark_schema())
     cached = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     trailers = cached.where(F.col(INFO_COLUMN).isNotNull()).select("capture").collect()
     unread = sorted(set(listed) - {r["capture"] for r in trailers})
     if unread:
-        table = pa.Table.from_batches([failed_batch(unread, UNREAD_ERROR)])
+        batch = failed_batch(_why_unread(spark, unread, max_bytes))
+        table = pa.Table.from_batches([batch])
         decoded = cached.unionByName(spark.createDataFrame(table, decoded_spark_schema()))
     else:
         decoded = cached
     return Fleet(decoded, cached)
+
+
+def _why_unread(
+    spark: SparkSession, unread: list[str], max_bytes: int
+) -> list[tuple[str, int, str]]:
+    """(capture, size, why) for listed files that no task decoded.
+
+    A file of 0 bytes yields no ``binaryFile`` row at all, a file over ``max_bytes``
+    was filtered out; asking for the ``length`` column alone reads no content.
+    """
+    rows = spark.read.format("binaryFile").load(unread).select("path", "length").collect()
+    sizes = {r["path"]: int(r["length"]) for r in rows}
+    out = []
+    for capture in unread:
+        size = sizes.get(capture, 0)
+        why = (
+            f"too large: {size} bytes, over the {max_bytes} bytes a task reads whole"
+            if size
+            else EMPTY_ERROR
+        )
+        out.append((capture, size, why))
+    return out
 
 
 def path_string(uri: str) -> str:
