@@ -348,13 +348,18 @@ def _v2_batch(ctx: _Ctx, buf: bytes, pos: int, end: int, index: int) -> None:
         ctx.error("bad_record_count", f"{count} in {where}")
         count = 0
 
-    body: bytes | memoryview | None = memoryview(buf)[pos + _V2.size : end]
+    # Records are walked in place when uncompressed: no copy of the batch.
+    data: bytes | memoryview | None = buf
+    start, stop = pos + _V2.size, end
     if codec:
-        body = _decompress(ctx, codec, body, magic=2, where=where)
+        data = _decompress(ctx, codec, memoryview(buf)[start:end], magic=2, where=where)
+        if isinstance(data, memoryview):
+            data = data.tobytes()  # int indexing on bytes is several times faster
+        start, stop = 0, len(data) if data is not None else 0
     # Decided before the walk, so that a kept batch holds every record that was kept.
     records: list[Item] | None = [] if ctx.expand and ctx.keep(_V2.size, where) else None
-    if body is not None:
-        ctx.records += _v2_records(ctx, header, body, count, where, records)
+    if data is not None:
+        ctx.records += _v2_records(ctx, header, data, start, stop, count, where, records)
     if records is not None:
         ctx.items.append(_v2_item(header, crc_ok, pos, records))
 
@@ -383,18 +388,79 @@ def _v2_item(header: dict[str, int], crc_ok: bool, pos: int, records: list[Item]
 def _v2_records(
     ctx: _Ctx,
     header: dict[str, int],
-    body: bytes | memoryview,
+    body: bytes,
+    pos: int,
+    total: int,
     count: int,
     where: str,
     out: list[Item] | None,
 ) -> int:
-    """Walk the records of one batch; return how many were found. Each record is
-    skipped by its length prefix, so a bad record never hides the next one."""
-    if isinstance(body, memoryview):
-        body = body.tobytes()  # int indexing on bytes is several times faster
-    total = len(body)
-    pos = 0
+    """Walk the records in ``body[pos:total]``; return how many were found. Each
+    record is skipped by its length prefix, so a bad record never hides the next one."""
+    if out is None:
+        found, pos, bad = _skip_v2_records(body, pos, total, count)
+        if bad is not None:
+            code, before, after = bad
+            ctx.error(code, f"{before}record {found}{after} in {where}")
+            return found
+    else:
+        found, pos, stopped = _expand_v2_records(ctx, header, body, pos, total, count, where, out)
+        if stopped:
+            return found
+    if found < count:
+        ctx.error("record_count_mismatch", f"header says {count}, found {found} in {where}")
+    elif pos < total:
+        ctx.error("trailing_bytes", f"{total - pos} after record {found - 1} in {where}")
+    return found
+
+
+def _skip_v2_records(
+    body: bytes, pos: int, total: int, count: int
+) -> tuple[int, int, tuple[str, str, str] | None]:
+    """Step over up to ``count`` records by their length prefixes, building nothing.
+
+    Returns (records found, offset after them, anomaly or None); an anomaly is
+    (code, text before and after "record N" in its message). This runs for every
+    record of every batch, so one- and two-byte lengths (records under 8 KiB) are
+    decoded inline.
+    """
     found = 0
+    while found < count and pos < total:
+        byte = body[pos]
+        if byte < 0x80:
+            length, start = (byte >> 1) ^ -(byte & 1), pos + 1
+        elif pos + 1 < total and body[pos + 1] < 0x80:
+            raw = (byte & 0x7F) | (body[pos + 1] << 7)
+            length, start = (raw >> 1) ^ -(raw & 1), pos + 2
+        else:
+            try:
+                length, start = _varint(body, pos, total, 5)
+            except _Bad as bad:
+                return found, pos, (bad.code, f"{bad.detail}: ", " length")
+        if length < 0 or start + length > total:
+            return found, pos, ("truncated_record", "", "")
+        if length < _V2_MIN_RECORD:  # also keeps the walk at >= 7 bytes a record
+            return found, pos, ("bad_record_length", f"{length} for ", "")
+        pos = start + length
+        found += 1
+    return found, pos, None
+
+
+def _expand_v2_records(
+    ctx: _Ctx,
+    header: dict[str, int],
+    body: bytes,
+    pos: int,
+    total: int,
+    count: int,
+    where: str,
+    out: list[Item],
+) -> tuple[int, int, bool]:
+    """Like ``_skip_v2_records``, keeping each record (while the item budget lasts).
+
+    Returns (found, offset after them, whether an anomaly stopped the walk; it is
+    recorded already).
+    """
     env = _RecordEnv(
         base_offset=header["base_offset"],
         first_timestamp=header["first_timestamp"],
@@ -402,34 +468,27 @@ def _v2_records(
         log_append=bool(header["attributes"] & 0x08),
         is_control=bool(header["attributes"] & 0x20),
     )
+    found = 0
     while found < count and pos < total:
-        byte = body[pos]
-        if byte < 0x80:  # one-byte length: the common case, inlined for speed
-            length, start = (byte >> 1) ^ -(byte & 1), pos + 1
-        else:
-            try:
-                length, start = _varint(body, pos, total, 5)
-            except _Bad as bad:
-                ctx.error(bad.code, f"{bad.detail}: record {found} length in {where}")
-                return found
+        try:
+            length, start = _varint(body, pos, total, 5)
+        except _Bad as bad:
+            ctx.error(bad.code, f"{bad.detail}: record {found} length in {where}")
+            return found, pos, True
         if length < 0 or start + length > total:
             ctx.error("truncated_record", f"record {found} in {where}")
-            return found
-        if length < _V2_MIN_RECORD:  # also keeps the walk at >= 7 bytes a record
+            return found, pos, True
+        if length < _V2_MIN_RECORD:
             ctx.error("bad_record_length", f"{length} for record {found} in {where}")
-            return found
-        if out is not None and ctx.keep(length, f"record {found} in {where}"):
+            return found, pos, True
+        if ctx.keep(length, f"record {found} in {where}"):
             try:
                 out.append(_v2_record(env, body, start, start + length))
             except _Bad as bad:
                 ctx.error(bad.code, f"{bad.detail}: record {found} in {where}")
         pos = start + length
         found += 1
-    if found < count:
-        ctx.error("record_count_mismatch", f"header says {count}, found {found} in {where}")
-    elif pos < total:
-        ctx.error("trailing_bytes", f"{total - pos} after record {found - 1} in {where}")
-    return found
+    return found, pos, False
 
 
 @dataclass(slots=True)
