@@ -31,7 +31,7 @@ from dissector.sparkfleet.aggregate import DEFAULT_TOP, DEFAULT_WINDOW, summarie
 from dissector.sparkfleet.read import ONE_FILE_PER_TASK_CONF, Fleet, load
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_MASTER = "local[*]"
@@ -189,6 +189,21 @@ def _echo_table(title: str, rows: list, columns: list[str]) -> None:
     click.echo(table.to_string(index=False, na_rep="-") if rows else "(none)")
 
 
+def _times_as_text(df: DataFrame) -> DataFrame:
+    """Timestamps formatted by Spark in the session's zone (UTC), not Python's local one."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
+
+    return df.select(
+        *(
+            F.date_format(f.name, "yyyy-MM-dd HH:mm:ss.SSSSSS").alias(f.name)
+            if isinstance(f.dataType, TimestampType)
+            else F.col(f.name)
+            for f in df.schema.fields
+        )
+    )
+
+
 def _check_all_failed(report: JobReport) -> None:
     if report.captures and report.failed == report.captures:
         raise click.ClickException(
@@ -290,7 +305,7 @@ def _print_summary(
         _check_all_failed(report)
         tables = summaries(fleet.pairs, window=window, top=top)
         for name in ("latency_by_api", "latency_by_broker", "top_errors", "unanswered_summary"):
-            df = tables[name]
+            df = _times_as_text(tables[name])
             _echo_table(name, df.limit(50).collect(), df.columns)
     finally:
         fleet.unpersist()

@@ -628,3 +628,23 @@ def test_captures_over_the_size_limit_are_flagged_not_read(
         assert len([r for r in pairs if _local(r["capture"]) != str(big)]) == want
     finally:
         fleet.unpersist()
+
+
+@pytest.mark.spark
+def test_cli_without_output_dir_prints_the_summary(spark: Any, good_captures: list[Path]) -> None:
+    from click.testing import CliRunner
+
+    from dissector.spark_job import spark_command
+
+    chosen = good_captures[:3]
+    frames = [dissector.analyze(str(p)) for p in chosen]
+    want_pairs = sum(len(df) for df in frames)
+    result = CliRunner().invoke(spark_command, [str(p) for p in chosen])
+    assert result.exit_code == 0, result.output
+    assert f"{len(chosen)} captures (0 failed to decode), {want_pairs} pairs" in result.output
+    for title in ("latency_by_api", "latency_by_broker", "top_errors", "unanswered_summary"):
+        assert f"\n{title}\n" in result.output
+    lost = pd.concat(frames).query("status == 'unanswered'")
+    for t in lost["request_time"].dropna():
+        # Printed in UTC whatever the local time zone, microseconds like Spark keeps them.
+        assert t.tz_convert("UTC").strftime("%Y-%m-%d %H:%M:%S.%f") in result.output
