@@ -78,7 +78,8 @@ class Session:
     def packet(self, pkt: Packet) -> list[Exchange]:
         out: list[Exchange] = []
         for ev in self._tcp.feed(pkt):
-            out.extend(self._event(ev))
+            # Chunks are nearly every event: dispatched here, without a call.
+            out += self._chunk(ev) if type(ev) is Chunk else self._event(ev)
         return out
 
     def finish(self) -> list[Exchange]:
@@ -117,9 +118,11 @@ class Session:
             self._framers.setdefault(ch.stream, {})[ch.src] = framer
         out: list[Exchange] = []
         was_tls = framer.tls
-        for frame in framer.feed(ch):
-            self.counters.add("kafka_frames")
-            out.extend(self._corr.frame(frame))
+        frames = framer.feed(ch)
+        if frames:
+            self.counters.add("kafka_frames", len(frames))
+            for frame in frames:
+                out += self._corr.frame(frame)
         if framer.tls and not was_tls and ch.stream not in self.tls_streams:
             self.tls_streams.append(ch.stream)
         return out
