@@ -87,7 +87,7 @@ def _dicts(value: Any) -> Iterator[dict[str, Any]]:
             stack.extend(reversed([x for x in v if isinstance(x, dict | list)]))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Scan:
     """What one walk over a decoded body finds (one pass: this runs for every pair)."""
 
