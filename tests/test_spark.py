@@ -167,6 +167,11 @@ def _answered(r: Row) -> bool:
     return r["status"] in ("ok", "error")
 
 
+def _is_error(r: Row) -> bool:
+    """The project's error rule (report, CLI summary): an error code, or undecodable."""
+    return r["status"] in ("error", "malformed")
+
+
 def _latency_oracle(rows: list[Row], key: Callable[[Row], tuple]) -> dict[tuple, tuple]:
     out = {}
     for k, members in _group(rows, key).items():
@@ -463,17 +468,17 @@ def test_error_rates(summaries: dict[str, Any], expected: list[Row]) -> None:
     keys = ("api_key", "api_name", "api_version")
     want = {}
     for k, members in _group(expected, lambda r: tuple(r[n] for n in keys)).items():
-        answered = sum(1 for r in members if _answered(r))
-        errors = sum(1 for r in members if r["status"] == "error")
+        errors = sum(1 for r in members if _is_error(r))
         want[k] = (
             len(members),
-            answered,
+            sum(1 for r in members if _answered(r)),
             errors,
+            sum(1 for r in members if r["status"] == "unanswered"),
             _sum(r["error_count"] for r in members),
-            errors / answered if answered else None,
+            errors / len(members),
         )
     assert sum(v[2] for v in want.values()) > 0, "no errors in the captures to check"
-    values = ("requests", "answered", "errors", "error_codes", "error_rate")
+    values = ("requests", "answered", "errors", "unanswered", "error_codes", "error_rate")
     _assert_tables_equal(_spark_table(summaries["errors_by_api"], keys, values), want)
 
 
@@ -528,7 +533,7 @@ def test_throughput_windows(summaries: dict[str, Any], expected: list[Row]) -> N
             k[0] + WINDOW_US,
             len(m),
             sum(1 for r in m if _answered(r)),
-            sum(1 for r in m if r["status"] == "error"),
+            sum(1 for r in m if _is_error(r)),
             _sum(r["request_size"] for r in m),
             _sum(r["response_size"] for r in m),
             _sum(r["records"] for r in m),

@@ -6,6 +6,9 @@ Conventions shared by every table:
   its own, as in ``pandas.groupby(dropna=False)``;
 * rows flagging a capture that failed to decode are not pairs and are left out;
 * "answered" means ``status`` is ``ok`` or ``error`` (a response was matched);
+* "errors" and "unanswered" follow ``dissector.stats`` (``ERROR_STATUSES``,
+  ``UNANSWERED_STATUSES``), the rules of the offline report and the CLI summary, and
+  an error rate is errors over all rows of the group, as there;
 * percentiles are ``percentile_approx`` over ``latency_ms`` (nulls ignored), which
   returns a value that occurs in the data: the smallest one with at least the
   requested share of values at or below it (exact while a group holds fewer values
@@ -17,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..stats import ERROR_STATUSES, EVENT_TIME_COLUMNS, UNANSWERED_STATUSES
 from .decode import CAPTURE_FAILED
 
 if TYPE_CHECKING:
@@ -85,20 +89,36 @@ def _is_answered() -> Column:
     return F.col("status").isin(*ANSWERED)
 
 
-def error_rates(pairs: DataFrame, by: Sequence[str]) -> DataFrame:
-    """Per group: answered pairs, pairs with an error, their share, error codes seen."""
+def _count_where(condition: Column) -> Column:
     from pyspark.sql import functions as F
 
-    answered = F.sum(F.when(_is_answered(), 1).otherwise(0))
-    errors = F.sum(F.when(F.col("status") == "error", 1).otherwise(0))
+    return F.sum(F.when(condition, 1).otherwise(0))
+
+
+def _is_error() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col("status").isin(*ERROR_STATUSES)
+
+
+def _is_unanswered() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col("status").isin(*UNANSWERED_STATUSES)
+
+
+def error_rates(pairs: DataFrame, by: Sequence[str]) -> DataFrame:
+    """Per group: rows, answered, errors, unanswered, error codes seen, error rate."""
+    from pyspark.sql import functions as F
+
     grouped = pairs.groupBy(*by).agg(
         F.count(F.lit(1)).alias("requests"),
-        answered.alias("answered"),
-        errors.alias("errors"),
+        _count_where(_is_answered()).alias("answered"),
+        _count_where(_is_error()).alias("errors"),
+        _count_where(_is_unanswered()).alias("unanswered"),
         F.sum("error_count").alias("error_codes"),
     )
-    rate = F.when(F.col("answered") > 0, F.col("errors") / F.col("answered"))
-    return grouped.withColumn("error_rate", rate).orderBy(*by)
+    return grouped.withColumn("error_rate", F.col("errors") / F.col("requests")).orderBy(*by)
 
 
 def top_errors(pairs: DataFrame, n: int = DEFAULT_TOP) -> DataFrame:
@@ -122,10 +142,9 @@ def top_errors(pairs: DataFrame, n: int = DEFAULT_TOP) -> DataFrame:
 
 
 def unanswered_requests(pairs: DataFrame) -> DataFrame:
-    """The requests whose response is not in the capture (status ``unanswered``)."""
-    from pyspark.sql import functions as F
+    """The requests that expected a response and have none in the capture."""
 
-    return pairs.where(F.col("status") == "unanswered")
+    return pairs.where(_is_unanswered())
 
 
 def unanswered_summary(pairs: DataFrame) -> DataFrame:
@@ -150,12 +169,12 @@ def throughput(pairs: DataFrame, window: str = DEFAULT_WINDOW, by: Sequence[str]
     """Traffic per tumbling time window (of the request, else the response, time)."""
     from pyspark.sql import functions as F
 
-    at = F.coalesce(F.col("request_time"), F.col("response_time"))
+    at = F.coalesce(*(F.col(c) for c in EVENT_TIME_COLUMNS))
     timed = pairs.where(at.isNotNull()).withColumn("_w", F.window(at, window))
     grouped = timed.groupBy("_w", *by).agg(
         F.count(F.lit(1)).alias("pairs"),
-        F.sum(F.when(_is_answered(), 1).otherwise(0)).alias("answered"),
-        F.sum(F.when(F.col("status") == "error", 1).otherwise(0)).alias("errors"),
+        _count_where(_is_answered()).alias("answered"),
+        _count_where(_is_error()).alias("errors"),
         F.sum("request_size").alias("request_bytes"),
         F.sum("response_size").alias("response_bytes"),
         F.sum("records").alias("records"),
