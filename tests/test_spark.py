@@ -653,3 +653,29 @@ def test_cli_without_output_dir_prints_the_summary(spark: Any, good_captures: li
     for t in lost["request_time"].dropna():
         # Printed in UTC whatever the local time zone, microseconds like Spark keeps them.
         assert t.tz_convert("UTC").strftime("%Y-%m-%d %H:%M:%S.%f") in result.output
+
+
+@pytest.mark.spark
+def test_counts_agree_with_the_offline_report(
+    summaries: dict[str, Any], good_captures: list[Path]
+) -> None:
+    """Spark's per-broker counts are the pandas report's (dissector.stats.per_broker)."""
+    from dissector import stats
+
+    df = pd.concat([dissector.analyze(str(p)) for p in good_captures], ignore_index=True)
+    report = stats.per_broker(df)
+    want = {
+        (str(r["broker_ip"]), int(r["broker_port"])): (
+            int(r["count"]),
+            int(r["errors"]),
+            int(r["unanswered"]),
+            float(r["error_rate"]),
+        )
+        for _, r in report.iterrows()
+    }
+    keys = ("broker_ip", "broker_port")
+    got = _spark_table(
+        summaries["errors_by_broker"], keys, ("requests", "errors", "unanswered", "error_rate")
+    )
+    assert sum(v[1] for v in want.values()) > 0
+    _assert_tables_equal(got, want)
