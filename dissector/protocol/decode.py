@@ -61,13 +61,19 @@ class Registry:
         self, specs: SpecSet, backend: str = "generate", *, parse_records: bool = True
     ) -> None:
         self.specs = specs
+        # One flat lookup: correlation and decoding ask for layouts several times a pair.
+        self._layouts = {
+            (api_key, version, direction): layout
+            for (api_key, direction), versions in specs.layouts.items()
+            for version, layout in versions.items()
+        }
         self.backend = backend
         self.parse_records = parse_records
         self._fast: dict[tuple[int, int, str, bool], kc.DecodeFn] = {}
         self._slow: dict[tuple[int, int, str, bool], kc.DecodeFn] = {}
 
     def layout(self, api_key: int, version: int, direction: str) -> Layout | None:
-        return self.specs.get(api_key, version, direction)
+        return self._layouts.get((api_key, version, direction))
 
     def decoder(self, layout: Layout, expand: bool) -> kc.DecodeFn:
         key = (layout.api_key, layout.version, layout.direction, expand)
