@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,3 +60,21 @@ def kafka_broker() -> Iterator[None]:
         yield
     finally:
         _broker("stop", timeout=BROKER_STOP_TIMEOUT_S)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] SparkSession for the whole test run (a JVM start costs tens of seconds)."""
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install pyspark)")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java 17+ (apt-get install openjdk-17-jre-headless)")
+    from dissector.spark_job import build_session
+
+    session = build_session(
+        "local[2]",
+        app_name="kafka-dissector-tests",
+        conf={"spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "2"},
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

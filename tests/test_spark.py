@@ -289,23 +289,6 @@ def test_path_string_matches_hadoop_path_spelling() -> None:
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install pyspark)")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java 17+ (apt-get install openjdk-17-jre-headless)")
-    from dissector.spark_job import build_session
-
-    session = build_session(
-        "local[2]",
-        app_name="kafka-dissector-tests",
-        conf={"spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "2"},
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
 def all_paths(good_captures: list[Path], broken_captures: list[Path]) -> list[str]:
     return [str(p) for p in [*good_captures, *broken_captures]]
 

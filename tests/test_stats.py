@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,6 +20,7 @@ import dissector
 from dissector import stats
 from dissector.frame import records_to_frame
 from dissector.rows import PairRecord
+from tests.shared_readme import EXPECTED
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = REPO / "captures" / "kafka-4-mixed.pcapng"
@@ -162,25 +164,7 @@ def test_throttled_counts_per_client() -> None:
 
 def test_tansu_breakdown_matches_independent_counts(tansu: pd.DataFrame) -> None:
     # ../shared/captures/README.md, from an independent decoder.
-    readme = {
-        ("Produce", 10): 16,
-        ("Fetch", 16): 7,
-        ("ListOffsets", 7): 10,
-        ("Metadata", 12): 11,
-        ("OffsetCommit", 9): 4,
-        ("OffsetFetch", 9): 2,
-        ("FindCoordinator", 2): 3,
-        ("JoinGroup", 5): 2,
-        ("Heartbeat", 3): 1,
-        ("LeaveGroup", 1): 1,
-        ("SyncGroup", 3): 1,
-        ("ListGroups", 5): 1,
-        ("ApiVersions", 3): 13,
-        ("CreateTopics", 4): 1,
-        ("DescribeConfigs", 1): 1,
-        ("ConsumerGroupDescribe", 0): 1,
-        ("GetTelemetrySubscriptions", 0): 9,
-    }
+    readme = EXPECTED["local-tansu-confluent-kafka.pcapng"][1]
     table = stats.per_api(tansu)
     got = {(r.api_name, int(r.api_version)): r.count for r in table.itertuples()}
     assert got == readme
@@ -588,37 +572,19 @@ def _plain(value: object) -> object:
 
 
 @pytest.mark.spark
-def test_sql_definitions_give_the_same_numbers_in_spark(bundled: pd.DataFrame) -> None:
-    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install pyspark)")
-    import shutil
-
-    if shutil.which("java") is None:
-        pytest.skip("Spark needs Java 17+ (apt-get install openjdk-17-jre-headless)")
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("kafka-dissector-stats-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    try:
-        columns = [c.split()[0] for c in _SPARK_SCHEMA.split(", ")]
-        rows = [tuple(_plain(v) for v in r) for r in bundled[columns].itertuples(index=False)]
-        spark.createDataFrame(rows, _SPARK_SCHEMA).createOrReplaceTempView("pairs")
-        aggs = ", ".join(f"{expr} AS {name}" for name, expr in stats.SQL_AGGREGATES.items())
-        got = {
-            (r["api_name"], r["api_version"]): r.asDict()
-            for r in spark.sql(
-                f"SELECT api_name, api_version, {aggs} FROM pairs GROUP BY api_name, api_version"
-            ).collect()
-        }
-        event = stats.SQL_COLUMNS["event_time"]
-        first, last = spark.sql(f"SELECT min({event}), max({event}) FROM pairs").first()
-    finally:
-        spark.stop()
+def test_sql_definitions_give_the_same_numbers_in_spark(bundled: pd.DataFrame, spark: Any) -> None:
+    columns = [c.split()[0] for c in _SPARK_SCHEMA.split(", ")]
+    rows = [tuple(_plain(v) for v in r) for r in bundled[columns].itertuples(index=False)]
+    spark.createDataFrame(rows, _SPARK_SCHEMA).createOrReplaceTempView("pairs")
+    aggs = ", ".join(f"{expr} AS {name}" for name, expr in stats.SQL_AGGREGATES.items())
+    got = {
+        (r["api_name"], r["api_version"]): r.asDict()
+        for r in spark.sql(
+            f"SELECT api_name, api_version, {aggs} FROM pairs GROUP BY api_name, api_version"
+        ).collect()
+    }
+    event = stats.SQL_COLUMNS["event_time"]
+    first, last = spark.sql(f"SELECT min({event}), max({event}) FROM pairs").first()
     table = stats.per_api(bundled)
     assert len(got) == len(table)
     for row in table.itertuples():
