@@ -112,10 +112,37 @@ class Framer:
             self._lose_sync()
         if not self._buf:
             self._first_ts, self._first_frame = chunk.ts_ns, chunk.frame
+            if self._synced:
+                whole = self._whole_frame(chunk)
+                if whole is not None:
+                    return [whole]
         if not self._synced:
             return self._probe(chunk)
         self._buf += chunk.data
         return self._cut(chunk.ts_ns, chunk.frame)
+
+    def _whole_frame(self, chunk: Chunk) -> Frame | None:
+        """The chunk is exactly one frame (the usual case: one message per send and
+        segment): cut it without going through the buffer. None otherwise."""
+        data = chunk.data
+        if len(data) < 4 or type(data) is not bytes:  # payloads are bytes: slice, not copy twice
+            return None
+        (size,) = _SIZE.unpack_from(data, 0)
+        if size < 0 or size > self.max_frame or size + 4 != len(data):
+            return None
+        frame = Frame(
+            self.stream,
+            self.src,
+            self.dst,
+            data[4:],
+            chunk.ts_ns,
+            chunk.ts_ns,
+            chunk.frame,
+            chunk.frame,
+            self._after_gap,
+        )
+        self._after_gap = False
+        return frame
 
     def close(self) -> None:
         """End of this direction: a partial frame left over is counted, not lost silently."""
