@@ -166,12 +166,14 @@ def _topic_of(topic_array: bool, item: dict[str, Any], scan: _Scan) -> None:
 
 
 def _scan(decoded: Decoded | None, names: TopicNames, topics: dict[str, None]) -> _Scan:
-    scan = _Scan(names=names, topics=topics)
+    scan = _Scan(names, topics)
     body = decoded.body if decoded is not None else None
     if body:
         layout = decoded.layout if decoded is not None else None
         if layout is not None:
-            _run(_plan_of(layout), body, scan)
+            steps = _plan_of(layout)
+            if steps:  # many small admin bodies have nothing a column reads
+                _run(steps, body, scan)
         else:  # a body decoded elsewhere: no layout to plan by
             _walk(body, scan)
         for key in ("topic", "topic_name"):
@@ -355,30 +357,43 @@ def summarize(
     response: Decoded | None,
     topics: TopicNames,
 ) -> Summary:
+    # This runs for every pair: the Summary is built in one call, not field by field.
     resp_body = response.body if response is not None else None
     if response is not None and response.error is None:
         topics.learn(api_key, resp_body)
     seen: dict[str, None] = {}
     req = _scan(request, topics, seen)
     resp = _scan(response, topics, seen)
-    s = Summary(topics=list(seen), error_count=resp.error_count)
-    s.error_code = _error_code(resp_body, resp)
-    if s.error_code is not None:
-        s.error_name = error_name(s.error_code)
-    counts = [c for c in (req.partitions, resp.partitions) if c is not None]
-    s.partitions = max(counts) if counts else None
-    s.records = _sum(req.records, resp.records)
-    s.record_bytes = _sum(req.record_bytes, resp.record_bytes)
-    codecs = sorted(set(req.codecs + resp.codecs))
-    s.compression = ",".join(codecs) if codecs else None
-    if resp_body:
-        throttle = resp_body.get("throttle_time_ms")
-        if type(throttle) is int:
-            s.throttle_ms = throttle
-    notes = [
-        f"{side}: {d.error}"
-        for side, d in (("request", request), ("response", response))
-        if d is not None and d.error
-    ]
-    s.decode_error = "; ".join(notes) if notes else None
-    return s
+    code = _error_code(resp_body, resp)
+    throttle = resp_body.get("throttle_time_ms") if resp_body else None
+    codecs = req.codecs + resp.codecs
+    return Summary(
+        error_code=code,
+        error_name=error_name(code) if code is not None else None,
+        error_count=resp.error_count,
+        topics=list(seen),
+        partitions=_max(req.partitions, resp.partitions),
+        records=_sum(req.records, resp.records),
+        record_bytes=_sum(req.record_bytes, resp.record_bytes),
+        compression=",".join(sorted(set(codecs))) if codecs else None,
+        throttle_ms=throttle if type(throttle) is int else None,
+        decode_error=_decode_errors(request, response),
+    )
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None or a >= b else b
+
+
+def _decode_errors(request: Decoded | None, response: Decoded | None) -> str | None:
+    req_error = request.error if request is not None else None
+    resp_error = response.error if response is not None else None
+    if req_error and resp_error:
+        return f"request: {req_error}; response: {resp_error}"
+    if req_error:
+        return f"request: {req_error}"
+    if resp_error:
+        return f"response: {resp_error}"
+    return None
