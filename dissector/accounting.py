@@ -28,6 +28,3 @@ class Counters:
 
     def as_dict(self) -> dict[str, int]:
         return dict(sorted(self.counts.items()))
-
-    def merge(self, other: Counters) -> None:
-        self.counts.update(other.counts)

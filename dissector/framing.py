@@ -101,9 +101,6 @@ class Framer:
         self._first_ts = 0
         self._first_frame = 0
 
-    def set_start_check(self, plausible_start: StartCheck) -> None:
-        self._plausible = plausible_start
-
     def feed(self, chunk: Chunk) -> list[Frame]:
         if self.tls:
             self._counters.add("tls_bytes", len(chunk.data))
