@@ -19,7 +19,7 @@ import aiokafka
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from scripts.testbed.ledger import Ledger, Operation, Timed
+from scripts.testbed.ledger import CLASSIC_CONSUMER_APIS, Ledger, Operation, Timed
 
 CLIENT = "aiokafka"
 CODECS: tuple[str, ...] = ("gzip", "snappy", "lz4", "zstd")
@@ -140,14 +140,7 @@ class Driver:
             self.op(
                 op="consume",
                 client_id=cid,
-                apis=[
-                    "FindCoordinator",
-                    "JoinGroup",
-                    "SyncGroup",
-                    "OffsetFetch",
-                    "Fetch",
-                    "OffsetCommit",
-                ],
+                apis=list(CLASSIC_CONSUMER_APIS),
                 group_id=group,
                 group_protocol="classic",
                 detail={"topics": topics},

@@ -34,7 +34,14 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from scripts.testbed.ledger import ExpectedError, Ledger, Operation, Timed
+from scripts.testbed.ledger import (
+    CLASSIC_CONSUMER_APIS,
+    KIP848_CONSUMER_APIS,
+    ExpectedError,
+    Ledger,
+    Operation,
+    Timed,
+)
 
 CODECS: tuple[str, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
 CLIENT = "confluent-kafka"
@@ -340,23 +347,7 @@ class Driver:
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
         }
-        if protocol == "classic":
-            apis = [
-                "FindCoordinator",
-                "JoinGroup",
-                "SyncGroup",
-                "OffsetFetch",
-                "Fetch",
-                "OffsetCommit",
-            ]
-        else:
-            apis = [
-                "FindCoordinator",
-                "ConsumerGroupHeartbeat",
-                "OffsetFetch",
-                "Fetch",
-                "OffsetCommit",
-            ]
+        apis = list(CLASSIC_CONSUMER_APIS if protocol == "classic" else KIP848_CONSUMER_APIS)
         with Timed(
             self.op(
                 op="consume",

@@ -23,7 +23,13 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTo
 from kafka.protocol.producer import ProduceRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from scripts.testbed.ledger import ExpectedError, Ledger, Operation, Timed
+from scripts.testbed.ledger import (
+    CLASSIC_CONSUMER_APIS,
+    ExpectedError,
+    Ledger,
+    Operation,
+    Timed,
+)
 
 CLIENT = "kafka-python"
 CODECS: tuple[str, ...] = ("none", "gzip", "snappy", "lz4")
@@ -185,14 +191,7 @@ class Driver:
             self.op(
                 op="consume",
                 client_id=cid,
-                apis=[
-                    "FindCoordinator",
-                    "JoinGroup",
-                    "SyncGroup",
-                    "OffsetFetch",
-                    "Fetch",
-                    "OffsetCommit",
-                ],
+                apis=list(CLASSIC_CONSUMER_APIS),
                 group_id=group,
                 group_protocol="classic",
                 detail={"topics": topics},

@@ -8,6 +8,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The APIs a consumer in a group uses, which every driver declares for its "consume" op.
+CLASSIC_CONSUMER_APIS = (
+    "FindCoordinator",
+    "JoinGroup",
+    "SyncGroup",
+    "OffsetFetch",
+    "Fetch",
+    "OffsetCommit",
+)
+KIP848_CONSUMER_APIS = (
+    "FindCoordinator",
+    "ConsumerGroupHeartbeat",
+    "OffsetFetch",
+    "Fetch",
+    "OffsetCommit",
+)
+
 
 @dataclass(slots=True)
 class ExpectedError:
