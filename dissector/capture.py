@@ -426,6 +426,19 @@ def _frames_owning(f: BinaryIO, head: bytes, kind: str, counters: Counters) -> I
 # Frame decoding: link layer -> IP -> TCP
 
 
+def _skip_vlan_tags(
+    data: bytes, off: int, etype: int, counters: Counters
+) -> tuple[int, int] | None:
+    """(inner ethertype, its offset) past 802.1Q/QinQ tags starting at ``off``."""
+    while etype in _VLAN_TPIDS:
+        if len(data) < off + 4:
+            counters.add("bad_link_header")
+            return None
+        etype = (data[off + 2] << 8) | data[off + 3]
+        off += 4
+    return etype, off
+
+
 def parse_frame(
     linktype: int,
     data: bytes,
@@ -447,12 +460,11 @@ def parse_frame(
             return None
         etype = (data[12] << 8) | data[13]
         off = 14
-        while etype in _VLAN_TPIDS:
-            if n < off + 4:
-                counters.add("bad_link_header")
+        if etype in _VLAN_TPIDS:
+            tagged = _skip_vlan_tags(data, off, etype, counters)
+            if tagged is None:
                 return None
-            etype = (data[off + 2] << 8) | data[off + 3]
-            off += 4
+            etype, off = tagged
     elif linktype in _SLL_LINKTYPES:
         if linktype == LINKTYPE_LINUX_SLL:
             off, ppos = 16, 14
@@ -462,12 +474,11 @@ def parse_frame(
             counters.add("bad_link_header")
             return None
         etype = (data[ppos] << 8) | data[ppos + 1]
-        while etype in _VLAN_TPIDS:
-            if n < off + 4:
-                counters.add("bad_link_header")
+        if etype in _VLAN_TPIDS:
+            tagged = _skip_vlan_tags(data, off, etype, counters)
+            if tagged is None:
                 return None
-            etype = (data[off + 2] << 8) | data[off + 3]
-            off += 4
+            etype, off = tagged
     elif linktype in _NULL_LINKTYPES:
         if n < 4:
             counters.add("bad_link_header")

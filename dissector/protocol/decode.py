@@ -196,9 +196,23 @@ def decode_request(
     if layout is None:
         out.error = _unsupported(reg, api_key, version, REQUEST)
         return out
-    if layout.flexible:
+    return _header_tags_and_body(reg, layout, buf, p, records, out, layout.flexible)
+
+
+def _header_tags_and_body(
+    reg: Registry,
+    layout: Layout,
+    buf: bytes,
+    p: int,
+    records: bool,
+    out: Decoded,
+    tagged_header: bool,
+) -> Decoded:
+    """The rest of a frame after the fixed header: its tagged fields (flexible header
+    versions), then the body; fills ``out`` and returns it."""
+    if tagged_header:
         try:
-            p = _read_header_tags(buf, p, header)
+            p = _read_header_tags(buf, p, out.header)
         except kc.DecodeFailure as exc:
             out.error = f"header.{exc.message()}"
             return out
@@ -246,16 +260,9 @@ def decode_response(
     if layout is None:
         out.error = _unsupported(reg, api_key, api_version, RESPONSE)
         return out
-    if layout.flexible and api_key != API_VERSIONS:
-        try:
-            p = _read_header_tags(buf, p, out.header)
-        except kc.DecodeFailure as exc:
-            out.error = f"header.{exc.message()}"
-            return out
-    out.layout = layout
-    end = _decode_body(reg, layout, buf, p, records, out)
-    out.trailing = max(len(buf) - end, 0)
-    return out
+    # ApiVersions responses keep header v0 even in flexible versions.
+    tagged = layout.flexible and api_key != API_VERSIONS
+    return _header_tags_and_body(reg, layout, buf, p, records, out, tagged)
 
 
 def _unsupported(reg: Registry, api_key: int, version: int, direction: str) -> str:

@@ -8,18 +8,16 @@ aiokafka negotiates older API versions than librdkafka or the Java client.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import aiokafka
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from scripts.testbed.ledger import CLASSIC_CONSUMER_APIS, Ledger, Operation, Timed
+from scripts.testbed.ledger import CLASSIC_CONSUMER_APIS, Ledger, Operation, Timed, driver_parser
 
 CLIENT = "aiokafka"
 CODECS: tuple[str, ...] = ("gzip", "snappy", "lz4", "zstd")
@@ -179,11 +177,7 @@ async def run(d: Driver) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prefix", default="aio")
-    parser.add_argument("--plaintext", default="127.0.0.1:9092")
-    parser.add_argument("--per-codec", type=int, default=20)
-    parser.add_argument("--ledger", type=Path, required=True)
+    parser = driver_parser(__doc__ or "", "aio", per_codec=20)
     args = parser.parse_args(argv)
     d = Driver(args.prefix, args.plaintext, args.per_codec)
     try:

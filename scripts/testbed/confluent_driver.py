@@ -10,11 +10,9 @@ client.id so a test can find that client's request/response pairs in a capture.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -41,6 +39,7 @@ from scripts.testbed.ledger import (
     Ledger,
     Operation,
     Timed,
+    driver_parser,
 )
 
 CODECS: tuple[str, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -522,12 +521,7 @@ class Driver:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prefix", default="cfk")
-    parser.add_argument("--plaintext", default="127.0.0.1:9092")
-    parser.add_argument("--sasl", default="127.0.0.1:9094")
-    parser.add_argument("--per-codec", type=int, default=40)
-    parser.add_argument("--ledger", type=Path, required=True)
+    parser = driver_parser(__doc__ or "", "cfk", sasl=True, per_codec=40)
     parser.add_argument(
         "--parts",
         default="admin,produce,consume,sasl,errors",

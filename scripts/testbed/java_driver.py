@@ -10,13 +10,12 @@ from the reference client.
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from scripts.testbed.ledger import Ledger, Operation, Timed
+from scripts.testbed.ledger import Ledger, Operation, Timed, driver_parser
 
 CLIENT = "kafka-java-tools"
 SCRIPT_DIR = Path(__file__).resolve().parent.parent
@@ -207,11 +206,8 @@ class Driver:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prefix", default="java")
-    parser.add_argument("--plaintext", default="127.0.0.1:9092")
+    parser = driver_parser(__doc__ or "", "java")
     parser.add_argument("--records", type=int, default=25)
-    parser.add_argument("--ledger", type=Path, required=True)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kafka-java-driver-") as tmp:
         d = Driver(args.prefix, args.plaintext, args.records, Path(tmp))

@@ -9,12 +9,10 @@ what makes it worth capturing next to the other clients.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import kafka
@@ -29,6 +27,7 @@ from scripts.testbed.ledger import (
     Ledger,
     Operation,
     Timed,
+    driver_parser,
 )
 
 CLIENT = "kafka-python"
@@ -394,12 +393,7 @@ class Driver:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prefix", default="kp")
-    parser.add_argument("--plaintext", default="127.0.0.1:9092")
-    parser.add_argument("--sasl", default="127.0.0.1:9094")
-    parser.add_argument("--per-codec", type=int, default=20)
-    parser.add_argument("--ledger", type=Path, required=True)
+    parser = driver_parser(__doc__ or "", "kp", sasl=True, per_codec=20)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     d = Driver(args.prefix, args.plaintext, args.sasl, args.per_codec)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -89,3 +90,18 @@ class Timed:
 
     def __exit__(self, *exc: object) -> None:
         self.operation.finished = time.time()
+
+
+def driver_parser(
+    doc: str, prefix: str, *, sasl: bool = False, per_codec: int | None = None
+) -> argparse.ArgumentParser:
+    """The command line every driver shares: name prefix, broker addresses, ledger path."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--prefix", default=prefix)
+    parser.add_argument("--plaintext", default="127.0.0.1:9092")
+    if sasl:
+        parser.add_argument("--sasl", default="127.0.0.1:9094")
+    if per_codec is not None:
+        parser.add_argument("--per-codec", type=int, default=per_codec)
+    parser.add_argument("--ledger", type=Path, required=True)
+    return parser
