@@ -1,0 +1,18 @@
+//! kafka-dissector's native core: the per-packet and per-pair path.
+//!
+//! packets (capture) -> TCP streams (tcp) -> Kafka frames (framing) -> exchanges
+//! (correlate, session) -> summaries (model, summary, records) -> columns (rows) -> Python.
+
+pub mod capture;
+pub mod correlate;
+pub mod framing;
+pub mod header;
+pub mod model;
+pub mod records;
+pub mod rows;
+pub mod session;
+pub mod summary;
+pub mod tcp;
+pub mod types;
+
+mod python;

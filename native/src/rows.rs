@@ -1,0 +1,1 @@
+//! Exchanges + summaries -> column buffers. OWNER: lead.

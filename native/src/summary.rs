@@ -1,0 +1,2 @@
+//! Stage 5 (summary only): a pair's bodies -> the analytics columns, by interpreting the
+//! exported layouts (`dissector/protocol/summary.py` semantics). OWNER: summary helper.

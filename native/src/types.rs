@@ -1,0 +1,179 @@
+//! Records that cross the stages of the native core.
+//!
+//! They mirror the Python dataclasses of the same stages (`capture.Packet`,
+//! `tcp.StreamOpen/Chunk/StreamClose`, `framing.Frame`, `correlate.Exchange`) so that
+//! the pure-Python pipeline stays a field-by-field oracle for this one.
+//! Data flows one way: capture -> tcp -> framing -> correlate -> summary -> rows.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+/// Nanoseconds since the Unix epoch, UTC.
+pub type Ts = i64;
+
+/// (address, port) of one side of a TCP connection.
+pub type Endpoint = (IpAddr, u16);
+
+/// Named event counts every stage adds to; names are those of the Python stages
+/// (the anomaly catalogue), so the output's counters read the same.
+#[derive(Debug, Default, Clone)]
+pub struct Counters {
+    counts: HashMap<String, u64>,
+}
+
+impl Counters {
+    #[inline]
+    pub fn add(&mut self, name: &str, n: u64) {
+        if let Some(v) = self.counts.get_mut(name) {
+            *v += n;
+        } else {
+            self.counts.insert(name.to_owned(), n);
+        }
+    }
+
+    #[inline]
+    pub fn inc(&mut self, name: &str) {
+        self.add(name, 1);
+    }
+
+    pub fn get(&self, name: &str) -> u64 {
+        self.counts.get(name).copied().unwrap_or(0)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.counts.iter().map(|(k, v)| (k.as_str(), *v))
+    }
+}
+
+/// TCP flag bits of `Packet::flags`.
+pub const FIN: u8 = 0x01;
+pub const SYN: u8 = 0x02;
+pub const RST: u8 = 0x04;
+pub const ACK: u8 = 0x10;
+
+/// One TCP segment as the capture stage hands it on (`capture.Packet`).
+/// `payload` borrows the reader's buffer: a stage that keeps bytes copies them.
+#[derive(Debug, Clone)]
+pub struct Packet<'a> {
+    pub frame: u64, // 1-based position in the capture, as tshark's frame.number
+    pub ts_ns: Ts,
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub sport: u16,
+    pub dport: u16,
+    pub seq: u32,
+    pub ack: u32,
+    pub flags: u8,
+    pub payload: &'a [u8],
+    pub missing: u32, // payload bytes the IP length announces but the snaplen cut off
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    Fin,
+    Rst,
+    Reused,
+    EndOfCapture,
+    Idle,
+}
+
+impl CloseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::Fin => "fin",
+            CloseReason::Rst => "rst",
+            CloseReason::Reused => "reused",
+            CloseReason::EndOfCapture => "end_of_capture",
+            CloseReason::Idle => "idle",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct StreamOpen {
+    pub stream: u32, // connection index in this capture, like tshark's tcp.stream
+    pub initiator: Endpoint,
+    pub responder: Endpoint,
+    pub syn_seen: bool,
+}
+
+/// In-order payload bytes of one direction (`tcp.Chunk`).
+#[derive(Debug, Clone)]
+pub struct Chunk {
+    pub stream: u32,
+    pub src: Endpoint,
+    pub dst: Endpoint,
+    pub data: Vec<u8>,
+    pub ts_ns: Ts, // time of the packet that delivered (the last of) these bytes
+    pub frame: u64,
+    pub resync: bool, // data does not continue the previous bytes of this direction
+    pub lost: u64,    // bytes known to be missing just before `data` (0 if unknown)
+}
+
+#[derive(Debug, Clone)]
+pub struct StreamClose {
+    pub stream: u32,
+    pub reason: CloseReason,
+}
+
+#[derive(Debug, Clone)]
+pub enum Event {
+    Open(StreamOpen),
+    Chunk(Chunk),
+    Close(StreamClose),
+}
+
+/// One size-prefixed Kafka message (`framing.Frame`).
+#[derive(Debug, Clone)]
+pub struct KafkaFrame {
+    pub stream: u32,
+    pub src: Endpoint,
+    pub dst: Endpoint,
+    pub payload: Vec<u8>, // message bytes after the 4-byte size prefix
+    pub first_ts_ns: Ts,
+    pub last_ts_ns: Ts,
+    pub first_frame: u64,
+    pub last_frame: u64,
+    pub after_gap: bool, // the first frame accepted after a resync
+}
+
+impl KafkaFrame {
+    pub fn wire_size(&self) -> u64 {
+        self.payload.len() as u64 + 4
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExchangeKind {
+    Pair,
+    NoResponse,
+    Unanswered,
+    OrphanResponse,
+    SaslToken,
+    Malformed,
+}
+
+/// A request with its response, or one of them alone (`correlate.Exchange`).
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    pub stream: u32,
+    pub client: Endpoint,
+    pub broker: Endpoint,
+    pub kind: ExchangeKind,
+    pub request: Option<KafkaFrame>,
+    pub response: Option<KafkaFrame>,
+    pub api_key: Option<i16>,
+    pub api_version: Option<i16>,
+    pub correlation_id: Option<i32>,
+    pub client_id: Option<String>,
+    pub note: Option<String>,
+}
+
+/// What the spec model tells the wire stages about versions (`kafka_header.VersionCheck`).
+/// Implemented by `model::Model`, built from the Python spec model; never hard-coded.
+pub trait Versions {
+    /// (api_key, version) exists in the spec model.
+    fn known(&self, api_key: i16, version: i16) -> bool;
+    /// The request of (api_key, version) uses request header v2 (flexible).
+    fn request_flexible(&self, api_key: i16, version: i16) -> bool;
+}
