@@ -1,18 +1,34 @@
-"""Whole-pipeline throughput: packets/s and MB/s, and the ratio against tshark.
+"""Whole-pipeline throughput against tshark, timed in one run with contenders alternating.
 
-    python benchmarks/throughput.py [CAPTURE] [--repeat N] [--runs R]
+    python benchmarks/throughput.py [CAPTURE] [--repeat N] [--runs R] [--port P]
 
-With --repeat N the capture is enlarged to N copies (each copy's connections get
-their own client ports, so they stay separate connections) in a temporary pcap.
-tshark runs on the same file with its Kafka dissector and `-T fields`, decoding
-the broker port as Kafka; the ratio is tshark time / our time.
+Contenders, each run R times in turn (A B C A B C ...), min and median reported:
+
+* ``cli``: ``kafka-dissector analyze FILE -o x.parquet -q`` (a new process: start-up,
+  spec model, native core, Parquet);
+* ``api``: ``dissector.analyze(FILE)`` in this process (the pandas DataFrame);
+* ``tshark``: ``tshark -n -r FILE -d tcp.port==P,kafka -T fields -e frame.number
+  -e kafka.api_key -e kafka.correlation_id -e kafka.error`` (its Kafka dissector, one
+  pass, output discarded).
+
+Ratios are tshark time / ours. Also printed: packets/s, pairs/s, peak RSS of the CLI
+(ru_maxrss of the child) and of the in-process run (growth of this process's peak),
+and the DataFrame's bytes per pair (``memory_usage(deep=True)``).
+
+Captures: by default the large long-poll capture recorded by
+``python -m scripts.testbed.longpoll --out out/longpoll.pcapng`` (not committed: too
+large), else the shared tansu capture. ``--repeat N`` enlarges a small capture to N
+copies with shifted client ports (separate connections).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
+import resource
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -20,15 +36,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import dpkt
-
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT = REPO.parent / "shared" / "captures" / "local-tansu-confluent-kafka.pcapng"
+LONGPOLL = REPO / "out" / "longpoll.pcapng"
+SHARED = REPO.parent / "shared" / "captures" / "local-tansu-confluent-kafka.pcapng"
 
 
-def enlarge(src: Path, copies: int, dst: Path) -> int:
+def enlarge(src: Path, copies: int, dst: Path, port: int) -> int:
     """Write ``copies`` copies of an Ethernet/IPv4 capture, client ports shifted per copy."""
-    frames: list[tuple[float, bytes]] = []
+    import dpkt
+
     with open(src, "rb") as fh:
         reader = dpkt.pcapng.Reader(fh) if src.suffix == ".pcapng" else dpkt.pcap.Reader(fh)
         frames = [(ts, bytes(buf)) for ts, buf in reader]
@@ -38,103 +54,122 @@ def enlarge(src: Path, copies: int, dst: Path) -> int:
         writer = dpkt.pcap.Writer(out, nano=True)
         for k in range(copies):
             for ts, buf in frames:
-                writer.writepkt(_shift_client_port(buf, k), ts + k * span)
+                writer.writepkt(_shift_client_port(buf, k, port), ts + k * span)
                 n += 1
     return n
 
 
-def _shift_client_port(buf: bytes, k: int) -> bytes:
+def _shift_client_port(buf: bytes, k: int, port: int) -> bytes:
     if k == 0 or len(buf) < 14 + 20 + 4 or buf[12:14] != b"\x08\x00":
         return buf
     ihl = (buf[14] & 0x0F) * 4
     t = 14 + ihl
     sport, dport = struct.unpack_from(">HH", buf, t)
     # The client side is the one that is not the broker port.
-    if dport == 9092:
+    if dport == port:
         sport = (sport + 97 * k) % 65536
-    elif sport == 9092:
+    elif sport == port:
         dport = (dport + 97 * k) % 65536
     return buf[:t] + struct.pack(">HH", sport, dport) + buf[t + 4 :]
 
 
-def time_ours(path: Path, runs: int) -> tuple[float, int, int]:
-    import dissector
-
-    best = float("inf")
-    rows = 0
-    packets = 0
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        df = dissector.analyze(path)
-        best = min(best, time.perf_counter() - t0)
-        rows = len(df)
-        packets = df.attrs["counters"].get("frames", 0)
-    return best, rows, packets
+def _child(cmd: list[str]) -> tuple[float, int]:
+    """Wall time and peak RSS (bytes) of one child process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    took = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}")
+    return took, usage.ru_maxrss * 1024
 
 
-def time_tshark(path: Path, runs: int) -> float | None:
+def cli_command(path: Path, out: Path) -> list[str]:
+    exe = shutil.which("kafka-dissector") or str(Path(sys.executable).parent / "kafka-dissector")
+    return [exe, "analyze", str(path), "-o", str(out), "-q"]
+
+
+def tshark_command(path: Path, port: int) -> list[str] | None:
     tshark = shutil.which("tshark")
     if tshark is None:
         return None
-    best = float("inf")
-    cmd = [
-        tshark,
-        "-r",
-        str(path),
-        "-d",
-        "tcp.port==9092,kafka",
-        "-Y",
-        "kafka",
-        "-T",
-        "fields",
-        "-e",
-        "frame.time_epoch",
-        "-e",
-        "kafka.api_key",
-        "-e",
-        "kafka.api_version",
-        "-e",
-        "kafka.correlation_id",
-        "-e",
-        "kafka.error",
-    ]
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        best = min(best, time.perf_counter() - t0)
-    return best
+    fields = ["frame.number", "kafka.api_key", "kafka.correlation_id", "kafka.error"]
+    cmd = [tshark, "-n", "-r", str(path), "-d", f"tcp.port=={port},kafka", "-T", "fields"]
+    for f in fields:
+        cmd += ["-e", f]
+    return cmd
+
+
+def run_api(path: Path) -> tuple[float, int, int, float]:
+    import dissector
+
+    gc.collect()
+    t0 = time.perf_counter()
+    df = dissector.analyze(path)
+    took = time.perf_counter() - t0
+    per_pair = df.memory_usage(deep=True).sum() / max(len(df), 1)
+    return took, len(df), int(df.attrs["counters"].get("frames", 0)), per_pair
+
+
+def _stats(xs: list[float]) -> str:
+    return f"min {min(xs):.3f} s, median {statistics.median(xs):.3f} s"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("capture", nargs="?", type=Path, default=DEFAULT)
-    ap.add_argument("--repeat", type=int, default=50, help="copies of the capture (default 50)")
-    ap.add_argument("--runs", type=int, default=3, help="best of R runs (default 3)")
+    ap.add_argument("capture", nargs="?", type=Path)
+    ap.add_argument("--repeat", type=int, default=1, help="copies of the capture (default 1)")
+    ap.add_argument("--runs", type=int, default=5, help="runs of each contender (default 5)")
+    ap.add_argument("--port", type=int, default=9092, help="broker port for tshark")
+    ap.add_argument("--no-tshark", action="store_true")
     args = ap.parse_args()
-    if not args.capture.exists():
-        print(f"capture not found: {args.capture}", file=sys.stderr)
+    capture = args.capture or (LONGPOLL if LONGPOLL.exists() else SHARED)
+    if not capture.exists():
+        print(f"capture not found: {capture}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "bench.pcap"
+        path = capture
         if args.repeat > 1:
-            enlarge(args.capture, args.repeat, path)
-        else:
-            shutil.copy(args.capture, path)
+            path = Path(tmp) / "bench.pcap"
+            enlarge(capture, args.repeat, path, args.port)
+        out = Path(tmp) / "pairs.parquet"
         size = os.path.getsize(path)
-        ours, rows, packets = time_ours(path, args.runs)
-        print(
-            f"capture: {args.capture.name} x{args.repeat}: {packets} packets, {size / 1e6:.1f} MB"
-        )
-        print(
-            f"kafka-dissector: {ours:.3f} s, {packets / ours:,.0f} packets/s, "
-            f"{size / 1e6 / ours:.1f} MB/s, {rows} pairs"
-        )
-        theirs = time_tshark(path, args.runs)
-        if theirs is not None:
-            print(f"tshark -T fields (kafka): {theirs:.3f} s, {packets / theirs:,.0f} packets/s")
-            print(f"speed ratio (tshark time / ours): {theirs / ours:.2f}x")
-        else:
-            print("tshark not installed: no comparison")
+        cli_cmd = cli_command(path, out)
+        ts_cmd = None if args.no_tshark else tshark_command(path, args.port)
+        # warm the page cache and the spec-model cache once, untimed
+        _child(cli_cmd)
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        times: dict[str, list[float]] = {"cli": [], "api": [], "tshark": []}
+        cli_rss: list[int] = []
+        rows = packets = 0
+        per_pair = 0.0
+        for _ in range(args.runs):
+            took, rss = _child(cli_cmd)
+            times["cli"].append(took)
+            cli_rss.append(rss)
+            took, rows, packets, per_pair = run_api(path)
+            times["api"].append(took)
+            if ts_cmd is not None:
+                times["tshark"].append(_child(ts_cmd)[0])
+        api_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before
+
+    print(f"capture: {capture.name} x{args.repeat}: {packets:,} packets, {rows:,} pairs, "
+          f"{size / 1e6:.1f} MB; {args.runs} runs each, alternating")  # fmt: skip
+    for name in ("cli", "api"):
+        t = times[name]
+        print(f"{name:7} {_stats(t)}; {packets / min(t):,.0f} packets/s, "
+              f"{rows / min(t):,.0f} pairs/s")  # fmt: skip
+    print(f"cli peak RSS {max(cli_rss) / 2**20:.0f} MiB; in-process peak growth "
+          f"{max(api_rss, 0) / 2**20:.0f} MiB; DataFrame {per_pair:.0f} bytes/pair")  # fmt: skip
+    if times["tshark"]:
+        ts = times["tshark"]
+        print(f"tshark  {_stats(ts)}")
+        for name in ("cli", "api"):
+            t = times[name]
+            print(f"ratio tshark/{name}: min-to-min {min(ts) / min(t):.1f}x, "
+                  f"median {statistics.median(ts) / statistics.median(t):.1f}x")  # fmt: skip
+    else:
+        print("tshark not run: no comparison")
     return 0
 
 

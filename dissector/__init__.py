@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 
     import pandas as pd
 
+    from .accounting import Counters
+    from .correlate import Exchange
     from .pipeline import Options
+    from .rows import PairRecord
 
 __all__ = [
     "COLUMNS",
@@ -40,8 +43,6 @@ __version__ = "0.1.0"
 _LAZY = {
     "Counters": "dissector.accounting",
     "Options": "dissector.pipeline",
-    "iter_exchanges": "dissector.pipeline",
-    "iter_pairs": "dissector.pipeline",
     "PairRecord": "dissector.rows",
 }
 # Sub-modules reachable as attributes: ``dissector.live(...)`` (the module is callable).
@@ -77,6 +78,45 @@ def analyze(
     if options is None:
         options = Options(ports=frozenset(ports) if ports is not None else None)
     return run_analysis(capture_paths(source), options, decoder=_decoder(specs))
+
+
+def iter_pairs(
+    source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    *,
+    ports: Iterable[int] | None = None,
+    specs: Iterable[str | os.PathLike[str]] = (),
+    options: Options | None = None,
+    counters: Counters | None = None,
+) -> Iterator[PairRecord]:
+    """Stream the pair records of one or many captures (the DataFrame's rows); memory
+    stays flat in the capture length."""
+    from . import core
+    from .pipeline import Options, capture_paths
+
+    if options is None:
+        options = Options(ports=frozenset(ports) if ports is not None else None)
+    return core.iter_pairs(
+        capture_paths(source), options, decoder=_decoder(specs), counters=counters
+    )
+
+
+def iter_exchanges(
+    source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    *,
+    ports: Iterable[int] | None = None,
+    specs: Iterable[str | os.PathLike[str]] = (),
+    options: Options | None = None,
+    counters: Counters | None = None,
+) -> Iterator[tuple[str, Exchange]]:
+    """(capture path, exchange) for every request/response exchange, with raw payloads."""
+    from . import core
+    from .pipeline import Options, capture_paths
+
+    if options is None:
+        options = Options(ports=frozenset(ports) if ports is not None else None)
+    return core.iter_exchanges(
+        capture_paths(source), options, decoder=_decoder(specs), counters=counters
+    )
 
 
 def decode(

@@ -1,63 +1,95 @@
-"""One analysis run over capture files: rows, counters and an optional progress bar."""
+"""One analysis run over capture files: rows, counters and an optional progress bar.
+
+The rows come from the native core (``dissector.core``); this module turns them into
+the pandas frame of the contract and reports progress.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
 
-from .accounting import Counters
-from .pipeline import Options, Session, iter_pairs
-from .rows import Decoder, PairRecord
+from . import core
+from .pipeline import Options
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
+
+    from .correlate import Exchange
+
+Observer = Callable[[str, "Exchange"], None]
+
+
+def run_table(
+    paths: list[str],
+    options: Options,
+    *,
+    show: bool = False,
+    decoder: Any = None,
+    observe: tuple[Iterable[int], Observer] | None = None,
+) -> tuple[pa.Table, core.Run]:
+    """The pairs of the captures as one Arrow table, and what the run counted.
+
+    ``observe=(api_keys, fn)`` also hands every exchange of those API keys to ``fn``
+    (the report notes group membership and client software from their bodies) in the
+    same pass.
+    """
+    progress = _bar(paths) if show else nullcontext(None)
+    with progress as bar:
+
+        def on_batch(analyzer: Any) -> None:
+            if observe is not None:
+                for t in analyzer.take_exchanges():
+                    observe[1](t[0], core._exchange(t))
+            if bar is not None:
+                bar(analyzer.bytes_read())
+
+        keys = tuple(observe[0]) if observe is not None else ()
+        return core.analyze_table(
+            paths, options, decoder=decoder, on_batch=on_batch, keep_keys=keys
+        )
 
 
 def run_analysis(
-    paths: list[str], options: Options, *, show: bool = False, decoder: Decoder | None = None
+    paths: list[str],
+    options: Options,
+    *,
+    show: bool = False,
+    decoder: Any = None,
+    observe: tuple[Iterable[int], Observer] | None = None,
 ) -> pd.DataFrame:
-    """The pairs DataFrame of the captures, with the run's counters in ``df.attrs``.
-
-    ``decoder`` replaces the protocol package, e.g. by a wrapper that notes extra
-    facts while the one pass runs (the report does).
-    """
-    from .frame import records_to_frame
-
-    counters = Counters()
-    sessions: list[Session] = []
-    records = iter_pairs(
-        paths, options=options, counters=counters, sessions=sessions, decoder=decoder
-    )
-    if show:
-        records = _with_bar(records, paths, counters)
-    df = records_to_frame(records)
-    df.attrs["counters"] = counters.as_dict()
-    df.attrs["tls_streams"] = [stream for s in sessions for stream in s.tls_streams]
+    """The pairs DataFrame of the captures, with the run's counters in ``df.attrs``."""
+    table, run = run_table(paths, options, show=show, decoder=decoder, observe=observe)
+    df = core.table_to_frame(table)
+    df.attrs["counters"] = run.counters.as_dict()
+    df.attrs["tls_streams"] = run.tls_streams
     return df
 
 
-def _with_bar(
-    records: Iterator[PairRecord], paths: list[str], counters: Counters
-) -> Iterator[PairRecord]:
+def _bar(paths: list[str]) -> AbstractContextManager[Callable[[int], None]]:
+    from contextlib import contextmanager
+
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    total = sum(os.path.getsize(p) for p in paths)
-    columns = (
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[pairs]} pairs, {task.fields[frames]} frames"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, transient=True) as bar:
-        task = bar.add_task("analyzing", total=total, pairs=0, frames=0)
-        for n, rec in enumerate(records, 1):
-            yield rec
-            if n % 256 == 0:
-                bar.update(
-                    task,
-                    completed=min(counters["bytes_read"], total),
-                    pairs=n,
-                    frames=counters["frames"],
-                )
-        bar.update(task, completed=total)
+    @contextmanager
+    def bar():  # type: ignore[no-untyped-def]
+        total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+        done = 0
+        columns = (
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, transient=True) as progress:
+            task = progress.add_task("analyzing", total=total)
+
+            def update(read: int) -> None:
+                progress.update(task, completed=min(done + read, total))
+
+            yield update
+            progress.update(task, completed=total)
+
+    return bar()

@@ -72,14 +72,16 @@ def iter_decoded(
     ports: Iterable[int] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """One dict per request/response pair (or lone frame), in capture order."""
-    from dissector.pipeline import iter_exchanges
+    from dissector.core import iter_exchanges
+    from dissector.pipeline import Options
 
     spec_dirs = list(spec_dirs)
     registry: Registry = get_registry(spec_dirs)
     topics: dict[str, TopicNames] = {}
     # The bound decoder tells the correlator which (key, version) exist, specs included.
     bound = decoder_for(spec_dirs) if spec_dirs else None
-    for path, ex in iter_exchanges(list(paths), ports=ports, decoder=bound):
+    options = Options(ports=frozenset(ports) if ports is not None else None)
+    for path, ex in iter_exchanges(list(paths), options, decoder=bound):
         names = topics.setdefault(path, TopicNames())
         if api is not None and ex.api_key != api:
             continue

@@ -57,8 +57,12 @@ def export(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
         df.to_parquet(target, index=False)
     elif ext == ".csv":
         flat = df.copy()
-        # CSV has no lists: topics become one ';'-separated cell.
-        flat["topics"] = flat["topics"].map(lambda t: ";".join(t) if t is not None else "")
+        # CSV has no lists: lists become one ';'-separated cell.
+        for col in COLUMNS:
+            if col.kind == "str_list":
+                flat[col.name] = flat[col.name].map(_list_cell)
+            elif col.kind == "str":
+                flat[col.name] = flat[col.name].map(csv_safe, na_action="ignore")
         flat.to_csv(target, index=False)
     elif ext in (".jsonl", ".json"):
         with open(target, "w", encoding="utf-8") as fh:
@@ -66,6 +70,23 @@ def export(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
                 fh.write(json.dumps(_jsonable(row), ensure_ascii=False) + "\n")
     else:
         raise ValueError(f"unknown output format {ext!r}: use one of {', '.join(EXPORT_FORMATS)}")
+
+
+# Spreadsheets run a cell that starts with one of these as a formula (OWASP's "CSV
+# injection"); a leading apostrophe makes it text and is what they hide on display.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if c not in (0x09,)}
+
+
+def csv_safe(value: str) -> str:
+    """A wire string made safe for a spreadsheet: control characters escaped as ``\\xNN``
+    and a leading formula character neutralised. Parquet and JSON keep the real value."""
+    text = value.translate(_CONTROL)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def _list_cell(items: list[str] | None) -> str:
+    return ";".join(csv_safe(t) for t in items) if items is not None else ""
 
 
 def _jsonable(row: dict) -> dict:

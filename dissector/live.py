@@ -1,11 +1,10 @@
 """Live capture: a network interface through the same pipeline as capture files.
 
 ``kafka-dissector live -i IFACE`` and ``dissector.live(iface)`` read link-layer
-frames with libpcap, turn them into ``capture.Packet`` with the file reader's own
-per-frame parser (``capture.parse_frame``) and feed one ``pipeline.Session``, the
-object offline analysis uses: reassembly, framing, correlation and decoding exist
-once. Rows are ``rows.PairRecord`` built by ``rows.build_record``, so a live row and
-an offline row of the same bytes are equal (``capture`` names ``live:IFACE``).
+frames with libpcap and feed them to the native core (``core.LiveSession``), the same
+link parser, reassembly, framing, correlation and summary that offline analysis uses:
+each exists once. Rows are ``rows.PairRecord``, so a live row and an offline row of
+the same bytes are equal (``capture`` names ``live:IFACE``).
 
 Why pcapy-ng (libpcap) and not scapy: on loopback (a busy 2-core VM) pcapy-ng with
 a 32 MiB ring lost no packet at any rate the sender reached (up to ~48,000 packets/s,
@@ -25,7 +24,7 @@ analysis of that file equals the live result.
 Lost packets: libpcap's drop counts are reported with every interval; a pair whose
 request or response is the first frame found after a hole in the captured bytes
 (lost packets, or a connection already open when the capture started) gets the
-``capture_gap`` note in ``decode_error``, and a response whose request was lost is
+``capture_gap`` in ``flags``, and a response whose request was lost is
 an ``orphan_response``, so loss is visible rather than silently wrong.
 """
 
@@ -47,11 +46,11 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import click
 
 from .accounting import Counters
-from .capture import parse_frame
-from .correlate import DEFAULT_BROKER_PORTS, Exchange
+from .core import LiveSession
+from .correlate import DEFAULT_BROKER_PORTS
 from .live_view import CAPTURE_GAP_NOTE, CaptureHealth, LiveStats, Snapshot
-from .pipeline import Options, Session
-from .rows import PairRecord, build_record
+from .pipeline import Options
+from .rows import PairRecord
 
 # A connection silent for this long is closed (its open requests become
 # unanswered) so that a long live run does not hold every connection it saw.
@@ -388,8 +387,8 @@ class LiveCapture:
             self.source.close()
             raise
         options = Options(ports=opts.ports, idle_timeout_s=LIVE_IDLE_TIMEOUT_S)
-        self.session = Session(options, self.counters, self.decoder)
         self.label = f"live:{opts.iface}"
+        self.session = LiveSession(options, self.decoder, self.label)
         self.stop_reason: str | None = None
         self.pcap_error: str | None = None  # --write-pcap failed: the file is incomplete
         self.pairs = 0
@@ -397,8 +396,6 @@ class LiveCapture:
         self.frames = 0
         self.final_stats = CaptureStats()
         self._stop = threading.Event()
-        self._topics = self.decoder.TopicNames()
-        self._addr_cache: dict[bytes, str] = {}
         self._closed = False
         self._ran = False
         self._started = time.monotonic()
@@ -431,7 +428,7 @@ class LiveCapture:
 
     def open_requests(self) -> dict[str, int]:
         """Requests sent and not answered yet, by API name."""
-        return open_requests(self.session, self.decoder)
+        return self.session.open_requests()
 
     # -- iteration ------------------------------------------------------------
 
@@ -472,8 +469,9 @@ class LiveCapture:
             except LiveError as exc:
                 # The source failed mid-run: keep what was captured and finish cleanly.
                 self.stop(str(exc))
-            for ex in self.session.finish():
-                yield self._record(ex)
+            for rec in self.session.finish():
+                yield self._record(rec)
+            self._sync_counters()
             self._close()
             now = time.monotonic()
             yield Tick(now - start, now - last_tick, final=True)
@@ -483,13 +481,20 @@ class LiveCapture:
     def _frames(self, frames: list[tuple[int, bytes]]) -> Iterator[PairRecord]:
         count = self.options.count
         for ts_ns, data in frames:
-            for ex in self._frame(ts_ns, data):
-                yield self._record(ex)
-            if count is not None and self.pairs >= count:
-                self.stop("count")
-                return
+            self._frame(ts_ns, data)
+            if count is not None:
+                # --count stops at an exact number of pairs: look after every frame.
+                for rec in self.session.records():
+                    yield self._record(rec)
+                    if self.pairs >= count:
+                        self.stop("count")
+                        self._sync_counters()
+                        return
+        for rec in self.session.records():
+            yield self._record(rec)
+        self._sync_counters()
 
-    def _frame(self, ts_ns: int, data: bytes) -> list[Exchange]:
+    def _frame(self, ts_ns: int, data: bytes) -> None:
         self.frames += 1
         if self.writer is not None:
             try:
@@ -498,16 +503,11 @@ class LiveCapture:
                 # Disk full or similar: stop, keep the analysis, say why.
                 self.writer.error = self.writer.error or f"writing {self.writer.path} failed: {exc}"
                 self.stop(self.writer.error)
-        self.counters.add("frames")
-        pkt = parse_frame(
-            self.source.linktype, data, self.frames, ts_ns, self.counters, self._addr_cache
-        )
-        if pkt is None:
-            return []
-        self.counters.add("tcp_packets")
-        if len(self._addr_cache) > 65_536:
-            self._addr_cache.clear()
-        return self.session.packet(pkt)
+        self.session.feed(self.source.linktype, ts_ns, data)
+
+    def _sync_counters(self) -> None:
+        self.counters.counts.clear()
+        self.counters.counts.update(self.session.counters())
 
     def _drain(self) -> Iterator[PairRecord]:
         """Read what the kernel buffered before the stop (bounded in time)."""
@@ -523,11 +523,10 @@ class LiveCapture:
             if len(before) < len(frames):
                 return
 
-    def _record(self, ex: Exchange) -> PairRecord:
-        rec = build_record(self.label, ex, self.decoder, self._topics)
-        if rec.decode_error and CAPTURE_GAP_NOTE in rec.decode_error:
+    def _record(self, rec: PairRecord) -> PairRecord:
+        if CAPTURE_GAP_NOTE in rec.flags:
             self.flagged += 1
-        if ex.request is not None and ex.response is not None:
+        if rec.request_time is not None and rec.response_time is not None:
             self.pairs += 1
         self.stats_view.add(rec)
         return rec
@@ -569,11 +568,6 @@ class LiveCapture:
             whole_run=whole_run,
             final=tick.final,
         )
-
-
-def open_requests(session: Session, decoder: Any) -> dict[str, int]:
-    """Requests waiting for a response now, by API name."""
-    return {decoder.api_name(key): n for key, n in session.open_requests().items()}
 
 
 # ---------------------------------------------------------------------------

@@ -45,7 +45,7 @@ class ApiWindow:
             self.error_names[rec.error_name or rec.status] += 1
         if rec.status in UNANSWERED_STATUSES:
             self.unanswered += 1
-        if rec.decode_error and CAPTURE_GAP_NOTE in rec.decode_error:
+        if CAPTURE_GAP_NOTE in rec.flags:
             self.flagged += 1
         if rec.latency_ms is None:
             return

@@ -69,6 +69,9 @@ class PairRecord:
     compression: str | None = None
     throttle_ms: int | None = None
     decode_error: str | None = None
+    flags: list[str] = field(default_factory=list)
+    max_wait_ms: int | None = None
+    min_bytes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -116,6 +119,9 @@ def base_record(capture: str, ex: Exchange) -> PairRecord:
 
 
 CAPTURE_GAP = "capture_gap"
+NEGATIVE_LATENCY = "negative_latency"
+# Top-level integer request fields copied into columns of the same name.
+REQUEST_EXTRACTS = ("max_wait_ms", "min_bytes")
 
 
 def build_record(capture: str, ex: Exchange, decoder: Decoder, topics: Any) -> PairRecord:
@@ -123,7 +129,9 @@ def build_record(capture: str, ex: Exchange, decoder: Decoder, topics: Any) -> P
     if _after_gap(ex):
         # The first frame after lost bytes (or after a mid-connection start): what
         # came before it is unknown, so the pair may lack context.
-        rec.decode_error = _join(rec.decode_error, CAPTURE_GAP)
+        rec.flags.append(CAPTURE_GAP)
+    if rec.latency_ms is not None and rec.latency_ms < 0:
+        rec.flags.append(NEGATIVE_LATENCY)
     if ex.api_key is None or ex.api_version is None:
         return rec
     rec.api_name = decoder.api_name(ex.api_key)
@@ -134,6 +142,12 @@ def build_record(capture: str, ex: Exchange, decoder: Decoder, topics: Any) -> P
         else None
     )
     s = decoder.summarize(ex.api_key, ex.api_version, request, response, topics)
+    body = getattr(request, "body", None)
+    if isinstance(body, dict):
+        for name in REQUEST_EXTRACTS:
+            value = body.get(name)
+            if type(value) is int:
+                setattr(rec, name, value)
     rec.error_code = s.error_code
     rec.error_name = s.error_name
     rec.error_count = s.error_count

@@ -49,6 +49,15 @@ COLUMNS: tuple[Column, ...] = (
     Column("compression", "str", "codecs of the record batches: none, gzip, snappy, lz4, zstd"),
     Column("throttle_ms", "int", "throttle_time_ms from the response"),
     Column("decode_error", "str", "why a frame could not be (fully) decoded, else null"),
+    Column(
+        "flags",
+        "str_list",
+        "facts about the pair that are not decode errors: capture_gap (bytes before it "
+        "were not captured: first pair of a connection caught mid-stream or after lost "
+        "packets), negative_latency (capture timestamps ran backwards)",
+    ),
+    Column("max_wait_ms", "int", "max_wait_ms of a Fetch/ShareFetch request (long-poll bound)"),
+    Column("min_bytes", "int", "min_bytes of a Fetch/ShareFetch request"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

@@ -1,8 +1,498 @@
-//! The Python face: `dissector._core`. OWNER: lead.
+//! The Python face: `dissector._core`.
+//!
+//! `Model` holds the spec model exported by `dissector/protocol/export.py`.
+//! `Analyzer` runs captures (a path, bytes in memory, or link frames fed one by one)
+//! through the stages and hands back either column batches of the pairs table or the
+//! exchanges themselves (for the full-body decoder). Pairs whose summary the native
+//! interpreter cannot finish cleanly are summarised by a Python callback (the full
+//! decoder), so decode-error wording lives in one place.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+
+use crate::capture::{decode_link, open_path, PacketReader};
+use crate::model::Model as SpecModel;
+use crate::records::Budget;
+use crate::rows::{Dict, DictList, Nullable, RowBuilder, SummaryColumns};
+use crate::session::{Session, SessionConfig};
+use crate::summary::{summarize, TopicNames};
+use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame, Ts};
+
+#[pyclass(frozen, module = "dissector._core")]
+pub struct Model {
+    inner: Arc<SpecModel>,
+}
+
+#[pymethods]
+impl Model {
+    #[new]
+    fn new(json: &str) -> PyResult<Self> {
+        let inner = SpecModel::from_json(json).map_err(PyValueError::new_err)?;
+        Ok(Model { inner: Arc::new(inner) })
+    }
+}
+
+enum Source {
+    Reader(PacketReader),
+    Live { frame: u64 },
+}
+
+/// Options of one analysis run, as `pipeline.Options` gives them.
+#[derive(Clone)]
+struct RunOptions {
+    session: SessionConfig,
+    /// Decompression budget of one frame and of one capture (issue #11).
+    frame_budget: u64,
+    capture_budget: u64,
+}
+
+#[pyclass(unsendable, module = "dissector._core")]
+pub struct Analyzer {
+    model: Arc<SpecModel>,
+    opts: RunOptions,
+    fallback: Option<Py<PyAny>>,
+    exchanges_mode: bool,
+    /// Rows mode: exchanges of these API keys are kept too (the report's notes).
+    keep_keys: Vec<i16>,
+    counters: Counters,
+    rows: RowBuilder,
+    exchanges: Vec<(String, Exchange)>,
+    capture: String,
+    source: Option<Source>,
+    session: Option<Session>,
+    topics: TopicNames,
+    capture_budget_left: u64,
+    tls: Vec<(String, u32)>,
+}
+
+#[pymethods]
+impl Analyzer {
+    /// `fallback(api_key, api_version, request, response, capture)` returns the summary
+    /// columns of a pair the native interpreter deferred (see `summary_from_python`).
+    #[new]
+    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        model: &Model,
+        broker_ports: Vec<u16>,
+        heuristic: bool,
+        max_frame: u32,
+        idle_timeout_ns: Option<i64>,
+        fallback: Option<Py<PyAny>>,
+        exchanges: bool,
+        keep_keys: Vec<i16>,
+        frame_budget: u64,
+        capture_budget: u64,
+    ) -> Self {
+        let m = model.inner.clone();
+        let session = SessionConfig {
+            broker_ports,
+            heuristic,
+            max_frame,
+            idle_timeout_ns,
+            sasl_handshake_key: m.sasl_handshake_key(),
+            produce_key: m.produce_key(),
+        };
+        let extracts = m.extract_columns().len();
+        Analyzer {
+            model: m,
+            opts: RunOptions { session, frame_budget, capture_budget },
+            fallback,
+            exchanges_mode: exchanges,
+            keep_keys,
+            counters: Counters::default(),
+            rows: RowBuilder::new(extracts),
+            exchanges: Vec::new(),
+            capture: String::new(),
+            source: None,
+            session: None,
+            topics: TopicNames::default(),
+            capture_budget_left: capture_budget,
+            tls: Vec::new(),
+        }
+    }
+
+    /// Start a capture file (pcap/pcapng, optionally gzip-compressed).
+    fn open_path(&mut self, name: String, path: &str) -> PyResult<()> {
+        let reader = open_path(path).map_err(|e| PyOSError::new_err(e.to_string()))?;
+        self.start(name, Source::Reader(reader));
+        Ok(())
+    }
+
+    /// Start a capture held in memory (e.g. a Spark task's binaryFile content).
+    fn open_bytes(&mut self, name: String, data: Vec<u8>) -> PyResult<()> {
+        let source: Box<dyn Read + Send> = Box::new(std::io::Cursor::new(data));
+        let reader = PacketReader::new(source).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        self.start(name, Source::Reader(reader));
+        Ok(())
+    }
+
+    /// Start a live source: frames arrive through `feed_link`.
+    fn open_live(&mut self, name: String) {
+        self.start(name, Source::Live { frame: 0 });
+    }
+
+    /// Run the open capture until at least `max_rows` rows (or exchanges) are waiting or
+    /// the capture ends; returns False once it has ended (and was finished).
+    fn run(&mut self, py: Python<'_>, max_rows: usize) -> PyResult<bool> {
+        // Taken out while running, so that rows can be built between packets.
+        let (Some(Source::Reader(mut reader)), Some(mut session)) = (self.source.take(), self.session.take())
+        else {
+            return Err(PyRuntimeError::new_err("no capture file is open"));
+        };
+        let mut out = Vec::new();
+        let mut ended = false;
+        let result = loop {
+            match reader.next_packet(&mut self.counters) {
+                Some(pkt) => session.packet(&pkt, &mut self.counters, &mut out),
+                None => {
+                    ended = true;
+                    session.finish(&mut self.counters, &mut out);
+                }
+            }
+            if ended || out.len() >= 256 {
+                if let Err(e) = self.consume(py, &mut out) {
+                    break Err(e);
+                }
+                if ended || self.waiting() >= max_rows {
+                    break Ok(());
+                }
+            }
+        };
+        self.source = Some(Source::Reader(reader));
+        self.session = Some(session);
+        result?;
+        if ended {
+            self.end_capture();
+        }
+        Ok(!ended)
+    }
+
+    /// One link-layer frame of a live source (pcapy's header time and bytes).
+    fn feed_link(&mut self, py: Python<'_>, linktype: u32, ts_ns: Ts, data: &[u8]) -> PyResult<()> {
+        let Some(Source::Live { frame }) = self.source.as_mut() else {
+            return Err(PyRuntimeError::new_err("no live source is open"));
+        };
+        *frame += 1;
+        let n = *frame;
+        self.counters.inc("frames");
+        self.counters.add("bytes_read", data.len() as u64);
+        let mut out = Vec::new();
+        if let Some(pkt) = decode_link(linktype, ts_ns, n, data, &mut self.counters) {
+            if let Some(session) = self.session.as_mut() {
+                session.packet(&pkt, &mut self.counters, &mut out);
+            }
+        }
+        self.consume(py, &mut out)
+    }
+
+    /// End the open source (live: open requests become unanswered).
+    fn finish(&mut self, py: Python<'_>) -> PyResult<()> {
+        let mut out = Vec::new();
+        if let Some(session) = self.session.as_mut() {
+            session.finish(&mut self.counters, &mut out);
+        }
+        self.consume(py, &mut out)?;
+        self.end_capture();
+        Ok(())
+    }
+
+    /// Rows built so far as column buffers (then forgotten): name -> tuple, see
+    /// `dissector/core.py`.
+    fn take_columns<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        let r = &self.rows;
+        out.set_item("__len__", r.len)?;
+        put_dict(py, &out, "capture", &r.capture)?;
+        put_i64(py, &out, "stream", &r.stream)?;
+        put_dict(py, &out, "client_ip", &r.client_ip)?;
+        put_i64(py, &out, "client_port", &r.client_port)?;
+        put_dict(py, &out, "broker_ip", &r.broker_ip)?;
+        put_i64(py, &out, "broker_port", &r.broker_port)?;
+        put_i64(py, &out, "request_time", &r.request_time)?;
+        put_i64(py, &out, "response_time", &r.response_time)?;
+        put_f64(py, &out, "latency_ms", &r.latency_ms)?;
+        put_f64(py, &out, "first_byte_ms", &r.first_byte_ms)?;
+        put_i64(py, &out, "api_key", &r.api_key)?;
+        put_dict(py, &out, "api_name", &r.api_name)?;
+        put_i64(py, &out, "api_version", &r.api_version)?;
+        put_i64(py, &out, "correlation_id", &r.correlation_id)?;
+        put_dict(py, &out, "client_id", &r.client_id)?;
+        put_i64(py, &out, "request_size", &r.request_size)?;
+        put_i64(py, &out, "response_size", &r.response_size)?;
+        put_dict(py, &out, "status", &r.status)?;
+        put_i64(py, &out, "error_code", &r.error_code)?;
+        put_dict(py, &out, "error_name", &r.error_name)?;
+        put_i64(py, &out, "error_count", &r.error_count)?;
+        put_list(py, &out, "topics", &r.topics)?;
+        put_i64(py, &out, "partitions", &r.partitions)?;
+        put_i64(py, &out, "records", &r.records)?;
+        put_i64(py, &out, "record_bytes", &r.record_bytes)?;
+        put_dict(py, &out, "compression", &r.compression)?;
+        put_i64(py, &out, "throttle_ms", &r.throttle_ms)?;
+        put_dict(py, &out, "decode_error", &r.decode_error)?;
+        put_list(py, &out, "flags", &r.flags)?;
+        for (name, col) in self.model.extract_columns().iter().zip(&r.extracts) {
+            put_i64(py, &out, name, col)?;
+        }
+        self.rows.clear();
+        Ok(out)
+    }
+
+    /// Exchanges kept so far (exchanges mode), then forgotten: tuples, see
+    /// `dissector/core.py`.
+    fn take_exchanges<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for (capture, ex) in self.exchanges.drain(..) {
+            out.append(exchange_tuple(py, &capture, &ex)?)?;
+        }
+        Ok(out)
+    }
+
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        for (k, v) in self.counters.iter() {
+            out.set_item(k, v)?;
+        }
+        Ok(out)
+    }
+
+    /// (capture, stream) of the connections found to carry TLS.
+    fn tls_streams(&self) -> Vec<(String, u32)> {
+        let mut all = self.tls.clone();
+        if let Some(session) = self.session.as_ref() {
+            all.extend(session.tls_streams().iter().map(|s| (self.capture.clone(), *s)));
+        }
+        all
+    }
+
+    /// Requests waiting for a response now, by api_key (live views).
+    fn open_requests(&self) -> Vec<(i16, u64)> {
+        self.session.as_ref().map(Session::open_requests).unwrap_or_default()
+    }
+
+    /// Rows (or exchanges) built and not taken yet.
+    fn rows_waiting(&self) -> usize {
+        self.waiting()
+    }
+
+    fn bytes_read(&self) -> u64 {
+        match self.source.as_ref() {
+            Some(Source::Reader(r)) => r.bytes_read(),
+            _ => self.counters.get("bytes_read"),
+        }
+    }
+}
+
+impl Analyzer {
+    fn start(&mut self, name: String, source: Source) {
+        self.end_capture();
+        self.capture = name;
+        self.source = Some(source);
+        self.session = Some(Session::new(self.opts.session.clone(), self.model.clone()));
+        // Captures are independent: topic ids and budgets start afresh.
+        self.topics = TopicNames::default();
+        self.capture_budget_left = self.opts.capture_budget;
+    }
+
+    fn end_capture(&mut self) {
+        if let Some(session) = self.session.take() {
+            self.tls.extend(session.tls_streams().iter().map(|s| (self.capture.clone(), *s)));
+        }
+        self.source = None;
+    }
+
+    fn waiting(&self) -> usize {
+        if self.exchanges_mode {
+            self.exchanges.len()
+        } else {
+            self.rows.len
+        }
+    }
+
+    fn consume(&mut self, py: Python<'_>, out: &mut Vec<Exchange>) -> PyResult<()> {
+        for ex in out.drain(..) {
+            if self.exchanges_mode {
+                self.exchanges.push((self.capture.clone(), ex));
+            } else {
+                self.row(py, &ex)?;
+                if ex.api_key.is_some_and(|k| self.keep_keys.contains(&k)) {
+                    self.exchanges.push((self.capture.clone(), ex));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn row(&mut self, py: Python<'_>, ex: &Exchange) -> PyResult<()> {
+        let (Some(key), Some(version)) = (ex.api_key, ex.api_version) else {
+            let name = if ex.kind == ExchangeKind::SaslToken { Some(self.model.sasl_token_name()) } else { None };
+            self.rows.push(&self.capture, ex, name, None);
+            return Ok(());
+        };
+        let request = ex.request.as_ref().map(|f| f.payload.as_slice());
+        let response = ex.response.as_ref().map(|f| f.payload.as_slice());
+        let mut budget = Budget::per_frame(self.opts.frame_budget.min(self.capture_budget_left));
+        let before = budget.remaining;
+        let s = summarize(&self.model, &mut self.topics, key, version, request, response, &mut budget, &mut self.counters);
+        self.capture_budget_left = self.capture_budget_left.saturating_sub(before.saturating_sub(budget.remaining));
+        let columns = if s.defer {
+            self.counters.inc("summary_deferred");
+            self.summary_from_python(py, key, version, request, response)?
+        } else {
+            SummaryColumns {
+                error_code: s.error_code.map(i64::from),
+                error_name: s.error_name.clone().map(|n| n.to_string()),
+                error_count: Some(i64::from(s.error_count)),
+                topics: s.topics.clone(),
+                partitions: s.partitions.map(i64::from),
+                records: s.records.map(|v| v as i64),
+                record_bytes: s.record_bytes.map(|v| v as i64),
+                compression: s.compression.clone(),
+                throttle_ms: s.throttle_ms.map(i64::from),
+                decode_error: s.decode_error.clone(),
+                fatal: s.fatal,
+                extracts: s.extracts.clone(),
+            }
+        };
+        let name = self.model.api_name(key);
+        self.rows.push(&self.capture, ex, Some(&name), Some(&columns));
+        Ok(())
+    }
+
+    /// The Python decoder's summary of one pair: the rare path (malformed bodies,
+    /// versions the exported model does not describe).
+    fn summary_from_python(
+        &self,
+        py: Python<'_>,
+        key: i16,
+        version: i16,
+        request: Option<&[u8]>,
+        response: Option<&[u8]>,
+    ) -> PyResult<SummaryColumns> {
+        let Some(cb) = self.fallback.as_ref() else {
+            return Ok(SummaryColumns {
+                decode_error: Some("not summarised".to_owned()),
+                ..Default::default()
+            });
+        };
+        let req = request.map(|b| PyBytes::new(py, b));
+        let resp = response.map(|b| PyBytes::new(py, b));
+        let got = cb.call1(py, (key, version, req, resp, self.capture.as_str()))?;
+        let t = got.bind(py).cast::<PyTuple>()?;
+        Ok(SummaryColumns {
+            error_code: t.get_item(0)?.extract()?,
+            error_name: t.get_item(1)?.extract()?,
+            error_count: t.get_item(2)?.extract()?,
+            topics: t.get_item(3)?.extract()?,
+            partitions: t.get_item(4)?.extract()?,
+            records: t.get_item(5)?.extract()?,
+            record_bytes: t.get_item(6)?.extract()?,
+            compression: t.get_item(7)?.extract()?,
+            throttle_ms: t.get_item(8)?.extract()?,
+            decode_error: t.get_item(9)?.extract()?,
+            fatal: t.get_item(10)?.extract()?,
+            extracts: t.get_item(11)?.extract()?,
+        })
+    }
+}
+
+fn bool_bytes(valid: &[bool]) -> Vec<u8> {
+    valid.iter().map(|&v| u8::from(v)).collect()
+}
+
+fn put_i64(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &Nullable<i64>) -> PyResult<()> {
+    let values: Vec<u8> = col.values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let t = ("i64", PyBytes::new(py, &values), PyBytes::new(py, &bool_bytes(&col.valid)));
+    out.set_item(name, t)
+}
+
+fn put_f64(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &Nullable<f64>) -> PyResult<()> {
+    let values: Vec<u8> = col.values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let t = ("f64", PyBytes::new(py, &values), PyBytes::new(py, &bool_bytes(&col.valid)));
+    out.set_item(name, t)
+}
+
+fn i32_bytes(values: &[i32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn put_dict(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &Dict) -> PyResult<()> {
+    let t = ("dict", PyBytes::new(py, &i32_bytes(&col.indices)), col.words.clone());
+    out.set_item(name, t)
+}
+
+fn put_list(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &DictList) -> PyResult<()> {
+    let t = (
+        "list",
+        PyBytes::new(py, &i32_bytes(&col.offsets)),
+        PyBytes::new(py, &i32_bytes(&col.items.indices)),
+        col.items.words.clone(),
+    );
+    out.set_item(name, t)
+}
+
+fn kind_name(kind: ExchangeKind) -> &'static str {
+    match kind {
+        ExchangeKind::Pair => "pair",
+        ExchangeKind::NoResponse => "no_response",
+        ExchangeKind::Unanswered => "unanswered",
+        ExchangeKind::OrphanResponse => "orphan_response",
+        ExchangeKind::SaslToken => "sasl_token",
+        ExchangeKind::Malformed => "malformed",
+    }
+}
+
+fn frame_tuple<'py>(py: Python<'py>, f: &KafkaFrame) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(
+        py,
+        [
+            f.src.0.to_string().into_pyobject(py)?.into_any(),
+            f.src.1.into_pyobject(py)?.into_any(),
+            f.dst.0.to_string().into_pyobject(py)?.into_any(),
+            f.dst.1.into_pyobject(py)?.into_any(),
+            PyBytes::new(py, &f.payload).into_any(),
+            f.first_ts_ns.into_pyobject(py)?.into_any(),
+            f.last_ts_ns.into_pyobject(py)?.into_any(),
+            f.first_frame.into_pyobject(py)?.into_any(),
+            f.last_frame.into_pyobject(py)?.into_any(),
+            pyo3::types::PyBool::new(py, f.after_gap).to_owned().into_any(),
+        ],
+    )
+}
+
+fn exchange_tuple<'py>(py: Python<'py>, capture: &str, ex: &Exchange) -> PyResult<Bound<'py, PyTuple>> {
+    let request = ex.request.as_ref().map(|f| frame_tuple(py, f)).transpose()?;
+    let response = ex.response.as_ref().map(|f| frame_tuple(py, f)).transpose()?;
+    PyTuple::new(
+        py,
+        [
+            capture.into_pyobject(py)?.into_any(),
+            ex.stream.into_pyobject(py)?.into_any(),
+            ex.client.0.to_string().into_pyobject(py)?.into_any(),
+            ex.client.1.into_pyobject(py)?.into_any(),
+            ex.broker.0.to_string().into_pyobject(py)?.into_any(),
+            ex.broker.1.into_pyobject(py)?.into_any(),
+            kind_name(ex.kind).into_pyobject(py)?.into_any(),
+            request.into_pyobject(py)?.into_any(),
+            response.into_pyobject(py)?.into_any(),
+            ex.api_key.into_pyobject(py)?.into_any(),
+            ex.api_version.into_pyobject(py)?.into_any(),
+            ex.correlation_id.into_pyobject(py)?.into_any(),
+            ex.client_id.as_deref().into_pyobject(py)?.into_any(),
+            ex.note.as_deref().into_pyobject(py)?.into_any(),
+        ],
+    )
+}
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<Model>()?;
+    m.add_class::<Analyzer>()?;
     Ok(())
 }

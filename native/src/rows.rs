@@ -1,1 +1,346 @@
-//! Exchanges + summaries -> column buffers. OWNER: lead.
+//! Stage 6: exchanges and their summaries -> column buffers of the pairs table.
+//!
+//! One `RowBuilder` accumulates rows column by column (the layout Arrow wants), so the
+//! Python side builds a table from a handful of buffers instead of one object per pair.
+//! Column names and meanings are `dissector/schema.py`'s; this module only fills them.
+//! Strings are dictionary-encoded as they arrive: a capture repeats the same few
+//! addresses, API names, client ids and statuses over every row.
+
+use std::collections::HashMap;
+
+use crate::types::{Exchange, ExchangeKind, Ts};
+
+/// Values of one nullable column.
+#[derive(Debug, Default)]
+pub struct Nullable<T> {
+    pub values: Vec<T>,
+    pub valid: Vec<bool>,
+}
+
+impl<T: Default + Copy> Nullable<T> {
+    pub fn push(&mut self, v: Option<T>) {
+        self.valid.push(v.is_some());
+        self.values.push(v.unwrap_or_default());
+    }
+
+    pub fn set(&mut self, row: usize, v: Option<T>) {
+        if let (Some(slot), Some(ok)) = (self.values.get_mut(row), self.valid.get_mut(row)) {
+            *slot = v.unwrap_or_default();
+            *ok = v.is_some();
+        }
+    }
+
+    fn clear(&mut self) {
+        self.values.clear();
+        self.valid.clear();
+    }
+}
+
+/// A dictionary-encoded string column: `indices[i] == -1` is null.
+#[derive(Debug, Default)]
+pub struct Dict {
+    pub indices: Vec<i32>,
+    pub words: Vec<String>,
+    lookup: HashMap<String, i32>,
+}
+
+impl Dict {
+    fn index(&mut self, s: &str) -> i32 {
+        if let Some(&i) = self.lookup.get(s) {
+            return i;
+        }
+        let i = self.words.len() as i32;
+        self.words.push(s.to_owned());
+        self.lookup.insert(s.to_owned(), i);
+        i
+    }
+
+    pub fn push(&mut self, s: Option<&str>) {
+        let i = match s {
+            Some(s) => self.index(s),
+            None => -1,
+        };
+        self.indices.push(i);
+    }
+
+    pub fn set(&mut self, row: usize, s: Option<&str>) {
+        let i = match s {
+            Some(s) => self.index(s),
+            None => -1,
+        };
+        if let Some(slot) = self.indices.get_mut(row) {
+            *slot = i;
+        }
+    }
+
+    pub fn get(&self, row: usize) -> Option<&str> {
+        let i = *self.indices.get(row)?;
+        if i < 0 {
+            return None;
+        }
+        self.words.get(i as usize).map(String::as_str)
+    }
+
+    fn clear(&mut self) {
+        self.indices.clear();
+        self.words.clear();
+        self.lookup.clear();
+    }
+}
+
+/// A list-of-strings column (topics): offsets into dictionary indices.
+#[derive(Debug)]
+pub struct DictList {
+    pub offsets: Vec<i32>,
+    pub items: Dict,
+}
+
+impl Default for DictList {
+    fn default() -> Self {
+        DictList { offsets: vec![0], items: Dict::default() }
+    }
+}
+
+impl DictList {
+    pub fn push<'a>(&mut self, words: impl IntoIterator<Item = &'a str>) {
+        for w in words {
+            let i = self.items.index(w);
+            self.items.indices.push(i);
+        }
+        self.offsets.push(self.items.indices.len() as i32);
+    }
+
+    /// Replace the last row's list (rows are only ever patched right after being pushed).
+    pub fn replace_last<'a>(&mut self, words: impl IntoIterator<Item = &'a str>) {
+        if self.offsets.len() < 2 {
+            return;
+        }
+        self.offsets.pop();
+        let start = *self.offsets.last().unwrap_or(&0) as usize;
+        self.items.indices.truncate(start);
+        self.push(words);
+    }
+
+    fn clear(&mut self) {
+        self.offsets.clear();
+        self.offsets.push(0);
+        self.items.clear();
+    }
+}
+
+/// The summary columns of one row, as the summary stage (or the Python fallback) gives them.
+#[derive(Debug, Default, Clone)]
+pub struct SummaryColumns {
+    pub error_code: Option<i64>,
+    pub error_name: Option<String>,
+    pub error_count: Option<i64>,
+    pub topics: Vec<String>,
+    pub partitions: Option<i64>,
+    pub records: Option<i64>,
+    pub record_bytes: Option<i64>,
+    pub compression: Option<String>,
+    pub throttle_ms: Option<i64>,
+    pub decode_error: Option<String>,
+    /// The decode failure makes the frame unreadable (status becomes malformed).
+    pub fatal: bool,
+    pub extracts: Vec<Option<i64>>,
+}
+
+#[derive(Debug, Default)]
+pub struct RowBuilder {
+    pub capture: Dict,
+    pub stream: Nullable<i64>,
+    pub client_ip: Dict,
+    pub client_port: Nullable<i64>,
+    pub broker_ip: Dict,
+    pub broker_port: Nullable<i64>,
+    pub request_time: Nullable<i64>,
+    pub response_time: Nullable<i64>,
+    pub latency_ms: Nullable<f64>,
+    pub first_byte_ms: Nullable<f64>,
+    pub api_key: Nullable<i64>,
+    pub api_name: Dict,
+    pub api_version: Nullable<i64>,
+    pub correlation_id: Nullable<i64>,
+    pub client_id: Dict,
+    pub request_size: Nullable<i64>,
+    pub response_size: Nullable<i64>,
+    pub status: Dict,
+    pub error_code: Nullable<i64>,
+    pub error_name: Dict,
+    pub error_count: Nullable<i64>,
+    pub topics: DictList,
+    pub partitions: Nullable<i64>,
+    pub records: Nullable<i64>,
+    pub record_bytes: Nullable<i64>,
+    pub compression: Dict,
+    pub throttle_ms: Nullable<i64>,
+    pub decode_error: Dict,
+    pub flags: DictList,
+    pub extracts: Vec<Nullable<i64>>,
+    pub len: usize,
+}
+
+/// Row flags kept apart from decode errors (issue #13 §6).
+pub const CAPTURE_GAP: &str = "capture_gap";
+pub const NEGATIVE_LATENCY: &str = "negative_latency";
+
+fn base_status(kind: ExchangeKind) -> &'static str {
+    match kind {
+        ExchangeKind::Pair | ExchangeKind::SaslToken => "ok",
+        ExchangeKind::NoResponse => "no_response",
+        ExchangeKind::Unanswered => "unanswered",
+        ExchangeKind::OrphanResponse => "orphan_response",
+        ExchangeKind::Malformed => "malformed",
+    }
+}
+
+fn ms(ns: Ts) -> f64 {
+    ns as f64 / 1_000_000.0
+}
+
+/// "; "-join of the notes present.
+pub fn join_notes(notes: &[Option<&str>]) -> Option<String> {
+    let present: Vec<&str> = notes.iter().flatten().copied().filter(|s| !s.is_empty()).collect();
+    if present.is_empty() {
+        None
+    } else {
+        Some(present.join("; "))
+    }
+}
+
+impl RowBuilder {
+    pub fn new(extract_columns: usize) -> Self {
+        let mut b = RowBuilder::default();
+        b.extracts = (0..extract_columns).map(|_| Nullable::default()).collect();
+        b
+    }
+
+    /// Push the row of one exchange. `api_name` is the spec model's name of its key
+    /// (or the SASL token name); `summary` is None for rows that are not decoded.
+    pub fn push(
+        &mut self,
+        capture: &str,
+        ex: &Exchange,
+        api_name: Option<&str>,
+        summary: Option<&SummaryColumns>,
+    ) {
+        let req_done = ex.request.as_ref().map(|f| f.last_ts_ns);
+        let (latency, first_byte) = match (&ex.response, req_done) {
+            // A request completed at time 0 is taken as unknown, as the Python rows do.
+            (Some(resp), Some(done)) if done != 0 => (
+                Some(ms(resp.last_ts_ns.saturating_sub(done))),
+                Some(ms(resp.first_ts_ns.saturating_sub(done))),
+            ),
+            _ => (None, None),
+        };
+        let after_gap = ex.request.as_ref().is_some_and(|f| f.after_gap)
+            || ex.response.as_ref().is_some_and(|f| f.after_gap);
+
+        self.capture.push(Some(capture));
+        self.stream.push(Some(i64::from(ex.stream)));
+        self.client_ip.push(Some(&ex.client.0.to_string()));
+        self.client_port.push(Some(i64::from(ex.client.1)));
+        self.broker_ip.push(Some(&ex.broker.0.to_string()));
+        self.broker_port.push(Some(i64::from(ex.broker.1)));
+        self.request_time.push(req_done);
+        self.response_time.push(ex.response.as_ref().map(|f| f.last_ts_ns));
+        self.latency_ms.push(latency);
+        self.first_byte_ms.push(first_byte);
+        self.api_key.push(ex.api_key.map(i64::from));
+        self.api_name.push(api_name);
+        self.api_version.push(ex.api_version.map(i64::from));
+        self.correlation_id.push(ex.correlation_id.map(i64::from));
+        self.client_id.push(ex.client_id.as_deref());
+        self.request_size.push(ex.request.as_ref().map(|f| f.wire_size() as i64));
+        self.response_size.push(ex.response.as_ref().map(|f| f.wire_size() as i64));
+
+        let mut status = base_status(ex.kind);
+        let malformed_note = if ex.kind == ExchangeKind::Malformed { ex.note.as_deref() } else { None };
+        let mut flags: Vec<&str> = Vec::new();
+        if after_gap {
+            flags.push(CAPTURE_GAP);
+        }
+        if latency.is_some_and(|l| l < 0.0) {
+            flags.push(NEGATIVE_LATENCY);
+        }
+        match summary {
+            None => {
+                self.error_code.push(None);
+                self.error_name.push(None);
+                self.error_count.push(None);
+                self.topics.push(std::iter::empty());
+                self.partitions.push(None);
+                self.records.push(None);
+                self.record_bytes.push(None);
+                self.compression.push(None);
+                self.throttle_ms.push(None);
+                self.decode_error.push(malformed_note);
+                for col in &mut self.extracts {
+                    col.push(None);
+                }
+            }
+            Some(s) => {
+                if s.decode_error.is_some() && s.fatal {
+                    status = "malformed";
+                } else if status == "ok" && s.error_code.is_some_and(|c| c != 0) {
+                    status = "error";
+                }
+                self.error_code.push(s.error_code);
+                self.error_name.push(s.error_name.as_deref());
+                self.error_count.push(s.error_count);
+                self.topics.push(s.topics.iter().map(String::as_str));
+                self.partitions.push(s.partitions);
+                self.records.push(s.records);
+                self.record_bytes.push(s.record_bytes);
+                self.compression.push(s.compression.as_deref());
+                self.throttle_ms.push(s.throttle_ms);
+                let note = if ex.kind == ExchangeKind::Malformed { None } else { ex.note.as_deref() };
+                let joined = join_notes(&[malformed_note, note, s.decode_error.as_deref()]);
+                self.decode_error.push(joined.as_deref());
+                for (i, col) in self.extracts.iter_mut().enumerate() {
+                    col.push(s.extracts.get(i).copied().flatten());
+                }
+            }
+        }
+        self.status.push(Some(status));
+        self.flags.push(flags);
+        self.len += 1;
+    }
+
+    pub fn clear(&mut self) {
+        self.capture.clear();
+        self.stream.clear();
+        self.client_ip.clear();
+        self.client_port.clear();
+        self.broker_ip.clear();
+        self.broker_port.clear();
+        self.request_time.clear();
+        self.response_time.clear();
+        self.latency_ms.clear();
+        self.first_byte_ms.clear();
+        self.api_key.clear();
+        self.api_name.clear();
+        self.api_version.clear();
+        self.correlation_id.clear();
+        self.client_id.clear();
+        self.request_size.clear();
+        self.response_size.clear();
+        self.status.clear();
+        self.error_code.clear();
+        self.error_name.clear();
+        self.error_count.clear();
+        self.topics.clear();
+        self.partitions.clear();
+        self.records.clear();
+        self.record_bytes.clear();
+        self.compression.clear();
+        self.throttle_ms.clear();
+        self.decode_error.clear();
+        self.flags.clear();
+        for col in &mut self.extracts {
+            col.clear();
+        }
+        self.len = 0;
+    }
+}

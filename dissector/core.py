@@ -1,0 +1,410 @@
+"""The native core's Python face: captures in, Arrow tables of pairs (or exchanges) out.
+
+The per-packet and per-pair work (capture reading, TCP reassembly, framing,
+correlation, summary decode) runs in ``dissector._core`` (Rust, ``native/``). This
+module hands it the spec model compiled by ``dissector.protocol`` (protocol
+knowledge stays there), turns its column buffers into Arrow, and summarises the rare
+pairs the native interpreter defers (malformed bodies, versions it has no layout
+for) with the full Python decoder, so decode-error wording has one source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .accounting import Counters
+from .capture import CaptureError
+from .correlate import DEFAULT_BROKER_PORTS, Exchange
+from .framing import Frame
+from .schema import COLUMNS
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from .pipeline import Options
+
+BATCH_ROWS = 65_536
+"""Rows per Arrow batch: memory of a streaming run is bounded by this, not the capture."""
+
+
+def _default_decoder() -> Any:
+    from . import protocol
+
+    return protocol
+
+
+@dataclass(frozen=True)
+class _Model:
+    native: Any  # dissector._core.Model
+    extracts: tuple[tuple[str, str, str], ...]  # (column, direction, field)
+
+
+_MODELS: dict[tuple[str, ...], _Model] = {}
+
+
+def _model(decoder: Any) -> _Model:
+    """The exported spec model of a decoder, built once per spec set and process."""
+    from . import _core
+    from .protocol.export import export_model
+
+    key = tuple(getattr(decoder, "spec_dirs", ()))
+    model = _MODELS.get(key)
+    if model is None:
+        text = export_model(decoder)
+        doc = json.loads(text)
+        extracts = tuple((e["column"], e["direction"], e["field"]) for e in doc.get("extracts", ()))
+        model = _MODELS[key] = _Model(_core.Model(text), extracts)
+    return model
+
+
+def extract_columns(decoder: Any = None) -> tuple[str, ...]:
+    """Columns the spec model adds beyond ``schema.COLUMNS`` (e.g. Fetch's max_wait_ms)."""
+    return tuple(c for c, _, _ in _model(decoder or _default_decoder()).extracts)
+
+
+class _Fallback:
+    """Summaries of deferred pairs by the Python decoder; topic names per capture."""
+
+    def __init__(self, decoder: Any, extracts: tuple[tuple[str, str, str], ...]) -> None:
+        self.decoder = decoder
+        self.extracts = extracts
+        self.capture: str | None = None
+        self.topics: Any = None
+
+    def __call__(
+        self, api_key: int, api_version: int, req: bytes | None, resp: bytes | None, capture: str
+    ) -> tuple[Any, ...]:
+        from .rows import _is_fatal
+
+        if capture != self.capture:
+            self.capture, self.topics = capture, self.decoder.TopicNames()
+        d = self.decoder
+        request = d.decode_request(req) if req is not None else None
+        response = d.decode_response(resp, api_key, api_version) if resp is not None else None
+        s = d.summarize(api_key, api_version, request, response, self.topics)
+        bodies = {"request": request, "response": response}
+        extracts = [_int_field(bodies[direction], name) for _, direction, name in self.extracts]
+        return (
+            s.error_code,
+            s.error_name,
+            s.error_count,
+            list(s.topics),
+            s.partitions,
+            s.records,
+            s.record_bytes,
+            s.compression,
+            s.throttle_ms,
+            s.decode_error,
+            bool(s.decode_error) and _is_fatal(request, response),
+            extracts,
+        )
+
+
+def _int_field(decoded: Any, name: str) -> int | None:
+    body = getattr(decoded, "body", None) if decoded is not None else None
+    value = body.get(name) if isinstance(body, dict) else None
+    return value if type(value) is int else None
+
+
+def new_analyzer(
+    options: Options,
+    decoder: Any = None,
+    *,
+    exchanges: bool = False,
+    keep_keys: Iterable[int] = (),
+) -> Any:
+    decoder = decoder or _default_decoder()
+    model = _model(decoder)
+    from . import _core
+
+    heuristic = options.heuristic if options.heuristic is not None else options.ports is None
+    ports = options.ports if options.ports is not None else DEFAULT_BROKER_PORTS
+    idle = options.idle_timeout_s
+    return _core.Analyzer(
+        model.native,
+        sorted(ports),
+        heuristic,
+        options.max_frame,
+        int(idle * 1e9) if idle is not None else None,
+        _Fallback(decoder, model.extracts),
+        exchanges=exchanges,
+        keep_keys=list(keep_keys),
+    )
+
+
+def open_capture(analyzer: Any, path: str) -> None:
+    """Start a capture file; a file that is not a capture raises ``CaptureError``."""
+    try:
+        analyzer.open_path(path, path)
+    except OSError as exc:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no such file") from None
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"{path}: is a directory") from None
+        raise CaptureError(f"{path}: {exc}") from None
+
+
+# ---------------------------------------------------------------- rows -> Arrow
+
+
+def _arrow_column(spec: tuple[Any, ...]) -> pa.Array:
+    import numpy as np
+    import pyarrow as pa
+
+    tag = spec[0]
+    if tag in ("i64", "f64"):
+        values = np.frombuffer(spec[1], "<i8" if tag == "i64" else "<f8")
+        valid = np.frombuffer(spec[2], np.bool_)
+        return pa.array(values, mask=~valid)
+    if tag == "dict":
+        idx = np.frombuffer(spec[1], "<i4")
+        words = pa.array(spec[2], pa.string())
+        return pa.DictionaryArray.from_arrays(pa.array(idx, mask=idx < 0), words)
+    if tag == "list":
+        offsets = pa.array(np.frombuffer(spec[1], "<i4"))
+        idx = np.frombuffer(spec[2], "<i4")
+        words = pa.array(spec[3], pa.string())
+        items = pa.DictionaryArray.from_arrays(pa.array(idx, pa.int32()), words)
+        return pa.ListArray.from_arrays(offsets, items.dictionary_decode())
+    raise ValueError(f"unknown column buffer {tag!r}")
+
+
+def arrow_schema() -> pa.Schema:
+    """The pairs table as Arrow: ``schema.COLUMNS``."""
+    import pyarrow as pa
+
+    kinds = {
+        "int": pa.int64(),
+        "float": pa.float64(),
+        "str": pa.string(),
+        "timestamp": pa.timestamp("ns", tz="UTC"),
+        "str_list": pa.list_(pa.string()),
+    }
+    return pa.schema([pa.field(c.name, kinds[c.kind]) for c in COLUMNS])
+
+
+def columns_to_table(cols: dict[str, Any], schema: pa.Schema) -> pa.Table:
+    """The core's column buffers as a table of ``schema`` (strings decoded from their
+    dictionaries: the contract's types)."""
+    import pyarrow as pa
+
+    arrays = []
+    for field in schema:
+        arr = _arrow_column(cols[field.name])
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_decode()
+        arrays.append(arr.cast(field.type) if arr.type != field.type else arr)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+# ---------------------------------------------------------------- runs
+
+
+@dataclass
+class Run:
+    """What one analysis run saw besides its rows."""
+
+    counters: Counters
+    tls_streams: list[int]
+    schema: pa.Schema
+
+
+def iter_tables(
+    paths: Iterable[str],
+    options: Options,
+    *,
+    decoder: Any = None,
+    counters: Counters | None = None,
+    batch_rows: int = BATCH_ROWS,
+    on_batch: Any = None,
+    keep_keys: Iterable[int] = (),
+) -> Iterator[pa.Table]:
+    """Arrow tables of the pairs of each capture, in capture order, ``batch_rows`` at a
+    time. Counters (and TLS connections, as ``counters.tls_streams``) are filled as it
+    goes; ``on_batch(analyzer)`` is called after each batch (progress displays)."""
+    decoder = decoder or _default_decoder()
+    counters = counters if counters is not None else Counters()
+    analyzer = new_analyzer(options, decoder, keep_keys=keep_keys)
+    schema = arrow_schema()
+    try:
+        for path in paths:
+            open_capture(analyzer, path)
+            more = True
+            while more:
+                more = analyzer.run(batch_rows)
+                table = columns_to_table(analyzer.take_columns(), schema)
+                if on_batch is not None:
+                    on_batch(analyzer)
+                if table.num_rows:
+                    yield table
+    finally:
+        _merge_counters(counters, analyzer)
+
+
+def _merge_counters(counters: Counters, analyzer: Any) -> None:
+    for name, n in analyzer.counters().items():
+        counters.add(name, n)
+    counters.tls_streams = [s for _, s in analyzer.tls_streams()]  # type: ignore[attr-defined]
+
+
+def analyze_table(
+    paths: list[str],
+    options: Options,
+    *,
+    decoder: Any = None,
+    on_batch: Any = None,
+    keep_keys: Iterable[int] = (),
+) -> tuple[pa.Table, Run]:
+    import pyarrow as pa
+
+    counters = Counters()
+    schema = arrow_schema()
+    tables = list(
+        iter_tables(
+            paths,
+            options,
+            decoder=decoder,
+            counters=counters,
+            on_batch=on_batch,
+            keep_keys=keep_keys,
+        )
+    )
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    tls = getattr(counters, "tls_streams", [])
+    return table, Run(counters, tls, schema)
+
+
+def table_to_frame(table: pa.Table) -> pd.DataFrame:
+    """The pandas frame of the contract (``frame._PANDAS_DTYPES``) from an Arrow table."""
+    import pandas as pd
+    import pyarrow as pa
+
+    mapping = {
+        pa.string(): pd.StringDtype(),
+        pa.int64(): pd.Int64Dtype(),
+        pa.float64(): pd.Float64Dtype(),
+    }
+    df = table.to_pandas(types_mapper=mapping.get, split_blocks=True)
+    for field in table.schema:
+        if pa.types.is_list(field.type):
+            df[field.name] = [v.tolist() if v is not None else [] for v in df[field.name]]
+    return df
+
+
+# ---------------------------------------------------------------- exchanges
+
+
+def _frame(stream: int, t: tuple[Any, ...]) -> Frame:
+    src_ip, src_port, dst_ip, dst_port, payload, first_ts, last_ts, first_no, last_no, gap = t
+    return Frame(
+        stream, (src_ip, src_port), (dst_ip, dst_port), payload,
+        first_ts, last_ts, first_no, last_no, gap,
+    )  # fmt: skip
+
+
+def iter_exchanges(
+    paths: Iterable[str],
+    options: Options,
+    *,
+    decoder: Any = None,
+    counters: Counters | None = None,
+    batch: int = 4096,
+) -> Iterator[tuple[str, Exchange]]:
+    """(capture path, exchange) for every exchange, for the full-body decoder."""
+    counters = counters if counters is not None else Counters()
+    analyzer = new_analyzer(options, decoder, exchanges=True)
+    try:
+        for path in paths:
+            open_capture(analyzer, path)
+            more = True
+            while more:
+                more = analyzer.run(batch)
+                for t in analyzer.take_exchanges():
+                    yield t[0], _exchange(t)
+    finally:
+        _merge_counters(counters, analyzer)
+
+
+def _exchange(t: tuple[Any, ...]) -> Exchange:
+    (_, stream, cip, cport, bip, bport, kind, req, resp, key, ver, corr, cid, note) = t
+    return Exchange(
+        stream=stream,
+        client=(cip, cport),
+        broker=(bip, bport),
+        kind=kind,
+        request=_frame(stream, req) if req is not None else None,
+        response=_frame(stream, resp) if resp is not None else None,
+        api_key=key,
+        api_version=ver,
+        correlation_id=corr,
+        client_id=cid,
+        note=note,
+    )
+
+
+def iter_pairs(
+    paths: Iterable[str],
+    options: Options,
+    *,
+    decoder: Any = None,
+    counters: Counters | None = None,
+    batch_rows: int = 4096,
+) -> Iterator[Any]:
+    """``rows.PairRecord`` per pair, streaming: memory follows ``batch_rows``."""
+    for table in iter_tables(
+        paths, options, decoder=decoder, counters=counters, batch_rows=batch_rows
+    ):
+        yield from _records(table)
+
+
+def _records(table: pa.Table) -> list[Any]:
+    import pyarrow as pa
+
+    from .rows import PairRecord
+
+    for name in ("request_time", "response_time"):
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, table.column(name).cast(pa.int64()))
+    out = []
+    for row in table.to_pylist():
+        row["topics"] = row["topics"] or []
+        row["flags"] = row["flags"] or []
+        out.append(PairRecord(**row))
+    return out
+
+
+class LiveSession:
+    """The native core fed link-layer frames one by one (live capture)."""
+
+    def __init__(self, options: Options, decoder: Any, label: str) -> None:
+        self.decoder = decoder or _default_decoder()
+        self._analyzer = new_analyzer(options, self.decoder)
+        self._analyzer.open_live(label)
+        self._schema = arrow_schema()
+
+    def feed(self, linktype: int, ts_ns: int, data: bytes) -> None:
+        self._analyzer.feed_link(linktype, ts_ns, data)
+
+    def records(self) -> list[Any]:
+        """Rows completed since the last call."""
+        if not self._analyzer.rows_waiting():
+            return []
+        return _records(columns_to_table(self._analyzer.take_columns(), self._schema))
+
+    def finish(self) -> list[Any]:
+        """End of capture: open requests become unanswered rows."""
+        self._analyzer.finish()
+        return self.records()
+
+    def counters(self) -> dict[str, int]:
+        return dict(self._analyzer.counters())
+
+    def open_requests(self) -> dict[str, int]:
+        """Requests waiting for a response now, by API name."""
+        name = self.decoder.api_name
+        return {name(key): n for key, n in self._analyzer.open_requests()}
