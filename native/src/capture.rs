@@ -7,8 +7,21 @@
 //!   counting everything else (non-IP, non-TCP, fragments, truncation, bad timestamps...)
 //!   with the Python stage's counter names. Memory is bounded by one read buffer.
 //! * `decode_link` turns one link-layer frame into a TCP packet (live capture uses it).
+//!
+//! Counter names are those of `capture.py` (see its module docstring), plus the
+//! hostile-input ones the Python stage does not have:
+//! `bad_timestamp` (pcapng time outside i64 nanoseconds: that packet is skipped, still
+//! numbered), `bad_pcapng_option` (an IDB option cut by the block end: ignored),
+//! `bad_ip_length` (IP length beyond what the frame had on the wire: captured bytes
+//! used, nothing counted missing), `pcapng_interface_limit` (more IDBs in one section
+//! than `MAX_INTERFACES`: the extra ones are ignored).
+//! `bad_record` also ends a run of `MAX_EMPTY_RUN` records in a row that deliver no
+//! packet bytes (a zero-filled tail, a decompression bomb): the rest is not inflated.
 
-use std::io::Read;
+use std::io::{Cursor, ErrorKind, Read};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::types::{Counters, Packet, Ts};
 
@@ -22,29 +35,874 @@ impl std::fmt::Display for CaptureError {
     }
 }
 
+impl std::error::Error for CaptureError {}
+
+// Link types (tcpdump.org LINKTYPE_* values as stored in files).
+const LINKTYPE_NULL: u32 = 0;
+const LINKTYPE_ETHERNET: u32 = 1;
+const LINKTYPE_RAW_BSD12: u32 = 12; // DLT_RAW on some BSDs, seen in files
+const LINKTYPE_RAW_BSD14: u32 = 14; // DLT_RAW on OpenBSD, seen in files
+const LINKTYPE_RAW: u32 = 101;
+const LINKTYPE_LOOP: u32 = 108; // OpenBSD loopback: like NULL but always big-endian
+const LINKTYPE_LINUX_SLL: u32 = 113;
+const LINKTYPE_IPV4: u32 = 228;
+const LINKTYPE_IPV6: u32 = 229;
+const LINKTYPE_LINUX_SLL2: u32 = 276;
+
+const ETH_IPV4: u16 = 0x0800;
+const ETH_IPV6: u16 = 0x86DD;
+// BSD loopback address families meaning IPv6 differ by OS: NetBSD/OpenBSD 24,
+// FreeBSD 28, macOS 30.
+const NULL_AF_INET: u32 = 2;
+
+const IP_PROTO_TCP: u8 = 6;
+const IPV6_FRAGMENT: u8 = 44;
+const IPV6_AH: u8 = 51; // length counts 4-byte units, minus 2
+
+/// A larger "captured length" means a corrupt file.
+const MAX_RECORD: usize = 64 * 1024 * 1024;
+const CHUNK: usize = 1 << 20;
+/// Hot counters are kept in fields and published this often.
+const COUNT_FLUSH: u64 = 4096;
+/// Records in a row without a packet byte before the rest is judged not a capture.
+/// Real captures never come close; zero-filled tails and inflating bombs do at once.
+pub const MAX_EMPTY_RUN: u64 = 1 << 16;
+/// IDBs kept per pcapng section: EPB interface ids beyond it are unknown interfaces.
+pub const MAX_INTERFACES: usize = 1 << 16;
+
+const PCAPNG_SHB: [u8; 4] = [0x0A, 0x0D, 0x0D, 0x0A];
+const BOM_LE: [u8; 4] = [0x4D, 0x3C, 0x2B, 0x1A];
+const BOM_BE: [u8; 4] = [0x1A, 0x2B, 0x3C, 0x4D];
+const GZIP_MAGIC: [u8; 2] = [0x1F, 0x8B];
+
+const BT_IDB: u32 = 1;
+const BT_PB: u32 = 2; // obsolete Packet Block
+const BT_SPB: u32 = 3;
+const BT_EPB: u32 = 6;
+const BT_SHB: u32 = 0x0A0D0D0A;
+const OPT_IF_TSRESOL: u16 = 9;
+const OPT_IF_TSOFFSET: u16 = 14;
+
+const NS_PER_S: i128 = 1_000_000_000;
+
+// ---------------------------------------------------------------------------
+// Byte helpers: every read of wire data is bounds-checked.
+
+#[inline]
+fn be16(d: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes(d.get(at..at.checked_add(2)?)?.try_into().ok()?))
+}
+
+#[inline]
+fn rd16(d: &[u8], at: usize, big: bool) -> Option<u16> {
+    let b: [u8; 2] = d.get(at..at.checked_add(2)?)?.try_into().ok()?;
+    Some(if big { u16::from_be_bytes(b) } else { u16::from_le_bytes(b) })
+}
+
+#[inline]
+fn rd32(d: &[u8], at: usize, big: bool) -> Option<u32> {
+    let b: [u8; 4] = d.get(at..at.checked_add(4)?)?.try_into().ok()?;
+    Some(if big { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) })
+}
+
+#[inline]
+fn rd64(d: &[u8], at: usize, big: bool) -> Option<u64> {
+    let b: [u8; 8] = d.get(at..at.checked_add(8)?)?.try_into().ok()?;
+    Some(if big { u64::from_be_bytes(b) } else { u64::from_le_bytes(b) })
+}
+
+// ---------------------------------------------------------------------------
+// Frame decoding: link layer -> IP -> TCP
+
+/// A decoded TCP segment whose payload is a range of the frame, so the file reader can
+/// decode inside its own buffer and lend the bytes out afterwards.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    src: IpAddr,
+    dst: IpAddr,
+    sport: u16,
+    dport: u16,
+    seq: u32,
+    ack: u32,
+    flags: u8,
+    start: usize,
+    end: usize,
+    missing: u32,
+}
+
+/// Link header -> (ethertype, offset of the network header), or None (counted).
+fn link_layer(linktype: u32, data: &[u8], counters: &mut Counters) -> Option<(u16, usize)> {
+    let (mut etype, mut off) = match linktype {
+        LINKTYPE_ETHERNET => match be16(data, 12) {
+            Some(e) => (e, 14),
+            None => {
+                counters.inc("bad_link_header");
+                return None;
+            }
+        },
+        LINKTYPE_LINUX_SLL | LINKTYPE_LINUX_SLL2 => {
+            let (off, ppos) = if linktype == LINKTYPE_LINUX_SLL { (16, 14) } else { (20, 0) };
+            match be16(data, ppos) {
+                Some(e) if data.len() >= off => (e, off),
+                _ => {
+                    counters.inc("bad_link_header");
+                    return None;
+                }
+            }
+        }
+        LINKTYPE_NULL | LINKTYPE_LOOP => {
+            let Some(head) = data.get(..4) else {
+                counters.inc("bad_link_header");
+                return None;
+            };
+            let head: [u8; 4] = head.try_into().ok()?;
+            let family = if linktype == LINKTYPE_LOOP {
+                u32::from_be_bytes(head)
+            } else {
+                // Written in the capturing host's byte order, which the file does not record.
+                let le = u32::from_le_bytes(head);
+                if le > 0xFFFF {
+                    u32::from_be_bytes(head)
+                } else {
+                    le
+                }
+            };
+            match family {
+                NULL_AF_INET => (ETH_IPV4, 4),
+                24 | 28 | 30 => (ETH_IPV6, 4),
+                _ => {
+                    counters.inc("non_ip");
+                    return None;
+                }
+            }
+        }
+        LINKTYPE_RAW | LINKTYPE_RAW_BSD12 | LINKTYPE_RAW_BSD14 | LINKTYPE_IPV4 | LINKTYPE_IPV6 => {
+            // The version nibble tells IPv4 from IPv6 (228/229 promise one, we still check).
+            match data.first().map(|b| b >> 4) {
+                Some(4) => (ETH_IPV4, 0),
+                Some(6) => (ETH_IPV6, 0),
+                _ => {
+                    counters.inc("bad_ip_header");
+                    return None;
+                }
+            }
+        }
+        _ => {
+            counters.inc("unknown_linktype");
+            return None;
+        }
+    };
+    // 802.1Q / QinQ tags, however many the frame carries (each costs 4 bytes: bounded).
+    while matches!(etype, 0x8100 | 0x88A8 | 0x9100 | 0x9200) {
+        match be16(data, off + 2) {
+            Some(inner) => {
+                etype = inner;
+                off += 4;
+            }
+            None => {
+                counters.inc("bad_link_header");
+                return None;
+            }
+        }
+    }
+    Some((etype, off))
+}
+
+/// IPv4 header -> (src, dst, TCP offset, IP end offset), or None (counted).
+fn ipv4(data: &[u8], off: usize, counters: &mut Counters) -> Option<(IpAddr, IpAddr, usize, usize)> {
+    let n = data.len();
+    let Some(head) = data.get(off..off + 20) else {
+        counters.inc("bad_ip_header");
+        return None;
+    };
+    let vihl = head[0];
+    let mut total = u16::from_be_bytes([head[2], head[3]]) as usize;
+    let frag = u16::from_be_bytes([head[6], head[7]]);
+    let proto = head[9];
+    let ihl = (vihl & 0x0F) as usize * 4;
+    if total == 0 && ihl >= 20 {
+        // TCP segmentation offload captured before segmentation.
+        counters.inc("ip_total_length_zero");
+        total = n - off;
+    }
+    if vihl >> 4 != 4 || ihl < 20 || n - off < ihl || total < ihl {
+        counters.inc("bad_ip_header");
+        return None;
+    }
+    if frag & 0x3FFF != 0 {
+        counters.inc("ip_fragment");
+        return None;
+    }
+    if proto != IP_PROTO_TCP {
+        counters.inc("non_tcp");
+        return None;
+    }
+    let src = Ipv4Addr::new(head[12], head[13], head[14], head[15]);
+    let dst = Ipv4Addr::new(head[16], head[17], head[18], head[19]);
+    Some((IpAddr::V4(src), IpAddr::V4(dst), off + ihl, off + total))
+}
+
+/// IPv6 header and the extension headers before TCP -> (src, dst, TCP offset, IP end).
+fn ipv6(data: &[u8], off: usize, counters: &mut Counters) -> Option<(IpAddr, IpAddr, usize, usize)> {
+    let n = data.len();
+    let head = match data.get(off..off + 40) {
+        Some(h) if h[0] >> 4 == 6 => h,
+        _ => {
+            counters.inc("bad_ip_header");
+            return None;
+        }
+    };
+    let plen = u16::from_be_bytes([head[4], head[5]]) as usize;
+    let mut nh = head[6];
+    let mut l4 = off + 40;
+    let end = if plen == 0 { n } else { l4 + plen }; // 0: jumbogram or TSO, take the frame
+    // Each step moves l4 forward by at least 8 and stops past `end`: bounded.
+    while nh != IP_PROTO_TCP {
+        match nh {
+            0 | 43 | 60 | IPV6_AH => {
+                let (Some(&next), Some(&len)) = (data.get(l4), data.get(l4 + 1)) else {
+                    counters.inc("bad_ip_header");
+                    return None;
+                };
+                let hlen = if nh == IPV6_AH { (len as usize + 2) * 4 } else { (len as usize + 1) * 8 };
+                nh = next;
+                l4 += hlen;
+            }
+            IPV6_FRAGMENT => {
+                let (Some(&next), Some(offm)) = (data.get(l4), be16(data, l4 + 2)) else {
+                    counters.inc("bad_ip_header");
+                    return None;
+                };
+                if l4 + 8 > n {
+                    counters.inc("bad_ip_header");
+                    return None;
+                }
+                // An "atomic" fragment (offset 0, no more fragments) is a whole packet.
+                if offm & 0xFFF9 != 0 {
+                    counters.inc("ip_fragment");
+                    return None;
+                }
+                nh = next;
+                l4 += 8;
+            }
+            _ => {
+                counters.inc("non_tcp");
+                return None;
+            }
+        }
+        if l4 > end {
+            counters.inc("bad_ip_header");
+            return None;
+        }
+    }
+    let src: [u8; 16] = head[8..24].try_into().ok()?;
+    let dst: [u8; 16] = head[24..40].try_into().ok()?;
+    Some((IpAddr::V6(Ipv6Addr::from(src)), IpAddr::V6(Ipv6Addr::from(dst)), l4, end))
+}
+
+/// One link-layer frame -> TCP segment, or None (counted).
+///
+/// `wire_len` is the frame's length on the wire when the capture records it. It tells
+/// a snaplen cut (the IP length fits the wire length: the rest is `missing`) from an IP
+/// header that lies (`bad_ip_length`: the captured bytes are all there is). Without it
+/// (live frames) every shortfall is taken for a snaplen cut, as `capture.py` does.
+fn decode(
+    linktype: u32,
+    data: &[u8],
+    wire_len: Option<u32>,
+    counters: &mut Counters,
+) -> Option<Segment> {
+    let n = data.len();
+    let (etype, off) = link_layer(linktype, data, counters)?;
+    let (src, dst, l4, mut end) = match etype {
+        ETH_IPV4 => ipv4(data, off, counters)?,
+        ETH_IPV6 => ipv6(data, off, counters)?,
+        _ => {
+            counters.inc("non_ip");
+            return None;
+        }
+    };
+    let Some(tcp) = data.get(l4..l4 + 20).filter(|_| end >= l4 + 20) else {
+        counters.inc("bad_tcp_header");
+        return None;
+    };
+    let sport = u16::from_be_bytes([tcp[0], tcp[1]]);
+    let dport = u16::from_be_bytes([tcp[2], tcp[3]]);
+    let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+    let ack = u32::from_be_bytes([tcp[8], tcp[9], tcp[10], tcp[11]]);
+    let doff = (tcp[12] >> 4) as usize * 4;
+    let flags = tcp[13];
+    let start = l4 + doff;
+    if doff < 20 || start > end {
+        counters.inc("bad_tcp_header");
+        return None;
+    }
+    let mut missing = 0usize;
+    if end > n {
+        if wire_len.is_some_and(|w| end > w as usize) {
+            // The frame never had these bytes: not a loss, a wrong length field.
+            counters.inc("bad_ip_length");
+        } else {
+            counters.inc("snaplen_truncated");
+            // Options cut off too: the segment's place in the stream is still known.
+            missing = if start > n { end - start } else { end - n };
+        }
+        end = n;
+    }
+    let start = start.min(end);
+    Some(Segment {
+        src,
+        dst,
+        sport,
+        dport,
+        seq,
+        ack,
+        flags,
+        start,
+        end,
+        missing: u32::try_from(missing).unwrap_or(u32::MAX),
+    })
+}
+
+/// One link-layer frame (tcpdump LINKTYPE_*) -> TCP packet, or None (counted).
+///
+/// The live entry point: it counts `frames` and `tcp_packets` itself, as `capture.py`'s
+/// `decode_frames` does; `frame` is the caller's 1-based numbering.
+pub fn decode_link<'a>(
+    linktype: u32,
+    ts_ns: Ts,
+    frame: u64,
+    data: &'a [u8],
+    counters: &mut Counters,
+) -> Option<Packet<'a>> {
+    counters.inc("frames");
+    let seg = decode(linktype, data, None, counters)?;
+    counters.inc("tcp_packets");
+    Some(packet(&seg, frame, ts_ns, data))
+}
+
+#[inline]
+fn packet<'a>(seg: &Segment, frame: u64, ts_ns: Ts, data: &'a [u8]) -> Packet<'a> {
+    Packet {
+        frame,
+        ts_ns,
+        src: seg.src,
+        dst: seg.dst,
+        sport: seg.sport,
+        dport: seg.dport,
+        seq: seg.seq,
+        ack: seg.ack,
+        flags: seg.flags,
+        payload: data.get(seg.start..seg.end).unwrap_or(&[]),
+        missing: seg.missing,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Record readers
+
+/// pcapng `if_tsresol` and `if_tsoffset` of one interface, as exact integers.
+#[derive(Debug, Clone, Copy)]
+struct Interface {
+    linktype: u32,
+    mul: u128,     // ns = ticks * mul / div + offset_ns
+    div: u128,     // u128::MAX stands for "more than any ticks * mul": the quotient is 0
+    offset_ns: i128,
+}
+
+impl Interface {
+    /// Capture time in ns, or None when it does not fit i64 (hostile or corrupt).
+    fn ts_ns(&self, ticks: u64) -> Option<Ts> {
+        // ticks * mul < 2^64 * 10^9 < 2^94: no overflow in u128.
+        let ns = (ticks as u128 * self.mul / self.div) as i128 + self.offset_ns;
+        i64::try_from(ns).ok()
+    }
+}
+
+/// Map a pcapng if_tsresol byte to an exact (multiplier, divisor) giving ns.
+fn tsresol_ratio(value: u8) -> (u128, u128) {
+    let exponent = u32::from(value & 0x7F);
+    if value & 0x80 != 0 {
+        return (1_000_000_000, 1u128 << exponent); // exponent <= 127 fits u128
+    }
+    if exponent <= 9 {
+        return (10u128.pow(9 - exponent), 1);
+    }
+    (1, 10u128.checked_pow(exponent - 9).unwrap_or(u128::MAX))
+}
+
+/// An IDB body (after type and length, trailing length included) -> its interface.
+fn parse_idb(body: &[u8], big: bool, counters: &mut Counters) -> Interface {
+    let mut iface = Interface {
+        linktype: rd16(body, 0, big).map_or(0, u32::from),
+        mul: 1000, // default resolution: microseconds
+        div: 1,
+        offset_ns: 0,
+    };
+    let end = body.len().saturating_sub(4); // the trailing block length copy
+    let mut pos = 8;
+    // Each option moves pos by at least 4: bounded by the block.
+    while pos + 4 <= end {
+        let (Some(code), Some(length)) = (rd16(body, pos, big), rd16(body, pos + 2, big)) else {
+            break;
+        };
+        if code == 0 {
+            break;
+        }
+        let length = length as usize;
+        let Some(value) = body.get(pos + 4..pos + 4 + length).filter(|_| pos + 4 + length <= end)
+        else {
+            counters.inc("bad_pcapng_option");
+            break;
+        };
+        if code == OPT_IF_TSRESOL && length >= 1 {
+            (iface.mul, iface.div) = tsresol_ratio(value[0]);
+        } else if code == OPT_IF_TSOFFSET && length == 8 {
+            if let Some(secs) = rd64(value, 0, big) {
+                iface.offset_ns = i128::from(secs as i64) * NS_PER_S;
+            }
+        }
+        pos += 4 + ((length + 3) & !3);
+    }
+    iface
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Format {
+    Pcap { big: bool, frac_ns: i64, rec_len: usize, linktype: u32 },
+    Pcapng { big: bool },
+}
+
+/// One packet record located in the reader's buffer.
+#[derive(Debug, Clone, Copy)]
+struct Record {
+    linktype: u32,
+    ts_ns: Option<Ts>,
+    start: usize,
+    len: usize,
+    wire_len: u32,
+}
+
+/// Counts the bytes taken from the underlying source (compressed ones for gzip), for
+/// progress bars measured against the file size.
+struct Counting {
+    inner: Box<dyn Read + Send>,
+    taken: Arc<AtomicU64>,
+}
+
+impl Read for Counting {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(out)?;
+        self.taken.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
 pub struct PacketReader {
-    _source: Box<dyn Read + Send>,
+    source: Box<dyn Read + Send>,
+    taken: Arc<AtomicU64>,
+    buf: Vec<u8>,
+    pos: usize,
+    filled: usize,
+    read_failed: bool, // I/O error or corrupt gzip: treated as the end, counted once
+    done: bool,
+    format: Format,
+    interfaces: Vec<Interface>,
+    frame: u64,
+    empty_run: u64,
+    pending_frames: u64,
+    pending_tcp: u64,
+    oversize: u64,
+}
+
+/// Read until `out` is full or the source ends; Interrupted is retried.
+fn read_full(src: &mut dyn Read, out: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < out.len() {
+        match src.read(&mut out[got..]) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+fn check_header(head: &[u8]) -> Result<Format, CaptureError> {
+    let magic: Option<[u8; 4]> = head.get(..4).and_then(|m| m.try_into().ok());
+    let pcap = match magic {
+        // magic as stored -> (big-endian, ns per fraction unit, record header size)
+        Some([0xD4, 0xC3, 0xB2, 0xA1]) => Some((false, 1000, 16)),
+        Some([0xA1, 0xB2, 0xC3, 0xD4]) => Some((true, 1000, 16)),
+        Some([0x4D, 0x3C, 0xB2, 0xA1]) => Some((false, 1, 16)),
+        Some([0xA1, 0xB2, 0x3C, 0x4D]) => Some((true, 1, 16)),
+        // Kuznetzov's "modified" pcap: 8 more bytes per record header.
+        Some([0x34, 0xCD, 0xB2, 0xA1]) => Some((false, 1000, 24)),
+        Some([0xA1, 0xB2, 0xCD, 0x34]) => Some((true, 1000, 24)),
+        _ => None,
+    };
+    if let Some((big, frac_ns, rec_len)) = pcap {
+        // The upper bits of the link type field carry FCS info; the type is the low 16.
+        let Some(linktype) = rd32(head, 20, big) else {
+            return Err(CaptureError(format!(
+                "pcap file header is truncated ({} of 24 bytes)",
+                head.len()
+            )));
+        };
+        return Ok(Format::Pcap { big, frac_ns, rec_len, linktype: linktype & 0xFFFF });
+    }
+    if magic == Some(PCAPNG_SHB) {
+        return match head.get(8..12) {
+            Some(b) if b == BOM_LE => Ok(Format::Pcapng { big: false }),
+            Some(b) if b == BOM_BE => Ok(Format::Pcapng { big: true }),
+            _ => Err(CaptureError(
+                "pcapng section header is truncated or has a bad byte order".into(),
+            )),
+        };
+    }
+    if head.is_empty() {
+        return Err(CaptureError("empty file, not a pcap or pcapng capture".into()));
+    }
+    let hex: String = head.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    Err(CaptureError(format!(
+        "not a pcap or pcapng capture (starts with {hex}, expected pcap magic a1b2c3d4/a1b23c4d or pcapng 0a0d0d0a)"
+    )))
+}
+
+/// Open a capture file (gzip-compressed or not, told by magic).
+pub fn open_path(path: &str) -> Result<PacketReader, CaptureError> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| CaptureError(format!("{path}: cannot open: {e}")))?;
+    PacketReader::new(Box::new(file)).map_err(|e| CaptureError(format!("{path}: {}", e.0)))
 }
 
 impl PacketReader {
     pub fn new(source: Box<dyn Read + Send>) -> Result<Self, CaptureError> {
-        Ok(PacketReader { _source: source })
+        let taken = Arc::new(AtomicU64::new(0));
+        let mut source: Box<dyn Read + Send> =
+            Box::new(Counting { inner: source, taken: Arc::clone(&taken) });
+        let mut head = [0u8; 24];
+        let cannot_read = |e: std::io::Error| CaptureError(format!("cannot read: {e}"));
+        let mut got = read_full(&mut *source, &mut head).map_err(cannot_read)?;
+        if head[..got].starts_with(&GZIP_MAGIC) {
+            let replay = Cursor::new(head[..got].to_vec());
+            source = Box::new(flate2::read::MultiGzDecoder::new(replay.chain(source)));
+            got = read_full(&mut *source, &mut head).map_err(cannot_read)?;
+        }
+        let head = &head[..got];
+        let format = check_header(head)?;
+        let mut buf = vec![0u8; CHUNK];
+        // The pcap file header is consumed; a pcapng SHB is read again as a block.
+        let keep: &[u8] = if matches!(format, Format::Pcap { .. }) { &[] } else { head };
+        buf[..keep.len()].copy_from_slice(keep);
+        Ok(PacketReader {
+            source,
+            taken,
+            buf,
+            pos: 0,
+            filled: keep.len(),
+            read_failed: false,
+            done: false,
+            format,
+            interfaces: Vec::new(),
+            frame: 0,
+            empty_run: 0,
+            pending_frames: 0,
+            pending_tcp: 0,
+            oversize: 0,
+        })
+    }
+
+    /// Bytes consumed from the underlying source so far (compressed bytes for gzip).
+    pub fn bytes_read(&self) -> u64 {
+        self.taken.load(Ordering::Relaxed)
     }
 
     /// The next TCP packet, or None at the end of the capture (or on an unreadable rest,
     /// which is counted, never raised).
-    pub fn next_packet(&mut self, _counters: &mut Counters) -> Option<Packet<'_>> {
-        None
+    pub fn next_packet(&mut self, counters: &mut Counters) -> Option<Packet<'_>> {
+        let (seg, start, len, ts_ns) = loop {
+            let Some(rec) = self.next_record(counters) else {
+                self.finish(counters);
+                return None;
+            };
+            self.frame += 1;
+            self.pending_frames += 1;
+            if self.pending_frames >= COUNT_FLUSH {
+                self.flush(counters);
+            }
+            let Some(ts_ns) = rec.ts_ns else {
+                counters.inc("bad_timestamp");
+                continue;
+            };
+            let data = &self.buf[rec.start..rec.start + rec.len];
+            if let Some(seg) = decode(rec.linktype, data, Some(rec.wire_len), counters) {
+                self.pending_tcp += 1;
+                break (seg, rec.start, rec.len, ts_ns);
+            }
+        };
+        Some(packet(&seg, self.frame, ts_ns, &self.buf[start..start + len]))
     }
-}
 
-/// One link-layer frame (tcpdump LINKTYPE_*) -> TCP packet, or None (counted).
-pub fn decode_link<'a>(
-    _linktype: u32,
-    _ts_ns: Ts,
-    _frame: u64,
-    _data: &'a [u8],
-    _counters: &mut Counters,
-) -> Option<Packet<'a>> {
-    None
+    /// Publish the counts kept in fields. `next_packet` does it at the end of the
+    /// capture; a caller that stops earlier calls it itself.
+    pub fn finish(&mut self, counters: &mut Counters) {
+        self.flush(counters);
+        if self.oversize > 0 {
+            counters.add("caplen_exceeds_wire_len", self.oversize);
+            self.oversize = 0;
+        }
+        if self.read_failed {
+            counters.inc("read_error");
+            self.read_failed = false;
+        }
+        self.done = true;
+    }
+
+    fn flush(&mut self, counters: &mut Counters) {
+        if self.pending_frames > 0 {
+            counters.add("frames", self.pending_frames);
+            self.pending_frames = 0;
+        }
+        if self.pending_tcp > 0 {
+            counters.add("tcp_packets", self.pending_tcp);
+            self.pending_tcp = 0;
+        }
+    }
+
+    /// Make `n` bytes available at `pos`; false if the source ends (or fails) first.
+    fn ensure(&mut self, n: usize, counters: &mut Counters) -> bool {
+        let have = self.filled - self.pos;
+        if have >= n {
+            return true;
+        }
+        self.buf.copy_within(self.pos..self.filled, 0);
+        self.pos = 0;
+        self.filled = have;
+        if self.done {
+            return false;
+        }
+        // Read as capture.py does (at least a chunk at a time) so `bytes_read` agrees.
+        let want = (n - have).max(CHUNK);
+        if self.buf.len() < have + want {
+            self.buf.resize(have + want, 0);
+        }
+        let limit = have + want;
+        while self.filled < n {
+            match self.source.read(&mut self.buf[self.filled..limit]) {
+                Ok(0) => break,
+                Ok(k) => {
+                    self.filled += k;
+                    counters.add("bytes_read", k as u64);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.read_failed = true;
+                    break;
+                }
+            }
+        }
+        if self.filled < n {
+            self.done = true; // nothing more will come: do not ask the source again
+        }
+        self.filled >= n
+    }
+
+    /// A run of records without packet bytes too long for a real capture ends the file.
+    fn note_empty(&mut self, counters: &mut Counters) -> bool {
+        self.empty_run += 1;
+        if self.empty_run > MAX_EMPTY_RUN {
+            counters.inc("bad_record");
+            return false;
+        }
+        true
+    }
+
+    fn next_record(&mut self, counters: &mut Counters) -> Option<Record> {
+        if self.done && self.filled == self.pos {
+            return None;
+        }
+        let rec = match self.format {
+            Format::Pcap { big, frac_ns, rec_len, linktype } => {
+                self.pcap_record(big, frac_ns, rec_len, linktype, counters)
+            }
+            Format::Pcapng { .. } => self.pcapng_record(counters),
+        };
+        match rec {
+            Some(r) if r.len == 0 && !self.note_empty(counters) => None,
+            Some(r) => {
+                if r.len > 0 {
+                    self.empty_run = 0;
+                }
+                Some(r)
+            }
+            None => None,
+        }
+        .or_else(|| {
+            self.stop();
+            None
+        })
+    }
+
+    /// Nothing more is read: the rest of the source is neither parsed nor inflated.
+    fn stop(&mut self) {
+        self.done = true;
+        self.pos = self.filled;
+    }
+
+    fn pcap_record(
+        &mut self,
+        big: bool,
+        frac_ns: i64,
+        rec_len: usize,
+        linktype: u32,
+        counters: &mut Counters,
+    ) -> Option<Record> {
+        if !self.ensure(rec_len, counters) {
+            if self.filled > self.pos {
+                counters.inc("truncated_file");
+            }
+            return None;
+        }
+        let head = &self.buf[self.pos..self.pos + 16];
+        let (sec, frac) = (rd32(head, 0, big)?, rd32(head, 4, big)?);
+        let (incl, orig) = (rd32(head, 8, big)?, rd32(head, 12, big)?);
+        let incl = incl as usize;
+        if incl > MAX_RECORD {
+            counters.inc("bad_record");
+            return None;
+        }
+        if !self.ensure(rec_len + incl, counters) {
+            counters.inc("truncated_file");
+            return None;
+        }
+        let start = self.pos + rec_len;
+        self.pos = start + incl;
+        if incl > orig as usize {
+            self.oversize += 1;
+        }
+        // Both u32: at most ~4.3e18 + 4.3e12, inside i64.
+        let ts_ns = i64::from(sec) * 1_000_000_000 + i64::from(frac) * frac_ns;
+        Some(Record { linktype, ts_ns: Some(ts_ns), start, len: incl, wire_len: orig })
+    }
+
+    fn pcapng_record(&mut self, counters: &mut Counters) -> Option<Record> {
+        // Each pass consumes one block (>= 12 bytes) or returns: bounded by the file,
+        // and by MAX_EMPTY_RUN for blocks that deliver nothing.
+        loop {
+            if !self.ensure(28, counters) && self.filled - self.pos < 12 {
+                if self.filled > self.pos {
+                    counters.inc("truncated_file");
+                }
+                return None;
+            }
+            let Format::Pcapng { mut big } = self.format else { return None };
+            let p = self.pos;
+            let btype = rd32(&self.buf, p, big)?;
+            if btype == BT_SHB {
+                // The byte-order magic decides how this section (and its length) reads.
+                big = match self.buf.get(p + 8..p + 12) {
+                    Some(b) if b == BOM_LE => false,
+                    Some(b) if b == BOM_BE => true,
+                    _ => {
+                        counters.inc("bad_record");
+                        return None;
+                    }
+                };
+                self.format = Format::Pcapng { big };
+                self.interfaces.clear();
+            }
+            let blen = rd32(&self.buf, p + 4, big)? as usize;
+            if blen < 12 || blen % 4 != 0 || blen > MAX_RECORD {
+                counters.inc("bad_record");
+                return None;
+            }
+            if !self.ensure(blen, counters) {
+                counters.inc("truncated_file");
+                return None;
+            }
+            let p = self.pos; // ensure may have moved the block to the buffer's start
+            self.pos = p + blen;
+            let block = &self.buf[p..p + blen];
+            match btype {
+                BT_EPB | BT_PB => {
+                    if blen < 32 {
+                        counters.inc("bad_record");
+                    } else if let Some(rec) = self.packet_block(btype, p, big, counters) {
+                        return Some(rec);
+                    }
+                }
+                BT_SPB => {
+                    let Some(first) = self.interfaces.first().filter(|_| blen >= 16) else {
+                        counters.inc("pcapng_unknown_interface");
+                        if !self.note_empty(counters) {
+                            return None;
+                        }
+                        continue;
+                    };
+                    let orig = rd32(block, 8, big)?;
+                    counters.inc("pcapng_simple_packet_block");
+                    let len = (orig as usize).min(blen - 16);
+                    // No timestamp in an SPB: ts_ns is 0, as in capture.py.
+                    return Some(Record {
+                        linktype: first.linktype,
+                        ts_ns: Some(0),
+                        start: p + 12,
+                        len,
+                        wire_len: orig,
+                    });
+                }
+                BT_IDB => {
+                    if blen < 20 {
+                        counters.inc("bad_record");
+                        return None;
+                    }
+                    let iface = parse_idb(&block[8..], big, counters);
+                    if self.interfaces.len() < MAX_INTERFACES {
+                        self.interfaces.push(iface);
+                    } else {
+                        counters.inc("pcapng_interface_limit");
+                    }
+                }
+                // Other blocks (name resolution, statistics, custom, ...) carry no packets.
+                _ => {}
+            }
+            if !self.note_empty(counters) {
+                return None;
+            }
+        }
+    }
+
+    /// EPB or obsolete PB at `p` (whole block in the buffer, >= 32 bytes) -> its record,
+    /// or None (counted) when its interface or length is impossible.
+    fn packet_block(&self, btype: u32, p: usize, big: bool, counters: &mut Counters) -> Option<Record> {
+        let block = self.buf.get(p..self.pos)?;
+        let iface_id = if btype == BT_PB {
+            // Obsolete layout: a 16-bit interface id, then a 16-bit drop count.
+            u32::from(rd16(block, 8, big)?)
+        } else {
+            rd32(block, 8, big)?
+        };
+        let ts_hi = rd32(block, 12, big)?;
+        let ts_lo = rd32(block, 16, big)?;
+        let caplen = rd32(block, 20, big)? as usize;
+        let orig = rd32(block, 24, big)?;
+        let Some(iface) = self.interfaces.get(iface_id as usize) else {
+            counters.inc("pcapng_unknown_interface");
+            return None;
+        };
+        if caplen > block.len() - 32 {
+            counters.inc("bad_record");
+            return None;
+        }
+        let ticks = (u64::from(ts_hi) << 32) | u64::from(ts_lo);
+        Some(Record {
+            linktype: iface.linktype,
+            ts_ns: iface.ts_ns(ticks),
+            start: p + 28,
+            len: caplen,
+            wire_len: orig,
+        })
+    }
 }
