@@ -612,6 +612,12 @@ fn decompress(
     }
     let limit = ctx.budget.remaining;
     let mut produced = 0u64;
+    if data.is_empty() && (codec == 3 || codec == 4) {
+        // The frame decoders read no frame as no output; records.py's reject it.
+        let name = CODEC_NAMES[usize::from(codec)];
+        ctx.error("decompression_failed", format_args!("{name}: empty input in {where_}"));
+        return Err(Outcome::Failed);
+    }
     let result = match codec {
         1 => gunzip(data, limit, &mut produced),
         2 => unsnappy(data, limit, &mut produced),
