@@ -696,8 +696,11 @@ def test_budget_is_shared_across_batches() -> None:
     one = kp_build(2, GZIP, [(0, None, bytes(300_000), [])])
     rs = parse_records(one * 4, max_decompressed=700_000)
     assert rs.batches == 4
-    assert rs.records == 2
+    # Two decompressed and walked; past the budget each header's count (1) is taken.
+    assert rs.records == 4
     assert [e.split(":")[0] for e in rs.errors] == ["decompression_limit"] * 2
+    # The overrun spent the rest of the budget: the last batch is not tried again.
+    assert rs.errors[1].endswith("output over 0 bytes in batch 3 at offset 1194")
 
 
 # --- real traffic ------------------------------------------------------------------------

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,13 +43,14 @@ class Decoded:
 
 def _records_hook(expand: bool) -> kc.RecordsHook:
     try:
-        from dissector.protocol.records import parse_records
+        from dissector.protocol.records import current_frame_budget, parse_records
     except ImportError:  # the record-batch module is optional for the engine
         return kc.raw_records
 
     def hook(data: Any) -> Any:
         try:
-            return parse_records(data, expand=expand)
+            # Every records field of the frame shares its budget (see _frame_scope).
+            return parse_records(data, expand=expand, budget=current_frame_budget())
         except Exception as exc:  # a record parser bug must not lose the message
             return {"size": len(data), "error": f"{type(exc).__name__}: {exc}"}
 
@@ -125,18 +128,35 @@ def _default_registry() -> Registry:
     return _registry_for((), "generate")
 
 
+@functools.cache
+def _frame_budget_type() -> Callable[[], AbstractContextManager[Any]]:
+    try:
+        from dissector.protocol.records import frame_budget
+    except ImportError:  # the record-batch module is optional for the engine
+        return contextlib.nullcontext
+    return frame_budget
+
+
+def _frame_scope() -> AbstractContextManager[Any]:
+    """One decompression budget for all records fields of one decode of a frame, so
+    that a Produce of many partitions cannot multiply it (issue #11)."""
+    return _frame_budget_type()()
+
+
 def _decode_body(
     registry: Registry, layout: Layout, buf: bytes, start: int, expand: bool, out: Decoded
 ) -> int:
     """Fill out.body/out.error; returns the end offset. The fast path raises on bad
     bytes; the closure decoder then says where, and keeps the partial body."""
     try:
-        out.body, end = registry.decoder(layout, expand)(buf, start)
+        with _frame_scope():
+            out.body, end = registry.decoder(layout, expand)(buf, start)
         return end
     except Exception:  # bad bytes (or a generator bug): let the closures explain
         pass
     try:
-        out.body, end = registry.explainer(layout, expand)(buf, start)
+        with _frame_scope():  # the second decode starts with a full budget again
+            out.body, end = registry.explainer(layout, expand)(buf, start)
     except kc.DecodeFailure as exc:
         out.body, out.error = exc.partial, exc.message()
         return len(buf)

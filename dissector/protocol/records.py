@@ -9,10 +9,17 @@ Rules it keeps, whatever the bytes:
 * It never raises and never hangs. Anomalies go to ``RecordSet.errors`` as
   ``"<snake_case_code>: <detail>"`` strings (codes in :data:`ERROR_CODES`).
 * Allocation is bounded by the input plus ``max_decompressed``, a budget shared by
-  every decompression in one call (gzip streams through zlib's ``max_length``; the
-  other codecs decompress into a buffer that may grow up to the budget, never past
-  it). Counts and lengths read from the wire are checked against the bytes that
-  remain before anything is sized from them. With ``expand=True`` the kept batches
+  every decompression in one call, or in one frame when the caller passes the same
+  :class:`Budget` to every ``records`` field of it (``frame_budget()`` does that for
+  the decoder's records hook). gzip streams through zlib's ``max_length``; the other
+  codecs decompress into a buffer that may grow up to the budget, never past it. A
+  decompression that fails or overruns the budget is charged what it produced (an
+  upper bound where the codec cannot tell), so a frame of many small bombs costs
+  no more than one: work stays linear in input plus budget.
+* A compressed v2 batch past the budget is reported (``decompression_limit``) and
+  counted by its header's records count, the only count left.
+* Counts and lengths read from the wire are checked against the bytes that remain
+  before anything is sized from them. With ``expand=True`` the kept batches
   and records are bounded too (``ITEM_BUDGET_FACTOR * max_decompressed``, error
   ``expand_limit``): past that, records are counted but not kept.
 * Without ``expand`` nothing per record is built: a batch is counted by walking the
@@ -35,6 +42,7 @@ import base64
 import struct
 import zlib
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -46,7 +54,11 @@ __all__ = [
     "CODEC_NAMES",
     "CONTROL_TYPES",
     "ERROR_CODES",
+    "MAX_DECOMPRESSED",
+    "Budget",
     "RecordSet",
+    "current_frame_budget",
+    "frame_budget",
     "parse_records",
 ]
 
@@ -96,6 +108,7 @@ ERROR_CODES: Final[frozenset[str]] = frozenset(
 )
 
 MAX_ERRORS: Final = 64
+MAX_DECOMPRESSED: Final = 64 * 1024 * 1024  # default budget of one call or one frame
 # expand=True keeps records as Python objects, several times the size of their bytes:
 # bound them too, by ITEM_BUDGET_FACTOR * max_decompressed at ITEM_OVERHEAD + length
 # bytes each (a dict of ten entries and its strings take about that).
@@ -146,9 +159,59 @@ _XERIAL_HEADER: Final = 16
 _SNAPPY_FRAMED_MAGIC: Final = b"\xff\x06\x00\x00sNaPpY"
 _LZ4_MAGIC: Final = b"\x04\x22\x4d\x18"
 _CRAMJAM_FULL: Final = "failed to write whole buffer"
+# zlib output per call, so that a failing gzip stream is charged what it produced.
+_GZIP_STEP: Final = 256 * 1024
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 Item = dict[str, Any]
+
+
+@dataclass
+class Budget:
+    """What decompression (and ``expand``'s kept items) may still use.
+
+    One budget serves every ``records`` field of one frame, so a Produce of a
+    hundred partitions cannot multiply it.
+    """
+
+    remaining: int
+    items: int  # bytes of kept records expand=True may still add; -1 once spent
+
+    @classmethod
+    def per_frame(cls, max_decompressed: int = MAX_DECOMPRESSED) -> Budget:
+        limit = max(0, max_decompressed)
+        return cls(remaining=limit, items=ITEM_BUDGET_FACTOR * limit)
+
+    def charge(self, n: int) -> None:
+        self.remaining -= min(max(n, 0), self.remaining)
+
+
+_FRAME_BUDGET: ContextVar[Budget | None] = ContextVar("records_frame_budget", default=None)
+
+
+class frame_budget:  # lower case: it reads like a function, ``with frame_budget():``
+    """Context in which every records field shares one :class:`Budget` (the one
+    ``current_frame_budget()`` returns): enter it once per decoded frame."""
+
+    __slots__ = ("_token", "budget")
+
+    def __init__(self, max_decompressed: int = MAX_DECOMPRESSED) -> None:
+        self.budget = Budget.per_frame(max_decompressed)
+        self._token: Token[Budget | None] | None = None
+
+    def __enter__(self) -> Budget:
+        self._token = _FRAME_BUDGET.set(self.budget)
+        return self.budget
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _FRAME_BUDGET.reset(self._token)
+            self._token = None
+
+
+def current_frame_budget() -> Budget | None:
+    """The budget of the frame being decoded, or None outside ``frame_budget()``."""
+    return _FRAME_BUDGET.get()
 
 
 @dataclass
@@ -190,22 +253,26 @@ def parse_records(
     data: bytes | bytearray | memoryview | None,
     *,
     expand: bool = False,
-    max_decompressed: int = 64 * 1024 * 1024,
+    max_decompressed: int = MAX_DECOMPRESSED,
+    budget: Budget | None = None,
 ) -> RecordSet:
     """Parse a Kafka ``records`` field (any mix of magic 0, 1 and 2 entries).
 
     Without ``expand`` only counts are kept; uncompressed v2 batches are counted from
     their records-count field, validated by walking the record length prefixes.
-    Compressed batches are always decompressed (within ``max_decompressed``, shared
-    by the whole call) so that their count is checked, not trusted.
+    Compressed batches are decompressed (within ``max_decompressed``, shared by the
+    whole call, or within ``budget``, shared with the caller's other fields and left
+    spent by this call) so that their count is checked, not trusted; past the budget
+    the header's count is taken.
     """
     if data is None:  # a null records field
         return RecordSet(items=[] if expand else None)
     if not isinstance(data, bytes | bytearray | memoryview):
         return RecordSet(items=[] if expand else None, errors=[f"bad_input: {type(data).__name__}"])
     buf = data if isinstance(data, bytes) else bytes(data)
-    budget = max(0, max_decompressed)
-    ctx = _Ctx(expand=expand, budget=budget, item_budget=ITEM_BUDGET_FACTOR * budget)
+    if budget is None:
+        budget = Budget.per_frame(max_decompressed)
+    ctx = _Ctx(expand=expand, budget=budget)
     result = RecordSet(bytes=len(buf), items=[] if expand else None)
     try:
         _walk_top(ctx, buf)
@@ -227,17 +294,17 @@ def parse_records(
 class _Bad(Exception):
     """An anomaly inside one record or one compressed payload."""
 
-    def __init__(self, code: str, detail: str) -> None:
+    def __init__(self, code: str, detail: str, produced: int = 0) -> None:
         super().__init__(f"{code}: {detail}")
         self.code = code
         self.detail = detail
+        self.produced = produced  # decompressed bytes spent before the failure
 
 
 @dataclass
 class _Ctx:
     expand: bool
-    budget: int
-    item_budget: int
+    budget: Budget
     batches: int = 0
     records: int = 0
     partial_batches: int = 0
@@ -245,6 +312,8 @@ class _Ctx:
     items: list[Item] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     dropped_errors: int = 0
+    expand_limited: bool = False
+    limit_hit: bool = False  # the last decompression ran past the budget
 
     def error(self, code: str, detail: str) -> None:
         # Garbage input can hold one anomaly per dozen bytes: keep the list bounded.
@@ -256,12 +325,13 @@ class _Ctx:
     def keep(self, size: int, where: str) -> bool:
         """Whether expand may keep one more record of ``size`` bytes."""
         cost = size + ITEM_OVERHEAD
-        if self.item_budget >= cost:
-            self.item_budget -= cost
+        if self.budget.items >= cost:
+            self.budget.items -= cost
             return True
-        if self.item_budget >= 0:
+        if not self.expand_limited:  # report once per field
             self.error("expand_limit", f"records from {where} on are counted, not kept")
-            self.item_budget = -1  # report once
+            self.expand_limited = True
+        self.budget.items = -1  # keep a prefix: nothing after the first refusal
         return False
 
     def finish_errors(self) -> list[str]:
@@ -360,6 +430,8 @@ def _v2_batch(ctx: _Ctx, buf: bytes, pos: int, end: int, index: int) -> None:
     records: list[Item] | None = [] if ctx.expand and ctx.keep(_V2.size, where) else None
     if data is not None:
         ctx.records += _v2_records(ctx, header, data, start, stop, count, where, records)
+    elif ctx.limit_hit:
+        ctx.records += count  # past the budget the header's count is all there is
     if records is not None:
         ctx.items.append(_v2_item(header, crc_ok, pos, records))
 
@@ -759,26 +831,34 @@ def _legacy_record(message: _Legacy, wrapper: _Legacy) -> Item:
 def _decompress(
     ctx: _Ctx, codec: int, data: memoryview, magic: int, where: str
 ) -> bytes | memoryview | None:
-    """Decompress within ctx.budget; on failure record the anomaly and return None."""
+    """Decompress within ctx.budget; on failure record the anomaly and return None
+    (``ctx.limit_hit`` tells a budget overrun from bad data). The budget is charged
+    what the codec produced, failed or not."""
+    ctx.limit_hit = False
     if codec >= len(CODEC_NAMES):
         ctx.error("unknown_codec", f"{codec} in {where}")
         return None
+    limit = ctx.budget.remaining
     try:
         if codec == 1:
-            out: bytes | memoryview = _gunzip(data, ctx.budget)
+            out: bytes | memoryview = _gunzip(data, limit)
         elif codec == 2:
-            out = _unsnappy(data, ctx.budget)
+            out = _unsnappy(data, limit)
         elif codec == 3:
-            out = _unlz4(data, ctx.budget, old_kafka=magic == 0)
+            out = _unlz4(data, limit, old_kafka=magic == 0)
         else:
-            out = _bounded(cramjam.zstd.decompress_into, data, ctx.budget, "zstd")
+            out = _bounded(cramjam.zstd.decompress_into, data, limit, "zstd")
     except _Bad as bad:
         ctx.error(bad.code, f"{bad.detail} in {where}")
+        ctx.limit_hit = bad.code == "decompression_limit"
+        # An overrun produced the whole budget: charging less would let the next
+        # field of the frame do that work again.
+        ctx.budget.charge(limit if ctx.limit_hit else bad.produced)
         return None
     except Exception as exc:  # codec libraries raise assorted types on corrupt input
         ctx.error("decompression_failed", f"{CODEC_NAMES[codec]}: {exc} in {where}")
         return None
-    ctx.budget -= len(out)
+    ctx.budget.charge(len(out))
     return out
 
 
@@ -787,22 +867,27 @@ def _limit(name: str, limit: int) -> _Bad:
 
 
 def _gunzip(data: memoryview, limit: int) -> bytes:
-    """Streaming gzip with zlib's max_length: never holds more than limit + 1 bytes."""
+    """Streaming gzip with zlib's max_length: never holds more than limit + 1 bytes,
+    produced in steps so that a stream that fails late is charged what it made."""
     parts: list[bytes] = []
     produced = 0
     rest: bytes | memoryview = data
     while True:
         stream = zlib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
-        try:
-            chunk = stream.decompress(rest, limit - produced + 1)
-        except zlib.error as exc:
-            raise _Bad("decompression_failed", f"gzip: {exc}") from None
-        produced += len(chunk)
-        if produced > limit:
-            raise _limit("gzip", limit)
-        parts.append(chunk)
-        if not stream.eof:
-            raise _Bad("decompression_failed", "gzip: stream cut off")
+        pending: bytes | memoryview = rest
+        # Each pass makes output or takes input, or stops: bounded by both.
+        while not stream.eof:
+            try:
+                chunk = stream.decompress(pending, min(_GZIP_STEP, limit - produced + 1))
+            except zlib.error as exc:
+                raise _Bad("decompression_failed", f"gzip: {exc}", produced) from None
+            produced += len(chunk)
+            if produced > limit:
+                raise _limit("gzip", limit)
+            parts.append(chunk)
+            pending = stream.unconsumed_tail
+            if not chunk and not pending:
+                raise _Bad("decompression_failed", "gzip: stream cut off", produced)
         rest = stream.unused_data
         # Java's GZIPInputStream reads concatenated members; other trailing bytes it ignores.
         if not rest.startswith(b"\x1f\x8b"):
@@ -823,7 +908,8 @@ def _bounded(
             n = into(data, out)
         except cramjam.DecompressionError as exc:
             if _CRAMJAM_FULL not in str(exc):
-                raise _Bad("decompression_failed", f"{name}: {exc}") from None
+                # How much came out before the failure is unknown: charge the buffer.
+                raise _Bad("decompression_failed", f"{name}: {exc}", size) from None
             if size >= limit:
                 raise _limit(name, limit) from None
             size = min(limit, size * 8)
@@ -847,7 +933,10 @@ def _snappy_block(block: memoryview, limit: int) -> memoryview:
     if declared > limit:
         raise _limit("snappy", limit)
     out = bytearray(declared)
-    n = cramjam.snappy.decompress_raw_into(block, out)
+    try:
+        n = cramjam.snappy.decompress_raw_into(block, out)
+    except cramjam.DecompressionError as exc:
+        raise _Bad("decompression_failed", f"snappy: {exc}", declared) from None
     return memoryview(out)[:n]
 
 
@@ -864,7 +953,11 @@ def _unxerial(data: memoryview, limit: int) -> bytes:
         pos += _I32.size
         if length < 0 or pos + length > len(data):
             raise _Bad("decompression_failed", f"snappy: xerial block of {length} bytes")
-        block = _snappy_block(data[pos : pos + length], limit - produced)
+        try:
+            block = _snappy_block(data[pos : pos + length], limit - produced)
+        except _Bad as bad:
+            bad.produced += produced
+            raise
         produced += len(block)
         parts.append(block)
         pos += length

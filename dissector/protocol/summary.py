@@ -73,6 +73,10 @@ class Summary:
     compression: str | None = None
     throttle_ms: int | None = None
     decode_error: str | None = None
+    # Anomalies inside records fields (bad CRC, decompression limit, ...): listed in
+    # decode_error as "records: <code>: <detail>", counted here. They do not make the
+    # frame malformed.
+    record_errors: int = 0
 
 
 def _dicts(value: Any) -> Iterator[dict[str, Any]]:
@@ -100,6 +104,7 @@ class _Scan:
     records: int | None = None
     record_bytes: int | None = None
     codecs: list[str] = field(default_factory=list)
+    record_errors: list[str] = field(default_factory=list)
 
 
 def _is_error_key(key: str) -> bool:
@@ -122,13 +127,28 @@ def _walk(d: dict[str, Any], scan: _Scan, depth: int = 0) -> None:
             _walk_list(key, value, scan, depth)
         elif kind is dict:
             if "size" in value and len(value) <= 2 and set(value) <= {"size", "error"}:
-                scan.record_bytes = (scan.record_bytes or 0) + int(value["size"])
+                _add_records_size(value, scan)
             else:
                 _walk(value, scan, depth + 1)
         elif kind is not str and kind is not bytes and hasattr(value, "codecs"):
-            scan.records = (scan.records or 0) + int(value.records)
-            scan.record_bytes = (scan.record_bytes or 0) + int(value.bytes)
-            scan.codecs.extend(value.codecs)
+            _add_record_set(value, scan)
+
+
+def _add_record_set(value: Any, scan: _Scan) -> None:
+    """A records field parsed by protocol.records (a RecordSet)."""
+    scan.records = (scan.records or 0) + int(value.records)
+    scan.record_bytes = (scan.record_bytes or 0) + int(value.bytes)
+    scan.codecs.extend(value.codecs)
+    if value.errors:
+        scan.record_errors.extend(value.errors)
+
+
+def _add_records_size(value: dict[str, Any], scan: _Scan) -> None:
+    """A records field the hook only sized: raw, or its parser failed (``error``)."""
+    scan.record_bytes = (scan.record_bytes or 0) + int(value["size"])
+    error = value.get("error")
+    if error:
+        scan.record_errors.append(f"internal_error: {error}")
 
 
 def _walk_list(key: str, value: list[Any], scan: _Scan, depth: int) -> None:
@@ -303,15 +323,13 @@ def _run(steps: tuple[Step, ...], d: dict[str, Any], scan: _Scan) -> None:
                         scan.first_nonzero_error = value
         elif type(value) is dict:  # a struct, or the records hook's size summary
             if "size" in value and len(value) <= 2 and set(value) <= {"size", "error"}:
-                scan.record_bytes = (scan.record_bytes or 0) + int(value["size"])
+                _add_records_size(value, scan)
             elif op == _STRUCT:
                 _run(arg, value, scan)
             else:
                 _walk(value, scan)
         elif op == _RECORDS and hasattr(value, "codecs"):
-            scan.records = (scan.records or 0) + int(value.records)
-            scan.record_bytes = (scan.record_bytes or 0) + int(value.bytes)
-            scan.codecs.extend(value.codecs)
+            _add_record_set(value, scan)
 
 
 def _run_array(plan: _ArrayPlan, value: list[Any], scan: _Scan) -> None:
@@ -367,6 +385,7 @@ def summarize(
     code = _error_code(resp_body, resp)
     throttle = resp_body.get("throttle_time_ms") if resp_body else None
     codecs = req.codecs + resp.codecs
+    record_errors = req.record_errors + resp.record_errors
     return Summary(
         error_code=code,
         error_name=error_name(code) if code is not None else None,
@@ -377,7 +396,10 @@ def summarize(
         record_bytes=_sum(req.record_bytes, resp.record_bytes),
         compression=",".join(sorted(set(codecs))) if codecs else None,
         throttle_ms=throttle if type(throttle) is int else None,
-        decode_error=_decode_errors(request, response),
+        decode_error=_join_errors(
+            _decode_errors(request, response), _records_errors(record_errors)
+        ),
+        record_errors=len(record_errors),
     )
 
 
@@ -385,6 +407,27 @@ def _max(a: int | None, b: int | None) -> int | None:
     if a is None:
         return b
     return a if b is None or a >= b else b
+
+
+# Record errors listed in one row's decode_error; a Produce of many partitions with a
+# bad batch in each would otherwise make the cell as long as the frame.
+MAX_RECORD_ERRORS_LISTED = 8
+
+
+def _records_errors(errors: list[str]) -> str | None:
+    if not errors:
+        return None
+    listed = [f"records: {e}" for e in errors[:MAX_RECORD_ERRORS_LISTED]]
+    if len(errors) > MAX_RECORD_ERRORS_LISTED:
+        listed.append(
+            f"records: too_many_errors: {len(errors) - MAX_RECORD_ERRORS_LISTED} more not listed"
+        )
+    return "; ".join(listed)
+
+
+def _join_errors(*parts: str | None) -> str | None:
+    present = [p for p in parts if p]
+    return "; ".join(present) if present else None
 
 
 def _decode_errors(request: Decoded | None, response: Decoded | None) -> str | None:

@@ -1,20 +1,101 @@
 //! Record batches inside `records` fields: counts, bytes, codecs, CRC checks, budgets.
-//! Port of the summary-relevant part of `dissector/protocol/records.py`. OWNER: records helper.
+//! Port of the counting part of `dissector/protocol/records.py` (its `expand=False`
+//! path); that module is the oracle, so error codes and their wording follow it.
+//! OWNER: records helper.
+//!
+//! Every entry of a record set starts with `offset int64, length int32` and keeps its
+//! magic byte at byte 16, so one framing loop serves magic 0, 1 and 2 alike.
+//!
+//! Bounds, whatever the bytes: decompressed output never exceeds the frame's
+//! [`Budget`] (streaming decoders read at most `remaining + 1` bytes), every length is
+//! checked against the bytes present before use, errors are capped at [`MAX_ERRORS`]
+//! (the rest counted), and the work is linear in input plus budget: a decompression
+//! that fails or overruns is charged what it produced, so a frame of many small bombs
+//! cannot multiply the budget.
+
+use std::fmt;
+use std::io::Read;
 
 use crate::types::Counters;
 
 /// Codec names by their id in the batch attributes; bit i of `RecordsSummary::codecs`.
 pub const CODEC_NAMES: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
+/// Bit of `RecordsSummary::codecs` for codec ids 5-7, which records.py calls "unknown".
+pub const CODEC_UNKNOWN_BIT: u8 = 1 << 5;
+/// Name records.py gives codec ids without a name.
+pub const CODEC_UNKNOWN_NAME: &str = "unknown";
+
+/// records.py's default `max_decompressed`: the per-frame budget.
+pub const DEFAULT_MAX_DECOMPRESSED: u64 = 64 * 1024 * 1024;
+/// Errors listed per `records` field; the rest are counted in one `too_many_errors`.
+pub const MAX_ERRORS: usize = 64;
+/// Kafka itself allows one level of wrapper messages.
+pub const MAX_NESTING: u32 = 2;
+
+const ENTRY: usize = 12; // offset int64, length int32
+const MAGIC_AT: usize = 16;
+const V2_HEADER: usize = 61;
+const V2_CRC_FROM: usize = 21; // CRC-32C covers attributes .. end of batch
+const V2_CRC_AT: usize = 17;
+const V2_ATTRIBUTES_AT: usize = 21;
+const V2_COUNT_AT: usize = 57;
+const V2_MIN_RECORD: i64 = 6;
+const LEGACY_HEADER: usize = 18; // offset, size, crc, magic, attributes
+const LEGACY_MIN_SIZE: [usize; 2] = [14, 22]; // crc..value lengths for magic 0 and 1
+const LEGACY_CRC_AT: usize = 12;
+const LEGACY_ATTRIBUTES_AT: usize = 17;
+const LEGACY_TIMESTAMP: usize = 8;
+
+const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
+const XERIAL_HEADER: usize = 16;
+const SNAPPY_FRAMED_MAGIC: &[u8] = b"\xff\x06\x00\x00sNaPpY";
+const LZ4_MAGIC: &[u8] = b"\x04\x22\x4d\x18";
+const GZIP_MAGIC: &[u8] = b"\x1f\x8b";
+const READ_CHUNK: usize = 64 * 1024;
 
 /// What one `records` field holds, as the summary columns need it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecordsSummary {
     pub records: u64,
     pub bytes: u64,
+    /// Bit i set when a batch used codec `CODEC_NAMES[i]`; `CODEC_UNKNOWN_BIT` for ids 5-7.
     pub codecs: u8,
     /// "<snake_case_code>: <detail>" as records.py words them (its ERROR_CODES).
     pub errors: Vec<String>,
     pub partial_batches: u64,
+    /// Complete entries: v2 batches and magic 0/1 top-level messages.
+    pub batches: u64,
+}
+
+impl RecordsSummary {
+    /// Codec names of `codecs`, in `CODEC_NAMES` order then "unknown".
+    pub fn codec_names(&self) -> Vec<&'static str> {
+        codec_names(self.codecs)
+    }
+}
+
+/// Names of the codecs in a `codecs` mask (several fields' masks may be OR-ed first).
+pub fn codec_names(mask: u8) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = CODEC_NAMES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| mask & (1 << i) != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    if mask & CODEC_UNKNOWN_BIT != 0 {
+        out.push(CODEC_UNKNOWN_NAME);
+    }
+    out
+}
+
+/// The `compression` column as summary.py builds it: sorted distinct names joined by ",".
+pub fn compression_label(mask: u8) -> Option<String> {
+    let mut names = codec_names(mask);
+    if names.is_empty() {
+        return None;
+    }
+    names.sort_unstable();
+    Some(names.join(","))
 }
 
 /// Decompression budget shared by every `records` field of one frame (and capped per
@@ -22,14 +103,855 @@ pub struct RecordsSummary {
 #[derive(Debug, Clone)]
 pub struct Budget {
     pub remaining: u64,
+    /// Bytes charged so far: decompressed output, including that of failed attempts.
+    pub used: u64,
 }
 
 impl Budget {
     pub fn per_frame(max_decompressed: u64) -> Self {
-        Budget { remaining: max_decompressed }
+        Budget {
+            remaining: max_decompressed,
+            used: 0,
+        }
+    }
+
+    fn charge(&mut self, n: u64) {
+        let n = n.min(self.remaining);
+        self.remaining -= n;
+        self.used += n;
     }
 }
 
-pub fn summarize_records(data: &[u8], _budget: &mut Budget, _counters: &mut Counters) -> RecordsSummary {
-    RecordsSummary { bytes: data.len() as u64, ..Default::default() }
+/// The per-capture cap a caller holds: each frame's [`Budget`] is the smaller of the
+/// per-frame budget and what the capture has left, and the capture's allowance grows
+/// by `ratio` bytes per byte of frame, so total decompression stays linear in input.
+#[derive(Debug, Clone)]
+pub struct CaptureBudget {
+    pub remaining: u64,
+    pub per_frame: u64,
+    pub ratio: u64,
+}
+
+/// Defaults of [`CaptureBudget::default`]: real Kafka data rarely compresses past
+/// 100:1, while a record bomb reaches 10 000:1.
+pub const DEFAULT_CAPTURE_BASE: u64 = 256 * 1024 * 1024;
+pub const DEFAULT_CAPTURE_RATIO: u64 = 256;
+
+impl Default for CaptureBudget {
+    fn default() -> Self {
+        CaptureBudget::new(
+            DEFAULT_CAPTURE_BASE,
+            DEFAULT_MAX_DECOMPRESSED,
+            DEFAULT_CAPTURE_RATIO,
+        )
+    }
+}
+
+impl CaptureBudget {
+    pub fn new(base: u64, per_frame: u64, ratio: u64) -> Self {
+        CaptureBudget {
+            remaining: base,
+            per_frame,
+            ratio,
+        }
+    }
+
+    /// The budget for one frame of `frame_bytes` bytes; hand it back to `settle`.
+    pub fn frame(&mut self, frame_bytes: u64) -> Budget {
+        self.remaining = self
+            .remaining
+            .saturating_add(frame_bytes.saturating_mul(self.ratio));
+        Budget::per_frame(self.per_frame.min(self.remaining))
+    }
+
+    pub fn settle(&mut self, frame: &Budget) {
+        self.remaining = self.remaining.saturating_sub(frame.used);
+    }
+}
+
+/// Count what one `records` field holds (records.py's `parse_records(data)` without
+/// `expand`), decompressing within `budget`. Every error is also counted in
+/// `counters` as `records_<code>`, listed or not.
+pub fn summarize_records(
+    data: &[u8],
+    budget: &mut Budget,
+    counters: &mut Counters,
+) -> RecordsSummary {
+    let mut ctx = Ctx {
+        budget,
+        counters,
+        out: RecordsSummary::default(),
+        dropped: 0,
+    };
+    ctx.out.bytes = data.len() as u64;
+    walk_top(&mut ctx, data);
+    if ctx.dropped > 0 {
+        let n = ctx.dropped;
+        ctx.out
+            .errors
+            .push(format!("too_many_errors: {n} more not listed"));
+    }
+    if ctx.out.partial_batches > 0 {
+        ctx.counters
+            .add("records_partial_batches", ctx.out.partial_batches);
+    }
+    ctx.out
+}
+
+// --- internals -------------------------------------------------------------------
+
+struct Ctx<'a> {
+    budget: &'a mut Budget,
+    counters: &'a mut Counters,
+    out: RecordsSummary,
+    dropped: u64,
+}
+
+impl Ctx<'_> {
+    fn error(&mut self, code: &str, detail: impl fmt::Display) {
+        self.counters.inc(&format!("records_{code}"));
+        // Garbage input can hold one anomaly per dozen bytes: keep the list bounded.
+        if self.out.errors.len() < MAX_ERRORS {
+            self.out.errors.push(format!("{code}: {detail}"));
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    fn codec(&mut self, codec: u8) {
+        self.out.batches += 1;
+        self.out.codecs |= if (codec as usize) < CODEC_NAMES.len() {
+            1 << codec
+        } else {
+            CODEC_UNKNOWN_BIT
+        };
+    }
+}
+
+/// Where an entry sits, worded as records.py does ("batch 3 at offset 120").
+#[derive(Clone, Copy)]
+struct At {
+    index: usize,
+    pos: usize,
+}
+
+impl fmt::Display for At {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "batch {} at offset {}", self.index, self.pos)
+    }
+}
+
+fn be_i16(b: &[u8], at: usize) -> Option<i16> {
+    Some(i16::from_be_bytes(
+        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
+    ))
+}
+
+fn be_i32(b: &[u8], at: usize) -> Option<i32> {
+    Some(i32::from_be_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+fn be_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+/// One step of the framing loop.
+enum Entry {
+    /// A complete entry, ending at this offset.
+    Whole(usize),
+    /// The data ends inside this entry.
+    Partial,
+    /// Its length field is negative.
+    Negative,
+}
+
+/// The entry at `pos` of `buf` (`pos < buf.len()`).
+fn entry_at(buf: &[u8], pos: usize) -> Entry {
+    let Some(size) = be_i32(buf, pos + 8).filter(|_| buf.len() - pos >= ENTRY) else {
+        return Entry::Partial;
+    };
+    let Ok(size) = usize::try_from(size) else {
+        return Entry::Negative;
+    };
+    match (pos + ENTRY).checked_add(size) {
+        Some(end) if end <= buf.len() => Entry::Whole(end),
+        _ => Entry::Partial,
+    }
+}
+
+fn walk_top(ctx: &mut Ctx, buf: &[u8]) {
+    let mut pos = 0;
+    let mut index = 0;
+    // Each pass moves pos forward by at least ENTRY bytes or returns.
+    while pos < buf.len() {
+        let at = At { index, pos };
+        let end = match entry_at(buf, pos) {
+            Entry::Partial => {
+                ctx.out.partial_batches += 1;
+                return;
+            }
+            Entry::Negative => {
+                ctx.error("bad_batch_length", format_args!("negative length in {at}"));
+                return;
+            }
+            Entry::Whole(end) => end,
+        };
+        match buf.get(pos + MAGIC_AT).filter(|_| end - pos > MAGIC_AT) {
+            None => ctx.error("bad_batch_length", format_args!("{at} too short")),
+            Some(2) => v2_batch(ctx, buf, pos, end, at),
+            Some(&m @ (0 | 1)) => legacy_top(ctx, buf, pos, end, m, at),
+            Some(m) => ctx.error("unknown_magic", format_args!("{m} in {at}")),
+        }
+        pos = end;
+        index += 1;
+    }
+}
+
+// --- magic 2 ---------------------------------------------------------------------
+
+fn v2_batch(ctx: &mut Ctx, buf: &[u8], pos: usize, end: usize, at: At) {
+    let (Some(crc), Some(attributes), Some(count), Some(covered)) = (
+        be_u32(buf, pos + V2_CRC_AT),
+        be_i16(buf, pos + V2_ATTRIBUTES_AT),
+        be_i32(buf, pos + V2_COUNT_AT),
+        buf.get(pos + V2_CRC_FROM..end)
+            .filter(|_| end - pos >= V2_HEADER),
+    ) else {
+        ctx.error(
+            "bad_batch_length",
+            format_args!("{at}: {} bytes, header needs {V2_HEADER}", end - pos),
+        );
+        return;
+    };
+    if crc32c::crc32c(covered) != crc {
+        ctx.error("crc_mismatch", at);
+    }
+    let codec = (attributes & 0x07) as u8;
+    ctx.codec(codec);
+    let mut count = i64::from(count);
+    if count < 0 {
+        ctx.error("bad_record_count", format_args!("{count} in {at}"));
+        count = 0;
+    }
+    let body = buf.get(pos + V2_HEADER..end).unwrap_or_default();
+    if codec == 0 {
+        ctx.out.records += walk_v2_records(ctx, body, count, at);
+        return;
+    }
+    match decompress(ctx, codec, body, 2, &at) {
+        Ok(data) => ctx.out.records += walk_v2_records(ctx, &data, count, at),
+        // Past the budget the header's count is all there is: take it, flagged.
+        Err(Outcome::Limit) => ctx.out.records += count as u64,
+        Err(Outcome::Failed) => {}
+    }
+}
+
+/// Records found in `body`, stepping over them by their length prefixes (building
+/// nothing); anomalies are reported as records.py words them.
+fn walk_v2_records(ctx: &mut Ctx, body: &[u8], count: i64, at: At) -> u64 {
+    let total = body.len();
+    let mut pos = 0usize;
+    let mut found: i64 = 0;
+    // Each record takes at least 7 bytes, so this runs at most total / 7 times.
+    while found < count && pos < total {
+        let (length, start) = match varint(body, pos, 5) {
+            Ok(v) => v,
+            Err(detail) => {
+                ctx.error(
+                    "bad_varint",
+                    format_args!("{detail}: record {found} length in {at}"),
+                );
+                return found as u64;
+            }
+        };
+        // start <= total and length < 2^35: no overflow in i64.
+        if length < 0 || start as i64 + length > total as i64 {
+            ctx.error("truncated_record", format_args!("record {found} in {at}"));
+            return found as u64;
+        }
+        if length < V2_MIN_RECORD {
+            ctx.error(
+                "bad_record_length",
+                format_args!("{length} for record {found} in {at}"),
+            );
+            return found as u64;
+        }
+        pos = start + length as usize;
+        found += 1;
+    }
+    if found < count {
+        ctx.error(
+            "record_count_mismatch",
+            format_args!("header says {count}, found {found} in {at}"),
+        );
+    } else if pos < total {
+        ctx.error(
+            "trailing_bytes",
+            format_args!("{} after record {} in {at}", total - pos, found - 1),
+        );
+    }
+    found as u64
+}
+
+/// Zigzag varint (max_bytes 5) or varlong (10) as Kafka's record format uses; returns
+/// (value, offset after it) or records.py's wording of what is wrong.
+fn varint(buf: &[u8], mut pos: usize, max_bytes: u32) -> Result<(i64, usize), String> {
+    let mut raw: u64 = 0;
+    for i in 0..max_bytes {
+        let Some(&byte) = buf.get(pos) else {
+            return Err("cut off".into());
+        };
+        pos += 1;
+        raw |= u64::from(byte & 0x7F) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok(((raw >> 1) as i64 ^ -((raw & 1) as i64), pos));
+        }
+    }
+    Err(format!("longer than {max_bytes} bytes"))
+}
+
+// --- magic 0 and 1 ---------------------------------------------------------------
+
+/// One magic 0/1 message: what counting needs of it.
+struct Legacy<'a> {
+    magic: u8,
+    attributes: u8,
+    value: Option<&'a [u8]>,
+}
+
+fn legacy_top(ctx: &mut Ctx, buf: &[u8], pos: usize, end: usize, magic: u8, at: At) {
+    let where_ = at.to_string();
+    let Some(wrapper) = legacy_message(ctx, buf, pos, end, magic, &where_) else {
+        return;
+    };
+    let codec = wrapper.attributes & 0x07;
+    ctx.codec(codec);
+    ctx.out.records += if codec == 0 {
+        1
+    } else {
+        legacy_inner(ctx, &wrapper, 1, &where_)
+    };
+}
+
+fn legacy_message<'a>(
+    ctx: &mut Ctx,
+    buf: &'a [u8],
+    pos: usize,
+    end: usize,
+    magic: u8,
+    where_: &str,
+) -> Option<Legacy<'a>> {
+    // Callers checked that the magic byte (0 or 1) lies inside the entry.
+    let size = end - pos - ENTRY;
+    if size < LEGACY_MIN_SIZE[usize::from(magic & 1)] {
+        ctx.error("bad_message_size", format_args!("{size} in {where_}"));
+        return None;
+    }
+    let crc = be_u32(buf, pos + LEGACY_CRC_AT)?;
+    let attributes = *buf.get(pos + LEGACY_ATTRIBUTES_AT)?;
+    if crc32fast::hash(buf.get(pos + MAGIC_AT..end)?) != crc {
+        ctx.error(
+            "crc_mismatch",
+            format_args!("message at offset {pos} in {where_}"),
+        );
+    }
+    let mut p = pos + LEGACY_HEADER;
+    if magic == 1 {
+        p += LEGACY_TIMESTAMP;
+    }
+    let (value, p) = match i32_bytes(buf, p, end).and_then(|(_key, p)| i32_bytes(buf, p, end)) {
+        Ok(v) => v,
+        Err((code, detail)) => {
+            ctx.error(
+                code,
+                format_args!("{detail}: message at offset {pos} in {where_}"),
+            );
+            return None;
+        }
+    };
+    if p != end {
+        ctx.error(
+            "message_size_mismatch",
+            format_args!("{} bytes left at offset {pos} in {where_}", end - p),
+        );
+    }
+    Some(Legacy {
+        magic,
+        attributes,
+        value,
+    })
+}
+
+type Bad = (&'static str, String);
+
+/// An int32-length-prefixed byte field at `pos` (None for length -1).
+fn i32_bytes(buf: &[u8], pos: usize, end: usize) -> Result<(Option<&[u8]>, usize), Bad> {
+    let length = be_i32(buf, pos)
+        .filter(|_| pos + 4 <= end)
+        .ok_or(("truncated_record", "length cut off".to_string()))?;
+    let pos = pos + 4;
+    if length == -1 {
+        return Ok((None, pos));
+    }
+    let Ok(n) = usize::try_from(length) else {
+        return Err(("bad_length", length.to_string()));
+    };
+    match buf
+        .get(pos..pos.saturating_add(n))
+        .filter(|_| pos + n <= end)
+    {
+        Some(v) => Ok((Some(v), pos + n)),
+        None => Err(("truncated_record", format!("field of {length} bytes"))),
+    }
+}
+
+/// Messages inside a compressed wrapper (recursing into nested wrappers up to
+/// MAX_NESTING).
+fn legacy_inner(ctx: &mut Ctx, wrapper: &Legacy, depth: u32, where_: &str) -> u64 {
+    let Some(value) = wrapper.value else {
+        ctx.error(
+            "bad_compressed_message",
+            format_args!("null value in {where_}"),
+        );
+        return 0;
+    };
+    let Ok(inner) = decompress(
+        ctx,
+        wrapper.attributes & 0x07,
+        value,
+        wrapper.magic,
+        &where_,
+    ) else {
+        return 0;
+    };
+    let mut count = 0;
+    let mut pos = 0;
+    let mut index = 0;
+    while pos < inner.len() {
+        let here = format!("inner message {index} of {where_}");
+        let end = match entry_at(&inner, pos) {
+            Entry::Whole(end) => end,
+            Entry::Partial => {
+                ctx.error("truncated_batch", here);
+                break;
+            }
+            Entry::Negative => {
+                ctx.error("bad_batch_length", here);
+                break;
+            }
+        };
+        pos_step(ctx, &inner, pos, end, depth, &here, &mut count);
+        pos = end;
+        index += 1;
+    }
+    count
+}
+
+fn pos_step(
+    ctx: &mut Ctx,
+    inner: &[u8],
+    pos: usize,
+    end: usize,
+    depth: u32,
+    here: &str,
+    count: &mut u64,
+) {
+    let magic = match inner.get(pos + MAGIC_AT).filter(|_| end - pos > MAGIC_AT) {
+        None => return ctx.error("bad_message_size", here),
+        Some(&m @ (0 | 1)) => m,
+        Some(m) => return ctx.error("unknown_magic", format_args!("{m} in {here}")),
+    };
+    let Some(message) = legacy_message(ctx, inner, pos, end, magic, here) else {
+        return;
+    };
+    if message.attributes & 0x07 == 0 {
+        *count += 1;
+    } else if depth >= MAX_NESTING {
+        ctx.error("nesting_too_deep", here);
+    } else {
+        *count += legacy_inner(ctx, &message, depth + 1, here);
+    }
+}
+
+// --- decompression ---------------------------------------------------------------
+
+/// Why a decompression gave no data (already reported).
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Limit,
+    Failed,
+}
+
+/// A codec's failure before it is reported: output over the limit, or bad data.
+#[derive(Debug)]
+enum Fail {
+    Limit(String),
+    Bad(String),
+}
+
+fn limit_error(name: &str, limit: u64) -> Fail {
+    Fail::Limit(format!("{name} output over {limit} bytes"))
+}
+
+/// Decompress within the budget; on failure report it and say which kind. The budget
+/// is charged what the codec produced, whether it succeeded or not.
+fn decompress(
+    ctx: &mut Ctx,
+    codec: u8,
+    data: &[u8],
+    magic: u8,
+    where_: &dyn fmt::Display,
+) -> Result<Vec<u8>, Outcome> {
+    if usize::from(codec) >= CODEC_NAMES.len() {
+        ctx.error("unknown_codec", format_args!("{codec} in {where_}"));
+        return Err(Outcome::Failed);
+    }
+    let limit = ctx.budget.remaining;
+    let mut produced = 0u64;
+    if data.is_empty() && (codec == 3 || codec == 4) {
+        // The frame decoders read no frame as no output; records.py's reject it.
+        let name = CODEC_NAMES[usize::from(codec)];
+        ctx.error("decompression_failed", format_args!("{name}: empty input in {where_}"));
+        return Err(Outcome::Failed);
+    }
+    let result = match codec {
+        1 => gunzip(data, limit, &mut produced),
+        2 => unsnappy(data, limit, &mut produced),
+        3 => unlz4(data, limit, magic == 0, &mut produced),
+        _ => read_bounded(zstd_reader(data), limit, "zstd", &mut produced),
+    };
+    match result {
+        Ok(out) => {
+            ctx.budget.charge(out.len() as u64);
+            Ok(out)
+        }
+        Err(Fail::Limit(detail)) => {
+            ctx.budget.charge(limit);
+            ctx.error("decompression_limit", format_args!("{detail} in {where_}"));
+            Err(Outcome::Limit)
+        }
+        Err(Fail::Bad(detail)) => {
+            ctx.budget.charge(produced);
+            ctx.error("decompression_failed", format_args!("{detail} in {where_}"));
+            Err(Outcome::Failed)
+        }
+    }
+}
+
+fn zstd_reader(data: &[u8]) -> Result<Box<dyn Read + '_>, String> {
+    zstd::stream::read::Decoder::with_buffer(data)
+        .map(|d| Box::new(d) as Box<dyn Read>)
+        .map_err(|e| e.to_string())
+}
+
+/// Read a streaming decoder to its end, failing once it yields more than `limit`
+/// bytes; `produced` tracks the output so far, for the budget.
+fn read_bounded(
+    reader: Result<Box<dyn Read + '_>, String>,
+    limit: u64,
+    name: &str,
+    produced: &mut u64,
+) -> Result<Vec<u8>, Fail> {
+    let mut reader = reader.map_err(|e| Fail::Bad(format!("{name}: {e}")))?;
+    let mut out = Vec::new();
+    let mut chunk = vec![0u8; READ_CHUNK];
+    loop {
+        let room = (limit - out.len() as u64)
+            .saturating_add(1)
+            .min(READ_CHUNK as u64) as usize;
+        let n = match reader.read(&mut chunk[..room]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Fail::Bad(format!("{name}: {e}"))),
+        };
+        if n == 0 {
+            return Ok(out);
+        }
+        *produced += n as u64;
+        if out.len() as u64 + n as u64 > limit {
+            return Err(limit_error(name, limit));
+        }
+        out.extend_from_slice(&chunk[..n]);
+    }
+}
+
+// gzip ---------------------------------------------------------------------------
+
+/// gzip (or zlib) members as Java's GZIPInputStream reads them: concatenated gzip
+/// members are read on, other trailing bytes ignored.
+fn gunzip(data: &[u8], limit: u64, produced: &mut u64) -> Result<Vec<u8>, Fail> {
+    let mut out = Vec::new();
+    let mut rest = data;
+    loop {
+        let used = inflate_member(rest, &mut out, limit, produced)?;
+        rest = rest.get(used..).unwrap_or_default();
+        if !rest.starts_with(GZIP_MAGIC) {
+            return Ok(out);
+        }
+    }
+}
+
+fn cut_off() -> Fail {
+    Fail::Bad("gzip: stream cut off".into())
+}
+
+fn gz_bad(what: &str) -> Fail {
+    Fail::Bad(format!("gzip: {what}"))
+}
+
+/// One gzip member or zlib stream (told apart by the gzip magic, as zlib's
+/// auto-detection does), appended to `out`; returns the bytes it took.
+fn inflate_member(
+    data: &[u8],
+    out: &mut Vec<u8>,
+    limit: u64,
+    produced: &mut u64,
+) -> Result<usize, Fail> {
+    if !data.starts_with(GZIP_MAGIC) {
+        let mut z = flate2::Decompress::new(true);
+        return inflate(&mut z, data, out, limit, produced);
+    }
+    let start = gzip_header_end(data)?;
+    let before = out.len();
+    let mut z = flate2::Decompress::new(false);
+    let body = data.get(start..).unwrap_or_default();
+    let used = start + inflate(&mut z, body, out, limit, produced)?;
+    let trailer = data.get(used..used + 8).ok_or_else(cut_off)?;
+    let member = out.get(before..).unwrap_or_default();
+    if be_u32_le(trailer, 0) != Some(crc32fast::hash(member)) {
+        return Err(gz_bad("incorrect data check"));
+    }
+    if be_u32_le(trailer, 4) != Some(member.len() as u32) {
+        return Err(gz_bad("incorrect length check"));
+    }
+    Ok(used + 8)
+}
+
+fn be_u32_le(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// Where the deflate data of a gzip member starts (RFC 1952), checked as zlib does.
+fn gzip_header_end(data: &[u8]) -> Result<usize, Fail> {
+    const FHCRC: u8 = 0x02;
+    const FEXTRA: u8 = 0x04;
+    const FNAME: u8 = 0x08;
+    const FCOMMENT: u8 = 0x10;
+    let fixed = data.get(..10).ok_or_else(cut_off)?;
+    if fixed[2] != 8 {
+        return Err(gz_bad("unknown compression method"));
+    }
+    let flags = fixed[3];
+    if flags & 0xE0 != 0 {
+        return Err(gz_bad("unknown header flags set"));
+    }
+    let mut p = 10usize;
+    if flags & FEXTRA != 0 {
+        let n = data.get(p..p + 2).ok_or_else(cut_off)?;
+        p += 2 + usize::from(u16::from_le_bytes([n[0], n[1]]));
+        if p > data.len() {
+            return Err(cut_off());
+        }
+    }
+    for flag in [FNAME, FCOMMENT] {
+        if flags & flag != 0 {
+            let zero = data
+                .get(p..)
+                .and_then(|d| d.iter().position(|&b| b == 0))
+                .ok_or_else(cut_off)?;
+            p += zero + 1;
+        }
+    }
+    if flags & FHCRC != 0 {
+        let stored = data.get(p..p + 2).ok_or_else(cut_off)?;
+        if u16::from_le_bytes([stored[0], stored[1]])
+            != (crc32fast::hash(&data[..p]) & 0xFFFF) as u16
+        {
+            return Err(gz_bad("header crc mismatch"));
+        }
+        p += 2;
+    }
+    Ok(p)
+}
+
+/// Inflate one stream from `data` into `out`, at most `limit` bytes in all; returns
+/// the input bytes it took.
+fn inflate(
+    z: &mut flate2::Decompress,
+    data: &[u8],
+    out: &mut Vec<u8>,
+    limit: u64,
+    produced: &mut u64,
+) -> Result<usize, Fail> {
+    let mut chunk = vec![0u8; READ_CHUNK];
+    loop {
+        let room = (limit - out.len() as u64)
+            .saturating_add(1)
+            .min(READ_CHUNK as u64) as usize;
+        let (in_before, out_before) = (z.total_in(), z.total_out());
+        let input = data.get(z.total_in() as usize..).unwrap_or_default();
+        let status = z
+            .decompress(input, &mut chunk[..room], flate2::FlushDecompress::None)
+            .map_err(|e| gz_bad(&e.to_string()))?;
+        let n = (z.total_out() - out_before) as usize;
+        *produced += n as u64;
+        if out.len() as u64 + n as u64 > limit {
+            return Err(limit_error("gzip", limit));
+        }
+        out.extend_from_slice(&chunk[..n]);
+        if status == flate2::Status::StreamEnd {
+            return Ok(z.total_in() as usize);
+        }
+        if z.total_in() == in_before && n == 0 {
+            return Err(cut_off()); // no progress: the input ran out mid-stream
+        }
+    }
+}
+
+// snappy -------------------------------------------------------------------------
+
+/// Snappy as Kafka clients write it: xerial blocks (Java), the official framing
+/// format, or one raw block (librdkafka and others).
+fn unsnappy(data: &[u8], limit: u64, produced: &mut u64) -> Result<Vec<u8>, Fail> {
+    if data.starts_with(XERIAL_MAGIC) {
+        return unxerial(data, limit, produced);
+    }
+    if data.starts_with(SNAPPY_FRAMED_MAGIC) {
+        let reader: Box<dyn Read> = Box::new(snap::read::FrameDecoder::new(data));
+        return read_bounded(Ok(reader), limit, "snappy", produced);
+    }
+    snappy_block(data, limit, produced)
+}
+
+fn snappy_block(block: &[u8], limit: u64, produced: &mut u64) -> Result<Vec<u8>, Fail> {
+    // A raw block starts with its uncompressed length: check it before allocating.
+    let declared =
+        snap::raw::decompress_len(block).map_err(|e| Fail::Bad(format!("snappy: {e}")))?;
+    if declared as u64 > limit {
+        return Err(limit_error("snappy", limit));
+    }
+    let mut out = vec![0u8; declared];
+    *produced += declared as u64;
+    let n = snap::raw::Decoder::new()
+        .decompress(block, &mut out)
+        .map_err(|e| Fail::Bad(format!("snappy: {e}")))?;
+    out.truncate(n);
+    Ok(out)
+}
+
+fn unxerial(data: &[u8], limit: u64, produced: &mut u64) -> Result<Vec<u8>, Fail> {
+    if data.len() < XERIAL_HEADER {
+        return Err(Fail::Bad("snappy: xerial header cut off".into()));
+    }
+    let mut out = Vec::new();
+    let mut pos = XERIAL_HEADER;
+    // Each pass moves pos on by at least the 4-byte length.
+    while pos < data.len() {
+        let length = be_i32(data, pos)
+            .ok_or_else(|| Fail::Bad("snappy: xerial block length cut off".into()))?;
+        pos += 4;
+        let block = usize::try_from(length)
+            .ok()
+            .and_then(|n| data.get(pos..pos.checked_add(n)?))
+            .ok_or_else(|| Fail::Bad(format!("snappy: xerial block of {length} bytes")))?;
+        let part = snappy_block(block, limit - out.len() as u64, produced)?;
+        out.extend_from_slice(&part);
+        pos += block.len();
+    }
+    Ok(out)
+}
+
+// lz4 ----------------------------------------------------------------------------
+
+fn unlz4(data: &[u8], limit: u64, old_kafka: bool, produced: &mut u64) -> Result<Vec<u8>, Fail> {
+    let fixed;
+    let data = if old_kafka {
+        // Kafka 0.8/0.9 (magic 0) computed the frame header checksum over the magic
+        // number too (KAFKA-3160); Kafka ignores it for magic 0, so put the right one.
+        fixed = fix_lz4_header_checksum(data);
+        fixed.as_deref().unwrap_or(data)
+    } else {
+        data
+    };
+    let reader: Box<dyn Read> = Box::new(lz4_flex::frame::FrameDecoder::new(data));
+    read_bounded(Ok(reader), limit, "lz4", produced)
+}
+
+fn fix_lz4_header_checksum(data: &[u8]) -> Option<Vec<u8>> {
+    if data.len() < 7 || !data.starts_with(LZ4_MAGIC) {
+        return None;
+    }
+    let flags = data[4];
+    let hc_at = 6 + if flags & 0x08 != 0 { 8 } else { 0 } + if flags & 0x01 != 0 { 4 } else { 0 };
+    let descriptor = data.get(4..hc_at).filter(|_| hc_at < data.len())?;
+    let mut fixed = data.to_vec();
+    fixed[hc_at] = (xxh32(descriptor, 0) >> 8) as u8;
+    Some(fixed)
+}
+
+const P1: u32 = 2654435761;
+const P2: u32 = 2246822519;
+const P3: u32 = 3266489917;
+const P4: u32 = 668265263;
+const P5: u32 = 374761393;
+
+fn word(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    if let Some(s) = b.get(at..at + 4) {
+        w.copy_from_slice(s);
+    }
+    u32::from_le_bytes(w)
+}
+
+/// XXH32, only needed for the few bytes of an LZ4 frame descriptor.
+pub fn xxh32(data: &[u8], seed: u32) -> u32 {
+    let n = data.len();
+    let mut pos = 0;
+    let mut acc = if n >= 16 {
+        let mut lanes = [
+            seed.wrapping_add(P1).wrapping_add(P2),
+            seed.wrapping_add(P2),
+            seed,
+            seed.wrapping_sub(P1),
+        ];
+        while pos + 16 <= n {
+            for lane in lanes.iter_mut() {
+                *lane = lane
+                    .wrapping_add(word(data, pos).wrapping_mul(P2))
+                    .rotate_left(13)
+                    .wrapping_mul(P1);
+                pos += 4;
+            }
+        }
+        lanes[0]
+            .rotate_left(1)
+            .wrapping_add(lanes[1].rotate_left(7))
+            .wrapping_add(lanes[2].rotate_left(12))
+            .wrapping_add(lanes[3].rotate_left(18))
+    } else {
+        seed.wrapping_add(P5)
+    };
+    acc = acc.wrapping_add(n as u32);
+    while pos + 4 <= n {
+        acc = acc
+            .wrapping_add(word(data, pos).wrapping_mul(P3))
+            .rotate_left(17)
+            .wrapping_mul(P4);
+        pos += 4;
+    }
+    for &b in data.get(pos..).unwrap_or_default() {
+        acc = acc
+            .wrapping_add(u32::from(b).wrapping_mul(P5))
+            .rotate_left(11)
+            .wrapping_mul(P1);
+    }
+    acc ^= acc >> 15;
+    acc = acc.wrapping_mul(P2);
+    acc ^= acc >> 13;
+    acc = acc.wrapping_mul(P3);
+    acc ^ (acc >> 16)
 }
