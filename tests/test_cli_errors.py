@@ -289,3 +289,26 @@ def test_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=300) != 0
     assert "Traceback" not in stderr and "Broken pipe" not in stderr, stderr
+
+
+def test_live_output_rule_runs_before_any_capture(tmp_path: Path) -> None:
+    # Refused up front: no interface is opened, so no privileges are needed.
+    for option, name in (("-o", "pairs.pdf"), ("--write-pcap", "raw.txt")):
+        proc = run_cli("live", "-i", "lo", option, str(tmp_path / name), cwd=tmp_path)
+        assert proc.returncode == 2
+        assert f"'{tmp_path / name}' must end in" in error_line(proc)
+
+
+def test_every_extra_named_by_errors_exists_in_pyproject() -> None:
+    import tomllib
+
+    from dissector import cli
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert set(cli._EXTRAS.values()) <= set(extras)
+    for module, extra in cli._EXTRAS.items():
+        # the extra installs the distribution that provides the module
+        dist = {"pyspark": "pyspark", "py4j": "pyspark", "pcapy": "pcapy-ng"}.get(module, module)
+        assert any(req.startswith(dist) for req in extras[extra]), (module, extra)
