@@ -141,13 +141,19 @@ def _with_output_rule(cmd: click.Command, rules: dict[str, tuple[str, ...]]) -> 
 
     @functools.wraps(original)
     def checked(**kwargs: Any) -> Any:
-        for name, formats in rules.items():
-            value = kwargs.get(name)
-            if value:
-                option = "--" + name.replace("_", "-")
-                check_output_format(value, formats, option)
-                make_parent_dirs(value)
-        return original(**kwargs)
+        outputs = {kwargs[name]: name for name in rules if kwargs.get(name)}
+        for value, name in outputs.items():
+            check_output_format(value, rules[name], "--" + name.replace("_", "-"))
+            make_parent_dirs(value)
+            probe_writable(value)
+        try:
+            return original(**kwargs)
+        except OSError as exc:
+            if exc.filename not in outputs:
+                raise
+            raise click.ClickException(
+                f"cannot write {exc.filename}: {exc.strerror or exc}"
+            ) from exc
 
     wrapped = copy.copy(cmd)
     wrapped.callback = checked
@@ -173,6 +179,18 @@ def make_parent_dirs(path: str) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def probe_writable(path: str) -> None:
+    """Fail now, not after a long analysis, when the file cannot be created."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from exc
+    if not existed:
+        os.remove(path)
 
 
 def parse_ports(value: str | None) -> frozenset[int] | None:

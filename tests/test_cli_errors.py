@@ -106,7 +106,7 @@ def test_output_extension_must_match_the_format(
 def test_report_to_unwritable_path_is_one_line(tmp_path: Path, good: Path) -> None:
     proc = run_cli("report", str(good), "-o", "/proc/r.html", cwd=tmp_path)
     assert proc.returncode == 1
-    assert error_line(proc).startswith("Error: /proc/r.html: ")
+    assert error_line(proc).startswith("Error: cannot write /proc/r.html: ")
 
 
 # -- several captures, some bad ----------------------------------------------------
@@ -128,6 +128,17 @@ def test_bad_captures_are_named_and_the_good_ones_written(tmp_path: Path, good: 
     assert "not a pcap or pcapng capture" in proc.stderr
     df = pd.read_parquet(out)
     assert df["capture"].tolist() == [str(good)] and df["status"].tolist() == ["ok"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_capture_is_named(tmp_path: Path, good: Path) -> None:
+    locked = tmp_path / "locked.pcap"
+    locked.write_bytes(good.read_bytes())
+    locked.chmod(0)
+    proc = run_cli("analyze", str(locked), str(good), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert f"error: {locked}: cannot open: Permission denied" in proc.stderr
+    assert "Kafka pairs: 1 rows" in proc.stdout
 
 
 def test_decode_skips_a_bad_capture_and_fails_at_the_end(tmp_path: Path, good: Path) -> None:
