@@ -149,7 +149,7 @@ def _with_output_rule(cmd: click.Command, rules: dict[str, tuple[str, ...]]) -> 
         try:
             return original(**kwargs)
         except OSError as exc:
-            if exc.filename not in outputs:
+            if str(exc.filename) not in outputs:
                 raise
             raise click.ClickException(
                 f"cannot write {exc.filename}: {exc.strerror or exc}"
