@@ -2,16 +2,33 @@
 
 Sub-commands live with the stage they belong to and are imported only when
 used, so ``kafka-dissector analyze`` never pays for matplotlib or pyspark.
+
+User mistakes (a missing extra, an unwritable output, a file that is not a
+capture) end with one line on stderr and a non-zero exit, never a traceback.
+Output files follow one rule in every command: missing parent directories are
+created, and the file name must end in an extension of the format written.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
+import os
 import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from .summary_table import print_summary
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .pipeline import Options
+    from .rows import Decoder
 
 # name -> (module, click command attribute, one-line help shown by --help)
 _LAZY_COMMANDS = {
@@ -20,6 +37,36 @@ _LAZY_COMMANDS = {
     "live": ("dissector.live", "live_command", "Capture and analyse Kafka traffic live."),
     "report": ("dissector.report", "report_command", "Write a self-contained HTML report."),
     "spark": ("dissector.spark_job", "spark_command", "Fleet-wide analysis of many captures."),
+}
+
+# Top-level module of an optional dependency -> the extra of pyproject.toml installing it.
+_EXTRAS = {
+    "pyspark": "spark",
+    "py4j": "spark",
+    "matplotlib": "report",
+    "jinja2": "report",
+    "pcapy": "live",
+}
+# What an extra needs besides Python packages.
+_EXTRA_NOTES = {"spark": " (and Java 17 or newer on the PATH)"}
+
+# Table formats analyze (and live) write; see frame.export.
+TABLE_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
+HTML_FORMATS = (".html", ".htm")
+PCAP_FORMATS = (".pcapng", ".pcap")
+
+# Lazy commands whose output options follow the shared rule: option -> accepted extensions.
+_OUTPUT_RULES: dict[str, dict[str, tuple[str, ...]]] = {
+    "report": {"output": HTML_FORMATS},
+    "live": {"output": TABLE_FORMATS, "write_pcap": PCAP_FORMATS},
+}
+
+# Counters of a capture file that mean part of it was not read: worth a warning,
+# not a failure (the pairs before the damage are good).
+_FILE_DAMAGE = {
+    "truncated_file": "the file is truncated (its last record is cut off)",
+    "bad_record": "it has records of impossible length; reading stopped there",
+    "read_error": "reading stopped early (I/O error or corrupt gzip stream)",
 }
 
 
@@ -41,24 +88,165 @@ class _LazyGroup(click.Group):
         if cmd_name in _LAZY_COMMANDS:
             module, attr, _ = _LAZY_COMMANDS[cmd_name]
             try:
-                return getattr(importlib.import_module(module), attr)
+                cmd = getattr(importlib.import_module(module), attr)
             except ImportError as exc:
-                raise click.ClickException(
-                    f"'{cmd_name}' needs an optional dependency that is missing: {exc}"
-                ) from exc
+                raise missing_extra(cmd_name, exc) from exc
+            rules = _OUTPUT_RULES.get(cmd_name)
+            return _with_output_rule(cmd, rules) if rules else cmd
         return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ImportError as exc:
+            # Sub-commands import their optional dependencies only when they run.
+            raise missing_extra(ctx.invoked_subcommand or "this command", exc) from exc
+        except BrokenPipeError:
+            _quiet_broken_pipe()
+        except OSError as exc:
+            raise click.ClickException(os_error_line(exc)) from exc
+
+
+def missing_extra(command: str, exc: ImportError) -> click.ClickException:
+    """The one-line error for an optional dependency that is not installed."""
+    module = (exc.name or "").split(".")[0]
+    extra = _EXTRAS.get(module)
+    if extra is None:
+        return click.ClickException(f"'{command}' cannot import a module it needs: {exc}")
+    note = _EXTRA_NOTES.get(extra, "")
+    return click.ClickException(
+        f"'{command}' needs {module}, which is not installed: "
+        f"pip install 'kafka-dissector[{extra}]'{note}"
+    )
+
+
+def os_error_line(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename else reason
+
+
+def _quiet_broken_pipe() -> NoReturn:
+    # The reader (e.g. `| head`) left: stop without a traceback, and point stdout
+    # at /dev/null so that the interpreter's final flush does not fail again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(1)
+
+
+def _with_output_rule(cmd: click.Command, rules: dict[str, tuple[str, ...]]) -> click.Command:
+    """A copy of ``cmd`` that checks its output options by the shared rule first."""
+    original = cmd.callback
+    if original is None:
+        return cmd
+
+    @functools.wraps(original)
+    def checked(**kwargs: Any) -> Any:
+        outputs = {kwargs[name]: name for name in rules if kwargs.get(name)}
+        for value, name in outputs.items():
+            check_output_format(value, rules[name], "--" + name.replace("_", "-"))
+            make_parent_dirs(value)
+            probe_writable(value)
+        try:
+            return original(**kwargs)
+        except OSError as exc:
+            if str(exc.filename) not in outputs:
+                raise
+            raise click.ClickException(
+                f"cannot write {exc.filename}: {exc.strerror or exc}"
+            ) from exc
+
+    wrapped = copy.copy(cmd)
+    wrapped.callback = checked
+    return wrapped
+
+
+def check_output_format(path: str, formats: Sequence[str], option: str = "--output") -> None:
+    """Refuse an output file whose extension is not one of the format's."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in formats:
+        raise click.BadParameter(
+            f"{path!r} must end in {', '.join(formats)} (the format is chosen by the extension)",
+            param_hint=option,
+        )
+
+
+def make_parent_dirs(path: str) -> None:
+    """Create the directories an output file goes into; refuse a directory as the file."""
+    target = Path(path)
+    if target.is_dir():
+        raise click.ClickException(f"cannot write {path}: it is a directory")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def probe_writable(path: str) -> None:
+    """Fail now, not after a long analysis, when the file cannot be created."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from exc
+    if not existed:
+        os.remove(path)
 
 
 def parse_ports(value: str | None) -> frozenset[int] | None:
-    if not value:
+    """``--ports``: ports and ranges, comma-separated, e.g. ``9092,9094-9096``."""
+    if value is None:
         return None
+    ports: set[int] = set()
+    for item in value.split(","):
+        item = item.strip()
+        if item:
+            ports.update(_port_range(item, value))
+    if not ports:
+        raise click.BadParameter(f"no port given in {value!r}", param_hint="--ports")
+    return frozenset(ports)
+
+
+def _port_range(item: str, whole: str) -> range:
+    low, dash, high = item.partition("-")
     try:
-        ports = frozenset(int(p) for p in value.split(",") if p.strip())
-    except ValueError as exc:
-        raise click.BadParameter(f"ports must be comma-separated numbers: {value!r}") from exc
-    if not ports or any(not 0 < p < 65536 for p in ports):
-        raise click.BadParameter(f"ports must be between 1 and 65535: {value!r}")
-    return ports
+        first = int(low)
+        last = int(high) if dash else first
+    except ValueError:
+        raise click.BadParameter(
+            f"expected ports or ranges like 9092,9094-9096, got {whole!r}", param_hint="--ports"
+        ) from None
+    if not 0 < first <= last < 65536:
+        raise click.BadParameter(
+            f"{item!r}: ports are 1-65535 and a range goes low-high", param_hint="--ports"
+        )
+    return range(first, last + 1)
+
+
+def capture_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a capture before opening it, or None."""
+    if not os.path.exists(path):
+        return "no such file"
+    if os.path.isdir(path):
+        return "is a directory, not a capture file"
+    return None
+
+
+def report_failures(failures: list[tuple[str, str]], total: int) -> None:
+    """Name each capture that could not be read; exit non-zero when there is one."""
+    if not failures:
+        return
+    for path, reason in failures:
+        line = reason if reason.startswith(path) else f"{path}: {reason}"
+        click.echo(f"error: {line}", err=True)
+    raise click.ClickException(f"{len(failures)} of {total} captures failed")
+
+
+def warn_damage(path: str, counters: dict[str, int]) -> None:
+    """A capture read only in part is still a success, but the user must know."""
+    for name, meaning in _FILE_DAMAGE.items():
+        if counters.get(name):
+            click.echo(f"warning: {path}: {meaning} ({name}={counters[name]})", err=True)
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -68,20 +256,22 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False),
-    help="write the pairs: .parquet, .csv or .jsonl",
+    type=click.Path(),
+    help="write the pairs: .parquet, .csv, .jsonl or .json (JSON lines); "
+    "missing directories are created",
 )
 @click.option(
     "--ports",
-    help="broker ports, comma-separated (default: the usual Kafka ports plus a heuristic)",
+    help="broker ports and ranges, e.g. 9092,9094-9096 "
+    "(default: the usual Kafka ports plus a heuristic)",
 )
 @click.option(
     "--max-frame",
-    type=int,
+    type=click.IntRange(min=1),
     default=None,
     help="largest Kafka frame accepted, bytes (default 100 MiB)",
 )
@@ -91,7 +281,7 @@ def main() -> None:
     type=click.Path(exists=True),
     help="extra Apache Kafka JSON spec directory or kafka-clients jar (repeatable)",
 )
-@click.option("--quiet", is_flag=True, help="no summary table")
+@click.option("--quiet", is_flag=True, help="no summary table (warnings and errors still show)")
 def analyze(
     paths: tuple[str, ...],
     output: str | None,
@@ -100,39 +290,97 @@ def analyze(
     specs: tuple[str, ...],
     quiet: bool,
 ) -> None:
-    """Decode every Kafka request/response pair in PATHS (pcap or pcapng)."""
-    from .analysis import run_analysis
-    from .capture import CaptureError
-    from .frame import export
+    """Decode every Kafka request/response pair in PATHS (pcap or pcapng, maybe gzipped).
+
+    Without -o nothing is written: the summary table is the output.
+    """
     from .pipeline import Options
 
+    if output:
+        check_output_format(output, TABLE_FORMATS)
     opts = Options(ports=parse_ports(ports))
     if max_frame is not None:
         opts = Options(ports=opts.ports, max_frame=max_frame)
-    decoder = None
-    if specs:
-        from .protocol.decoder import decoder_for
-
-        try:
-            decoder = decoder_for(specs)
-            decoder.registry  # noqa: B018 - load now so that a bad spec fails here, clearly
-        except (OSError, ValueError) as exc:
-            raise click.ClickException(f"cannot load specs: {exc}") from exc
-    try:
-        df = run_analysis(
-            list(paths), opts, show=sys.stderr.isatty() and not quiet, decoder=decoder
-        )
-    except CaptureError as exc:
-        raise click.ClickException(str(exc)) from exc
-    if output:
-        try:
-            export(df, output)
-        except ValueError as exc:
-            raise click.ClickException(str(exc)) from exc
+    decoder = _load_specs(specs) if specs else None
+    df, failures = analyze_each(
+        list(paths), opts, show=sys.stderr.isatty() and not quiet, decoder=decoder
+    )
     if not quiet:
         print_summary(df)
-        if output:
-            click.echo(f"wrote {len(df)} rows to {output}")
+    if output and len(failures) < len(paths):
+        _write(df, output, quiet)
+    report_failures(failures, len(paths))
+
+
+def _load_specs(specs: tuple[str, ...]) -> Any:
+    from .protocol.decoder import decoder_for
+
+    try:
+        decoder = decoder_for(specs)
+        decoder.registry  # noqa: B018 - load now so that a bad spec fails here, clearly
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot load specs: {exc}") from exc
+    return decoder
+
+
+def analyze_each(
+    paths: list[str], options: Options, *, show: bool, decoder: Decoder | None
+) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """The pairs of every readable capture, and (path, reason) for each unreadable one.
+
+    Captures are independent, so one bad file costs only its own rows.
+    """
+    from .analysis import run_analysis
+    from .capture import CaptureError
+
+    frames: list[pd.DataFrame] = []
+    failures: list[tuple[str, str]] = []
+    for path in paths:
+        problem = capture_problem(path)
+        if problem is not None:
+            failures.append((path, problem))
+            continue
+        try:
+            df = run_analysis([path], options, show=show, decoder=decoder)
+        except (CaptureError, OSError) as exc:
+            failures.append((path, str(exc)))
+            continue
+        warn_damage(path, df.attrs.get("counters") or {})
+        frames.append(df)
+    return combine_frames(frames), failures
+
+
+def combine_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """One frame of several captures' frames, their counters summed."""
+    import pandas as pd
+
+    from .frame import records_to_frame
+
+    if not frames:
+        return records_to_frame([])
+    if len(frames) == 1:
+        return frames[0]
+    counters: dict[str, int] = {}
+    tls: list[int] = []
+    for df in frames:
+        for name, n in (df.attrs.get("counters") or {}).items():
+            counters[name] = counters.get(name, 0) + n
+        tls.extend(df.attrs.get("tls_streams") or [])
+    combined = pd.concat(frames, ignore_index=True)
+    combined.attrs = {"counters": dict(sorted(counters.items())), "tls_streams": tls}
+    return combined
+
+
+def _write(df: pd.DataFrame, output: str, quiet: bool) -> None:
+    from .frame import export
+
+    make_parent_dirs(output)
+    try:
+        export(df, output)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc
+    if not quiet:
+        click.echo(f"wrote {len(df)} rows to {output}")
 
 
 if __name__ == "__main__":

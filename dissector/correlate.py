@@ -44,6 +44,11 @@ DEFAULT_BROKER_PORTS: frozenset[int] = frozenset(
 MAX_OPEN_REQUESTS = 10_000
 MAX_HELD_FRAMES = 16
 
+# An api_key is known when the specs know one of these versions of it. Versions
+# are int16 on the wire but no API has come near this many; the bound keeps the
+# one-off probe per key cheap.
+MAX_PROBED_VERSION = 128
+
 PAIR = "pair"
 NO_RESPONSE = "no_response"
 UNANSWERED = "unanswered"
@@ -110,6 +115,9 @@ class Correlator:
         self._req_check = request_start_check(config.known)
         self._resp_check = response_start_check(config.max_frame)
         self._either_check = either_start_check(config.known, config.max_frame)
+        # api_key -> do the specs know any version of it (a few hundred keys at most:
+        # api_key is an int16, and only keys of parsed request headers get here).
+        self._key_known: dict[int, bool] = {}
 
     # -- connection lifecycle -------------------------------------------------
 
@@ -219,7 +227,7 @@ class Correlator:
             ]
         out: list[Exchange] = []
         if not known(start.api_key, start.api_version):
-            self._counters.add("unknown_api_requests")
+            self._count_unknown(start.api_key)
         corr = start.correlation_id
         if corr in conn.pending:
             self._counters.add("duplicate_correlation_ids")
@@ -252,6 +260,15 @@ class Correlator:
             self._counters.add("open_requests_evicted")
             out.append(self._unanswered(conn, oldest, conn.pending.pop(oldest), "evicted"))
         return out
+
+    def _count_unknown(self, api_key: int) -> None:
+        """A request the specs cannot decode: a newer version of a known API (the row
+        stays ``ok``, its body undecoded), or an api_key no spec has at all."""
+        known = self._key_known.get(api_key)
+        if known is None:
+            known = any(self._cfg.known(api_key, v) for v in range(MAX_PROBED_VERSION))
+            self._key_known[api_key] = known
+        self._counters.add("unsupported_version_requests" if known else "unknown_api_key_requests")
 
     def _on_response(self, conn: _Conn, f: KafkaFrame) -> list[Exchange]:
         if (conn.sasl_raw or conn.sasl_token is not None) and conn.sasl_token is not None:

@@ -7,10 +7,11 @@ import dataclasses
 import json
 import sys
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
+from dissector.accounting import Counters
 from dissector.protocol import (
     Decoded,
     Registry,
@@ -26,18 +27,35 @@ from dissector.protocol.decoder import decoder_for
 from dissector.protocol.names import version_ranges
 
 
-def parse_api(value: str | None) -> int | None:
-    """``--api``: a key number or a name such as ``Fetch`` (case-insensitive)."""
+def parse_api(value: str | None, registry: Registry | None = None) -> int | None:
+    """``--api``: a key number or a name such as ``Fetch`` (case-insensitive).
+
+    Only APIs the specs know: a filter on any other key would silently match nothing.
+    """
     if value is None:
         return None
     text = value.strip()
+    apis = supported_apis(registry) if registry is not None else supported_apis()
     if text.lstrip("-").isdigit():
-        return int(text)
-    wanted = text.lower().replace("_", "").replace("-", "")
-    for api in supported_apis():
-        if api.name.lower() == wanted:
-            return api.api_key
-    raise click.BadParameter(f"unknown API {value!r}; see `kafka-dissector apis`")
+        key = int(text)
+        if any(api.api_key == key for api in apis):
+            return key
+    else:
+        wanted = text.lower().replace("_", "").replace("-", "")
+        for api in apis:
+            if api.name.lower() == wanted:
+                return api.api_key
+    raise click.BadParameter(
+        f"unknown API {value!r}; see `kafka-dissector apis`", param_hint="--api"
+    )
+
+
+def load_registry(spec_dirs: Iterable[str]) -> Registry:
+    """The spec model with the user's --specs, or one clear error line."""
+    try:
+        return get_registry(list(spec_dirs))
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot load specs: {exc}") from exc
 
 
 def _jsonable(value: Any) -> Any:
@@ -70,8 +88,12 @@ def iter_decoded(
     records: bool = False,
     spec_dirs: Iterable[str] = (),
     ports: Iterable[int] | None = None,
+    counters: Counters | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """One dict per request/response pair (or lone frame), in capture order."""
+    """One dict per request/response pair (or lone frame), in capture order.
+
+    ``counters``, when given, receives the run's counters (e.g. ``truncated_file``).
+    """
     from dissector.core import iter_exchanges
     from dissector.pipeline import Options
 
@@ -81,7 +103,8 @@ def iter_decoded(
     # The bound decoder tells the correlator which (key, version) exist, specs included.
     bound = decoder_for(spec_dirs) if spec_dirs else None
     options = Options(ports=frozenset(ports) if ports is not None else None)
-    for path, ex in iter_exchanges(list(paths), options, decoder=bound):
+    exchanges = iter_exchanges(list(paths), options, decoder=bound, counters=counters)
+    for path, ex in exchanges:
         names = topics.setdefault(path, TopicNames())
         if api is not None and ex.api_key != api:
             continue
@@ -128,7 +151,7 @@ def _ports(value: str | None) -> frozenset[int] | None:
 
 
 @click.command("decode")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--api", "api", help="only this API: a key number or a name such as Fetch")
 @click.option("--records", is_flag=True, help="expand record batches into records")
 @click.option(
@@ -139,7 +162,7 @@ def _ports(value: str | None) -> frozenset[int] | None:
     help="Apache Kafka JSON message specs (newer or vendor Kafka): a directory, "
     "or a kafka-clients jar; repeatable",
 )
-@click.option("--ports", help="broker ports, comma-separated")
+@click.option("--ports", help="broker ports and ranges, e.g. 9092,9094-9096")
 def decode_command(
     paths: tuple[str, ...],
     api: str | None,
@@ -149,17 +172,34 @@ def decode_command(
 ) -> None:
     """Decode every request/response pair of the captures as JSON lines."""
     from dissector.capture import CaptureError
+    from dissector.cli import capture_problem, report_failures, warn_damage
 
-    key = parse_api(api)
-    out = sys.stdout
-    items = iter_decoded(paths, api=key, records=records, spec_dirs=spec_dirs, ports=_ports(ports))
-    try:
-        for item in items:
-            out.write(json.dumps(item, default=_jsonable, ensure_ascii=False))
-            out.write("\n")
-    except (CaptureError, OSError, ValueError) as exc:
-        # a file that is not a capture, or a --specs source that is not specs
-        raise click.ClickException(str(exc)) from exc
+    key = parse_api(api, load_registry(spec_dirs))
+    port_set = _ports(ports)
+    failures: list[tuple[str, str]] = []
+    for path in paths:
+        problem = capture_problem(path)
+        if problem is not None:
+            failures.append((path, problem))
+            continue
+        counters = Counters()
+        items = iter_decoded(
+            [path], api=key, records=records, spec_dirs=spec_dirs, ports=port_set, counters=counters
+        )
+        try:
+            _write_lines(items, sys.stdout)
+        except CaptureError as exc:
+            # lines of this capture already written stay: they are complete pairs
+            failures.append((path, str(exc)))
+            continue
+        warn_damage(path, counters.as_dict())
+    report_failures(failures, len(paths))
+
+
+def _write_lines(items: Iterable[dict[str, Any]], out: TextIO) -> None:
+    for item in items:
+        out.write(json.dumps(item, default=_jsonable, ensure_ascii=False))
+        out.write("\n")
 
 
 @click.command("apis")
@@ -173,7 +213,7 @@ def decode_command(
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per API")
 def apis_command(spec_dirs: tuple[str, ...], as_json: bool) -> None:
     """List every API key with the request and response versions we decode."""
-    for api in supported_apis(get_registry(spec_dirs)):
+    for api in supported_apis(load_registry(spec_dirs)):
         if as_json:
             click.echo(json.dumps(dataclasses.asdict(api)))
         else:

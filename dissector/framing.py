@@ -9,11 +9,18 @@ frame starts at chunk (segment) starts, because Kafka clients and brokers write
 each message with its own send call, and accept a candidate only when it is
 plausible for the direction's role (see ``kafka_header``). Everything skipped is
 counted.
+
+A direction that never yields a Kafka frame although its bytes were tried and
+rejected (HTTP on a Kafka port, say) is not Kafka: when it closes, what it had
+counted as framing trouble (``bad_frame_size``, ``resync_skipped_bytes``...) is
+taken back and its bytes are counted as ``non_kafka_bytes``, the direction as
+``non_kafka_directions``.
 """
 
 from __future__ import annotations
 
 import struct
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +36,9 @@ _SIZE = struct.Struct(">i")
 # Bytes enough to judge a resync candidate: size prefix, request header and a
 # client_id of ordinary length, or a response size and the next size prefix.
 _PROBE_BYTES = 512
+
+# Counts by which a direction shows that its bytes were tried as frames and refused.
+_REJECTIONS = ("bad_frame_size", "resync_skipped_bytes")
 
 # A TLS record starts with content type 0x14-0x17 and version 0x03 0x0N.
 _TLS_CONTENT_TYPES = frozenset((0x14, 0x15, 0x16, 0x17))
@@ -66,8 +76,11 @@ class Framer:
         "_after_gap",
         "_buf",
         "_counters",
+        "_fed",
         "_first_frame",
         "_first_ts",
+        "_framed",
+        "_own",
         "_plausible",
         "_resync_pending",
         "_synced",
@@ -100,11 +113,17 @@ class Framer:
         self._after_gap = False
         self._first_ts = 0
         self._first_frame = 0
+        self._fed = 0  # bytes fed outside TLS
+        self._framed = False  # a frame was cut: this direction speaks Kafka
+        # What this direction added to the shared counters before its first frame,
+        # to take back if it turns out not to be Kafka at all.
+        self._own: Counter[str] = Counter()
 
     def feed(self, chunk: Chunk) -> list[Frame]:
         if self.tls:
             self._counters.add("tls_bytes", len(chunk.data))
             return []
+        self._fed += len(chunk.data)
         if chunk.resync:
             self._lose_sync()
         if not self._buf:
@@ -139,23 +158,41 @@ class Framer:
             self._after_gap,
         )
         self._after_gap = False
+        self._framed = True
         return frame
 
     def close(self) -> None:
         """End of this direction: a partial frame left over is counted, not lost silently."""
         if self._buf and not self.tls:
             if self._synced:
-                self._counters.add("truncated_frames")
-                self._counters.add("truncated_frame_bytes", len(self._buf))
+                self._count("truncated_frames")
+                self._count("truncated_frame_bytes", len(self._buf))
             else:
-                self._counters.add("resync_skipped_bytes", len(self._buf))
+                self._count("resync_skipped_bytes", len(self._buf))
         self._buf.clear()
+        if not self._framed and not self.tls and any(self._own[n] for n in _REJECTIONS):
+            self._recount_as_non_kafka()
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self._counters.add(name, n)
+        if not self._framed:
+            self._own[name] += n
+
+    def _recount_as_non_kafka(self) -> None:
+        counts = self._counters.counts
+        for name, n in self._own.items():
+            counts[name] -= n
+            if counts[name] == 0:
+                del counts[name]  # no "bad_frame_size=0" in the printed counters
+        self._own.clear()
+        self._counters.add("non_kafka_bytes", self._fed)
+        self._counters.add("non_kafka_directions")
 
     def _lose_sync(self) -> None:
         if self._buf:
             if self._synced:
-                self._counters.add("frames_cut_by_gap")
-            self._counters.add("resync_skipped_bytes", len(self._buf))
+                self._count("frames_cut_by_gap")
+            self._count("resync_skipped_bytes", len(self._buf))
             self._buf.clear()
         self._synced = False
         self._resync_pending = True
@@ -173,20 +210,20 @@ class Framer:
         self._buf += chunk.data
         verdict = self._judge(self._buf)
         if verdict is False and len(self._buf) > len(chunk.data):
-            self._counters.add("resync_skipped_bytes", len(self._buf) - len(chunk.data))
+            self._count("resync_skipped_bytes", len(self._buf) - len(chunk.data))
             self._buf[:] = chunk.data
             self._first_ts, self._first_frame = chunk.ts_ns, chunk.frame
             verdict = self._judge(self._buf)
         if verdict is None:
             return []
         if verdict is False:
-            self._counters.add("resync_skipped_bytes", len(self._buf))
+            self._count("resync_skipped_bytes", len(self._buf))
             self._buf.clear()
             return []
         self._synced = True
         self._resync_pending = False
         self._after_gap = True
-        self._counters.add("resyncs")
+        self._count("resyncs")
         return self._cut(chunk.ts_ns, chunk.frame)
 
     def _judge(self, buf: bytearray) -> bool | None:
@@ -218,8 +255,8 @@ class Framer:
                 if looks_like_tls(rest):
                     self._detect_tls(rest)
                     return out
-                self._counters.add("bad_frame_size")
-                self._counters.add("resync_skipped_bytes", len(rest))
+                self._count("bad_frame_size")
+                self._count("resync_skipped_bytes", len(rest))
                 buf.clear()
                 self._synced = False
                 self._resync_pending = False
@@ -241,6 +278,7 @@ class Framer:
                 )
             )
             self._after_gap = False
+            self._framed = True
             pos = end
             # A following frame in the same chunk starts in this packet.
             self._first_ts, self._first_frame = ts_ns, frame_no

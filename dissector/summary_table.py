@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     import pandas as pd
+
+# A row whose request version is newer than the installed specs keeps status ok
+# (the bytes are fine); its decode_error says so with this prefix.
+UNSUPPORTED_VERSION = "unsupported_version: no "
+
+# Piped or redirected output is read by programs and wide terminals later: no
+# 80-column cut. Wide enough for any table this prints.
+_FILE_WIDTH = 1000
 
 
 def api_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -14,30 +23,48 @@ def api_summary(df: pd.DataFrame) -> pd.DataFrame:
 
     if df.empty:
         return pd.DataFrame(
-            columns=["api_name", "api_version", "count", "errors", "unanswered", "p50_ms", "p99_ms"]
+            columns=[
+                "api_name",
+                "api_version",
+                "count",
+                "errors",
+                "unanswered",
+                "unsupported",
+                "p50_ms",
+                "p99_ms",
+            ]
         )
     keyed = df.assign(
         api_name=df["api_name"].fillna("(unknown)"),
         api_version=df["api_version"].astype("Float64"),
         is_error=df["status"].isin(["error", "malformed"]),
         is_unanswered=df["status"].eq("unanswered"),
+        is_unsupported=unsupported_rows(df),
     )
     grouped = keyed.groupby(["api_name", "api_version"], dropna=False, sort=True)
     out = grouped.agg(
         count=("status", "size"),
         errors=("is_error", "sum"),
         unanswered=("is_unanswered", "sum"),
+        unsupported=("is_unsupported", "sum"),
         p50_ms=("latency_ms", lambda s: s.astype("float64").quantile(0.5)),
         p99_ms=("latency_ms", lambda s: s.astype("float64").quantile(0.99)),
     )
     return out.reset_index()
 
 
-def print_summary(df: pd.DataFrame) -> None:
+def unsupported_rows(df: pd.DataFrame) -> pd.Series:
+    """Rows whose API version the installed specs do not know (bodies not decoded)."""
+    errors = df["decode_error"].astype("string")
+    return errors.str.contains(UNSUPPORTED_VERSION, regex=False).fillna(False).astype(bool)
+
+
+def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    out = file if file is not None else sys.stdout
+    console = Console(file=out, width=None if out.isatty() else _FILE_WIDTH)
     table = Table(title=f"Kafka pairs: {len(df)} rows")
     for name, justify in (
         ("API", "left"),
@@ -45,6 +72,7 @@ def print_summary(df: pd.DataFrame) -> None:
         ("count", "right"),
         ("errors", "right"),
         ("unanswered", "right"),
+        ("unsupported", "right"),
         ("p50 ms", "right"),
         ("p99 ms", "right"),
     ):
@@ -56,6 +84,7 @@ def print_summary(df: pd.DataFrame) -> None:
             str(row.count),
             str(int(row.errors)),
             str(int(row.unanswered)),
+            str(int(row.unsupported)),
             _fmt_ms(row.p50_ms),
             _fmt_ms(row.p99_ms),
         )
@@ -63,14 +92,26 @@ def print_summary(df: pd.DataFrame) -> None:
     if not df.empty:
         statuses = df["status"].value_counts().to_dict()
         console.print("status: " + ", ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
+        unsupported = int(unsupported_rows(df).sum())
+        if unsupported:
+            console.print(
+                f"unsupported: {unsupported} rows use an API version newer than the installed "
+                "specs; their bodies are not decoded (add newer specs with --specs)",
+                highlight=False,
+                soft_wrap=True,
+            )
     counters = df.attrs.get("counters") or {}
     if counters:
         console.print(
-            "counters: " + ", ".join(f"{k}={v}" for k, v in counters.items()), highlight=False
+            "counters: " + ", ".join(f"{k}={v}" for k, v in counters.items()),
+            highlight=False,
+            soft_wrap=True,
         )
     tls = df.attrs.get("tls_streams") or []
     if tls:
-        console.print(f"TLS detected (not decoded) on streams: {', '.join(map(str, tls))}")
+        console.print(
+            f"TLS detected (not decoded) on streams: {', '.join(map(str, tls))}", soft_wrap=True
+        )
 
 
 def _missing(value: object) -> bool:
