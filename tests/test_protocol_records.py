@@ -38,6 +38,8 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from dissector.protocol.records import (
     CODEC_NAMES,
     ERROR_CODES,
+    FRAME_RATIO,
+    Budget,
     current_frame_budget,
     frame_budget,
     parse_records,
@@ -853,7 +855,7 @@ def test_legacy_captures(capture: str, magic: int, value_start: bytes) -> None:
 def test_frame_budget_is_shared_by_every_field_of_a_frame() -> None:
     one = kp_build(2, GZIP, [(0, None, bytes(300_000), [])])
     assert current_frame_budget() is None
-    with frame_budget(700_000) as budget:
+    with frame_budget(max_decompressed=700_000) as budget:
         assert current_frame_budget() is budget
         first = parse_records(one * 2, budget=current_frame_budget())
         left = budget.remaining
@@ -868,6 +870,13 @@ def test_frame_budget_is_shared_by_every_field_of_a_frame() -> None:
     ]
     assert second.records == 1  # the header's count, flagged by the error
     assert budget.remaining == 0
+
+
+def test_large_frames_get_a_budget_in_proportion() -> None:
+    small, large = Budget.for_frame(1000), Budget.for_frame(10 << 20)
+    assert small == Budget.per_frame()  # 64 MiB, and four times that for kept records
+    assert large.remaining == FRAME_RATIO * (10 << 20)
+    assert large.items == small.items  # kept records stay bounded by the default
 
 
 def _kio_frame(entity: Any, **header: Any) -> bytes:
