@@ -35,7 +35,15 @@ from kafka import codec as kafka_codec
 from kafka.record import MemoryRecords, MemoryRecordsBuilder
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from dissector.protocol.records import CODEC_NAMES, ERROR_CODES, parse_records
+from dissector.protocol.records import (
+    CODEC_NAMES,
+    ERROR_CODES,
+    FRAME_RATIO,
+    Budget,
+    current_frame_budget,
+    frame_budget,
+    parse_records,
+)
 
 CAPTURES = Path(__file__).resolve().parents[1].parent / "shared" / "captures"
 TANSU = CAPTURES / "local-tansu-confluent-kafka.pcapng"
@@ -839,3 +847,216 @@ def test_legacy_captures(capture: str, magic: int, value_start: bytes) -> None:
     assert rs.items[0]["magic"] == magic
     assert rs.items[0]["records"][0]["value"].startswith(value_start)
     assert ours(sets[0]) == kp_read(sets[0])
+
+
+# --- budgets per frame, and record errors in the pairs rows (issue #11) -------------------
+
+
+def test_frame_budget_is_shared_by_every_field_of_a_frame() -> None:
+    one = kp_build(2, GZIP, [(0, None, bytes(300_000), [])])
+    assert current_frame_budget() is None
+    with frame_budget(max_decompressed=700_000) as budget:
+        assert current_frame_budget() is budget
+        first = parse_records(one * 2, budget=current_frame_budget())
+        left = budget.remaining
+        second = parse_records(one, budget=current_frame_budget())
+    assert current_frame_budget() is None
+    assert first.errors == []
+    # Alone, the second field would fit: the frame's budget is what ran out.
+    assert parse_records(one, max_decompressed=700_000).errors == []
+    assert 0 < left < 100_000
+    assert second.errors == [
+        f"decompression_limit: gzip output over {left} bytes in batch 0 at offset 0"
+    ]
+    assert second.records == 1  # the header's count, flagged by the error
+    assert budget.remaining == 0
+
+
+def test_large_frames_get_a_budget_in_proportion() -> None:
+    small, large = Budget.for_frame(1000), Budget.for_frame(10 << 20)
+    assert small == Budget.per_frame()  # 64 MiB, and four times that for kept records
+    assert large.remaining == FRAME_RATIO * (10 << 20)
+    assert large.items == small.items  # kept records stay bounded by the default
+
+
+def _kio_frame(entity: Any, **header: Any) -> bytes:
+    import dataclasses
+    import io
+
+    from kio.serial import entity_writer
+
+    cls = type(entity)
+    header_cls = cls.__header_schema__
+    names = {f.name for f in dataclasses.fields(header_cls)}
+    buf = io.BytesIO()
+    entity_writer(header_cls)(buf, header_cls(**{k: v for k, v in header.items() if k in names}))
+    entity_writer(cls)(buf, entity)
+    return struct.pack(">i", len(buf.getvalue())) + buf.getvalue()
+
+
+def produce_pair(partitions: list[bytes]) -> tuple[bytes, bytes]:
+    """A Produce v3 request holding one records field per partition, and its response,
+    size-prefixed, both written by kio (an independent encoder)."""
+    pytest.importorskip("kio")
+    import datetime
+
+    from kio.schema.errors import ErrorCode
+    from kio.schema.produce.v3 import request as rq
+    from kio.schema.produce.v3 import response as rs
+
+    data = tuple(rq.PartitionProduceData(index=i, records=p) for i, p in enumerate(partitions))
+    request = rq.ProduceRequest(
+        transactional_id=None,
+        acks=1,
+        timeout=datetime.timedelta(seconds=1),
+        topic_data=(rq.TopicProduceData(name="bombs", partition_data=data),),
+    )
+    answers = tuple(
+        rs.PartitionProduceResponse(
+            index=i, error_code=ErrorCode.none, base_offset=0, log_append_time=None
+        )
+        for i in range(len(partitions))
+    )
+    response = rs.ProduceResponse(
+        responses=(rs.TopicProduceResponse(name="bombs", partition_responses=answers),),
+        throttle_time=datetime.timedelta(0),
+    )
+    header = {"request_api_key": 0, "request_api_version": 3, "correlation_id": 7}
+    return _kio_frame(request, client_id="t", **header), _kio_frame(response, correlation_id=7)
+
+
+def write_conversation(path: Path, request: bytes, response: bytes) -> None:
+    """One TCP connection (handshake, the request, the response) as a pcap of
+    scapy-built Ethernet frames."""
+    pytest.importorskip("scapy")
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+
+    client, broker = ("10.0.0.1", 40000), ("10.0.0.2", 9092)
+    seq = {client: 1000, broker: 5000}
+    frames: list[bytes] = []
+
+    def send(src: tuple[str, int], dst: tuple[str, int], flags: str, data: bytes = b"") -> None:
+        ack = seq[dst] if flags != "S" else 0
+        tcp = TCP(sport=src[1], dport=dst[1], seq=seq[src], ack=ack, flags=flags)
+        packet = Ether() / IP(src=src[0], dst=dst[0]) / tcp
+        frames.append(bytes(packet / Raw(data)) if data else bytes(packet))
+        seq[src] += len(data) or (1 if "S" in flags else 0)
+
+    send(client, broker, "S")
+    send(broker, client, "SA")
+    send(client, broker, "A")
+    for src, dst, data in ((client, broker, request), (broker, client, response)):
+        for i in range(0, len(data), 1400):
+            send(src, dst, "PA", data[i : i + 1400])
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for i, frame in enumerate(frames):
+            f.write(struct.pack("<IIII", 1_700_000_000, i, len(frame), len(frame)))
+            f.write(frame)
+
+
+def test_record_errors_reach_the_pairs_row(tmp_path: Path) -> None:
+    import dissector
+
+    bad_crc = bytearray(kp_build(2, ZSTD, sample_records(5)))
+    bad_crc[20] ^= 0x01  # a byte of the CRC-32C
+    bomb = kp_build(2, ZSTD, [(0, None, bytes(65 << 20), [])])  # 65 MiB of zeros
+    assert len(bomb) < 100_000
+    good = kp_build(2, GZIP, sample_records(4))
+    path = tmp_path / "produce.pcap"
+    write_conversation(path, *produce_pair([bytes(bad_crc), bomb, good]))
+
+    df = dissector.analyze(path)
+    assert len(df) == 1
+    row = df.iloc[0]
+    # A bad CRC or a bomb is not a malformed frame: the pair stays a plain pair.
+    assert (row["api_name"], row["status"], row["partitions"]) == ("Produce", "ok", 3)
+    assert row["records"] == 5 + 1 + 4  # the bomb by its header's count
+    assert row["compression"] == "gzip,zstd"
+    parts = row["decode_error"].split("; ")
+    assert parts[0] == "records: crc_mismatch: batch 0 at offset 0"
+    assert parts[1].startswith("records: decompression_limit: zstd output over ")
+    assert parts[1].endswith(" bytes in batch 0 at offset 0")
+    # The bomb spent the frame's budget: the good batch after it is counted by its
+    # header and flagged too, not decompressed on a budget the bomb already used.
+    assert parts[2:] == [
+        "records: decompression_limit: gzip output over 0 bytes in batch 0 at offset 0"
+    ]
+
+    decoded = list(dissector.decode(path))
+    assert decoded[0]["summary"]["record_errors"] == 3
+
+
+BOMB_PARTITIONS_SCRIPT = textwrap.dedent(
+    """
+    import resource, struct, sys, time
+    import crc32c, zstandard
+    import dissector
+    sys.path.insert(0, sys.argv[3])
+    from test_protocol_records import produce_pair, write_conversation
+
+    n = (64 << 20) // 7  # 64 MiB of the smallest records: 7 bytes each
+    body = zstandard.ZstdCompressor(level=3).compress((b"\\x0c" + bytes(6)) * n)
+    header = bytearray(61)
+    struct.pack_into(">qiibIhiqqqhii", header, 0, 0, 49 + len(body), 0, 2, 0, 4,
+                     0, 0, 0, -1, -1, -1, n)
+    struct.pack_into(">I", header, 17, crc32c.crc32c(bytes(header[21:]) + body))
+    partitions = int(sys.argv[2])
+    path = sys.argv[4]
+    write_conversation(path, *produce_pair([bytes(header) + body] * partitions))
+    start = time.monotonic()
+    if sys.argv[1] == "analyze":
+        row = dissector.analyze(path).iloc[0]
+        out = [int(row["records"]), row["status"], row["decode_error"]]
+    else:
+        pair = next(iter(dissector.decode(path, records=True)))
+        out = [pair["summary"]["records"], pair["summary"]["record_errors"], ""]
+    took = time.monotonic() - start
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    print(n, took, rss, *out, sep="\\t")
+    """
+)
+
+
+def _bomb_partitions(tmp_path: Path, mode: str, partitions: int) -> list[str]:
+    pytest.importorskip("kio")
+    pytest.importorskip("scapy")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-c", BOMB_PARTITIONS_SCRIPT, mode, str(partitions)),
+            *(str(root / "tests"), str(tmp_path / "bomb.pcap")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.rstrip("\n").split("\t")
+
+
+def test_zstd_record_bomb_in_100_partitions_analyzes_in_bounded_time(tmp_path: Path) -> None:
+    """Was >120 s: each field had its own 64 MiB budget and every record was walked."""
+    n, took, _, records, status, error = _bomb_partitions(tmp_path, "analyze", 100)
+    assert float(took) < 60.0
+    assert int(records) == 100 * int(n)  # one walked, 99 by their header's count
+    assert status == "ok"
+    listed = error.split("; ")
+    assert all(e.startswith("records: decompression_limit: zstd output over ") for e in listed[:8])
+    assert listed[8:] == ["records: too_many_errors: 91 more not listed"]
+
+
+def test_decode_records_on_a_bomb_in_20_partitions_stays_bounded(tmp_path: Path) -> None:
+    """``decode --records`` reached 8.3 GB here: now the frame shares one budget for
+    decompression and for kept records."""
+    n, took, rss_mib, records, record_errors, _ = _bomb_partitions(tmp_path, "decode", 20)
+    assert int(rss_mib) < 1500
+    assert float(took) < 120.0
+    assert int(records) == 20 * int(n)
+    # The first field: expand_limit; the other 19: decompression_limit and expand_limit.
+    assert int(record_errors) == 1 + 19 * 2

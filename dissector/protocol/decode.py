@@ -129,7 +129,7 @@ def _default_registry() -> Registry:
 
 
 @functools.cache
-def _frame_budget_type() -> Callable[[], AbstractContextManager[Any]]:
+def _frame_budget_type() -> Callable[[int], AbstractContextManager[Any]]:
     try:
         from dissector.protocol.records import frame_budget
     except ImportError:  # the record-batch module is optional for the engine
@@ -137,10 +137,10 @@ def _frame_budget_type() -> Callable[[], AbstractContextManager[Any]]:
     return frame_budget
 
 
-def _frame_scope() -> AbstractContextManager[Any]:
+def _frame_scope(frame_bytes: int) -> AbstractContextManager[Any]:
     """One decompression budget for all records fields of one decode of a frame, so
     that a Produce of many partitions cannot multiply it (issue #11)."""
-    return _frame_budget_type()()
+    return _frame_budget_type()(frame_bytes)
 
 
 def _decode_body(
@@ -149,13 +149,13 @@ def _decode_body(
     """Fill out.body/out.error; returns the end offset. The fast path raises on bad
     bytes; the closure decoder then says where, and keeps the partial body."""
     try:
-        with _frame_scope():
+        with _frame_scope(len(buf)):
             out.body, end = registry.decoder(layout, expand)(buf, start)
         return end
     except Exception:  # bad bytes (or a generator bug): let the closures explain
         pass
     try:
-        with _frame_scope():  # the second decode starts with a full budget again
+        with _frame_scope(len(buf)):  # the second decode starts with a full budget
             out.body, end = registry.explainer(layout, expand)(buf, start)
     except kc.DecodeFailure as exc:
         out.body, out.error = exc.partial, exc.message()

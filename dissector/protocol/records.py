@@ -109,6 +109,9 @@ ERROR_CODES: Final[frozenset[str]] = frozenset(
 
 MAX_ERRORS: Final = 64
 MAX_DECOMPRESSED: Final = 64 * 1024 * 1024  # default budget of one call or one frame
+# A large frame (a 50 MB Fetch response) may decompress to this many times its size:
+# still linear in the input, and far below a bomb's 10 000:1.
+FRAME_RATIO: Final = 32
 # expand=True keeps records as Python objects, several times the size of their bytes:
 # bound them too, by ITEM_BUDGET_FACTOR * max_decompressed at ITEM_OVERHEAD + length
 # bytes each (a dict of ten entries and its strings take about that).
@@ -182,6 +185,15 @@ class Budget:
         limit = max(0, max_decompressed)
         return cls(remaining=limit, items=ITEM_BUDGET_FACTOR * limit)
 
+    @classmethod
+    def for_frame(cls, frame_bytes: int, max_decompressed: int = MAX_DECOMPRESSED) -> Budget:
+        """``max_decompressed``, or FRAME_RATIO times the frame's size if that is more;
+        kept records (``expand``) stay bounded by ``max_decompressed`` alone."""
+        limit = max(0, max_decompressed)
+        return cls(
+            remaining=max(limit, FRAME_RATIO * frame_bytes), items=ITEM_BUDGET_FACTOR * limit
+        )
+
     def charge(self, n: int) -> None:
         self.remaining -= min(max(n, 0), self.remaining)
 
@@ -195,8 +207,8 @@ class frame_budget:  # lower case: it reads like a function, ``with frame_budget
 
     __slots__ = ("_token", "budget")
 
-    def __init__(self, max_decompressed: int = MAX_DECOMPRESSED) -> None:
-        self.budget = Budget.per_frame(max_decompressed)
+    def __init__(self, frame_bytes: int = 0, max_decompressed: int = MAX_DECOMPRESSED) -> None:
+        self.budget = Budget.for_frame(frame_bytes, max_decompressed)
         self._token: Token[Budget | None] | None = None
 
     def __enter__(self) -> Budget:

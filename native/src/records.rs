@@ -27,6 +27,9 @@ pub const CODEC_UNKNOWN_NAME: &str = "unknown";
 
 /// records.py's default `max_decompressed`: the per-frame budget.
 pub const DEFAULT_MAX_DECOMPRESSED: u64 = 64 * 1024 * 1024;
+/// A large frame (a 50 MB Fetch response) may decompress to this many times its size:
+/// still linear in the input, and far below a bomb's 10 000:1 (records.py's FRAME_RATIO).
+pub const FRAME_RATIO: u64 = 32;
 /// Errors listed per `records` field; the rest are counted in one `too_many_errors`.
 pub const MAX_ERRORS: usize = 64;
 /// Kafka itself allows one level of wrapper messages.
@@ -115,6 +118,12 @@ impl Budget {
         }
     }
 
+    /// The budget of a frame of `frame_bytes` bytes, as the Python decoder gives it:
+    /// `max_decompressed`, or FRAME_RATIO times the frame's size if that is more.
+    pub fn for_frame(frame_bytes: u64, max_decompressed: u64) -> Self {
+        Budget::per_frame(max_decompressed.max(frame_bytes.saturating_mul(FRAME_RATIO)))
+    }
+
     fn charge(&mut self, n: u64) {
         let n = n.min(self.remaining);
         self.remaining -= n;
@@ -156,12 +165,14 @@ impl CaptureBudget {
         }
     }
 
-    /// The budget for one frame of `frame_bytes` bytes; hand it back to `settle`.
+    /// The budget for one frame of `frame_bytes` bytes ([`Budget::for_frame`], within
+    /// what the capture has left); hand it back to `settle`.
     pub fn frame(&mut self, frame_bytes: u64) -> Budget {
         self.remaining = self
             .remaining
             .saturating_add(frame_bytes.saturating_mul(self.ratio));
-        Budget::per_frame(self.per_frame.min(self.remaining))
+        let wanted = Budget::for_frame(frame_bytes, self.per_frame).remaining;
+        Budget::per_frame(wanted.min(self.remaining))
     }
 
     pub fn settle(&mut self, frame: &Budget) {
@@ -615,7 +626,10 @@ fn decompress(
     if data.is_empty() && (codec == 3 || codec == 4) {
         // The frame decoders read no frame as no output; records.py's reject it.
         let name = CODEC_NAMES[usize::from(codec)];
-        ctx.error("decompression_failed", format_args!("{name}: empty input in {where_}"));
+        ctx.error(
+            "decompression_failed",
+            format_args!("{name}: empty input in {where_}"),
+        );
         return Err(Outcome::Failed);
     }
     let result = match codec {

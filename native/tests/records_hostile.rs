@@ -7,7 +7,8 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use _core::records::{
-    summarize_records, xxh32, Budget, CaptureBudget, RecordsSummary, CODEC_UNKNOWN_BIT, MAX_ERRORS,
+    summarize_records, xxh32, Budget, CaptureBudget, RecordsSummary, CODEC_UNKNOWN_BIT,
+    FRAME_RATIO, MAX_ERRORS,
 };
 use _core::types::Counters;
 
@@ -331,6 +332,19 @@ fn capture_budget_grows_with_input_only() {
     // 10 MiB base (+ a few KB of credit) decompress two bombs; the rest are flagged.
     assert_eq!(limited, 18);
     assert!(capture.remaining < MIB);
+}
+
+#[test]
+fn large_frames_get_a_budget_in_proportion() {
+    assert_eq!(Budget::for_frame(1000, 64 * MIB).remaining, 64 * MIB);
+    assert_eq!(
+        Budget::for_frame(10 * MIB, 64 * MIB).remaining,
+        FRAME_RATIO * 10 * MIB
+    );
+    assert_eq!(Budget::for_frame(u64::MAX, 0).remaining, u64::MAX);
+    // Within the capture's allowance all the same.
+    let mut capture = CaptureBudget::new(0, 64 * MIB, 2);
+    assert_eq!(capture.frame(10 * MIB).remaining, 20 * MIB);
 }
 
 #[test]
