@@ -448,9 +448,14 @@ struct Interface {
 impl Interface {
     /// Capture time in ns, or None when it does not fit i64 (hostile or corrupt).
     fn ts_ns(&self, ticks: u64) -> Option<Ts> {
-        // ticks * mul < 2^64 * 10^9 < 2^94: no overflow in u128.
-        let ns = (ticks as u128 * self.mul / self.div) as i128 + self.offset_ns;
-        i64::try_from(ns).ok()
+        // ticks * mul < 2^64 * 10^9 < 2^94: no overflow in u128, nor in i128 with the
+        // offset (|offset| < 2^63 * 10^9 < 2^93).
+        let mut scaled = u128::from(ticks) * self.mul;
+        if self.div != 1 {
+            // Only fractional binary or sub-ns decimal resolutions pay a 128-bit division.
+            scaled /= self.div;
+        }
+        i64::try_from(scaled as i128 + self.offset_ns).ok()
     }
 }
 
