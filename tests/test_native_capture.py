@@ -139,9 +139,9 @@ def test_shared_captures_match_python(dump_binary: Path) -> None:
     dumps = assert_same(dump_binary, SHARED)
     assert all(d.rows for d in dumps.values())
     # go-sniffer records more captured than wire bytes on every frame (see its README).
-    assert dumps[str(SHARED_DIR / "go-sniffer-kafka.pcap")].counters[
-        "caplen_exceeds_wire_len"
-    ] == 20
+    assert (
+        dumps[str(SHARED_DIR / "go-sniffer-kafka.pcap")].counters["caplen_exceeds_wire_len"] == 20
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def _written_captures(tmp: Path) -> list[Path]:
     files: dict[str, bytes] = {}
     good = [(_v4(i), len(_v4(i))) for i in range(5)]
     big = _v4(9, 1000)
-    cut = [(big[:100], len(big)), (big[:40], len(big)), (big[:14 + 20 + 20], len(big))]
+    cut = [(big[:100], len(big)), (big[:40], len(big)), (big[: 14 + 20 + 20], len(big))]
     for magic, tag in [(0xA1B2C3D4, "us"), (0xA1B23C4D, "ns")]:
         for order, name in [("<", "le"), (">", "be")]:
             files[f"{tag}-{name}.pcap"] = _pcap(magic, order, good + cut)

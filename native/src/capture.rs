@@ -90,25 +90,39 @@ const NS_PER_S: i128 = 1_000_000_000;
 
 #[inline]
 fn be16(d: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes(d.get(at..at.checked_add(2)?)?.try_into().ok()?))
+    Some(u16::from_be_bytes(
+        d.get(at..at.checked_add(2)?)?.try_into().ok()?,
+    ))
 }
 
 #[inline]
 fn rd16(d: &[u8], at: usize, big: bool) -> Option<u16> {
     let b: [u8; 2] = d.get(at..at.checked_add(2)?)?.try_into().ok()?;
-    Some(if big { u16::from_be_bytes(b) } else { u16::from_le_bytes(b) })
+    Some(if big {
+        u16::from_be_bytes(b)
+    } else {
+        u16::from_le_bytes(b)
+    })
 }
 
 #[inline]
 fn rd32(d: &[u8], at: usize, big: bool) -> Option<u32> {
     let b: [u8; 4] = d.get(at..at.checked_add(4)?)?.try_into().ok()?;
-    Some(if big { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) })
+    Some(if big {
+        u32::from_be_bytes(b)
+    } else {
+        u32::from_le_bytes(b)
+    })
 }
 
 #[inline]
 fn rd64(d: &[u8], at: usize, big: bool) -> Option<u64> {
     let b: [u8; 8] = d.get(at..at.checked_add(8)?)?.try_into().ok()?;
-    Some(if big { u64::from_be_bytes(b) } else { u64::from_le_bytes(b) })
+    Some(if big {
+        u64::from_be_bytes(b)
+    } else {
+        u64::from_le_bytes(b)
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -141,7 +155,11 @@ fn link_layer(linktype: u32, data: &[u8], counters: &mut Counters) -> Option<(u1
             }
         },
         LINKTYPE_LINUX_SLL | LINKTYPE_LINUX_SLL2 => {
-            let (off, ppos) = if linktype == LINKTYPE_LINUX_SLL { (16, 14) } else { (20, 0) };
+            let (off, ppos) = if linktype == LINKTYPE_LINUX_SLL {
+                (16, 14)
+            } else {
+                (20, 0)
+            };
             match be16(data, ppos) {
                 Some(e) if data.len() >= off => (e, off),
                 _ => {
@@ -209,7 +227,11 @@ fn link_layer(linktype: u32, data: &[u8], counters: &mut Counters) -> Option<(u1
 }
 
 /// IPv4 header -> (src, dst, TCP offset, IP end offset), or None (counted).
-fn ipv4(data: &[u8], off: usize, counters: &mut Counters) -> Option<(IpAddr, IpAddr, usize, usize)> {
+fn ipv4(
+    data: &[u8],
+    off: usize,
+    counters: &mut Counters,
+) -> Option<(IpAddr, IpAddr, usize, usize)> {
     let n = data.len();
     let Some(head) = data.get(off..off + 20) else {
         counters.inc("bad_ip_header");
@@ -243,7 +265,11 @@ fn ipv4(data: &[u8], off: usize, counters: &mut Counters) -> Option<(IpAddr, IpA
 }
 
 /// IPv6 header and the extension headers before TCP -> (src, dst, TCP offset, IP end).
-fn ipv6(data: &[u8], off: usize, counters: &mut Counters) -> Option<(IpAddr, IpAddr, usize, usize)> {
+fn ipv6(
+    data: &[u8],
+    off: usize,
+    counters: &mut Counters,
+) -> Option<(IpAddr, IpAddr, usize, usize)> {
     let n = data.len();
     let head = match data.get(off..off + 40) {
         Some(h) if h[0] >> 4 == 6 => h,
@@ -256,7 +282,7 @@ fn ipv6(data: &[u8], off: usize, counters: &mut Counters) -> Option<(IpAddr, IpA
     let mut nh = head[6];
     let mut l4 = off + 40;
     let end = if plen == 0 { n } else { l4 + plen }; // 0: jumbogram or TSO, take the frame
-    // Each step moves l4 forward by at least 8 and stops past `end`: bounded.
+                                                     // Each step moves l4 forward by at least 8 and stops past `end`: bounded.
     while nh != IP_PROTO_TCP {
         match nh {
             0 | 43 | 60 | IPV6_AH => {
@@ -264,7 +290,11 @@ fn ipv6(data: &[u8], off: usize, counters: &mut Counters) -> Option<(IpAddr, IpA
                     counters.inc("bad_ip_header");
                     return None;
                 };
-                let hlen = if nh == IPV6_AH { (len as usize + 2) * 4 } else { (len as usize + 1) * 8 };
+                let hlen = if nh == IPV6_AH {
+                    (len as usize + 2) * 4
+                } else {
+                    (len as usize + 1) * 8
+                };
                 nh = next;
                 l4 += hlen;
             }
@@ -297,7 +327,12 @@ fn ipv6(data: &[u8], off: usize, counters: &mut Counters) -> Option<(IpAddr, IpA
     }
     let src: [u8; 16] = head[8..24].try_into().ok()?;
     let dst: [u8; 16] = head[24..40].try_into().ok()?;
-    Some((IpAddr::V6(Ipv6Addr::from(src)), IpAddr::V6(Ipv6Addr::from(dst)), l4, end))
+    Some((
+        IpAddr::V6(Ipv6Addr::from(src)),
+        IpAddr::V6(Ipv6Addr::from(dst)),
+        l4,
+        end,
+    ))
 }
 
 /// One link-layer frame -> TCP segment, or None (counted).
@@ -405,17 +440,22 @@ fn packet<'a>(seg: &Segment, frame: u64, ts_ns: Ts, data: &'a [u8]) -> Packet<'a
 #[derive(Debug, Clone, Copy)]
 struct Interface {
     linktype: u32,
-    mul: u128,     // ns = ticks * mul / div + offset_ns
-    div: u128,     // u128::MAX stands for "more than any ticks * mul": the quotient is 0
+    mul: u128, // ns = ticks * mul / div + offset_ns
+    div: u128, // u128::MAX stands for "more than any ticks * mul": the quotient is 0
     offset_ns: i128,
 }
 
 impl Interface {
     /// Capture time in ns, or None when it does not fit i64 (hostile or corrupt).
     fn ts_ns(&self, ticks: u64) -> Option<Ts> {
-        // ticks * mul < 2^64 * 10^9 < 2^94: no overflow in u128.
-        let ns = (ticks as u128 * self.mul / self.div) as i128 + self.offset_ns;
-        i64::try_from(ns).ok()
+        // ticks * mul < 2^64 * 10^9 < 2^94: no overflow in u128, nor in i128 with the
+        // offset (|offset| < 2^63 * 10^9 < 2^93).
+        let mut scaled = u128::from(ticks) * self.mul;
+        if self.div != 1 {
+            // Only fractional binary or sub-ns decimal resolutions pay a 128-bit division.
+            scaled /= self.div;
+        }
+        i64::try_from(scaled as i128 + self.offset_ns).ok()
     }
 }
 
@@ -450,7 +490,9 @@ fn parse_idb(body: &[u8], big: bool, counters: &mut Counters) -> Interface {
             break;
         }
         let length = length as usize;
-        let Some(value) = body.get(pos + 4..pos + 4 + length).filter(|_| pos + 4 + length <= end)
+        let Some(value) = body
+            .get(pos + 4..pos + 4 + length)
+            .filter(|_| pos + 4 + length <= end)
         else {
             counters.inc("bad_pcapng_option");
             break;
@@ -469,8 +511,15 @@ fn parse_idb(body: &[u8], big: bool, counters: &mut Counters) -> Interface {
 
 #[derive(Debug, Clone, Copy)]
 enum Format {
-    Pcap { big: bool, frac_ns: i64, rec_len: usize, linktype: u32 },
-    Pcapng { big: bool },
+    Pcap {
+        big: bool,
+        frac_ns: i64,
+        rec_len: usize,
+        linktype: u32,
+    },
+    Pcapng {
+        big: bool,
+    },
 }
 
 /// One packet record located in the reader's buffer.
@@ -550,7 +599,12 @@ fn check_header(head: &[u8]) -> Result<Format, CaptureError> {
                 head.len()
             )));
         };
-        return Ok(Format::Pcap { big, frac_ns, rec_len, linktype: linktype & 0xFFFF });
+        return Ok(Format::Pcap {
+            big,
+            frac_ns,
+            rec_len,
+            linktype: linktype & 0xFFFF,
+        });
     }
     if magic == Some(PCAPNG_SHB) {
         return match head.get(8..12) {
@@ -562,7 +616,9 @@ fn check_header(head: &[u8]) -> Result<Format, CaptureError> {
         };
     }
     if head.is_empty() {
-        return Err(CaptureError("empty file, not a pcap or pcapng capture".into()));
+        return Err(CaptureError(
+            "empty file, not a pcap or pcapng capture".into(),
+        ));
     }
     let hex: String = head.iter().take(4).map(|b| format!("{b:02x}")).collect();
     Err(CaptureError(format!(
@@ -572,16 +628,18 @@ fn check_header(head: &[u8]) -> Result<Format, CaptureError> {
 
 /// Open a capture file (gzip-compressed or not, told by magic).
 pub fn open_path(path: &str) -> Result<PacketReader, CaptureError> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| CaptureError(format!("{path}: cannot open: {e}")))?;
+    let file =
+        std::fs::File::open(path).map_err(|e| CaptureError(format!("{path}: cannot open: {e}")))?;
     PacketReader::new(Box::new(file)).map_err(|e| CaptureError(format!("{path}: {}", e.0)))
 }
 
 impl PacketReader {
     pub fn new(source: Box<dyn Read + Send>) -> Result<Self, CaptureError> {
         let taken = Arc::new(AtomicU64::new(0));
-        let mut source: Box<dyn Read + Send> =
-            Box::new(Counting { inner: source, taken: Arc::clone(&taken) });
+        let mut source: Box<dyn Read + Send> = Box::new(Counting {
+            inner: source,
+            taken: Arc::clone(&taken),
+        });
         let mut head = [0u8; 24];
         let cannot_read = |e: std::io::Error| CaptureError(format!("cannot read: {e}"));
         let mut got = read_full(&mut *source, &mut head).map_err(cannot_read)?;
@@ -594,7 +652,11 @@ impl PacketReader {
         let format = check_header(head)?;
         let mut buf = vec![0u8; CHUNK];
         // The pcap file header is consumed; a pcapng SHB is read again as a block.
-        let keep: &[u8] = if matches!(format, Format::Pcap { .. }) { &[] } else { head };
+        let keep: &[u8] = if matches!(format, Format::Pcap { .. }) {
+            &[]
+        } else {
+            head
+        };
         buf[..keep.len()].copy_from_slice(keep);
         Ok(PacketReader {
             source,
@@ -642,7 +704,12 @@ impl PacketReader {
                 break (seg, rec.start, rec.len, ts_ns);
             }
         };
-        Some(packet(&seg, self.frame, ts_ns, &self.buf[start..start + len]))
+        Some(packet(
+            &seg,
+            self.frame,
+            ts_ns,
+            &self.buf[start..start + len],
+        ))
     }
 
     /// Publish the counts kept in fields. `next_packet` does it at the end of the
@@ -683,14 +750,16 @@ impl PacketReader {
         if self.done {
             return false;
         }
-        // Read as capture.py does (at least a chunk at a time) so `bytes_read` agrees.
-        let want = (n - have).max(CHUNK);
-        if self.buf.len() < have + want {
-            self.buf.resize(have + want, 0);
-        }
-        let limit = have + want;
+        // Ask for what capture.py asks for (at least a chunk), so `bytes_read` agrees;
+        // but grow the buffer a chunk at a time as bytes arrive, so a block length that
+        // promises 64 MiB in a short file costs no 64 MiB.
+        let limit = have + (n - have).max(CHUNK);
         while self.filled < n {
-            match self.source.read(&mut self.buf[self.filled..limit]) {
+            let step_end = limit.min(self.filled + CHUNK);
+            if self.buf.len() < step_end {
+                self.buf.resize(step_end, 0);
+            }
+            match self.source.read(&mut self.buf[self.filled..step_end]) {
                 Ok(0) => break,
                 Ok(k) => {
                     self.filled += k;
@@ -724,9 +793,12 @@ impl PacketReader {
             return None;
         }
         let rec = match self.format {
-            Format::Pcap { big, frac_ns, rec_len, linktype } => {
-                self.pcap_record(big, frac_ns, rec_len, linktype, counters)
-            }
+            Format::Pcap {
+                big,
+                frac_ns,
+                rec_len,
+                linktype,
+            } => self.pcap_record(big, frac_ns, rec_len, linktype, counters),
             Format::Pcapng { .. } => self.pcapng_record(counters),
         };
         match rec {
@@ -784,7 +856,13 @@ impl PacketReader {
         }
         // Both u32: at most ~4.3e18 + 4.3e12, inside i64.
         let ts_ns = i64::from(sec) * 1_000_000_000 + i64::from(frac) * frac_ns;
-        Some(Record { linktype, ts_ns: Some(ts_ns), start, len: incl, wire_len: orig })
+        Some(Record {
+            linktype,
+            ts_ns: Some(ts_ns),
+            start,
+            len: incl,
+            wire_len: orig,
+        })
     }
 
     fn pcapng_record(&mut self, counters: &mut Counters) -> Option<Record> {
@@ -797,7 +875,9 @@ impl PacketReader {
                 }
                 return None;
             }
-            let Format::Pcapng { mut big } = self.format else { return None };
+            let Format::Pcapng { mut big } = self.format else {
+                return None;
+            };
             let p = self.pos;
             let btype = rd32(&self.buf, p, big)?;
             if btype == BT_SHB {
@@ -814,7 +894,7 @@ impl PacketReader {
                 self.interfaces.clear();
             }
             let blen = rd32(&self.buf, p + 4, big)? as usize;
-            if blen < 12 || blen % 4 != 0 || blen > MAX_RECORD {
+            if blen < 12 || !blen.is_multiple_of(4) || blen > MAX_RECORD {
                 counters.inc("bad_record");
                 return None;
             }
@@ -876,7 +956,13 @@ impl PacketReader {
 
     /// EPB or obsolete PB at `p` (whole block in the buffer, >= 32 bytes) -> its record,
     /// or None (counted) when its interface or length is impossible.
-    fn packet_block(&self, btype: u32, p: usize, big: bool, counters: &mut Counters) -> Option<Record> {
+    fn packet_block(
+        &self,
+        btype: u32,
+        p: usize,
+        big: bool,
+        counters: &mut Counters,
+    ) -> Option<Record> {
         let block = self.buf.get(p..self.pos)?;
         let iface_id = if btype == BT_PB {
             // Obsolete layout: a 16-bit interface id, then a 16-bit drop count.
