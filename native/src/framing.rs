@@ -115,6 +115,10 @@ pub struct Framer {
     after_gap: bool,
     first_ts: Ts,
     first_frame: u64,
+    // A TLS suspicion was cleared while handling the current chunk: look-alikes further
+    // in it are not suspected again (each clearing re-probes the rest of the chunk, so
+    // one per chunk keeps the work linear).
+    cleared_in_chunk: bool,
 }
 
 impl Framer {
@@ -140,6 +144,7 @@ impl Framer {
             after_gap: false,
             first_ts: 0,
             first_frame: 0,
+            cleared_in_chunk: false,
         }
     }
 
@@ -160,6 +165,7 @@ impl Framer {
 
     /// Push the frames this chunk completes onto `out`.
     pub fn feed(&mut self, chunk: Chunk, counters: &mut Counters, out: &mut Vec<KafkaFrame>) {
+        self.cleared_in_chunk = false;
         match self.tls {
             Tls::Yes => {
                 counters.add("tls_bytes", chunk.data.len() as u64);
@@ -408,6 +414,9 @@ impl Framer {
         frame_no: u64,
         counters: &mut Counters,
     ) -> Suspect {
+        if self.cleared_in_chunk {
+            return Suspect::NotTls;
+        }
         self.buf.clear();
         let mut probe = TlsProbe::default();
         let walk = probe.walk(data);
@@ -495,6 +504,7 @@ impl Framer {
     fn tls_false_alarm(&mut self, skipped: u64, ts: Ts, frame_no: u64, counters: &mut Counters) {
         counters.inc("tls_false_alarm");
         counters.add("resync_skipped_bytes", skipped);
+        self.cleared_in_chunk = true;
         self.tls = Tls::No;
         self.buf.clear();
         self.synced = false;
