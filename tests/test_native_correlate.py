@@ -13,11 +13,15 @@ a capture that shows them would be reported here as a difference to look at.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 import shutil
+import struct
 import subprocess
 import zlib
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +33,7 @@ from dissector.capture import read_packets
 from dissector.correlate import DEFAULT_BROKER_PORTS, Exchange
 from dissector.framing import DEFAULT_MAX_FRAME, Frame
 from dissector.pipeline import Session
-from dissector.tcp import Chunk, Event, Reassembler, StreamOpen
+from dissector.tcp import Chunk, Event, Reassembler, StreamClose, StreamOpen
 
 REPO = Path(__file__).resolve().parents[1]
 NATIVE = REPO / "native"
@@ -170,3 +174,87 @@ def test_native_session_matches_python(
     assert _by_stream(rs_ex) == _by_stream(py_ex)
     assert rs_counts == py_counts
     assert sorted(rs_tls) == sorted(py_tls)
+
+
+def _resegment(events: list[Event], seed: int, drop: float) -> list[Event]:
+    """The same traffic cut differently: chunks split at random points, and some
+    dropped (the next chunk of that direction then says resync, as after a capture
+    hole). Order across directions is kept, so no request comes after its response."""
+    rng = random.Random(seed)
+    out: list[Event] = []
+    lost: dict[tuple[int, tuple[str, int]], int] = {}
+    for ev in events:
+        if not isinstance(ev, Chunk):
+            out.append(ev)
+            continue
+        key = (ev.stream, ev.src)
+        data = bytes(ev.data)
+        if rng.random() < drop:
+            lost[key] = lost.get(key, 0) + len(data)
+            continue
+        n_cuts = min(len(data) - 1, rng.randint(0, 2)) if len(data) > 1 else 0
+        cuts = sorted(rng.sample(range(1, len(data)), n_cuts)) if n_cuts else []
+        gap = lost.pop(key, 0)
+        bounds = [0, *cuts, len(data)]
+        for i, (lo, hi) in enumerate(pairwise(bounds)):
+            first = i == 0
+            out.append(
+                dataclasses.replace(
+                    ev,
+                    data=data[lo:hi],
+                    resync=ev.resync or (first and gap > 0),
+                    lost=ev.lost + gap if first else 0,
+                )
+            )
+    return out
+
+
+@pytest.mark.parametrize("drop", [0.0, 0.25])
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("capture", _captures(), ids=lambda p: p.name)
+def test_native_session_matches_python_on_resegmented_and_lossy_traffic(
+    capture: Path, seed: int, drop: float, dump_exchanges: Path, model_file: Path, tmp_path: Path
+) -> None:
+    events = _resegment(_events(capture), seed, drop)
+    py_ex, py_counts, py_tls = _python(events)
+    rs_ex, rs_counts, rs_tls = _native(dump_exchanges, model_file, events, tmp_path)
+    assert _by_stream(rs_ex) == _by_stream(py_ex)
+    assert rs_counts == py_counts
+    assert sorted(rs_tls) == sorted(py_tls)
+
+
+CLIENT = ("10.0.0.1", 50000)
+BROKER = ("10.0.0.2", 9092)
+
+
+def _wire_request(corr: int) -> bytes:
+    body = struct.pack(">hhih", 3, 1, corr, 3) + b"cli"
+    return struct.pack(">i", len(body)) + body
+
+
+def _wire_response(corr: int) -> bytes:
+    return struct.pack(">ii", 6, corr) + b"\x00\x00"
+
+
+def test_requests_released_after_a_hole_pair_natively_where_python_orphans_them(
+    dump_exchanges: Path, model_file: Path, tmp_path: Path
+) -> None:
+    """The deliberate departure: requests held behind a hole in the request direction
+    reach the correlator after their responses."""
+    late = b"".join(_wire_request(c) for c in (2, 3, 4))
+    events: list[Event] = [
+        StreamOpen(0, CLIENT, BROKER, True),
+        Chunk(0, CLIENT, BROKER, _wire_request(1), 1000, 1, False),
+        Chunk(0, BROKER, CLIENT, _wire_response(1), 2000, 2, False),
+        *(Chunk(0, BROKER, CLIENT, _wire_response(c), c * 2000, c * 2, False) for c in (2, 3, 4)),
+        Chunk(0, CLIENT, BROKER, late, 7000, 7, True, 90),
+        StreamClose(0, "fin"),
+    ]
+    py_ex, py_counts, _ = _python(events)
+    rs_ex, rs_counts, _ = _native(dump_exchanges, model_file, events, tmp_path)
+    assert (
+        sorted(e["kind"] for e in py_ex) == ["orphan_response"] * 3 + ["pair"] + ["unanswered"] * 3
+    )
+    assert [(e["kind"], e["correlation_id"]) for e in rs_ex] == [("pair", c) for c in (1, 2, 3, 4)]
+    assert rs_counts["late_request_pairs"] == 3 and "orphan_responses" not in rs_counts
+    assert py_counts["resyncs"] == rs_counts["resyncs"] == 1
