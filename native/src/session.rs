@@ -42,8 +42,11 @@ pub struct Session {
 
 impl Session {
     pub fn new(cfg: SessionConfig, versions: Arc<dyn Versions + Send + Sync>) -> Self {
+        // Other fields (the tcp helper's to add) keep their defaults.
+        #[allow(clippy::needless_update)]
         let tcp = Reassembler::new(TcpConfig {
             idle_timeout_ns: cfg.idle_timeout_ns,
+            ..TcpConfig::default()
         });
         let corr = Correlator::new(
             CorrelationConfig {
