@@ -396,6 +396,8 @@ fn on_request(
     if conn.pending.len() > MAX_OPEN_REQUESTS {
         if let Some((oldest, req)) = conn.pending.pop_oldest() {
             counters.inc("open_requests_evicted");
+            // Handshake ids are a subset of the open requests: bounded with them.
+            conn.sasl_handshake_ids.remove(&oldest);
             out.push(unanswered(conn, oldest, req, Some("evicted")));
         }
     }

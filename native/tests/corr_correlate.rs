@@ -381,3 +381,48 @@ fn open_requests_are_bounded_and_the_oldest_is_evicted() {
         "leftovers in the order they were sent"
     );
 }
+
+#[test]
+fn evicted_sasl_handshakes_are_forgotten_with_their_requests() {
+    let mut c = Counters::default();
+    let mut corr = correlator(true);
+    corr.open(&StreamOpen {
+        stream: 0,
+        initiator: client(),
+        responder: broker(),
+        syn_seen: true,
+    });
+    let mut out = Vec::new();
+    let n = MAX_OPEN_REQUESTS as i32 + 50;
+    let mut no = 0u64;
+    let mut send =
+        |corr: &mut Correlator, c: &mut Counters, out: &mut Vec<Exchange>, p: &[u8], up: bool| {
+            no += 1;
+            let (src, dst) = if up {
+                (client(), broker())
+            } else {
+                (broker(), client())
+            };
+            corr.frame(frame(p, src, dst, no), c, out);
+        };
+    for i in 0..n {
+        send(
+            &mut corr,
+            &mut c,
+            &mut out,
+            &req(i, SASL_HANDSHAKE, 0, b"\x00\x05PLAIN"),
+            true,
+        );
+    }
+    assert_eq!(out.len(), 50);
+    // Id 0 (an evicted handshake) reused by an ordinary request, answered without error:
+    // no switch to raw SASL tokens, so the next frame is read as a request.
+    send(&mut corr, &mut c, &mut out, &req(0, 3, 1, b""), true);
+    send(&mut corr, &mut c, &mut out, &resp(0, b"\x00\x00"), false);
+    assert_eq!(
+        out.last().map(|e| (e.kind, e.api_key)),
+        Some((Pair, Some(3)))
+    );
+    send(&mut corr, &mut c, &mut out, b"\x00user\x00secret", true);
+    assert_eq!(c.get("sasl_raw_tokens"), 0);
+}
