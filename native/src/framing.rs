@@ -1,2 +1,529 @@
 //! Stage 3: in-order chunks of one direction -> size-prefixed Kafka frames.
 //! Port of `dissector/framing.py` (resync, TLS detection). OWNER: framing/correlate helper.
+//!
+//! Every Kafka message is a big-endian int32 size and that many bytes. Losing sync is
+//! the hard part: after a TCP gap, or when the capture starts mid-connection, the next
+//! bytes are usually not a size prefix. Frame starts are then tried only at chunk
+//! starts (clients and brokers write each message with its own send call) and accepted
+//! only when plausible for the sender's role (`header::StartCheck`). Everything skipped
+//! is counted, with the Python stage's counter names.
+//!
+//! TLS differs from Python on purpose (issue #11): bytes that look like a TLS record
+//! header make the direction only *suspected* TLS. It is concluded when the next record
+//! header sits where the first record ends (or at close, or after `TLS_TENTATIVE_MAX`
+//! bytes without contradiction); a broken record chain or a whole Kafka frame at a chunk
+//! start clears the suspicion (`tls_false_alarm`) and framing resumes. The TLS counters
+//! (`tls_connections_directions`, `tls_bytes`) are added when TLS is concluded, so they
+//! end up equal to Python's whenever Python was right.
+
+use std::sync::Arc;
+
+use crate::header::{be_i32, looks_like_tls, StartCheck};
+use crate::types::{Chunk, Counters, Endpoint, KafkaFrame, Ts, Versions};
+
+/// The broker's socket.request.max.bytes default; a bigger size prefix means we are not
+/// looking at a frame boundary (or at Kafka at all).
+pub const DEFAULT_MAX_FRAME: u32 = 100 * 1024 * 1024;
+
+/// Bytes enough to judge a resync candidate: size prefix, request header and a client_id
+/// of ordinary length, or a response size and the next size prefix.
+pub const PROBE_BYTES: usize = 512;
+
+/// A TLS record's length is at most 2^14 plus 2048 bytes of expansion (RFC 5246 6.2.3).
+const MAX_TLS_RECORD: u64 = 16384 + 2048;
+/// Record headers found back to back, the detected one included, that conclude TLS.
+const TLS_CONFIRM_RECORDS: u32 = 2;
+/// Suspected-TLS bytes after which TLS is concluded without a verdict (bounds the wait
+/// when a gap hid the record boundaries).
+pub const TLS_TENTATIVE_MAX: u64 = 64 * 1024;
+
+/// Following the record chain of a direction suspected to carry TLS.
+#[derive(Debug, Clone, Default)]
+struct TlsProbe {
+    bytes: u64,    // bytes taken as TLS so far, counted once concluded
+    need: u64,     // bytes left of the current record before the next header
+    head: [u8; 5], // a record header split across chunks
+    head_len: usize,
+    records: u32, // record headers found back to back
+    blind: bool,  // a gap since detection: record boundaries unknown
+}
+
+enum Walk {
+    Undecided,
+    Confirmed,
+    Broken(usize), // offset in the data where a record header should have been
+}
+
+impl TlsProbe {
+    fn walk(&mut self, data: &[u8]) -> Walk {
+        let mut pos = 0usize;
+        while pos < data.len() {
+            let left = (data.len() - pos) as u64;
+            if self.need > 0 {
+                let take = self.need.min(left);
+                self.need -= take;
+                pos += take as usize;
+                continue;
+            }
+            let header_at = pos;
+            while self.head_len < 5 && pos < data.len() {
+                self.head[self.head_len] = data[pos];
+                self.head_len += 1;
+                pos += 1;
+            }
+            if self.head_len < 5 {
+                break;
+            }
+            self.head_len = 0;
+            let len = u64::from(u16::from_be_bytes([self.head[3], self.head[4]]));
+            if !looks_like_tls(&self.head) || len > MAX_TLS_RECORD {
+                return Walk::Broken(header_at);
+            }
+            self.records += 1;
+            self.need = len;
+            if self.records >= TLS_CONFIRM_RECORDS {
+                return Walk::Confirmed;
+            }
+        }
+        Walk::Undecided
+    }
+
+    /// The next chunk does not start at a record boundary we know of.
+    fn inside_record(&self) -> bool {
+        self.blind || self.need > 0 || self.head_len > 0
+    }
+}
+
+enum Tls {
+    No,
+    Suspected(TlsProbe),
+    Yes,
+}
+
+/// Cuts one direction of one connection into size-prefixed frames.
+pub struct Framer {
+    pub stream: u32,
+    pub src: Endpoint,
+    pub dst: Endpoint,
+    pub max_frame: u32,
+    check: StartCheck,
+    versions: Arc<dyn Versions + Send + Sync>,
+    tls: Tls,
+    buf: Vec<u8>,
+    synced: bool,
+    resync_pending: bool,
+    after_gap: bool,
+    first_ts: Ts,
+    first_frame: u64,
+    // A TLS suspicion was cleared while handling the current chunk: look-alikes further
+    // in it are not suspected again (each clearing re-probes the rest of the chunk, so
+    // one per chunk keeps the work linear).
+    cleared_in_chunk: bool,
+}
+
+impl Framer {
+    pub fn new(
+        stream: u32,
+        src: Endpoint,
+        dst: Endpoint,
+        check: StartCheck,
+        versions: Arc<dyn Versions + Send + Sync>,
+        max_frame: u32,
+    ) -> Self {
+        Framer {
+            stream,
+            src,
+            dst,
+            max_frame,
+            check,
+            versions,
+            tls: Tls::No,
+            buf: Vec::new(),
+            synced: true,
+            resync_pending: false,
+            after_gap: false,
+            first_ts: 0,
+            first_frame: 0,
+            cleared_in_chunk: false,
+        }
+    }
+
+    /// TLS concluded: everything this direction carries from now on is counted, not framed.
+    pub fn is_tls(&self) -> bool {
+        matches!(self.tls, Tls::Yes)
+    }
+
+    /// TLS suspected but not concluded yet.
+    pub fn tls_suspected(&self) -> bool {
+        matches!(self.tls, Tls::Suspected(_))
+    }
+
+    /// Bytes held for a frame not complete yet (bounded by `max_frame` plus one chunk).
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Push the frames this chunk completes onto `out`.
+    pub fn feed(&mut self, chunk: Chunk, counters: &mut Counters, out: &mut Vec<KafkaFrame>) {
+        self.cleared_in_chunk = false;
+        match self.tls {
+            Tls::Yes => {
+                counters.add("tls_bytes", chunk.data.len() as u64);
+                return;
+            }
+            Tls::Suspected(_) => return self.feed_suspected(chunk, counters, out),
+            Tls::No => {}
+        }
+        if chunk.resync {
+            self.lose_sync(counters);
+        }
+        if self.buf.is_empty() {
+            self.first_ts = chunk.ts_ns;
+            self.first_frame = chunk.frame;
+            if self.synced {
+                match self.whole_frame(chunk) {
+                    Ok(frame) => {
+                        out.push(frame);
+                        return;
+                    }
+                    Err(chunk) => return self.append_and_cut(&chunk, counters, out),
+                }
+            }
+        }
+        if !self.synced {
+            return self.probe(chunk.data, chunk.ts_ns, chunk.frame, counters, out);
+        }
+        self.append_and_cut(&chunk, counters, out);
+    }
+
+    /// End of this direction: a partial frame left over is counted, not lost silently.
+    pub fn close(&mut self, counters: &mut Counters) {
+        if self.tls_suspected() {
+            // Nothing contradicted the suspicion: conclude as Python does at once.
+            self.conclude_tls(counters);
+        }
+        if !self.buf.is_empty() && !self.is_tls() {
+            if self.synced {
+                counters.inc("truncated_frames");
+                counters.add("truncated_frame_bytes", self.buf.len() as u64);
+            } else {
+                counters.add("resync_skipped_bytes", self.buf.len() as u64);
+            }
+        }
+        self.buf = Vec::new();
+    }
+
+    fn append_and_cut(
+        &mut self,
+        chunk: &Chunk,
+        counters: &mut Counters,
+        out: &mut Vec<KafkaFrame>,
+    ) {
+        self.buf.extend_from_slice(&chunk.data);
+        if let Some(rest) = self.cut(chunk.ts_ns, chunk.frame, counters, out) {
+            self.probe(rest, chunk.ts_ns, chunk.frame, counters, out);
+        }
+    }
+
+    /// The chunk is exactly one frame (the usual case: one message per send and
+    /// segment): its bytes become the payload without going through the buffer.
+    fn whole_frame(&mut self, chunk: Chunk) -> Result<KafkaFrame, Chunk> {
+        match be_i32(&chunk.data, 0) {
+            Some(size)
+                if size >= 0
+                    && size as u32 <= self.max_frame
+                    && size as usize + 4 == chunk.data.len() => {}
+            _ => return Err(chunk),
+        }
+        let mut payload = chunk.data;
+        payload.drain(..4);
+        let frame = KafkaFrame {
+            stream: self.stream,
+            src: self.src,
+            dst: self.dst,
+            payload,
+            first_ts_ns: chunk.ts_ns,
+            last_ts_ns: chunk.ts_ns,
+            first_frame: chunk.frame,
+            last_frame: chunk.frame,
+            after_gap: self.after_gap,
+        };
+        self.after_gap = false;
+        Ok(frame)
+    }
+
+    fn lose_sync(&mut self, counters: &mut Counters) {
+        if !self.buf.is_empty() {
+            if self.synced {
+                counters.inc("frames_cut_by_gap");
+            }
+            counters.add("resync_skipped_bytes", self.buf.len() as u64);
+            self.buf.clear();
+        }
+        self.synced = false;
+        self.resync_pending = true;
+    }
+
+    /// Out of sync: `buf` holds a candidate frame that began at a chunk start. The
+    /// candidate grows until it can be judged (a header may arrive in several small
+    /// segments); when rejected, the newest chunk's start is the next candidate.
+    /// A loop, not recursion: a cleared TLS suspicion hands back bytes to probe again.
+    fn probe(
+        &mut self,
+        mut data: Vec<u8>,
+        ts: Ts,
+        frame_no: u64,
+        counters: &mut Counters,
+        out: &mut Vec<KafkaFrame>,
+    ) {
+        loop {
+            if self.buf.is_empty() && self.resync_pending && looks_like_tls(&data) {
+                match self.suspect_tls(&data, ts, frame_no, counters) {
+                    Suspect::Taken => return,
+                    Suspect::Reprobe(rest) => {
+                        data = rest;
+                        continue;
+                    }
+                    Suspect::NotTls => {}
+                }
+            }
+            self.buf.extend_from_slice(&data);
+            let mut verdict = self.judge(&self.buf);
+            if verdict == Some(false) && self.buf.len() > data.len() {
+                counters.add("resync_skipped_bytes", (self.buf.len() - data.len()) as u64);
+                self.buf.clear();
+                self.buf.extend_from_slice(&data);
+                self.first_ts = ts;
+                self.first_frame = frame_no;
+                verdict = self.judge(&self.buf);
+            }
+            match verdict {
+                None => return,
+                Some(false) => {
+                    counters.add("resync_skipped_bytes", self.buf.len() as u64);
+                    self.buf.clear();
+                    return;
+                }
+                Some(true) => {
+                    self.synced = true;
+                    self.resync_pending = false;
+                    self.after_gap = true;
+                    counters.inc("resyncs");
+                    match self.cut(ts, frame_no, counters, out) {
+                        Some(rest) => data = rest,
+                        None => return,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Is `buf` a plausible frame start: Some(true), Some(false), or None (need more bytes).
+    fn judge(&self, buf: &[u8]) -> Option<bool> {
+        let size = be_i32(buf, 0)?;
+        if size < 0 || size as u32 > self.max_frame {
+            return Some(false);
+        }
+        let need = (4 + size as usize).min(PROBE_BYTES);
+        if buf.len() < need {
+            return None;
+        }
+        let probe = &buf[..buf.len().min(PROBE_BYTES)];
+        Some(
+            self.check
+                .check(probe, buf, self.versions.as_ref(), self.max_frame),
+        )
+    }
+
+    /// A whole Kafka frame, plausible for the sender's role, at the start of `data`:
+    /// evidence strong enough to clear a TLS suspicion.
+    fn kafka_frame_at_start(&self, data: &[u8]) -> bool {
+        match be_i32(data, 0) {
+            Some(size)
+                if size >= 0
+                    && size as u32 <= self.max_frame
+                    && 4 + size as usize <= data.len() =>
+            {
+                self.judge(data) == Some(true)
+            }
+            _ => false,
+        }
+    }
+
+    /// Cut the complete frames out of `buf`. Returns bytes to probe again when a TLS
+    /// suspicion raised here was cleared at once.
+    fn cut(
+        &mut self,
+        ts: Ts,
+        frame_no: u64,
+        counters: &mut Counters,
+        out: &mut Vec<KafkaFrame>,
+    ) -> Option<Vec<u8>> {
+        let mut pos = 0usize;
+        while let Some(size) = be_i32(&self.buf, pos) {
+            if size < 0 || size as u32 > self.max_frame {
+                let rest = self.buf.split_off(pos);
+                self.buf.clear();
+                if looks_like_tls(&rest) {
+                    match self.suspect_tls(&rest, ts, frame_no, counters) {
+                        Suspect::Taken => return None,
+                        Suspect::Reprobe(again) => return Some(again),
+                        Suspect::NotTls => {}
+                    }
+                }
+                counters.inc("bad_frame_size");
+                counters.add("resync_skipped_bytes", rest.len() as u64);
+                self.synced = false;
+                self.resync_pending = false;
+                return None;
+            }
+            let end = pos + 4 + size as usize;
+            let Some(payload) = self.buf.get(pos + 4..end) else {
+                break;
+            };
+            out.push(KafkaFrame {
+                stream: self.stream,
+                src: self.src,
+                dst: self.dst,
+                payload: payload.to_vec(),
+                first_ts_ns: self.first_ts,
+                last_ts_ns: ts,
+                first_frame: self.first_frame,
+                last_frame: frame_no,
+                after_gap: self.after_gap,
+            });
+            self.after_gap = false;
+            pos = end;
+            // A following frame in the same chunk starts in this packet.
+            self.first_ts = ts;
+            self.first_frame = frame_no;
+        }
+        if pos > 0 {
+            self.buf.drain(..pos);
+        }
+        None
+    }
+
+    /// `data` starts like a TLS record: suspect TLS, or not even that (the first record
+    /// header is impossible: frame on as if no TLS), or the suspicion broke within
+    /// `data` (its rest is to be probed as Kafka).
+    fn suspect_tls(
+        &mut self,
+        data: &[u8],
+        ts: Ts,
+        frame_no: u64,
+        counters: &mut Counters,
+    ) -> Suspect {
+        if self.cleared_in_chunk {
+            return Suspect::NotTls;
+        }
+        self.buf.clear();
+        let mut probe = TlsProbe::default();
+        let walk = probe.walk(data);
+        probe.bytes = data.len() as u64;
+        match walk {
+            Walk::Broken(0) => {
+                counters.inc("tls_false_alarm");
+                Suspect::NotTls
+            }
+            Walk::Broken(at) => {
+                self.tls_false_alarm(at as u64, ts, frame_no, counters);
+                Suspect::Reprobe(data[at..].to_vec())
+            }
+            Walk::Confirmed => {
+                self.tls = Tls::Suspected(probe);
+                self.conclude_tls(counters);
+                Suspect::Taken
+            }
+            Walk::Undecided => {
+                let over = probe.bytes > TLS_TENTATIVE_MAX;
+                self.tls = Tls::Suspected(probe);
+                if over {
+                    self.conclude_tls(counters);
+                }
+                Suspect::Taken
+            }
+        }
+    }
+
+    fn feed_suspected(&mut self, chunk: Chunk, counters: &mut Counters, out: &mut Vec<KafkaFrame>) {
+        let inside = match &mut self.tls {
+            Tls::Suspected(p) => {
+                if chunk.resync {
+                    p.blind = true;
+                    p.need = 0;
+                    p.head_len = 0;
+                }
+                p.inside_record()
+            }
+            _ => return,
+        };
+        if inside && self.kafka_frame_at_start(&chunk.data) {
+            let held = probe_bytes(&self.tls);
+            self.tls_false_alarm(held, chunk.ts_ns, chunk.frame, counters);
+            return self.probe(chunk.data, chunk.ts_ns, chunk.frame, counters, out);
+        }
+        let Tls::Suspected(p) = &mut self.tls else {
+            return;
+        };
+        let walk = if p.blind {
+            Walk::Undecided
+        } else {
+            p.walk(&chunk.data)
+        };
+        match walk {
+            Walk::Broken(at) => {
+                let held = p.bytes + at as u64;
+                self.tls_false_alarm(held, chunk.ts_ns, chunk.frame, counters);
+                let mut rest = chunk.data;
+                rest.drain(..at);
+                self.probe(rest, chunk.ts_ns, chunk.frame, counters, out);
+            }
+            Walk::Confirmed => {
+                p.bytes += chunk.data.len() as u64;
+                self.conclude_tls(counters);
+            }
+            Walk::Undecided => {
+                p.bytes += chunk.data.len() as u64;
+                if p.bytes > TLS_TENTATIVE_MAX {
+                    self.conclude_tls(counters);
+                }
+            }
+        }
+    }
+
+    fn conclude_tls(&mut self, counters: &mut Counters) {
+        counters.inc("tls_connections_directions");
+        counters.add("tls_bytes", probe_bytes(&self.tls));
+        self.tls = Tls::Yes;
+        self.buf = Vec::new();
+    }
+
+    /// The suspicion did not hold: the bytes taken as TLS are skipped, and what follows
+    /// (where a record header or a Kafka frame was expected) is the next candidate.
+    fn tls_false_alarm(&mut self, skipped: u64, ts: Ts, frame_no: u64, counters: &mut Counters) {
+        counters.inc("tls_false_alarm");
+        counters.add("resync_skipped_bytes", skipped);
+        self.cleared_in_chunk = true;
+        self.tls = Tls::No;
+        self.buf.clear();
+        self.synced = false;
+        // No second suspicion on the same bytes: the candidate is judged as Kafka only.
+        self.resync_pending = false;
+        self.first_ts = ts;
+        self.first_frame = frame_no;
+    }
+}
+
+enum Suspect {
+    NotTls,
+    Taken,
+    Reprobe(Vec<u8>),
+}
+
+fn probe_bytes(tls: &Tls) -> u64 {
+    match tls {
+        Tls::Suspected(p) => p.bytes,
+        _ => 0,
+    }
+}

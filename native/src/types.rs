@@ -176,6 +176,11 @@ pub trait Versions {
     fn known(&self, api_key: i16, version: i16) -> bool;
     /// The request of (api_key, version) uses request header v2 (flexible).
     fn request_flexible(&self, api_key: i16, version: i16) -> bool;
+    /// The request of (api_key, version) uses request header v0 (no client_id; in
+    /// Kafka's history only ControlledShutdown v0). Additive, hence the default.
+    fn request_header_v0(&self, _api_key: i16, _version: i16) -> bool {
+        false
+    }
     /// An integer field at the top level of a request body (`body` starts after the
     /// request header, header tagged fields included), read by walking the layout; None
     /// when the layout or the bytes do not allow it. Correlation reads Produce's `acks`.

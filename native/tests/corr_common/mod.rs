@@ -1,0 +1,142 @@
+//! Shared by the corr_* tests: a small `Versions`, endpoints, and frame/chunk builders.
+#![allow(dead_code)]
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use _core::types::{Chunk, Endpoint, KafkaFrame, Versions};
+
+pub const PRODUCE: i16 = 0;
+pub const SASL_HANDSHAKE: i16 = 17;
+
+/// Keys 0..=92 with versions 0..=20 exist; Produce v9+ is flexible. Produce's acks is
+/// read with the rule of the Python `kafka_header.produce_acks` (test code only: the
+/// real reading walks the spec model's layout).
+pub struct TestVersions;
+
+impl Versions for TestVersions {
+    fn known(&self, api_key: i16, version: i16) -> bool {
+        (0..=92).contains(&api_key) && (0..=20).contains(&version)
+    }
+    fn request_flexible(&self, api_key: i16, version: i16) -> bool {
+        api_key == PRODUCE && version >= 9
+    }
+    fn request_int_field(
+        &self,
+        api_key: i16,
+        version: i16,
+        body: &[u8],
+        field: &str,
+    ) -> Option<i64> {
+        if api_key != PRODUCE || field != "acks" {
+            return None;
+        }
+        let mut pos = 0usize;
+        if version >= 3 {
+            if self.request_flexible(api_key, version) {
+                let len = *body.first()? as usize; // one-byte varints in these tests
+                pos = 1 + len.saturating_sub(1);
+            } else {
+                let len = i16::from_be_bytes([*body.first()?, *body.get(1)?]);
+                pos = 2 + len.max(0) as usize;
+            }
+        }
+        Some(i64::from(i16::from_be_bytes([
+            *body.get(pos)?,
+            *body.get(pos + 1)?,
+        ])))
+    }
+}
+
+pub fn versions() -> Arc<TestVersions> {
+    Arc::new(TestVersions)
+}
+
+pub fn ep(last: u8, port: u16) -> Endpoint {
+    (IpAddr::V4(Ipv4Addr::new(10, 0, 0, last)), port)
+}
+
+pub fn client() -> Endpoint {
+    ep(1, 50000)
+}
+
+pub fn broker() -> Endpoint {
+    ep(2, 9092)
+}
+
+/// A request payload (no size prefix): header v1 with client id "cli", then `tail`.
+pub fn req(corr: i32, key: i16, version: i16, tail: &[u8]) -> Vec<u8> {
+    let mut p = Vec::new();
+    p.extend_from_slice(&key.to_be_bytes());
+    p.extend_from_slice(&version.to_be_bytes());
+    p.extend_from_slice(&corr.to_be_bytes());
+    p.extend_from_slice(&3i16.to_be_bytes());
+    p.extend_from_slice(b"cli");
+    p.extend_from_slice(tail);
+    p
+}
+
+/// A response payload: correlation id, then `tail`.
+pub fn resp(corr: i32, tail: &[u8]) -> Vec<u8> {
+    let mut p = corr.to_be_bytes().to_vec();
+    p.extend_from_slice(tail);
+    p
+}
+
+/// Size-prefixed on the wire.
+pub fn wire(payload: &[u8]) -> Vec<u8> {
+    let mut w = (payload.len() as i32).to_be_bytes().to_vec();
+    w.extend_from_slice(payload);
+    w
+}
+
+/// A whole request on the wire (Metadata v1-ish, as the Python framing tests).
+pub fn wire_req(corr: i32) -> Vec<u8> {
+    wire(&req(corr, 18, 3, b"\x00"))
+}
+
+pub fn chunk(src: Endpoint, dst: Endpoint, data: &[u8], n: u64, resync: bool, lost: u64) -> Chunk {
+    Chunk {
+        stream: 0,
+        src,
+        dst,
+        data: data.to_vec(),
+        ts_ns: n as i64 * 1000,
+        frame: n,
+        resync,
+        lost,
+    }
+}
+
+pub fn frame(payload: &[u8], src: Endpoint, dst: Endpoint, n: u64) -> KafkaFrame {
+    KafkaFrame {
+        stream: 0,
+        src,
+        dst,
+        payload: payload.to_vec(),
+        first_ts_ns: n as i64 * 1000,
+        last_ts_ns: n as i64 * 1000,
+        first_frame: n,
+        last_frame: n,
+        after_gap: false,
+    }
+}
+
+/// A deterministic byte source for junk inputs (no crate needed).
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.next().is_multiple_of(n)
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
