@@ -1,3 +1,614 @@
 //! The spec model as handed over by Python (`dissector/protocol/export.py`): layouts per
 //! (api_key, version, direction), header versions, API and error names, and the few
 //! protocol facts the wire stages need. OWNER: summary helper.
+//!
+//! `Model::from_json` compiles every layout's field tree once into flat nodes (children
+//! as index ranges, constant wire sizes precomputed), so the per-pair walk in
+//! `summary.rs` only follows indices. Nothing here knows Kafka by itself: every key,
+//! name and role comes from the JSON.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::types::Versions;
+
+/// Deepest field nesting accepted from the JSON (Kafka's specs nest about five levels);
+/// it bounds the recursion of every walk over wire data.
+pub const MAX_DEPTH: usize = 32;
+
+/// The only format this reader understands (`export.FORMAT`).
+const FORMAT: u32 = 1;
+
+/// Internal role bits of a node. The JSON names them (its `roles` table); their
+/// numbers there are translated to these at load, so Python may renumber freely.
+pub mod role {
+    pub const VISIT: u32 = 1 << 0;
+    pub const ERROR: u32 = 1 << 1;
+    pub const PARTITIONS: u32 = 1 << 2;
+    pub const TOPIC_ARRAY: u32 = 1 << 3;
+    pub const TOPIC_OF_ITEMS: u32 = 1 << 4;
+    pub const TOPIC_STRINGS: u32 = 1 << 5;
+    pub const RECORDS: u32 = 1 << 6;
+    pub const SIZE_STRUCT: u32 = 1 << 7;
+    pub const ITEM_TOPIC: u32 = 1 << 8;
+    pub const ITEM_TOPIC_NAME: u32 = 1 << 9;
+    pub const ITEM_NAME: u32 = 1 << 10;
+    pub const ITEM_TOPIC_ID: u32 = 1 << 11;
+    pub const PARTITION_KEY: u32 = 1 << 12;
+    pub const TOP_ERROR: u32 = 1 << 13;
+    pub const THROTTLE: u32 = 1 << 14;
+    pub const TOP_TOPIC: u32 = 1 << 15;
+    pub const LEARN_TOPICS: u32 = 1 << 16;
+    pub const LEARN_ID: u32 = 1 << 17;
+    pub const LEARN_NAME: u32 = 1 << 18;
+    pub const GENERIC: u32 = 1 << 19;
+    pub const ITEM_ODD: u32 = 1 << 20;
+
+    pub(crate) const NAMES: [(&str, u32); 21] = [
+        ("visit", VISIT),
+        ("error", ERROR),
+        ("partitions", PARTITIONS),
+        ("topic_array", TOPIC_ARRAY),
+        ("topic_of_items", TOPIC_OF_ITEMS),
+        ("topic_strings", TOPIC_STRINGS),
+        ("records", RECORDS),
+        ("size_struct", SIZE_STRUCT),
+        ("item_topic", ITEM_TOPIC),
+        ("item_topic_name", ITEM_TOPIC_NAME),
+        ("item_name", ITEM_NAME),
+        ("item_topic_id", ITEM_TOPIC_ID),
+        ("partition_key", PARTITION_KEY),
+        ("top_error", TOP_ERROR),
+        ("throttle", THROTTLE),
+        ("top_topic", TOP_TOPIC),
+        ("learn_topics", LEARN_TOPICS),
+        ("learn_id", LEARN_ID),
+        ("learn_name", LEARN_NAME),
+        ("generic", GENERIC),
+        ("item_odd", ITEM_ODD),
+    ];
+
+    /// Any role an entry of an item array reads.
+    pub const ITEM_ANY: u32 =
+        ITEM_TOPIC | ITEM_TOPIC_NAME | ITEM_NAME | ITEM_TOPIC_ID | PARTITION_KEY | ITEM_ODD;
+}
+
+/// Wire type of a node (of each element, for arrays).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    F64,
+    Bool,
+    Str,
+    Bytes,
+    Records,
+    Uuid,
+    Struct,
+}
+
+impl Kind {
+    fn parse(name: &str) -> Option<Kind> {
+        Some(match name {
+            "int8" => Kind::I8,
+            "int16" => Kind::I16,
+            "int32" => Kind::I32,
+            "int64" => Kind::I64,
+            "uint8" => Kind::U8,
+            "uint16" => Kind::U16,
+            "uint32" => Kind::U32,
+            "uint64" => Kind::U64,
+            "float64" => Kind::F64,
+            "bool" => Kind::Bool,
+            "string" => Kind::Str,
+            "bytes" => Kind::Bytes,
+            "records" => Kind::Records,
+            "uuid" => Kind::Uuid,
+            "struct" => Kind::Struct,
+            _ => return None,
+        })
+    }
+
+    /// Bytes of one value when they never vary (struct sizes are computed per node).
+    pub fn fixed_size(self) -> Option<usize> {
+        match self {
+            Kind::I8 | Kind::U8 | Kind::Bool => Some(1),
+            Kind::I16 | Kind::U16 => Some(2),
+            Kind::I32 | Kind::U32 => Some(4),
+            Kind::I64 | Kind::U64 | Kind::F64 => Some(8),
+            Kind::Uuid => Some(16),
+            _ => None,
+        }
+    }
+
+    pub fn is_int(self) -> bool {
+        matches!(
+            self,
+            Kind::I8
+                | Kind::I16
+                | Kind::I32
+                | Kind::I64
+                | Kind::U8
+                | Kind::U16
+                | Kind::U32
+                | Kind::U64
+        )
+    }
+}
+
+/// One field of one layout, compiled.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub name: Box<str>,
+    pub kind: Kind,
+    pub array: bool,
+    /// A struct with a presence byte in flexible versions (KIP-893).
+    pub nullable: bool,
+    pub tag: Option<u64>,
+    pub roles: u32,
+    /// Members of a struct: `kids[plain.0 .. plain.1]` then `kids[tagged.0 .. tagged.1]`.
+    pub plain: (u32, u32),
+    pub tagged: (u32, u32),
+    /// Wire size of one value (one element of an array) when it is constant.
+    pub fixed: Option<usize>,
+    /// Index into `Model::extracts` of the column this top-level field fills.
+    pub extract: Option<u16>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Request,
+    Response,
+}
+
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub api_key: i16,
+    pub version: i16,
+    pub direction: Direction,
+    pub flexible: bool,
+    /// Request header 0/1/2 or response header 0/1, as `decode.py` reads it.
+    pub header_version: u8,
+    /// The body, as a struct node.
+    pub root: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Extract {
+    pub column: String,
+    pub direction: Direction,
+    pub api_keys: Vec<i16>,
+    pub field: String,
+}
+
+/// An answer in an older layout when the error says the version is unsupported
+/// (ApiVersions: the broker answers with v0 so the client can retry).
+#[derive(Debug, Clone, Copy)]
+pub struct Fallback {
+    pub api_key: i16,
+    pub error_code: i16,
+    pub version: i16,
+}
+
+#[derive(Debug)]
+pub struct Model {
+    pub nodes: Vec<Node>,
+    pub kids: Vec<u32>,
+    pub layouts: Vec<Layout>,
+    index: HashMap<(i16, i16, Direction), u32>,
+    api_names: HashMap<i16, String>,
+    errors: HashMap<i64, Arc<str>>,
+    pub id_sources: Vec<i16>,
+    pub zero_uuid: String,
+    pub produce_key: i16,
+    pub acks_field: String,
+    pub sasl_handshake_key: i16,
+    pub specless_keys: Vec<i16>,
+    pub specless_max_version: i16,
+    pub fallback: Fallback,
+    pub extracts: Vec<Extract>,
+}
+
+// ------------------------------------------------------------------ JSON shapes
+
+#[derive(Deserialize)]
+struct JModel {
+    format: u32,
+    roles: HashMap<String, u32>,
+    api_names: HashMap<String, String>,
+    errors: HashMap<String, String>,
+    id_sources: Vec<i16>,
+    zero_uuid: String,
+    produce: JProduce,
+    sasl_handshake_key: i16,
+    specless_keys: JSpecless,
+    unsupported_version_fallback: JFallback,
+    extracts: Vec<JExtract>,
+    layouts: Vec<JLayout>,
+}
+
+#[derive(Deserialize)]
+struct JProduce {
+    api_key: i16,
+    acks_field: String,
+}
+
+#[derive(Deserialize)]
+struct JSpecless {
+    api_keys: Vec<i16>,
+    max_version: i16,
+}
+
+#[derive(Deserialize)]
+struct JFallback {
+    api_key: i16,
+    error_code: i16,
+    version: i16,
+}
+
+#[derive(Deserialize)]
+struct JExtract {
+    column: String,
+    direction: String,
+    api_keys: Vec<i16>,
+    field: String,
+}
+
+#[derive(Deserialize)]
+struct JLayout {
+    api_key: i16,
+    version: i16,
+    direction: String,
+    flexible: bool,
+    header_version: u8,
+    fields: Vec<JField>,
+}
+
+#[derive(Deserialize)]
+struct JField {
+    name: String,
+    #[serde(rename = "type")]
+    ty: String,
+    #[serde(default)]
+    array: bool,
+    #[serde(default)]
+    nullable: bool,
+    #[serde(default)]
+    tag: Option<u64>,
+    #[serde(default)]
+    fields: Vec<JField>,
+    #[serde(default)]
+    roles: u32,
+}
+
+fn direction(text: &str) -> Result<Direction, String> {
+    match text {
+        "request" => Ok(Direction::Request),
+        "response" => Ok(Direction::Response),
+        other => Err(format!("unknown direction {other:?}")),
+    }
+}
+
+/// JSON role number -> internal role bits, by the names both sides share.
+struct RoleMap(Vec<(u32, u32)>);
+
+impl RoleMap {
+    fn new(json: &HashMap<String, u32>) -> Result<Self, String> {
+        let mut pairs = Vec::with_capacity(role::NAMES.len());
+        for (name, bit) in role::NAMES {
+            let theirs = json
+                .get(name)
+                .ok_or_else(|| format!("role {name:?} missing from the model"))?;
+            pairs.push((*theirs, bit));
+        }
+        Ok(RoleMap(pairs))
+    }
+
+    fn translate(&self, json_roles: u32) -> u32 {
+        self.0
+            .iter()
+            .filter(|(theirs, _)| json_roles & theirs != 0)
+            .fold(0, |acc, (_, ours)| acc | ours)
+    }
+}
+
+struct Builder<'r> {
+    nodes: Vec<Node>,
+    kids: Vec<u32>,
+    roles: &'r RoleMap,
+}
+
+impl Builder<'_> {
+    /// A struct node for `fields`, members compiled depth first. Returns its index.
+    fn struct_node(
+        &mut self,
+        name: &str,
+        fields: &[JField],
+        flexible: bool,
+        depth: usize,
+    ) -> Result<u32, String> {
+        let root = JField {
+            name: name.to_owned(),
+            ty: "struct".to_owned(),
+            array: false,
+            nullable: false,
+            tag: None,
+            fields: Vec::new(),
+            roles: 0,
+        };
+        self.node(&root, fields, flexible, depth)
+    }
+
+    fn node(
+        &mut self,
+        f: &JField,
+        members: &[JField],
+        flexible: bool,
+        depth: usize,
+    ) -> Result<u32, String> {
+        if depth > MAX_DEPTH {
+            return Err(format!("field {:?} nests deeper than {MAX_DEPTH}", f.name));
+        }
+        let kind = Kind::parse(&f.ty)
+            .ok_or_else(|| format!("field {:?}: unknown type {:?}", f.name, f.ty))?;
+        let mut member_ids = Vec::with_capacity(members.len());
+        for m in members {
+            member_ids.push((
+                m.tag.is_some(),
+                self.node(m, &m.fields, flexible, depth + 1)?,
+            ));
+        }
+        let plain_start = self.kids.len() as u32;
+        self.kids.extend(
+            member_ids
+                .iter()
+                .filter(|(tagged, _)| !tagged)
+                .map(|(_, id)| *id),
+        );
+        let tagged_start = self.kids.len() as u32;
+        self.kids.extend(
+            member_ids
+                .iter()
+                .filter(|(tagged, _)| *tagged)
+                .map(|(_, id)| *id),
+        );
+        let end = self.kids.len() as u32;
+        let fixed = if kind == Kind::Struct {
+            self.struct_fixed(plain_start, tagged_start, end, flexible)
+        } else {
+            kind.fixed_size()
+        };
+        self.nodes.push(Node {
+            name: f.name.clone().into_boxed_str(),
+            kind,
+            array: f.array,
+            nullable: f.nullable && kind == Kind::Struct && !f.array,
+            tag: f.tag,
+            roles: self.roles.translate(f.roles),
+            plain: (plain_start, tagged_start),
+            tagged: (tagged_start, end),
+            fixed,
+            extract: None,
+        });
+        Ok((self.nodes.len() - 1) as u32)
+    }
+
+    /// A struct's constant size: only without a tag section and with fixed members.
+    fn struct_fixed(
+        &self,
+        plain_start: u32,
+        tagged_start: u32,
+        end: u32,
+        flexible: bool,
+    ) -> Option<usize> {
+        if flexible || tagged_start != end {
+            return None;
+        }
+        let mut total = 0usize;
+        for &id in &self.kids[plain_start as usize..tagged_start as usize] {
+            let n = &self.nodes[id as usize];
+            if n.array || n.nullable {
+                return None;
+            }
+            total = total.checked_add(n.fixed?)?;
+        }
+        Some(total)
+    }
+}
+
+impl Model {
+    pub fn from_json(text: &str) -> Result<Model, String> {
+        let j: JModel = serde_json::from_str(text).map_err(|e| format!("model JSON: {e}"))?;
+        if j.format != FORMAT {
+            return Err(format!(
+                "model format {} (this build reads {FORMAT})",
+                j.format
+            ));
+        }
+        let roles = RoleMap::new(&j.roles)?;
+        let extracts = j
+            .extracts
+            .iter()
+            .map(|e| {
+                Ok(Extract {
+                    column: e.column.clone(),
+                    direction: direction(&e.direction)?,
+                    api_keys: e.api_keys.clone(),
+                    field: e.field.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let mut b = Builder {
+            nodes: Vec::new(),
+            kids: Vec::new(),
+            roles: &roles,
+        };
+        let mut layouts = Vec::with_capacity(j.layouts.len());
+        let mut index = HashMap::with_capacity(j.layouts.len());
+        for jl in &j.layouts {
+            let dir = direction(&jl.direction)?;
+            let root = b.struct_node("", &jl.fields, jl.flexible, 0)?;
+            let layout = Layout {
+                api_key: jl.api_key,
+                version: jl.version,
+                direction: dir,
+                flexible: jl.flexible,
+                header_version: jl.header_version,
+                root,
+            };
+            if index
+                .insert((jl.api_key, jl.version, dir), layouts.len() as u32)
+                .is_some()
+            {
+                return Err(format!(
+                    "layout {} v{} {:?} given twice",
+                    jl.api_key, jl.version, dir
+                ));
+            }
+            layouts.push(layout);
+        }
+        let mut model = Model {
+            nodes: b.nodes,
+            kids: b.kids,
+            layouts,
+            index,
+            api_names: parse_keys(&j.api_names, "api name")?,
+            errors: parse_keys::<i64, String>(&j.errors, "error code")?
+                .into_iter()
+                .map(|(k, v)| (k, Arc::from(v.as_str())))
+                .collect(),
+            id_sources: j.id_sources,
+            zero_uuid: j.zero_uuid,
+            produce_key: j.produce.api_key,
+            acks_field: j.produce.acks_field,
+            sasl_handshake_key: j.sasl_handshake_key,
+            specless_keys: j.specless_keys.api_keys,
+            specless_max_version: j.specless_keys.max_version,
+            fallback: Fallback {
+                api_key: j.unsupported_version_fallback.api_key,
+                error_code: j.unsupported_version_fallback.error_code,
+                version: j.unsupported_version_fallback.version,
+            },
+            extracts,
+        };
+        model.bind_extracts()?;
+        Ok(model)
+    }
+
+    /// Mark the top-level int fields the extract columns copy.
+    fn bind_extracts(&mut self) -> Result<(), String> {
+        if self.extracts.len() > u16::MAX as usize {
+            return Err("too many extract columns".to_owned());
+        }
+        for li in 0..self.layouts.len() {
+            let l = &self.layouts[li];
+            let root = &self.nodes[l.root as usize];
+            let mut marks = Vec::new();
+            for (slot, e) in self.extracts.iter().enumerate() {
+                if e.direction != l.direction || !e.api_keys.contains(&l.api_key) {
+                    continue;
+                }
+                let found = self.kids[root.plain.0 as usize..root.tagged.1 as usize]
+                    .iter()
+                    .copied()
+                    .find(|&id| {
+                        let n = &self.nodes[id as usize];
+                        &*n.name == e.field.as_str() && n.kind.is_int() && !n.array
+                    });
+                if let Some(id) = found {
+                    marks.push((id, slot as u16));
+                }
+            }
+            for (id, slot) in marks {
+                let n = &mut self.nodes[id as usize];
+                n.extract = Some(slot);
+                n.roles |= role::VISIT;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn layout(&self, api_key: i16, version: i16, direction: Direction) -> Option<&Layout> {
+        self.index
+            .get(&(api_key, version, direction))
+            .map(|&i| &self.layouts[i as usize])
+    }
+
+    pub fn node(&self, id: u32) -> &Node {
+        &self.nodes[id as usize]
+    }
+
+    /// Plain members of a struct node, in wire order.
+    pub fn plain(&self, n: &Node) -> &[u32] {
+        &self.kids[n.plain.0 as usize..n.plain.1 as usize]
+    }
+
+    pub fn tagged(&self, n: &Node) -> &[u32] {
+        &self.kids[n.tagged.0 as usize..n.tagged.1 as usize]
+    }
+
+    /// Kafka's name for an API key, `Unknown(k)` otherwise (`names.api_name`).
+    pub fn api_name(&self, api_key: i16) -> String {
+        match self.api_names.get(&api_key) {
+            Some(name) => name.clone(),
+            None => format!("Unknown({api_key})"),
+        }
+    }
+
+    pub fn error_name(&self, code: i64) -> Option<Arc<str>> {
+        self.errors.get(&code).cloned()
+    }
+
+    pub fn is_id_source(&self, api_key: i16) -> bool {
+        self.id_sources.contains(&api_key)
+    }
+
+    pub fn extract_columns(&self) -> impl Iterator<Item = &str> {
+        self.extracts.iter().map(|e| e.column.as_str())
+    }
+}
+
+fn parse_keys<K: std::str::FromStr + std::hash::Hash + Eq, V: Clone>(
+    map: &HashMap<String, V>,
+    what: &str,
+) -> Result<HashMap<K, V>, String> {
+    map.iter()
+        .map(|(k, v)| {
+            k.parse::<K>()
+                .map(|k| (k, v.clone()))
+                .map_err(|_| format!("bad {what} key {k:?}"))
+        })
+        .collect()
+}
+
+impl Versions for Model {
+    fn known(&self, api_key: i16, version: i16) -> bool {
+        self.layout(api_key, version, Direction::Request).is_some()
+            || (self.specless_keys.contains(&api_key)
+                && (0..=self.specless_max_version).contains(&version))
+    }
+
+    fn request_flexible(&self, api_key: i16, version: i16) -> bool {
+        self.layout(api_key, version, Direction::Request)
+            .is_some_and(|l| l.flexible)
+    }
+
+    fn request_int_field(
+        &self,
+        api_key: i16,
+        version: i16,
+        body: &[u8],
+        field: &str,
+    ) -> Option<i64> {
+        let layout = self.layout(api_key, version, Direction::Request)?;
+        crate::summary::top_int_field(self, layout, body, field)
+    }
+}

@@ -1,2 +1,953 @@
 //! Stage 5 (summary only): a pair's bodies -> the analytics columns, by interpreting the
 //! exported layouts (`dissector/protocol/summary.py` semantics). OWNER: summary helper.
+//!
+//! One pass per frame, in wire order: every field moves the cursor (validated exactly as
+//! the Python decoder validates it), but only fields with a role are looked at, and
+//! only what a column needs is kept. Python's walk visits a decoded dict in insertion
+//! order, which is wire order, so a streaming pass sees values in the same order.
+//!
+//! Anything Python would report in `decode_error` (a field cut short, an unknown
+//! version, bytes after the body) makes the summary `defer`: the caller re-runs that
+//! pair through the Python decoder for the exact wording. Record-batch anomalies are
+//! not deferred: they are summarised here (`records: <code>: <detail>`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::model::{role, Direction, Kind, Layout, Model, Node};
+use crate::records::{summarize_records, Budget, CODEC_NAMES};
+use crate::types::Counters;
+
+/// Distinct topics kept per pair; a frame of millions of names keeps this many.
+pub const MAX_TOPICS: usize = 10_000;
+/// Distinct topic ids remembered per capture.
+pub const MAX_KNOWN_IDS: usize = 1 << 20;
+
+/// topic_id -> name, learnt from the responses the model lists (`summary.TopicNames`).
+/// One lives per capture; ids resolve only for pairs after the response that named them.
+#[derive(Debug, Default, Clone)]
+pub struct TopicNames {
+    names: HashMap<String, String>,
+}
+
+impl TopicNames {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn name(&self, topic_id: &str) -> Option<&str> {
+        self.names.get(topic_id).map(String::as_str)
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Every id -> name known so far (the glue hands them to Python for deferred pairs).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.names.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    fn learn(&mut self, id: String, name: String, counters: &mut Counters) {
+        if self.names.len() >= MAX_KNOWN_IDS && !self.names.contains_key(&id) {
+            counters.inc("summary_topic_ids_dropped");
+            return;
+        }
+        self.names.insert(id, name);
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    pub error_code: Option<i64>,
+    pub error_name: Option<Arc<str>>,
+    pub error_count: u32,
+    pub topics: Vec<String>,
+    pub partitions: Option<u64>,
+    pub records: Option<u64>,
+    pub record_bytes: Option<u64>,
+    pub compression: Option<String>,
+    pub throttle_ms: Option<i64>,
+    /// Record-batch anomalies only; any other decode problem defers.
+    pub decode_error: Option<String>,
+    /// Python's `rows` would mark the row malformed (never set without `defer` today).
+    pub fatal: bool,
+    /// Re-run this pair through the Python decoder: see `defer_reason`.
+    pub defer: bool,
+    pub defer_reason: Option<&'static str>,
+    /// One value per `Model::extracts` column.
+    pub extracts: Vec<Option<i64>>,
+}
+
+/// Why a walk stopped: the first Python-visible problem, in short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stop(pub &'static str);
+
+type R<T> = Result<T, Stop>;
+
+const SHORT: Stop = Stop("short");
+
+// ------------------------------------------------------------------ cursor
+
+#[derive(Clone, Copy)]
+struct Cur<'a> {
+    buf: &'a [u8],
+    p: usize,
+}
+
+impl<'a> Cur<'a> {
+    fn new(buf: &'a [u8], p: usize) -> Self {
+        Cur { buf, p }
+    }
+
+    #[inline]
+    fn left(&self) -> usize {
+        self.buf.len().saturating_sub(self.p)
+    }
+
+    #[inline]
+    fn take(&mut self, n: usize) -> R<&'a [u8]> {
+        let end = self.p.checked_add(n).ok_or(SHORT)?;
+        let s = self.buf.get(self.p..end).ok_or(SHORT)?;
+        self.p = end;
+        Ok(s)
+    }
+
+    #[inline]
+    fn skip(&mut self, n: usize) -> R<()> {
+        if n > self.left() {
+            return Err(SHORT);
+        }
+        self.p += n;
+        Ok(())
+    }
+
+    #[inline]
+    fn u8(&mut self) -> R<u8> {
+        let b = *self.buf.get(self.p).ok_or(SHORT)?;
+        self.p += 1;
+        Ok(b)
+    }
+
+    fn be<const N: usize>(&mut self) -> R<[u8; N]> {
+        let s = self.take(N)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+
+    fn i16(&mut self) -> R<i16> {
+        Ok(i16::from_be_bytes(self.be()?))
+    }
+
+    fn i32(&mut self) -> R<i32> {
+        Ok(i32::from_be_bytes(self.be()?))
+    }
+
+    /// Unsigned varint of at most 5 bytes, as `compile.read_uvarint` (up to 35 bits).
+    fn uvarint(&mut self) -> R<u64> {
+        let mut value = 0u64;
+        let mut shift = 0u32;
+        loop {
+            let b = self.u8()?;
+            value |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                return Ok(value);
+            }
+            shift += 7;
+            if shift > 28 {
+                return Err(Stop("varint"));
+            }
+        }
+    }
+
+    /// A length or count: -1 (or any negative) is null.
+    fn length(&mut self, flexible: bool, wide: bool) -> R<i64> {
+        if flexible {
+            Ok(self.uvarint()? as i64 - 1)
+        } else if wide {
+            Ok(i64::from(self.i32()?))
+        } else {
+            Ok(i64::from(self.i16()?))
+        }
+    }
+
+    /// Bytes of a sized value (string, bytes, records); None when null.
+    fn sized(&mut self, flexible: bool, wide: bool) -> R<Option<&'a [u8]>> {
+        let n = self.length(flexible, wide)?;
+        if n < 0 {
+            return Ok(None);
+        }
+        let n = usize::try_from(n).map_err(|_| SHORT)?;
+        self.take(n).map(Some)
+    }
+
+    fn int(&mut self, kind: Kind) -> R<i128> {
+        Ok(match kind {
+            Kind::I8 => i128::from(i8::from_be_bytes(self.be()?)),
+            Kind::I16 => i128::from(self.i16()?),
+            Kind::I32 => i128::from(self.i32()?),
+            Kind::I64 => i128::from(i64::from_be_bytes(self.be()?)),
+            Kind::U8 => i128::from(self.u8()?),
+            Kind::U16 => i128::from(u16::from_be_bytes(self.be()?)),
+            Kind::U32 => i128::from(u32::from_be_bytes(self.be()?)),
+            Kind::U64 => i128::from(u64::from_be_bytes(self.be()?)),
+            _ => return Err(Stop("not an int")),
+        })
+    }
+}
+
+/// The text of a uuid as `compile.uuid_text` writes it.
+fn uuid_text(raw: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(36);
+    for (i, b) in raw.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0xf)] as char);
+    }
+    out
+}
+
+/// A value that decodes to a Python str: a string (raw bytes) or a uuid.
+#[derive(Clone, Copy)]
+enum Text<'a> {
+    Str(&'a [u8]),
+    Uuid(&'a [u8]),
+}
+
+impl Text<'_> {
+    fn text(self) -> String {
+        match self {
+            Text::Str(raw) => String::from_utf8_lossy(raw).into_owned(),
+            Text::Uuid(raw) => uuid_text(raw),
+        }
+    }
+
+    fn is_empty(self) -> bool {
+        matches!(self, Text::Str(raw) if raw.is_empty())
+    }
+}
+
+// ------------------------------------------------------------------ topics
+
+/// A topic as found: a name, or an id resolved at the end of the pair (Python learns
+/// from the response before it scans either side).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Cand {
+    Name(String),
+    Id(String),
+}
+
+/// Distinct topic candidates in first-seen order, bounded.
+#[derive(Default)]
+struct Topics {
+    order: Vec<Cand>,
+    seen: HashSet<Cand>,
+    truncated: bool,
+}
+
+impl Topics {
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    fn add(&mut self, c: Cand) {
+        if self.seen.contains(&c) {
+            return;
+        }
+        if self.order.len() >= MAX_TOPICS {
+            self.truncated = true;
+            return;
+        }
+        self.seen.insert(c.clone());
+        self.order.push(c);
+    }
+
+    /// `c` as if it had been added when `len()` was `mark` (an entry's own topic
+    /// comes before the topics found inside it).
+    fn add_at(&mut self, mark: usize, c: Cand) {
+        if self.order.len() == mark {
+            return self.add(c);
+        }
+        if self.seen.contains(&c) {
+            if let Some(i) = self.order.iter().position(|x| *x == c) {
+                if i > mark {
+                    let moved = self.order.remove(i);
+                    self.order.insert(mark, moved);
+                }
+            }
+            return;
+        }
+        if self.order.len() >= MAX_TOPICS {
+            self.truncated = true;
+            return;
+        }
+        self.seen.insert(c.clone());
+        self.order.insert(mark.min(self.order.len()), c);
+    }
+}
+
+// ------------------------------------------------------------------ one side's scan
+
+#[derive(Default)]
+struct Scan {
+    topics: Topics,
+    first_nonzero_error: Option<i128>,
+    saw_error_code: bool,
+    error_count: u32,
+    partitions: Option<u64>,
+    records: Option<u64>,
+    record_bytes: Option<u64>,
+    codecs: u8,
+    record_errors: Vec<String>,
+    top_error: Option<i128>,
+    throttle: Option<i128>,
+    top_topic: Option<String>,
+    top_topic_name: Option<String>,
+    learned: Vec<(String, String)>,
+}
+
+/// What an entry of an item array says about its topic (`summary._topic_of`).
+#[derive(Default)]
+struct Item<'a> {
+    topic: Option<Text<'a>>,
+    topic_name: Option<Text<'a>>,
+    name: Option<Text<'a>>,
+    topic_id: Option<Text<'a>>,
+    partition_key: bool,
+    learn_id: Option<Text<'a>>,
+    learn_name: Option<Text<'a>>,
+}
+
+struct Walker<'m, 'b> {
+    model: &'m Model,
+    flexible: bool,
+    scan: Scan,
+    budget: &'b mut Budget,
+    counters: &'b mut Counters,
+    extracts: &'b mut [Option<i64>],
+}
+
+impl<'m> Walker<'m, '_> {
+    fn field<'a>(
+        &mut self,
+        n: &'m Node,
+        cur: &mut Cur<'a>,
+        depth: usize,
+        item: Option<&mut Item<'a>>,
+    ) -> R<()> {
+        if n.roles & role::VISIT == 0 {
+            return skip_field(self.model, n, cur, self.flexible, depth);
+        }
+        if n.array {
+            return self.array(n, cur, depth);
+        }
+        match n.kind {
+            Kind::Struct => {
+                if n.nullable && self.flexible && cur.u8()? == 255 {
+                    return Ok(());
+                }
+                if n.roles & role::SIZE_STRUCT != 0 {
+                    return Err(Stop("size_struct"));
+                }
+                self.members(n, cur, depth + 1, None)
+            }
+            Kind::Records => {
+                if let Some(data) = cur.sized(self.flexible, true)? {
+                    let r = summarize_records(data, self.budget, self.counters);
+                    let s = &mut self.scan;
+                    s.records = Some(s.records.unwrap_or(0).saturating_add(r.records));
+                    s.record_bytes = Some(s.record_bytes.unwrap_or(0).saturating_add(r.bytes));
+                    s.codecs |= r.codecs;
+                    s.record_errors.extend(r.errors);
+                }
+                Ok(())
+            }
+            Kind::Str | Kind::Uuid => {
+                let text = if n.kind == Kind::Uuid {
+                    Some(Text::Uuid(cur.take(16)?))
+                } else {
+                    cur.sized(self.flexible, false)?.map(Text::Str)
+                };
+                self.text_roles(n, text, item);
+                Ok(())
+            }
+            k if k.is_int() => {
+                let v = cur.int(k)?;
+                self.int_roles(n, v);
+                Ok(())
+            }
+            _ => skip_field(self.model, n, cur, self.flexible, depth),
+        }
+    }
+
+    fn int_roles(&mut self, n: &Node, v: i128) {
+        let s = &mut self.scan;
+        if n.roles & role::ERROR != 0 {
+            s.saw_error_code = true;
+            if v != 0 {
+                s.error_count = s.error_count.saturating_add(1);
+                s.first_nonzero_error.get_or_insert(v);
+            }
+        }
+        if n.roles & role::TOP_ERROR != 0 {
+            s.top_error = Some(v);
+        }
+        if n.roles & role::THROTTLE != 0 {
+            s.throttle = Some(v);
+        }
+        if let Some(slot) = n.extract {
+            if let Some(out) = self.extracts.get_mut(usize::from(slot)) {
+                *out = i64::try_from(v).ok();
+            }
+        }
+    }
+
+    fn text_roles<'a>(&mut self, n: &Node, text: Option<Text<'a>>, item: Option<&mut Item<'a>>) {
+        let r = n.roles;
+        if r & role::TOP_TOPIC != 0 {
+            let value = text.map(Text::text);
+            if &*n.name == "topic" {
+                self.scan.top_topic = value;
+            } else {
+                self.scan.top_topic_name = value;
+            }
+        }
+        let Some(item) = item else { return };
+        if r & role::ITEM_TOPIC != 0 {
+            item.topic = text;
+        }
+        if r & role::ITEM_TOPIC_NAME != 0 {
+            item.topic_name = text;
+        }
+        if r & role::ITEM_NAME != 0 {
+            item.name = text;
+        }
+        if r & role::ITEM_TOPIC_ID != 0 {
+            item.topic_id = text;
+        }
+        if r & role::LEARN_ID != 0 {
+            item.learn_id = text;
+        }
+        if r & role::LEARN_NAME != 0 {
+            item.learn_name = text;
+        }
+    }
+
+    /// A struct's members: plain ones in order, then its tagged section.
+    fn members<'a>(
+        &mut self,
+        n: &'m Node,
+        cur: &mut Cur<'a>,
+        depth: usize,
+        mut item: Option<&mut Item<'a>>,
+    ) -> R<()> {
+        if depth > crate::model::MAX_DEPTH {
+            return Err(Stop("depth"));
+        }
+        let model = self.model;
+        for &id in model.plain(n) {
+            let m = model.node(id);
+            self.member(m, cur, depth, item.as_deref_mut())?;
+        }
+        if !self.flexible {
+            return Ok(());
+        }
+        let tagged = model.tagged(n);
+        let count = cur.uvarint()?;
+        if count > cur.left() as u64 {
+            return Err(SHORT);
+        }
+        let mut seen: u64 = 0; // bit i: tagged[i] already read (duplicates would overwrite)
+        for _ in 0..count {
+            let tag = cur.uvarint()?;
+            let size = usize::try_from(cur.uvarint()?).map_err(|_| SHORT)?;
+            let chunk = cur.take(size)?;
+            let Some(i) = tagged
+                .iter()
+                .position(|&id| model.node(id).tag == Some(tag))
+            else {
+                continue; // unknown tags are kept raw by Python: nothing a column reads
+            };
+            if i >= 64 || seen & (1 << i) != 0 {
+                return Err(Stop("duplicate_tag"));
+            }
+            seen |= 1 << i;
+            // A known tag decodes from its own bytes; what it leaves unread is ignored.
+            let mut sub = Cur::new(chunk, 0);
+            self.member(model.node(tagged[i]), &mut sub, depth, item.as_deref_mut())?;
+        }
+        Ok(())
+    }
+
+    /// One member of a struct; an entry of an item array notes its keys as Python's
+    /// `any("partition" in k for k in item)` sees them (present members only).
+    fn member<'a>(
+        &mut self,
+        m: &'m Node,
+        cur: &mut Cur<'a>,
+        depth: usize,
+        item: Option<&mut Item<'a>>,
+    ) -> R<()> {
+        if m.roles & role::ITEM_ODD != 0 {
+            return Err(Stop("item_odd"));
+        }
+        if let Some(item) = item {
+            item.partition_key |= m.roles & role::PARTITION_KEY != 0;
+            return self.field(m, cur, depth, Some(item));
+        }
+        self.field(m, cur, depth, None)
+    }
+
+    fn array(&mut self, n: &'m Node, cur: &mut Cur<'_>, depth: usize) -> R<()> {
+        let count = cur.length(self.flexible, true)?;
+        if count < 0 {
+            return Ok(()); // null: Python's value is None, which no rule reads
+        }
+        let count = count as u64;
+        if count > cur.left() as u64 {
+            return Err(Stop("array_count"));
+        }
+        if n.roles & role::PARTITIONS != 0 {
+            let s = &mut self.scan;
+            s.partitions = Some(s.partitions.unwrap_or(0).saturating_add(count));
+        }
+        match n.kind {
+            Kind::Struct => self.struct_items(n, cur, depth, count),
+            Kind::Str | Kind::Uuid if n.roles & role::TOPIC_STRINGS != 0 => {
+                self.topic_strings(n, cur, count)
+            }
+            _ => skip_elements(self.model, n, cur, self.flexible, depth, count),
+        }
+    }
+
+    fn struct_items(&mut self, n: &'m Node, cur: &mut Cur<'_>, depth: usize, count: u64) -> R<()> {
+        let items = n.roles & (role::TOPIC_OF_ITEMS | role::GENERIC) != 0;
+        let learn = n.roles & role::LEARN_TOPICS != 0;
+        let topic_array = n.roles & role::TOPIC_ARRAY != 0;
+        for _ in 0..count {
+            if !items && !learn {
+                self.members(n, cur, depth + 1, None)?;
+                continue;
+            }
+            let mark = self.scan.topics.len();
+            let mut item = Item::default();
+            self.members(n, cur, depth + 1, Some(&mut item))?;
+            if items {
+                if let Some(c) = self.topic_of(topic_array, &item) {
+                    self.scan.topics.add_at(mark, c);
+                }
+            }
+            if learn {
+                if let (Some(id), Some(name)) = (item.learn_id, item.learn_name) {
+                    let id = id.text();
+                    if id != self.model.zero_uuid {
+                        self.scan.learned.push((id, name.text()));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `summary._topic_of`, on the values its entry held.
+    fn topic_of(&self, topic_array: bool, item: &Item<'_>) -> Option<Cand> {
+        // `item.get("topic") or item.get("topic_name")`: an empty topic gives way.
+        let first = match item.topic {
+            Some(t) if !t.is_empty() => Some(t),
+            _ => item.topic_name,
+        };
+        if let Some(t) = first {
+            return Some(Cand::Name(t.text()));
+        }
+        if let Some(name) = item.name {
+            if !name.is_empty() && (topic_array || item.partition_key) {
+                return Some(Cand::Name(name.text()));
+            }
+        }
+        let tid = item.topic_id?;
+        let text = tid.text();
+        if text == self.model.zero_uuid {
+            return None;
+        }
+        Some(Cand::Id(text))
+    }
+
+    fn topic_strings(&mut self, n: &Node, cur: &mut Cur<'_>, count: u64) -> R<()> {
+        // Python reads the entries only when the first one is a str (not null).
+        let mut first_is_text = false;
+        for i in 0..count {
+            let text = if n.kind == Kind::Uuid {
+                Some(Text::Uuid(cur.take(16)?))
+            } else {
+                cur.sized(self.flexible, false)?.map(Text::Str)
+            };
+            if i == 0 {
+                first_is_text = text.is_some();
+            }
+            if let (true, Some(t)) = (first_is_text, text) {
+                self.scan.topics.add(Cand::Name(t.text()));
+            }
+        }
+        Ok(())
+    }
+}
+
+// ------------------------------------------------------------------ skipping
+
+/// Move past one field without looking at it, checking what Python's decoder checks.
+fn skip_field(model: &Model, n: &Node, cur: &mut Cur<'_>, flexible: bool, depth: usize) -> R<()> {
+    if n.array {
+        let count = cur.length(flexible, true)?;
+        if count < 0 {
+            return Ok(());
+        }
+        let count = count as u64;
+        if count > cur.left() as u64 {
+            return Err(Stop("array_count"));
+        }
+        return skip_elements(model, n, cur, flexible, depth, count);
+    }
+    skip_value(model, n, cur, flexible, depth)
+}
+
+fn skip_elements(
+    model: &Model,
+    n: &Node,
+    cur: &mut Cur<'_>,
+    flexible: bool,
+    depth: usize,
+    count: u64,
+) -> R<()> {
+    if let Some(size) = n.fixed {
+        let total = count.checked_mul(size as u64).ok_or(SHORT)?;
+        return cur.skip(usize::try_from(total).map_err(|_| SHORT)?);
+    }
+    for _ in 0..count {
+        skip_value(model, n, cur, flexible, depth)?;
+    }
+    Ok(())
+}
+
+/// One value of `n`'s type (one element, for arrays).
+fn skip_value(model: &Model, n: &Node, cur: &mut Cur<'_>, flexible: bool, depth: usize) -> R<()> {
+    if let Some(size) = n.fixed {
+        return cur.skip(size);
+    }
+    match n.kind {
+        Kind::Str => cur.sized(flexible, false).map(drop),
+        Kind::Bytes | Kind::Records => cur.sized(flexible, true).map(drop),
+        Kind::Struct => {
+            if n.nullable && !n.array && flexible && cur.u8()? == 255 {
+                return Ok(());
+            }
+            skip_members(model, n, cur, flexible, depth + 1)
+        }
+        _ => Err(Stop("no size")), // fixed kinds have `fixed` set
+    }
+}
+
+fn skip_members(model: &Model, n: &Node, cur: &mut Cur<'_>, flexible: bool, depth: usize) -> R<()> {
+    if depth > crate::model::MAX_DEPTH {
+        return Err(Stop("depth"));
+    }
+    for &id in model.plain(n) {
+        skip_field(model, model.node(id), cur, flexible, depth)?;
+    }
+    if flexible {
+        skip_tags(model, model.tagged(n), cur, depth)?;
+    }
+    Ok(())
+}
+
+/// A tagged-field section: known tags must decode from their bytes, as in Python.
+fn skip_tags(model: &Model, tagged: &[u32], cur: &mut Cur<'_>, depth: usize) -> R<()> {
+    let count = cur.uvarint()?;
+    if count > cur.left() as u64 {
+        return Err(SHORT);
+    }
+    for _ in 0..count {
+        let tag = cur.uvarint()?;
+        let size = usize::try_from(cur.uvarint()?).map_err(|_| SHORT)?;
+        let chunk = cur.take(size)?;
+        if let Some(&id) = tagged.iter().find(|&&id| model.node(id).tag == Some(tag)) {
+            skip_field(model, model.node(id), &mut Cur::new(chunk, 0), true, depth)?;
+        }
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------ headers
+
+/// Where the body starts in a request frame, and its layout (`decode.decode_request`).
+fn request_start<'m>(model: &'m Model, buf: &[u8]) -> R<(&'m Layout, usize)> {
+    let mut cur = Cur::new(buf, 0);
+    let api_key = cur.i16()?;
+    let version = cur.i16()?;
+    cur.skip(4)?; // correlation_id
+    let layout = model
+        .layout(api_key, version, Direction::Request)
+        .ok_or(Stop("unsupported_version"))?;
+    if layout.header_version >= 1 {
+        // client_id stays a legacy nullable string even in header v2
+        cur.sized(false, false)?;
+    }
+    if layout.header_version >= 2 {
+        header_tags(&mut cur)?;
+    }
+    Ok((layout, cur.p))
+}
+
+/// The response's layout and body start (`decode.decode_response`, its ApiVersions rule).
+fn response_start<'m>(
+    model: &'m Model,
+    buf: &[u8],
+    api_key: i16,
+    api_version: i16,
+) -> R<(&'m Layout, usize)> {
+    let mut cur = Cur::new(buf, 0);
+    cur.skip(4)?; // correlation_id
+    let fb = model.fallback;
+    let mut version = api_version;
+    if api_key == fb.api_key && version > 0 {
+        if let Some(code) = buf.get(4..6) {
+            if i16::from_be_bytes([code[0], code[1]]) == fb.error_code {
+                version = fb.version;
+            }
+        }
+    }
+    let layout = model
+        .layout(api_key, version, Direction::Response)
+        .ok_or(Stop("unsupported_version"))?;
+    if layout.header_version >= 1 {
+        header_tags(&mut cur)?;
+    }
+    Ok((layout, cur.p))
+}
+
+fn header_tags(cur: &mut Cur<'_>) -> R<()> {
+    let count = cur.uvarint()?;
+    if count > cur.left() as u64 {
+        return Err(SHORT);
+    }
+    for _ in 0..count {
+        cur.uvarint()?;
+        let size = usize::try_from(cur.uvarint()?).map_err(|_| SHORT)?;
+        cur.skip(size)?;
+    }
+    Ok(())
+}
+
+/// A top-level int field of a request body (Produce's `acks` for correlation).
+pub fn top_int_field(model: &Model, layout: &Layout, body: &[u8], field: &str) -> Option<i64> {
+    let root = model.node(layout.root);
+    let mut cur = Cur::new(body, 0);
+    for &id in model.plain(root) {
+        let n = model.node(id);
+        if &*n.name == field {
+            return if n.kind.is_int() && !n.array {
+                i64::try_from(cur.int(n.kind).ok()?).ok()
+            } else {
+                None
+            };
+        }
+        skip_field(model, n, &mut cur, layout.flexible, 1).ok()?;
+    }
+    None // tagged top-level ints are not needed by correlation
+}
+
+// ------------------------------------------------------------------ one side, one pair
+
+struct Side {
+    scan: Scan,
+    clean: bool, // the body decoded as Python would without an error
+}
+
+fn walk_side(
+    model: &Model,
+    layout: &Layout,
+    buf: &[u8],
+    start: usize,
+    budget: &mut Budget,
+    counters: &mut Counters,
+    extracts: &mut [Option<i64>],
+) -> (Side, Option<Stop>) {
+    let mut w = Walker {
+        model,
+        flexible: layout.flexible,
+        scan: Scan::default(),
+        budget,
+        counters,
+        extracts,
+    };
+    let mut cur = Cur::new(buf, start);
+    let root = model.node(layout.root);
+    let result = w.members(root, &mut cur, 0, None);
+    let scan = w.scan;
+    match result {
+        Err(stop) => (Side { scan, clean: false }, Some(stop)),
+        Ok(()) if cur.p != buf.len() => (Side { scan, clean: true }, Some(Stop("trailing_bytes"))),
+        Ok(()) => (Side { scan, clean: true }, None),
+    }
+}
+
+fn deferred(reason: Stop, extracts: usize) -> Summary {
+    Summary {
+        defer: true,
+        defer_reason: Some(reason.0),
+        extracts: vec![None; extracts],
+        ..Default::default()
+    }
+}
+
+/// The summary columns of one pair; `request`/`response` are whole frame payloads
+/// (header + body, no size prefix). See the module doc for `defer`.
+#[allow(clippy::too_many_arguments)]
+pub fn summarize(
+    model: &Model,
+    topics: &mut TopicNames,
+    api_key: i16,
+    api_version: i16,
+    request: Option<&[u8]>,
+    response: Option<&[u8]>,
+    budget: &mut Budget,
+    counters: &mut Counters,
+) -> Summary {
+    let mut extracts = vec![None; model.extracts.len()];
+    let mut stop: Option<Stop> = None;
+    // The response first: Python learns topic ids from it before scanning either side.
+    let resp = match response.map(|buf| (buf, response_start(model, buf, api_key, api_version))) {
+        None => None,
+        Some((_, Err(s))) => {
+            stop = Some(s);
+            None
+        }
+        Some((buf, Ok((layout, start)))) => {
+            let (side, s) = walk_side(model, layout, buf, start, budget, counters, &mut extracts);
+            if side.clean && model.is_id_source(api_key) {
+                for (id, name) in &side.scan.learned {
+                    topics.learn(id.clone(), name.clone(), counters);
+                }
+            }
+            stop = stop.or(s);
+            Some(side)
+        }
+    };
+    let req = match request.map(|buf| (buf, request_start(model, buf))) {
+        None => None,
+        Some((_, Err(s))) => {
+            stop = stop.or(Some(s));
+            None
+        }
+        Some((buf, Ok((layout, start)))) => {
+            let (side, s) = walk_side(model, layout, buf, start, budget, counters, &mut extracts);
+            stop = stop.or(s);
+            Some(side)
+        }
+    };
+    if let Some(s) = stop {
+        return deferred(s, extracts.len());
+    }
+    combine(
+        model,
+        topics,
+        req.map(|s| s.scan),
+        resp.map(|s| s.scan),
+        extracts,
+        counters,
+    )
+}
+
+fn combine(
+    model: &Model,
+    names: &TopicNames,
+    req: Option<Scan>,
+    resp: Option<Scan>,
+    extracts: Vec<Option<i64>>,
+    counters: &mut Counters,
+) -> Summary {
+    let mut out = Summary {
+        extracts,
+        ..Default::default()
+    };
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut truncated = false;
+    let mut errors: Vec<String> = Vec::new();
+    let mut codecs = 0u8;
+    for scan in [&req, &resp].into_iter().flatten() {
+        truncated |= scan.topics.truncated;
+        let tops = [&scan.top_topic, &scan.top_topic_name];
+        let found = scan.topics.order.iter().map(|c| match c {
+            Cand::Name(n) => n.clone(),
+            Cand::Id(id) => names.name(id).unwrap_or(id).to_owned(),
+        });
+        for name in found.chain(tops.into_iter().flatten().cloned()) {
+            if seen.len() >= MAX_TOPICS && !seen.contains(&name) {
+                truncated = true;
+            } else if seen.insert(name.clone()) {
+                out.topics.push(name);
+            }
+        }
+        out.records = sum(out.records, scan.records);
+        out.record_bytes = sum(out.record_bytes, scan.record_bytes);
+        codecs |= scan.codecs;
+        errors.extend(scan.record_errors.iter().map(|e| format!("records: {e}")));
+        out.partitions = match (out.partitions, scan.partitions) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    if truncated {
+        counters.inc("summary_topics_truncated");
+    }
+    if let Some(r) = &resp {
+        out.error_count = r.error_count;
+        let code = match r.top_error {
+            Some(top) if top != 0 => Some(top),
+            _ => r
+                .first_nonzero_error
+                .or(if r.saw_error_code { Some(0) } else { None }),
+        };
+        out.error_code = code.and_then(|c| i64::try_from(c).ok());
+        out.error_name = out.error_code.and_then(|c| model.error_name(c));
+        out.throttle_ms = r.throttle.and_then(|t| i64::try_from(t).ok());
+    }
+    out.compression = compression(codecs);
+    if !errors.is_empty() {
+        out.decode_error = Some(errors.join("; "));
+    }
+    out
+}
+
+fn sum(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+    }
+}
+
+/// Codec names of the batches, sorted and comma-joined as Python's summary does.
+/// Bits past `CODEC_NAMES` stand for codec ids records.py calls "unknown".
+fn compression(codecs: u8) -> Option<String> {
+    if codecs == 0 {
+        return None;
+    }
+    let mut names: Vec<&str> = CODEC_NAMES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| codecs & (1 << i) != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    if codecs >> CODEC_NAMES.len() != 0 {
+        names.push("unknown");
+    }
+    names.sort_unstable();
+    Some(names.join(","))
+}

@@ -1,0 +1,278 @@
+"""The spec model as JSON for the native core (``dissector._core``).
+
+Rust holds no protocol knowledge of its own: everything it needs to walk a frame and
+fill the summary columns is computed here, from the same objects the Python decoder
+and ``summary`` use, and handed over once per run:
+
+* every layout (api_key, version, direction) with its flexible flag, the header
+  version ``decode`` would use for it, and its field tree;
+* per field, the summary roles ``summary._plan`` derives from names and types
+  (error codes, partition and topic arrays, topic-naming members, records, the
+  top-level error_code / throttle_time_ms / topic strings), so Rust only interprets;
+* API names, error names, which responses teach topic_id -> name, the header quirks
+  (ApiVersions), the keys correlation needs (Produce and its ``acks``, SaslHandshake),
+  and the "extract" columns (top-level ints copied into extra columns).
+
+It takes whatever decoder object the pipeline uses (the ``dissector.protocol``
+package, a ``BoundDecoder`` from ``decoder_for(--specs)``, or a ``Registry``), so
+extra spec directories reach Rust too.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dissector import kafka_header
+from dissector.protocol import decode as _decode
+from dissector.protocol import names as _names
+from dissector.protocol import summary as _summary
+from dissector.protocol.errors import ERROR_NAMES
+from dissector.protocol.spec import REQUEST, RESPONSE, Field, Layout
+
+FORMAT = 1
+
+# Produce's request field that says whether a response will come (decode.produce_acks).
+PRODUCE_ACKS_FIELD = "acks"
+
+# Extra columns: (column, direction, API names, top-level field). Issue #13 wants the
+# consumer's wait and size settings next to each Fetch/ShareFetch pair.
+EXTRACTS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    ("max_wait_ms", REQUEST, ("Fetch", "ShareFetch"), "max_wait_ms"),
+    ("min_bytes", REQUEST, ("Fetch", "ShareFetch"), "min_bytes"),
+)
+
+# Role bits of one field, as summary.py reads it. Rust keeps the same numbering.
+ROLE_VISIT = 1 << 0  # the summary may read this field or something inside it
+ROLE_ERROR = 1 << 1  # an integer named like an error code
+ROLE_PARTITIONS = 1 << 2  # array whose entries count as partitions
+ROLE_TOPIC_ARRAY = 1 << 3  # array whose name mentions topics
+ROLE_TOPIC_OF_ITEMS = 1 << 4  # struct entries may name a topic (summary._topic_of)
+ROLE_TOPIC_STRINGS = 1 << 5  # entries are strings/uuids of a topic array
+ROLE_RECORDS = 1 << 6
+ROLE_SIZE_STRUCT = 1 << 7  # a struct that reads like the records hook's size summary
+ROLE_ITEM_TOPIC = 1 << 8  # member "topic" of an entry
+ROLE_ITEM_TOPIC_NAME = 1 << 9  # member "topic_name"
+ROLE_ITEM_NAME = 1 << 10  # member "name"
+ROLE_ITEM_TOPIC_ID = 1 << 11  # member "topic_id"
+ROLE_PARTITION_KEY = 1 << 12  # member whose name mentions partitions (an entry's keys)
+ROLE_TOP_ERROR = 1 << 13  # the body's own error_code (summary._error_code)
+ROLE_THROTTLE = 1 << 14  # the body's throttle_time_ms
+ROLE_TOP_TOPIC = 1 << 15  # the body's own topic / topic_name string (summary._scan)
+ROLE_LEARN_TOPICS = 1 << 16  # the response's topics array that TopicNames.learn reads
+ROLE_LEARN_ID = 1 << 17  # its entries' topic_id
+ROLE_LEARN_NAME = 1 << 18  # its entries' name
+ROLE_GENERIC = 1 << 19  # a struct summary walks generically (wire order of its tags)
+ROLE_ITEM_ODD = 1 << 20  # a topic-naming member that is not a string: Rust defers
+
+ROLES: dict[str, int] = {
+    name.removeprefix("ROLE_").lower(): value
+    for name, value in globals().items()
+    if name.startswith("ROLE_") and isinstance(value, int)
+}
+
+_ITEM_ROLES = {
+    "topic": ROLE_ITEM_TOPIC,
+    "topic_name": ROLE_ITEM_TOPIC_NAME,
+    "name": ROLE_ITEM_NAME,
+    "topic_id": ROLE_ITEM_TOPIC_ID,
+}
+
+
+def _registry(obj: Any) -> _decode.Registry:
+    """The registry behind a decoder object: Registry, BoundDecoder or the package."""
+    if isinstance(obj, _decode.Registry):
+        return obj
+    registry = getattr(obj, "registry", None)
+    if isinstance(registry, _decode.Registry):
+        return registry
+    get = getattr(obj, "get_registry", None)
+    if callable(get):
+        found = get()
+        if isinstance(found, _decode.Registry):
+            return found
+    raise TypeError(f"no spec registry behind {type(obj).__name__}")
+
+
+def _step_roles(f: Field) -> int:
+    """Roles of one field as summary._step/_array_step decide them (names and types)."""
+    roles = 0
+    if f.array:
+        step = _summary._array_step(f)
+        if step is not None:
+            plan = step[2]
+            roles |= ROLE_VISIT
+            roles |= ROLE_PARTITIONS if plan.partitions else 0
+            roles |= ROLE_TOPIC_ARRAY if plan.topic_array else 0
+            roles |= ROLE_TOPIC_OF_ITEMS if plan.topic_of_items else 0
+            roles |= ROLE_TOPIC_STRINGS if plan.topic_strings else 0
+        return roles
+    step = _summary._step(f)
+    if step is None:
+        return roles
+    roles |= ROLE_VISIT
+    op = step[0]
+    if op == _summary._RECORDS:
+        roles |= ROLE_RECORDS
+    elif op == _summary._ERROR:
+        roles |= ROLE_ERROR
+    elif op == _summary._STRUCT and _looks_like_size(f):
+        roles |= ROLE_SIZE_STRUCT
+    return roles
+
+
+def _looks_like_size(f: Field) -> bool:
+    """A struct whose decoded dict can pass summary's records-size test: only ``size``
+    (and ``error``) among the members that are always present."""
+    plain = {m.name for m in f.fields if m.tag is None}
+    return "size" in {m.name for m in f.fields} and plain <= {"size", "error"}
+
+
+def _is_generic(fields: tuple[Field, ...]) -> bool:
+    plan = _summary._plan(fields)
+    return bool(plan) and plan[0][0] == _summary._GENERIC
+
+
+def _field(f: Field, roles: int, under_generic: bool, learn: bool) -> dict[str, Any]:
+    """One field with its roles; ``roles`` holds what its parent gives it."""
+    roles |= _step_roles(f)
+    if under_generic:
+        roles |= ROLE_VISIT  # summary._walk looks at every value of such a struct
+    if f.type in _summary._INTS and not f.array and _summary._is_error_key(f.name):
+        roles |= ROLE_ERROR  # generic walks check every int by its name
+    members_generic = f.type == "struct" and (under_generic or _is_generic(f.fields))
+    if members_generic and f.type == "struct":
+        roles |= ROLE_GENERIC
+    item_topics = bool(roles & ROLE_TOPIC_OF_ITEMS) or (f.array and members_generic)
+    out: dict[str, Any] = {"name": f.name, "type": f.type}
+    if f.array:
+        out["array"] = True
+    if f.nullable and f.type == "struct" and not f.array:
+        out["nullable"] = True
+    if f.tag is not None:
+        out["tag"] = f.tag
+    if f.fields:
+        out["fields"] = [
+            _field(m, _member_roles(m, item_topics, learn), members_generic, False)
+            for m in f.fields
+        ]
+    if roles:
+        out["roles"] = roles
+    return out
+
+
+def _is_text(f: Field) -> bool:
+    """Decodes to a Python str (the summary's ``type(value) is str`` tests)."""
+    return f.type in ("string", "uuid") and not f.array
+
+
+def _member_roles(m: Field, item_topics: bool, learn: bool) -> int:
+    roles = 0
+    if item_topics:
+        if m.name in _ITEM_ROLES:
+            # _topic_of's `or` and truthiness tests are only mirrored for text values
+            roles |= _ITEM_ROLES[m.name] if _is_text(m) else ROLE_ITEM_ODD
+        if "partition" in m.name:
+            roles |= ROLE_PARTITION_KEY
+        if roles:
+            roles |= ROLE_VISIT
+    if learn and m.name == "topic_id" and _is_text(m):
+        roles |= ROLE_LEARN_ID | ROLE_VISIT
+    if learn and m.name == "name" and _is_text(m):
+        roles |= ROLE_LEARN_NAME | ROLE_VISIT
+    return roles
+
+
+def _top_roles(layout: Layout, f: Field) -> tuple[int, bool]:
+    """Roles the body's own fields get from summarize/_scan/TopicNames.learn."""
+    roles = 0
+    learn = False
+    is_int = f.type in _summary._INTS and not f.array
+    if is_int and f.name == "error_code":
+        roles |= ROLE_TOP_ERROR | ROLE_VISIT
+    if is_int and f.name == "throttle_time_ms":
+        roles |= ROLE_THROTTLE | ROLE_VISIT
+    if _is_text(f) and f.name in ("topic", "topic_name"):
+        roles |= ROLE_TOP_TOPIC | ROLE_VISIT
+    if (
+        layout.direction == RESPONSE
+        and layout.api_key in _summary._ID_SOURCES
+        and f.name == "topics"
+        and f.array
+        and f.type == "struct"
+    ):
+        roles |= ROLE_LEARN_TOPICS | ROLE_VISIT
+        learn = True
+    return roles, learn
+
+
+def _header_version(layout: Layout) -> int:
+    """Header version decode.py reads for this layout (request v0/1/2, response v0/1)."""
+    if layout.direction == REQUEST:
+        if layout.api_key == _decode.CONTROLLED_SHUTDOWN and layout.version == 0:
+            return 0
+        return 2 if layout.flexible else 1
+    return 1 if layout.flexible and layout.api_key != _decode.API_VERSIONS else 0
+
+
+def _layout(layout: Layout) -> dict[str, Any]:
+    generic = _is_generic(layout.fields)
+    fields = []
+    for f in layout.fields:
+        roles, learn = _top_roles(layout, f)
+        fields.append(_field(f, roles, generic, learn))
+    return {
+        "api_key": layout.api_key,
+        "version": layout.version,
+        "direction": layout.direction,
+        "flexible": layout.flexible,
+        "header_version": _header_version(layout),
+        "generic": generic,
+        "fields": fields,
+    }
+
+
+def _api_keys(registry: _decode.Registry, wanted: tuple[str, ...]) -> list[int]:
+    keys = set(_names._names()) | set(registry.specs.keys())
+    return sorted(k for k in keys if _names.api_name(k, registry) in wanted)
+
+
+def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
+    registry = _registry(registry_or_decoder)
+    layouts = sorted(registry._layouts.values(), key=lambda x: (x.api_key, x.version, x.direction))
+    api_keys = sorted(set(_names._names()) | set(registry.specs.keys()))
+    return {
+        "format": FORMAT,
+        "roles": ROLES,
+        "api_names": {str(k): _names.api_name(k, registry) for k in api_keys},
+        "errors": {str(code): name for code, (name, _retriable) in ERROR_NAMES.items()},
+        "id_sources": sorted(_summary._ID_SOURCES),
+        "zero_uuid": _summary._ZERO_UUID,
+        "produce": {"api_key": kafka_header.PRODUCE, "acks_field": PRODUCE_ACKS_FIELD},
+        "sasl_handshake_key": kafka_header.SASL_HANDSHAKE,
+        # keys no installed spec describes, still plausible for framing heuristics
+        "specless_keys": {
+            "api_keys": list(_decode._SPECLESS_KEYS),
+            "max_version": _decode._SPECLESS_MAX_VERSION,
+        },
+        "unsupported_version_fallback": {
+            "api_key": _decode.API_VERSIONS,
+            "error_code": _decode.UNSUPPORTED_VERSION,
+            "version": 0,
+        },
+        "extracts": [
+            {
+                "column": column,
+                "direction": direction,
+                "api_keys": _api_keys(registry, api_names),
+                "field": field_name,
+            }
+            for column, direction, api_names, field_name in EXTRACTS
+        ],
+        "layouts": [_layout(x) for x in layouts],
+    }
+
+
+def export_model(registry_or_decoder: Any) -> str:
+    """The JSON that ``Model::from_json`` reads (compact: it is parsed once per run)."""
+    return json.dumps(model_dict(registry_or_decoder), separators=(",", ":"))

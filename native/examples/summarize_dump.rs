@@ -1,0 +1,106 @@
+//! Test driver: the native summary of every pair in a dump, one JSON line each.
+//!
+//! Usage: `summarize_dump MODEL.json DUMP.bin`. The model is `export_model()`'s JSON;
+//! the dump (written by `tests/test_native_summary.py`) is a sequence of records:
+//! `C` (a new capture: forget the topic ids learnt) or `P` followed by api_key i16,
+//! api_version i16, then the request and the response payload, each as a length i32
+//! (-1: absent) and its bytes. Big-endian throughout.
+
+use std::io::{BufWriter, Write};
+
+use _core::model::Model;
+use _core::records::Budget;
+use _core::summary::{summarize, Summary, TopicNames};
+use _core::types::Counters;
+use serde_json::{json, Value};
+
+const MAX_DECOMPRESSED: u64 = 64 * 1024 * 1024; // records.py's default per field
+
+fn take<'a>(buf: &'a [u8], p: &mut usize, n: usize) -> Result<&'a [u8], String> {
+    let end = p.checked_add(n).ok_or("dump: length overflow")?;
+    let s = buf
+        .get(*p..end)
+        .ok_or_else(|| format!("dump: cut at offset {p}"))?;
+    *p = end;
+    Ok(s)
+}
+
+fn payload<'a>(buf: &'a [u8], p: &mut usize) -> Result<Option<&'a [u8]>, String> {
+    let raw = take(buf, p, 4)?;
+    let n = i32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]);
+    if n < 0 {
+        return Ok(None);
+    }
+    take(buf, p, n as usize).map(Some)
+}
+
+fn to_json(model: &Model, s: &Summary) -> Value {
+    let extracts: serde_json::Map<String, Value> = model
+        .extract_columns()
+        .zip(&s.extracts)
+        .map(|(c, v)| (c.to_owned(), json!(v)))
+        .collect();
+    json!({
+        "error_code": s.error_code,
+        "error_name": s.error_name.as_deref(),
+        "error_count": s.error_count,
+        "topics": s.topics,
+        "partitions": s.partitions,
+        "records": s.records,
+        "record_bytes": s.record_bytes,
+        "compression": s.compression,
+        "throttle_ms": s.throttle_ms,
+        "decode_error": s.decode_error,
+        "fatal": s.fatal,
+        "defer": s.defer,
+        "defer_reason": s.defer_reason,
+        "extracts": extracts,
+    })
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, model_path, dump_path] = args.as_slice() else {
+        return Err("usage: summarize_dump MODEL.json DUMP.bin".to_owned());
+    };
+    let text = std::fs::read_to_string(model_path).map_err(|e| format!("{model_path}: {e}"))?;
+    let model = Model::from_json(&text)?;
+    let dump = std::fs::read(dump_path).map_err(|e| format!("{dump_path}: {e}"))?;
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut topics = TopicNames::new();
+    let mut counters = Counters::default();
+    let mut p = 0usize;
+    while p < dump.len() {
+        match take(&dump, &mut p, 1)?[0] {
+            b'C' => topics = TopicNames::new(),
+            b'P' => {
+                let head = take(&dump, &mut p, 4)?;
+                let api_key = i16::from_be_bytes([head[0], head[1]]);
+                let version = i16::from_be_bytes([head[2], head[3]]);
+                let request = payload(&dump, &mut p)?;
+                let response = payload(&dump, &mut p)?;
+                let mut budget = Budget::per_frame(MAX_DECOMPRESSED);
+                let s = summarize(
+                    &model,
+                    &mut topics,
+                    api_key,
+                    version,
+                    request,
+                    response,
+                    &mut budget,
+                    &mut counters,
+                );
+                writeln!(out, "{}", to_json(&model, &s)).map_err(|e| e.to_string())?;
+            }
+            other => return Err(format!("dump: unknown record {other} at offset {}", p - 1)),
+        }
+    }
+    out.flush().map_err(|e| e.to_string())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("summarize_dump: {e}");
+        std::process::exit(2);
+    }
+}
