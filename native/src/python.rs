@@ -94,10 +94,10 @@ impl Analyzer {
             heuristic,
             max_frame,
             idle_timeout_ns,
-            sasl_handshake_key: m.sasl_handshake_key(),
-            produce_key: m.produce_key(),
+            sasl_handshake_key: m.sasl_handshake_key,
+            produce_key: m.produce_key,
         };
-        let extracts = m.extract_columns().len();
+        let extracts = m.extracts.len();
         Analyzer {
             model: m,
             opts: RunOptions { session, frame_budget, capture_budget },
@@ -236,8 +236,8 @@ impl Analyzer {
         put_i64(py, &out, "throttle_ms", &r.throttle_ms)?;
         put_dict(py, &out, "decode_error", &r.decode_error)?;
         put_list(py, &out, "flags", &r.flags)?;
-        for (name, col) in self.model.extract_columns().iter().zip(&r.extracts) {
-            put_i64(py, &out, name, col)?;
+        for (e, col) in self.model.extracts.iter().zip(&r.extracts) {
+            put_i64(py, &out, &e.column, col)?;
         }
         self.rows.clear();
         Ok(out)
@@ -330,7 +330,7 @@ impl Analyzer {
 
     fn row(&mut self, py: Python<'_>, ex: &Exchange) -> PyResult<()> {
         let (Some(key), Some(version)) = (ex.api_key, ex.api_version) else {
-            let name = if ex.kind == ExchangeKind::SaslToken { Some(self.model.sasl_token_name()) } else { None };
+            let name = if ex.kind == ExchangeKind::SaslToken { Some(crate::rows::SASL_TOKEN_API_NAME) } else { None };
             self.rows.push(&self.capture, ex, name, None);
             return Ok(());
         };
@@ -345,15 +345,15 @@ impl Analyzer {
             self.summary_from_python(py, key, version, request, response)?
         } else {
             SummaryColumns {
-                error_code: s.error_code.map(i64::from),
+                error_code: s.error_code,
                 error_name: s.error_name.clone().map(|n| n.to_string()),
                 error_count: Some(i64::from(s.error_count)),
                 topics: s.topics.clone(),
-                partitions: s.partitions.map(i64::from),
+                partitions: s.partitions.map(|v| v as i64),
                 records: s.records.map(|v| v as i64),
                 record_bytes: s.record_bytes.map(|v| v as i64),
                 compression: s.compression.clone(),
-                throttle_ms: s.throttle_ms.map(i64::from),
+                throttle_ms: s.throttle_ms,
                 decode_error: s.decode_error.clone(),
                 fatal: s.fatal,
                 extracts: s.extracts.clone(),

@@ -181,6 +181,9 @@ pub struct RowBuilder {
     pub len: usize,
 }
 
+/// The API name of raw SASL token exchanges (no Kafka header): a row label, not a key.
+pub const SASL_TOKEN_API_NAME: &str = "SaslToken";
+
 /// Row flags kept apart from decode errors (issue #13 §6).
 pub const CAPTURE_GAP: &str = "capture_gap";
 pub const NEGATIVE_LATENCY: &str = "negative_latency";
