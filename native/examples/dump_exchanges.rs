@@ -216,12 +216,17 @@ fn main() {
     let stdout = std::io::stdout();
     let mut w = BufWriter::new(stdout.lock());
     let file = std::fs::File::open(events).expect("events");
+    // Time spent in the session alone (not in reading the events), for a rough speed.
+    let mut busy = std::time::Duration::ZERO;
     for line in BufReader::new(file).lines() {
         let line = line.expect("read");
         if line.is_empty() {
             continue;
         }
-        session.event(event(&line), &mut counters, &mut out);
+        let ev = event(&line);
+        let t0 = std::time::Instant::now();
+        session.event(ev, &mut counters, &mut out);
+        busy += t0.elapsed();
         for e in out.drain(..) {
             writeln!(w, "{}", exchange_json(&e)).expect("write");
         }
@@ -237,7 +242,7 @@ fn main() {
     writeln!(
         w,
         "{}",
-        json!({"counters": counts, "tls_streams": session.tls_streams()})
+        json!({"counters": counts, "tls_streams": session.tls_streams(), "session_ns": busy.as_nanos() as u64})
     )
     .expect("write");
 }

@@ -457,6 +457,8 @@ fn hold_early(
         out,
     );
     if f.payload.len() > MAX_HELD_RESPONSE_BYTES {
+        // Too big to hold: an orphan now, after those held before it.
+        release_early(conn, |_| true, counters, out);
         counters.inc("orphan_responses");
         out.push(orphan(conn, f, Some(corr)));
         return;

@@ -5,7 +5,7 @@ mod corr_common;
 
 use _core::correlate::{
     CorrelationConfig, Correlator, DEFAULT_BROKER_PORTS, MAX_HELD_FRAMES, MAX_HELD_RESPONSES,
-    MAX_OPEN_REQUESTS,
+    MAX_HELD_RESPONSE_BYTES, MAX_OPEN_REQUESTS,
 };
 use _core::types::{Counters, Endpoint, Exchange, ExchangeKind, StreamOpen};
 use corr_common::*;
@@ -425,4 +425,19 @@ fn evicted_sasl_handshakes_are_forgotten_with_their_requests() {
     );
     send(&mut corr, &mut c, &mut out, b"\x00user\x00secret", true);
     assert_eq!(c.get("sasl_raw_tokens"), 0);
+}
+
+#[test]
+fn a_response_too_big_to_hold_is_an_orphan_after_the_held_ones() {
+    let mut c = Counters::default();
+    let big = resp(9, &vec![0u8; MAX_HELD_RESPONSE_BYTES]);
+    let out = run(&mut c, &[a(7), (big, false), r(8)]);
+    assert_eq!(
+        kinds(&out),
+        vec![
+            (OrphanResponse, Some(7)),
+            (OrphanResponse, Some(9)),
+            (Unanswered, Some(8))
+        ]
+    );
 }
