@@ -119,7 +119,16 @@ pub struct Framer {
     // in it are not suspected again (each clearing re-probes the rest of the chunk, so
     // one per chunk keeps the work linear).
     cleared_in_chunk: bool,
+    /// Bytes fed outside TLS, and whether a frame was ever cut: a direction that never
+    /// frames although its bytes were tried and refused is not Kafka (HTTP on a Kafka
+    /// port): at close what it counted as framing trouble is taken back (`own`).
+    fed: u64,
+    framed: bool,
+    own: Vec<(&'static str, u64)>,
 }
+
+/// Counts by which a direction shows that its bytes were tried as frames and refused.
+const REJECTIONS: [&str; 2] = ["bad_frame_size", "resync_skipped_bytes"];
 
 impl Framer {
     pub fn new(
@@ -145,7 +154,29 @@ impl Framer {
             first_ts: 0,
             first_frame: 0,
             cleared_in_chunk: false,
+            fed: 0,
+            framed: false,
+            own: Vec::new(),
         }
+    }
+
+    /// Add to a shared counter, remembering it as this direction's own before its first frame.
+    fn count(&mut self, counters: &mut Counters, name: &'static str, n: u64) {
+        counters.add(name, n);
+        if !self.framed {
+            match self.own.iter_mut().find(|(k, _)| *k == name) {
+                Some((_, v)) => *v += n,
+                None => self.own.push((name, n)),
+            }
+        }
+    }
+
+    fn recount_as_non_kafka(&mut self, counters: &mut Counters) {
+        for (name, n) in self.own.drain(..) {
+            counters.sub(name, n);
+        }
+        counters.add("non_kafka_bytes", self.fed);
+        counters.inc("non_kafka_directions");
     }
 
     /// TLS concluded: everything this direction carries from now on is counted, not framed.
@@ -171,9 +202,13 @@ impl Framer {
                 counters.add("tls_bytes", chunk.data.len() as u64);
                 return;
             }
-            Tls::Suspected(_) => return self.feed_suspected(chunk, counters, out),
+            Tls::Suspected(_) => {
+                self.fed += chunk.data.len() as u64;
+                return self.feed_suspected(chunk, counters, out);
+            }
             Tls::No => {}
         }
+        self.fed += chunk.data.len() as u64;
         if chunk.resync {
             self.lose_sync(counters);
         }
@@ -203,14 +238,19 @@ impl Framer {
             self.conclude_tls(counters);
         }
         if !self.buf.is_empty() && !self.is_tls() {
+            let n = self.buf.len() as u64;
             if self.synced {
-                counters.inc("truncated_frames");
-                counters.add("truncated_frame_bytes", self.buf.len() as u64);
+                self.count(counters, "truncated_frames", 1);
+                self.count(counters, "truncated_frame_bytes", n);
             } else {
-                counters.add("resync_skipped_bytes", self.buf.len() as u64);
+                self.count(counters, "resync_skipped_bytes", n);
             }
         }
         self.buf = Vec::new();
+        let refused = self.own.iter().any(|(k, v)| *v > 0 && REJECTIONS.contains(k));
+        if !self.framed && !self.is_tls() && refused {
+            self.recount_as_non_kafka(counters);
+        }
     }
 
     fn append_and_cut(
@@ -249,15 +289,17 @@ impl Framer {
             after_gap: self.after_gap,
         };
         self.after_gap = false;
+        self.framed = true;
         Ok(frame)
     }
 
     fn lose_sync(&mut self, counters: &mut Counters) {
         if !self.buf.is_empty() {
+            let n = self.buf.len() as u64;
             if self.synced {
-                counters.inc("frames_cut_by_gap");
+                self.count(counters, "frames_cut_by_gap", 1);
             }
-            counters.add("resync_skipped_bytes", self.buf.len() as u64);
+            self.count(counters, "resync_skipped_bytes", n);
             self.buf.clear();
         }
         self.synced = false;
@@ -290,7 +332,8 @@ impl Framer {
             self.buf.extend_from_slice(&data);
             let mut verdict = self.judge(&self.buf);
             if verdict == Some(false) && self.buf.len() > data.len() {
-                counters.add("resync_skipped_bytes", (self.buf.len() - data.len()) as u64);
+                let n = (self.buf.len() - data.len()) as u64;
+                self.count(counters, "resync_skipped_bytes", n);
                 self.buf.clear();
                 self.buf.extend_from_slice(&data);
                 self.first_ts = ts;
@@ -300,7 +343,8 @@ impl Framer {
             match verdict {
                 None => return,
                 Some(false) => {
-                    counters.add("resync_skipped_bytes", self.buf.len() as u64);
+                    let n = self.buf.len() as u64;
+                    self.count(counters, "resync_skipped_bytes", n);
                     self.buf.clear();
                     return;
                 }
@@ -308,7 +352,7 @@ impl Framer {
                     self.synced = true;
                     self.resync_pending = false;
                     self.after_gap = true;
-                    counters.inc("resyncs");
+                    self.count(counters, "resyncs", 1);
                     match self.cut(ts, frame_no, counters, out) {
                         Some(rest) => data = rest,
                         None => return,
@@ -371,8 +415,8 @@ impl Framer {
                         Suspect::NotTls => {}
                     }
                 }
-                counters.inc("bad_frame_size");
-                counters.add("resync_skipped_bytes", rest.len() as u64);
+                self.count(counters, "bad_frame_size", 1);
+                self.count(counters, "resync_skipped_bytes", rest.len() as u64);
                 self.synced = false;
                 self.resync_pending = false;
                 return None;
@@ -393,6 +437,7 @@ impl Framer {
                 after_gap: self.after_gap,
             });
             self.after_gap = false;
+            self.framed = true;
             pos = end;
             // A following frame in the same chunk starts in this packet.
             self.first_ts = ts;
@@ -503,7 +548,7 @@ impl Framer {
     /// (where a record header or a Kafka frame was expected) is the next candidate.
     fn tls_false_alarm(&mut self, skipped: u64, ts: Ts, frame_no: u64, counters: &mut Counters) {
         counters.inc("tls_false_alarm");
-        counters.add("resync_skipped_bytes", skipped);
+        self.count(counters, "resync_skipped_bytes", skipped);
         self.cleared_in_chunk = true;
         self.tls = Tls::No;
         self.buf.clear();

@@ -36,6 +36,17 @@ impl Counters {
         self.add(name, 1);
     }
 
+    /// Take back counts (a stage that re-attributes what it counted); a name that
+    /// reaches zero disappears, as if never counted.
+    pub fn sub(&mut self, name: &str, n: u64) {
+        if let Some(v) = self.counts.get_mut(name) {
+            *v = v.saturating_sub(n);
+            if *v == 0 {
+                self.counts.remove(name);
+            }
+        }
+    }
+
     pub fn get(&self, name: &str) -> u64 {
         self.counts.get(name).copied().unwrap_or(0)
     }
@@ -169,11 +180,19 @@ pub struct Exchange {
     pub note: Option<String>,
 }
 
+/// Versions are int16 on the wire but no API has come near this many.
+pub const MAX_PROBED_VERSION: i16 = 128;
+
 /// What the spec model tells the wire stages about versions (`kafka_header.VersionCheck`).
 /// Implemented by `model::Model`, built from the Python spec model; never hard-coded.
 pub trait Versions {
     /// (api_key, version) exists in the spec model.
     fn known(&self, api_key: i16, version: i16) -> bool;
+    /// Some version of this api_key exists: a request of an unknown version of a known
+    /// API is a version skew, not an unknown API.
+    fn known_key(&self, api_key: i16) -> bool {
+        (0..MAX_PROBED_VERSION).any(|v| self.known(api_key, v))
+    }
     /// The request of (api_key, version) uses request header v2 (flexible).
     fn request_flexible(&self, api_key: i16, version: i16) -> bool;
     /// The request of (api_key, version) uses request header v0 (no client_id; in
