@@ -4,7 +4,7 @@
 
 Contenders, each run R times in turn (A B C A B C ...), min and median reported:
 
-* ``cli``: ``kafka-dissector analyze FILE -o x.parquet -q`` (a new process: start-up,
+* ``cli``: ``kafka-dissector analyze FILE -o x.parquet --quiet`` (a new process: start-up,
   spec model, native core, Parquet);
 * ``api``: ``dissector.analyze(FILE)`` in this process (the pandas DataFrame);
 * ``tshark``: ``tshark -n -r FILE -d tcp.port==P,kafka -T fields -e frame.number
@@ -86,7 +86,7 @@ def _child(cmd: list[str]) -> tuple[float, int]:
 
 def cli_command(path: Path, out: Path) -> list[str]:
     exe = shutil.which("kafka-dissector") or str(Path(sys.executable).parent / "kafka-dissector")
-    return [exe, "analyze", str(path), "-o", str(out), "-q"]
+    return [exe, "analyze", str(path), "-o", str(out), "--quiet"]
 
 
 def tshark_command(path: Path, port: int) -> list[str] | None:

@@ -33,7 +33,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_csv_neutralises_formulas_and_control_characters(tmp_path: Path) -> None:
     cap = _capture(tmp_path)
     out = tmp_path / "pairs.csv"
-    done = _cli("analyze", str(cap), "-o", str(out), "-q")
+    done = _cli("analyze", str(cap), "-o", str(out), "--quiet")
     assert done.returncode == 0, done.stderr
     with open(out, newline="", encoding="utf-8") as fh:
         ids = [row["client_id"] for row in csv.DictReader(fh)]
@@ -44,6 +44,6 @@ def test_csv_neutralises_formulas_and_control_characters(tmp_path: Path) -> None
 def test_parquet_keeps_the_real_values(tmp_path: Path) -> None:
     cap = _capture(tmp_path)
     out = tmp_path / "pairs.parquet"
-    done = _cli("analyze", str(cap), "-o", str(out), "-q")
+    done = _cli("analyze", str(cap), "-o", str(out), "--quiet")
     assert done.returncode == 0, done.stderr
     assert pq.read_table(out).column("client_id").to_pylist() == [EVIL, ESC, "-2+3"]
