@@ -350,7 +350,7 @@ struct Item<'a> {
 struct Walker<'m, 'b> {
     model: &'m Model,
     flexible: bool,
-    scan: Scan,
+    scan: &'b mut Scan,
     budget: &'b mut Budget,
     counters: &'b mut Counters,
     extracts: &'b mut [Option<i64>],
@@ -794,24 +794,23 @@ pub fn top_int_field(model: &Model, layout: &Layout, body: &[u8], field: &str) -
 
 // ------------------------------------------------------------------ one side, one pair
 
-struct Side {
-    scan: Scan,
-    clean: bool, // the body decoded as Python would without an error
-}
-
+/// Walk one frame's body into `scan`. Returns whether it decoded as Python would
+/// without an error (trailing bytes are not one), and why to defer, if so.
+#[allow(clippy::too_many_arguments)]
 fn walk_side(
     model: &Model,
     layout: &Layout,
     buf: &[u8],
     start: usize,
+    scan: &mut Scan,
     budget: &mut Budget,
     counters: &mut Counters,
     extracts: &mut [Option<i64>],
-) -> (Side, Option<Stop>) {
+) -> (bool, Option<Stop>) {
     let mut w = Walker {
         model,
         flexible: layout.flexible,
-        scan: Scan::default(),
+        scan,
         budget,
         counters,
         extracts,
@@ -819,7 +818,6 @@ fn walk_side(
     let mut cur = Cur::new(buf, start);
     let root = model.node(layout.root);
     let result = w.members(root, &mut cur, 0, None);
-    let scan = w.scan;
     if result.is_err() {
         // values read before a decode failure are not Python's: keep none of this side's
         for (slot, e) in model.extracts.iter().enumerate() {
@@ -831,9 +829,9 @@ fn walk_side(
         }
     }
     match result {
-        Err(stop) => (Side { scan, clean: false }, Some(stop)),
-        Ok(()) if cur.p != buf.len() => (Side { scan, clean: true }, Some(Stop("trailing_bytes"))),
-        Ok(()) => (Side { scan, clean: true }, None),
+        Err(stop) => (false, Some(stop)),
+        Ok(()) if cur.p != buf.len() => (true, Some(Stop("trailing_bytes"))),
+        Ok(()) => (true, None),
     }
 }
 
@@ -862,54 +860,65 @@ pub fn summarize(
 ) -> Summary {
     let mut extracts = vec![None; model.extracts.len()];
     let mut stop: Option<Stop> = None;
+    let mut resp_scan = Scan::default();
+    let mut req_scan = Scan::default();
     // The response first: Python learns topic ids from it before scanning either side.
-    let resp = match response.map(|buf| (buf, response_start(model, buf, api_key, api_version))) {
-        None => None,
-        Some((_, Err(s))) => {
-            stop = Some(s);
-            None
-        }
-        Some((buf, Ok((layout, start)))) => {
-            let (side, s) = walk_side(model, layout, buf, start, budget, counters, &mut extracts);
-            if side.clean && model.is_id_source(api_key) {
-                for (id, name) in &side.scan.learned {
-                    topics.learn(id.clone(), name.clone(), counters);
+    if let Some(buf) = response {
+        match response_start(model, buf, api_key, api_version) {
+            Err(s) => stop = Some(s),
+            Ok((layout, start)) => {
+                let scan = &mut resp_scan;
+                let (clean, s) = walk_side(
+                    model,
+                    layout,
+                    buf,
+                    start,
+                    scan,
+                    budget,
+                    counters,
+                    &mut extracts,
+                );
+                if clean && model.is_id_source(api_key) {
+                    for (id, name) in resp_scan.learned.drain(..) {
+                        topics.learn(id, name, counters);
+                    }
                 }
+                stop = s;
             }
-            stop = stop.or(s);
-            Some(side)
         }
-    };
-    let req = match request.map(|buf| (buf, request_start(model, buf))) {
-        None => None,
-        Some((_, Err(s))) => {
-            stop = stop.or(Some(s));
-            None
+    }
+    if let Some(buf) = request {
+        match request_start(model, buf) {
+            Err(s) => stop = stop.or(Some(s)),
+            Ok((layout, start)) => {
+                let scan = &mut req_scan;
+                let (_, s) = walk_side(
+                    model,
+                    layout,
+                    buf,
+                    start,
+                    scan,
+                    budget,
+                    counters,
+                    &mut extracts,
+                );
+                stop = stop.or(s);
+            }
         }
-        Some((buf, Ok((layout, start)))) => {
-            let (side, s) = walk_side(model, layout, buf, start, budget, counters, &mut extracts);
-            stop = stop.or(s);
-            Some(side)
-        }
-    };
+    }
     if let Some(s) = stop {
         return deferred(s, extracts);
     }
-    combine(
-        model,
-        topics,
-        req.map(|s| s.scan),
-        resp.map(|s| s.scan),
-        extracts,
-        counters,
-    )
+    let req = request.map(|_| &req_scan);
+    let resp = response.map(|_| &resp_scan);
+    combine(model, topics, req, resp, extracts, counters)
 }
 
 fn combine(
     model: &Model,
     names: &TopicNames,
-    req: Option<Scan>,
-    resp: Option<Scan>,
+    req: Option<&Scan>,
+    resp: Option<&Scan>,
     extracts: Vec<Option<i64>>,
     counters: &mut Counters,
 ) -> Summary {
@@ -921,7 +930,7 @@ fn combine(
     let mut truncated = false;
     let mut errors: Vec<&str> = Vec::new();
     let mut codecs = 0u8;
-    for scan in [&req, &resp].into_iter().flatten() {
+    for scan in [req, resp].into_iter().flatten() {
         truncated |= scan.topics.truncated;
         let tops = [&scan.top_topic, &scan.top_topic_name];
         let found = scan.topics.order.iter().map(|c| match c {
@@ -964,7 +973,7 @@ fn combine(
     if truncated {
         counters.inc("summary_topics_truncated");
     }
-    if let Some(r) = &resp {
+    if let Some(r) = resp {
         out.error_count = r.error_count;
         let code = match r.top_error {
             Some(top) if top != 0 => Some(top),
