@@ -382,3 +382,20 @@ def test_mutated_frames_defer_or_agree(compared, tmp_path: Path) -> None:  # typ
         for column in COLUMNS:
             assert n[column] == summary[column], (_label(p), column, n[column], summary[column])
     assert agreed > 1000 and deferred > 1000, (agreed, deferred)
+
+
+def test_export_takes_any_decoder_the_pipeline_uses() -> None:
+    import dissector.protocol as protocol
+    from dissector.protocol.decode import get_registry
+    from dissector.report import NotingDecoder
+
+    expected = export_model(decoder_for())
+    for decoder in (
+        protocol,
+        get_registry(),
+        NotingDecoder(protocol),
+        NotingDecoder(decoder_for()),
+    ):
+        assert export_model(decoder) == expected
+    with pytest.raises(TypeError):
+        export_model(object())
