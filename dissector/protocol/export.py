@@ -260,6 +260,9 @@ def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
             "error_code": _decode.UNSUPPORTED_VERSION,
             "version": 0,
         },
+        # decode_error lists this many record-batch errors per pair, then a count
+        # (None: all; summary.py before it listed them)
+        "max_record_errors_listed": getattr(_summary, "MAX_RECORD_ERRORS_LISTED", None),
         "extracts": [
             {
                 "column": column,

@@ -51,11 +51,67 @@ fn to_json(model: &Model, s: &Summary) -> Value {
         "compression": s.compression,
         "throttle_ms": s.throttle_ms,
         "decode_error": s.decode_error,
+        "record_errors": s.record_errors,
         "fatal": s.fatal,
         "defer": s.defer,
         "defer_reason": s.defer_reason,
         "extracts": extracts,
     })
+}
+
+enum Entry<'a> {
+    Capture,
+    Pair(i16, i16, Option<&'a [u8]>, Option<&'a [u8]>),
+}
+
+fn parse(dump: &[u8]) -> Result<Vec<Entry<'_>>, String> {
+    let mut entries = Vec::new();
+    let mut p = 0usize;
+    while p < dump.len() {
+        match take(dump, &mut p, 1)?[0] {
+            b'C' => entries.push(Entry::Capture),
+            b'P' => {
+                let head = take(dump, &mut p, 4)?;
+                let api_key = i16::from_be_bytes([head[0], head[1]]);
+                let version = i16::from_be_bytes([head[2], head[3]]);
+                let request = payload(dump, &mut p)?;
+                let response = payload(dump, &mut p)?;
+                entries.push(Entry::Pair(api_key, version, request, response));
+            }
+            other => return Err(format!("dump: unknown record {other} at offset {}", p - 1)),
+        }
+    }
+    Ok(entries)
+}
+
+/// Summaries of every pair, each handed to `emit`.
+fn summarize_all(
+    model: &Model,
+    entries: &[Entry<'_>],
+    mut emit: impl FnMut(&Summary) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut topics = TopicNames::new();
+    let mut counters = Counters::default();
+    for e in entries {
+        match *e {
+            Entry::Capture => topics = TopicNames::new(),
+            Entry::Pair(api_key, version, request, response) => {
+                let mut budget = Budget::per_frame(MAX_DECOMPRESSED);
+                let s = summarize(
+                    model,
+                    &mut topics,
+                    api_key,
+                    version,
+                    request,
+                    response,
+                    &mut budget,
+                    &mut counters,
+                );
+                emit(&s)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn run() -> Result<(), String> {
@@ -66,35 +122,36 @@ fn run() -> Result<(), String> {
     let text = std::fs::read_to_string(model_path).map_err(|e| format!("{model_path}: {e}"))?;
     let model = Model::from_json(&text)?;
     let dump = std::fs::read(dump_path).map_err(|e| format!("{dump_path}: {e}"))?;
-    let mut out = BufWriter::new(std::io::stdout().lock());
-    let mut topics = TopicNames::new();
-    let mut counters = Counters::default();
-    let mut p = 0usize;
-    while p < dump.len() {
-        match take(&dump, &mut p, 1)?[0] {
-            b'C' => topics = TopicNames::new(),
-            b'P' => {
-                let head = take(&dump, &mut p, 4)?;
-                let api_key = i16::from_be_bytes([head[0], head[1]]);
-                let version = i16::from_be_bytes([head[2], head[3]]);
-                let request = payload(&dump, &mut p)?;
-                let response = payload(&dump, &mut p)?;
-                let mut budget = Budget::per_frame(MAX_DECOMPRESSED);
-                let s = summarize(
-                    &model,
-                    &mut topics,
-                    api_key,
-                    version,
-                    request,
-                    response,
-                    &mut budget,
-                    &mut counters,
-                );
-                writeln!(out, "{}", to_json(&model, &s)).map_err(|e| e.to_string())?;
-            }
-            other => return Err(format!("dump: unknown record {other} at offset {}", p - 1)),
+    let entries = parse(&dump)?;
+    // SUMMARY_REPEAT=N: time N passes instead of printing (a rough speed check)
+    if let Some(repeat) = std::env::var("SUMMARY_REPEAT")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+    {
+        let pairs = entries
+            .iter()
+            .filter(|e| matches!(e, Entry::Pair(..)))
+            .count()
+            .max(1);
+        let started = std::time::Instant::now();
+        let mut deferred = 0usize;
+        for _ in 0..repeat {
+            summarize_all(&model, &entries, |s| {
+                deferred += usize::from(s.defer);
+                Ok(())
+            })?;
         }
+        let per_pair = started.elapsed().as_secs_f64() / f64::from(repeat.max(1)) / pairs as f64;
+        eprintln!(
+            "{pairs} pairs, {:.2} us per pair, {deferred} deferred in all passes",
+            per_pair * 1e6
+        );
+        return Ok(());
     }
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    summarize_all(&model, &entries, |s| {
+        writeln!(out, "{}", to_json(&model, s)).map_err(|e| e.to_string())
+    })?;
     out.flush().map_err(|e| e.to_string())
 }
 

@@ -72,8 +72,11 @@ pub struct Summary {
     pub record_bytes: Option<u64>,
     pub compression: Option<String>,
     pub throttle_ms: Option<i64>,
-    /// Record-batch anomalies only; any other decode problem defers.
+    /// Record-batch anomalies only ("records: <code>: <detail>"); any other decode
+    /// problem defers.
     pub decode_error: Option<String>,
+    /// How many record-batch anomalies the pair had (listed or not).
+    pub record_errors: u32,
     /// Python's `rows` would mark the row malformed (never set without `defer` today).
     pub fatal: bool,
     /// Re-run this pair through the Python decoder: see `defer_reason`.
@@ -245,28 +248,46 @@ enum Cand {
     Id(String),
 }
 
-/// Distinct topic candidates in first-seen order, bounded.
+/// Distinct topic candidates in first-seen order, bounded. Most pairs name a few
+/// topics: they are deduplicated by a scan, and a set is only built past `SMALL`.
 #[derive(Default)]
 struct Topics {
     order: Vec<Cand>,
-    seen: HashSet<Cand>,
+    seen: Option<HashSet<Cand>>,
     truncated: bool,
 }
+
+const SMALL: usize = 32;
 
 impl Topics {
     fn len(&self) -> usize {
         self.order.len()
     }
 
+    fn contains(&self, c: &Cand) -> bool {
+        match &self.seen {
+            Some(set) => set.contains(c),
+            None => self.order.contains(c),
+        }
+    }
+
+    fn remember(&mut self, c: &Cand) {
+        if let Some(set) = &mut self.seen {
+            set.insert(c.clone());
+        } else if self.order.len() >= SMALL {
+            self.seen = Some(self.order.iter().cloned().chain([c.clone()]).collect());
+        }
+    }
+
     fn add(&mut self, c: Cand) {
-        if self.seen.contains(&c) {
+        if self.contains(&c) {
             return;
         }
         if self.order.len() >= MAX_TOPICS {
             self.truncated = true;
             return;
         }
-        self.seen.insert(c.clone());
+        self.remember(&c);
         self.order.push(c);
     }
 
@@ -276,7 +297,7 @@ impl Topics {
         if self.order.len() == mark {
             return self.add(c);
         }
-        if self.seen.contains(&c) {
+        if self.contains(&c) {
             if let Some(i) = self.order.iter().position(|x| *x == c) {
                 if i > mark {
                     let moved = self.order.remove(i);
@@ -289,7 +310,7 @@ impl Topics {
             self.truncated = true;
             return;
         }
-        self.seen.insert(c.clone());
+        self.remember(&c);
         self.order.insert(mark.min(self.order.len()), c);
     }
 }
@@ -329,7 +350,7 @@ struct Item<'a> {
 struct Walker<'m, 'b> {
     model: &'m Model,
     flexible: bool,
-    scan: Scan,
+    scan: &'b mut Scan,
     budget: &'b mut Budget,
     counters: &'b mut Counters,
     extracts: &'b mut [Option<i64>],
@@ -658,10 +679,18 @@ fn skip_members(model: &Model, n: &Node, cur: &mut Cur<'_>, flexible: bool, dept
     if depth > crate::model::MAX_DEPTH {
         return Err(Stop("depth"));
     }
-    for &id in model.plain(n) {
-        skip_field(model, model.node(id), cur, flexible, depth)?;
+    if let Some(size) = n.plain_fixed {
+        cur.skip(size)?;
+    } else {
+        for &id in model.plain(n) {
+            skip_field(model, model.node(id), cur, flexible, depth)?;
+        }
     }
     if flexible {
+        if cur.buf.get(cur.p) == Some(&0) {
+            cur.p += 1; // the usual empty tag section
+            return Ok(());
+        }
         skip_tags(model, model.tagged(n), cur, depth)?;
     }
     Ok(())
@@ -765,24 +794,23 @@ pub fn top_int_field(model: &Model, layout: &Layout, body: &[u8], field: &str) -
 
 // ------------------------------------------------------------------ one side, one pair
 
-struct Side {
-    scan: Scan,
-    clean: bool, // the body decoded as Python would without an error
-}
-
+/// Walk one frame's body into `scan`. Returns whether it decoded as Python would
+/// without an error (trailing bytes are not one), and why to defer, if so.
+#[allow(clippy::too_many_arguments)]
 fn walk_side(
     model: &Model,
     layout: &Layout,
     buf: &[u8],
     start: usize,
+    scan: &mut Scan,
     budget: &mut Budget,
     counters: &mut Counters,
     extracts: &mut [Option<i64>],
-) -> (Side, Option<Stop>) {
+) -> (bool, Option<Stop>) {
     let mut w = Walker {
         model,
         flexible: layout.flexible,
-        scan: Scan::default(),
+        scan,
         budget,
         counters,
         extracts,
@@ -790,19 +818,29 @@ fn walk_side(
     let mut cur = Cur::new(buf, start);
     let root = model.node(layout.root);
     let result = w.members(root, &mut cur, 0, None);
-    let scan = w.scan;
+    if result.is_err() {
+        // values read before a decode failure are not Python's: keep none of this side's
+        for (slot, e) in model.extracts.iter().enumerate() {
+            if e.direction == layout.direction {
+                if let Some(v) = extracts.get_mut(slot) {
+                    *v = None;
+                }
+            }
+        }
+    }
     match result {
-        Err(stop) => (Side { scan, clean: false }, Some(stop)),
-        Ok(()) if cur.p != buf.len() => (Side { scan, clean: true }, Some(Stop("trailing_bytes"))),
-        Ok(()) => (Side { scan, clean: true }, None),
+        Err(stop) => (false, Some(stop)),
+        Ok(()) if cur.p != buf.len() => (true, Some(Stop("trailing_bytes"))),
+        Ok(()) => (true, None),
     }
 }
 
-fn deferred(reason: Stop, extracts: usize) -> Summary {
+/// A pair for Python to summarise; extracts of a side that decoded cleanly are kept.
+fn deferred(reason: Stop, extracts: Vec<Option<i64>>) -> Summary {
     Summary {
         defer: true,
         defer_reason: Some(reason.0),
-        extracts: vec![None; extracts],
+        extracts,
         ..Default::default()
     }
 }
@@ -822,54 +860,65 @@ pub fn summarize(
 ) -> Summary {
     let mut extracts = vec![None; model.extracts.len()];
     let mut stop: Option<Stop> = None;
+    let mut resp_scan = Scan::default();
+    let mut req_scan = Scan::default();
     // The response first: Python learns topic ids from it before scanning either side.
-    let resp = match response.map(|buf| (buf, response_start(model, buf, api_key, api_version))) {
-        None => None,
-        Some((_, Err(s))) => {
-            stop = Some(s);
-            None
-        }
-        Some((buf, Ok((layout, start)))) => {
-            let (side, s) = walk_side(model, layout, buf, start, budget, counters, &mut extracts);
-            if side.clean && model.is_id_source(api_key) {
-                for (id, name) in &side.scan.learned {
-                    topics.learn(id.clone(), name.clone(), counters);
+    if let Some(buf) = response {
+        match response_start(model, buf, api_key, api_version) {
+            Err(s) => stop = Some(s),
+            Ok((layout, start)) => {
+                let scan = &mut resp_scan;
+                let (clean, s) = walk_side(
+                    model,
+                    layout,
+                    buf,
+                    start,
+                    scan,
+                    budget,
+                    counters,
+                    &mut extracts,
+                );
+                if clean && model.is_id_source(api_key) {
+                    for (id, name) in resp_scan.learned.drain(..) {
+                        topics.learn(id, name, counters);
+                    }
                 }
+                stop = s;
             }
-            stop = stop.or(s);
-            Some(side)
         }
-    };
-    let req = match request.map(|buf| (buf, request_start(model, buf))) {
-        None => None,
-        Some((_, Err(s))) => {
-            stop = stop.or(Some(s));
-            None
-        }
-        Some((buf, Ok((layout, start)))) => {
-            let (side, s) = walk_side(model, layout, buf, start, budget, counters, &mut extracts);
-            stop = stop.or(s);
-            Some(side)
-        }
-    };
-    if let Some(s) = stop {
-        return deferred(s, extracts.len());
     }
-    combine(
-        model,
-        topics,
-        req.map(|s| s.scan),
-        resp.map(|s| s.scan),
-        extracts,
-        counters,
-    )
+    if let Some(buf) = request {
+        match request_start(model, buf) {
+            Err(s) => stop = stop.or(Some(s)),
+            Ok((layout, start)) => {
+                let scan = &mut req_scan;
+                let (_, s) = walk_side(
+                    model,
+                    layout,
+                    buf,
+                    start,
+                    scan,
+                    budget,
+                    counters,
+                    &mut extracts,
+                );
+                stop = stop.or(s);
+            }
+        }
+    }
+    if let Some(s) = stop {
+        return deferred(s, extracts);
+    }
+    let req = request.map(|_| &req_scan);
+    let resp = response.map(|_| &resp_scan);
+    combine(model, topics, req, resp, extracts, counters)
 }
 
 fn combine(
     model: &Model,
     names: &TopicNames,
-    req: Option<Scan>,
-    resp: Option<Scan>,
+    req: Option<&Scan>,
+    resp: Option<&Scan>,
     extracts: Vec<Option<i64>>,
     counters: &mut Counters,
 ) -> Summary {
@@ -877,28 +926,45 @@ fn combine(
         extracts,
         ..Default::default()
     };
-    let mut seen: HashSet<String> = HashSet::new();
+    let mut seen: Option<HashSet<String>> = None; // built past SMALL names
     let mut truncated = false;
-    let mut errors: Vec<String> = Vec::new();
+    let mut errors: Vec<&str> = Vec::new();
     let mut codecs = 0u8;
-    for scan in [&req, &resp].into_iter().flatten() {
+    for scan in [req, resp].into_iter().flatten() {
         truncated |= scan.topics.truncated;
         let tops = [&scan.top_topic, &scan.top_topic_name];
         let found = scan.topics.order.iter().map(|c| match c {
             Cand::Name(n) => n.clone(),
-            Cand::Id(id) => names.name(id).unwrap_or(id).to_owned(),
+            // `names.name(tid) or tid`: an empty learnt name gives way to the id
+            Cand::Id(id) => names
+                .name(id)
+                .filter(|n| !n.is_empty())
+                .unwrap_or(id)
+                .to_owned(),
         });
         for name in found.chain(tops.into_iter().flatten().cloned()) {
-            if seen.len() >= MAX_TOPICS && !seen.contains(&name) {
-                truncated = true;
-            } else if seen.insert(name.clone()) {
-                out.topics.push(name);
+            let known = match &seen {
+                Some(set) => set.contains(&name),
+                None => out.topics.contains(&name),
+            };
+            if known {
+                continue;
             }
+            if out.topics.len() >= MAX_TOPICS {
+                truncated = true;
+                continue;
+            }
+            if let Some(set) = &mut seen {
+                set.insert(name.clone());
+            } else if out.topics.len() >= SMALL {
+                seen = Some(out.topics.iter().cloned().chain([name.clone()]).collect());
+            }
+            out.topics.push(name);
         }
         out.records = sum(out.records, scan.records);
         out.record_bytes = sum(out.record_bytes, scan.record_bytes);
         codecs |= scan.codecs;
-        errors.extend(scan.record_errors.iter().map(|e| format!("records: {e}")));
+        errors.extend(scan.record_errors.iter().map(String::as_str));
         out.partitions = match (out.partitions, scan.partitions) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -907,7 +973,7 @@ fn combine(
     if truncated {
         counters.inc("summary_topics_truncated");
     }
-    if let Some(r) = &resp {
+    if let Some(r) = resp {
         out.error_count = r.error_count;
         let code = match r.top_error {
             Some(top) if top != 0 => Some(top),
@@ -920,10 +986,29 @@ fn combine(
         out.throttle_ms = r.throttle.and_then(|t| i64::try_from(t).ok());
     }
     out.compression = compression(codecs);
-    if !errors.is_empty() {
-        out.decode_error = Some(errors.join("; "));
-    }
+    out.record_errors = u32::try_from(errors.len()).unwrap_or(u32::MAX);
+    out.decode_error = record_errors_text(&errors, model.max_record_errors_listed);
     out
+}
+
+/// `summary._records_errors`: each as "records: <error>", the first `limit` of them,
+/// then how many more there were.
+fn record_errors_text(errors: &[&str], limit: Option<usize>) -> Option<String> {
+    if errors.is_empty() {
+        return None;
+    }
+    let shown = limit.map_or(errors.len(), |l| l.min(errors.len()));
+    let mut listed: Vec<String> = errors[..shown]
+        .iter()
+        .map(|e| format!("records: {e}"))
+        .collect();
+    if shown < errors.len() {
+        listed.push(format!(
+            "records: too_many_errors: {} more not listed",
+            errors.len() - shown
+        ));
+    }
+    Some(listed.join("; "))
 }
 
 fn sum(a: Option<u64>, b: Option<u64>) -> Option<u64> {
