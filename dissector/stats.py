@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 # ---------------------------------------------------------------------------
@@ -316,12 +317,7 @@ def per_topic(df: pd.DataFrame) -> pd.DataFrame:
 
 def latency_summary(df: pd.DataFrame) -> dict[str, float]:
     """Percentiles and max of all measured latencies, in ms (NaN when none)."""
-    lat = as_float(df[LATENCY_COLUMN]).dropna()
-    out = {
-        percentile_column(q): float(lat.quantile(q)) if len(lat) else math.nan for q in PERCENTILES
-    }
-    out["max_ms"] = float(lat.max()) if len(lat) else math.nan
-    return out
+    return _summary(as_float(df[LATENCY_COLUMN]))
 
 
 # ---------------------------------------------------------------------------
@@ -516,6 +512,250 @@ def unanswered(df: pd.DataFrame) -> pd.DataFrame:
     rows = df[df["status"].isin(UNANSWERED_STATUSES).astype(bool)]
     rows = rows.sort_values("request_time", kind="stable")
     return _pair_table(rows).reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------
+# Long polls: Fetch latency that is waiting, not service
+# ---------------------------------------------------------------------------
+
+LONG_POLL_API_KEYS: Mapping[int, str] = {1: "Fetch", 78: "ShareFetch"}
+"""APIs the broker may hold open up to the request's max_wait_ms while fewer than
+min_bytes are available (long polling)."""
+
+MAX_WAIT_COLUMN = "max_wait_ms"
+"""Optional pairs column: the Fetch/ShareFetch request's max_wait_ms. Used when present."""
+
+LONG_POLL_WAIT_SHARE = 0.9
+"""An empty fetch that took at least this share of its max_wait_ms waited it out.
+Timers and the network make the measured wait a little shorter or longer than the
+configured one; 90% keeps a poll that ended on its timer apart from one that ended
+early (an error, a new leader, a partition that got data)."""
+
+FETCH_WAIT_EMPTY_POLL = "empty_poll"
+FETCH_WAIT_DATA = "data"
+FETCH_WAIT_EARLY = "early"
+FETCH_WAIT_CLASSES: tuple[str, ...] = (FETCH_WAIT_EMPTY_POLL, FETCH_WAIT_DATA, FETCH_WAIT_EARLY)
+
+SERVICE_LATENCY_RULE = (
+    "Fetch and ShareFetch are long polls: the broker holds the request up to its "
+    "max_wait_ms while it has too little data. fetch_wait classifies each answered one: "
+    "data = it returned records; empty_poll = no records and it took at least "
+    f"{LONG_POLL_WAIT_SHARE:.0%} of max_wait_ms (without a known max_wait_ms: no records "
+    "and no error); early = no records, returned sooner (or with an error). service_ms is "
+    "latency minus the wait: max(latency - max_wait_ms, 0) for an empty poll whose "
+    "max_wait_ms is known, unknown (left out) for one whose max_wait_ms is not, and the "
+    "latency itself for every other pair. Headline latency percentiles use service_ms; "
+    "long-poll waits are shown on their own."
+)
+
+
+def _is_long_poll_api(df: pd.DataFrame) -> pd.Series:
+    keys = df["api_key"].astype("Int64")
+    return keys.isin(list(LONG_POLL_API_KEYS)).fillna(False).astype(bool)
+
+
+def _max_wait(df: pd.DataFrame) -> pd.Series:
+    """max_wait_ms per row as float (NaN where unknown, or the column is absent).
+    A negative or zero max wait is no wait to subtract: unknown."""
+    import pandas as pd
+
+    if MAX_WAIT_COLUMN not in df.columns:
+        return pd.Series(math.nan, index=df.index, dtype="float64")
+    wait = as_float(df[MAX_WAIT_COLUMN])
+    return wait.where(wait > 0)
+
+
+def fetch_wait(df: pd.DataFrame) -> pd.Series:
+    """Each answered Fetch/ShareFetch's long-poll class (``FETCH_WAIT_CLASSES``), null
+    for every other row. The rule is ``SERVICE_LATENCY_RULE``."""
+    import pandas as pd
+
+    latency = as_float(df[LATENCY_COLUMN])
+    fetched = (as_float(df["records"]).fillna(0) > 0) | (as_float(df["record_bytes"]).fillna(0) > 0)
+    wait = _max_wait(df)
+    failed = df["status"].isin(ERROR_STATUSES).fillna(False).astype(bool)
+    waited_out = latency >= LONG_POLL_WAIT_SHARE * wait
+    # Without max_wait_ms, an empty answer without error is the best sign of a poll
+    # that waited: brokers answer errors at once.
+    empty_poll = waited_out.where(wait.notna(), ~failed)
+    out = pd.Series(pd.NA, index=df.index, dtype="string")
+    polls = _is_long_poll_api(df) & latency.notna()
+    out[polls & fetched] = FETCH_WAIT_DATA
+    out[polls & ~fetched & empty_poll] = FETCH_WAIT_EMPTY_POLL
+    out[polls & ~fetched & ~empty_poll] = FETCH_WAIT_EARLY
+    return out
+
+
+def service_latency(df: pd.DataFrame) -> pd.DataFrame:
+    """``fetch_wait`` and ``service_ms`` (float, NaN where unknown) for every row:
+    latency without the long-poll wait (``SERVICE_LATENCY_RULE``). Uses the
+    ``max_wait_ms`` column when the frame has one."""
+    import pandas as pd
+
+    classes = fetch_wait(df)
+    latency = as_float(df[LATENCY_COLUMN])
+    wait = _max_wait(df)
+    poll = classes.eq(FETCH_WAIT_EMPTY_POLL).fillna(False).astype(bool)
+    service = latency.copy()
+    service[poll] = (latency[poll] - wait[poll]).clip(lower=0.0)
+    return pd.DataFrame({"fetch_wait": classes, "service_ms": service}, index=df.index)
+
+
+def service_summary(df: pd.DataFrame) -> dict[str, float]:
+    """Headline percentiles and max of ``service_ms`` (long-poll waits left out), ms."""
+    return _summary(service_latency(df)["service_ms"])
+
+
+def long_poll_summary(df: pd.DataFrame) -> dict[str, float]:
+    """How many answered fetches were empty long polls, and percentiles of their raw
+    latency (the time the broker held them): ``polls``, ``p50_ms``... ``max_ms``."""
+    classes = service_latency(df)["fetch_wait"]
+    polls = as_float(df[LATENCY_COLUMN])[classes.eq(FETCH_WAIT_EMPTY_POLL).fillna(False)]
+    return {"polls": float(len(polls)), **_summary(polls)}
+
+
+def _summary(values: pd.Series) -> dict[str, float]:
+    lat = values.dropna()
+    out = {
+        percentile_column(q): float(lat.quantile(q)) if len(lat) else math.nan for q in PERCENTILES
+    }
+    out["max_ms"] = float(lat.max()) if len(lat) else math.nan
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Head-of-line queueing per connection
+# ---------------------------------------------------------------------------
+
+QUEUEING_RULE = (
+    "A broker reads one request per connection at a time: it mutes the connection while "
+    "a request is in flight, and for throttle_ms more after a throttled response. "
+    "queue_ms is how long a request waited behind earlier requests of its connection: "
+    "max(0, latest earlier response_time + that response's throttle_ms - request_time), "
+    "over the connection's earlier requests (responses whose request precedes the capture "
+    "count as earlier). inflight is how many earlier requests of the connection had no "
+    "response yet when it was sent (one never answered stays in flight; Produce with "
+    "acks=0 expects none and never is). Both are null for rows without a request."
+)
+
+
+def queueing(df: pd.DataFrame) -> pd.DataFrame:
+    """``queue_ms`` (float) and ``inflight`` (Int64) per row, see ``QUEUEING_RULE``."""
+    import heapq
+
+    import numpy as np
+    import pandas as pd
+
+    request = df["request_time"]
+    has_request = request.notna().to_numpy(dtype=bool)
+    times = event_time(df).dropna()
+    origin = times.min() if len(times) else None
+    req_ns = _ns_since(request, origin)
+    resp_ns = _ns_since(df["response_time"], origin)
+    throttle_ns = (as_float(df["throttle_ms"]).fillna(0.0).clip(lower=0.0) * 1e6).to_numpy()
+    waits_for_answer = ~df["status"].isin(("no_response",)).fillna(False).to_numpy(dtype=bool)
+    # Requests in time order per connection; responses to requests sent before the
+    # capture started (no request_time) go first: they were ahead in the queue.
+    order = pd.DataFrame(
+        {
+            "capture": df["capture"].astype("object").fillna(""),
+            "stream": df["stream"].astype("Float64").astype("float64").fillna(-1.0),
+            "pre": has_request,
+            "t": np.where(has_request, req_ns, resp_ns),
+            # Requests completed in the same instant: the client numbered them in order.
+            "corr": as_float(df["correlation_id"]).to_numpy(),
+            "pos": np.arange(len(df)),
+        }
+    ).sort_values(["capture", "stream", "pre", "t", "corr", "pos"], kind="stable")
+    queue = np.full(len(df), np.nan)
+    inflight = np.full(len(df), -1, dtype=np.int64)
+    connection: tuple[object, float] | None = None
+    busy_until = -math.inf
+    pending: list[float] = []
+    for cap, stream, pos in zip(order["capture"], order["stream"], order["pos"], strict=True):
+        if (cap, stream) != connection:
+            connection, busy_until, pending = (cap, stream), -math.inf, []
+        sent = req_ns[pos]
+        if has_request[pos]:
+            while pending and pending[0] <= sent:
+                heapq.heappop(pending)
+            inflight[pos] = len(pending)
+            queue[pos] = max(0.0, busy_until - sent) / 1e6
+        answered = not math.isnan(resp_ns[pos])
+        if answered:
+            busy_until = max(busy_until, resp_ns[pos] + throttle_ns[pos])
+            heapq.heappush(pending, resp_ns[pos])
+        elif has_request[pos] and waits_for_answer[pos]:
+            heapq.heappush(pending, math.inf)
+    counts = pd.arrays.IntegerArray(np.maximum(inflight, 0), mask=inflight < 0)
+    return pd.DataFrame({"queue_ms": queue, "inflight": counts}, index=df.index)
+
+
+def _ns_since(times: pd.Series, origin: pd.Timestamp | None) -> np.ndarray:
+    """Timestamps as float nanoseconds since ``origin``, NaN where missing. Relative to
+    the capture's start, so float stays exact to the nanosecond (since the epoch it
+    would round to 256 ns)."""
+    import numpy as np
+
+    values = times.to_numpy(dtype="datetime64[ns]", na_value=np.datetime64("NaT"))
+    missing = np.isnat(values)
+    base = np.datetime64(0, "ns") if origin is None else origin.tz_localize(None).to_datetime64()
+    out = (values - base).astype("int64").astype("float64")
+    out[missing] = np.nan
+    return out
+
+
+QUEUEING_COLUMNS: tuple[str, ...] = (
+    "client_id",
+    "connections",
+    "requests",
+    "pipelined",
+    "mean_inflight",
+    "max_inflight",
+    "queued",
+    "queue_total_ms",
+    "queue_p99_ms",
+    "queue_max_ms",
+)
+
+
+def queueing_per_client(df: pd.DataFrame) -> pd.DataFrame:
+    """Pipelining depth and head-of-line time per client id: requests sent while others
+    were in flight (``pipelined``), mean and max ``inflight``, requests that waited
+    (``queued``: queue_ms > 0) and their total, p99 and max queue_ms. Busiest first."""
+    import pandas as pd
+
+    q = queueing(df)
+    frame = pd.DataFrame(
+        {
+            "client_id": _label(df["client_id"]),
+            "connection": df["capture"].astype("object").fillna("").astype(str)
+            + "/"
+            + df["stream"].astype("object").astype(str),
+            "inflight": q["inflight"].astype("Float64").astype("float64"),
+            "queue_ms": q["queue_ms"],
+        }
+    )
+    frame = frame[frame["inflight"].notna()]
+    if frame.empty:
+        return pd.DataFrame(columns=list(QUEUEING_COLUMNS))
+    frame = frame.assign(pipelined=frame["inflight"] > 0, queued=frame["queue_ms"] > 0)
+    grouped = frame.groupby("client_id", sort=True)
+    out = grouped.agg(
+        connections=("connection", "nunique"),
+        requests=("inflight", "size"),
+        pipelined=("pipelined", "sum"),
+        mean_inflight=("inflight", "mean"),
+        max_inflight=("inflight", "max"),
+        queued=("queued", "sum"),
+        queue_total_ms=("queue_ms", "sum"),
+        queue_max_ms=("queue_ms", "max"),
+    )
+    out["queue_p99_ms"] = grouped["queue_ms"].quantile(0.99)
+    for col in ("pipelined", "queued", "max_inflight"):
+        out[col] = out[col].astype("int64")
+    out = out.reset_index().sort_values(["requests", "client_id"], ascending=[False, True])
+    return out[list(QUEUEING_COLUMNS)].reset_index(drop=True)
 
 
 # ---------------------------------------------------------------------------

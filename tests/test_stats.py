@@ -601,3 +601,163 @@ def test_sql_definitions_give_the_same_numbers_in_spark(bundled: pd.DataFrame, s
             else:
                 assert other[col] == pytest.approx(mine, rel=1e-9, abs=1e-9), (name, col)
     assert (last - first).total_seconds() == pytest.approx(stats.span_seconds(bundled), abs=1e-5)
+
+
+# -- long polls and head-of-line queueing -------------------------------------------
+
+MS = 1_000_000  # ns
+
+
+def _pair(stream: int, sent_ms: float | None, answered_ms: float | None, **kw: Any) -> PairRecord:
+    t0 = 1_700_000_000_000_000_000
+    sent = None if sent_ms is None else t0 + round(sent_ms * MS)
+    answered = None if answered_ms is None else t0 + round(answered_ms * MS)
+    latency = None if sent is None or answered is None else (answered - sent) / MS
+    status = "ok" if sent is not None and answered is not None else "unanswered"
+    if sent is None:
+        status = "orphan_response"
+    base: dict[str, Any] = dict(
+        capture="hand.pcap", stream=stream, client_ip="10.0.0.1", client_port=40000 + stream,
+        broker_ip="10.0.0.2", broker_port=9092, request_time=sent, response_time=answered,
+        latency_ms=latency, first_byte_ms=latency, api_key=3, api_name="Metadata",
+        api_version=12, correlation_id=None, client_id="c", request_size=40,
+        response_size=None if answered is None else 80, status=status,
+    )  # fmt: skip
+    base.update(kw)
+    return PairRecord(**base)
+
+
+def _fetch(latency_ms: float, **kw: Any) -> PairRecord:
+    return _pair(0, 0.0, latency_ms, api_key=1, api_name="Fetch", api_version=16, **kw)
+
+
+def test_fetch_wait_without_max_wait_falls_back_to_empty_answers() -> None:
+    df = records_to_frame(
+        [
+            _fetch(500.0, records=0, record_bytes=0),  # empty: a poll that waited
+            _fetch(2.0, records=None, record_bytes=None),  # empty, no batches at all
+            _fetch(30.0, records=12, record_bytes=900),  # data
+            _fetch(3.0, records=0, status="error", error_code=1, error_name="OFFSET_OUT_OF_RANGE"),
+            _pair(0, 0.0, 700.0),  # not a fetch: never a long poll
+            _pair(0, 0.0, None, api_key=1, api_name="Fetch"),  # unanswered: no class
+            _pair(0, 0.0, 400.0, api_key=78, api_name="ShareFetch", records=0),
+        ]
+    )
+    got = stats.service_latency(df)
+    assert list(got["fetch_wait"].astype("object").fillna("-")) == [
+        "empty_poll", "empty_poll", "data", "early", "-", "-", "empty_poll",
+    ]  # fmt: skip
+    # The wait of an empty poll is unknown without max_wait_ms: left out, not guessed.
+    service = got["service_ms"].tolist()
+    assert math.isnan(service[0]) and math.isnan(service[1]) and math.isnan(service[6])
+    assert service[2:4] == pytest.approx([30.0, 3.0]) and service[4] == pytest.approx(700.0)
+    headline = stats.service_summary(df)
+    assert headline["max_ms"] == pytest.approx(700.0)
+    assert headline["p50_ms"] == pytest.approx(float(np.percentile([30.0, 3.0, 700.0], 50)))
+    polls = stats.long_poll_summary(df)
+    assert polls["polls"] == 3 and polls["max_ms"] == pytest.approx(500.0)
+
+
+def test_fetch_wait_uses_max_wait_when_the_frame_has_it() -> None:
+    df = records_to_frame(
+        [
+            _fetch(503.0, records=0),  # waited out its 500 ms
+            _fetch(451.0, records=0),  # 90.2% of 500: a poll that ended on its timer
+            _fetch(120.0, records=0),  # empty but early: something ended the wait
+            _fetch(510.0, records=4),  # data after waiting: service is the latency
+            _fetch(40.0, records=0),  # max_wait unknown for this one: fallback rule
+            _fetch(8.0, records=0),  # max_wait 0: no wait to subtract
+        ]
+    )
+    df["max_wait_ms"] = pd.array([500, 500, 500, 500, None, 0], dtype="Int64")
+    got = stats.service_latency(df)
+    assert list(got["fetch_wait"]) == ["empty_poll", "empty_poll", "early", "data",
+                                       "empty_poll", "empty_poll"]  # fmt: skip
+    service = got["service_ms"].tolist()
+    assert service[:4] == pytest.approx([3.0, 0.0, 120.0, 510.0])
+    assert math.isnan(service[4]) and math.isnan(service[5])
+    assert stats.long_poll_summary(df)["polls"] == 4
+
+
+def test_queueing_on_hand_built_connections() -> None:
+    df = records_to_frame(
+        [
+            # Connection 0: three pipelined requests, answered in order.
+            _pair(0, 0.0, 5.0),
+            _pair(0, 1.0, 6.0),
+            _pair(0, 2.0, 7.0),
+            _pair(0, 20.0, 21.0),  # sent after everything was answered
+            # Connection 1: a throttled response mutes the connection for 10 ms more.
+            _pair(1, 0.0, 5.0, throttle_ms=10),
+            _pair(1, 6.0, 16.0),
+            # Connection 2: a response to a request sent before the capture began.
+            _pair(2, None, 3.0),
+            _pair(2, 1.0, 4.0),
+            # Connection 3: acks=0 expects nothing; an unanswered request stays in flight.
+            _pair(3, 0.0, None, status="no_response"),
+            _pair(3, 1.0, None),
+            _pair(3, 2.0, 3.0),
+            _pair(3, 10.0, 11.0),
+        ]
+    )
+    # Rows in a shuffled order: the result follows the rows, not their order.
+    shuffled = df.sample(frac=1.0, random_state=7)
+    got = stats.queueing(shuffled).loc[df.index]
+    assert got["queue_ms"].tolist()[:6] == pytest.approx([0.0, 4.0, 4.0, 0.0, 0.0, 9.0])
+    assert math.isnan(got["queue_ms"].iloc[6])
+    assert got["queue_ms"].tolist()[7:] == pytest.approx([2.0, 0.0, 0.0, 0.0, 0.0])
+    assert got["inflight"].tolist() == [0, 1, 2, 0, 0, 0, pd.NA, 1, 0, 0, 1, 1]
+    per_client = stats.queueing_per_client(df).set_index("client_id").loc["c"]
+    assert per_client["connections"] == 4 and per_client["requests"] == 11
+    assert per_client["pipelined"] == 5 and per_client["max_inflight"] == 2
+    assert per_client["queued"] == 4
+    assert per_client["queue_total_ms"] == pytest.approx(4 + 4 + 9 + 2)
+
+
+def _queueing_by_definition(df: pd.DataFrame) -> tuple[list[float], list[object]]:
+    """QUEUEING_RULE, straight from the raw columns: every earlier row of the same
+    connection, compared pairwise (quadratic, fine for a few hundred rows)."""
+    rows = list(df.itertuples(index=False))
+    queue: list[float] = []
+    inflight: list[object] = []
+    for me in rows:
+        if pd.isna(me.request_time):
+            queue.append(math.nan)
+            inflight.append(pd.NA)
+            continue
+        ends, open_ = [], 0
+        for other in rows:
+            if (other.capture, other.stream) != (me.capture, me.stream) or other is me:
+                continue
+            earlier = pd.isna(other.request_time) or (other.request_time, other.correlation_id) < (
+                me.request_time,
+                me.correlation_id,
+            )
+            if not earlier:
+                continue
+            if pd.isna(other.response_time):
+                open_ += other.status != "no_response"
+                continue
+            throttle = 0 if pd.isna(other.throttle_ms) else max(int(other.throttle_ms), 0)
+            ends.append(other.response_time + pd.Timedelta(milliseconds=throttle))
+            open_ += other.response_time > me.request_time
+        wait = max(ends, default=me.request_time) - me.request_time
+        queue.append(max(wait.total_seconds() * 1000, 0.0))
+        inflight.append(open_)
+    return queue, inflight
+
+
+def test_queueing_on_the_bundled_capture_matches_the_definition(bundled: pd.DataFrame) -> None:
+    got = stats.queueing(bundled)
+    queue, inflight = _queueing_by_definition(bundled)
+    assert got["queue_ms"].tolist() == pytest.approx(queue, abs=1e-3, nan_ok=True)
+    assert got["inflight"].tolist() == inflight
+    # The capture has pipelining (librdkafka sends while waiting) and head-of-line waits.
+    assert max(inflight) >= 2 and max(queue) > 100
+    # Without throttling, a request never waits longer than its own latency: responses
+    # on a connection come back in request order.
+    answered = bundled["latency_ms"].notna().to_numpy() & (
+        bundled["throttle_ms"].fillna(0).to_numpy() == 0
+    )
+    lat = bundled["latency_ms"].astype("float64").to_numpy()
+    assert (got["queue_ms"].to_numpy()[answered] <= lat[answered] + 1e-6).all()
