@@ -55,11 +55,18 @@ def _event_ns(df: pd.DataFrame) -> list[int]:
     return out
 
 
+def _name(value: object, status: object, missing: str) -> object:
+    """A missing API name or client id: an orphan response's request is not captured."""
+    if not pd.isna(value):
+        return value
+    return "orphan response (request not captured)" if status == "orphan_response" else missing
+
+
 def _api_rows(df: pd.DataFrame, name: str, version: object) -> pd.DataFrame:
     keep = [
-        (n if not pd.isna(n) else stats.UNKNOWN_API_LABEL) == name
+        _name(n, s, stats.UNKNOWN_API_LABEL) == name
         and ((pd.isna(v) and pd.isna(version)) or (not pd.isna(v) and v == version))
-        for n, v in zip(df["api_name"], df["api_version"], strict=True)
+        for n, v, s in zip(df["api_name"], df["api_version"], df["status"], strict=True)
     ]
     return df[keep]
 
@@ -74,8 +81,8 @@ def _floats(values: pd.Series) -> list[float]:
 def test_per_api_counts_match_value_counts(real: pd.DataFrame) -> None:
     table = stats.per_api(real)
     expected = Counter(
-        (name if not pd.isna(name) else stats.UNKNOWN_API_LABEL, None if pd.isna(v) else int(v))
-        for name, v in zip(real["api_name"], real["api_version"], strict=True)
+        (_name(name, s, stats.UNKNOWN_API_LABEL), None if pd.isna(v) else int(v))
+        for name, v, s in zip(real["api_name"], real["api_version"], real["status"], strict=True)
     )
     got = {
         (row.api_name, None if pd.isna(row.api_version) else int(row.api_version)): row.count
@@ -130,7 +137,10 @@ def test_overall_latency_summary_equals_numpy(real: pd.DataFrame) -> None:
 
 def test_per_client_and_broker_partition_all_rows(real: pd.DataFrame) -> None:
     clients = stats.per_client(real)
-    expected = Counter(c if not pd.isna(c) else stats.MISSING_LABEL for c in real["client_id"])
+    expected = Counter(
+        _name(c, s, stats.MISSING_LABEL)
+        for c, s in zip(real["client_id"], real["status"], strict=True)
+    )
     assert dict(zip(clients["client_id"], clients["count"], strict=True)) == dict(expected)
     brokers = stats.per_broker(real)
     expected_brokers = Counter(
@@ -588,7 +598,8 @@ def test_sql_definitions_give_the_same_numbers_in_spark(bundled: pd.DataFrame, s
     table = stats.per_api(bundled)
     assert len(got) == len(table)
     for row in table.itertuples():
-        name = None if row.api_name == stats.UNKNOWN_API_LABEL else row.api_name
+        orphan = row.api_name == stats.ORPHAN_LABEL
+        name = None if row.api_name == stats.UNKNOWN_API_LABEL or orphan else row.api_name
         version = None if pd.isna(row.api_version) else int(row.api_version)
         other = got[(name, version)]
         for col in ("count", "errors", "unanswered", "bytes_in", "bytes_out", "records",
