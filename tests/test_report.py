@@ -29,7 +29,7 @@ import pytest
 from click.testing import CliRunner
 
 import dissector
-from dissector import report
+from dissector import plots, report
 from dissector.cli import main
 from dissector.frame import records_to_frame
 from dissector.rows import PairRecord
@@ -37,6 +37,7 @@ from dissector.rows import PairRecord
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = REPO / "captures" / "kafka-4-mixed.pcapng"
 EXAMPLE = REPO / "reports" / "kafka-4-mixed.html"
+CHART_IDS = tuple(plots.CHARTS)
 EXAMPLE_COMMAND = (
     "kafka-dissector report captures/kafka-4-mixed.pcapng -o reports/kafka-4-mixed.html"
 )
@@ -147,7 +148,7 @@ def bundled_html(
 def test_report_has_every_section_and_embedded_pngs(bundled_html: tuple[Path, str]) -> None:
     page = parse(bundled_html[1])
     assert page.sections == list(report.SECTION_IDS)
-    assert len(page.images) == 6
+    assert len(page.images) == len(CHART_IDS)
     for img in page.images:
         prefix = "data:image/png;base64,"
         assert img["src"].startswith(prefix)
@@ -343,7 +344,7 @@ def test_note_group_call_rules() -> None:
 # -- robustness -------------------------------------------------------------------
 
 
-def _record(client_id: str, **kw: object) -> PairRecord:
+def _record(client_id: str | None, **kw: object) -> PairRecord:
     base: dict[str, object] = dict(
         capture="x.pcap", stream=0, client_ip="127.0.0.1", client_port=5000,
         broker_ip="127.0.0.1", broker_port=9092, request_time=1_700_000_000_000_000_000,
@@ -361,15 +362,51 @@ def test_hostile_strings_are_escaped() -> None:
     html = report.render(df)
     page = parse(html)
     assert page.external == []
-    assert "<script>" not in html
-    assert evil in " ".join(page.text)
+    # The page's own script (table sorting) is its only one.
+    assert html.count("<script") == 1 and "<script>alert" not in html
+    # Table cells hold <wbr> break hints, which split the text into pieces.
+    assert evil in "".join(page.text)
+
+
+def test_orphans_and_missing_clients_are_named_for_what_they_are() -> None:
+    orphan = _record(
+        None, api_key=None, api_name=None, api_version=None, request_time=None,
+        latency_ms=None, first_byte_ms=None, request_size=None, status="orphan_response",
+    )  # fmt: skip
+    nameless = _record(None, correlation_id=2)
+    df = records_to_frame([orphan, nameless])
+    df.attrs["tls_streams"] = [0]
+    page = parse(report.render(df))
+    label = "orphan response (request not captured)"
+    assert [r["API"] for r in table_rows(page, "per-api")] == ["Metadata", label]
+    clients = {r["client id"] for r in table_rows(page, "per-client")}
+    assert clients == {label, "(none)"}
+    text = " ".join(" ".join(page.text).split())
+    # Stream 0 is a stream's index, not a count of streams.
+    assert "TLS (not decoded) 1 connection (tcp.stream 0)" in text
+
+
+def test_capture_without_kafka_names_itself_and_its_connections() -> None:
+    # captures/README.md: one TLS 1.3 connection on port 9096 (tshark), no Kafka rows.
+    path = REPO / "captures" / "tls-on-kafka-port.pcapng"
+    if not path.is_file():
+        pytest.skip(f"capture missing: {path}")
+    df = report.analyze([path])
+    assert len(df) == 0
+    page = parse(report.render(df))
+    text = " ".join(" ".join(page.text).split())
+    assert "no capture" not in text
+    assert "capture files " + str(path) in text
+    assert "Kafka traffic report: tls-on-kafka-port.pcapng" in text
+    assert "TCP connections 1 (0 with Kafka pairs)" in text
+    assert "TLS (not decoded) 1 connection (tcp.stream 0)" in text
 
 
 def test_empty_and_tiny_inputs_render_every_section() -> None:
     for df in (records_to_frame([]), records_to_frame([_record("only-one")])):
         page = parse(report.render(df))
         assert page.sections == list(report.SECTION_IDS)
-        assert len(page.images) == 6
+        assert len(page.images) == len(CHART_IDS)
 
 
 def test_cli_writes_report_and_rejects_bad_input(tmp_path: Path) -> None:
@@ -401,7 +438,7 @@ def test_example_report_is_generated_by_the_documented_command() -> None:
     html = EXAMPLE.read_text(encoding="utf-8")
     page = parse(html)
     assert page.sections == list(report.SECTION_IDS)
-    assert len(page.images) == 6 and page.external == []
+    assert len(page.images) == len(CHART_IDS) and page.external == []
     # The footer names the command that wrote it; a hand edit would not keep it.
     assert f"<code>{EXAMPLE_COMMAND}</code>" in html
 
@@ -517,7 +554,7 @@ def test_browser_renders_every_section_and_decodes_every_image(
             _call(url, method="DELETE")
     assert [s["id"] for s in dom["sections"]] == list(report.SECTION_IDS)
     assert all(s["height"] > 50 and s["title"] for s in dom["sections"])
-    assert len(dom["images"]) == 6
+    assert len(dom["images"]) == len(CHART_IDS)
     for img in dom["images"]:
         assert img["complete"] and img["natural"] > 300 and img["shown"] > 300
     assert dom["links"] == [f"#{s}" for s in report.SECTION_IDS]
