@@ -862,6 +862,15 @@ def _sizes(df: pd.DataFrame) -> Section:
 def _definitions(command: str) -> Section:
     facts = [(name, text) for name, text in stats.METRIC_DOCS.items()]
     facts.append(("percentiles", f"exact, {stats.PERCENTILE_INTERPOLATION} interpolation"))
+    facts.append(("service latency, fetch_wait", stats.SERVICE_LATENCY_RULE))
+    facts.append(("queue_ms, inflight", stats.QUEUEING_RULE))
+    facts.append(
+        (
+            "rates",
+            "per second, or per minute or hour when the capture's request rate "
+            "is below 1 per second (per minute): one unit for the whole report",
+        )
+    )
     facts.append(("regenerate", command))
     return Section(id="definitions", title="Definitions", facts=tuple(facts))
 

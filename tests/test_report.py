@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import itertools
 import json
 import re
 import shutil
@@ -609,3 +610,75 @@ def test_group_chart_marks_rebalances() -> None:
     fig = plots.group_activity(records_to_frame(recs))
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert {"join", "heartbeat", "rebalance in progress"} <= set(labels)
+
+
+def _tick_texts(fig: object) -> list[str]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()  # type: ignore[arg-type]
+    texts = []
+    for ax in fig.axes:  # type: ignore[attr-defined]
+        for axis in (ax.xaxis, ax.yaxis):
+            ticks = [*axis.get_major_ticks(), *axis.get_minor_ticks()]
+            texts += [t.label1.get_text() for t in ticks if t.label1.get_visible()]
+    return [t for t in texts if t]
+
+
+def test_log_axes_over_narrow_ranges_have_plain_separate_labels() -> None:
+    # Latencies between 27.3 and 27.7 ms, sizes between 27 and 28 bytes: less than a decade.
+    recs = [
+        _record("c", correlation_id=i, latency_ms=27.3 + i * 0.1, request_size=27 + i % 2,
+                response_size=27 + i % 2, response_time=1_700_000_000_000_000_000 + i)
+        for i in range(5)
+    ]  # fmt: skip
+    df = records_to_frame(recs)
+    for draw in (plots.latency_cdf, plots.latency_over_time, plots.size_distributions):
+        fig = draw(df)
+        texts = _tick_texts(fig)
+        assert texts, draw.__name__
+        assert not [t for t in texts if "10^" in t or "times" in t or "×" in t], texts
+        # Labels of one axis never overlap: their boxes are apart.
+        for ax in fig.axes:
+            for axis in (ax.xaxis, ax.yaxis):
+                boxes = sorted(
+                    (t.label1.get_window_extent() for t in axis.get_major_ticks()
+                     if t.label1.get_visible() and t.label1.get_text()),
+                    key=lambda b: (b.x0, b.y0),
+                )  # fmt: skip
+                for a, b in itertools.pairwise(boxes):
+                    assert not a.overlaps(b), (draw.__name__, texts)
+    assert plots.plain_number(27.4) == "27.4" and plots.plain_number(1e5) == "100,000"
+    assert plots.plain_number(0.001) == "0.001"
+
+
+def test_latency_over_time_colours_the_slowest_apis_and_marks_errors() -> None:
+    t0 = 1_700_000_000_000_000_000
+    busy = [_record("c", correlation_id=i, api_name=f"Busy{i % 10}", request_time=t0 + i,
+                    response_time=t0 + i + 1_000_000) for i in range(200)]  # fmt: skip
+    slow = _record("c", correlation_id=999, api_key=29, api_name="DescribeAcls",
+                   latency_ms=2000.0, request_time=t0, response_time=t0 + 2 * 10**9)  # fmt: skip
+    failed = _record("c", correlation_id=1000, status="error", error_code=15,
+                     error_name="COORDINATOR_NOT_AVAILABLE")  # fmt: skip
+    df = records_to_frame([*busy, slow, failed])
+    labels = plots.latency_over_time(df).axes[0].get_legend_handles_labels()[1]
+    # The rarest API is the slowest: it gets a colour of its own, not 'other'.
+    assert "DescribeAcls" in labels
+    assert "error (1)" in labels
+
+
+def test_low_volume_long_capture_rates_are_per_hour_everywhere() -> None:
+    # 6 requests over 5 hours: per second would read 0.00 everywhere.
+    recs = [
+        _record("c", correlation_id=i, request_time=(1_700_000_000 + 3600 * i) * 10**9,
+                response_time=(1_700_000_000 + 3600 * i) * 10**9 + 10**6)
+        for i in range(6)
+    ]  # fmt: skip
+    df = records_to_frame(recs)
+    page = parse(report.render(df))
+    per_api = table_rows(page, "per-api")
+    assert per_api[0]["per h"] == "1.20"  # 6 requests / 5 h
+    text = " ".join(page.text)
+    assert "Requests per hour stacked by API" in text
+    top = plots.traffic_over_time(df).axes[0]
+    assert top.get_ylabel() == "requests per hour"
+    assert "0.00" not in [c for r in per_api for c in r.values()]

@@ -772,3 +772,79 @@ def test_queueing_on_the_bundled_capture_matches_the_definition(bundled: pd.Data
     )
     lat = bundled["latency_ms"].astype("float64").to_numpy()
     assert (got["queue_ms"].to_numpy()[answered] <= lat[answered] + 1e-6).all()
+
+
+# -- rates, time series of the report's panels ----------------------------------------
+
+
+def test_rate_unit_follows_the_capture_rate() -> None:
+    def frame(n: int, every_s: float) -> pd.DataFrame:
+        return records_to_frame(
+            [
+                _pair(0, i * every_s * 1000, i * every_s * 1000 + 1, correlation_id=i)
+                for i in range(n)
+            ]
+        )
+
+    assert stats.rate_unit(frame(50, 0.1)) == (1.0, "per s")  # ~10 per second
+    assert stats.rate_unit(frame(10, 30.0)) == (60.0, "per min")  # 2 per minute
+    assert stats.rate_unit(frame(5, 3600.0)) == (3600.0, "per h")  # 1 per hour
+
+
+def test_panel_series_on_hand_built_rows() -> None:
+    rows = [
+        _pair(0, 0.0, 10.0, correlation_id=1),
+        _pair(0, 100.0, 130.0, correlation_id=2, status="error", error_code=15,
+              error_name="COORDINATOR_NOT_AVAILABLE"),
+        _pair(1, 1500.0, 1502.0, correlation_id=1, throttle_ms=250),
+        _pair(1, 2500.0, 2501.0, correlation_id=2, status="error", error_code=15,
+              error_name="COORDINATOR_NOT_AVAILABLE"),
+        _pair(2, 2600.0, 2610.0, correlation_id=1, broker_ip="10.0.0.3", status="malformed"),
+        _pair(2, 2700.0, 3200.0, correlation_id=2, broker_ip="10.0.0.3", api_key=1,
+              api_name="Fetch", api_version=16, records=0),  # an empty long poll
+    ]  # fmt: skip
+    df = records_to_frame(rows)
+    errors = stats.error_timeseries(df, 1)
+    assert errors.attrs["bucket_s"] == 1 and len(errors) == 3
+    assert list(errors.columns) == ["COORDINATOR_NOT_AVAILABLE", "malformed"]
+    assert errors["COORDINATOR_NOT_AVAILABLE"].tolist() == [1, 0, 1]
+    assert errors["malformed"].tolist() == [0, 0, 1]
+    throttle = stats.throttle_timeseries(df, 1)
+    assert throttle["throttled"].tolist() == [0, 1, 0]
+    assert throttle["max_throttle_ms"].tolist() == [0.0, 250.0, 0.0]
+    churn = stats.connection_timeseries(df, 1)
+    assert churn["opened"].tolist() == [1, 1, 1] and churn["closed"].tolist() == [1, 0, 2]
+    assert churn["active"].tolist() == [1, 1, 2]
+    series = stats.latency_timeseries(df, "broker", 1)
+    # The empty poll's wait is not service time: the second broker's last bucket has
+    # only the malformed pair's 10 ms.
+    start = series["time"].min()
+    by_key = {
+        (int((t - start).total_seconds()), k): (n, p50)
+        for t, k, n, p50 in series[["time", "key", "count", "p50_ms"]].itertuples(index=False)
+    }
+    assert by_key[(2, "10.0.0.3:9092")] == (1, pytest.approx(10.0))
+    assert by_key[(0, "10.0.0.2:9092")] == (2, pytest.approx(20.0))
+    matrix = stats.latency_matrix(df, "count")
+    assert matrix.loc["Metadata", "10.0.0.2:9092"] == 4
+    assert matrix.loc["Metadata", "10.0.0.3:9092"] == 1
+    assert "Fetch" not in matrix.index  # only a long poll: no service time
+
+
+def test_captures_far_apart_get_their_own_timeline() -> None:
+    near = records_to_frame(
+        [_pair(0, 0.0, 1.0, capture="a.pcap"), _pair(0, 5000.0, 5001.0, capture="b.pcap")]
+    )
+    assert stats.timeline_capture(near) is None
+    year_ms = 365 * 86_400_000.0
+    far = records_to_frame(
+        [
+            _pair(0, 0.0, 1.0, capture="old.pcap"),
+            _pair(0, year_ms, year_ms + 1, capture="new.pcap"),
+            _pair(0, year_ms + 10, year_ms + 11, capture="new.pcap", correlation_id=2),
+        ]
+    )
+    assert stats.timeline_capture(far) == "new.pcap"
+    table = stats.per_capture(far)
+    assert table["capture"].tolist() == ["old.pcap", "new.pcap"]
+    assert table["rows"].tolist() == [1, 2]
