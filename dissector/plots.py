@@ -114,7 +114,7 @@ def _all_api_colors(df: pd.DataFrame) -> dict[str, Any]:
 
 
 def _api_labels(df: pd.DataFrame) -> pd.Series:
-    return df["api_name"].astype("object").where(df["api_name"].notna(), stats.UNKNOWN_API_LABEL)
+    return stats.api_labels(df)
 
 
 def _busiest(labels: pd.Series, limit: int = MAX_SERIES) -> list[str]:
@@ -155,14 +155,10 @@ def _since_label(unit: str, start: pd.Timestamp) -> str:
     return f"{unit} since {start.strftime('%Y-%m-%d %H:%M:%S')} UTC"
 
 
-def _rate_unit(bucket_s: int) -> tuple[float, str]:
-    """Counts per bucket are shown per second, or per minute/hour for wide buckets (a
-    sparse day-long capture would otherwise read 0.0001 requests per second)."""
-    if bucket_s >= 3600:
-        return 3600.0, "per hour"
-    if bucket_s >= 60:
-        return 60.0, "per minute"
-    return 1.0, "per second"
+def _rate_unit(df: pd.DataFrame) -> tuple[float, str]:
+    """The report's one rate unit (``stats.rate_unit``), as axis words."""
+    factor, label = stats.rate_unit(df)
+    return factor, {"per s": "per second", "per min": "per minute", "per h": "per hour"}[label]
 
 
 def _bucket_text(bucket_s: int) -> str:
@@ -187,6 +183,33 @@ def _byte_unit(largest: float) -> tuple[float, str]:
         if largest >= divisor:
             return divisor, unit
     return 1.0, "B"
+
+
+def plain_number(value: float, _pos: object = None) -> str:
+    """A tick label without powers of ten: 0.01, 2.5, 27.4, 1,000."""
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else ""
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    text = f"{value:.3g}"
+    return f"{float(text):,.0f}" if "e" in text else text
+
+
+def plain_log_axis(axis: Any) -> None:
+    """Plain tick labels on a log axis (``ax.xaxis`` or ``ax.yaxis``), set after the data
+    is drawn. Over less than a decade, a few evenly spaced labelled ticks: the default
+    labels every minor tick in powers of ten there (``2.74×10¹ 2.76×10¹``) and they
+    overlap. Over a decade or more, labels at the powers of ten only."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    lo, hi = sorted(axis.get_view_interval())
+    if lo > 0 and hi / lo < 10:
+        axis.set_major_locator(MaxNLocator(nbins=5, min_n_ticks=2))
+    else:
+        axis.set_major_locator(LogLocator(base=10.0, numticks=12))
+        axis.set_minor_locator(LogLocator(base=10.0, subs=(2.0, 5.0), numticks=12))
+    axis.set_major_formatter(FuncFormatter(plain_number))
+    axis.set_minor_formatter(NullFormatter())
 
 
 @styled
@@ -228,6 +251,7 @@ def latency_cdf(df: pd.DataFrame) -> Figure:
             color="#555555",
         )
     ax.set_xscale("log")
+    plain_log_axis(ax.xaxis)
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("latency (ms, log scale)")
     ax.set_ylabel("fraction of requests at or below")
@@ -236,9 +260,31 @@ def latency_cdf(df: pd.DataFrame) -> Figure:
     return fig
 
 
+LATENCY_PICKS = 5
+"""Latency-over-time shows the busiest APIs and, as many again, the slowest (by p99):
+the slow ones are what the chart is looked at for."""
+
+
+def notable_apis(df: pd.DataFrame, limit: int = MAX_SERIES) -> list[str]:
+    """APIs worth a colour of their own in a latency chart: the slowest by p99 of
+    ``service_ms`` and the busiest, alternately, at most ``limit``."""
+    service = stats.service_latency(df)["service_ms"]
+    labels = _api_labels(df)
+    timed = service.notna()
+    p99 = service[timed].groupby(labels[timed]).quantile(0.99)
+    slowest = [str(n) for n, _ in sorted(p99.items(), key=lambda kv: (-kv[1], kv[0]))]
+    busiest = _busiest(labels[timed], limit=len(df))
+    picked: list[str] = []
+    for pair in zip(slowest[:LATENCY_PICKS], busiest, strict=False):
+        picked += [n for n in pair if n not in picked]
+    picked += [n for n in busiest if n not in picked]
+    return picked[:limit]
+
+
 @styled
 def latency_over_time(df: pd.DataFrame) -> Figure:
-    """Each pair's latency at its request time, one colour per API (log y)."""
+    """Each pair's latency at its request time, one colour per API (log y): the busiest
+    and the slowest APIs in colour, errors ringed in red, empty long polls hollow."""
     fig = Figure()
     ax = fig.add_subplot()
     timed = df[df[stats.LATENCY_COLUMN].notna()]
@@ -246,28 +292,49 @@ def latency_over_time(df: pd.DataFrame) -> Figure:
     if timed.empty or start is None:
         return _empty(fig, ax, "No request/response pairs with a latency")
     labels = _api_labels(timed)
-    busiest = _busiest(labels)
-    labels = labels.where(labels.isin(busiest), OTHER)
+    shown = notable_apis(timed)
+    labels = labels.where(labels.isin(shown), OTHER)
     colors = _all_api_colors(df)
     divisor, unit = _time_unit(stats.span_seconds(df))
     seconds = (stats.event_time(timed) - start).dt.total_seconds() / divisor
     latency = stats.as_float(timed[stats.LATENCY_COLUMN]).clip(lower=1e-3)
+    polls = stats.service_latency(timed)["fetch_wait"].eq(stats.FETCH_WAIT_EMPTY_POLL)
+    polls = polls.fillna(False).astype(bool)
     crowded = len(timed) > 5_000
-    for rank, name in enumerate([*busiest, OTHER]):
-        mask = labels == name
-        if mask.any():
+    size = 4 if crowded else 14
+    for rank, name in enumerate([*shown, OTHER]):
+        for hollow in (False, True):
+            mask = (labels == name) & (polls == hollow)
+            if not mask.any():
+                continue
             ax.scatter(
                 seconds[mask],
                 latency[mask],
-                s=4 if crowded else 14,
+                s=size,
                 alpha=0.5 if crowded else 0.75,
-                color=colors[name],
-                label=name,
-                edgecolors="none",
+                facecolors="none" if hollow else colors[name],
+                edgecolors=colors[name] if hollow else "none",
+                label=None if hollow and (labels[~polls] == name).any() else name,
                 # Rarer APIs on top of busy ones, 'other' underneath everything.
                 zorder=1 if name == OTHER else 2 + rank,
             )
+    failed = timed["status"].isin(stats.ERROR_STATUSES).fillna(False).astype(bool)
+    if failed.any():
+        ax.scatter(
+            seconds[failed],
+            latency[failed],
+            s=size * 4,
+            facecolors="none",
+            edgecolors=STATUS_COLORS["error"],
+            linewidths=1.2,
+            label=f"error ({int(failed.sum())})",
+            zorder=len(shown) + 3,
+        )
+    if polls.any():
+        ax.scatter([], [], s=size, facecolors="none", edgecolors="#555555",
+                   label="hollow: empty long poll")  # fmt: skip
     ax.set_yscale("log")
+    plain_log_axis(ax.yaxis)
     ax.set_xlabel(_since_label(unit, start))
     ax.set_ylabel("latency (ms, log scale)")
     ax.set_title("Latency over time per API")
@@ -301,7 +368,7 @@ def traffic_over_time(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
     width = int(per_api.attrs["bucket_s"])
     totals = stats.timeseries(df, width)
     x, step, xlabel = _bucket_axis(per_api.index, start, width, stats.span_seconds(df))
-    factor, per = _rate_unit(width)
+    factor, per = _rate_unit(df)
     busiest = _busiest(_api_labels(df))
     colors = _all_api_colors(df)
     rest = [c for c in per_api.columns if c not in busiest]
@@ -429,6 +496,7 @@ def size_distributions(df: pd.DataFrame) -> Figure:
         bins = np.geomspace(lo, hi * 1.01, 30) if hi > lo else np.array([lo * 0.9, lo * 1.1])
         ax.hist(sizes, bins=bins, color=color, alpha=0.85)
         ax.set_xscale("log")
+        plain_log_axis(ax.xaxis)
         ax.set_xlabel("bytes on the wire (log scale)")
         ax.set_title(f"{title}\nmedian {sizes.median():,.0f} B, max {hi:,.0f} B")
     axes[0].set_ylabel("rows")
@@ -448,7 +516,7 @@ def group_activity(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
         return _empty(fig, ax, "No consumer-group or share-group traffic")
     width = int(counts.attrs["bucket_s"])
     x, step, xlabel = _bucket_axis(counts.index, start, width, stats.span_seconds(df))
-    factor, per = _rate_unit(width)
+    factor, per = _rate_unit(df)
     base = np.zeros(len(counts))
     activities = [c for c in counts.columns if c != stats.REBALANCE_LABEL]
     palette = _activity_colors()
@@ -475,6 +543,209 @@ def group_activity(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
     return fig
 
 
+def _series_lines(
+    ax: Axes, table: pd.DataFrame, keys: list[str], colors: Mapping[str, Any], x_of: Any
+) -> None:
+    """p99 as a solid line with dots, p50 dotted, one colour per key."""
+    for key in keys:
+        rows = table[table["key"] == key]
+        if rows.empty:
+            continue
+        x = x_of(rows["time"])
+        ax.plot(x, rows["p99_ms"], color=colors[key], lw=1.4, marker="o", ms=2.5, label=key)
+        ax.plot(x, rows["p50_ms"], color=colors[key], lw=1.0, ls=":")
+
+
+@styled
+def latency_percentiles(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
+    """p99 (solid) and p50 (dotted) of service latency per bucket, per API (the busiest
+    and slowest) and per broker."""
+    fig = Figure(figsize=(10.0, 6.4))
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    start = _start(df)
+    per_api = stats.latency_timeseries(df, "api", bucket_s)
+    if start is None or per_api.empty:
+        bottom.set_axis_off()
+        return _empty(fig, top, "No request/response pairs with a service latency")
+    width = int(per_api.attrs["bucket_s"])
+    per_broker = stats.latency_timeseries(df, "broker", width)
+    divisor, unit = _time_unit(stats.span_seconds(df))
+    origin = start.floor(f"{width}s")
+
+    def x_of(times: pd.Series) -> Any:
+        return (times - origin).dt.total_seconds().to_numpy() / divisor + width / divisor / 2
+
+    apis = [a for a in notable_apis(df, limit=8) if a in set(per_api["key"])]
+    _series_lines(top, per_api, apis, _all_api_colors(df), x_of)
+    brokers = sorted(set(per_broker["key"]))[:MAX_SERIES]
+    _series_lines(bottom, per_broker, brokers, api_colors(brokers), x_of)
+    for ax, what in ((top, "API"), (bottom, "broker")):
+        ax.set_yscale("log")
+        plain_log_axis(ax.yaxis)
+        ax.set_ylabel("service latency (ms, log scale)")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), title=f"per {what}")
+    top.set_title(f"p99 (solid) and p50 (dotted) latency over time ({_bucket_text(width)} buckets)")
+    bottom.set_xlabel(_since_label(unit, start))
+    return fig
+
+
+MAX_ERROR_SERIES = 8
+
+
+@styled
+def error_timeline(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
+    """Error rows per bucket, stacked by error name (the most frequent; the rest 'other')."""
+    import numpy as np
+
+    fig = Figure(figsize=(10.0, 3.8))
+    ax = fig.add_subplot()
+    counts = stats.error_timeseries(df, bucket_s)
+    start = _start(df)
+    if start is None or counts.empty or int(counts.to_numpy().sum()) == 0:
+        return _empty(fig, ax, "No errors in this capture")
+    width = int(counts.attrs["bucket_s"])
+    x, step, xlabel = _bucket_axis(counts.index, start, width, stats.span_seconds(df))
+    names = list(counts.columns[:MAX_ERROR_SERIES])
+    series = {name: counts[name] for name in names}
+    if len(counts.columns) > MAX_ERROR_SERIES:
+        series[OTHER] = counts[counts.columns[MAX_ERROR_SERIES:]].sum(axis=1)
+    colors = api_colors(names)
+    base = np.zeros(len(counts))
+    for name, values in series.items():
+        values = values.to_numpy(dtype=float)
+        _stacked_step(ax, x, step, base, values, colors[name], f"{name} ({int(values.sum())})")
+        base += values
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(f"error rows per {_bucket_text(width)} bucket")
+    ax.set_title("Errors over time by error code")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+MATRIX_APIS = 24
+MATRIX_BROKERS = 12
+
+
+@styled
+def broker_api_matrix(df: pd.DataFrame) -> Figure:
+    """p99 service latency of each API on each broker, as a heat map with the values."""
+    import numpy as np
+    from matplotlib.colors import LogNorm
+
+    matrix = stats.latency_matrix(df, "p99_ms")
+    if matrix.empty:
+        fig = Figure(figsize=(10.0, 3.0))
+        return _empty(fig, fig.add_subplot(), "No request/response pairs with a service latency")
+    matrix = matrix.iloc[:MATRIX_APIS, :MATRIX_BROKERS]
+    rows, cols = matrix.shape
+    fig = Figure(figsize=(min(10.0, 3.2 + 1.3 * cols), 1.2 + 0.28 * rows))
+    ax = fig.add_subplot()
+    values = matrix.to_numpy(dtype=float)
+    finite = values[np.isfinite(values)]
+    lo = max(float(finite.min()), 1e-3)
+    hi = max(float(finite.max()), lo * 1.01)
+    image = ax.imshow(np.clip(values, lo, None), aspect="auto", cmap="YlOrRd", norm=LogNorm(lo, hi))
+    for (i, j), v in np.ndenumerate(values):
+        if np.isfinite(v):
+            dark = np.log(max(v, lo) / lo) > 0.6 * np.log(hi / lo)
+            ax.text(j, i, plain_number(v), ha="center", va="center", fontsize=7,
+                    color="white" if dark else "#1d2330")  # fmt: skip
+    ax.set_xticks(range(cols), list(matrix.columns), rotation=20, ha="right")
+    ax.set_yticks(range(rows), list(matrix.index))
+    ax.grid(False)
+    ax.set_xlabel("broker")
+    ax.set_title("p99 service latency (ms), API x broker")
+    bar = fig.colorbar(image, ax=ax, shrink=0.8)
+    bar.set_label("p99 ms (log scale)")
+    plain_log_axis(bar.ax.yaxis)
+    return fig
+
+
+@styled
+def throttle_over_time(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
+    """Throttled responses per bucket, and the longest throttle_ms asked in it."""
+    fig = Figure(figsize=(10.0, 3.6))
+    ax = fig.add_subplot()
+    table = stats.throttle_timeseries(df, bucket_s)
+    start = _start(df)
+    if start is None or table.empty:
+        return _empty(fig, ax, "No timed rows")
+    width = int(table.attrs["bucket_s"])
+    x, step, xlabel = _bucket_axis(table.index, start, width, stats.span_seconds(df))
+    import numpy as np
+
+    edges = np.append(x, x[-1] + step)
+    throttled = table["throttled"].to_numpy(dtype=float)
+    ax.stairs(throttled, edges, fill=True, color="#d62728", alpha=0.6, lw=0,
+              label=f"throttled responses ({int(throttled.sum())})")  # fmt: skip
+    ax.set_ylim(bottom=0, top=max(1.0, float(throttled.max()) * 1.15))
+    ax.set_ylabel(f"throttled responses per {_bucket_text(width)} bucket")
+    ax.set_xlabel(xlabel)
+    right = ax.twinx()
+    right.stairs(table["max_throttle_ms"].to_numpy(dtype=float), edges, color="#1d2330", lw=1.3,
+                 label="longest throttle_ms")  # fmt: skip
+    right.set_ylim(bottom=0, top=max(1.0, float(table["max_throttle_ms"].max()) * 1.15))
+    right.set_ylabel("longest throttle (ms)")
+    right.grid(False)
+    handles = ax.get_legend_handles_labels()
+    more = right.get_legend_handles_labels()
+    ax.legend(handles[0] + more[0], handles[1] + more[1], loc="upper left",
+              bbox_to_anchor=(1.08, 1.0))  # fmt: skip
+    title = "Broker throttling (quotas) over time"
+    ax.set_title(title if throttled.sum() else title + ": no response was throttled")
+    return fig
+
+
+@styled
+def connection_churn(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
+    """Connections opened and closed per bucket (first and last Kafka message seen on
+    each), and how many were active."""
+    import numpy as np
+
+    fig = Figure(figsize=(10.0, 3.6))
+    ax = fig.add_subplot()
+    table = stats.connection_timeseries(df, bucket_s)
+    start = _start(df)
+    if start is None or table.empty:
+        return _empty(fig, ax, "No timed rows")
+    width = int(table.attrs["bucket_s"])
+    x, step, xlabel = _bucket_axis(table.index, start, width, stats.span_seconds(df))
+    edges = np.append(x, x[-1] + step)
+    ax.stairs(
+        table["opened"].to_numpy(dtype=float),
+        edges,
+        fill=True,
+        color="#2ca02c",
+        alpha=0.55,
+        lw=0,
+        label=f"first message ({int(table['opened'].sum())})",
+    )
+    ax.stairs(
+        -table["closed"].to_numpy(dtype=float),
+        edges,
+        fill=True,
+        color="#d62728",
+        alpha=0.55,
+        lw=0,
+        label=f"last message ({int(table['closed'].sum())})",
+    )
+    ax.stairs(table["active"].to_numpy(dtype=float), edges, color="#1d2330", lw=1.4,
+              label="active connections")  # fmt: skip
+    ax.axhline(0, color="#888888", lw=0.8)
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{abs(v):.0f}"))
+    ax.set_ylabel(f"connections per {_bucket_text(width)} bucket")
+    ax.set_xlabel(xlabel)
+    ax.set_title("Connection churn: opened above the line, closed below")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
 def _activity_colors() -> dict[str, Any]:
     """One colour per group activity, fixed by ``stats.GROUP_ACTIVITY`` order: the
     same activity has the same colour in every report."""
@@ -487,8 +758,13 @@ def _activity_colors() -> dict[str, Any]:
 CHARTS: Mapping[str, tuple[str, Callable[[pd.DataFrame], Figure]]] = {
     "latency-cdf": ("Latency CDF per API", latency_cdf),
     "latency-time": ("Latency over time per API", latency_over_time),
+    "latency-percentiles": ("p50 and p99 over time per API and broker", latency_percentiles),
+    "broker-api": ("p99 latency, API x broker", broker_api_matrix),
     "traffic": ("Request rate and bytes over time", traffic_over_time),
     "errors": ("Status and errors", error_breakdown),
+    "error-timeline": ("Errors over time by error code", error_timeline),
+    "throttle": ("Throttling over time", throttle_over_time),
+    "connections": ("Connection churn", connection_churn),
     "sizes": ("Request and response sizes", size_distributions),
     "groups": ("Group coordination activity", group_activity),
 }

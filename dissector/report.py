@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 import struct
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 import jinja2
+from markupsafe import Markup, escape
 
 # Imported here, not where used: a missing optional dependency (report extra:
 # matplotlib, jinja2) then surfaces as the CLI's clear message, not a traceback.
@@ -63,6 +65,8 @@ class TableBlock:
     title: str
     headers: tuple[Header, ...]
     rows: tuple[tuple[str, ...], ...]
+    keys: tuple[tuple[str, ...], ...] = ()
+    """Per cell, the value the table sorts by ("" = by its text): numbers unformatted."""
     empty: str = "Nothing to show."
     note: str = ""
     more: int = 0
@@ -91,6 +95,7 @@ SECTION_IDS: tuple[str, ...] = (
     "overview",
     "capture",
     "latency",
+    "queueing",
     "traffic",
     "errors",
     "slowest",
@@ -147,6 +152,10 @@ def fmt_rate(value: object) -> str:
     if _missing(value):
         return "–"
     v = float(value)  # type: ignore[arg-type]
+    if v == 0:
+        return "0"
+    if v < 0.01:
+        return "<0.01"
     return f"{v:.2f}" if v < 100 else f"{v:,.0f}"
 
 
@@ -200,6 +209,17 @@ def fmt_duration(seconds: float) -> str:
     return " ".join([*parts, f"{minutes} min", f"{secs:.0f} s"])
 
 
+def sort_key(value: object) -> str:
+    """A numeric cell's value for the page's column sort: the number, unformatted
+    (missing values sort last)."""
+    if isinstance(value, list | tuple) or _missing(value):
+        return ""
+    try:
+        return repr(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return ""
+
+
 Column = tuple[str, str, Callable[[object], str], bool]
 """(source column, header label, formatter, numeric)."""
 
@@ -217,16 +237,32 @@ def frame_table(
 ) -> TableBlock:
     shown = frame.head(limit)
     rows = tuple(tuple(fmt(row[src]) for src, _, fmt, _ in columns) for _, row in shown.iterrows())
+    keys = tuple(
+        tuple(sort_key(row[src]) if numeric else "" for src, _, _, numeric in columns)
+        for _, row in shown.iterrows()
+    )
     return TableBlock(
         id=table_id,
         title=title,
         headers=tuple(Header(label, numeric) for _, label, _, numeric in columns),
         rows=rows,
+        keys=keys,
         empty=empty,
         note=note,
         more=max(0, len(frame) - limit),
         css=css,
     )
+
+
+def breakdown_metrics(df: pd.DataFrame) -> tuple[Column, ...]:
+    """The breakdown columns, the rate in the report's one unit (``stats.rate_unit``)."""
+    seconds, label = stats.rate_unit(df)
+    rate: Column = ("rate_per_s", label, lambda v: fmt_rate(_scaled(v, seconds)), True)
+    return (BREAKDOWN_METRICS[0], rate, *BREAKDOWN_METRICS[2:])
+
+
+def _scaled(value: object, factor: float) -> object:
+    return value if _missing(value) else float(value) * factor  # type: ignore[arg-type]
 
 
 BREAKDOWN_METRICS: tuple[Column, ...] = (
@@ -252,7 +288,28 @@ def _time_format(df: pd.DataFrame) -> Callable[[object], str]:
 
 
 def _pair_columns(df: pd.DataFrame) -> tuple[Column, ...]:
-    return (("request_time", "time (UTC)", _time_format(df), False), *PAIR_COLUMNS)
+    """The slowest/unanswered tables' columns; a capture column when there are several."""
+    several = len(set(df["capture"].dropna().astype(str))) > 1
+    capture: tuple[Column, ...] = (("capture", "capture", fmt_capture, False),) if several else ()
+    return (*capture, ("request_time", "time (UTC)", _time_format(df), False), *PAIR_COLUMNS)
+
+
+def fmt_capture(value: object) -> str:
+    return "–" if _missing(value) else Path(str(value)).name
+
+
+def fmt_status(value: object) -> str:
+    """``status`` and ``error_name`` (a tuple) in one cell: "error: NOT_COORDINATOR"."""
+    status, error = value  # type: ignore[misc]
+    if _missing(error) or error == "NONE":
+        return fmt_text(status)
+    return f"{status}: {error}"
+
+
+def fmt_pair(value: object) -> str:
+    """Two numbers in one cell, "a / b" (request / response bytes, stream / corr id)."""
+    first, second = value  # type: ignore[misc]
+    return f"{fmt_int(first)} / {fmt_int(second)}"
 
 
 PAIR_COLUMNS: tuple[Column, ...] = (
@@ -262,13 +319,26 @@ PAIR_COLUMNS: tuple[Column, ...] = (
     ("broker", "broker", fmt_text, False),
     ("topics", "topics", fmt_topics, False),
     ("latency_ms", "latency ms", fmt_ms, True),
-    ("status", "status", fmt_text, False),
-    ("error_name", "error", fmt_error, False),
-    ("request_size", "req bytes", fmt_int, True),
-    ("response_size", "resp bytes", fmt_int, True),
-    ("stream", "stream", fmt_int, True),
-    ("correlation_id", "corr id", fmt_int, True),
+    ("status_error", "status", fmt_status, False),
+    ("bytes", "bytes req / resp", fmt_pair, False),
+    ("stream_corr", "tcp.stream / corr id", fmt_pair, False),
 )
+"""Status with its error, and paired numbers, share a cell: the table fits a 1400 px
+window without a horizontal scrollbar."""
+
+
+def pair_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """``stats.slowest``/``stats.unanswered`` rows with the combined cells of
+    ``PAIR_COLUMNS``."""
+    out = rows.copy()
+    out["status_error"] = list(zip(rows["status"], rows["error_name"], strict=True))
+    out["bytes"] = list(zip(rows["request_size"], rows["response_size"], strict=True))
+    out["stream_corr"] = list(zip(rows["stream"], rows["correlation_id"], strict=True))
+    out["api_name"] = [
+        stats.ORPHAN_LABEL if _missing(n) and s == stats.ORPHAN_STATUS else n
+        for n, s in zip(rows["api_name"], rows["status"], strict=True)
+    ]
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -302,24 +372,58 @@ def chart(chart_id: str, df: pd.DataFrame, caption: str) -> Chart:
 
 
 def _overview(df: pd.DataFrame) -> Section:
-    lat = stats.latency_summary(df)
+    lat = stats.service_summary(df)
+    polls = stats.long_poll_summary(df)
     errors = int(df["status"].isin(stats.ERROR_STATUSES).sum())
     missing = int(df["status"].isin(stats.UNANSWERED_STATUSES).sum())
     rate = errors / len(df) if len(df) else math.nan
+    poll_label = "empty long polls"
+    if polls["polls"]:
+        poll_label += f" (p50 {fmt_ms(polls['p50_ms'])} ms)"
     return Section(
         id="overview",
         title="Overview",
+        intro="Headline latency is service latency: Fetch/ShareFetch long-poll waits are left "
+        "out and counted on their own (see Latency).",
         cards=(
             Card("rows (pairs)", fmt_int(len(df))),
             Card("span", fmt_duration(stats.span_seconds(df))),
             Card("errors", f"{errors:,} ({fmt_pct(rate)})", "bad" if errors else ""),
             Card("unanswered", fmt_int(missing), "warn" if missing else ""),
-            Card("p50 latency", f"{fmt_ms(lat['p50_ms'])} ms"),
-            Card("p99 latency", f"{fmt_ms(lat['p99_ms'])} ms"),
+            Card("p50 service latency", f"{fmt_ms(lat['p50_ms'])} ms"),
+            Card("p99 service latency", f"{fmt_ms(lat['p99_ms'])} ms"),
+            Card(poll_label, fmt_int(polls["polls"])),
             Card("bytes in", fmt_bytes(stats.as_float(df[stats.BYTES_IN_COLUMN]).sum())),
             Card("bytes out", fmt_bytes(stats.as_float(df[stats.BYTES_OUT_COLUMN]).sum())),
         ),
     )
+
+
+CAPTURES_ATTR = "captures"
+"""``df.attrs`` key: the capture files analysed, including those without one Kafka pair."""
+
+
+def capture_names(df: pd.DataFrame) -> tuple[str, ...]:
+    """The capture files analysed: from ``df.attrs`` when ``analyze`` recorded them (a
+    capture without Kafka has no rows to name it), else from the rows."""
+    listed = df.attrs.get(CAPTURES_ATTR)
+    if listed:
+        return tuple(str(c) for c in listed)
+    return stats.capture_facts(df).captures
+
+
+def _connections_text(df: pd.DataFrame, facts: stats.CaptureFacts) -> str:
+    counters = df.attrs.get("counters") or {}
+    streams = counters.get("tcp_streams")
+    if streams is None:
+        return fmt_int(facts.connections)
+    return f"{fmt_int(streams)} ({fmt_int(facts.connections)} with Kafka pairs)"
+
+
+def _tls_text(streams: Sequence[int]) -> str:
+    count = len(streams)
+    plural = "s" if count != 1 else ""
+    return f"{count} connection{plural} (tcp.stream {', '.join(map(str, streams))})"
 
 
 def _capture(df: pd.DataFrame) -> Section:
@@ -327,12 +431,12 @@ def _capture(df: pd.DataFrame) -> Section:
     counters = df.attrs.get("counters") or {}
     tls = df.attrs.get("tls_streams") or []
     rows: list[tuple[str, str]] = [
-        ("capture files", ", ".join(facts.captures) or "–"),
+        ("capture files", ", ".join(capture_names(df)) or "–"),
         ("first packet", fmt_time(facts.first)),
         ("last packet", fmt_time(facts.last)),
         ("span", fmt_duration(facts.span_s)),
         ("rows by status", ", ".join(f"{k} {v:,}" for k, v in facts.statuses.items()) or "–"),
-        ("TCP connections", fmt_int(facts.connections)),
+        ("TCP connections", _connections_text(df, facts)),
         (f"brokers ({len(facts.brokers)})", ", ".join(facts.brokers) or "–"),
         (f"client hosts ({len(facts.client_ips)})", ", ".join(facts.client_ips) or "–"),
         (f"client ids ({len(facts.client_ids)})", ", ".join(facts.client_ids) or "–"),
@@ -341,10 +445,46 @@ def _capture(df: pd.DataFrame) -> Section:
         (f"API versions seen ({len(facts.api_versions)})", ", ".join(facts.api_versions) or "–"),
     ]
     if tls:
-        rows.append(("TLS (not decoded)", "streams " + ", ".join(map(str, tls))))
+        rows.append(("TLS (not decoded)", _tls_text(tls)))
     if counters:
         rows.append(("stage counters", ", ".join(f"{k} {v:,}" for k, v in counters.items())))
-    return Section(id="capture", title="Capture", facts=tuple(rows))
+    alone = stats.timeline_capture(df)
+    if alone is not None:
+        rows.append(("time charts", _timeline_note(alone)))
+    blocks: tuple[TableBlock, ...] = ()
+    if len(facts.captures) > 1:
+        blocks = (
+            frame_table(
+                "captures",
+                "Per capture file",
+                stats.per_capture(df),
+                (
+                    ("capture", "capture", fmt_capture, False),
+                    ("first", "first (UTC)", fmt_time, False),
+                    ("last", "last (UTC)", fmt_time, False),
+                    ("span_s", "span", lambda v: fmt_duration(float(v)), False),  # type: ignore[arg-type]
+                    ("rows", "rows", fmt_int, True),
+                    ("connections", "connections", fmt_int, True),
+                ),
+            ),
+        )
+    return Section(id="capture", title="Capture", facts=tuple(rows), blocks=blocks)
+
+
+def _timeline_note(capture: str) -> str:
+    return (
+        f"the captures lie far apart in time, so charts over time show {Path(capture).name} "
+        "alone (the one with most rows); tables and totals cover every capture"
+    )
+
+
+def timeline_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows time charts draw: all of them, or one capture's when captures are far
+    apart in time (``stats.timeline_capture``)."""
+    alone = stats.timeline_capture(df)
+    if alone is None:
+        return df
+    return df[df["capture"].astype("object").eq(alone).fillna(False).astype(bool)]
 
 
 def _kafka_versions_text(facts: stats.CaptureFacts) -> str:
@@ -371,13 +511,30 @@ def _software_text(df: pd.DataFrame) -> str:
 
 def _latency(df: pd.DataFrame) -> Section:
     table = stats.per_api(df)
+    timeline = timeline_rows(df)
     return Section(
         id="latency",
         title="Latency per API",
         intro="Latency is from the packet completing a request to the packet completing its "
-        "response, as seen where the capture was taken. Fetch and JoinGroup wait on the "
-        "broker by design (max wait, rebalance), so high values there are normal.",
+        "response, as seen where the capture was taken. " + stats.SERVICE_LATENCY_RULE,
         blocks=(
+            frame_table(
+                "fetch-wait",
+                "Fetch and ShareFetch: long polls apart from service",
+                _fetch_wait_table(df),
+                (
+                    ("fetch_wait", "fetch_wait", fmt_text, False),
+                    ("count", "pairs", fmt_int, True),
+                    ("p50_ms", "p50 latency ms", fmt_ms, True),
+                    ("p99_ms", "p99 latency ms", fmt_ms, True),
+                    ("service_p50_ms", "p50 service ms", fmt_ms, True),
+                    ("service_p99_ms", "p99 service ms", fmt_ms, True),
+                ),
+                empty="No answered Fetch or ShareFetch.",
+                note="max_wait_ms known for "
+                f"{_known_max_wait(df)} of them; without it an empty poll's service time is "
+                "unknown and it is left out of headline percentiles.",
+            ),
             chart(
                 "latency-cdf",
                 df,
@@ -386,8 +543,21 @@ def _latency(df: pd.DataFrame) -> Section:
             ),
             chart(
                 "latency-time",
+                timeline,
+                "Every answered request at its time. Coloured: the busiest and the slowest "
+                "APIs (by p99 service latency); red rings: errors; hollow: empty long polls.",
+            ),
+            chart(
+                "latency-percentiles",
+                timeline,
+                "Service latency (long-poll waits left out) per time bucket: p99 solid, p50 "
+                "dotted; per API (the busiest and slowest) and per broker.",
+            ),
+            chart(
+                "broker-api",
                 df,
-                "Every answered request at its time; outliers and slow periods stand out.",
+                "p99 service latency of each API on each broker (busiest APIs first); blank: "
+                "that broker answered none.",
             ),
             frame_table(
                 "per-api",
@@ -396,28 +566,114 @@ def _latency(df: pd.DataFrame) -> Section:
                 (
                     ("api_name", "API", fmt_text, False),
                     ("api_version", "v", fmt_int, True),
-                    *BREAKDOWN_METRICS,
+                    *breakdown_metrics(df),
                 ),
                 limit=PER_API_ROW_LIMIT,
+                note="Latency percentiles here are raw (long polls included): compare Fetch "
+                "with the table above.",
             ),
         ),
     )
+
+
+def _known_max_wait(df: pd.DataFrame) -> str:
+    classes = stats.service_latency(df)["fetch_wait"]
+    fetches = classes.notna()
+    if stats.MAX_WAIT_COLUMN not in df.columns:
+        return f"none of {int(fetches.sum()):,} (the pairs table has no max_wait_ms column)"
+    known = int((df[stats.MAX_WAIT_COLUMN].notna() & fetches).sum())
+    return f"{known:,} of {int(fetches.sum()):,}"
+
+
+def _fetch_wait_table(df: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
+
+    service = stats.service_latency(df)
+    frame = pd.DataFrame(
+        {
+            "fetch_wait": service["fetch_wait"],
+            "latency": stats.as_float(df[stats.LATENCY_COLUMN]),
+            "service": service["service_ms"],
+        }
+    ).dropna(subset=["fetch_wait"])
+    rows = []
+    for name in stats.FETCH_WAIT_CLASSES:
+        part = frame[frame["fetch_wait"] == name]
+        if part.empty:
+            continue
+        lat, svc = part["latency"], part["service"].dropna()
+        rows.append(
+            {
+                "fetch_wait": name,
+                "count": len(part),
+                "p50_ms": lat.quantile(0.5),
+                "p99_ms": lat.quantile(0.99),
+                "service_p50_ms": svc.quantile(0.5) if len(svc) else math.nan,
+                "service_p99_ms": svc.quantile(0.99) if len(svc) else math.nan,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def _n_series() -> int:
     return plots.MAX_SERIES
 
 
+def _queueing(df: pd.DataFrame) -> Section:
+    return Section(
+        id="queueing",
+        title="Pipelining and head-of-line queueing",
+        intro=stats.QUEUEING_RULE,
+        blocks=(
+            frame_table(
+                "queueing",
+                "Per client",
+                stats.queueing_per_client(df),
+                (
+                    ("client_id", "client id", fmt_text, False),
+                    ("connections", "connections", fmt_int, True),
+                    ("requests", "requests", fmt_int, True),
+                    ("pipelined", "sent with others in flight", fmt_int, True),
+                    ("mean_inflight", "mean in flight", lambda v: f"{float(v):.2f}", True),  # type: ignore[arg-type]
+                    ("max_inflight", "max in flight", fmt_int, True),
+                    ("queued", "queued", fmt_int, True),
+                    ("queue_total_ms", "queue total ms", fmt_ms, True),
+                    ("queue_p99_ms", "queue p99 ms", fmt_ms, True),
+                    ("queue_max_ms", "queue max ms", fmt_ms, True),
+                ),
+                empty="No requests.",
+                note="A request's latency includes its queue time: subtract queue_ms for the "
+                "broker's own time.",
+            ),
+        ),
+    )
+
+
 def _traffic(df: pd.DataFrame) -> Section:
+    timeline = timeline_rows(df)
+    _, per = plots._rate_unit(df)
     return Section(
         id="traffic",
         title="Traffic over time",
         blocks=(
             chart(
                 "traffic",
-                df,
-                "Requests per second stacked by API, and wire bytes per second: in = requests "
+                timeline,
+                f"Requests {per} stacked by API, and wire bytes {per}: in = requests "
                 "(client to broker), out = responses (broker to client).",
+            ),
+            chart(
+                "throttle",
+                timeline,
+                "Responses whose throttle_time_ms was above 0 (a broker quota delayed the "
+                "client), and the longest throttle asked in each bucket.",
+            ),
+            chart(
+                "connections",
+                timeline,
+                "Connections by the first and last Kafka message seen on each (a connection "
+                "open before the capture started counts from its first message), and how many "
+                "were active.",
             ),
         ),
     )
@@ -432,6 +688,12 @@ def _errors(df: pd.DataFrame) -> Section:
         "code anywhere in the response, or a message that could not be decoded).",
         blocks=(
             chart("errors", df, "Rows per status, and the most frequent errors by API."),
+            chart(
+                "error-timeline",
+                timeline_rows(df),
+                f"Error rows per time bucket by error code (the {plots.MAX_ERROR_SERIES} most "
+                "frequent; the legend gives each one's total).",
+            ),
             frame_table(
                 "top-errors",
                 "Top errors",
@@ -461,7 +723,7 @@ def _slowest(df: pd.DataFrame) -> Section:
             frame_table(
                 "slowest",
                 f"The {SLOWEST_N} slowest request/response pairs",
-                stats.slowest(df, SLOWEST_N),
+                pair_table(stats.slowest(df, SLOWEST_N)),
                 _pair_columns(df),
                 empty="No answered requests.",
                 css="pairs",
@@ -480,7 +742,7 @@ def _unanswered(df: pd.DataFrame) -> Section:
             frame_table(
                 "unanswered",
                 "Requests without a response",
-                stats.unanswered(df),
+                pair_table(stats.unanswered(df)),
                 _pair_columns(df),
                 empty="Every request that expected a response got one.",
                 css="pairs",
@@ -498,7 +760,11 @@ def _groups(df: pd.DataFrame) -> Section:
         "and acknowledge), offset commits and fetches. Every member joins once per classic "
         f"rebalance; responses with {', '.join(stats.REBALANCE_ERROR_NAMES)} mark one.",
         blocks=(
-            chart("groups", df, "Group API calls per second, stacked by activity."),
+            chart(
+                "groups",
+                timeline_rows(df),
+                f"Group API calls {plots._rate_unit(df)[1]}, stacked by activity.",
+            ),
             frame_table(
                 "group-summary",
                 "Group calls by protocol and activity",
@@ -572,7 +838,7 @@ def _dimension(df: pd.DataFrame, by: str, section_id: str, title: str, note: str
                 f"per-{by}",
                 f"Per {by}",
                 stats.breakdown(df, by),
-                (*key_columns[by], *BREAKDOWN_METRICS, *extra.get(by, ())),
+                (*key_columns[by], *breakdown_metrics(df), *extra.get(by, ())),
                 note=note,
             ),
         ),
@@ -596,6 +862,15 @@ def _sizes(df: pd.DataFrame) -> Section:
 def _definitions(command: str) -> Section:
     facts = [(name, text) for name, text in stats.METRIC_DOCS.items()]
     facts.append(("percentiles", f"exact, {stats.PERCENTILE_INTERPOLATION} interpolation"))
+    facts.append(("service latency, fetch_wait", stats.SERVICE_LATENCY_RULE))
+    facts.append(("queue_ms, inflight", stats.QUEUEING_RULE))
+    facts.append(
+        (
+            "rates",
+            "per second, or per minute or hour when the capture's request rate "
+            "is below 1 per second (per minute): one unit for the whole report",
+        )
+    )
     facts.append(("regenerate", command))
     return Section(id="definitions", title="Definitions", facts=tuple(facts))
 
@@ -605,6 +880,7 @@ def sections(df: pd.DataFrame, command: str) -> list[Section]:
         _overview(df),
         _capture(df),
         _latency(df),
+        _queueing(df),
         _traffic(df),
         _errors(df),
         _slowest(df),
@@ -635,18 +911,26 @@ def _template() -> Any:
     source = resources.files("dissector").joinpath("templates/report.html.j2").read_text("utf-8")
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     env.globals["zip"] = zip
+    env.filters["breakable"] = breakable
     return env.from_string(source)
+
+
+def breakable(text: str) -> Markup:
+    """``text`` escaped, with a line-break opportunity after each underscore and slash:
+    browsers break at spaces and hyphens only, and an error name such as
+    SASL_AUTHENTICATION_FAILED would otherwise set its column's minimum width."""
+    return Markup(re.sub(r"([_/])", r"\1<wbr>", str(escape(text))))
 
 
 def render(df: pd.DataFrame, *, title: str | None = None, command: str = "") -> str:
     """The report of the pairs frame ``df`` as one HTML document."""
     facts = stats.capture_facts(df)
-    names = ", ".join(Path(c).name for c in facts.captures) or "no capture"
+    names = ", ".join(Path(c).name for c in capture_names(df)) or "no capture"
     subtitle = (
         f"{fmt_int(len(df))} Kafka request/response pairs from {names}; "
         f"{fmt_time(facts.first)} to {fmt_time(facts.last)}"
     )
-    command = command or "kafka-dissector report " + " ".join(facts.captures)
+    command = command or "kafka-dissector report " + " ".join(capture_names(df))
     return _template().render(
         title=title or f"Kafka traffic report: {names}",
         subtitle=subtitle,
@@ -793,8 +1077,10 @@ def analyze(paths: Iterable[str | Path], *, ports: frozenset[int] | None = None)
     from .pipeline import Options
 
     decoder = NotingDecoder(protocol)
-    df = run_analysis([str(p) for p in paths], Options(ports=ports), decoder=decoder)
+    sources = [str(p) for p in paths]
+    df = run_analysis(sources, Options(ports=ports), decoder=decoder)
     df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
+    df.attrs[CAPTURES_ATTR] = sources
     df.attrs[GROUPS_ATTR] = decoder.group_notes()
     return df
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 # ---------------------------------------------------------------------------
@@ -69,7 +70,11 @@ pairs touching no topic are left out of the topic breakdown."""
 MISSING_LABEL = "(none)"
 """Label of a group whose key is null (e.g. no client_id)."""
 UNKNOWN_API_LABEL = "(unknown)"
-"""Label of rows whose API is unknown (a response whose request is not in the capture)."""
+"""Label of rows whose API is unknown although their request was captured."""
+ORPHAN_LABEL = "orphan response (request not captured)"
+"""API and client label of a response whose request is not in the capture (sent before
+the capture started, or lost): its API and client id are only in the request."""
+ORPHAN_STATUS = "orphan_response"
 
 GROUP_ACTIVITY: Mapping[int, tuple[str, str]] = {
     10: ("coordinator", "find coordinator"),
@@ -176,6 +181,31 @@ def _label(series: pd.Series, missing: str = MISSING_LABEL) -> pd.Series:
     return series.astype("object").where(series.notna(), missing).astype(str)
 
 
+def _orphan_or(df: pd.DataFrame, missing: str) -> pd.Series:
+    orphan = df["status"].eq(ORPHAN_STATUS).fillna(False).astype(bool)
+    return orphan.map({True: ORPHAN_LABEL, False: missing})
+
+
+def api_labels(df: pd.DataFrame) -> pd.Series:
+    """api_name, or what a missing one means (``ORPHAN_LABEL``, ``UNKNOWN_API_LABEL``)."""
+    names = df["api_name"].astype("object")
+    return names.where(names.notna(), _orphan_or(df, UNKNOWN_API_LABEL)).astype(str)
+
+
+def client_labels(df: pd.DataFrame) -> pd.Series:
+    """client_id, or what a missing one means (``ORPHAN_LABEL``, ``MISSING_LABEL``)."""
+    ids = df["client_id"].astype("object")
+    return ids.where(ids.notna(), _orphan_or(df, MISSING_LABEL)).astype(str)
+
+
+def _labels_of(df: pd.DataFrame, column: str) -> pd.Series:
+    if column == "api_name":
+        return api_labels(df)
+    if column == "client_id":
+        return client_labels(df)
+    return _label(df[column])
+
+
 def broker_label(ip: object, port: object) -> str:
     if ip is None or (isinstance(ip, float) and math.isnan(ip)):
         return MISSING_LABEL
@@ -208,10 +238,10 @@ def _keyed(df: pd.DataFrame, by: str) -> tuple[pd.DataFrame, list[str]]:
         raise ValueError(f"unknown breakdown {by!r}: use one of {', '.join(GROUP_KEYS)}")
     frame = _prepared(df)
     if by == "api":
-        frame["api_name"] = _label(df["api_name"], UNKNOWN_API_LABEL)
+        frame["api_name"] = api_labels(df)
         frame["api_version"] = df["api_version"].astype("Int64")
     elif by == "client":
-        frame["client_id"] = _label(df["client_id"])
+        frame["client_id"] = client_labels(df)
     elif by == "broker":
         frame["broker_ip"] = df["broker_ip"]
         frame["broker_port"] = df["broker_port"].astype("Int64")
@@ -316,12 +346,7 @@ def per_topic(df: pd.DataFrame) -> pd.DataFrame:
 
 def latency_summary(df: pd.DataFrame) -> dict[str, float]:
     """Percentiles and max of all measured latencies, in ms (NaN when none)."""
-    lat = as_float(df[LATENCY_COLUMN]).dropna()
-    out = {
-        percentile_column(q): float(lat.quantile(q)) if len(lat) else math.nan for q in PERCENTILES
-    }
-    out["max_ms"] = float(lat.max()) if len(lat) else math.nan
-    return out
+    return _summary(as_float(df[LATENCY_COLUMN]))
 
 
 # ---------------------------------------------------------------------------
@@ -426,12 +451,244 @@ def timeseries_by(
     frame, width = _bucketed(df, bucket_s)
     if frame.empty:
         return pd.DataFrame(index=pd.DatetimeIndex([], tz="UTC", name="time"))
-    frame["key"] = _label(df.loc[frame.index, column])
+    frame["key"] = _labels_of(df.loc[frame.index], column)
     counts = frame.groupby(["bucket", "key"]).size().unstack(fill_value=0)
     counts = counts.reindex(_full_index(frame, width), fill_value=0)
     counts.columns.name = column
     counts.attrs["bucket_s"] = width
     return counts.astype("int64")
+
+
+RATE_UNITS: tuple[tuple[float, str], ...] = ((1.0, "per s"), (60.0, "per min"), (3600.0, "per h"))
+"""Rates are shown per second, or per minute or hour when per second would read 0.00."""
+
+
+def rate_unit(df: pd.DataFrame) -> tuple[float, str]:
+    """(seconds per unit, label) for every rate of one report: the shortest unit in
+    which the whole capture's request rate is at least 1 (per hour at most)."""
+    span = span_seconds(df)
+    rate = len(df) / span if span > 0 else math.inf
+    for seconds, label in RATE_UNITS:
+        if rate * seconds >= 1:
+            return seconds, label
+    return RATE_UNITS[-1]
+
+
+LATENCY_SERIES_COLUMNS: tuple[str, ...] = ("time", "key", "count", "p50_ms", "p99_ms")
+
+
+def latency_timeseries(
+    df: pd.DataFrame, by: str = "api", bucket_s: int | None = None
+) -> pd.DataFrame:
+    """p50 and p99 of ``service_ms`` (long-poll waits left out) per bucket and per API
+    (``by="api"``) or broker (``by="broker"``), long format: one row per bucket and key
+    that has answered pairs. ``attrs["bucket_s"]`` is the width."""
+    import pandas as pd
+
+    frame, width = _bucketed(df, bucket_s)
+    service = service_latency(df)["service_ms"]
+    if by == "api":
+        keys = api_labels(df)
+    elif by == "broker":
+        keys = pd.Series(
+            [
+                broker_label(ip, port)
+                for ip, port in zip(df["broker_ip"], df["broker_port"], strict=True)
+            ],
+            index=df.index,
+        )
+    else:
+        raise ValueError(f"unknown latency series {by!r}: use api or broker")
+    frame = frame.assign(key=keys.loc[frame.index], service=service.loc[frame.index])
+    frame = frame[frame["service"].notna()]
+    if frame.empty:
+        out = pd.DataFrame(columns=list(LATENCY_SERIES_COLUMNS))
+    else:
+        grouped = frame.groupby(["bucket", "key"], sort=True)["service"]
+        q = grouped.quantile([0.5, 0.99]).unstack()
+        out = pd.DataFrame(
+            {"count": grouped.size(), "p50_ms": q[0.5], "p99_ms": q[0.99]}
+        ).reset_index()
+        out = out.rename(columns={"bucket": "time"})[list(LATENCY_SERIES_COLUMNS)]
+    out.attrs["bucket_s"] = width
+    return out
+
+
+def error_label(rows: pd.DataFrame) -> pd.Series:
+    """Error name, or the status when there is no Kafka error code (``malformed``)."""
+    names = rows["error_name"].astype("object")
+    return names.where(names.notna(), rows["status"].astype("object")).astype(str)
+
+
+def error_timeseries(df: pd.DataFrame, bucket_s: int | None = None) -> pd.DataFrame:
+    """Error rows per bucket, one column per error name (``error_label``), most frequent
+    first; buckets span the whole capture."""
+    import pandas as pd
+
+    frame, width = _bucketed(df, bucket_s)
+    errors = frame[frame["is_error"]]
+    if errors.empty:
+        out = pd.DataFrame(index=pd.DatetimeIndex([], tz="UTC", name="time"))
+    else:
+        labels = error_label(df.loc[errors.index])
+        counts = errors.assign(error=labels).groupby(["bucket", "error"]).size()
+        out = counts.unstack(fill_value=0).reindex(_full_index(frame, width), fill_value=0)
+        ranked = sorted(out.columns, key=lambda c: (-int(out[c].sum()), str(c)))
+        out = out[ranked].astype("int64")
+    out.attrs["bucket_s"] = width
+    return out
+
+
+def throttle_timeseries(df: pd.DataFrame, bucket_s: int | None = None) -> pd.DataFrame:
+    """Per bucket: ``responses``, ``throttled`` (throttle_ms > 0), ``max_throttle_ms``
+    and ``total_throttle_ms`` (the broker's quota delays asked of clients)."""
+    import pandas as pd
+
+    frame, width = _bucketed(df, bucket_s)
+    cols = ["responses", "throttled", "max_throttle_ms", "total_throttle_ms"]
+    if frame.empty:
+        out = pd.DataFrame(columns=cols, index=pd.DatetimeIndex([], tz="UTC", name="time"))
+        out.attrs["bucket_s"] = width
+        return out
+    throttle = as_float(df.loc[frame.index, "throttle_ms"])
+    frame = frame.assign(throttle=throttle.fillna(0.0), answered=throttle.notna())
+    grouped = frame.groupby("bucket")
+    out = grouped.agg(
+        responses=("answered", "sum"),
+        throttled=("throttled", "sum"),
+        max_throttle_ms=("throttle", "max"),
+        total_throttle_ms=("throttle", "sum"),
+    ).reindex(_full_index(frame, width), fill_value=0)
+    out = out.fillna(0)
+    for col in ("responses", "throttled"):
+        out[col] = out[col].astype("int64")
+    out.attrs["bucket_s"] = width
+    return out[cols]
+
+
+def connection_timeseries(df: pd.DataFrame, bucket_s: int | None = None) -> pd.DataFrame:
+    """Connection churn per bucket: ``opened`` (connections whose first Kafka message is
+    in the bucket), ``closed`` (whose last one is) and ``active`` (with messages both
+    at or before the bucket's end and at or after its start). A connection is a
+    (capture, stream); its first message is not its TCP handshake when the capture
+    started after it was opened."""
+    import pandas as pd
+
+    frame, width = _bucketed(df, bucket_s)
+    cols = ["opened", "closed", "active"]
+    if frame.empty:
+        out = pd.DataFrame(columns=cols, index=pd.DatetimeIndex([], tz="UTC", name="time"))
+        out.attrs["bucket_s"] = width
+        return out
+    conn = pd.DataFrame(
+        {
+            "capture": df.loc[frame.index, "capture"].astype("object").fillna(""),
+            "stream": df.loc[frame.index, "stream"].astype("object"),
+            "bucket": frame["bucket"],
+        }
+    )
+    spans = conn.groupby(["capture", "stream"], dropna=False)["bucket"].agg(["min", "max"])
+    index = _full_index(frame, width)
+    out = pd.DataFrame(
+        {
+            "opened": spans["min"].value_counts().reindex(index, fill_value=0),
+            "closed": spans["max"].value_counts().reindex(index, fill_value=0),
+        },
+        index=index,
+    )
+    started = out["opened"].cumsum()
+    ended_before = out["closed"].cumsum() - out["closed"]
+    out["active"] = started - ended_before
+    out = out.astype("int64")
+    out.attrs["bucket_s"] = width
+    return out[cols]
+
+
+def latency_matrix(df: pd.DataFrame, value: str = "p99_ms") -> pd.DataFrame:
+    """Broker x API: ``value`` (p50_ms, p99_ms of ``service_ms``, or ``count``) with one
+    row per API (busiest first) and one column per broker; NaN where a broker answered
+    no pair of that API."""
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {
+            "api": api_labels(df),
+            "broker": [
+                broker_label(ip, port)
+                for ip, port in zip(df["broker_ip"], df["broker_port"], strict=True)
+            ],
+            "service": service_latency(df)["service_ms"],
+        }
+    )
+    frame = frame[frame["service"].notna()]
+    if frame.empty:
+        return pd.DataFrame()
+    grouped = frame.groupby(["api", "broker"])["service"]
+    if value == "count":
+        cells = grouped.size().astype("float64")
+    elif value in ("p50_ms", "p99_ms"):
+        cells = grouped.quantile(0.5 if value == "p50_ms" else 0.99)
+    else:
+        raise ValueError(f"unknown matrix value {value!r}: use count, p50_ms or p99_ms")
+    out = cells.unstack()
+    volume = frame["api"].value_counts()
+    apis = sorted(out.index, key=lambda a: (-int(volume[a]), str(a)))
+    brokers = sorted(out.columns, key=lambda b: (-int((frame["broker"] == b).sum()), str(b)))
+    return out.loc[apis, brokers]
+
+
+# ---------------------------------------------------------------------------
+# Several captures
+# ---------------------------------------------------------------------------
+
+
+CAPTURE_COLUMNS: tuple[str, ...] = ("capture", "first", "last", "span_s", "rows", "connections")
+
+
+def per_capture(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per capture file: first and last event time, span, rows, connections;
+    in time order."""
+    import pandas as pd
+
+    if df.empty:
+        return pd.DataFrame(columns=list(CAPTURE_COLUMNS))
+    frame = pd.DataFrame(
+        {
+            "capture": df["capture"].astype("object").fillna(MISSING_LABEL).astype(str),
+            "time": event_time(df),
+            "connection": df["stream"].astype("object"),
+        }
+    )
+    grouped = frame.groupby("capture", sort=True)
+    out = grouped.agg(
+        first=("time", "min"),
+        last=("time", "max"),
+        rows=("time", "size"),
+        connections=("connection", "nunique"),
+    ).reset_index()
+    out["span_s"] = (out["last"] - out["first"]).dt.total_seconds().fillna(0.0)
+    out = out.sort_values(["first", "capture"], na_position="last")
+    return out[list(CAPTURE_COLUMNS)].reset_index(drop=True)
+
+
+TIMELINE_GAP_FACTOR = 2.0
+"""Captures are drawn on one timeline when together they cover at least half of the
+merged span; otherwise (captures days or years apart) the merged timeline would be
+mostly empty buckets, and time charts show the busiest capture only."""
+
+
+def timeline_capture(df: pd.DataFrame) -> str | None:
+    """The capture the time charts should show alone, or None when one shared timeline
+    of every capture reads well (one capture, or captures close in time)."""
+    captures = per_capture(df)
+    if len(captures) < 2:
+        return None
+    covered = float(captures["span_s"].sum())
+    merged = span_seconds(df)
+    if merged <= 3600 or merged <= TIMELINE_GAP_FACTOR * covered:
+        return None
+    busiest = captures.sort_values(["rows", "capture"], ascending=[False, True]).iloc[0]
+    return str(busiest["capture"])
 
 
 # ---------------------------------------------------------------------------
@@ -458,8 +715,8 @@ def top_errors(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
             .astype("object")
             .where(rows["error_name"].notna(), rows["status"].astype("object"))
             .astype(str),
-            "api": _label(rows["api_name"], UNKNOWN_API_LABEL),
-            "client": _label(rows["client_id"]),
+            "api": api_labels(rows),
+            "client": client_labels(rows),
             "time": event_time(rows),
         }
     )
@@ -477,6 +734,7 @@ def top_errors(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
 
 
 PAIR_COLUMNS: tuple[str, ...] = (
+    "capture",
     "request_time",
     "api_name",
     "api_version",
@@ -516,6 +774,253 @@ def unanswered(df: pd.DataFrame) -> pd.DataFrame:
     rows = df[df["status"].isin(UNANSWERED_STATUSES).astype(bool)]
     rows = rows.sort_values("request_time", kind="stable")
     return _pair_table(rows).reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------
+# Long polls: Fetch latency that is waiting, not service
+# ---------------------------------------------------------------------------
+
+LONG_POLL_API_KEYS: Mapping[int, str] = {1: "Fetch", 78: "ShareFetch"}
+"""APIs the broker may hold open up to the request's max_wait_ms while fewer than
+min_bytes are available (long polling)."""
+
+MAX_WAIT_COLUMN = "max_wait_ms"
+"""Optional pairs column: the Fetch/ShareFetch request's max_wait_ms. Used when present."""
+
+LONG_POLL_WAIT_SHARE = 0.9
+"""An empty fetch that took at least this share of its max_wait_ms waited it out.
+Timers and the network make the measured wait a little shorter or longer than the
+configured one; 90% keeps a poll that ended on its timer apart from one that ended
+early (an error, a new leader, a partition that got data)."""
+
+FETCH_WAIT_EMPTY_POLL = "empty_poll"
+FETCH_WAIT_DATA = "data"
+FETCH_WAIT_EARLY = "early"
+FETCH_WAIT_CLASSES: tuple[str, ...] = (FETCH_WAIT_EMPTY_POLL, FETCH_WAIT_DATA, FETCH_WAIT_EARLY)
+
+SERVICE_LATENCY_RULE = (
+    "Fetch and ShareFetch are long polls: the broker holds the request up to its "
+    "max_wait_ms while it has too little data. fetch_wait classifies each answered one: "
+    "data = it returned records; empty_poll = no records and it took at least "
+    f"{LONG_POLL_WAIT_SHARE:.0%} of max_wait_ms (without a known max_wait_ms: no records "
+    "and no error); early = no records, returned sooner (or with an error). service_ms is "
+    "latency minus the wait: max(latency - max_wait_ms, 0) for an empty poll whose "
+    "max_wait_ms is known, unknown (left out) for one whose max_wait_ms is not, and the "
+    "latency itself for every other pair. Headline latency percentiles use service_ms; "
+    "long-poll waits are shown on their own."
+)
+
+
+def _is_long_poll_api(df: pd.DataFrame) -> pd.Series:
+    keys = df["api_key"].astype("Int64")
+    return keys.isin(list(LONG_POLL_API_KEYS)).fillna(False).astype(bool)
+
+
+def _max_wait(df: pd.DataFrame) -> pd.Series:
+    """max_wait_ms per row as float (NaN where unknown, or the column is absent).
+    A negative or zero max wait is no wait to subtract: unknown."""
+    import pandas as pd
+
+    if MAX_WAIT_COLUMN not in df.columns:
+        return pd.Series(math.nan, index=df.index, dtype="float64")
+    wait = as_float(df[MAX_WAIT_COLUMN])
+    return wait.where(wait > 0)
+
+
+def fetch_wait(df: pd.DataFrame) -> pd.Series:
+    """Each answered Fetch/ShareFetch's long-poll class (``FETCH_WAIT_CLASSES``), null
+    for every other row. The rule is ``SERVICE_LATENCY_RULE``."""
+    import pandas as pd
+
+    latency = as_float(df[LATENCY_COLUMN])
+    fetched = (as_float(df["records"]).fillna(0) > 0) | (as_float(df["record_bytes"]).fillna(0) > 0)
+    wait = _max_wait(df)
+    failed = df["status"].isin(ERROR_STATUSES).fillna(False).astype(bool)
+    waited_out = latency >= LONG_POLL_WAIT_SHARE * wait
+    # Without max_wait_ms, an empty answer without error is the best sign of a poll
+    # that waited: brokers answer errors at once.
+    empty_poll = waited_out.where(wait.notna(), ~failed)
+    out = pd.Series(pd.NA, index=df.index, dtype="string")
+    polls = _is_long_poll_api(df) & latency.notna()
+    out[polls & fetched] = FETCH_WAIT_DATA
+    out[polls & ~fetched & empty_poll] = FETCH_WAIT_EMPTY_POLL
+    out[polls & ~fetched & ~empty_poll] = FETCH_WAIT_EARLY
+    return out
+
+
+def service_latency(df: pd.DataFrame) -> pd.DataFrame:
+    """``fetch_wait`` and ``service_ms`` (float, NaN where unknown) for every row:
+    latency without the long-poll wait (``SERVICE_LATENCY_RULE``). Uses the
+    ``max_wait_ms`` column when the frame has one."""
+    import pandas as pd
+
+    classes = fetch_wait(df)
+    latency = as_float(df[LATENCY_COLUMN])
+    wait = _max_wait(df)
+    poll = classes.eq(FETCH_WAIT_EMPTY_POLL).fillna(False).astype(bool)
+    service = latency.copy()
+    service[poll] = (latency[poll] - wait[poll]).clip(lower=0.0)
+    return pd.DataFrame({"fetch_wait": classes, "service_ms": service}, index=df.index)
+
+
+def service_summary(df: pd.DataFrame) -> dict[str, float]:
+    """Headline percentiles and max of ``service_ms`` (long-poll waits left out), ms."""
+    return _summary(service_latency(df)["service_ms"])
+
+
+def long_poll_summary(df: pd.DataFrame) -> dict[str, float]:
+    """How many answered fetches were empty long polls, and percentiles of their raw
+    latency (the time the broker held them): ``polls``, ``p50_ms``... ``max_ms``."""
+    classes = service_latency(df)["fetch_wait"]
+    polls = as_float(df[LATENCY_COLUMN])[classes.eq(FETCH_WAIT_EMPTY_POLL).fillna(False)]
+    return {"polls": float(len(polls)), **_summary(polls)}
+
+
+def _summary(values: pd.Series) -> dict[str, float]:
+    lat = values.dropna()
+    out = {
+        percentile_column(q): float(lat.quantile(q)) if len(lat) else math.nan for q in PERCENTILES
+    }
+    out["max_ms"] = float(lat.max()) if len(lat) else math.nan
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Head-of-line queueing per connection
+# ---------------------------------------------------------------------------
+
+QUEUEING_RULE = (
+    "A broker reads one request per connection at a time: it mutes the connection while "
+    "a request is in flight, and for throttle_ms more after a throttled response. "
+    "queue_ms is how long a request waited behind earlier requests of its connection: "
+    "max(0, latest earlier response_time + that response's throttle_ms - request_time), "
+    "over the connection's earlier requests (responses whose request precedes the capture "
+    "count as earlier). inflight is how many earlier requests of the connection had no "
+    "response yet when it was sent (one never answered stays in flight; Produce with "
+    "acks=0 expects none and never is). Both are null for rows without a request."
+)
+
+
+def queueing(df: pd.DataFrame) -> pd.DataFrame:
+    """``queue_ms`` (float) and ``inflight`` (Int64) per row, see ``QUEUEING_RULE``."""
+    import heapq
+
+    import numpy as np
+    import pandas as pd
+
+    request = df["request_time"]
+    has_request = request.notna().to_numpy(dtype=bool)
+    times = event_time(df).dropna()
+    origin = times.min() if len(times) else None
+    req_ns = _ns_since(request, origin)
+    resp_ns = _ns_since(df["response_time"], origin)
+    throttle_ns = (as_float(df["throttle_ms"]).fillna(0.0).clip(lower=0.0) * 1e6).to_numpy()
+    waits_for_answer = ~df["status"].isin(("no_response",)).fillna(False).to_numpy(dtype=bool)
+    # Requests in time order per connection; responses to requests sent before the
+    # capture started (no request_time) go first: they were ahead in the queue.
+    order = pd.DataFrame(
+        {
+            "capture": df["capture"].astype("object").fillna(""),
+            "stream": df["stream"].astype("Float64").astype("float64").fillna(-1.0),
+            "pre": has_request,
+            "t": np.where(has_request, req_ns, resp_ns),
+            # Requests completed in the same instant: the client numbered them in order.
+            "corr": as_float(df["correlation_id"]).to_numpy(),
+            "pos": np.arange(len(df)),
+        }
+    ).sort_values(["capture", "stream", "pre", "t", "corr", "pos"], kind="stable")
+    queue = np.full(len(df), np.nan)
+    inflight = np.full(len(df), -1, dtype=np.int64)
+    connection: tuple[object, float] | None = None
+    busy_until = -math.inf
+    pending: list[float] = []
+    for cap, stream, pos in zip(order["capture"], order["stream"], order["pos"], strict=True):
+        if (cap, stream) != connection:
+            connection, busy_until, pending = (cap, stream), -math.inf, []
+        sent = req_ns[pos]
+        if has_request[pos]:
+            while pending and pending[0] <= sent:
+                heapq.heappop(pending)
+            inflight[pos] = len(pending)
+            queue[pos] = max(0.0, busy_until - sent) / 1e6
+        answered = not math.isnan(resp_ns[pos])
+        if answered:
+            busy_until = max(busy_until, resp_ns[pos] + throttle_ns[pos])
+            heapq.heappush(pending, resp_ns[pos])
+        elif has_request[pos] and waits_for_answer[pos]:
+            heapq.heappush(pending, math.inf)
+    counts = pd.arrays.IntegerArray(np.maximum(inflight, 0), mask=inflight < 0)
+    return pd.DataFrame({"queue_ms": queue, "inflight": counts}, index=df.index)
+
+
+def _ns_since(times: pd.Series, origin: pd.Timestamp | None) -> np.ndarray:
+    """Timestamps as float nanoseconds since ``origin``, NaN where missing. Relative to
+    the capture's start, so float stays exact to the nanosecond (since the epoch it
+    would round to 256 ns)."""
+    import numpy as np
+
+    values = times.to_numpy(dtype="datetime64[ns]", na_value=np.datetime64("NaT"))
+    missing = np.isnat(values)
+    base = np.datetime64(0, "ns") if origin is None else origin.tz_localize(None).to_datetime64()
+    out = (values - base).astype("int64").astype("float64")
+    out[missing] = np.nan
+    return out
+
+
+QUEUEING_COLUMNS: tuple[str, ...] = (
+    "client_id",
+    "connections",
+    "requests",
+    "pipelined",
+    "mean_inflight",
+    "max_inflight",
+    "queued",
+    "queue_total_ms",
+    "queue_p99_ms",
+    "queue_max_ms",
+)
+
+
+def queueing_per_client(df: pd.DataFrame) -> pd.DataFrame:
+    """Pipelining depth and head-of-line time per client id: requests sent while others
+    were in flight (``pipelined``), mean and max ``inflight``, requests that waited
+    (``queued``: queue_ms > 0) and their total, p99 and max queue_ms. Longest total
+    queueing first."""
+    import pandas as pd
+
+    q = queueing(df)
+    frame = pd.DataFrame(
+        {
+            "client_id": client_labels(df),
+            "connection": df["capture"].astype("object").fillna("").astype(str)
+            + "/"
+            + df["stream"].astype("object").astype(str),
+            "inflight": q["inflight"].astype("Float64").astype("float64"),
+            "queue_ms": q["queue_ms"],
+        }
+    )
+    frame = frame[frame["inflight"].notna()]
+    if frame.empty:
+        return pd.DataFrame(columns=list(QUEUEING_COLUMNS))
+    frame = frame.assign(pipelined=frame["inflight"] > 0, queued=frame["queue_ms"] > 0)
+    grouped = frame.groupby("client_id", sort=True)
+    out = grouped.agg(
+        connections=("connection", "nunique"),
+        requests=("inflight", "size"),
+        pipelined=("pipelined", "sum"),
+        mean_inflight=("inflight", "mean"),
+        max_inflight=("inflight", "max"),
+        queued=("queued", "sum"),
+        queue_total_ms=("queue_ms", "sum"),
+        queue_max_ms=("queue_ms", "max"),
+    )
+    out["queue_p99_ms"] = grouped["queue_ms"].quantile(0.99)
+    for col in ("pipelined", "queued", "max_inflight"):
+        out[col] = out[col].astype("int64")
+    out = out.reset_index().sort_values(
+        ["queue_total_ms", "requests", "client_id"], ascending=[False, False, True]
+    )
+    return out[list(QUEUEING_COLUMNS)].reset_index(drop=True)
 
 
 # ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import itertools
 import json
 import re
 import shutil
@@ -29,7 +30,7 @@ import pytest
 from click.testing import CliRunner
 
 import dissector
-from dissector import report
+from dissector import plots, report
 from dissector.cli import main
 from dissector.frame import records_to_frame
 from dissector.rows import PairRecord
@@ -37,6 +38,7 @@ from dissector.rows import PairRecord
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = REPO / "captures" / "kafka-4-mixed.pcapng"
 EXAMPLE = REPO / "reports" / "kafka-4-mixed.html"
+CHART_IDS = tuple(plots.CHARTS)
 EXAMPLE_COMMAND = (
     "kafka-dissector report captures/kafka-4-mixed.pcapng -o reports/kafka-4-mixed.html"
 )
@@ -147,7 +149,7 @@ def bundled_html(
 def test_report_has_every_section_and_embedded_pngs(bundled_html: tuple[Path, str]) -> None:
     page = parse(bundled_html[1])
     assert page.sections == list(report.SECTION_IDS)
-    assert len(page.images) == 6
+    assert len(page.images) == len(CHART_IDS)
     for img in page.images:
         prefix = "data:image/png;base64,"
         assert img["src"].startswith(prefix)
@@ -343,7 +345,7 @@ def test_note_group_call_rules() -> None:
 # -- robustness -------------------------------------------------------------------
 
 
-def _record(client_id: str, **kw: object) -> PairRecord:
+def _record(client_id: str | None, **kw: object) -> PairRecord:
     base: dict[str, object] = dict(
         capture="x.pcap", stream=0, client_ip="127.0.0.1", client_port=5000,
         broker_ip="127.0.0.1", broker_port=9092, request_time=1_700_000_000_000_000_000,
@@ -361,15 +363,51 @@ def test_hostile_strings_are_escaped() -> None:
     html = report.render(df)
     page = parse(html)
     assert page.external == []
-    assert "<script>" not in html
-    assert evil in " ".join(page.text)
+    # The page's own script (table sorting) is its only one.
+    assert html.count("<script") == 1 and "<script>alert" not in html
+    # Table cells hold <wbr> break hints, which split the text into pieces.
+    assert evil in "".join(page.text)
+
+
+def test_orphans_and_missing_clients_are_named_for_what_they_are() -> None:
+    orphan = _record(
+        None, api_key=None, api_name=None, api_version=None, request_time=None,
+        latency_ms=None, first_byte_ms=None, request_size=None, status="orphan_response",
+    )  # fmt: skip
+    nameless = _record(None, correlation_id=2)
+    df = records_to_frame([orphan, nameless])
+    df.attrs["tls_streams"] = [0]
+    page = parse(report.render(df))
+    label = "orphan response (request not captured)"
+    assert [r["API"] for r in table_rows(page, "per-api")] == ["Metadata", label]
+    clients = {r["client id"] for r in table_rows(page, "per-client")}
+    assert clients == {label, "(none)"}
+    text = " ".join(" ".join(page.text).split())
+    # Stream 0 is a stream's index, not a count of streams.
+    assert "TLS (not decoded) 1 connection (tcp.stream 0)" in text
+
+
+def test_capture_without_kafka_names_itself_and_its_connections() -> None:
+    # captures/README.md: one TLS 1.3 connection on port 9096 (tshark), no Kafka rows.
+    path = REPO / "captures" / "tls-on-kafka-port.pcapng"
+    if not path.is_file():
+        pytest.skip(f"capture missing: {path}")
+    df = report.analyze([path])
+    assert len(df) == 0
+    page = parse(report.render(df))
+    text = " ".join(" ".join(page.text).split())
+    assert "no capture" not in text
+    assert "capture files " + str(path) in text
+    assert "Kafka traffic report: tls-on-kafka-port.pcapng" in text
+    assert "TCP connections 1 (0 with Kafka pairs)" in text
+    assert "TLS (not decoded) 1 connection (tcp.stream 0)" in text
 
 
 def test_empty_and_tiny_inputs_render_every_section() -> None:
     for df in (records_to_frame([]), records_to_frame([_record("only-one")])):
         page = parse(report.render(df))
         assert page.sections == list(report.SECTION_IDS)
-        assert len(page.images) == 6
+        assert len(page.images) == len(CHART_IDS)
 
 
 def test_cli_writes_report_and_rejects_bad_input(tmp_path: Path) -> None:
@@ -401,7 +439,7 @@ def test_example_report_is_generated_by_the_documented_command() -> None:
     html = EXAMPLE.read_text(encoding="utf-8")
     page = parse(html)
     assert page.sections == list(report.SECTION_IDS)
-    assert len(page.images) == 6 and page.external == []
+    assert len(page.images) == len(CHART_IDS) and page.external == []
     # The footer names the command that wrote it; a hand edit would not keep it.
     assert f"<code>{EXAMPLE_COMMAND}</code>" in html
 
@@ -517,7 +555,7 @@ def test_browser_renders_every_section_and_decodes_every_image(
             _call(url, method="DELETE")
     assert [s["id"] for s in dom["sections"]] == list(report.SECTION_IDS)
     assert all(s["height"] > 50 and s["title"] for s in dom["sections"])
-    assert len(dom["images"]) == 6
+    assert len(dom["images"]) == len(CHART_IDS)
     for img in dom["images"]:
         assert img["complete"] and img["natural"] > 300 and img["shown"] > 300
     assert dom["links"] == [f"#{s}" for s in report.SECTION_IDS]
@@ -572,3 +610,75 @@ def test_group_chart_marks_rebalances() -> None:
     fig = plots.group_activity(records_to_frame(recs))
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert {"join", "heartbeat", "rebalance in progress"} <= set(labels)
+
+
+def _tick_texts(fig: object) -> list[str]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()  # type: ignore[arg-type]
+    texts = []
+    for ax in fig.axes:  # type: ignore[attr-defined]
+        for axis in (ax.xaxis, ax.yaxis):
+            ticks = [*axis.get_major_ticks(), *axis.get_minor_ticks()]
+            texts += [t.label1.get_text() for t in ticks if t.label1.get_visible()]
+    return [t for t in texts if t]
+
+
+def test_log_axes_over_narrow_ranges_have_plain_separate_labels() -> None:
+    # Latencies between 27.3 and 27.7 ms, sizes between 27 and 28 bytes: less than a decade.
+    recs = [
+        _record("c", correlation_id=i, latency_ms=27.3 + i * 0.1, request_size=27 + i % 2,
+                response_size=27 + i % 2, response_time=1_700_000_000_000_000_000 + i)
+        for i in range(5)
+    ]  # fmt: skip
+    df = records_to_frame(recs)
+    for draw in (plots.latency_cdf, plots.latency_over_time, plots.size_distributions):
+        fig = draw(df)
+        texts = _tick_texts(fig)
+        assert texts, draw.__name__
+        assert not [t for t in texts if "10^" in t or "times" in t or "×" in t], texts
+        # Labels of one axis never overlap: their boxes are apart.
+        for ax in fig.axes:
+            for axis in (ax.xaxis, ax.yaxis):
+                boxes = sorted(
+                    (t.label1.get_window_extent() for t in axis.get_major_ticks()
+                     if t.label1.get_visible() and t.label1.get_text()),
+                    key=lambda b: (b.x0, b.y0),
+                )  # fmt: skip
+                for a, b in itertools.pairwise(boxes):
+                    assert not a.overlaps(b), (draw.__name__, texts)
+    assert plots.plain_number(27.4) == "27.4" and plots.plain_number(1e5) == "100,000"
+    assert plots.plain_number(0.001) == "0.001"
+
+
+def test_latency_over_time_colours_the_slowest_apis_and_marks_errors() -> None:
+    t0 = 1_700_000_000_000_000_000
+    busy = [_record("c", correlation_id=i, api_name=f"Busy{i % 10}", request_time=t0 + i,
+                    response_time=t0 + i + 1_000_000) for i in range(200)]  # fmt: skip
+    slow = _record("c", correlation_id=999, api_key=29, api_name="DescribeAcls",
+                   latency_ms=2000.0, request_time=t0, response_time=t0 + 2 * 10**9)  # fmt: skip
+    failed = _record("c", correlation_id=1000, status="error", error_code=15,
+                     error_name="COORDINATOR_NOT_AVAILABLE")  # fmt: skip
+    df = records_to_frame([*busy, slow, failed])
+    labels = plots.latency_over_time(df).axes[0].get_legend_handles_labels()[1]
+    # The rarest API is the slowest: it gets a colour of its own, not 'other'.
+    assert "DescribeAcls" in labels
+    assert "error (1)" in labels
+
+
+def test_low_volume_long_capture_rates_are_per_hour_everywhere() -> None:
+    # 6 requests over 5 hours: per second would read 0.00 everywhere.
+    recs = [
+        _record("c", correlation_id=i, request_time=(1_700_000_000 + 3600 * i) * 10**9,
+                response_time=(1_700_000_000 + 3600 * i) * 10**9 + 10**6)
+        for i in range(6)
+    ]  # fmt: skip
+    df = records_to_frame(recs)
+    page = parse(report.render(df))
+    per_api = table_rows(page, "per-api")
+    assert per_api[0]["per h"] == "1.20"  # 6 requests / 5 h
+    text = " ".join(page.text)
+    assert "Requests per hour stacked by API" in text
+    top = plots.traffic_over_time(df).axes[0]
+    assert top.get_ylabel() == "requests per hour"
+    assert "0.00" not in [c for r in per_api for c in r.values()]

@@ -55,11 +55,18 @@ def _event_ns(df: pd.DataFrame) -> list[int]:
     return out
 
 
+def _name(value: object, status: object, missing: str) -> object:
+    """A missing API name or client id: an orphan response's request is not captured."""
+    if not pd.isna(value):
+        return value
+    return "orphan response (request not captured)" if status == "orphan_response" else missing
+
+
 def _api_rows(df: pd.DataFrame, name: str, version: object) -> pd.DataFrame:
     keep = [
-        (n if not pd.isna(n) else stats.UNKNOWN_API_LABEL) == name
+        _name(n, s, stats.UNKNOWN_API_LABEL) == name
         and ((pd.isna(v) and pd.isna(version)) or (not pd.isna(v) and v == version))
-        for n, v in zip(df["api_name"], df["api_version"], strict=True)
+        for n, v, s in zip(df["api_name"], df["api_version"], df["status"], strict=True)
     ]
     return df[keep]
 
@@ -74,8 +81,8 @@ def _floats(values: pd.Series) -> list[float]:
 def test_per_api_counts_match_value_counts(real: pd.DataFrame) -> None:
     table = stats.per_api(real)
     expected = Counter(
-        (name if not pd.isna(name) else stats.UNKNOWN_API_LABEL, None if pd.isna(v) else int(v))
-        for name, v in zip(real["api_name"], real["api_version"], strict=True)
+        (_name(name, s, stats.UNKNOWN_API_LABEL), None if pd.isna(v) else int(v))
+        for name, v, s in zip(real["api_name"], real["api_version"], real["status"], strict=True)
     )
     got = {
         (row.api_name, None if pd.isna(row.api_version) else int(row.api_version)): row.count
@@ -130,7 +137,10 @@ def test_overall_latency_summary_equals_numpy(real: pd.DataFrame) -> None:
 
 def test_per_client_and_broker_partition_all_rows(real: pd.DataFrame) -> None:
     clients = stats.per_client(real)
-    expected = Counter(c if not pd.isna(c) else stats.MISSING_LABEL for c in real["client_id"])
+    expected = Counter(
+        _name(c, s, stats.MISSING_LABEL)
+        for c, s in zip(real["client_id"], real["status"], strict=True)
+    )
     assert dict(zip(clients["client_id"], clients["count"], strict=True)) == dict(expected)
     brokers = stats.per_broker(real)
     expected_brokers = Counter(
@@ -588,7 +598,8 @@ def test_sql_definitions_give_the_same_numbers_in_spark(bundled: pd.DataFrame, s
     table = stats.per_api(bundled)
     assert len(got) == len(table)
     for row in table.itertuples():
-        name = None if row.api_name == stats.UNKNOWN_API_LABEL else row.api_name
+        orphan = row.api_name == stats.ORPHAN_LABEL
+        name = None if row.api_name == stats.UNKNOWN_API_LABEL or orphan else row.api_name
         version = None if pd.isna(row.api_version) else int(row.api_version)
         other = got[(name, version)]
         for col in ("count", "errors", "unanswered", "bytes_in", "bytes_out", "records",
@@ -601,3 +612,239 @@ def test_sql_definitions_give_the_same_numbers_in_spark(bundled: pd.DataFrame, s
             else:
                 assert other[col] == pytest.approx(mine, rel=1e-9, abs=1e-9), (name, col)
     assert (last - first).total_seconds() == pytest.approx(stats.span_seconds(bundled), abs=1e-5)
+
+
+# -- long polls and head-of-line queueing -------------------------------------------
+
+MS = 1_000_000  # ns
+
+
+def _pair(stream: int, sent_ms: float | None, answered_ms: float | None, **kw: Any) -> PairRecord:
+    t0 = 1_700_000_000_000_000_000
+    sent = None if sent_ms is None else t0 + round(sent_ms * MS)
+    answered = None if answered_ms is None else t0 + round(answered_ms * MS)
+    latency = None if sent is None or answered is None else (answered - sent) / MS
+    status = "ok" if sent is not None and answered is not None else "unanswered"
+    if sent is None:
+        status = "orphan_response"
+    base: dict[str, Any] = dict(
+        capture="hand.pcap", stream=stream, client_ip="10.0.0.1", client_port=40000 + stream,
+        broker_ip="10.0.0.2", broker_port=9092, request_time=sent, response_time=answered,
+        latency_ms=latency, first_byte_ms=latency, api_key=3, api_name="Metadata",
+        api_version=12, correlation_id=None, client_id="c", request_size=40,
+        response_size=None if answered is None else 80, status=status,
+    )  # fmt: skip
+    base.update(kw)
+    return PairRecord(**base)
+
+
+def _fetch(latency_ms: float, **kw: Any) -> PairRecord:
+    return _pair(0, 0.0, latency_ms, api_key=1, api_name="Fetch", api_version=16, **kw)
+
+
+def test_fetch_wait_without_max_wait_falls_back_to_empty_answers() -> None:
+    df = records_to_frame(
+        [
+            _fetch(500.0, records=0, record_bytes=0),  # empty: a poll that waited
+            _fetch(2.0, records=None, record_bytes=None),  # empty, no batches at all
+            _fetch(30.0, records=12, record_bytes=900),  # data
+            _fetch(3.0, records=0, status="error", error_code=1, error_name="OFFSET_OUT_OF_RANGE"),
+            _pair(0, 0.0, 700.0),  # not a fetch: never a long poll
+            _pair(0, 0.0, None, api_key=1, api_name="Fetch"),  # unanswered: no class
+            _pair(0, 0.0, 400.0, api_key=78, api_name="ShareFetch", records=0),
+        ]
+    )
+    got = stats.service_latency(df)
+    assert list(got["fetch_wait"].astype("object").fillna("-")) == [
+        "empty_poll", "empty_poll", "data", "early", "-", "-", "empty_poll",
+    ]  # fmt: skip
+    # The wait of an empty poll is unknown without max_wait_ms: left out, not guessed.
+    service = got["service_ms"].tolist()
+    assert math.isnan(service[0]) and math.isnan(service[1]) and math.isnan(service[6])
+    assert service[2:4] == pytest.approx([30.0, 3.0]) and service[4] == pytest.approx(700.0)
+    headline = stats.service_summary(df)
+    assert headline["max_ms"] == pytest.approx(700.0)
+    assert headline["p50_ms"] == pytest.approx(float(np.percentile([30.0, 3.0, 700.0], 50)))
+    polls = stats.long_poll_summary(df)
+    assert polls["polls"] == 3 and polls["max_ms"] == pytest.approx(500.0)
+
+
+def test_fetch_wait_uses_max_wait_when_the_frame_has_it() -> None:
+    df = records_to_frame(
+        [
+            _fetch(503.0, records=0),  # waited out its 500 ms
+            _fetch(451.0, records=0),  # 90.2% of 500: a poll that ended on its timer
+            _fetch(120.0, records=0),  # empty but early: something ended the wait
+            _fetch(510.0, records=4),  # data after waiting: service is the latency
+            _fetch(40.0, records=0),  # max_wait unknown for this one: fallback rule
+            _fetch(8.0, records=0),  # max_wait 0: no wait to subtract
+        ]
+    )
+    df["max_wait_ms"] = pd.array([500, 500, 500, 500, None, 0], dtype="Int64")
+    got = stats.service_latency(df)
+    assert list(got["fetch_wait"]) == ["empty_poll", "empty_poll", "early", "data",
+                                       "empty_poll", "empty_poll"]  # fmt: skip
+    service = got["service_ms"].tolist()
+    assert service[:4] == pytest.approx([3.0, 0.0, 120.0, 510.0])
+    assert math.isnan(service[4]) and math.isnan(service[5])
+    assert stats.long_poll_summary(df)["polls"] == 4
+
+
+def test_queueing_on_hand_built_connections() -> None:
+    df = records_to_frame(
+        [
+            # Connection 0: three pipelined requests, answered in order.
+            _pair(0, 0.0, 5.0),
+            _pair(0, 1.0, 6.0),
+            _pair(0, 2.0, 7.0),
+            _pair(0, 20.0, 21.0),  # sent after everything was answered
+            # Connection 1: a throttled response mutes the connection for 10 ms more.
+            _pair(1, 0.0, 5.0, throttle_ms=10),
+            _pair(1, 6.0, 16.0),
+            # Connection 2: a response to a request sent before the capture began.
+            _pair(2, None, 3.0),
+            _pair(2, 1.0, 4.0),
+            # Connection 3: acks=0 expects nothing; an unanswered request stays in flight.
+            _pair(3, 0.0, None, status="no_response"),
+            _pair(3, 1.0, None),
+            _pair(3, 2.0, 3.0),
+            _pair(3, 10.0, 11.0),
+        ]
+    )
+    # Rows in a shuffled order: the result follows the rows, not their order.
+    shuffled = df.sample(frac=1.0, random_state=7)
+    got = stats.queueing(shuffled).loc[df.index]
+    assert got["queue_ms"].tolist()[:6] == pytest.approx([0.0, 4.0, 4.0, 0.0, 0.0, 9.0])
+    assert math.isnan(got["queue_ms"].iloc[6])
+    assert got["queue_ms"].tolist()[7:] == pytest.approx([2.0, 0.0, 0.0, 0.0, 0.0])
+    assert got["inflight"].tolist() == [0, 1, 2, 0, 0, 0, pd.NA, 1, 0, 0, 1, 1]
+    per_client = stats.queueing_per_client(df).set_index("client_id").loc["c"]
+    assert per_client["connections"] == 4 and per_client["requests"] == 11
+    assert per_client["pipelined"] == 5 and per_client["max_inflight"] == 2
+    assert per_client["queued"] == 4
+    assert per_client["queue_total_ms"] == pytest.approx(4 + 4 + 9 + 2)
+
+
+def _queueing_by_definition(df: pd.DataFrame) -> tuple[list[float], list[object]]:
+    """QUEUEING_RULE, straight from the raw columns: every earlier row of the same
+    connection, compared pairwise (quadratic, fine for a few hundred rows)."""
+    rows = list(df.itertuples(index=False))
+    queue: list[float] = []
+    inflight: list[object] = []
+    for me in rows:
+        if pd.isna(me.request_time):
+            queue.append(math.nan)
+            inflight.append(pd.NA)
+            continue
+        ends, open_ = [], 0
+        for other in rows:
+            if (other.capture, other.stream) != (me.capture, me.stream) or other is me:
+                continue
+            earlier = pd.isna(other.request_time) or (other.request_time, other.correlation_id) < (
+                me.request_time,
+                me.correlation_id,
+            )
+            if not earlier:
+                continue
+            if pd.isna(other.response_time):
+                open_ += other.status != "no_response"
+                continue
+            throttle = 0 if pd.isna(other.throttle_ms) else max(int(other.throttle_ms), 0)
+            ends.append(other.response_time + pd.Timedelta(milliseconds=throttle))
+            open_ += other.response_time > me.request_time
+        wait = max(ends, default=me.request_time) - me.request_time
+        queue.append(max(wait.total_seconds() * 1000, 0.0))
+        inflight.append(open_)
+    return queue, inflight
+
+
+def test_queueing_on_the_bundled_capture_matches_the_definition(bundled: pd.DataFrame) -> None:
+    got = stats.queueing(bundled)
+    queue, inflight = _queueing_by_definition(bundled)
+    assert got["queue_ms"].tolist() == pytest.approx(queue, abs=1e-3, nan_ok=True)
+    assert got["inflight"].tolist() == inflight
+    # The capture has pipelining (librdkafka sends while waiting) and head-of-line waits.
+    assert max(inflight) >= 2 and max(queue) > 100
+    # Without throttling, a request never waits longer than its own latency: responses
+    # on a connection come back in request order.
+    answered = bundled["latency_ms"].notna().to_numpy() & (
+        bundled["throttle_ms"].fillna(0).to_numpy() == 0
+    )
+    lat = bundled["latency_ms"].astype("float64").to_numpy()
+    assert (got["queue_ms"].to_numpy()[answered] <= lat[answered] + 1e-6).all()
+
+
+# -- rates, time series of the report's panels ----------------------------------------
+
+
+def test_rate_unit_follows_the_capture_rate() -> None:
+    def frame(n: int, every_s: float) -> pd.DataFrame:
+        return records_to_frame(
+            [
+                _pair(0, i * every_s * 1000, i * every_s * 1000 + 1, correlation_id=i)
+                for i in range(n)
+            ]
+        )
+
+    assert stats.rate_unit(frame(50, 0.1)) == (1.0, "per s")  # ~10 per second
+    assert stats.rate_unit(frame(10, 30.0)) == (60.0, "per min")  # 2 per minute
+    assert stats.rate_unit(frame(5, 3600.0)) == (3600.0, "per h")  # 1 per hour
+
+
+def test_panel_series_on_hand_built_rows() -> None:
+    rows = [
+        _pair(0, 0.0, 10.0, correlation_id=1),
+        _pair(0, 100.0, 130.0, correlation_id=2, status="error", error_code=15,
+              error_name="COORDINATOR_NOT_AVAILABLE"),
+        _pair(1, 1500.0, 1502.0, correlation_id=1, throttle_ms=250),
+        _pair(1, 2500.0, 2501.0, correlation_id=2, status="error", error_code=15,
+              error_name="COORDINATOR_NOT_AVAILABLE"),
+        _pair(2, 2600.0, 2610.0, correlation_id=1, broker_ip="10.0.0.3", status="malformed"),
+        _pair(2, 2700.0, 3200.0, correlation_id=2, broker_ip="10.0.0.3", api_key=1,
+              api_name="Fetch", api_version=16, records=0),  # an empty long poll
+    ]  # fmt: skip
+    df = records_to_frame(rows)
+    errors = stats.error_timeseries(df, 1)
+    assert errors.attrs["bucket_s"] == 1 and len(errors) == 3
+    assert list(errors.columns) == ["COORDINATOR_NOT_AVAILABLE", "malformed"]
+    assert errors["COORDINATOR_NOT_AVAILABLE"].tolist() == [1, 0, 1]
+    assert errors["malformed"].tolist() == [0, 0, 1]
+    throttle = stats.throttle_timeseries(df, 1)
+    assert throttle["throttled"].tolist() == [0, 1, 0]
+    assert throttle["max_throttle_ms"].tolist() == [0.0, 250.0, 0.0]
+    churn = stats.connection_timeseries(df, 1)
+    assert churn["opened"].tolist() == [1, 1, 1] and churn["closed"].tolist() == [1, 0, 2]
+    assert churn["active"].tolist() == [1, 1, 2]
+    series = stats.latency_timeseries(df, "broker", 1)
+    # The empty poll's wait is not service time: the second broker's last bucket has
+    # only the malformed pair's 10 ms.
+    start = series["time"].min()
+    by_key = {
+        (int((t - start).total_seconds()), k): (n, p50)
+        for t, k, n, p50 in series[["time", "key", "count", "p50_ms"]].itertuples(index=False)
+    }
+    assert by_key[(2, "10.0.0.3:9092")] == (1, pytest.approx(10.0))
+    assert by_key[(0, "10.0.0.2:9092")] == (2, pytest.approx(20.0))
+    matrix = stats.latency_matrix(df, "count")
+    assert matrix.loc["Metadata", "10.0.0.2:9092"] == 4
+    assert matrix.loc["Metadata", "10.0.0.3:9092"] == 1
+    assert "Fetch" not in matrix.index  # only a long poll: no service time
+
+
+def test_captures_far_apart_get_their_own_timeline() -> None:
+    near = records_to_frame(
+        [_pair(0, 0.0, 1.0, capture="a.pcap"), _pair(0, 5000.0, 5001.0, capture="b.pcap")]
+    )
+    assert stats.timeline_capture(near) is None
+    year_ms = 365 * 86_400_000.0
+    far = records_to_frame(
+        [
+            _pair(0, 0.0, 1.0, capture="old.pcap"),
+            _pair(0, year_ms, year_ms + 1, capture="new.pcap"),
+            _pair(0, year_ms + 10, year_ms + 11, capture="new.pcap", correlation_id=2),
+        ]
+    )
+    assert stats.timeline_capture(far) == "new.pcap"
+    table = stats.per_capture(far)
+    assert table["capture"].tolist() == ["old.pcap", "new.pcap"]
+    assert table["rows"].tolist() == [1, 2]
