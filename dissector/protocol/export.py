@@ -250,6 +250,8 @@ def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
         "zero_uuid": _summary._ZERO_UUID,
         "produce": {"api_key": kafka_header.PRODUCE, "acks_field": PRODUCE_ACKS_FIELD},
         "sasl_handshake_key": kafka_header.SASL_HANDSHAKE,
+        # requests whose header is v0 (no client_id), whether or not a spec describes them
+        "header_v0_requests": [[_decode.CONTROLLED_SHUTDOWN, 0]],
         # keys no installed spec describes, still plausible for framing heuristics
         "specless_keys": {
             "api_keys": list(_decode._SPECLESS_KEYS),

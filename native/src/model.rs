@@ -248,6 +248,7 @@ pub struct Model {
     pub acks_field: String,
     pub sasl_handshake_key: i16,
     pub specless_keys: Vec<i16>,
+    pub header_v0_requests: Vec<(i16, i16)>,
     pub specless_max_version: i16,
     pub fallback: Fallback,
     pub extracts: Vec<Extract>,
@@ -268,6 +269,8 @@ struct JModel {
     produce: JProduce,
     sasl_handshake_key: i16,
     specless_keys: JSpecless,
+    #[serde(default)]
+    header_v0_requests: Vec<(i16, i16)>,
     unsupported_version_fallback: JFallback,
     #[serde(default)]
     max_record_errors_listed: Option<usize>,
@@ -529,6 +532,7 @@ impl Model {
             acks_field: j.produce.acks_field,
             sasl_handshake_key: j.sasl_handshake_key,
             specless_keys: j.specless_keys.api_keys,
+            header_v0_requests: j.header_v0_requests,
             specless_max_version: j.specless_keys.max_version,
             fallback: Fallback {
                 api_key: j.unsupported_version_fallback.api_key,
@@ -638,6 +642,10 @@ impl Versions for Model {
     fn request_flexible(&self, api_key: i16, version: i16) -> bool {
         self.layout(api_key, version, Direction::Request)
             .is_some_and(|l| l.flexible)
+    }
+
+    fn request_header_v0(&self, api_key: i16, version: i16) -> bool {
+        self.header_v0_requests.contains(&(api_key, version))
     }
 
     fn request_int_field(
