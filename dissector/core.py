@@ -50,12 +50,21 @@ _MODELS: dict[tuple[str, ...], _Model] = {}
 def _model(decoder: Any) -> _Model:
     """The exported spec model of a decoder, built once per spec set and process."""
     from . import _core
-    from .protocol.export import export_model
+
+    def export_model(decoder: Any) -> str:
+        from .protocol.export import export_model as export
+
+        return export(decoder)
 
     key = tuple(getattr(decoder, "spec_dirs", ()))
     model = _MODELS.get(key)
     if model is None:
-        text = export_model(decoder)
+        if key:
+            text = export_model(decoder)
+        else:  # the installed specs: kept with the start-up cache (0.7 s to build)
+            from .protocol.diskcache import load_or_build
+
+            text = load_or_build("native-model", lambda: export_model(decoder))
         doc = json.loads(text)
         extracts = tuple((e["column"], e["direction"], e["field"]) for e in doc.get("extracts", ()))
         model = _MODELS[key] = _Model(_core.Model(text), extracts)

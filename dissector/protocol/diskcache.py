@@ -35,7 +35,17 @@ FORMAT = 1  # bump when what is stored changes shape
 # The packages whose data the tables are read from.
 _PACKAGES = ("kafka-python", "kio")
 # Our modules that turn that data into the tables.
-_BUILDERS = ("sources.py", "spec.py", "errors.py", "names.py", "diskcache.py")
+_BUILDERS = (
+    "sources.py",
+    "spec.py",
+    "errors.py",
+    "names.py",
+    "diskcache.py",
+    # the native core's copy of the model (export.py reads summary roles and decode rules)
+    "export.py",
+    "summary.py",
+    "decode.py",
+)
 
 
 def cache_dir() -> Path | None:

@@ -50,7 +50,7 @@ struct RunOptions {
     capture_budget: u64,
 }
 
-#[pyclass(unsendable, module = "dissector._core")]
+#[pyclass(module = "dissector._core")]
 pub struct Analyzer {
     model: Arc<SpecModel>,
     opts: RunOptions,
@@ -62,7 +62,9 @@ pub struct Analyzer {
     rows: RowBuilder,
     exchanges: Vec<(String, Exchange)>,
     capture: String,
-    source: Option<Source>,
+    // A reader is Send but not Sync; the Mutex makes the object shareable (Python may
+    // use it from another thread than the one that made it), never contended.
+    source: std::sync::Mutex<Option<Source>>,
     session: Option<Session>,
     topics: TopicNames,
     capture_budget_left: u64,
@@ -108,7 +110,7 @@ impl Analyzer {
             rows: RowBuilder::new(extracts),
             exchanges: Vec::new(),
             capture: String::new(),
-            source: None,
+            source: std::sync::Mutex::new(None),
             session: None,
             topics: TopicNames::default(),
             capture_budget_left: capture_budget,
@@ -140,7 +142,7 @@ impl Analyzer {
     /// the capture ends; returns False once it has ended (and was finished).
     fn run(&mut self, py: Python<'_>, max_rows: usize) -> PyResult<bool> {
         // Taken out while running, so that rows can be built between packets.
-        let (Some(Source::Reader(mut reader)), Some(mut session)) = (self.source.take(), self.session.take())
+        let (Some(Source::Reader(mut reader)), Some(mut session)) = (self.source_mut().take(), self.session.take())
         else {
             return Err(PyRuntimeError::new_err("no capture file is open"));
         };
@@ -163,7 +165,7 @@ impl Analyzer {
                 }
             }
         };
-        self.source = Some(Source::Reader(reader));
+        *self.source_mut() = Some(Source::Reader(reader));
         self.session = Some(session);
         result?;
         if ended {
@@ -174,7 +176,7 @@ impl Analyzer {
 
     /// One link-layer frame of a live source (pcapy's header time and bytes).
     fn feed_link(&mut self, py: Python<'_>, linktype: u32, ts_ns: Ts, data: &[u8]) -> PyResult<()> {
-        let Some(Source::Live { frame }) = self.source.as_mut() else {
+        let Some(Source::Live { frame }) = self.source_mut().as_mut() else {
             return Err(PyRuntimeError::new_err("no live source is open"));
         };
         *frame += 1;
@@ -280,8 +282,8 @@ impl Analyzer {
         self.waiting()
     }
 
-    fn bytes_read(&self) -> u64 {
-        match self.source.as_ref() {
+    fn bytes_read(&mut self) -> u64 {
+        match self.source_mut().as_ref() {
             Some(Source::Reader(r)) => r.bytes_read(),
             _ => self.counters.get("bytes_read"),
         }
@@ -289,10 +291,14 @@ impl Analyzer {
 }
 
 impl Analyzer {
+    fn source_mut(&mut self) -> &mut Option<Source> {
+        self.source.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn start(&mut self, name: String, source: Source) {
         self.end_capture();
         self.capture = name;
-        self.source = Some(source);
+        *self.source_mut() = Some(source);
         self.session = Some(Session::new(self.opts.session.clone(), self.model.clone()));
         // Captures are independent: topic ids and budgets start afresh.
         self.topics = TopicNames::default();
@@ -303,7 +309,7 @@ impl Analyzer {
         if let Some(session) = self.session.take() {
             self.tls.extend(session.tls_streams().iter().map(|s| (self.capture.clone(), *s)));
         }
-        self.source = None;
+        *self.source_mut() = None;
     }
 
     fn waiting(&self) -> usize {
