@@ -75,7 +75,8 @@ pub struct TcpConfig {
     pub max_buffered_segments: usize,
     /// Buffered segments across all connections.
     pub max_total_buffered_segments: usize,
-    /// A SYN with a new ISN this soon after the connection's last packet is suspect.
+    /// A SYN with a new ISN this soon after the connection's last packet is suspect
+    /// (0: never, every such SYN starts a new connection as in the Python stage).
     pub suspect_syn_window_ns: i64,
 }
 
@@ -1198,7 +1199,8 @@ impl Reassembler {
         if !bare_syn || base.is_none() || Some(pkt.seq) == base {
             return Some((slot, side));
         }
-        let quiet = now.saturating_sub(conn.last_ts) >= self.cfg.suspect_syn_window_ns;
+        let window = self.cfg.suspect_syn_window_ns;
+        let quiet = window <= 0 || now.saturating_sub(conn.last_ts) >= window;
         if conn.closing_since.is_some() || quiet {
             counters.inc("tcp_port_reuse");
             let reason = if conn.rst {
