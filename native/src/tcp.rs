@@ -749,7 +749,7 @@ struct PendingSyn {
 struct Conn {
     stream: u32,
     dirs: [Dir; 2], // [0] is the direction of the packet that opened it
-    last_ts: Ts,    // capture time of the latest packet, for the idle timeout
+    last_ts: Ts,    // the idle clock at its latest packet
     rst: bool,
     rst_from: usize,
     rst_seq: i64,
@@ -946,6 +946,7 @@ pub struct Reassembler {
     buf: BufIndex,
     next_stream: u32,
     fed: u64,
+    clock: Ts,
     last_stream: Option<u32>,
 }
 
@@ -967,6 +968,7 @@ impl Reassembler {
             buf: BufIndex::default(),
             next_stream: 0,
             fed: 0,
+            clock: 0,
             last_stream: None,
         }
     }
@@ -995,7 +997,8 @@ impl Reassembler {
         if !self.closing.is_empty() && self.fed % SWEEP_EVERY == 0 {
             self.sweep(now, counters, out);
         }
-        self.expire_idle(now, counters, out);
+        self.advance_clock(now);
+        self.expire_idle(counters, out);
         let key = pkt_key(pkt);
         let (conn_key, from_lo) = key.conn();
         let mut loc = self
@@ -1027,7 +1030,7 @@ impl Reassembler {
                 None => return,
             },
         };
-        self.touch(slot, now);
+        self.touch(slot);
         let closing = {
             let Reassembler {
                 cfg, conns, buf, ..
@@ -1178,7 +1181,6 @@ impl Reassembler {
         counters: &mut Counters,
         out: &mut Vec<Event>,
     ) -> Option<(usize, usize)> {
-        let now = pkt.ts_ns;
         let flags = pkt.flags;
         let bare_syn = flags & SYN != 0 && flags & ACK == 0;
         let conn = self.conn(slot)?;
@@ -1200,7 +1202,7 @@ impl Reassembler {
             return Some((slot, side));
         }
         let window = self.cfg.suspect_syn_window_ns;
-        let quiet = window <= 0 || now.saturating_sub(conn.last_ts) >= window;
+        let quiet = window <= 0 || self.clock.saturating_sub(conn.last_ts) >= window;
         if conn.closing_since.is_some() || quiet {
             counters.inc("tcp_port_reuse");
             let reason = if conn.rst {
@@ -1233,7 +1235,7 @@ impl Reassembler {
             missing: pkt.missing,
         }));
         self.last_stream = Some(stream);
-        self.touch(slot, pkt.ts_ns);
+        self.touch(slot);
     }
 
     /// The traffic after a pending SYN answered its new ISN: the 4-tuple was reused.
@@ -1275,7 +1277,7 @@ impl Reassembler {
             missing: p.missing,
         };
         self.open_event((fresh, 0), &syn, out);
-        self.touch(fresh, p.ts);
+        self.touch(fresh);
         let Reassembler {
             cfg, conns, buf, ..
         } = self;
@@ -1355,12 +1357,12 @@ impl Reassembler {
 
     /// Close the least recently active connections while they have been silent too
     /// long: each check either closes one or stops, so this is O(1) amortised.
-    fn expire_idle(&mut self, now: Ts, counters: &mut Counters, out: &mut Vec<Event>) {
-        let Some(idle) = self.cfg.idle_timeout_ns.or(self.cfg.file_idle_timeout_ns) else {
+    fn expire_idle(&mut self, counters: &mut Counters, out: &mut Vec<Event>) {
+        let Some(idle) = self.idle_timeout() else {
             return;
         };
         while let Some(conn) = self.conn(self.lru_tail) {
-            if now.saturating_sub(conn.last_ts) <= idle {
+            if self.clock.saturating_sub(conn.last_ts) <= idle {
                 break;
             }
             counters.inc("tcp_idle_close");
@@ -1484,9 +1486,29 @@ impl Reassembler {
 
     // ------------------------------------------------------------ recency list
 
-    fn touch(&mut self, slot: usize, now: Ts) {
+    /// Capture time for idleness: it never runs backwards, and one packet moves it
+    /// forward by at most half the idle timeout, so a single bogus time stamp far in the
+    /// future cannot expire every connection.
+    fn advance_clock(&mut self, now: Ts) {
+        if self.fed == 1 {
+            self.clock = now;
+        } else if now > self.clock {
+            let step = self
+                .idle_timeout()
+                .map_or(i64::MAX, |idle| (idle / 2).max(1));
+            self.clock = now.min(self.clock.saturating_add(step));
+        }
+    }
+
+    fn idle_timeout(&self) -> Option<i64> {
+        self.cfg.idle_timeout_ns.or(self.cfg.file_idle_timeout_ns)
+    }
+
+    /// The connection in `slot` just had a packet.
+    fn touch(&mut self, slot: usize) {
+        let clock = self.clock;
         if let Some(conn) = self.conn_mut(slot) {
-            conn.last_ts = now;
+            conn.last_ts = clock;
         }
         if self.lru_head != slot {
             self.lru_unlink(slot);

@@ -518,3 +518,19 @@ fn close_grace_measured_backwards_never_closes_early() {
     assert_eq!(closes(&run.events), vec![(0, CloseReason::Fin)]);
     assert_eq!(run.counters.get("tcp_gap_bytes"), 0);
 }
+
+#[test]
+fn one_bogus_future_timestamp_does_not_expire_live_connections() {
+    let mut c = Conn::new(40000, 1000, 5000);
+    let mut pkts = c.handshake();
+    pkts.push(c.pkt(true, PSH | ACK, 0, b"abc"));
+    let mut stray = Conn::new(40001, 1, 2);
+    let mut bogus = stray.pkt(true, SYN, 0, b"");
+    bogus.ts_ns = i64::MAX / 2; // a corrupt record, centuries ahead
+    pkts.push(bogus);
+    pkts.push(c.pkt(true, PSH | ACK, 3, b"def"));
+    let run = run(&pkts);
+    assert_eq!(data_of(&run.events, c.a), b"abcdef");
+    assert_eq!(run.counters.get("tcp_idle_close"), 0);
+    assert_eq!(run.counters.get("tcp_after_close"), 0);
+}
