@@ -994,7 +994,7 @@ impl Reassembler {
     pub fn feed(&mut self, pkt: &Packet<'_>, counters: &mut Counters, out: &mut Vec<Event>) {
         self.fed += 1;
         let now = pkt.ts_ns;
-        if !self.closing.is_empty() && self.fed % SWEEP_EVERY == 0 {
+        if !self.closing.is_empty() && self.fed.is_multiple_of(SWEEP_EVERY) {
             self.sweep(now, counters, out);
         }
         self.advance_clock(now);

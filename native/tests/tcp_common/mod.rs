@@ -143,7 +143,7 @@ pub fn run(pkts: &[Pkt]) -> Run {
     run_with(TcpConfig::default(), pkts)
 }
 
-pub fn chunks<'a>(events: &'a [Event], src: Endpoint) -> Vec<&'a Chunk> {
+pub fn chunks(events: &[Event], src: Endpoint) -> Vec<&Chunk> {
     events
         .iter()
         .filter_map(|e| match e {
