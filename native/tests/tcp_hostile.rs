@@ -455,7 +455,11 @@ fn backwards_and_extreme_timestamps_break_nothing() {
             };
             let side = rng.next() % 6;
             let (a, b) = ((ip(1), 1000 + (side / 2) as u16), (ip(2), 9092));
-            let (src, dst) = if side.is_multiple_of(2) { (a, b) } else { (b, a) };
+            let (src, dst) = if side.is_multiple_of(2) {
+                (a, b)
+            } else {
+                (b, a)
+            };
             let len = (rng.next() % 40) as usize;
             let payload: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
             sent += len;
