@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dissector.accounting import Counters
-from dissector.capture import SYN, Packet, read_packets
+from dissector.capture import ACK, FIN, PSH, RST, SYN, Packet, read_packets
 from dissector.tcp import Chunk, Event, Reassembler, StreamClose, StreamOpen
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,6 +204,56 @@ def test_capture_with_native_defaults_gives_the_same_events(name: str, tmp_path:
     for stream, reason in ((e[1], e[2]) for e in expected if e[0] == "close"):
         assert closes[stream] == reason or (closes[stream], reason) == ("idle", "end_of_capture")
     assert not {"tcp_suspect_syn", "tcp_suspect_rst", "tcp_connection_limit"} & set(counters)
+
+
+def _connection(
+    frame: int, isn_c: int, isn_s: int, request: bytes, t: int, close: str
+) -> list[Packet]:
+    """Handshake, one request and response, then FIN, RST or nothing (times in ns)."""
+    c, s = isn_c, isn_s
+    cli, srv = ("10.0.0.1", 40000), ("10.0.0.2", 9092)
+
+    def pkt(src: tuple[str, int], flags: int, seq: int, ack: int, data: bytes = b"") -> Packet:
+        dst = srv if src == cli else cli
+        n = frame + len(out)
+        return Packet(n, t + n * 1000, src[0], dst[0], src[1], dst[1], seq, ack, flags, data)
+
+    out: list[Packet] = []
+    out.append(pkt(cli, SYN, c, 0))
+    out.append(pkt(srv, SYN | ACK, s, c + 1))
+    out.append(pkt(cli, ACK, c + 1, s + 1))
+    out.append(pkt(cli, PSH | ACK, c + 1, s + 1, request))
+    out.append(pkt(srv, PSH | ACK, s + 1, c + 1 + len(request), b"resp"))
+    c_end, s_end = c + 1 + len(request), s + 5
+    if close == "fin":
+        out.append(pkt(cli, FIN | ACK, c_end, s_end))
+        out.append(pkt(srv, FIN | ACK, s_end, c_end + 1))
+        out.append(pkt(cli, ACK, c_end + 1, s_end + 1))
+    elif close == "rst":
+        out.append(pkt(cli, RST, c_end, 0))
+    return out
+
+
+def test_port_reuse_with_native_defaults_gives_the_same_events(tmp_path: Path) -> None:
+    """Reused 4-tuples after FIN, after RST and while open (after a quiet second) are
+    new connections with Python's (tshark's) stream indexes: the suspect-SYN check
+    does not touch them."""
+    packets: list[Packet] = []
+    plan = [
+        (1000, 5000, "fin"),
+        (900_000, 7000, "rst"),
+        (3_000_000, 9000, "none"),
+        (4_000_000_000, 11000, "fin"),
+    ]
+    for i, (isn_c, isn_s, close) in enumerate(plan):
+        t = (i + 1) * 1_000_000_000
+        packets += _connection(len(packets) + 1, isn_c, isn_s, f"req-{i}".encode(), t, close)
+    expected = run_python(packets)
+    events, streams, counters = run_native(packets, tmp_path)
+    assert (events, streams) == expected[:2]
+    assert max(streams) == 3
+    assert counters["tcp_port_reuse"] == 3
+    assert "tcp_suspect_syn" not in counters
 
 
 # ---------------------------------------------------------------------------
