@@ -13,15 +13,18 @@
 //!   capped in number per direction and overall (a one-byte segment costs far more
 //!   than one byte), connections silent for `file_idle_timeout_ns` of capture time
 //!   close as `idle` (`tcp_idle_close`) and at most `max_connections` stay open (the
-//!   least recently active one closes as `idle`, `tcp_connection_limit`).
+//!   least recently active one closes as `idle`, `tcp_connection_limit`). Idleness is
+//!   measured on a clock that never runs backwards and moves at most half the timeout
+//!   per packet, so one bogus time stamp cannot expire every connection.
 //! * A SYN with a new ISN on a connection active within `suspect_syn_window_ns` is not
 //!   taken at its word: the next packet decides. If it answers the new ISN (SYN-ACK,
 //!   acknowledgements, data in the new sequence space) the 4-tuple was reused; if it
 //!   continues the old sequence space the SYN was spoofed or stale and the connection
 //!   goes on (`tcp_suspect_syn`).
 //! * An RST is refuted when its sender carries on with new bytes past the RST, or the
-//!   peer still sends new bytes after `rst_grace_ns`: a real reset leaves no one to
-//!   send them (`tcp_suspect_rst`). Payload seen while a connection stands reset is
+//!   peer still sends new bytes after `rst_grace_ns` (bytes continuing the stream, not
+//!   stray ones far ahead): a real reset leaves no one to send them
+//!   (`tcp_suspect_rst`). Payload seen while a connection stands reset is
 //!   counted in `tcp_data_after_rst`.
 
 use std::cmp::Reverse;
@@ -41,6 +44,9 @@ const MAX_AHEAD: i64 = 1 << 30;
 /// An RST is believed if its sequence number is this close to the expected one; a
 /// receiver ignores RSTs far outside its window, so must we.
 const RST_WINDOW: i64 = 1 << 24;
+/// Bytes after an RST refute it only if they start at most this far past the next
+/// expected byte.
+const REFUTE_AHEAD: i64 = 1 << 20;
 /// Closing connections are checked for their grace every this many packets.
 const SWEEP_EVERY: u64 = 1024;
 const NIL: usize = usize::MAX;
@@ -890,7 +896,10 @@ impl Conn {
         let late = pkt.ts_ns.saturating_sub(self.rst_ts) > cfg.rst_grace_ns;
         let Some(nxt) = d.next else { return late };
         let start = unwrap(seq, nxt);
-        let new_bytes = start.saturating_add(len64(pkt.payload.len())) > nxt;
+        // New bytes that continue the stream (allowing for a few lost segments): a
+        // stray segment of some other connection lands anywhere in sequence space.
+        let new_bytes = start.saturating_add(len64(pkt.payload.len())) > nxt
+            && start.saturating_sub(nxt) <= REFUTE_AHEAD;
         if side == self.rst_from {
             new_bytes && start >= self.rst_seq
         } else {
