@@ -165,7 +165,6 @@ fn run() -> Result<(), String> {
         .iter()
         .map(|(k, v)| (k.to_owned(), json!(v)))
         .collect();
-    drop(write);
     writeln!(w, "{}", json!({"streams": streams})).map_err(|e| e.to_string())?;
     writeln!(w, "{}", json!({"counters": counts})).map_err(|e| e.to_string())?;
     w.flush().map_err(|e| e.to_string())

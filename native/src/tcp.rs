@@ -13,19 +13,24 @@
 //!   capped in number per direction and overall (a one-byte segment costs far more
 //!   than one byte), connections silent for `file_idle_timeout_ns` of capture time
 //!   close as `idle` (`tcp_idle_close`) and at most `max_connections` stay open (the
-//!   least recently active one closes as `idle`, `tcp_connection_limit`).
+//!   least recently active one closes as `idle`, `tcp_connection_limit`). Idleness is
+//!   measured on a clock that never runs backwards and moves at most half the timeout
+//!   per packet, so one bogus time stamp cannot expire every connection.
 //! * A SYN with a new ISN on a connection active within `suspect_syn_window_ns` is not
 //!   taken at its word: the next packet decides. If it answers the new ISN (SYN-ACK,
 //!   acknowledgements, data in the new sequence space) the 4-tuple was reused; if it
 //!   continues the old sequence space the SYN was spoofed or stale and the connection
 //!   goes on (`tcp_suspect_syn`).
 //! * An RST is refuted when its sender carries on with new bytes past the RST, or the
-//!   peer still sends new bytes after `rst_grace_ns`: a real reset leaves no one to
-//!   send them (`tcp_suspect_rst`). Payload seen while a connection stands reset is
+//!   peer still sends new bytes after `rst_grace_ns` (bytes continuing the stream, not
+//!   stray ones far ahead): a real reset leaves no one to send them
+//!   (`tcp_suspect_rst`). Payload seen while a connection stands reset is
 //!   counted in `tcp_data_after_rst`.
 
 use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
 use crate::types::{
@@ -39,6 +44,9 @@ const MAX_AHEAD: i64 = 1 << 30;
 /// An RST is believed if its sequence number is this close to the expected one; a
 /// receiver ignores RSTs far outside its window, so must we.
 const RST_WINDOW: i64 = 1 << 24;
+/// Bytes after an RST refute it only if they start at most this far past the next
+/// expected byte.
+const REFUTE_AHEAD: i64 = 1 << 20;
 /// Closing connections are checked for their grace every this many packets.
 const SWEEP_EVERY: u64 = 1024;
 const NIL: usize = usize::MAX;
@@ -73,7 +81,8 @@ pub struct TcpConfig {
     pub max_buffered_segments: usize,
     /// Buffered segments across all connections.
     pub max_total_buffered_segments: usize,
-    /// A SYN with a new ISN this soon after the connection's last packet is suspect.
+    /// A SYN with a new ISN this soon after the connection's last packet is suspect
+    /// (0: never, every such SYN starts a new connection as in the Python stage).
     pub suspect_syn_window_ns: i64,
 }
 
@@ -97,10 +106,58 @@ impl Default for TcpConfig {
     }
 }
 
-type DirKey = (IpAddr, u16, IpAddr, u16);
+/// (src, sport, dst, dport) of one direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DirKey(IpAddr, u16, IpAddr, u16);
+
+impl DirKey {
+    /// The connection's key, and whether this direction goes from its `lo` endpoint.
+    fn conn(&self) -> (ConnKey, bool) {
+        let (src, dst) = ((self.0, self.1), (self.2, self.3));
+        if src <= dst {
+            (ConnKey { lo: src, hi: dst }, true)
+        } else {
+            (ConnKey { lo: dst, hi: src }, false)
+        }
+    }
+}
+
+/// A connection's 4-tuple with its endpoints in a fixed order, so that both directions
+/// find it with one lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ConnKey {
+    lo: Endpoint,
+    hi: Endpoint,
+}
+
+impl Hash for ConnKey {
+    /// One write of the packed key: SipHash (which keeps hostile 4-tuples from
+    /// colliding) costs per call, and this runs for every packet.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let mut buf = [0u8; 38];
+        let mut n = 0;
+        for (addr, port) in [self.lo, self.hi] {
+            let (tag, len) = match addr {
+                IpAddr::V4(a) => {
+                    buf[n + 1..n + 5].copy_from_slice(&a.octets());
+                    (4, 4)
+                }
+                IpAddr::V6(a) => {
+                    buf[n + 1..n + 17].copy_from_slice(&a.octets());
+                    (6, 16)
+                }
+            };
+            buf[n] = tag;
+            n += 1 + len;
+            buf[n..n + 2].copy_from_slice(&port.to_le_bytes());
+            n += 2;
+        }
+        state.write(&buf[..n]);
+    }
+}
 
 fn reversed(k: &DirKey) -> DirKey {
-    (k.2, k.3, k.0, k.1)
+    DirKey(k.2, k.3, k.0, k.1)
 }
 
 /// Signed distance from `b` to `a` in 32-bit sequence space, in [-2^31, 2^31).
@@ -414,32 +471,29 @@ impl Dir {
                 cur = hi;
             }
         }
-        // (from, to, missing after) ranges of `data` not buffered yet.
-        let mut pieces: Vec<(i64, i64, u64)> = Vec::new();
+        // Ranges of `data` between buffered segments (overlaps only), then its tail.
+        let mut holes: Vec<(i64, i64)> = Vec::new();
         for (&nseq, seg) in self.segs.range(start..end) {
             if cur >= end {
                 break;
             }
             if nseq > cur {
-                pieces.push((cur, nseq, 0));
+                holes.push((cur, nseq));
             }
             let nend = nseq.saturating_add(seg.len());
             conflicts += u64::from(differs(seg, nseq, nseq, nend.min(end)));
             cur = cur.max(nend);
         }
-        if cur < end {
-            pieces.push((cur, end, missing));
-        } else if missing > 0 && cur == end {
-            pieces.push((end, end, missing));
-        }
+        let tail = (cur < end || (missing > 0 && cur == end)).then_some((cur, end));
         if conflicts > 0 {
             ctx.counters.add("tcp_overlap_conflict", conflicts);
         }
-        if pieces.is_empty() {
+        if holes.is_empty() && tail.is_none() {
             ctx.counters.inc("tcp_retransmission");
             return;
         }
-        for (lo, hi, piece_missing) in pieces {
+        let pieces = holes.into_iter().map(|(lo, hi)| (lo, hi, 0));
+        for (lo, hi, piece_missing) in pieces.chain(tail.map(|(lo, hi)| (lo, hi, missing))) {
             let (Some(a), Some(b)) = (offset(lo, start), offset(hi, start)) else {
                 continue;
             };
@@ -447,42 +501,54 @@ impl Dir {
                 continue;
             };
             self.buffered = self.buffered.saturating_add(bytes.len() as u64);
-            let seg = Seg {
-                data: VecDeque::from(bytes.to_vec()),
-                missing: piece_missing,
-                ts,
-                frame,
-            };
-            self.insert_seg(lo, seg);
+            self.insert_seg(lo, bytes, piece_missing, ts, frame);
         }
         ctx.buf.update(self, old_bytes, old_segs);
     }
 
-    fn insert_seg(&mut self, key: i64, mut seg: Seg) {
+    /// Buffer `bytes` at `key` (a position no buffered byte covers), coalesced with the
+    /// segments it touches.
+    fn insert_seg(&mut self, key: i64, bytes: &[u8], missing: u64, ts: Ts, frame: u64) {
+        let new = |bytes: &[u8], missing| Seg {
+            data: VecDeque::from(bytes.to_vec()),
+            missing,
+            ts,
+            frame,
+        };
         if let Some(existing) = self.segs.get_mut(&key) {
             // Only a bytes-less segment (bytes missing after its position) can share a
             // position. Drained in Python's order, the older one's missing bytes count
             // from this position; a newer bytes-less one adds nothing.
-            if seg.data.is_empty() || !existing.data.is_empty() {
+            if bytes.is_empty() || !existing.data.is_empty() {
                 return;
             }
-            seg.missing = existing.missing.saturating_sub(seg.data.len() as u64);
-            *existing = seg;
-        } else {
-            self.segs.insert(key, seg);
+            *existing = new(bytes, existing.missing.saturating_sub(bytes.len() as u64));
+            self.join_next(key);
+            return;
         }
-        let mut key = key;
-        if let Some((&pkey, prev)) = self.segs.range(..key).next_back() {
-            if Self::joins(prev, pkey, key)
-                && self.segs.get(&key).is_some_and(|s| !s.data.is_empty())
-            {
-                if let (Some(cur), Some(prev)) = (self.segs.remove(&key), self.segs.get_mut(&pkey))
-                {
-                    prev.absorb(cur);
+        let end = key.saturating_add(len64(bytes.len()));
+        if !bytes.is_empty() {
+            if let Some((&pkey, prev)) = self.segs.range_mut(..key).next_back() {
+                if Self::joins(prev, pkey, key) {
+                    prev.absorb(new(bytes, missing));
+                    self.join_next(pkey);
+                    return;
                 }
-                key = pkey;
+            }
+            if missing == 0 && self.segs.get(&end).is_some_and(|s| !s.data.is_empty()) {
+                if let Some(next) = self.segs.remove(&end) {
+                    let mut seg = new(bytes, 0);
+                    seg.absorb(next);
+                    self.segs.insert(key, seg);
+                    return;
+                }
             }
         }
+        self.segs.insert(key, new(bytes, missing));
+    }
+
+    /// Coalesce the segment at `key` with the one starting where it ends.
+    fn join_next(&mut self, key: i64) {
         let Some(cur) = self.segs.get(&key) else {
             return;
         };
@@ -689,14 +755,14 @@ struct PendingSyn {
 struct Conn {
     stream: u32,
     dirs: [Dir; 2], // [0] is the direction of the packet that opened it
-    last_ts: Ts,    // capture time of the latest packet, for the idle timeout
+    last_ts: Ts,    // the idle clock at its latest packet
     rst: bool,
     rst_from: usize,
     rst_seq: i64,
     rst_ts: Ts,
     closing_since: Option<Ts>,
     closing_ticket: u64,
-    pending_syn: Option<PendingSyn>,
+    pending_syn: Option<Box<PendingSyn>>,
     lru_prev: usize, // towards the most recently active
     lru_next: usize,
 }
@@ -830,7 +896,10 @@ impl Conn {
         let late = pkt.ts_ns.saturating_sub(self.rst_ts) > cfg.rst_grace_ns;
         let Some(nxt) = d.next else { return late };
         let start = unwrap(seq, nxt);
-        let new_bytes = start.saturating_add(len64(pkt.payload.len())) > nxt;
+        // New bytes that continue the stream (allowing for a few lost segments): a
+        // stray segment of some other connection lands anywhere in sequence space.
+        let new_bytes = start.saturating_add(len64(pkt.payload.len())) > nxt
+            && start.saturating_sub(nxt) <= REFUTE_AHEAD;
         if side == self.rst_from {
             new_bytes && start >= self.rst_seq
         } else {
@@ -861,7 +930,7 @@ impl Conn {
 #[derive(Debug, Clone, Copy)]
 struct ClosedEntry {
     stream: u32,
-    base: Option<u32>,
+    base: [Option<u32>; 2], // first seq of the direction from `lo`, then from `hi`
     generation: u64,
 }
 
@@ -871,11 +940,12 @@ pub struct Reassembler {
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     open: usize,
-    dirs: HashMap<DirKey, (usize, usize)>,
+    // Open connections: slot, and whether its side 0 goes from the key's `lo` endpoint.
+    dirs: HashMap<ConnKey, (usize, bool)>,
     // 4-tuple -> stream and first seq of that direction, of closed connections; the
     // queue gives the eviction order (oldest close first), stale entries skipped.
-    closed: HashMap<DirKey, ClosedEntry>,
-    closed_order: VecDeque<(DirKey, u64)>,
+    closed: HashMap<ConnKey, ClosedEntry>,
+    closed_order: VecDeque<(ConnKey, u64)>,
     closed_generation: u64,
     // Connections waiting for their close grace, in the order they started waiting.
     closing: BTreeMap<u64, usize>,
@@ -885,6 +955,7 @@ pub struct Reassembler {
     buf: BufIndex,
     next_stream: u32,
     fed: u64,
+    clock: Ts,
     last_stream: Option<u32>,
 }
 
@@ -906,6 +977,7 @@ impl Reassembler {
             buf: BufIndex::default(),
             next_stream: 0,
             fed: 0,
+            clock: 0,
             last_stream: None,
         }
     }
@@ -931,12 +1003,17 @@ impl Reassembler {
     pub fn feed(&mut self, pkt: &Packet<'_>, counters: &mut Counters, out: &mut Vec<Event>) {
         self.fed += 1;
         let now = pkt.ts_ns;
-        if !self.closing.is_empty() && self.fed % SWEEP_EVERY == 0 {
+        if !self.closing.is_empty() && self.fed.is_multiple_of(SWEEP_EVERY) {
             self.sweep(now, counters, out);
         }
-        self.expire_idle(now, counters, out);
-        let key = (pkt.src, pkt.sport, pkt.dst, pkt.dport);
-        let mut loc = self.dirs.get(&key).copied();
+        self.advance_clock(now);
+        self.expire_idle(counters, out);
+        let key = pkt_key(pkt);
+        let (conn_key, from_lo) = key.conn();
+        let mut loc = self
+            .dirs
+            .get(&conn_key)
+            .map(|&(slot, lo0)| (slot, usize::from(from_lo != lo0)));
         if let Some((slot, side)) = loc {
             self.check_rst(slot, side, pkt, counters);
             let due = self
@@ -950,7 +1027,7 @@ impl Reassembler {
             }
         }
         let (slot, side) = match loc {
-            None => match self.lookup_closed(key, pkt, counters, out) {
+            None => match self.lookup_closed(key, conn_key, from_lo, pkt, counters, out) {
                 Some(found) => {
                     self.open_event(found, pkt, out);
                     found
@@ -962,7 +1039,7 @@ impl Reassembler {
                 None => return,
             },
         };
-        self.touch(slot, now);
+        self.touch(slot);
         let closing = {
             let Reassembler {
                 cfg, conns, buf, ..
@@ -1054,8 +1131,8 @@ impl Reassembler {
             self.conns[slot] = Some(conn);
         }
         self.open += 1;
-        self.dirs.insert(key, (slot, 0));
-        self.dirs.insert(reversed(&key), (slot, 1));
+        let (conn_key, from_lo) = key.conn();
+        self.dirs.insert(conn_key, (slot, from_lo));
         self.lru_push_front(slot);
         slot
     }
@@ -1064,13 +1141,15 @@ impl Reassembler {
     fn lookup_closed(
         &mut self,
         key: DirKey,
+        conn_key: ConnKey,
+        from_lo: bool,
         pkt: &Packet<'_>,
         counters: &mut Counters,
         out: &mut Vec<Event>,
     ) -> Option<(usize, usize)> {
-        if let Some(closed) = self.closed.get(&key) {
-            let new_syn =
-                pkt.flags & SYN != 0 && pkt.flags & ACK == 0 && Some(pkt.seq) != closed.base;
+        if let Some(closed) = self.closed.get(&conn_key) {
+            let base = closed.base[usize::from(!from_lo)];
+            let new_syn = pkt.flags & SYN != 0 && pkt.flags & ACK == 0 && Some(pkt.seq) != base;
             if !new_syn {
                 self.last_stream = Some(closed.stream);
                 if !pkt.payload.is_empty() {
@@ -1080,8 +1159,7 @@ impl Reassembler {
                 return None;
             }
             counters.inc("tcp_port_reuse");
-            self.closed.remove(&key);
-            self.closed.remove(&reversed(&key));
+            self.closed.remove(&conn_key);
         }
         Some((self.new_conn(key, counters, out), 0))
     }
@@ -1112,7 +1190,6 @@ impl Reassembler {
         counters: &mut Counters,
         out: &mut Vec<Event>,
     ) -> Option<(usize, usize)> {
-        let now = pkt.ts_ns;
         let flags = pkt.flags;
         let bare_syn = flags & SYN != 0 && flags & ACK == 0;
         let conn = self.conn(slot)?;
@@ -1133,7 +1210,8 @@ impl Reassembler {
         if !bare_syn || base.is_none() || Some(pkt.seq) == base {
             return Some((slot, side));
         }
-        let quiet = now.saturating_sub(conn.last_ts) >= self.cfg.suspect_syn_window_ns;
+        let window = self.cfg.suspect_syn_window_ns;
+        let quiet = window <= 0 || self.clock.saturating_sub(conn.last_ts) >= window;
         if conn.closing_since.is_some() || quiet {
             counters.inc("tcp_port_reuse");
             let reason = if conn.rst {
@@ -1155,7 +1233,7 @@ impl Reassembler {
             return;
         };
         let stream = conn.stream;
-        conn.pending_syn = Some(PendingSyn {
+        conn.pending_syn = Some(Box::new(PendingSyn {
             side,
             isn: pkt.seq,
             ack: pkt.ack,
@@ -1164,9 +1242,9 @@ impl Reassembler {
             frame: pkt.frame,
             payload: pkt.payload.to_vec(),
             missing: pkt.missing,
-        });
+        }));
         self.last_stream = Some(stream);
-        self.touch(slot, pkt.ts_ns);
+        self.touch(slot);
     }
 
     /// The traffic after a pending SYN answered its new ISN: the 4-tuple was reused.
@@ -1208,7 +1286,7 @@ impl Reassembler {
             missing: p.missing,
         };
         self.open_event((fresh, 0), &syn, out);
-        self.touch(fresh, p.ts);
+        self.touch(fresh);
         let Reassembler {
             cfg, conns, buf, ..
         } = self;
@@ -1288,12 +1366,12 @@ impl Reassembler {
 
     /// Close the least recently active connections while they have been silent too
     /// long: each check either closes one or stops, so this is O(1) amortised.
-    fn expire_idle(&mut self, now: Ts, counters: &mut Counters, out: &mut Vec<Event>) {
-        let Some(idle) = self.cfg.idle_timeout_ns.or(self.cfg.file_idle_timeout_ns) else {
+    fn expire_idle(&mut self, counters: &mut Counters, out: &mut Vec<Event>) {
+        let Some(idle) = self.idle_timeout() else {
             return;
         };
         while let Some(conn) = self.conn(self.lru_tail) {
-            if now.saturating_sub(conn.last_ts) <= idle {
+            if self.clock.saturating_sub(conn.last_ts) <= idle {
                 break;
             }
             counters.inc("tcp_idle_close");
@@ -1333,17 +1411,24 @@ impl Reassembler {
         if conn.closing_since.is_some() {
             self.closing.remove(&conn.closing_ticket);
         }
-        for d in &conn.dirs {
-            if self.dirs.get(&d.key) == Some(&(slot, d.side)) {
-                self.dirs.remove(&d.key);
+        let (conn_key, from_lo) = conn.dirs[0].key.conn();
+        if let Entry::Occupied(e) = self.dirs.entry(conn_key) {
+            if e.get().0 == slot {
+                e.remove();
             }
-            self.remember_closed(d.key, conn.stream, d.base);
         }
+        let mut base = [conn.dirs[0].base, conn.dirs[1].base];
+        if !from_lo {
+            base.swap(0, 1);
+        }
+        self.remember_closed(conn_key, conn.stream, base);
         self.free.push(slot);
         self.open -= 1;
     }
 
-    fn remember_closed(&mut self, key: DirKey, stream: u32, base: Option<u32>) {
+    /// Remember a closed connection; `closed_memory` counts directions, like the Python
+    /// stage's table of 4-tuples, so it holds half as many connections.
+    fn remember_closed(&mut self, key: ConnKey, stream: u32, base: [Option<u32>; 2]) {
         self.closed_generation += 1;
         let generation = self.closed_generation;
         self.closed.insert(
@@ -1355,12 +1440,14 @@ impl Reassembler {
             },
         );
         self.closed_order.push_back((key, generation));
-        while self.closed.len() > self.cfg.closed_memory {
+        while self.closed.len() > self.cfg.closed_memory / 2 {
             let Some((old, g)) = self.closed_order.pop_front() else {
                 break;
             };
-            if self.closed.get(&old).is_some_and(|e| e.generation == g) {
-                self.closed.remove(&old);
+            if let Entry::Occupied(e) = self.closed.entry(old) {
+                if e.get().generation == g {
+                    e.remove();
+                }
             }
         }
         // Re-closed and reused 4-tuples leave stale queue entries: drop them now and
@@ -1408,9 +1495,29 @@ impl Reassembler {
 
     // ------------------------------------------------------------ recency list
 
-    fn touch(&mut self, slot: usize, now: Ts) {
+    /// Capture time for idleness: it never runs backwards, and one packet moves it
+    /// forward by at most half the idle timeout, so a single bogus time stamp far in the
+    /// future cannot expire every connection.
+    fn advance_clock(&mut self, now: Ts) {
+        if self.fed == 1 {
+            self.clock = now;
+        } else if now > self.clock {
+            let step = self
+                .idle_timeout()
+                .map_or(i64::MAX, |idle| (idle / 2).max(1));
+            self.clock = now.min(self.clock.saturating_add(step));
+        }
+    }
+
+    fn idle_timeout(&self) -> Option<i64> {
+        self.cfg.idle_timeout_ns.or(self.cfg.file_idle_timeout_ns)
+    }
+
+    /// The connection in `slot` just had a packet.
+    fn touch(&mut self, slot: usize) {
+        let clock = self.clock;
         if let Some(conn) = self.conn_mut(slot) {
-            conn.last_ts = now;
+            conn.last_ts = clock;
         }
         if self.lru_head != slot {
             self.lru_unlink(slot);
@@ -1457,5 +1564,5 @@ impl Reassembler {
 }
 
 fn pkt_key(pkt: &Packet<'_>) -> DirKey {
-    (pkt.src, pkt.sport, pkt.dst, pkt.dport)
+    DirKey(pkt.src, pkt.sport, pkt.dst, pkt.dport)
 }
