@@ -302,11 +302,15 @@ def _records(entry: dict[str, Any] | None) -> tuple[int | None, int | None, list
     return count, size, offsets
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _record_offsets(items: list[dict[str, Any]] | None) -> Iterator[int]:
     for batch in items or ():
         if not isinstance(batch, dict) or batch.get("is_control"):
             continue  # transaction markers are written by the coordinator, not produced
-        for record in batch.get("records") or ():
+        for record in _list(batch.get("records")):
             offset = record.get("offset") if isinstance(record, dict) else None
             if type(offset) is int:
                 yield offset
@@ -351,7 +355,7 @@ def _offset_range(
 
 def _acquired(entry: dict[str, Any] | None) -> list[tuple[int, int]]:
     out = []
-    for r in (entry or {}).get("acquired_records") or ():
+    for r in _list((entry or {}).get("acquired_records")):
         if isinstance(r, dict) and type(r.get("first_offset")) is int:
             last = r.get("last_offset")
             out.append((r["first_offset"], last if type(last) is int else r["first_offset"]))
