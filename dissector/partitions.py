@@ -126,7 +126,7 @@ class DecodedExchange:
         return body if isinstance(body, dict) else {}
 
 
-def _decoder(specs: Iterable[str | os.PathLike[str]]) -> Any:
+def decoder_for_specs(specs: Iterable[str | os.PathLike[str]]) -> Any:
     paths = [os.fspath(s) for s in specs]
     if paths:
         from .protocol.decoder import decoder_for
@@ -154,7 +154,7 @@ def decoded_exchanges(
     """
     from .pipeline import iter_exchanges
 
-    decoder = _decoder(specs)
+    decoder = decoder_for_specs(specs)
     counts = counters if counters is not None else Counter()
     names: Any = None
     current: str | None = None
