@@ -91,6 +91,18 @@ def main() -> None:
     type=click.Path(exists=True),
     help="extra Apache Kafka JSON spec directory or kafka-clients jar (repeatable)",
 )
+@click.option(
+    "--partitions",
+    "partitions_out",
+    type=click.Path(dir_okay=False),
+    help="also write the partition table (one row per pair, topic, partition)",
+)
+@click.option(
+    "--groups",
+    "groups_out",
+    type=click.Path(dir_okay=False),
+    help="also write the groups table (one row per group-membership call)",
+)
 @click.option("--quiet", is_flag=True, help="no summary table")
 def analyze(
     paths: tuple[str, ...],
@@ -99,6 +111,8 @@ def analyze(
     max_frame: int | None,
     specs: tuple[str, ...],
     quiet: bool,
+    partitions_out: str | None = None,
+    groups_out: str | None = None,
 ) -> None:
     """Decode every Kafka request/response pair in PATHS (pcap or pcapng)."""
     from .analysis import run_analysis
@@ -133,6 +147,30 @@ def analyze(
         print_summary(df)
         if output:
             click.echo(f"wrote {len(df)} rows to {output}")
+    _write_tables(list(paths), opts.ports, specs, partitions_out, groups_out, quiet)
+
+
+def _write_tables(
+    paths: list[str],
+    ports: frozenset[int] | None,
+    specs: tuple[str, ...],
+    partitions_out: str | None,
+    groups_out: str | None,
+    quiet: bool,
+) -> None:
+    """The optional analytics tables; each is a pass of its own over the captures."""
+    from .groups import groups
+    from .partitions import TABLE_FORMATS, export_table, partitions
+
+    wanted = [(b, out) for b, out in ((partitions, partitions_out), (groups, groups_out)) if out]
+    for _, out in wanted:  # checked before the tables are built: a typo must not cost their passes
+        if not out.lower().endswith(TABLE_FORMATS):
+            raise click.ClickException(f"{out}: use one of {', '.join(TABLE_FORMATS)}")
+    for build, out in wanted:
+        table = build(paths, ports=ports, specs=specs)
+        export_table(table, out)
+        if not quiet:
+            click.echo(f"wrote {len(table)} rows to {out}")
 
 
 if __name__ == "__main__":

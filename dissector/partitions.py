@@ -688,6 +688,8 @@ def _match_deliveries(batches: pd.DataFrame, fetches: pd.DataFrame, consumer: An
 
 # ----------------------------------------------------------------- export
 
+TABLE_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
+
 
 def export_table(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
     """Write a table in the format its extension names (.parquet, .csv, .jsonl/.json);
@@ -709,7 +711,7 @@ def export_table(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
             for row in df.to_dict(orient="records"):
                 fh.write(json.dumps({k: _json_value(v) for k, v in row.items()}) + "\n")
     else:
-        raise ValueError(f"unknown output format {ext!r}: use .parquet, .csv or .jsonl")
+        raise ValueError(f"unknown output format {ext!r}: use one of {', '.join(TABLE_FORMATS)}")
 
 
 def _csv_cell(value: Any) -> Any:

@@ -228,3 +228,19 @@ def test_group_row_survives_partial_and_odd_bodies() -> None:
             {"members": [{"member_id": "m1", "error_code": 25}], "error_code": 0})
     )  # fmt: skip
     assert (row["member_id"], row["error_name"], row["fenced"]) == ("m1", "UNKNOWN_MEMBER_ID", True)
+
+
+def test_cli_writes_both_tables(calls: pd.DataFrame, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dissector.cli import main
+
+    parts_out, groups_out = tmp_path / "p.parquet", tmp_path / "g.jsonl"
+    args = ["analyze", str(CAPTURE), "--quiet", "--partitions", str(parts_out)]
+    result = CliRunner().invoke(main, [*args, "--groups", str(groups_out)])
+    assert result.exit_code == 0, result.output
+    assert len(pd.read_parquet(parts_out)) == len(partitions(CAPTURE))
+    lines = groups_out.read_text().splitlines()
+    assert [json.loads(line)["correlation_id"] for line in lines] == list(calls["correlation_id"])
+    bad = CliRunner().invoke(main, ["analyze", str(CAPTURE), "--groups", str(tmp_path / "g.txt")])
+    assert bad.exit_code != 0 and "use one of" in bad.output
