@@ -32,9 +32,12 @@ __all__ = [
     "PairRecord",
     "analyze",
     "decode",
+    "groups",
     "iter_exchanges",
     "iter_pairs",
     "live",
+    "partitions",
+    "versions",
 ]
 
 __version__ = "0.1.0"
@@ -46,7 +49,13 @@ _LAZY = {
     "PairRecord": "dissector.rows",
 }
 # Sub-modules reachable as attributes: ``dissector.live(...)`` (the module is callable).
-_LAZY_MODULES = {"live": "dissector.live"}
+_LAZY_MODULES = {
+    "live": "dissector.live",
+    # the analytics tables: ``dissector.partitions(capture)`` etc.
+    "partitions": "dissector.partitions",
+    "groups": "dissector.groups",
+    "versions": "dissector.versions",
+}
 
 
 def __getattr__(name: str) -> Any:

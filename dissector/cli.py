@@ -281,6 +281,18 @@ def main() -> None:
     type=click.Path(exists=True),
     help="extra Apache Kafka JSON spec directory or kafka-clients jar (repeatable)",
 )
+@click.option(
+    "--partitions",
+    "partitions_out",
+    type=click.Path(dir_okay=False),
+    help="also write the partition table (one row per pair, topic, partition)",
+)
+@click.option(
+    "--groups",
+    "groups_out",
+    type=click.Path(dir_okay=False),
+    help="also write the groups table (one row per group-membership call)",
+)
 @click.option("--quiet", is_flag=True, help="no summary table (warnings and errors still show)")
 def analyze(
     paths: tuple[str, ...],
@@ -289,6 +301,8 @@ def analyze(
     max_frame: int | None,
     specs: tuple[str, ...],
     quiet: bool,
+    partitions_out: str | None = None,
+    groups_out: str | None = None,
 ) -> None:
     """Decode every Kafka request/response pair in PATHS (pcap or pcapng, maybe gzipped).
 
@@ -309,6 +323,9 @@ def analyze(
         print_summary(df)
     if output and len(failures) < len(paths):
         _write(df, output, quiet)
+    readable = [p for p in paths if p not in {f for f, _ in failures}]
+    if readable:
+        _write_tables(readable, opts.ports, specs, partitions_out, groups_out, quiet)
     report_failures(failures, len(paths))
 
 
@@ -381,6 +398,29 @@ def _write(df: pd.DataFrame, output: str, quiet: bool) -> None:
         raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc
     if not quiet:
         click.echo(f"wrote {len(df)} rows to {output}")
+
+
+def _write_tables(
+    paths: list[str],
+    ports: frozenset[int] | None,
+    specs: tuple[str, ...],
+    partitions_out: str | None,
+    groups_out: str | None,
+    quiet: bool,
+) -> None:
+    """The optional analytics tables; each is a pass of its own over the captures."""
+    from .groups import groups
+    from .partitions import TABLE_FORMATS, export_table, partitions
+
+    wanted = [(b, out) for b, out in ((partitions, partitions_out), (groups, groups_out)) if out]
+    for _, out in wanted:  # checked before the tables are built: a typo must not cost their passes
+        if not out.lower().endswith(TABLE_FORMATS):
+            raise click.ClickException(f"{out}: use one of {', '.join(TABLE_FORMATS)}")
+    for build, out in wanted:
+        table = build(paths, ports=ports, specs=specs)
+        export_table(table, out)
+        if not quiet:
+            click.echo(f"wrote {len(table)} rows to {out}")
 
 
 if __name__ == "__main__":
