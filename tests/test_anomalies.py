@@ -159,7 +159,7 @@ def test_correlation_notes_are_registered() -> None:
         args = [k.value for k in node.keywords if k.arg == "note"]
         if isinstance(node.func, ast.Attribute) and node.func.attr == "_unanswered":
             args += node.args[3:4]
-        notes |= {a.value for a in args if isinstance(a, ast.Constant) and a.value}
+        notes |= {a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
     assert notes == {"request_header_truncated", "duplicate_correlation_id", "evicted"}
     assert notes <= set(an.by_kind(an.Kind.DECODE_ERROR))
 
