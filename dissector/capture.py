@@ -89,21 +89,6 @@ LINKTYPE_IPV4 = 228
 LINKTYPE_IPV6 = 229
 LINKTYPE_LINUX_SLL2 = 276
 
-SUPPORTED_LINKTYPES: frozenset[int] = frozenset(
-    {
-        LINKTYPE_NULL,
-        LINKTYPE_ETHERNET,
-        LINKTYPE_RAW_BSD12,
-        LINKTYPE_RAW_BSD14,
-        LINKTYPE_RAW,
-        LINKTYPE_LOOP,
-        LINKTYPE_LINUX_SLL,
-        LINKTYPE_IPV4,
-        LINKTYPE_IPV6,
-        LINKTYPE_LINUX_SLL2,
-    }
-)
-
 _SLL_LINKTYPES = frozenset({LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2})
 _NULL_LINKTYPES = frozenset({LINKTYPE_NULL, LINKTYPE_LOOP})
 # Raw IP: the version nibble tells IPv4 from IPv6 (228/229 promise one, we still check).

@@ -37,6 +37,8 @@ _LAZY_COMMANDS = {
     "live": ("dissector.live", "live_command", "Capture and analyse Kafka traffic live."),
     "report": ("dissector.report", "report_command", "Write a self-contained HTML report."),
     "spark": ("dissector.spark_job", "spark_command", "Fleet-wide analysis of many captures."),
+    "anomalies": ("dissector.cli_tools", "anomalies_command", "List counters, error codes, flags."),
+    "codegen": ("dissector.cli_tools", "codegen_command", "Print a generated decoder."),
 }
 
 # Top-level module of an optional dependency -> the extra of pyproject.toml installing it.

@@ -11,13 +11,11 @@ from typing import Any
 import pytest
 
 from dissector.protocol import (
-    Decoded,
     TopicNames,
     api_name,
     decode_request,
     decode_response,
     error_name,
-    produce_acks,
     summarize,
 )
 
@@ -154,12 +152,6 @@ def test_unknown_api_key_and_version_decode_the_header_only() -> None:
     assert out.header["client_id"] is None
 
 
-def test_short_frames_never_raise() -> None:
-    for n in range(12):
-        assert isinstance(decode_request(b"\x00\x03\x00\x0c"[:n] + b"\x00" * 0), Decoded)
-        assert isinstance(decode_response(b"\x00" * n, 3, 12), Decoded)
-
-
 def test_topic_ids_learnt_from_metadata_name_fetch_topics() -> None:
     from kio.schema.fetch.v13.response import (
         FetchableTopicResponse,
@@ -217,13 +209,6 @@ def test_topic_ids_learnt_from_metadata_name_fetch_topics() -> None:
     names.annotate(resp.body)
     assert resp.body is not None
     assert resp.body["responses"][0]["topic_name"] == "payments"
-
-
-def test_produce_acks() -> None:
-    from kio.schema.produce.v3.request import ProduceRequest
-
-    req = decode_request(request_frame(ProduceRequest(acks=0, timeout=_ms(1000), topic_data=())))
-    assert produce_acks(req) == 0
 
 
 def _ms(n: int) -> Any:

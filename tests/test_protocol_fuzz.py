@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import functools
 import random
+import re
 import struct
 import time
 import tracemalloc
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 
 from dissector.protocol import Decoded, Registry, decode_request, decode_response, get_registry
 from dissector.protocol.compile import DecodeFailure
-from dissector.protocol.spec import REQUEST, RESPONSE
+from dissector.protocol.spec import REQUEST, RESPONSE, Field, Layout
 
 FUZZ = settings(
     max_examples=300,
@@ -149,3 +151,82 @@ def test_generated_and_closure_decoders_agree(combo: tuple[int, int, str], buf: 
     except Exception:
         got = None
     assert got == expected
+
+
+# ------------------------------------------------------------------ real frames cut short
+
+BUNDLED = Path(__file__).resolve().parents[1] / "captures" / "kafka-4-mixed.pcapng"
+# "<field path>: <reason> at offset N"; the path is "header", "header.<field>", or
+# body fields joined by dots with [i] for array elements.
+_NAMED = re.compile(r"^(?P<path>[a-z_][a-z0-9_.\[\]]*): .+ at offset (?P<offset>\d+)$")
+_HEADER_FIELDS = {"correlation_id", "client_id", "request_api_key", "request_api_version"}
+
+
+@functools.cache
+def _real_frames() -> list[tuple[int, int, str, bytes, Layout]]:
+    """The shortest complete frame of each (key, version, direction) in the bundled
+    capture that decodes cleanly to its last byte."""
+    from dissector.pipeline import iter_exchanges
+
+    shortest: dict[tuple[int, int, str], bytes] = {}
+    for _, ex in iter_exchanges([str(BUNDLED)]):
+        if ex.api_key is None or ex.api_version is None:
+            continue
+        for direction, frame in ((REQUEST, ex.request), (RESPONSE, ex.response)):
+            if frame is None:
+                continue
+            combo = (ex.api_key, ex.api_version, direction)
+            if combo not in shortest or len(frame.payload) < len(shortest[combo]):
+                shortest[combo] = frame.payload
+    frames = []
+    for (key, version, direction), payload in sorted(shortest.items()):
+        out = _decode_any(payload, key, version, direction)
+        if out.error is None and out.trailing == 0 and out.layout is not None:
+            # the layout decoded with: ApiVersions answers error 35 in v0's
+            frames.append((key, version, direction, payload, out.layout))
+    return frames
+
+
+def _path_exists(layout_fields: tuple[Field, ...], path: str) -> bool:
+    """Does ``a[0].b.c`` name fields of the layout (array indexes dropped)? A struct's
+    tagged-field section is ``<struct>._tagged_fields``."""
+    fields = layout_fields
+    for part in re.sub(r"\[\d+\]", "", path).removesuffix("._tagged_fields").split("."):
+        match = next((f for f in fields if f.name == part), None)
+        if match is None:
+            return False
+        fields = match.fields
+    return True
+
+
+def test_short_frames_name_the_field_that_is_cut() -> None:
+    """Every complete frame of the bundled capture, cut at every length: the decode
+    returns, says which header or body field ran out, at an offset inside the cut
+    frame, and the field is one of the layout's."""
+    if not BUNDLED.is_file():
+        pytest.skip("bundled capture absent")
+    frames = _real_frames()
+    assert len({f[0] for f in frames}) >= 10  # many APIs, both directions
+    assert {f[2] for f in frames} == {REQUEST, RESPONSE}
+    cuts = 0
+    for key, version, direction, payload, layout in frames:
+        for n in range(len(payload)):
+            out = _decode_any(payload[:n], key, version, direction)
+            where = f"api {key} v{version} {direction} cut at {n}: {out.error}"
+            assert out.error is not None, where
+            if out.error.startswith("header: "):  # fewer than the 8 fixed request bytes
+                assert direction == REQUEST and n < 8, where
+                continue
+            if layout.version != version and 4 <= n < 6:  # error 35 not yet in sight
+                assert out.error.startswith("unsupported_version: "), where
+                continue
+            named = _NAMED.match(out.error)
+            assert named is not None, where
+            assert int(named["offset"]) <= n, where
+            path = named["path"]
+            if path.startswith("header"):
+                assert path.removeprefix("header.") in _HEADER_FIELDS | {"_tagged_fields"}, where
+            else:
+                assert path == "_tagged_fields" or _path_exists(layout.fields, path), where
+            cuts += 1
+    assert cuts > 1000

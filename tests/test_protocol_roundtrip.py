@@ -178,7 +178,7 @@ def _assert_value(kafka_type: str | None, value: Any, got: Any, where: str) -> N
         assert got == _wire(kafka_type, value), f"{where}: {got!r} != {_wire(kafka_type, value)!r}"
 
 
-def _kio_frame(cls: type, value: Any, direction: str, key: int, version: int) -> bytes:
+def _kio_frame(cls: Any, value: Any, direction: str, key: int, version: int) -> bytes:
     header_cls = cls.__header_schema__
     buf = io.BytesIO()
     if direction == REQUEST:
@@ -250,13 +250,15 @@ def _removed_combos() -> list[tuple[int, int, str]]:
     ]
 
 
-def _old_classes() -> dict[tuple[int, int, str], type]:
+# kafka-python's message classes carry API_KEY, SCHEMA...: typed Any, since the
+# package ships no type information.
+def _old_classes() -> dict[tuple[int, int, str], Any]:
     import importlib
 
     import kafka.protocol.old as old_pkg
     from kafka.protocol.old.api import Request, Response
 
-    out: dict[tuple[int, int, str], type] = {}
+    out: dict[tuple[int, int, str], Any] = {}
     for info in pkgutil.iter_modules(old_pkg.__path__):
         module = importlib.import_module(f"{old_pkg.__name__}.{info.name}")
         for obj in vars(module).values():
@@ -264,7 +266,8 @@ def _old_classes() -> dict[tuple[int, int, str], type]:
                 continue
             if issubclass(obj, Request | Response) and hasattr(obj, "API_VERSION"):
                 d = REQUEST if issubclass(obj, Request) else RESPONSE
-                out[(obj.API_KEY, obj.API_VERSION, d)] = obj
+                cls: Any = obj
+                out[(cls.API_KEY, cls.API_VERSION, d)] = cls
     return out
 
 

@@ -32,7 +32,6 @@ from dissector.protocol.decode import (
     decode_response,
     get_registry,
     is_known_version,
-    produce_acks,
     request_is_flexible,
 )
 from dissector.protocol.decoder import BoundDecoder, decoder_for
@@ -54,7 +53,6 @@ __all__ = [
     "error_name",
     "get_registry",
     "is_known_version",
-    "produce_acks",
     "request_is_flexible",
     "summarize",
     "supported_apis",

@@ -17,6 +17,10 @@ compares them.
 
 from __future__ import annotations
 
+import hashlib
+import keyword
+import linecache
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,8 +104,19 @@ def raw_records(data: Any) -> Any:
 
 # ---------------------------------------------------------------- generated code
 
+# Names the generated code uses for itself; a field's local never takes one of these.
+_RESERVED = frozenset(
+    {"buf", "p", "L", "buf0", "p0", "count", "d", "tag", "size", "unknown", "decode", "_"}
+    | {"list", "range", "len", "None", "True", "False"}
+)
+
 
 class _Gen:
+    """State of one generation: the helper functions emitted so far, the names the
+    code refers to (``ns``) and the locals taken, so each local is named after its
+    field and unique in the function (a struct's dict is built after all its
+    fields, nested ones included, so a nested ``name`` must not clobber an outer one)."""
+
     def __init__(self, records: RecordsHook) -> None:
         self.lines: list[str] = []
         self.ns: dict[str, Any] = {
@@ -114,16 +129,44 @@ class _Gen:
             "_i32": _I32,
             "_no_tags": unknown_tags_only,
         }
-        self.counter = 0
+        self.unpackers: dict[str, str] = {}  # struct format -> its name in ns
+        self.taken: set[str] = set(_RESERVED)
 
-    def uid(self, prefix: str) -> str:
-        self.counter += 1
-        return f"{prefix}{self.counter}"
-
-    def const(self, value: Any, prefix: str = "_c") -> str:
-        name = self.uid(prefix)
-        self.ns[name] = value
+    def local(self, base: str) -> str:
+        """A fresh local named after a field: ``name``, then ``name_2``..."""
+        stem = _identifier(base)
+        name, n = stem, 1
+        while name in self.taken:
+            n += 1
+            name = f"{stem}_{n}"
+        self.taken.add(name)
         return name
+
+    def function(self, base: str) -> str:
+        """A fresh module-level name: helpers are globals of one shared namespace."""
+        name, n = base, 1
+        while name in self.ns:
+            n += 1
+            name = f"{base}_{n}"
+        self.ns[name] = None  # taken; exec defines it
+        return name
+
+    def unpacker(self, types: list[str]) -> str:
+        """The shared ``unpack_from`` of a run of fixed-width types, named after them."""
+        fmt = ">" + "".join(FIXED[t][0] for t in types)
+        name = self.unpackers.get(fmt)
+        if name is None:
+            name = "_" + "_".join(types)
+            self.unpackers[fmt] = name
+            self.ns[name] = struct.Struct(fmt).unpack_from
+        return name
+
+
+def _identifier(text: str) -> str:
+    ident = re.sub(r"\W", "_", text) or "field"
+    if ident[0].isdigit() or ident.startswith("_") or keyword.iskeyword(ident):
+        ident = "f_" + ident.lstrip("_")
+    return ident
 
 
 def _emit_uvarint(out: list[str], ind: str, var: str) -> None:
@@ -147,18 +190,18 @@ def _emit_length(out: list[str], ind: str, var: str, flexible: bool, wide: bool)
         out.append(f"{ind}p += 2")
 
 
-def _emit_sized(g: _Gen, out: list[str], ind: str, kind: str, target: str, flexible: bool) -> None:
+def _emit_sized(g: _Gen, out: list[str], ind: str, f: Field, target: str, flexible: bool) -> None:
     """A string, bytes or records value into the assignment target."""
-    n = g.uid("n")
-    _emit_length(out, ind, n, flexible, wide=kind != "string")
+    n = g.local(f"{f.name}_len")
+    _emit_length(out, ind, n, flexible, wide=f.type != "string")
     out.append(f"{ind}if {n} < 0:")
     out.append(f"{ind}    {target} = None")
     out.append(f"{ind}else:")
     out.append(f"{ind}    if {n} > L - p:")
     out.append(f"{ind}        raise _Short")
-    if kind == "string":
+    if f.type == "string":
         out.append(f"{ind}    {target} = buf[p:p + {n}].decode('utf-8', 'replace')")
-    elif kind == "bytes":
+    elif f.type == "bytes":
         out.append(f"{ind}    {target} = buf[p:p + {n}]")
     else:
         out.append(f"{ind}    {target} = _REC(buf[p:p + {n}])")
@@ -167,21 +210,19 @@ def _emit_sized(g: _Gen, out: list[str], ind: str, kind: str, target: str, flexi
 
 def _emit_scalar(g: _Gen, out: list[str], ind: str, f: Field, target: str, flexible: bool) -> None:
     if f.type in FIXED:
-        fmt, size = FIXED[f.type]
-        s = g.const(struct.Struct(">" + fmt).unpack_from, "_u")
-        out.append(f"{ind}{target} = {s}(buf, p)[0]")
-        out.append(f"{ind}p += {size}")
+        out.append(f"{ind}{target} = {g.unpacker([f.type])}(buf, p)[0]")
+        out.append(f"{ind}p += {FIXED[f.type][1]}")
     elif f.type == "uuid":
         out.append(f"{ind}if p + 16 > L:")
         out.append(f"{ind}    raise _Short")
         out.append(f"{ind}{target} = _uuid(buf[p:p + 16])")
         out.append(f"{ind}p += 16")
     else:
-        _emit_sized(g, out, ind, f.type, target, flexible)
+        _emit_sized(g, out, ind, f, target, flexible)
 
 
 def _emit_struct(
-    g: _Gen, out: list[str], ind: str, fields: tuple[Field, ...], flexible: bool
+    g: _Gen, out: list[str], ind: str, fields: tuple[Field, ...], flexible: bool, name: str
 ) -> str:
     """Decode a struct's fields into locals, then build its dict in one literal.
 
@@ -197,16 +238,15 @@ def _emit_struct(
         if len(run) == 1:
             _emit_scalar(g, out, ind, run[0][0], run[0][1], flexible)
         else:
-            fmt = ">" + "".join(FIXED[f.type][0] for f, _ in run)
-            s = g.const(struct.Struct(fmt).unpack_from, "_u")
-            out.append(f"{ind}{', '.join(v for _, v in run)} = {s}(buf, p)")
-            out.append(f"{ind}p += {struct.calcsize(fmt)}")
+            types = [f.type for f, _ in run]
+            out.append(f"{ind}{', '.join(v for _, v in run)} = {g.unpacker(types)}(buf, p)")
+            out.append(f"{ind}p += {sum(FIXED[t][1] for t in types)}")
         run.clear()
 
     for f in fields:
         if f.tag is not None:
             continue
-        var = g.uid("v")
+        var = g.local(f.name)
         members.append((f.name, var))
         if f.type in FIXED and not f.array:
             run.append((f, var))
@@ -214,10 +254,10 @@ def _emit_struct(
         flush()
         _emit_field(g, out, ind, f, var, flexible)
     flush()
-    d = g.uid("d")
-    out.append(f"{ind}{d} = {{{', '.join(f'{name!r}: {var}' for name, var in members)}}}")
+    d = g.local(name)
+    out.append(f"{ind}{d} = {{{', '.join(f'{key!r}: {var}' for key, var in members)}}}")
     if flexible:
-        _emit_tag_section(g, out, ind, [f for f in fields if f.tag is not None], d)
+        _emit_tag_section(g, out, ind, [f for f in fields if f.tag is not None], d, name)
     return d
 
 
@@ -232,14 +272,14 @@ def _emit_field(g: _Gen, out: list[str], ind: str, f: Field, target: str, flexib
             out.append(f"{ind}else:")
             out.append(f"{ind}    p += 1")
             ind += "    "
-        sub = _emit_struct(g, out, ind, f.fields, flexible)
+        sub = _emit_struct(g, out, ind, f.fields, flexible, f"{f.name}_struct")
         out.append(f"{ind}{target} = {sub}")
     else:
         _emit_scalar(g, out, ind, f, target, flexible)
 
 
 def _emit_array(g: _Gen, out: list[str], ind: str, f: Field, target: str, flexible: bool) -> None:
-    n = g.uid("n")
+    n = g.local(f"{f.name}_count")
     _emit_length(out, ind, n, flexible, wide=True)
     out.append(f"{ind}if {n} < 0:")
     out.append(f"{ind}    {target} = None")
@@ -252,25 +292,27 @@ def _emit_array(g: _Gen, out: list[str], ind: str, f: Field, target: str, flexib
         out.append(f"{ind}{target} = list(_unpack('>%d{fmt}' % {n}, buf, p))")
         out.append(f"{ind}p += {n} * {size}")
         return
-    lst = g.uid("l")
+    lst = g.local(f"{f.name}_list")
     out.append(f"{ind}{lst} = []")
     out.append(f"{ind}for _ in range({n}):")
     inner = ind + "    "
     if f.type == "struct":
-        sub = _emit_struct(g, out, inner, f.fields, flexible)
+        sub = _emit_struct(g, out, inner, f.fields, flexible, f"{f.name}_item")
         out.append(f"{inner}{lst}.append({sub})")
     else:
-        v = g.uid("v")
+        v = g.local(f"{f.name}_item")
         _emit_scalar(g, out, inner, f, v, flexible)
         out.append(f"{inner}{lst}.append({v})")
     out.append(f"{ind}{target} = {lst}")
 
 
-def _emit_tag_section(g: _Gen, out: list[str], ind: str, tagged: list[Field], d: str) -> None:
-    n = g.uid("n")
+def _emit_tag_section(
+    g: _Gen, out: list[str], ind: str, tagged: list[Field], d: str, owner: str
+) -> None:
+    n = g.local(f"{owner}_tag_count")
     _emit_uvarint(out, ind, n)
     out.append(f"{ind}if {n}:")
-    fn = _tag_function(g, tagged)
+    fn = _tag_function(g, tagged, owner)
     out.append(f"{ind}    p = {fn}(buf, p, {n}, {d})")
 
 
@@ -289,11 +331,13 @@ def unknown_tags_only(buf: bytes, p: int, count: int, d: dict[str, Any]) -> int:
     return p
 
 
-def _tag_function(g: _Gen, tagged: list[Field]) -> str:
+def _tag_function(g: _Gen, tagged: list[Field], owner: str) -> str:
     """A helper that walks one tagged-field section; known tags decode from their slice."""
     if not tagged:
         return "_no_tags"
-    name = g.uid("_tags")
+    name = g.function("_tags_of_" + _identifier(owner))
+    # Its own function: its locals need not avoid the ones of the caller.
+    outer_taken, g.taken = g.taken, set(_RESERVED)
     body: list[str] = [
         f"def {name}(buf0, p0, count, d):",
         "    if count > len(buf0) - p0:",
@@ -308,10 +352,10 @@ def _tag_function(g: _Gen, tagged: list[Field]) -> str:
         "        p = 0",
         "        L = size",
     ]
-    keyword = "if"
+    keyword_ = "if"
     for f in tagged:
-        body.append(f"        {keyword} tag == {f.tag}:")
-        keyword = "elif"
+        body.append(f"        {keyword_} tag == {f.tag}:  # {f.name}")
+        keyword_ = "elif"
         _emit_field(g, body, "            ", f, f"d[{f.name!r}]", True)
     body.append("        else:")
     body.append("            if unknown is None:")
@@ -319,23 +363,53 @@ def _tag_function(g: _Gen, tagged: list[Field]) -> str:
     body.append("            unknown[tag] = buf")
     body.append("        p0 += size")
     body.append("    return p0")
+    g.taken = outer_taken
     g.lines.extend(body)
     g.lines.append("")
     return name
 
 
-def generate(layout: Layout, records: RecordsHook = raw_records) -> DecodeFn:
-    """Specialised decoder for one layout: ``fn(buf, p) -> (body, end_offset)``."""
+def source_name(layout: Layout, source: str) -> str:
+    """The pseudo file name of a layout's generated code in tracebacks and linecache.
+
+    The digest tells apart two spec sets (``--specs``) with different layouts for the
+    same key and version, which would otherwise share (and overwrite) one entry."""
+    digest = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()[:8]
+    return f"<kafka api_key {layout.api_key} v{layout.version} {layout.direction} {digest}>"
+
+
+def _build(layout: Layout, records: RecordsHook) -> tuple[str, dict[str, Any]]:
     g = _Gen(records)
     main: list[str] = ["def decode(buf, p):", "    L = len(buf)"]
-    top = _emit_struct(g, main, "    ", layout.fields, layout.flexible)
+    top = _emit_struct(g, main, "    ", layout.fields, layout.flexible, "body")
     main.append(f"    return {top}, p")
-    source = "\n".join([*g.lines, *main]) + "\n"
-    ns = dict(g.ns)
-    code = compile(source, f"<kafka {layout.api_key} v{layout.version} {layout.direction}>", "exec")
-    exec(code, ns)
+    header = [
+        f"# api_key {layout.api_key} v{layout.version} {layout.direction}"
+        f" ({'flexible' if layout.flexible else 'fixed'} version; layout from {layout.source})",
+        "# decode(buf, p) -> (body, end offset); raises on bad bytes, and the closure",
+        "# decoder then explains where (dissector.protocol.compile.closures).",
+        *(f"# {name} = struct.Struct({fmt!r}).unpack_from" for fmt, name in g.unpackers.items()),
+        "",
+    ]
+    return "\n".join([*header, *g.lines, *main]) + "\n", g.ns
+
+
+def generated_source(layout: Layout) -> str:
+    """The Python source ``generate`` compiles for this layout (``kafka-dissector codegen``)."""
+    return _build(layout, raw_records)[0]
+
+
+def generate(layout: Layout, records: RecordsHook = raw_records) -> DecodeFn:
+    """Specialised decoder for one layout: ``fn(buf, p) -> (body, end_offset)``.
+
+    The source is registered with ``linecache`` so that a traceback through it
+    shows the generated line, like one through a file.
+    """
+    source, ns = _build(layout, records)
+    filename = source_name(layout, source)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), ns)
     fn: DecodeFn = ns["decode"]
-    fn.__doc__ = source  # kept for debugging: print(fn.__doc__)
     return fn
 
 

@@ -245,7 +245,12 @@ def _header_tags_and_body(
 def _read_header_tags(buf: bytes, p: int, header: dict[str, Any]) -> int:
     if p < len(buf) and buf[p] == 0:
         return p + 1  # the usual empty section
-    return kc._read_tags(buf, p, {}, header)
+    try:
+        return kc._read_tags(buf, p, {}, header)
+    except kc.DecodeFailure as exc:
+        # Name the section, as the body's tags are named: "header._tagged_fields: ...".
+        exc.path.insert(0, "_tagged_fields")
+        raise
 
 
 def decode_response(
@@ -293,14 +298,6 @@ def _unsupported(reg: Registry, api_key: int, version: int, direction: str) -> s
         f"unsupported_version: no {direction} spec for api_key {api_key} version {version} "
         f"(known {versions[0]}-{versions[-1]})"
     )
-
-
-def produce_acks(decoded_request: Decoded | None) -> int | None:
-    """acks of a Produce request (0 means the broker sends no response)."""
-    if decoded_request is None or decoded_request.api_key != 0 or not decoded_request.body:
-        return None
-    acks = decoded_request.body.get("acks")
-    return acks if isinstance(acks, int) else None
 
 
 # Kafka 4.0 removed the inter-broker keys 4-7 and no installed spec describes them;

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from dissector.protocol import decode as _decode
 from dissector.protocol.names import ApiSupport
@@ -66,9 +66,6 @@ class BoundDecoder:
 
     def request_is_flexible(self, api_key: int, api_version: int) -> bool:
         return _decode.request_is_flexible(api_key, api_version, self.registry)
-
-    def produce_acks(self, decoded_request: Any) -> int | None:
-        return _decode.produce_acks(decoded_request)
 
 
 def decoder_for(spec_dirs: Iterable[str | Path] = ()) -> BoundDecoder:

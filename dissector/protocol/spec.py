@@ -34,7 +34,6 @@ PRIMITIVES: frozenset[str] = frozenset(
 
 REQUEST = "request"
 RESPONSE = "response"
-DIRECTIONS: tuple[str, str] = (REQUEST, RESPONSE)
 
 
 @dataclass(frozen=True, slots=True)

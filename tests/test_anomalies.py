@@ -1,0 +1,230 @@
+"""The anomaly registry against the code: every name used is registered, every
+registered name is used, and the README shows the registry as the command prints it.
+
+The sources are scanned, not imported: a counter added in a Python stage or in the
+native core (``native/src/*.rs``) fails here until it has an entry.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dissector import anomalies as an
+from dissector import rows
+from dissector.cli import main
+from dissector.protocol import decode_request, decode_response
+from dissector.protocol.records import ERROR_CODES
+
+REPO = Path(__file__).resolve().parents[1]
+PY_ROOT = REPO / "dissector"
+RUST_ROOT = REPO / "native" / "src"
+
+# Python calls that pass a counter name through rather than naming one.
+PASS_THROUGH = {
+    ("framing.py", "name"),  # FrameSplitter._count(name, n) -> counters.add(name, n)
+    ("core.py", "name"),  # the native core's counters merged into the run's Counters
+}
+
+# `counters.inc(...)`/`counters.add(...)` in Rust, first argument up to `,` or `)`.
+_RUST_COUNTER_CALL = re.compile(r"counters\s*\.\s*(?:inc|add)\(\s*([^,)]*)")
+_RUST_RECORD_ERROR = re.compile(r"ctx\.error\(\s*\"([a-z0-9_]+)\"")
+_RUST_RECORDS_COUNTER = '&format!("records_{code}"'  # the scan stops at its ')'
+
+
+def python_counter_names(root: Path) -> tuple[dict[str, set[str]], list[str]]:
+    """Counter names in ``counters.add("x")``/``self._count("x")`` calls: name -> files,
+    and the calls whose name is not a literal (outside ``PASS_THROUGH``)."""
+    found: dict[str, set[str]] = {}
+    dynamic: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not _is_counter_call(node):
+                continue
+            assert isinstance(node, ast.Call)
+            arg = node.args[0]
+            literals = [
+                n.value
+                for n in ast.walk(arg)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            ]
+            for name in literals:
+                found.setdefault(name, set()).add(path.name)
+            if not literals and (path.name, ast.unparse(arg)) not in PASS_THROUGH:
+                dynamic.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found, dynamic
+
+
+def _is_counter_call(node: ast.AST) -> bool:
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args):
+        return False
+    attr = node.func.attr
+    receiver = ast.unparse(node.func.value).lower()
+    return attr == "_count" or (attr == "add" and "counter" in receiver)
+
+
+def rust_counter_names(root: Path) -> tuple[dict[str, set[str]], list[str]]:
+    """Counter names of ``counters.inc("x")``/``counters.add("x", n)``; the records
+    stage's ``records_{code}`` expands to every code its ``ctx.error`` calls name."""
+    found: dict[str, set[str]] = {}
+    dynamic: list[str] = []
+    for path in sorted(root.glob("*.rs")):
+        text = path.read_text()
+        for match in _RUST_COUNTER_CALL.finditer(text):
+            arg = match.group(1).strip()
+            if arg.startswith('"') and arg.endswith('"'):
+                found.setdefault(arg.strip('"'), set()).add(path.name)
+            elif arg == _RUST_RECORDS_COUNTER:
+                for code in _RUST_RECORD_ERROR.findall(text):
+                    found.setdefault(an.RECORDS_COUNTER_PREFIX + code, set()).add(path.name)
+            elif path.name != "types.rs":  # Counters itself: inc(name) -> add(name, 1)
+                dynamic.append(f"{path.name}: counters call with {arg!r}")
+    return found, dynamic
+
+
+def rust_record_error_codes(root: Path) -> set[str]:
+    return set(_RUST_RECORD_ERROR.findall((root / "records.rs").read_text()))
+
+
+def all_source_text() -> str:
+    paths = [*PY_ROOT.rglob("*.py"), *RUST_ROOT.glob("*.rs")]
+    return "\n".join(p.read_text() for p in paths if p.name != "anomalies.py")
+
+
+# ------------------------------------------------------------------ the scanners
+
+
+def test_python_scanner_finds_counters_of_every_form(tmp_path: Path) -> None:
+    (tmp_path / "stage.py").write_text(
+        "def f(self, counters, ok):\n"
+        "    counters.add('plain')\n"
+        "    self._counters.add('a' if ok else 'b', 3)\n"
+        "    self._count('via_helper')\n"
+        "    seen.add('not_a_counter')\n"
+        "    counters.add(computed)\n"
+    )
+    found, dynamic = python_counter_names(tmp_path)
+    assert set(found) == {"plain", "a", "b", "via_helper"}
+    assert dynamic == ["stage.py:6: counters.add(computed)"]
+
+
+def test_rust_scanner_finds_counters_of_every_form(tmp_path: Path) -> None:
+    (tmp_path / "records.rs").write_text(
+        'fn f() { counters.inc("one"); ctx.counters\n    .add("two", n);\n'
+        '  self.counters.inc(&format!("records_{code}"));\n'
+        '  ctx.error(\n   "crc_mismatch", at); m.add("__version__", v);\n'
+        "  counters.inc(name_from_somewhere); }\n"
+    )
+    found, dynamic = rust_counter_names(tmp_path)
+    assert set(found) == {"one", "two", "records_crc_mismatch"}
+    assert dynamic == ["records.rs: counters call with 'name_from_somewhere'"]
+
+
+# ------------------------------------------------------------------ code -> registry
+
+
+def test_every_python_counter_is_registered() -> None:
+    found, dynamic = python_counter_names(PY_ROOT)
+    assert len(found) > 40  # the scan sees the stages' counters at all
+    assert dynamic == [], "counter names the scan cannot read: name them literally"
+    missing = {n: sorted(f) for n, f in found.items() if n not in an.counter_names()}
+    assert missing == {}, "register these in dissector/anomalies.py"
+
+
+def test_every_native_counter_is_registered() -> None:
+    found, dynamic = rust_counter_names(RUST_ROOT)
+    assert len(found) > 40
+    assert dynamic == [], "counter names the scan cannot read: name them literally"
+    missing = {n: sorted(f) for n, f in found.items() if n not in an.counter_names()}
+    assert missing == {}, "register these in dissector/anomalies.py"
+
+
+def test_record_errors_are_exactly_the_records_stage_codes() -> None:
+    registered = set(an.by_kind(an.Kind.RECORD_ERROR))
+    assert registered == set(ERROR_CODES)
+    assert rust_record_error_codes(RUST_ROOT) <= registered
+
+
+def test_correlation_notes_are_registered() -> None:
+    """The notes correlate.py puts into decode_error (``note=`` or ``_unanswered``)."""
+    tree = ast.parse((PY_ROOT / "correlate.py").read_text())
+    notes: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        args = [k.value for k in node.keywords if k.arg == "note"]
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "_unanswered":
+            args += node.args[3:4]
+        notes |= {a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+    assert notes == {"request_header_truncated", "duplicate_correlation_id", "evicted"}
+    assert notes <= set(an.by_kind(an.Kind.DECODE_ERROR))
+
+
+def test_protocol_decode_errors_start_with_registered_codes() -> None:
+    codes = set(an.by_kind(an.Kind.DECODE_ERROR))
+    unknown_key = decode_request(b"\x7f\x00\x00\x00\x00\x00\x00\x01\xff\xff")
+    newer = decode_request(b"\x00\x03\x7f\x00\x00\x00\x00\x01\xff\xff")
+    unknown_response = decode_response(b"\x00\x00\x00\x01", 32000, 0)
+    for decoded in (unknown_key, newer, unknown_response):
+        assert decoded.error is not None
+        assert decoded.error.split(":")[0] in codes, decoded.error
+
+
+def test_row_flags_are_registered() -> None:
+    assert set(an.by_kind(an.Kind.FLAG)) == {rows.CAPTURE_GAP, rows.NEGATIVE_LATENCY}
+
+
+# ------------------------------------------------------------------ registry -> code
+
+
+def test_every_registered_counter_is_used() -> None:
+    used = set(python_counter_names(PY_ROOT)[0]) | set(rust_counter_names(RUST_ROOT)[0])
+    stale = sorted(set(an.by_kind(an.Kind.COUNTER)) - used)
+    assert stale == [], "no stage counts these any more: remove them from the registry"
+
+
+@pytest.mark.parametrize("kind", [an.Kind.DECODE_ERROR, an.Kind.FLAG, an.Kind.NOTE])
+def test_every_registered_code_appears_in_the_sources(kind: an.Kind) -> None:
+    text = all_source_text()
+    stale = [
+        name for name in an.by_kind(kind) if not re.search(rf"[\"']{re.escape(name)}[:\"']", text)
+    ]
+    assert stale == []
+
+
+# ------------------------------------------------------------------ the table itself
+
+
+def test_entries_are_unique_and_described() -> None:
+    keys = [(a.kind, a.name) for a in an.ANOMALIES]
+    assert len(keys) == len(set(keys))
+    for a in an.ANOMALIES:
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", a.name), a.name
+        assert a.description and "\n" not in a.description and len(a.description) <= 80
+
+
+def test_native_records_counters_resolve_to_their_record_error() -> None:
+    entry = an.lookup("records_crc_mismatch")
+    assert entry is not None and entry.kind == an.Kind.RECORD_ERROR
+    assert an.lookup("no_such_counter") is None
+
+
+def test_readme_section_is_the_commands_markdown() -> None:
+    result = CliRunner().invoke(main, ["anomalies", "--markdown"])
+    assert result.exit_code == 0, result.output
+    readme = (REPO / "README.md").read_text()
+    match = re.search(r"<!-- anomalies:start -->\n(.*?)<!-- anomalies:end -->", readme, re.S)
+    assert match is not None, "README lacks the anomalies section"
+    assert match.group(1) == result.output, "regenerate: kafka-dissector anomalies --markdown"
+    assert result.output.count("\n") == len(an.ANOMALIES) + 2
+
+
+def test_command_filters_and_prints_a_table() -> None:
+    result = CliRunner().invoke(main, ["anomalies", "--kind", "flag"])
+    assert result.exit_code == 0, result.output
+    assert "capture_gap" in result.output and "negative_latency" in result.output
+    assert "tcp_gaps" not in result.output
