@@ -152,13 +152,18 @@ def decoded_exchanges(
     yielded unless wanted. ``expand``: APIs whose responses' record batches are
     expanded into records.
     """
-    from .pipeline import iter_exchanges
+    from .core import iter_exchanges
+    from .pipeline import Options, capture_paths
 
     decoder = decoder_for_specs(specs)
     counts = counters if counters is not None else Counter()
     names: Any = None
     current: str | None = None
-    for path, ex in iter_exchanges(source, ports=ports, decoder=decoder):
+    for path, ex in iter_exchanges(
+        capture_paths(source),
+        Options(ports=frozenset(ports) if ports is not None else None),
+        decoder=decoder,
+    ):
         if path != current:  # captures are independent: ids learnt in one mean nothing in the next
             current, names = path, decoder.TopicNames()
         if ex.api_key is None or ex.api_version is None:

@@ -104,13 +104,18 @@ def versions(
     """The version-skew view: one row per (capture, connection, api_key) used.
     ``df.attrs["counters"]`` counts exchanges without an API (SASL tokens, orphan
     responses), which have no version to compare."""
-    from .pipeline import iter_exchanges
+    from .core import iter_exchanges
+    from .pipeline import Options, capture_paths
 
     decoder = decoder_for_specs(specs)
     counters: Counter[str] = Counter()
     conns: dict[tuple[str, int], _Connection] = {}
     negotiation_key: int | None = None
-    for path, ex in iter_exchanges(source, ports=ports, decoder=decoder):
+    for path, ex in iter_exchanges(
+        capture_paths(source),
+        Options(ports=frozenset(ports) if ports is not None else None),
+        decoder=decoder,
+    ):
         if ex.api_key is None or ex.api_version is None:
             counters["exchanges_without_api"] += 1
             continue
