@@ -1078,7 +1078,25 @@ def analyze(paths: Iterable[str | Path], *, ports: frozenset[int] | None = None)
 
     decoder = NotingDecoder(protocol)
     sources = [str(p) for p in paths]
-    df = run_analysis(sources, Options(ports=ports), decoder=decoder)
+
+    # The native core summarises pairs without Python; the few APIs whose bodies the
+    # report reads beyond the pairs table are handed over in the same pass.
+    def observe(_capture: str, ex: Any) -> None:
+        if ex.api_key is None or ex.api_version is None:
+            return
+        request = decoder.decode_request(ex.request.payload) if ex.request is not None else None
+        response = (
+            decoder.decode_response(ex.response.payload, ex.api_key, ex.api_version)
+            if ex.response is not None
+            else None
+        )
+        if ex.api_key in GROUP_MEMBERSHIP_APIS:
+            note_group_call(
+                decoder.groups, ex.api_key, protocol.api_name(ex.api_key), request, response
+            )
+
+    keys = {API_VERSIONS_KEY, *GROUP_MEMBERSHIP_APIS}
+    df = run_analysis(sources, Options(ports=ports), observe=(keys, observe))
     df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
     df.attrs[CAPTURES_ATTR] = sources
     df.attrs[GROUPS_ATTR] = decoder.group_notes()
