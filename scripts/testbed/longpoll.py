@@ -88,7 +88,9 @@ def _plain(topic: str, codec: str, idempotent: bool, stop: threading.Event, rate
     p.flush(10)
 
 
-def _consumer(group: str, protocol: str, topics: list[str], member: int, stop: threading.Event) -> None:
+def _consumer(
+    group: str, protocol: str, topics: list[str], member: int, stop: threading.Event
+) -> None:
     from confluent_kafka import Consumer
 
     conf = {
