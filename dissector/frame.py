@@ -88,7 +88,9 @@ def _arrow_type(kind: str) -> pa.DataType:
         "int": pa.int64(),
         "float": pa.float64(),
         "timestamp": pa.timestamp(PARQUET_TIME_UNIT, tz="UTC"),
-        "str_list": pa.list_(pa.string()),
+        # "element": the item name Parquet (and Spark) give a list, so the schema
+        # read back from any writer's file equals this one.
+        "str_list": pa.list_(pa.field("element", pa.string())),
     }
     try:
         return by_kind[kind]
