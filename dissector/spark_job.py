@@ -73,19 +73,23 @@ PYTHON_CONF = "spark.pyspark.python"
 LOG_LEVEL_QUIET = "ERROR"
 
 # log4j2 for a driver JVM started by us: errors only, from the first line on
-# (setLogLevel comes too late for the start-up warnings).
+# (setLogLevel comes too late for the start-up warnings). The root stays at WARN and
+# the appender drops what is below ERROR: PySpark's JVM counts as a shell, and Spark
+# announces a "default log level" (WARN) whenever the root's level differs from it.
+# A failed task's stack trace is left out too (logged again by the executor): the
+# command reports the failure itself; --verbose shows it all.
 _QUIET_LOG4J2 = """\
-rootLogger.level = error
+rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = stderr
 appender.console.type = Console
 appender.console.name = stderr
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-# PySpark's JVM counts as a shell: Spark announces a "default log level" unless the
-# shell logger's level is the root's.
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = error
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = fatal
 """
 
 

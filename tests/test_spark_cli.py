@@ -130,7 +130,8 @@ def test_skip_missing_names_the_skipped_glob(run: Run) -> None:
 @pytest.mark.slow
 def test_quiet_by_default(run: Run) -> None:
     assert run.code == 0
-    for noise in ("Exception", "Traceback", "FutureWarning", "[Stage", " WARN ", "log4j"):
+    noises = ("Exception", "Traceback", "FutureWarning", "[Stage", " WARN ", "log4j", "log level")
+    for noise in noises:
         assert noise not in run.stderr, (noise, run.stderr[-3000:])
     for noise in ("[Stage", "WARN"):
         assert noise not in run.stdout, noise

@@ -183,4 +183,5 @@ def test_executors_without_the_package_get_a_one_line_hint(
     assert last.startswith("Error: Spark's Python workers ("), last
     assert str(bare) in last and "cannot import" in last and "docs/spark.md" in last
     assert "Traceback (most recent call last)" not in done.stderr
+    assert len(done.stderr.splitlines()) <= 5, done.stderr  # no JVM stack traces
     assert not (tmp_path / "out" / "pairs").exists()
