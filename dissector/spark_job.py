@@ -24,7 +24,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -117,7 +117,7 @@ def worker_python(master: str | None, conf: Mapping[str, str]) -> str | None:
     driver's own interpreter. A cluster keeps its own default (see docs/spark.md).
     """
     if launched_by_spark_submit() or os.environ.get(PYTHON_ENV):
-        return None  # spark-submit has set the environment from its settings
+        return None  # the user's choice, or spark-submit's from its settings, stands
     if conf.get(PYTHON_CONF):
         return conf[PYTHON_CONF]
     if master is not None and master.startswith("local"):
@@ -164,18 +164,13 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
-    with _quiet_log4j2(settings) if quiet else _nothing():
+    with _quiet_log4j2(settings) if quiet else nullcontext():
         for key, value in settings.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
     if quiet:
         session.sparkContext.setLogLevel(LOG_LEVEL_QUIET)
     return session
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
