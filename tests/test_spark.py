@@ -617,6 +617,29 @@ def test_cli_missing_path_is_a_clear_error(spark: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
+def test_pairs_writer_resolves_relative_paths_on_the_driver_and_writes_empty_tables(
+    fleet: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow.parquet as pq
+
+    from dissector.frame import pairs_arrow_schema
+    from dissector.sparkfleet.write import write_pairs
+
+    monkeypatch.chdir(tmp_path)  # the Python workers keep the directory they started in
+    good = fleet.pairs.where("decode_error is null or decode_error not like 'capture_failed%'")
+    rows = write_pairs(good, "rel/pairs")
+    assert rows == good.count() > 0
+    files = sorted((tmp_path / "rel" / "pairs").glob("part-*.parquet"))
+    assert files and sum(pq.read_metadata(f).num_rows for f in files) == rows
+    assert write_pairs(good.limit(0), "rel/empty") == 0
+    (empty,) = (tmp_path / "rel" / "empty").glob("part-*.parquet")
+    assert pq.read_schema(empty).equals(pairs_arrow_schema(), check_metadata=True)
+    assert write_pairs(good.limit(0), "rel/pairs", mode="append") == 0
+    assert len(list((tmp_path / "rel" / "pairs").glob("part-*.parquet"))) == len(files) + 1
+    assert not list((tmp_path / "rel").rglob(".*.tmp"))
+
+
+@pytest.mark.spark
 def test_paths_are_sorted_into_files_directories_and_missing(
     spark: Any, tmp_path: Path, good_captures: list[Path]
 ) -> None:

@@ -176,3 +176,24 @@ def test_summary_tables_have_utc_microsecond_times(run: Run) -> None:
     assert str(schema.field("window_start").type) == "timestamp[us, tz=UTC]"
     schema = pq.read_schema(next((run.out / "unanswered_summary").glob("*.parquet")))
     assert str(schema.field("first_request").type) == "timestamp[us, tz=UTC]"
+
+
+def test_without_pyspark_one_line_names_the_extra(tmp_path: Path) -> None:
+    """No JVM needed: a ``pyspark`` that cannot be imported stands for a missing install."""
+    blocker = tmp_path / "block" / "pyspark"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('pyspark is not installed')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker.parent), str(REPO)]))
+    done = subprocess.run(
+        [*command(), "spark", str(CAPTURES)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "Error: the spark command needs PySpark: pip install 'kafka-dissector[spark]' "
+        "(and Java 17+)"
+    ]

@@ -16,6 +16,7 @@ from Spark, pyarrow and pandas).
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from functools import partial
@@ -39,8 +40,6 @@ def filesystem_for(location: str) -> tuple[Any, str]:
     Raises (``ValueError``, ``OSError``, ``pyarrow.ArrowException``) when pyarrow has no
     file system for it.
     """
-    import os
-
     from pyarrow import fs
 
     parts = urlsplit(location)
@@ -102,6 +101,10 @@ def write_pairs(df: DataFrame, location: str, *, mode: str = "overwrite") -> int
         raise ValueError(f"mode must be one of {WRITE_MODES}: {mode!r}")
     from ..schema import COLUMN_NAMES
 
+    if not urlsplit(location).scheme:
+        # Relative to the driver's directory, as Spark's writer would resolve it; a
+        # task's working directory is another one.
+        location = os.path.abspath(location)
     filesystem, base = filesystem_for(location)
     if mode == "overwrite":
         filesystem.delete_dir_contents(base, missing_dir_ok=True)
