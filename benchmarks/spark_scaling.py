@@ -102,12 +102,7 @@ def timed_run(
     cores: int, paths: list[str], out: Path | None, runs: int
 ) -> tuple[float, float | None, int]:
     """Best of ``runs`` (the machine is shared) for the decode and for the whole job."""
-    spark = build_session(
-        f"local[{cores}]",
-        app_name=f"spark-scaling-{cores}",
-        conf={"spark.ui.showConsoleProgress": "false"},
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = build_session(f"local[{cores}]", app_name=f"spark-scaling-{cores}", quiet=True)
     try:
         load(spark, paths[:WARMUP_COPIES]).unpersist()
         decode = math.inf

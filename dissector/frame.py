@@ -2,20 +2,29 @@
 
 The dtypes come from ``schema.COLUMNS`` so that an empty capture still yields a
 frame with every contract column, typed.
+
+Parquet has one writer for every command (``analyze -o``, ``live -o`` and the
+``spark`` job's pairs table): ``write_pairs_parquet`` / ``open_pairs_parquet`` with the
+schema of ``pairs_arrow_schema``, so the files read back alike whoever wrote them.
+Times are stored as UTC microseconds (Parquet TIMESTAMP_MICROS, adjusted to UTC):
+Spark reads no nanosecond timestamps, and a fleet table must load in Spark.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .rows import PairRecord
 from .schema import COLUMN_NAMES, COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 _PANDAS_DTYPES = {
     "str": "string",
@@ -26,6 +35,9 @@ _PANDAS_DTYPES = {
 }
 
 EXPORT_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
+
+PARQUET_TIME_UNIT = "us"
+"""Parquet's time resolution: the finest Spark can read (nanoseconds are floored)."""
 
 
 def records_to_frame(records: Iterable[PairRecord]) -> pd.DataFrame:
@@ -54,7 +66,7 @@ def export(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
     target = os.fspath(path)
     ext = os.path.splitext(target)[1].lower()
     if ext == ".parquet":
-        df.to_parquet(target, index=False)
+        write_pairs_parquet(df, target)
     elif ext == ".csv":
         flat = df.copy()
         # CSV has no lists: lists become one ';'-separated cell.
@@ -87,6 +99,86 @@ def csv_safe(value: str) -> str:
 
 def _list_cell(items: list[str] | None) -> str:
     return ";".join(csv_safe(t) for t in items) if items is not None else ""
+
+
+def _arrow_type(kind: str) -> pa.DataType:
+    import pyarrow as pa
+
+    by_kind = {
+        "str": pa.string(),
+        "int": pa.int64(),
+        "float": pa.float64(),
+        "timestamp": pa.timestamp(PARQUET_TIME_UNIT, tz="UTC"),
+        # "element": the item name Parquet (and Spark) give a list, so the schema
+        # read back from any writer's file equals this one.
+        "str_list": pa.list_(pa.field("element", pa.string())),
+    }
+    try:
+        return by_kind[kind]
+    except KeyError:
+        raise ValueError(f"column kind {kind!r} has no Parquet type; add it here") from None
+
+
+@functools.cache
+def pairs_arrow_schema() -> pa.Schema:
+    """The Arrow schema of every pairs Parquet file, from ``schema.COLUMNS``.
+
+    It carries the pandas metadata of an empty contract frame, so that
+    ``pandas.read_parquet`` restores the contract's dtypes (``string``, ``Int64``,
+    ``Float64``) for every writer, including Spark tasks that never built a frame.
+    """
+    import pyarrow as pa
+
+    pandas_meta = pa.Schema.from_pandas(records_to_frame([]), preserve_index=False).metadata
+    fields = [pa.field(c.name, _arrow_type(c.kind)) for c in COLUMNS]
+    return pa.schema(fields, metadata={b"pandas": pandas_meta[b"pandas"]})
+
+
+def pairs_table(data: pd.DataFrame | pa.Table | pa.RecordBatch) -> pa.Table:
+    """``data`` (a contract frame, or Arrow with the contract columns) in the Parquet schema.
+
+    Times are floored to microseconds; every other cast must be lossless.
+    """
+    import pyarrow as pa
+
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    elif not isinstance(data, pa.Table):
+        data = pa.Table.from_pandas(data, preserve_index=False)
+    schema = pairs_arrow_schema()
+    missing = [name for name in schema.names if name not in data.column_names]
+    if missing:
+        raise ValueError(f"not a pairs table: missing columns {missing}")
+    columns = [
+        data.column(f.name).cast(f.type, safe=not pa.types.is_timestamp(f.type)) for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def write_pairs_parquet(
+    data: pd.DataFrame | pa.Table | pa.RecordBatch,
+    where: str | os.PathLike[str],
+    *,
+    filesystem: Any = None,
+) -> int:
+    """Write the pairs as one Parquet file at ``where`` (a path on ``filesystem``); rows written."""
+    import pyarrow.parquet as pq
+
+    table = pairs_table(data)
+    pq.write_table(table, os.fspath(where), filesystem=filesystem)
+    return table.num_rows
+
+
+def open_pairs_parquet(
+    where: str | os.PathLike[str], *, filesystem: Any = None
+) -> pq.ParquetWriter:
+    """A writer for a pairs file built in pieces (``write_table(pairs_table(...))`` per piece).
+
+    Each piece becomes a row group, so a long ``live`` run or a Spark task keeps flat memory.
+    """
+    import pyarrow.parquet as pq
+
+    return pq.ParquetWriter(os.fspath(where), pairs_arrow_schema(), filesystem=filesystem)
 
 
 def _jsonable(row: dict) -> dict:

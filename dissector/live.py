@@ -660,36 +660,25 @@ sys.modules[__name__].__class__ = _CallableModule
 
 
 class _ParquetSink:
-    """Appends each interval's rows to one Parquet file as a row group (flat memory)."""
+    """Appends each interval's rows to one Parquet file as a row group (flat memory).
+
+    Same schema and metadata as ``analyze -o`` (``frame.open_pairs_parquet``).
+    """
 
     def __init__(self, path: str) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        from .frame import open_pairs_parquet
 
-        from .schema import COLUMNS
-
-        kinds = {
-            "str": pa.string(),
-            "int": pa.int64(),
-            "float": pa.float64(),
-            "timestamp": pa.timestamp("ns", tz="UTC"),
-            "str_list": pa.list_(pa.string()),
-        }
-        self._pa = pa
-        self.schema = pa.schema([pa.field(c.name, kinds[c.kind]) for c in COLUMNS])
         self.path = path
         try:
-            self._writer = pq.ParquetWriter(path, self.schema)
+            self._writer = open_pairs_parquet(path)
         except OSError as exc:
             raise LiveError(f"cannot write {path}: {exc}") from exc
         self.rows = 0
 
     def write(self, records: list[PairRecord]) -> None:
-        from .frame import records_to_frame
+        from .frame import pairs_table, records_to_frame
 
-        df = records_to_frame(records)
-        table = self._pa.Table.from_pandas(df, schema=self.schema, preserve_index=False)
-        self._writer.write_table(table)
+        self._writer.write_table(pairs_table(records_to_frame(records)))
         self.rows += len(records)
 
     def close(self) -> None:

@@ -277,6 +277,40 @@ def test_session_conf_keeps_local_runs_on_loopback() -> None:
     assert cluster["spark.sql.session.timeZone"] == "UTC"
 
 
+def test_workers_run_the_drivers_python_in_local_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from dissector.spark_job import worker_python
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    assert worker_python("local[2]", {}) == sys.executable
+    assert worker_python("spark://h:7077", {}) is None  # the cluster's own default
+    given = {"spark.pyspark.python": "/opt/env/bin/python"}
+    assert worker_python("spark://h:7077", given) == "/opt/env/bin/python"
+    assert worker_python("local[2]", given) == "/opt/env/bin/python"
+    monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3.12")
+    assert worker_python("local[2]", given) is None  # the user's environment wins
+    monkeypatch.delenv("PYSPARK_PYTHON")
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "4242")
+    assert worker_python("local[2]", {}) is None  # spark-submit has set it up
+
+
+def test_worker_import_hint_names_the_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dissector.spark_job import worker_import_hint
+
+    monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")
+    trace = (
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        "  File \"worker.py\", line 9\nModuleNotFoundError: No module named 'dissector'\n"
+    )
+    hint = worker_import_hint(RuntimeError(trace))
+    assert hint is not None and "\n" not in hint
+    assert "(/usr/bin/python3) cannot import 'dissector'" in hint
+    assert "spark.pyspark.python" in hint
+    assert worker_import_hint(RuntimeError("Java heap space")) is None
+
+
 def test_path_string_matches_hadoop_path_spelling() -> None:
     from dissector.sparkfleet.read import path_string
 
@@ -338,12 +372,13 @@ def test_schema_is_the_contract(fleet: Any) -> None:
 def test_one_task_per_capture(spark: Any, fleet: Any, all_paths: list[str]) -> None:
     from pyspark.sql import functions as F
 
-    from dissector.sparkfleet.read import read_binary
+    from dissector.sparkfleet.read import read_binary, resolve_paths
 
     # Spark's file scan skips files of 0 bytes (load() flags those separately).
     read = [p for p in all_paths if os.path.getsize(p) > 0]
     assert len(read) < len(all_paths), "the set should include an empty capture"
-    assert read_binary(spark, all_paths).rdd.getNumPartitions() == len(read)
+    targets = resolve_paths(spark, all_paths)
+    assert read_binary(spark, targets).rdd.getNumPartitions() == len(read)
     assert fleet.cached is not None
     tasks = (
         fleet.cached.select("capture", F.spark_partition_id().alias("task")).distinct().collect()
@@ -575,9 +610,85 @@ def test_cli_missing_path_is_a_clear_error(spark: Any, tmp_path: Path) -> None:
 
     missing = tmp_path / "no-such-capture.pcap"
     result = CliRunner().invoke(spark_command, [str(missing), "-o", str(tmp_path / "out")])
-    assert result.exit_code != 0
-    assert "no-such-capture.pcap" in result.output
+    assert result.exit_code == 1
+    assert f"no such file or directory: {missing} (--skip-missing skips" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.spark
+def test_pairs_writer_resolves_relative_paths_on_the_driver_and_writes_empty_tables(
+    fleet: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow.parquet as pq
+
+    from dissector.frame import pairs_arrow_schema
+    from dissector.sparkfleet.write import write_pairs
+
+    monkeypatch.chdir(tmp_path)  # the Python workers keep the directory they started in
+    good = fleet.pairs.where("decode_error is null or decode_error not like 'capture_failed%'")
+    rows = write_pairs(good, "rel/pairs")
+    assert rows == good.count() > 0
+    files = sorted((tmp_path / "rel" / "pairs").glob("part-*.parquet"))
+    assert files and sum(pq.read_metadata(f).num_rows for f in files) == rows
+    assert write_pairs(good.limit(0), "rel/empty") == 0
+    (empty,) = (tmp_path / "rel" / "empty").glob("part-*.parquet")
+    assert pq.read_schema(empty).equals(pairs_arrow_schema(), check_metadata=True)
+    assert write_pairs(good.limit(0), "rel/pairs", mode="append") == 0
+    assert len(list((tmp_path / "rel" / "pairs").glob("part-*.parquet"))) == len(files) + 1
+    assert not list((tmp_path / "rel").rglob(".*.tmp"))
+
+
+@pytest.mark.spark
+def test_paths_are_sorted_into_files_directories_and_missing(
+    spark: Any, tmp_path: Path, good_captures: list[Path]
+) -> None:
+    from dissector.sparkfleet.read import MissingPathError, resolve_paths
+
+    folder = tmp_path / "dir"
+    (folder / "sub").mkdir(parents=True)
+    named = tmp_path / "a.pcap"
+    named.write_bytes(b"x")
+    (tmp_path / "b.pcap").write_bytes(b"x")
+    gone = str(tmp_path / "gone.pcap")
+    with pytest.raises(MissingPathError, match=r"gone\.pcap"):
+        resolve_paths(spark, [str(named), gone])
+    targets = resolve_paths(
+        spark, [str(folder), str(tmp_path / "*.pcap"), gone, str(tmp_path / "z*")],
+        skip_missing=True,
+    )  # fmt: skip
+    assert [_local(f) for f in targets.files] == [str(named), str(tmp_path / "b.pcap")]
+    assert [_local(d) for d in targets.directories] == [str(folder)]
+    assert targets.missing == (gone, str(tmp_path / "z*"))
+
+
+@pytest.mark.spark
+def test_directories_read_only_captures_by_default(
+    spark: Any, tmp_path: Path, good_captures: list[Path]
+) -> None:
+    from dissector.sparkfleet import load
+
+    source = min(good_captures, key=lambda p: p.stat().st_size)
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    names = ["one.pcapng", "two.pcap", "three.pcap.gz"]
+    for name in names:
+        shutil.copyfile(source, folder / name)
+    (folder / "README.md").write_text("# notes\n")
+    (folder / "run.json").write_text("{}")
+    explicit = tmp_path / "named.txt"
+    shutil.copyfile(source, explicit)
+    fleet = load(spark, [str(folder), str(explicit)])
+    try:
+        read = sorted(Path(_local(r["capture"])).name for r in fleet.captures.collect())
+    finally:
+        fleet.unpersist()
+    assert read == sorted([*names, "named.txt"])
+    everything = load(spark, [str(folder)], glob=None)
+    try:
+        assert everything.captures.count() == len(names) + 2
+    finally:
+        everything.unpersist()
 
 
 @pytest.mark.spark

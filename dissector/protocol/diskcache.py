@@ -24,7 +24,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Callable
-from importlib import metadata
+from importlib import metadata, resources
 from pathlib import Path
 from typing import TypeVar
 
@@ -62,17 +62,26 @@ def cache_dir() -> Path | None:
 
 
 @functools.cache
-def _key() -> str:
-    """What every entry depends on, hashed (computed once per process)."""
+def _key() -> str | None:
+    """What every entry depends on, hashed (computed once per process).
+
+    None when our sources cannot be read (no cache then: a key without them could
+    serve tables built by other code).
+    """
     h = hashlib.sha256(f"{FORMAT} {sys.version}".encode())
     for package in _PACKAGES:
         try:
             h.update(f"{package}={metadata.version(package)}".encode())
         except metadata.PackageNotFoundError:
             h.update(f"{package}=absent".encode())
-    here = Path(__file__).resolve().parent
-    for name in _BUILDERS:
-        h.update((here / name).read_bytes())
+    # Through importlib.resources, not the file system: the package may be imported
+    # from a zip (Spark's --py-files), where __file__ names no real directory.
+    here = resources.files(__package__ or "dissector.protocol")
+    try:
+        for name in _BUILDERS:
+            h.update(here.joinpath(name).read_bytes())
+    except OSError:
+        return None
     return h.hexdigest()[:24]
 
 
@@ -94,9 +103,10 @@ def _safe(directory: Path) -> bool:
 def load_or_build(name: str, build: Callable[[], T]) -> T:
     """The stored value named ``name`` for the current key, else ``build()`` (stored)."""
     directory = cache_dir()
-    if directory is None:
+    key = _key()
+    if directory is None or key is None:
         return build()
-    path = directory / f"{name}-{_key()}.pickle"
+    path = directory / f"{name}-{key}.pickle"
     if _safe(directory):
         try:
             with open(path, "rb") as fh:

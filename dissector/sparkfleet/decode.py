@@ -10,8 +10,10 @@
 * one trailer row whose ``_capture_info`` says how it went (size, pairs, error,
   counters). ``read.Fleet`` splits trailers from pairs.
 
-The offline pipeline reads captures from a local path, so the bytes are written to
-a temporary file in the task's scratch directory first (see docs/spark.md).
+``rows_from_bytes`` is the one place that turns a capture's bytes into pair records.
+Today's capture reader opens a path, so it writes the bytes to a temporary file in
+the task's scratch directory first (see docs/spark.md); a reader that takes bytes
+replaces that function's body and nothing else.
 
 This module needs pyarrow and the offline pipeline, never pyspark.
 """
@@ -29,6 +31,7 @@ import pyarrow as pa
 
 from ..accounting import Counters
 from ..pipeline import Options, iter_pairs
+from ..rows import PairRecord
 from ..schema import COLUMNS
 from .typemap import CAPTURE_INFO, INFO_COLUMN, decoded_arrow_schema
 
@@ -82,10 +85,8 @@ class _Rows:
             self.cols[name].append(value)
         self.info.append(info)
 
-    def add_record(self, record: Any, capture: str) -> None:
-        values = {name: getattr(record, name) for name in _CONTRACT_NAMES}
-        values["capture"] = capture
-        self.add(values)
+    def add_record(self, record: PairRecord) -> None:
+        self.add({name: getattr(record, name) for name in _CONTRACT_NAMES})
 
     def take(self) -> pa.RecordBatch:
         schema = decoded_arrow_schema()
@@ -115,45 +116,64 @@ def failed_batch(captures: Iterable[tuple[str, int, str]]) -> pa.RecordBatch:
     return rows.take()
 
 
-def describe_error(exc: BaseException, local_path: str, capture: str) -> str:
-    """One line saying why, naming the capture rather than the task's temp file."""
-    text = str(exc).replace(local_path, capture) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"
+class CaptureFailed(Exception):
+    """Decoding one capture stopped; the message names the capture and the cause."""
 
 
-def decode_local(
-    capture: str, local_path: str, size_bytes: int, config: DecodeConfig
-) -> Iterator[pa.RecordBatch]:
-    """Batches for the capture stored at ``local_path``; rows carry ``capture``."""
-    started = time.monotonic()
-    counters = Counters()
-    result = CaptureResult(size_bytes=size_bytes)
-    rows = _Rows()
-    try:
-        for record in iter_pairs(local_path, options=config.options, counters=counters):
-            rows.add_record(record, capture)
-            result.pairs += 1
-            if len(rows) >= config.batch_rows:
-                yield rows.take()
-    except Exception as exc:  # one bad capture must not fail the fleet job
-        result.failed = True
-        result.error = describe_error(exc, local_path, capture)
-        rows.add(flag_row(capture, result.error))
-    result.decode_seconds = time.monotonic() - started
-    result.counters = counters.as_dict()
-    rows.add({"capture": capture}, result.as_dict())
-    yield rows.take()
+def describe_error(exc: BaseException) -> str:
+    """One line saying why: the cause's type, then its message."""
+    if isinstance(exc, CaptureFailed):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc or type(exc).__name__}"
+
+
+def rows_from_bytes(
+    capture: str,
+    data: bytes | memoryview | pa.Buffer,
+    *,
+    options: Options | None = None,
+    counters: Counters | None = None,
+) -> Iterator[PairRecord]:
+    """The pair records of the capture ``data``; each record's ``capture`` is ``capture``.
+
+    Raises ``CaptureFailed`` (after the records decoded so far) when decoding stops.
+    """
+    with tempfile.TemporaryDirectory(prefix="kafka-dissector-") as tmp:
+        local = os.path.join(tmp, "capture")
+        with open(local, "wb") as fh:
+            fh.write(memoryview(data))
+        try:
+            for record in iter_pairs(local, options=options, counters=counters):
+                record.capture = capture
+                yield record
+        except Exception as exc:
+            # The temporary name means nothing to the user: say which capture it was.
+            text = str(exc).replace(local, capture) or type(exc).__name__
+            raise CaptureFailed(f"{type(exc).__name__}: {text}") from exc
 
 
 def decode_capture(
     capture: str, content: bytes | memoryview | pa.Buffer, config: DecodeConfig
 ) -> Iterator[pa.RecordBatch]:
     """Batches for one capture given as bytes (a ``binaryFile`` row's content)."""
-    with tempfile.TemporaryDirectory(prefix="kafka-dissector-") as tmp:
-        local = os.path.join(tmp, "capture")
-        with open(local, "wb") as fh:
-            fh.write(memoryview(content))
-        yield from decode_local(capture, local, len(memoryview(content)), config)
+    started = time.monotonic()
+    counters = Counters()
+    result = CaptureResult(size_bytes=len(memoryview(content)))
+    rows = _Rows()
+    try:
+        for record in rows_from_bytes(capture, content, options=config.options, counters=counters):
+            rows.add_record(record)
+            result.pairs += 1
+            if len(rows) >= config.batch_rows:
+                yield rows.take()
+    except Exception as exc:  # one bad capture must not fail the fleet job
+        result.failed = True
+        result.error = describe_error(exc)
+        rows.add(flag_row(capture, result.error))
+    result.decode_seconds = time.monotonic() - started
+    result.counters = counters.as_dict()
+    rows.add({"capture": capture}, result.as_dict())
+    yield rows.take()
 
 
 def decode_batches(

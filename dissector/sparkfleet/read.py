@@ -11,6 +11,11 @@ Reading goes through Spark's ``binaryFile`` source and ``mapInArrow``:
 * the decoding is the offline pipeline itself, run in Python workers over Arrow
   batches, so the Spark rows are the pandas rows.
 
+The driver expands the paths first (``resolve_paths``, through Hadoop's FileSystem):
+files named on the command line are always read, a directory contributes only the
+files whose name matches the glob (captures by default, not README.md or .json), and
+a path that matches nothing fails the job or, asked to, is skipped and reported.
+
 Spark's file scan never hands a file of 0 bytes to a task, and files over
 ``MAX_CAPTURE_BYTES`` are filtered out before they are read, so ``load`` compares the
 listed files with the decoded ones and flags the files that were never read.
@@ -38,6 +43,55 @@ MAX_CAPTURE_BYTES = (1 << 31) - 1 - (1 << 20)
 
 EMPTY_ERROR = "empty file: Spark's file scan does not read files of 0 bytes"
 
+DEFAULT_GLOB = "*.{pcap,pcapng,cap,pcap.gz,pcapng.gz}"
+"""Which files of a directory are read (Hadoop glob syntax, matched on the name)."""
+
+
+class MissingPathError(FileNotFoundError):
+    """A path given to read matches no file or directory."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"no such file or directory: {path}")
+        self.path = path
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The paths to read, expanded on the driver."""
+
+    files: tuple[str, ...] = ()  # named (or matched by a glob) on the command line
+    directories: tuple[str, ...] = ()  # listed by Spark, filtered by the glob
+    missing: tuple[str, ...] = ()  # matched nothing (kept only when skipping)
+
+
+def resolve_paths(
+    spark: SparkSession, paths: Iterable[str], *, skip_missing: bool = False
+) -> Targets:
+    """Expand globs and sort each path into files and directories, on the driver.
+
+    A path that matches nothing raises ``MissingPathError`` unless ``skip_missing``.
+    Spark would fail such a path only when the job runs; expanding here also
+    avoids Spark's noisy probing of a glob as if it were a directory.
+    """
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    files: list[str] = []
+    directories: list[str] = []
+    missing: list[str] = []
+    for path in paths:
+        hpath = jvm.org.apache.hadoop.fs.Path(path)
+        statuses = hpath.getFileSystem(conf).globStatus(hpath)
+        if not statuses:  # None for a plain path that does not exist, [] for a glob
+            if not skip_missing:
+                raise MissingPathError(path)
+            missing.append(path)
+            continue
+        for status in statuses:
+            target = directories if status.isDirectory() else files
+            target.append(status.getPath().toString())
+    return Targets(tuple(dict.fromkeys(files)), tuple(dict.fromkeys(directories)), tuple(missing))
+
+
 # Spark packs small files into one read task unless opening a file "costs" as much as
 # a whole task; with this cost every capture gets its own task (and its own core).
 ONE_FILE_PER_TASK_CONF = {"spark.sql.files.openCostInBytes": str(1 << 40)}
@@ -49,6 +103,7 @@ class Fleet:
 
     decoded: DataFrame
     cached: DataFrame | None = None  # what ``unpersist`` releases
+    missing: tuple[str, ...] = ()  # paths skipped because they matched nothing
 
     @property
     def pairs(self) -> DataFrame:
@@ -72,16 +127,18 @@ class Fleet:
 
 def read_binary(
     spark: SparkSession,
-    paths: str | Iterable[str],
+    targets: Targets,
     *,
     recursive: bool = False,
-    glob: str | None = None,
+    glob: str | None = DEFAULT_GLOB,
     max_bytes: int = MAX_CAPTURE_BYTES,
 ) -> DataFrame:
     """``binaryFile`` rows (path, content) of the captures, one task per capture.
 
-    Files over ``max_bytes`` are left out without being read (``binaryFile`` applies a
-    filter on ``length`` before it loads a file); ``load`` flags them.
+    ``glob`` filters the files found in ``targets.directories`` (None: every file);
+    ``targets.files`` are read whatever their name. Files over ``max_bytes`` are left
+    out without being read (``binaryFile`` applies a filter on ``length`` before it
+    loads a file); ``load`` flags them.
 
     Sets ``ONE_FILE_PER_TASK_CONF`` on the session: Spark plans file splits when an
     action runs, so the setting must stay in effect (it only changes how file scans
@@ -89,17 +146,21 @@ def read_binary(
     """
     from pyspark.sql import functions as F
 
+    if not targets.files and not targets.directories:
+        raise ValueError("no capture paths given")
     for key, value in ONE_FILE_PER_TASK_CONF.items():
         spark.conf.set(key, value)
-    reader = spark.read.format("binaryFile")
-    if recursive:
-        reader = reader.option("recursiveFileLookup", "true")
-    if glob:
-        reader = reader.option("pathGlobFilter", glob)
-    targets = [paths] if isinstance(paths, str) else list(paths)
-    if not targets:
-        raise ValueError("no capture paths given")
-    files = reader.load(targets)
+    parts = []
+    if targets.files:
+        parts.append(spark.read.format("binaryFile").load(list(targets.files)))
+    if targets.directories:
+        reader = spark.read.format("binaryFile")
+        if recursive:
+            reader = reader.option("recursiveFileLookup", "true")
+        if glob:
+            reader = reader.option("pathGlobFilter", glob)
+        parts.append(reader.load(list(targets.directories)))
+    files = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     return files.where(F.col("length") <= max_bytes).select("path", "content")
 
 
@@ -109,7 +170,8 @@ def load(
     *,
     options: Options | None = None,
     recursive: bool = False,
-    glob: str | None = None,
+    glob: str | None = DEFAULT_GLOB,
+    skip_missing: bool = False,
     batch_rows: int = 4096,
     max_bytes: int = MAX_CAPTURE_BYTES,
 ) -> Fleet:
@@ -117,13 +179,21 @@ def load(
 
     Runs one Spark job (the decoding); the rows stay cached (memory, then disk) for
     the tables built from them until ``Fleet.unpersist``. Each row's ``capture`` is
-    the file's full URI as Spark lists it (``file:/...``, ``hdfs://...``).
+    the file's full URI as Spark lists it (``file:/...``, ``hdfs://...``). ``glob``
+    selects the files of directories (see ``read_binary``); a path matching nothing
+    raises ``MissingPathError``, or with ``skip_missing`` lands in ``Fleet.missing``.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     config = DecodeConfig(options=options or Options(), batch_rows=batch_rows)
-    binary = read_binary(spark, paths, recursive=recursive, glob=glob, max_bytes=max_bytes)
+    given = [paths] if isinstance(paths, str) else list(paths)
+    if not given:
+        raise ValueError("no capture paths given")
+    targets = resolve_paths(spark, given, skip_missing=skip_missing)
+    if not targets.files and not targets.directories:
+        raise MissingPathError(", ".join(targets.missing))
+    binary = read_binary(spark, targets, recursive=recursive, glob=glob, max_bytes=max_bytes)
     listed = [path_string(uri) for uri in binary.inputFiles()]
     decoded = binary.mapInArrow(partial(_decode, config=config), decoded_spark_schema())
     cached = decoded.persist(StorageLevel.MEMORY_AND_DISK)
@@ -135,7 +205,7 @@ def load(
         decoded = cached.unionByName(spark.createDataFrame(table, decoded_spark_schema()))
     else:
         decoded = cached
-    return Fleet(decoded, cached)
+    return Fleet(decoded, cached, targets.missing)
 
 
 def _why_unread(
