@@ -150,7 +150,6 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
         "requests of a known API in a version without a spec",
     ),
     ("unknown_api_key_requests", _C, _COR, _W, "requests of an API key without a spec"),
-    ("unknown_api_requests", _C, _COR, _W, "requests of an API key or version without a spec"),
     ("duplicate_correlation_ids", _C, _COR, _W, "a correlation id reused while still open"),
     ("open_requests_evicted", _C, _COR, _W, "unanswered requests dropped: too many open"),
     ("orphan_responses", _C, _COR, _W, "responses without a request"),

@@ -417,3 +417,30 @@ class LiveSession:
         """Requests waiting for a response now, by API name."""
         name = self.decoder.api_name
         return {name(key): n for key, n in self._analyzer.open_requests()}
+
+
+def iter_pairs_from_bytes(
+    name: str,
+    data: bytes | memoryview | Any,
+    options: Options,
+    *,
+    decoder: Any = None,
+    counters: Counters | None = None,
+    batch_rows: int = 4096,
+) -> Iterator[Any]:
+    """``rows.PairRecord`` of a capture held in memory (a Spark task's file content),
+    read in place: no temporary file. ``capture`` is ``name``."""
+    counters = counters if counters is not None else Counters()
+    analyzer = new_analyzer(options, decoder)
+    schema = arrow_schema()
+    try:
+        try:
+            analyzer.open_bytes(name, bytes(memoryview(data)))
+        except ValueError as exc:
+            raise CaptureError(f"{name}: {exc}") from None
+        more = True
+        while more:
+            more = analyzer.run(batch_rows)
+            yield from _records(columns_to_table(analyzer.take_columns(), schema))
+    finally:
+        _merge_counters(counters, analyzer)

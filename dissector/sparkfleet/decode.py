@@ -20,8 +20,6 @@ This module needs pyarrow and the offline pipeline, never pyspark.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -30,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..accounting import Counters
-from ..pipeline import Options, iter_pairs
+from ..pipeline import Options
 from ..rows import PairRecord
 from ..schema import COLUMNS
 from .typemap import CAPTURE_INFO, INFO_COLUMN, decoded_arrow_schema
@@ -138,18 +136,14 @@ def rows_from_bytes(
 
     Raises ``CaptureFailed`` (after the records decoded so far) when decoding stops.
     """
-    with tempfile.TemporaryDirectory(prefix="kafka-dissector-") as tmp:
-        local = os.path.join(tmp, "capture")
-        with open(local, "wb") as fh:
-            fh.write(memoryview(data))
-        try:
-            for record in iter_pairs(local, options=options, counters=counters):
-                record.capture = capture
-                yield record
-        except Exception as exc:
-            # The temporary name means nothing to the user: say which capture it was.
-            text = str(exc).replace(local, capture) or type(exc).__name__
-            raise CaptureFailed(f"{type(exc).__name__}: {text}") from exc
+    from ..core import iter_pairs_from_bytes
+
+    try:
+        yield from iter_pairs_from_bytes(
+            capture, data, options or Options(), counters=counters
+        )
+    except Exception as exc:
+        raise CaptureFailed(f"{type(exc).__name__}: {exc}") from exc
 
 
 def decode_capture(

@@ -333,11 +333,11 @@ fn on_request(
     };
     let known = versions.known(start.api_key, start.api_version);
     if !known {
-        counters.inc(if versions.known_key(start.api_key) {
-            "unsupported_version_requests"
+        if versions.known_key(start.api_key) {
+            counters.inc("unsupported_version_requests");
         } else {
-            "unknown_api_key_requests"
-        });
+            counters.inc("unknown_api_key_requests");
+        }
     }
     let corr = start.correlation_id;
     // Held responses with a lower id answered requests that will not come any more.
