@@ -47,9 +47,22 @@ class _Model:
 _MODELS: dict[tuple[str, ...], _Model] = {}
 
 
+def native() -> Any:
+    """The compiled core, or an ImportError that says what to do."""
+    try:
+        from . import _core
+    except ImportError as exc:
+        raise ImportError(
+            "kafka-dissector's native core (dissector._core) is not importable: install the "
+            "package with pip (it compiles native/; a .zip of the sources cannot carry it; "
+            f"for Spark executors see docs/spark.md): {exc}"
+        ) from exc
+    return _core
+
+
 def _model(decoder: Any) -> _Model:
     """The exported spec model of a decoder, built once per spec set and process."""
-    from . import _core
+    _core = native()
 
     def export_model(decoder: Any) -> str:
         from .protocol.export import export_model as export
@@ -129,8 +142,7 @@ def new_analyzer(
 ) -> Any:
     decoder = decoder or _default_decoder()
     model = _model(decoder)
-    from . import _core
-
+    _core = native()
     heuristic = options.heuristic if options.heuristic is not None else options.ports is None
     ports = options.ports if options.ports is not None else DEFAULT_BROKER_PORTS
     idle = options.idle_timeout_s

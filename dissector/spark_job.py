@@ -400,7 +400,7 @@ def spark_command(
         from pyspark.sql import SparkSession
     except ImportError as exc:
         raise click.ClickException(
-            "the spark command needs PySpark: pip install 'kafka-dissector[spark]' (and Java 17+)"
+            "the spark command needs pyspark: pip install 'kafka-dissector[spark]' (and Java 17+)"
         ) from exc
 
     options = Options(ports=parse_ports(ports))

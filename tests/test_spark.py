@@ -239,10 +239,10 @@ def test_task_decoder_keeps_rows_before_a_failure(
     good_captures: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A decoder crash part-way: the rows before it stay, the capture is flagged."""
-    import dissector.sparkfleet.decode as decode_mod
+    import dissector.core as decode_mod
 
     path = max(good_captures, key=lambda p: len(dissector.analyze(str(p))))
-    real = decode_mod.iter_pairs
+    real = decode_mod.iter_pairs_from_bytes
     keep = 5
 
     def failing(*args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -251,7 +251,7 @@ def test_task_decoder_keeps_rows_before_a_failure(
                 raise RuntimeError("decoder bug")
             yield record
 
-    monkeypatch.setattr(decode_mod, "iter_pairs", failing)
+    monkeypatch.setattr(decode_mod, "iter_pairs_from_bytes", failing)
     got = pa.Table.from_batches(
         list(decode_capture("cap", path.read_bytes(), DecodeConfig(batch_rows=2)))
     ).to_pylist()

@@ -194,6 +194,6 @@ def test_without_pyspark_one_line_names_the_extra(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        "Error: the spark command needs PySpark: pip install 'kafka-dissector[spark]' "
+        "Error: the spark command needs pyspark: pip install 'kafka-dissector[spark]' "
         "(and Java 17+)"
     ]

@@ -1,10 +1,11 @@
 """The package imported from a zip (Spark's ``--py-files`` / ``addPyFile`` route).
 
 No Spark here: a fresh interpreter imports ``dissector`` from a zip built from this
-checkout and analyses a capture; the oracle is the same analysis in-process. Inside a
-zip the start-up cache (``protocol/diskcache.py``) cannot read its sources from a
-directory: it must still key its entries (read through importlib.resources), or build
-without caching, never fail.
+checkout. A zip cannot carry the native core (a shared library), so analysis from it
+must fail with one clear line pointing at the documented route (docs/spark.md), while
+the pure-Python parts (the spec model and its start-up cache) still work: inside a zip
+``protocol/diskcache.py`` cannot read its sources from a directory, and must still key
+its entries (read through importlib.resources), never fail.
 """
 
 from __future__ import annotations
@@ -27,10 +28,15 @@ _PROBE = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import dissector
-from dissector.protocol import diskcache
-df = dissector.analyze(sys.argv[2])
-print(json.dumps({"file": dissector.__file__, "rows": len(df), "key": diskcache._key(),
-                  "ok": int((df["status"] == "ok").sum())}))
+from dissector.protocol import diskcache, get_registry
+layouts = len(get_registry().specs.combinations())
+try:
+    dissector.analyze(sys.argv[2])
+    native = "loaded"
+except ImportError as exc:
+    native = str(exc)
+print(json.dumps({"file": dissector.__file__, "layouts": layouts, "key": diskcache._key(),
+                  "native": native}))
 """
 
 
@@ -64,9 +70,10 @@ def test_package_runs_from_a_zip_with_its_startup_cache(tmp_path: Path) -> None:
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
     first, second = results
     assert first["file"].startswith(str(archive)), first["file"]
-    want = dissector.analyze(str(BUNDLED))
-    assert first["rows"] == second["rows"] == len(want) > 0
-    assert first["ok"] == int((want["status"] == "ok").sum())
+    from dissector.protocol import get_registry
+
+    assert first["layouts"] == second["layouts"] == len(get_registry().specs.combinations())
+    assert "native core" in first["native"] and "docs/spark.md" in first["native"]
     # Keyed by the zipped sources exactly as by the same files on disk, and stored.
     from dissector.protocol import diskcache
 
