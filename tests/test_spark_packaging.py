@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-import dissector
-
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = REPO / "captures" / "kafka-4-mixed.pcapng"
 
