@@ -17,6 +17,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -26,6 +27,7 @@ from .summary_table import print_summary
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
     from .pipeline import Options
     from .rows import Decoder
@@ -318,13 +320,13 @@ def analyze(
     if max_frame is not None:
         opts = Options(ports=opts.ports, max_frame=max_frame)
     decoder = _load_specs(specs) if specs else None
-    df, failures = analyze_each(
+    result, failures = analyze_each(
         list(paths), opts, show=sys.stderr.isatty() and not quiet, decoder=decoder
     )
     if not quiet:
-        print_summary(df)
+        print_summary(result.frame())
     if output and len(failures) < len(paths):
-        _write(df, output, quiet)
+        _write(result, output, quiet)
     readable = [p for p in paths if p not in {f for f, _ in failures}]
     if readable:
         _write_tables(readable, opts.ports, specs, partitions_out, groups_out, quiet)
@@ -342,17 +344,42 @@ def _load_specs(specs: tuple[str, ...]) -> Any:
     return decoder
 
 
+@dataclass
+class Analysed:
+    """The pairs of the readable captures as one Arrow table; the pandas frame is built
+    only when something needs it (the summary table, CSV/JSON output): writing Parquet
+    goes from Arrow straight to disk."""
+
+    table: pa.Table
+    counters: dict[str, int]
+    tls_streams: list[int]
+    _frame: pd.DataFrame | None = None
+
+    def frame(self) -> pd.DataFrame:
+        if self._frame is None:
+            from .core import table_to_frame
+
+            self._frame = table_to_frame(self.table)
+            self._frame.attrs = {"counters": self.counters, "tls_streams": self.tls_streams}
+        return self._frame
+
+
 def analyze_each(
     paths: list[str], options: Options, *, show: bool, decoder: Decoder | None
-) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+) -> tuple[Analysed, list[tuple[str, str]]]:
     """The pairs of every readable capture, and (path, reason) for each unreadable one.
 
     Captures are independent, so one bad file costs only its own rows.
     """
-    from .analysis import run_analysis
-    from .capture import CaptureError
+    import pyarrow as pa
 
-    frames: list[pd.DataFrame] = []
+    from .analysis import run_table
+    from .capture import CaptureError
+    from .core import arrow_schema
+
+    tables: list[pa.Table] = []
+    counters: dict[str, int] = {}
+    tls: list[int] = []
     failures: list[tuple[str, str]] = []
     for path in paths:
         problem = capture_problem(path)
@@ -360,46 +387,33 @@ def analyze_each(
             failures.append((path, problem))
             continue
         try:
-            df = run_analysis([path], options, show=show, decoder=decoder)
+            table, run = run_table([path], options, show=show, decoder=decoder)
         except (CaptureError, OSError) as exc:
             failures.append((path, str(exc)))
             continue
-        warn_damage(path, df.attrs.get("counters") or {})
-        frames.append(df)
-    return combine_frames(frames), failures
-
-
-def combine_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """One frame of several captures' frames, their counters summed."""
-    import pandas as pd
-
-    from .frame import records_to_frame
-
-    if not frames:
-        return records_to_frame([])
-    if len(frames) == 1:
-        return frames[0]
-    counters: dict[str, int] = {}
-    tls: list[int] = []
-    for df in frames:
-        for name, n in (df.attrs.get("counters") or {}).items():
+        seen = run.counters.as_dict()
+        warn_damage(path, seen)
+        for name, n in seen.items():
             counters[name] = counters.get(name, 0) + n
-        tls.extend(df.attrs.get("tls_streams") or [])
-    combined = pd.concat(frames, ignore_index=True)
-    combined.attrs = {"counters": dict(sorted(counters.items())), "tls_streams": tls}
-    return combined
+        tls.extend(run.tls_streams)
+        tables.append(table)
+    table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
+    return Analysed(table, dict(sorted(counters.items())), tls), failures
 
 
-def _write(df: pd.DataFrame, output: str, quiet: bool) -> None:
-    from .frame import export
+def _write(result: Analysed, output: str, quiet: bool) -> None:
+    from .frame import export, write_pairs_parquet
 
     make_parent_dirs(output)
     try:
-        export(df, output)
+        if output.lower().endswith(".parquet"):
+            write_pairs_parquet(result.table, output)
+        else:
+            export(result.frame(), output)
     except OSError as exc:
         raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc
     if not quiet:
-        click.echo(f"wrote {len(df)} rows to {output}")
+        click.echo(f"wrote {result.table.num_rows} rows to {output}")
 
 
 def _write_tables(

@@ -129,9 +129,31 @@ def pairs_arrow_schema() -> pa.Schema:
     """
     import pyarrow as pa
 
-    pandas_meta = pa.Schema.from_pandas(records_to_frame([]), preserve_index=False).metadata
     fields = [pa.field(c.name, _arrow_type(c.kind)) for c in COLUMNS]
-    return pa.schema(fields, metadata={b"pandas": pandas_meta[b"pandas"]})
+    return pa.schema(fields, metadata={b"pandas": _pandas_metadata()})
+
+
+def _pandas_metadata() -> bytes:
+    """pandas' own description of an empty contract frame. Importing pandas costs a
+    third of a second, which a Parquet-only run does not otherwise pay: the blob is kept
+    with the start-up cache, named by the pandas version and the columns."""
+    import hashlib
+    from importlib import metadata
+
+    from .protocol.diskcache import load_or_build
+
+    def build() -> bytes:
+        import pyarrow as pa
+
+        meta = pa.Schema.from_pandas(records_to_frame([]), preserve_index=False).metadata
+        return bytes(meta[b"pandas"])
+
+    columns = hashlib.sha256(repr([(c.name, c.kind) for c in COLUMNS]).encode()).hexdigest()
+    try:
+        version = metadata.version("pandas")
+    except metadata.PackageNotFoundError:
+        version = "absent"
+    return load_or_build(f"pairs-pandas-meta-{version}-{columns[:12]}", build)
 
 
 def pairs_table(data: pd.DataFrame | pa.Table | pa.RecordBatch) -> pa.Table:

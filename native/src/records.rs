@@ -636,7 +636,7 @@ fn decompress(
         1 => gunzip(data, limit, &mut produced),
         2 => unsnappy(data, limit, &mut produced),
         3 => unlz4(data, limit, magic == 0, &mut produced),
-        _ => read_bounded(zstd_reader(data), limit, "zstd", &mut produced),
+        _ => unzstd(data, limit, &mut produced),
     };
     match result {
         Ok(out) => {
@@ -656,10 +656,66 @@ fn decompress(
     }
 }
 
-fn zstd_reader(data: &[u8]) -> Result<Box<dyn Read + '_>, String> {
-    zstd::stream::read::Decoder::with_buffer(data)
-        .map(|d| Box::new(d) as Box<dyn Read>)
-        .map_err(|e| e.to_string())
+thread_local! {
+    // A zstd decompression context costs more to create (and zero) than a small batch
+    // costs to decompress: one per thread, reset per stream.
+    static ZSTD: std::cell::RefCell<Option<zstd::stream::raw::Decoder<'static>>> =
+        const { std::cell::RefCell::new(None) };
+    // The staging buffer of every bounded read, allocated (and zeroed) once per thread.
+    static CHUNK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn with_chunk<T>(f: impl FnOnce(&mut [u8]) -> T) -> T {
+    CHUNK.with(|cell| {
+        let mut chunk = cell.borrow_mut();
+        if chunk.len() < READ_CHUNK {
+            chunk.resize(READ_CHUNK, 0);
+        }
+        f(&mut chunk[..READ_CHUNK])
+    })
+}
+
+/// zstd frames (several in a row, as the streaming reader takes them) within `limit`.
+fn unzstd(data: &[u8], limit: u64, produced: &mut u64) -> Result<Vec<u8>, Fail> {
+    use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
+
+    let bad = |e: std::io::Error| Fail::Bad(format!("zstd: {e}"));
+    ZSTD.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::stream::raw::Decoder::new().map_err(bad)?);
+        }
+        let Some(dec) = slot.as_mut() else {
+            return Err(Fail::Bad("zstd: no context".into()));
+        };
+        dec.reinit().map_err(bad)?;
+        with_chunk(|chunk| {
+            let mut out = Vec::new();
+            let mut input = InBuffer::around(data);
+            loop {
+                let room = (limit - out.len() as u64)
+                    .saturating_add(1)
+                    .min(READ_CHUNK as u64) as usize;
+                let mut ob = OutBuffer::around(&mut chunk[..room]);
+                let hint = dec.run(&mut input, &mut ob).map_err(bad)?;
+                let n = ob.pos();
+                *produced += n as u64;
+                if out.len() as u64 + n as u64 > limit {
+                    return Err(limit_error("zstd", limit));
+                }
+                out.extend_from_slice(&chunk[..n]);
+                let consumed_all = input.pos() == data.len();
+                if hint == 0 {
+                    if consumed_all {
+                        return Ok(out);
+                    }
+                    dec.reinit().map_err(bad)?; // the next frame of a concatenation
+                } else if consumed_all && n < room {
+                    return Err(Fail::Bad("zstd: incomplete frame".into()));
+                }
+            }
+        })
+    })
 }
 
 /// Read a streaming decoder to its end, failing once it yields more than `limit`
@@ -671,8 +727,17 @@ fn read_bounded(
     produced: &mut u64,
 ) -> Result<Vec<u8>, Fail> {
     let mut reader = reader.map_err(|e| Fail::Bad(format!("{name}: {e}")))?;
+    with_chunk(|chunk| read_chunks(&mut *reader, chunk, limit, name, produced))
+}
+
+fn read_chunks(
+    reader: &mut dyn Read,
+    chunk: &mut [u8],
+    limit: u64,
+    name: &str,
+    produced: &mut u64,
+) -> Result<Vec<u8>, Fail> {
     let mut out = Vec::new();
-    let mut chunk = vec![0u8; READ_CHUNK];
     loop {
         let room = (limit - out.len() as u64)
             .saturating_add(1)
@@ -801,7 +866,17 @@ fn inflate(
     limit: u64,
     produced: &mut u64,
 ) -> Result<usize, Fail> {
-    let mut chunk = vec![0u8; READ_CHUNK];
+    with_chunk(|chunk| inflate_into(z, data, out, limit, produced, chunk))
+}
+
+fn inflate_into(
+    z: &mut flate2::Decompress,
+    data: &[u8],
+    out: &mut Vec<u8>,
+    limit: u64,
+    produced: &mut u64,
+    chunk: &mut [u8],
+) -> Result<usize, Fail> {
     loop {
         let room = (limit - out.len() as u64)
             .saturating_add(1)
