@@ -174,25 +174,42 @@ def open_capture(analyzer: Any, path: str) -> None:
 
 
 def _arrow_column(spec: tuple[Any, ...]) -> pa.Array:
-    import numpy as np
+    """One column buffer of the core as an Arrow array, built from the buffers as they
+    are (no numpy, no per-value Python objects; ``pa.array`` would also import pandas)."""
     import pyarrow as pa
 
     tag = spec[0]
     if tag in ("i64", "f64"):
-        values = np.frombuffer(spec[1], "<i8" if tag == "i64" else "<f8")
-        valid = np.frombuffer(spec[2], np.bool_)
-        return pa.array(values, mask=~valid)
+        _, values, bits, nulls = spec
+        kind = pa.int64() if tag == "i64" else pa.float64()
+        buffers = [pa.py_buffer(bits) if bits is not None else None, pa.py_buffer(values)]
+        return pa.Array.from_buffers(kind, len(values) // 8, buffers, null_count=nulls)
     if tag == "dict":
-        idx = np.frombuffer(spec[1], "<i4")
-        words = pa.array(spec[2], pa.string())
-        return pa.DictionaryArray.from_arrays(pa.array(idx, mask=idx < 0), words)
+        _, indices, bits, nulls, w_offsets, w_data = spec
+        words = _strings(w_offsets, w_data)
+        validity = pa.py_buffer(bits) if bits is not None else None
+        idx = pa.Array.from_buffers(
+            pa.int32(), len(indices) // 4, [validity, pa.py_buffer(indices)], null_count=nulls
+        )
+        return pa.DictionaryArray.from_arrays(idx, words)
     if tag == "list":
-        offsets = pa.array(np.frombuffer(spec[1], "<i4"))
-        idx = np.frombuffer(spec[2], "<i4")
-        words = pa.array(spec[3], pa.string())
-        items = pa.DictionaryArray.from_arrays(pa.array(idx, pa.int32()), words)
-        return pa.ListArray.from_arrays(offsets, items.dictionary_decode())
+        _, offsets, items, w_offsets, w_data = spec
+        idx = pa.Array.from_buffers(pa.int32(), len(items) // 4, [None, pa.py_buffer(items)])
+        values = pa.DictionaryArray.from_arrays(idx, _strings(w_offsets, w_data))
+        return pa.ListArray.from_buffers(
+            pa.list_(pa.string()),
+            len(offsets) // 4 - 1,
+            [None, pa.py_buffer(offsets)],
+            children=[values.dictionary_decode()],
+        )
     raise ValueError(f"unknown column buffer {tag!r}")
+
+
+def _strings(offsets: bytes, data: bytes) -> pa.Array:
+    import pyarrow as pa
+
+    n = len(offsets) // 4 - 1
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def arrow_schema() -> pa.Schema:
@@ -310,11 +327,25 @@ def table_to_frame(table: pa.Table) -> pd.DataFrame:
         pa.int64(): pd.Int64Dtype(),
         pa.float64(): pd.Float64Dtype(),
     }
-    df = table.to_pandas(types_mapper=mapping.get, split_blocks=True)
-    for field in table.schema:
-        if pa.types.is_list(field.type):
-            df[field.name] = [v.tolist() if v is not None else [] for v in df[field.name]]
+    lists = [f.name for f in table.schema if pa.types.is_list(f.type)]
+    df = table.drop_columns(lists).to_pandas(types_mapper=mapping.get, split_blocks=True)
+    for name in lists:
+        df.insert(table.schema.get_field_index(name), name, _python_lists(table.column(name)))
     return df
+
+
+def _python_lists(column: pa.ChunkedArray) -> list[list[str]]:
+    """A list<string> column as Python lists (null as []), sliced from one flat list of
+    its values: several times faster than converting each row's list on its own."""
+    out: list[list[str]] = []
+    for chunk in column.chunks:
+        offsets = chunk.offsets.to_pylist()
+        values = chunk.values.to_pylist()
+        base = offsets[0] if offsets else 0
+        out.extend(
+            values[offsets[i] - base : offsets[i + 1] - base] for i in range(len(chunk))
+        )
+    return out
 
 
 # ---------------------------------------------------------------- exchanges

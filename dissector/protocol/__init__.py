@@ -25,19 +25,55 @@ compiled decoders in a ``Registry``; ``summary`` computes the analytics columns.
 Field names are Apache's, in snake_case (``ThrottleTimeMs`` -> ``throttle_time_ms``).
 """
 
-from dissector.protocol.decode import (
-    Decoded,
-    Registry,
-    decode_request,
-    decode_response,
-    get_registry,
-    is_known_version,
-    request_is_flexible,
-)
-from dissector.protocol.decoder import BoundDecoder, decoder_for
-from dissector.protocol.errors import error_name
-from dissector.protocol.names import ApiSupport, api_name, supported_apis
-from dissector.protocol.summary import Summary, TopicNames, summarize
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dissector.protocol.decode import (
+        Decoded,
+        Registry,
+        decode_request,
+        decode_response,
+        get_registry,
+        is_known_version,
+        request_is_flexible,
+    )
+    from dissector.protocol.decoder import BoundDecoder, decoder_for
+    from dissector.protocol.errors import error_name
+    from dissector.protocol.names import ApiSupport, api_name, supported_apis
+    from dissector.protocol.summary import Summary, TopicNames, summarize
+
+# Loaded on first use: a run whose pairs the native core summarises never needs the
+# decoders, and importing them (with kafka-python and kio behind) costs start-up time.
+_HOME = {
+    "Decoded": "decode",
+    "Registry": "decode",
+    "decode_request": "decode",
+    "decode_response": "decode",
+    "get_registry": "decode",
+    "is_known_version": "decode",
+    "request_is_flexible": "decode",
+    "BoundDecoder": "decoder",
+    "decoder_for": "decoder",
+    "error_name": "errors",
+    "ApiSupport": "names",
+    "api_name": "names",
+    "supported_apis": "names",
+    "Summary": "summary",
+    "TopicNames": "summary",
+    "summarize": "summary",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'dissector.protocol' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"dissector.protocol.{home}"), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "ApiSupport",

@@ -407,37 +407,69 @@ impl Analyzer {
     }
 }
 
-fn bool_bytes(valid: &[bool]) -> Vec<u8> {
-    valid.iter().map(|&v| u8::from(v)).collect()
+/// Arrow's validity bitmap (bit i of byte i/8 set when row i is valid, least
+/// significant bit first), and the null count; None when nothing is null.
+fn validity(valid: &[bool]) -> (Option<Vec<u8>>, usize) {
+    let nulls = valid.iter().filter(|v| !**v).count();
+    if nulls == 0 {
+        return (None, 0);
+    }
+    let mut bits = vec![0u8; valid.len().div_ceil(8)];
+    for (i, _) in valid.iter().enumerate().filter(|(_, v)| **v) {
+        bits[i / 8] |= 1 << (i % 8);
+    }
+    (Some(bits), nulls)
+}
+
+fn bitmap<'py>(py: Python<'py>, bits: Option<Vec<u8>>) -> Option<Bound<'py, PyBytes>> {
+    bits.map(|b| PyBytes::new(py, &b))
 }
 
 fn put_i64(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &Nullable<i64>) -> PyResult<()> {
     let values: Vec<u8> = col.values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let t = ("i64", PyBytes::new(py, &values), PyBytes::new(py, &bool_bytes(&col.valid)));
-    out.set_item(name, t)
+    let (bits, nulls) = validity(&col.valid);
+    out.set_item(name, ("i64", PyBytes::new(py, &values), bitmap(py, bits), nulls))
 }
 
 fn put_f64(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &Nullable<f64>) -> PyResult<()> {
     let values: Vec<u8> = col.values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let t = ("f64", PyBytes::new(py, &values), PyBytes::new(py, &bool_bytes(&col.valid)));
-    out.set_item(name, t)
+    let (bits, nulls) = validity(&col.valid);
+    out.set_item(name, ("f64", PyBytes::new(py, &values), bitmap(py, bits), nulls))
 }
 
-fn i32_bytes(values: &[i32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+fn i32_bytes(values: impl Iterator<Item = i32>) -> Vec<u8> {
+    values.flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// A dictionary's words as an Arrow string array: (offsets, data).
+fn words<'py>(py: Python<'py>, words: &[String]) -> (Bound<'py, PyBytes>, Bound<'py, PyBytes>) {
+    let mut offsets = Vec::with_capacity(words.len() + 1);
+    let mut data = Vec::new();
+    offsets.push(0i32);
+    for w in words {
+        data.extend_from_slice(w.as_bytes());
+        offsets.push(i32::try_from(data.len()).unwrap_or(i32::MAX));
+    }
+    (PyBytes::new(py, &i32_bytes(offsets.into_iter())), PyBytes::new(py, &data))
 }
 
 fn put_dict(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &Dict) -> PyResult<()> {
-    let t = ("dict", PyBytes::new(py, &i32_bytes(&col.indices)), col.words.clone());
+    let valid: Vec<bool> = col.indices.iter().map(|i| *i >= 0).collect();
+    let (bits, nulls) = validity(&valid);
+    let indices = i32_bytes(col.indices.iter().map(|i| (*i).max(0)));
+    let (w_offsets, w_data) = words(py, &col.words);
+    let t = ("dict", PyBytes::new(py, &indices), bitmap(py, bits), nulls, w_offsets, w_data);
     out.set_item(name, t)
 }
 
 fn put_list(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &DictList) -> PyResult<()> {
+    let (w_offsets, w_data) = words(py, &col.items.words);
     let t = (
         "list",
-        PyBytes::new(py, &i32_bytes(&col.offsets)),
-        PyBytes::new(py, &i32_bytes(&col.items.indices)),
-        col.items.words.clone(),
+        PyBytes::new(py, &i32_bytes(col.offsets.iter().copied())),
+        PyBytes::new(py, &i32_bytes(col.items.indices.iter().copied())),
+        w_offsets,
+        w_data,
     );
     out.set_item(name, t)
 }
