@@ -40,12 +40,12 @@ def run_table(
     progress = _bar(paths) if show else nullcontext(None)
     with progress as bar:
 
-        def on_batch(analyzer: Any) -> None:
+        def on_batch(batch: core.Batch) -> None:
             if observe is not None:
-                for t in analyzer.take_exchanges():
+                for t in batch.exchanges:
                     observe[1](t[0], core._exchange(t))
             if bar is not None:
-                bar(analyzer.bytes_read())
+                bar(batch.bytes_read)
 
         keys = tuple(observe[0]) if observe is not None else ()
         return core.analyze_table(

@@ -10,6 +10,7 @@ for) with the full Python decoder, so decode-error wording has one source.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -212,6 +213,7 @@ def _strings(offsets: bytes, data: bytes) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
+@functools.cache
 def arrow_schema() -> pa.Schema:
     """The pairs table as Arrow: ``schema.COLUMNS``."""
     import pyarrow as pa
@@ -252,6 +254,68 @@ class Run:
     schema: pa.Schema
 
 
+@dataclass
+class Batch:
+    """What the core produced in one step: column buffers, the exchanges kept for an
+    observer, and how far into the capture it has read."""
+
+    columns: dict[str, Any]
+    exchanges: list[Any]
+    bytes_read: int
+
+
+def _batches(analyzer: Any, batch_rows: int) -> Iterator[Batch]:
+    """The open capture's batches, produced on a worker thread one step ahead.
+
+    The core releases the GIL while it reads and summarises, so the caller's Python
+    work (importing pyarrow on a cold start, building the previous batch's table) runs
+    on the second core meanwhile. Only the worker touches the analyzer until it ends;
+    at most two batches wait, so memory stays bounded by ``batch_rows``.
+    """
+    import queue
+    import threading
+
+    ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def put(item: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            more = True
+            while more and not stop.is_set():
+                more = analyzer.run(batch_rows)
+                batch = Batch(
+                    analyzer.take_columns(), list(analyzer.take_exchanges()), analyzer.bytes_read()
+                )
+                if not put(("batch", batch)):
+                    return
+            put(("end", None))
+        except BaseException as exc:  # handed to the caller, raised there
+            put(("error", exc))
+
+    worker = threading.Thread(target=work, name="kafka-dissector-core", daemon=True)
+    worker.start()
+    try:
+        while True:
+            kind, item = ready.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
 def iter_tables(
     paths: Iterable[str],
     options: Options,
@@ -264,20 +328,18 @@ def iter_tables(
 ) -> Iterator[pa.Table]:
     """Arrow tables of the pairs of each capture, in capture order, ``batch_rows`` at a
     time. Counters (and TLS connections, as ``counters.tls_streams``) are filled as it
-    goes; ``on_batch(analyzer)`` is called after each batch (progress displays)."""
+    goes; ``on_batch(batch)`` sees each ``Batch`` (progress displays, observers of the
+    kept exchanges)."""
     decoder = decoder or _default_decoder()
     counters = counters if counters is not None else Counters()
     analyzer = new_analyzer(options, decoder, keep_keys=keep_keys)
-    schema = arrow_schema()
     try:
         for path in paths:
             open_capture(analyzer, path)
-            more = True
-            while more:
-                more = analyzer.run(batch_rows)
-                table = columns_to_table(analyzer.take_columns(), schema)
+            for batch in _batches(analyzer, batch_rows):
+                table = columns_to_table(batch.columns, arrow_schema())
                 if on_batch is not None:
-                    on_batch(analyzer)
+                    on_batch(batch)
                 if table.num_rows:
                     yield table
     finally:

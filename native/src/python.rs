@@ -142,29 +142,37 @@ impl Analyzer {
     /// the capture ends; returns False once it has ended (and was finished).
     fn run(&mut self, py: Python<'_>, max_rows: usize) -> PyResult<bool> {
         // Taken out while running, so that rows can be built between packets.
-        let (Some(Source::Reader(mut reader)), Some(mut session)) = (self.source_mut().take(), self.session.take())
+        let (Some(Source::Reader(mut reader)), Some(mut session)) =
+            (self.source_mut().take(), self.session.take())
         else {
             return Err(PyRuntimeError::new_err("no capture file is open"));
         };
-        let mut out = Vec::new();
-        let mut ended = false;
-        let result = loop {
-            match reader.next_packet(&mut self.counters) {
-                Some(pkt) => session.packet(&pkt, &mut self.counters, &mut out),
-                None => {
-                    ended = true;
-                    session.finish(&mut self.counters, &mut out);
+        // The GIL is released while packets are read and summarised: Python may go on
+        // meanwhile (the CLI imports pyarrow while the core runs); the rare Python
+        // summaries take it back for their call.
+        let this = &mut *self;
+        let (result, ended, reader, session) = py.detach(move || {
+            let mut out = Vec::new();
+            let mut ended = false;
+            let result = loop {
+                match reader.next_packet(&mut this.counters) {
+                    Some(pkt) => session.packet(&pkt, &mut this.counters, &mut out),
+                    None => {
+                        ended = true;
+                        session.finish(&mut this.counters, &mut out);
+                    }
                 }
-            }
-            if ended || out.len() >= 256 {
-                if let Err(e) = self.consume(py, &mut out) {
-                    break Err(e);
+                if ended || out.len() >= 256 {
+                    if let Err(e) = this.consume(&mut out) {
+                        break Err(e);
+                    }
+                    if ended || this.waiting() >= max_rows {
+                        break Ok(());
+                    }
                 }
-                if ended || self.waiting() >= max_rows {
-                    break Ok(());
-                }
-            }
-        };
+            };
+            (result, ended, reader, session)
+        });
         *self.source_mut() = Some(Source::Reader(reader));
         self.session = Some(session);
         result?;
@@ -175,7 +183,7 @@ impl Analyzer {
     }
 
     /// One link-layer frame of a live source (pcapy's header time and bytes).
-    fn feed_link(&mut self, py: Python<'_>, linktype: u32, ts_ns: Ts, data: &[u8]) -> PyResult<()> {
+    fn feed_link(&mut self, linktype: u32, ts_ns: Ts, data: &[u8]) -> PyResult<()> {
         let Some(Source::Live { frame }) = self.source_mut().as_mut() else {
             return Err(PyRuntimeError::new_err("no live source is open"));
         };
@@ -189,16 +197,16 @@ impl Analyzer {
                 session.packet(&pkt, &mut self.counters, &mut out);
             }
         }
-        self.consume(py, &mut out)
+        self.consume(&mut out)
     }
 
     /// End the open source (live: open requests become unanswered).
-    fn finish(&mut self, py: Python<'_>) -> PyResult<()> {
+    fn finish(&mut self) -> PyResult<()> {
         let mut out = Vec::new();
         if let Some(session) = self.session.as_mut() {
             session.finish(&mut self.counters, &mut out);
         }
-        self.consume(py, &mut out)?;
+        self.consume(&mut out)?;
         self.end_capture();
         Ok(())
     }
@@ -320,12 +328,12 @@ impl Analyzer {
         }
     }
 
-    fn consume(&mut self, py: Python<'_>, out: &mut Vec<Exchange>) -> PyResult<()> {
+    fn consume(&mut self, out: &mut Vec<Exchange>) -> PyResult<()> {
         for ex in out.drain(..) {
             if self.exchanges_mode {
                 self.exchanges.push((self.capture.clone(), ex));
             } else {
-                self.row(py, &ex)?;
+                self.row(&ex)?;
                 if ex.api_key.is_some_and(|k| self.keep_keys.contains(&k)) {
                     self.exchanges.push((self.capture.clone(), ex));
                 }
@@ -334,7 +342,7 @@ impl Analyzer {
         Ok(())
     }
 
-    fn row(&mut self, py: Python<'_>, ex: &Exchange) -> PyResult<()> {
+    fn row(&mut self, ex: &Exchange) -> PyResult<()> {
         let (Some(key), Some(version)) = (ex.api_key, ex.api_version) else {
             let name = if ex.kind == ExchangeKind::SaslToken { Some(crate::rows::SASL_TOKEN_API_NAME) } else { None };
             self.rows.push(&self.capture, ex, name, None);
@@ -342,27 +350,31 @@ impl Analyzer {
         };
         let request = ex.request.as_ref().map(|f| f.payload.as_slice());
         let response = ex.response.as_ref().map(|f| f.payload.as_slice());
-        let mut budget = Budget::per_frame(self.opts.frame_budget.min(self.capture_budget_left));
+        // One decompression budget per frame as the Python decoder sizes it (records.py),
+        // within what is left of the capture's.
+        let frame_bytes = request.map_or(0, <[u8]>::len).max(response.map_or(0, <[u8]>::len));
+        let mut budget = Budget::for_frame(frame_bytes as u64, self.opts.frame_budget);
+        budget.remaining = budget.remaining.min(self.capture_budget_left);
         let before = budget.remaining;
         let s = summarize(&self.model, &mut self.topics, key, version, request, response, &mut budget, &mut self.counters);
         self.capture_budget_left = self.capture_budget_left.saturating_sub(before.saturating_sub(budget.remaining));
         let columns = if s.defer {
             self.counters.inc("summary_deferred");
-            self.summary_from_python(py, key, version, request, response)?
+            self.summary_from_python(key, version, request, response)?
         } else {
             SummaryColumns {
                 error_code: s.error_code,
-                error_name: s.error_name.clone().map(|n| n.to_string()),
+                error_name: s.error_name.map(|n| n.to_string()),
                 error_count: Some(i64::from(s.error_count)),
-                topics: s.topics.clone(),
+                topics: s.topics,
                 partitions: s.partitions.map(|v| v as i64),
                 records: s.records.map(|v| v as i64),
                 record_bytes: s.record_bytes.map(|v| v as i64),
-                compression: s.compression.clone(),
+                compression: s.compression,
                 throttle_ms: s.throttle_ms,
-                decode_error: s.decode_error.clone(),
+                decode_error: s.decode_error,
                 fatal: s.fatal,
-                extracts: s.extracts.clone(),
+                extracts: s.extracts,
             }
         };
         let name = self.model.api_name(key);
@@ -374,7 +386,6 @@ impl Analyzer {
     /// versions the exported model does not describe).
     fn summary_from_python(
         &self,
-        py: Python<'_>,
         key: i16,
         version: i16,
         request: Option<&[u8]>,
@@ -386,6 +397,8 @@ impl Analyzer {
                 ..Default::default()
             });
         };
+        // Runs with the GIL released (see `run`): take it back for this one call.
+        Python::attach(|py| {
         let req = request.map(|b| PyBytes::new(py, b));
         let resp = response.map(|b| PyBytes::new(py, b));
         let got = cb.call1(py, (key, version, req, resp, self.capture.as_str()))?;
@@ -403,6 +416,7 @@ impl Analyzer {
             decode_error: t.get_item(9)?.extract()?,
             fatal: t.get_item(10)?.extract()?,
             extracts: t.get_item(11)?.extract()?,
+        })
         })
     }
 }

@@ -7,6 +7,7 @@
 //! addresses, API names, client ids and statuses over every row.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 use crate::types::{Exchange, ExchangeKind, Ts};
 
@@ -42,6 +43,8 @@ pub struct Dict {
     pub indices: Vec<i32>,
     pub words: Vec<String>,
     lookup: HashMap<String, i32>,
+    // Addresses by value: formatting one per row costs more than the whole row.
+    addresses: HashMap<IpAddr, i32>,
 }
 
 impl Dict {
@@ -53,6 +56,18 @@ impl Dict {
         self.words.push(s.to_owned());
         self.lookup.insert(s.to_owned(), i);
         i
+    }
+
+    pub fn push_address(&mut self, ip: IpAddr) {
+        let i = match self.addresses.get(&ip) {
+            Some(&i) => i,
+            None => {
+                let i = self.index(&ip.to_string());
+                self.addresses.insert(ip, i);
+                i
+            }
+        };
+        self.indices.push(i);
     }
 
     pub fn push(&mut self, s: Option<&str>) {
@@ -85,6 +100,7 @@ impl Dict {
         self.indices.clear();
         self.words.clear();
         self.lookup.clear();
+        self.addresses.clear();
     }
 }
 
@@ -242,9 +258,9 @@ impl RowBuilder {
 
         self.capture.push(Some(capture));
         self.stream.push(Some(i64::from(ex.stream)));
-        self.client_ip.push(Some(&ex.client.0.to_string()));
+        self.client_ip.push_address(ex.client.0);
         self.client_port.push(Some(i64::from(ex.client.1)));
-        self.broker_ip.push(Some(&ex.broker.0.to_string()));
+        self.broker_ip.push_address(ex.broker.0);
         self.broker_port.push(Some(i64::from(ex.broker.1)));
         self.request_time.push(req_done);
         self.response_time.push(ex.response.as_ref().map(|f| f.last_ts_ns));
