@@ -168,7 +168,8 @@ def open_capture(analyzer: Any, path: str) -> None:
             raise FileNotFoundError(f"{path}: no such file") from None
         if os.path.isdir(path):
             raise IsADirectoryError(f"{path}: is a directory") from None
-        raise CaptureError(f"{path}: {exc}") from None
+        text = str(exc)
+        raise CaptureError(text if text.startswith(path) else f"{path}: {text}") from None
 
 
 # ---------------------------------------------------------------- rows -> Arrow

@@ -90,10 +90,16 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if c not in (0x09,)}
 
 
+def visible_text(value: str) -> str:
+    """A wire string with its control characters (ESC, NUL, ...) written as ``\\xNN``,
+    for outputs a person reads (CSV, HTML): a client id must not drive a terminal."""
+    return value.translate(_CONTROL)
+
+
 def csv_safe(value: str) -> str:
     """A wire string made safe for a spreadsheet: control characters escaped as ``\\xNN``
     and a leading formula character neutralised. Parquet and JSON keep the real value."""
-    text = value.translate(_CONTROL)
+    text = visible_text(value)
     return "'" + text if text.startswith(_FORMULA_START) else text
 
 

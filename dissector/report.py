@@ -909,17 +909,28 @@ def sections(df: pd.DataFrame, command: str) -> list[Section]:
 
 def _template() -> Any:
     source = resources.files("dissector").joinpath("templates/report.html.j2").read_text("utf-8")
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        autoescape=True, undefined=jinja2.StrictUndefined, finalize=_visible
+    )
     env.globals["zip"] = zip
     env.filters["breakable"] = breakable
     return env.from_string(source)
+
+
+def _visible(value: Any) -> Any:
+    """Wire strings shown in the page keep no control characters (written ``\\xNN``)."""
+    from .frame import visible_text
+
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return visible_text(value)
+    return value
 
 
 def breakable(text: str) -> Markup:
     """``text`` escaped, with a line-break opportunity after each underscore and slash:
     browsers break at spaces and hyphens only, and an error name such as
     SASL_AUTHENTICATION_FAILED would otherwise set its column's minimum width."""
-    return Markup(re.sub(r"([_/])", r"\1<wbr>", str(escape(text))))
+    return Markup(re.sub(r"([_/])", r"\1<wbr>", str(escape(_visible(str(text))))))
 
 
 def render(df: pd.DataFrame, *, title: str | None = None, command: str = "") -> str:
@@ -1069,11 +1080,20 @@ class NotingDecoder:
         return {group: note.as_dict() for group, note in sorted(self.groups.items())}
 
 
-def analyze(paths: Iterable[str | Path], *, ports: frozenset[int] | None = None) -> pd.DataFrame:
+def analyze(
+    paths: Iterable[str | Path],
+    *,
+    ports: frozenset[int] | None = None,
+    failures: list[tuple[str, str]] | None = None,
+) -> pd.DataFrame:
     """``dissector.analyze`` plus ``df.attrs["client_software"]`` and
-    ``df.attrs["groups"]`` (see ``NotingDecoder``), in one pass."""
+    ``df.attrs["groups"]`` (see ``NotingDecoder``), in one pass.
+
+    ``failures``, when given, receives (capture, reason) for each capture that cannot be
+    read, and the report covers the others; without it the first such capture raises.
+    """
     from . import protocol
-    from .analysis import run_analysis
+    from .capture import CaptureError
     from .pipeline import Options
 
     decoder = NotingDecoder(protocol)
@@ -1096,11 +1116,49 @@ def analyze(paths: Iterable[str | Path], *, ports: frozenset[int] | None = None)
             )
 
     keys = {API_VERSIONS_KEY, *GROUP_MEMBERSHIP_APIS}
-    df = run_analysis(sources, Options(ports=ports), observe=(keys, observe))
+    readable = []
+    frames = []
+    for source in sources:
+        try:
+            frames.append(_run_one(source, Options(ports=ports), (keys, observe)))
+        except (CaptureError, OSError) as exc:
+            if failures is None:
+                raise
+            failures.append((source, str(exc)))
+            continue
+        readable.append(source)
+    df = _combined(frames)
     df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
-    df.attrs[CAPTURES_ATTR] = sources
+    df.attrs[CAPTURES_ATTR] = readable
     df.attrs[GROUPS_ATTR] = decoder.group_notes()
     return df
+
+
+def _run_one(source: str, options: Any, observe: Any) -> pd.DataFrame:
+    from .analysis import run_analysis
+
+    return run_analysis([source], options, observe=observe)
+
+
+def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """One frame of per-capture frames, their counters summed."""
+    import pandas as pd
+
+    from .frame import records_to_frame
+
+    if not frames:
+        return records_to_frame([])
+    if len(frames) == 1:
+        return frames[0]
+    counters: dict[str, int] = {}
+    tls: list[int] = []
+    for df in frames:
+        for name, n in (df.attrs.get("counters") or {}).items():
+            counters[name] = counters.get(name, 0) + n
+        tls.extend(df.attrs.get("tls_streams") or [])
+    combined = pd.concat(frames, ignore_index=True)
+    combined.attrs = {"counters": dict(sorted(counters.items())), "tls_streams": tls}
+    return combined
 
 
 def report_file(
@@ -1109,10 +1167,12 @@ def report_file(
     *,
     ports: frozenset[int] | None = None,
     title: str | None = None,
+    failures: list[tuple[str, str]] | None = None,
 ) -> Path:
-    """Analyse ``paths`` and write their report to ``output``."""
+    """Analyse ``paths`` and write their report to ``output`` (``failures``: see
+    ``analyze``)."""
     sources = [str(p) for p in paths]
-    df = analyze(sources, ports=ports)
+    df = analyze(sources, ports=ports, failures=failures)
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if ports:
         command += " --ports " + ",".join(str(p) for p in sorted(ports))
@@ -1135,10 +1195,15 @@ def report_command(
     paths: tuple[str, ...], output: str, ports: str | None, title: str | None
 ) -> None:
     """Write one self-contained HTML report (charts, tables, capture facts) for PATHS."""
-    from .capture import CaptureError
+    from .cli import report_failures
 
-    try:
-        path = report_file(paths, output, ports=parse_ports(ports), title=title)
-    except CaptureError as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")
+    failures: list[tuple[str, str]] = []
+    if len(failures) < len(paths):
+        path = report_file(
+            paths, output, ports=parse_ports(ports), title=title, failures=failures
+        )
+        if len(failures) < len(paths):
+            click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")
+        else:
+            path.unlink(missing_ok=True)  # no capture could be read: no report of nothing
+    report_failures(failures, len(paths))

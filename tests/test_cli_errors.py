@@ -323,3 +323,20 @@ def test_every_extra_named_by_errors_exists_in_pyproject() -> None:
         # the extra installs the distribution that provides the module
         dist = {"pyspark": "pyspark", "py4j": "pyspark", "pcapy": "pcapy-ng"}.get(module, module)
         assert any(req.startswith(dist) for req in extras[extra]), (module, extra)
+
+
+def test_report_of_several_captures_skips_the_bad_one(tmp_path: Path) -> None:
+    """The good capture's report is written; the bad one is named; exit 1."""
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"not a capture at all")
+    out = tmp_path / "r.html"
+    good = Path(__file__).resolve().parents[1] / "captures" / "kafka-4-mixed.pcapng"
+    done = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "report", str(good), str(bad), "-o", str(out)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert f"error: {bad}: not a pcap or pcapng capture" in done.stderr
+    assert "1 of 2 captures failed" in done.stderr
+    assert out.stat().st_size > 10_000 and "kafka-4-mixed" in out.read_text(encoding="utf-8")

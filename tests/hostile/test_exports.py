@@ -47,3 +47,13 @@ def test_parquet_keeps_the_real_values(tmp_path: Path) -> None:
     done = _cli("analyze", str(cap), "-o", str(out), "--quiet")
     assert done.returncode == 0, done.stderr
     assert pq.read_table(out).column("client_id").to_pylist() == [EVIL, ESC, "-2+3"]
+
+
+def test_html_report_shows_control_characters_escaped(tmp_path: Path) -> None:
+    cap = _capture(tmp_path)
+    out = tmp_path / "report.html"
+    done = _cli("report", str(cap), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    html = out.read_text(encoding="utf-8")
+    assert "\x1b" not in html and "\x00" not in html
+    assert "a\\x1b[31mred\\x00" in html  # the client id is still there, visibly
