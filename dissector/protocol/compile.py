@@ -48,6 +48,12 @@ FIXED: dict[str, tuple[str, int]] = {
 
 UNKNOWN_TAGS = "_unknown_tags"
 
+# Decoded elements cost about a hundred times their wire bytes as Python objects: an
+# array of a million empty strings is 2 MB on the wire and gigabytes decoded. No Kafka
+# message has arrays near this long (records travel as bytes), so a longer one is an
+# attack or garbage, and the decode stops there with the field named (issue #11).
+MAX_ARRAY_ITEMS = 1_000_000
+
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
 
@@ -283,7 +289,7 @@ def _emit_array(g: _Gen, out: list[str], ind: str, f: Field, target: str, flexib
     _emit_length(out, ind, n, flexible, wide=True)
     out.append(f"{ind}if {n} < 0:")
     out.append(f"{ind}    {target} = None")
-    out.append(f"{ind}elif {n} > L - p:")
+    out.append(f"{ind}elif {n} > L - p or {n} > {MAX_ARRAY_ITEMS}:")
     out.append(f"{ind}    raise _Short")
     out.append(f"{ind}else:")
     ind += "    "
@@ -562,6 +568,8 @@ def _array_reader(element: Reader, flexible: bool) -> Reader:
             return None, q
         if n > len(buf) - q:
             raise _fail(f"array count {n} exceeds the {len(buf) - q} bytes left", p)
+        if n > MAX_ARRAY_ITEMS:
+            raise _fail(f"array count {n} exceeds the decode limit of {MAX_ARRAY_ITEMS}", p)
         items: list[Any] = []
         for i in range(n):
             try:

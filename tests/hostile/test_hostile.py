@@ -287,3 +287,31 @@ def test_backwards_timestamps_are_flagged(tmp_path: Path, baseline: dict[str, An
     path = write_pcap(tmp_path / "back.pcap", sandwich(conv.frames))
     stats = _check(path, baseline, extra_ok=1)
     assert "negative_latency" in stats["flags"]
+
+
+DECODE = """
+import json, resource, sys
+import dissector
+rows = list(dissector.decode(sys.argv[1]))
+errors = sorted({str(r.get("request", {}).get("error")) for r in rows if r.get("request")})
+print(json.dumps({"rows": len(rows), "errors": errors,
+                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+"""
+
+
+def test_full_decode_of_millions_of_empty_topics_is_bounded(tmp_path: Path) -> None:
+    """The full-body decoder (``decode``) refuses an array no real message has, by name,
+    instead of building millions of Python strings."""
+    import json
+
+    from tests.hostile.build import run_child
+
+    req, resp = metadata_v1_many_topics(7, 5_000_000)
+    conv = Conversation(t_ns=_t()).handshake().pair(req, resp).close()
+    path = write_pcap(tmp_path / "meta.pcap", conv.frames)
+    outcome = run_child(["-c", DECODE, str(path)], MAX_SECONDS * 2)
+    assert outcome.returncode == 0, outcome.stderr[-3000:]
+    got = json.loads(outcome.stdout.strip().splitlines()[-1])
+    assert got["rows"] == 1
+    assert any("topics" in e and "decode limit" in e for e in got["errors"]), got["errors"]
+    assert got["peak_rss"] < 600 * 2**20
