@@ -8,6 +8,8 @@
 //! decoder), so decode-error wording lives in one place.
 
 use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
@@ -149,28 +151,55 @@ impl Analyzer {
         };
         // The GIL is released while packets are read and summarised: Python may go on
         // meanwhile (the CLI imports pyarrow while the core runs); the rare Python
-        // summaries take it back for their call.
+        // summaries take it back for their call. Two threads: one turns packets into
+        // exchanges, this one summarises them into rows (the two halves cost about the
+        // same), handing batches over a bounded channel.
         let this = &mut *self;
         let (result, ended, reader, session) = py.detach(move || {
-            let mut out = Vec::new();
-            let mut ended = false;
-            let result = loop {
-                match reader.next_packet(&mut this.counters) {
-                    Some(pkt) => session.packet(&pkt, &mut this.counters, &mut out),
-                    None => {
-                        ended = true;
-                        session.finish(&mut this.counters, &mut out);
+            let stop = AtomicBool::new(false);
+            let mut wire_counters = Counters::default();
+            let (tx, rx) = sync_channel::<Vec<Exchange>>(8);
+            let (result, ended) = std::thread::scope(|scope| {
+                let producer = scope.spawn(|| {
+                    // Owned here: the consumer's loop ends when this sender is dropped.
+                    let tx = tx;
+                    let mut out = Vec::with_capacity(256);
+                    loop {
+                        let ended = match reader.next_packet(&mut wire_counters) {
+                            Some(pkt) => {
+                                session.packet(&pkt, &mut wire_counters, &mut out);
+                                false
+                            }
+                            None => {
+                                session.finish(&mut wire_counters, &mut out);
+                                true
+                            }
+                        };
+                        if ended || out.len() >= 256 {
+                            let batch = std::mem::replace(&mut out, Vec::with_capacity(256));
+                            if tx.send(batch).is_err() || ended {
+                                return ended;
+                            }
+                            if stop.load(Ordering::Relaxed) {
+                                return false;
+                            }
+                        }
+                    }
+                });
+                let mut result = Ok(());
+                for mut batch in rx.iter() {
+                    if result.is_ok() {
+                        result = this.consume(&mut batch);
+                    }
+                    if result.is_err() || this.waiting() >= max_rows {
+                        stop.store(true, Ordering::Relaxed);
                     }
                 }
-                if ended || out.len() >= 256 {
-                    if let Err(e) = this.consume(&mut out) {
-                        break Err(e);
-                    }
-                    if ended || this.waiting() >= max_rows {
-                        break Ok(());
-                    }
-                }
-            };
+                // A panic on the wire side ends the capture as if it were cut there.
+                let ended = producer.join().unwrap_or(true);
+                (result, ended)
+            });
+            this.counters.merge(&wire_counters);
             (result, ended, reader, session)
         });
         *self.source_mut() = Some(Source::Reader(reader));

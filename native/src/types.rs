@@ -70,6 +70,13 @@ impl Counters {
         }
     }
 
+    /// Add another stage's counts (a stage that ran on another thread).
+    pub fn merge(&mut self, other: &Counters) {
+        for (name, n) in other.iter() {
+            self.add(name, n);
+        }
+    }
+
     pub fn get(&self, name: &str) -> u64 {
         self.counts.get(name).copied().unwrap_or(0)
     }
