@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from .accounting import Counters
     from .correlate import Exchange
-    from .pipeline import Options
+    from .options import Options
     from .rows import PairRecord
 
 __all__ = [
@@ -45,7 +45,7 @@ __version__ = "0.1.0"
 # Imported on first use so that ``import dissector`` stays cheap for Spark workers.
 _LAZY = {
     "Counters": "dissector.accounting",
-    "Options": "dissector.pipeline",
+    "Options": "dissector.options",
     "PairRecord": "dissector.rows",
 }
 # Sub-modules reachable as attributes: ``dissector.live(...)`` (the module is callable).
@@ -82,7 +82,7 @@ def analyze(
     carry TLS.
     """
     from .analysis import run_analysis
-    from .pipeline import Options, capture_paths
+    from .options import Options, capture_paths
 
     if options is None:
         options = Options(ports=frozenset(ports) if ports is not None else None)
@@ -100,7 +100,7 @@ def iter_pairs(
     """Stream the pair records of one or many captures (the DataFrame's rows); memory
     stays flat in the capture length."""
     from . import core
-    from .pipeline import Options, capture_paths
+    from .options import Options, capture_paths
 
     if options is None:
         options = Options(ports=frozenset(ports) if ports is not None else None)
@@ -119,7 +119,7 @@ def iter_exchanges(
 ) -> Iterator[tuple[str, Exchange]]:
     """(capture path, exchange) for every request/response exchange, with raw payloads."""
     from . import core
-    from .pipeline import Options, capture_paths
+    from .options import Options, capture_paths
 
     if options is None:
         options = Options(ports=frozenset(ports) if ports is not None else None)
@@ -140,7 +140,7 @@ def decode(
     dicts (Apache's field names in snake_case), one dict per pair, streaming.
     ``records=True`` expands record batches into records."""
     from .decode_cli import iter_decoded
-    from .pipeline import capture_paths
+    from .options import capture_paths
 
     return iter_decoded(
         capture_paths(source),

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from . import core
-from .pipeline import Options
+from .options import Options
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from .pipeline import Options
+    from .options import Options
     from .rows import Decoder
 
 # name -> (module, click command attribute, one-line help shown by --help)
@@ -312,7 +312,7 @@ def analyze(
 
     Without -o nothing is written: the summary table is the output.
     """
-    from .pipeline import Options
+    from .options import Options
 
     if output:
         check_output_format(output, TABLE_FORMATS)

@@ -18,16 +18,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .accounting import Counters
-from .capture import CaptureError
-from .correlate import DEFAULT_BROKER_PORTS, Exchange
-from .framing import Frame
 from .schema import COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from .pipeline import Options
+    from .correlate import Exchange
+    from .options import Options
 
 BATCH_ROWS = 65_536
 """Rows per Arrow batch: memory of a streaming run is bounded by this, not the capture."""
@@ -144,13 +142,11 @@ def new_analyzer(
     decoder = decoder or _default_decoder()
     model = _model(decoder)
     _core = native()
-    heuristic = options.heuristic if options.heuristic is not None else options.ports is None
-    ports = options.ports if options.ports is not None else DEFAULT_BROKER_PORTS
     idle = options.idle_timeout_s
     return _core.Analyzer(
         model.native,
-        sorted(ports),
-        heuristic,
+        sorted(options.broker_ports),
+        options.find_kafka_by_heuristic,
         options.max_frame,
         int(idle * 1e9) if idle is not None else None,
         _Fallback(decoder, model.extracts),
@@ -164,6 +160,8 @@ def open_capture(analyzer: Any, path: str) -> None:
     try:
         analyzer.open_path(path, path)
     except OSError as exc:
+        from .capture import CaptureError
+
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such file") from None
         if os.path.isdir(path):
@@ -414,7 +412,9 @@ def _python_lists(column: pa.ChunkedArray) -> list[list[str]]:
 # ---------------------------------------------------------------- exchanges
 
 
-def _frame(stream: int, t: tuple[Any, ...]) -> Frame:
+def _frame(stream: int, t: tuple[Any, ...]) -> Any:
+    from .framing import Frame
+
     src_ip, src_port, dst_ip, dst_port, payload, first_ts, last_ts, first_no, last_no, gap = t
     return Frame(
         stream, (src_ip, src_port), (dst_ip, dst_port), payload,
@@ -446,6 +446,8 @@ def iter_exchanges(
 
 
 def _exchange(t: tuple[Any, ...]) -> Exchange:
+    from .correlate import Exchange
+
     (_, stream, cip, cport, bip, bport, kind, req, resp, key, ver, corr, cid, note) = t
     return Exchange(
         stream=stream,
@@ -543,6 +545,8 @@ def iter_pairs_from_bytes(
         try:
             analyzer.open_bytes(name, bytes(memoryview(data)))
         except ValueError as exc:
+            from .capture import CaptureError
+
             raise CaptureError(f"{name}: {exc}") from None
         more = True
         while more:

@@ -34,11 +34,8 @@ from .kafka_header import (
     request_start_check,
     response_start_check,
 )
+from .options import DEFAULT_BROKER_PORTS
 from .tcp import Endpoint, StreamOpen
-
-DEFAULT_BROKER_PORTS: frozenset[int] = frozenset(
-    {9092, 9093, 9094, 9095, 9096, 9097, 9098, 9099, 19092, 29092, 39092}
-)
 
 # Bounds that keep memory flat on hostile or lossy traffic.
 MAX_OPEN_REQUESTS = 10_000

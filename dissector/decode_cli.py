@@ -95,7 +95,7 @@ def iter_decoded(
     ``counters``, when given, receives the run's counters (e.g. ``truncated_file``).
     """
     from dissector.core import iter_exchanges
-    from dissector.pipeline import Options
+    from dissector.options import Options
 
     spec_dirs = list(spec_dirs)
     registry: Registry = get_registry(spec_dirs)

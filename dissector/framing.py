@@ -25,11 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .accounting import Counters
-from .tcp import Chunk, Endpoint
 
 # The broker's socket.request.max.bytes default; a bigger size prefix means we
 # are not looking at a frame boundary (or at Kafka at all).
-DEFAULT_MAX_FRAME = 100 * 1024 * 1024
+from .options import DEFAULT_MAX_FRAME
+from .tcp import Chunk, Endpoint
 
 _SIZE = struct.Struct(">i")
 

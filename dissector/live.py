@@ -49,7 +49,7 @@ from .accounting import Counters
 from .core import LiveSession
 from .correlate import DEFAULT_BROKER_PORTS
 from .live_view import CAPTURE_GAP_NOTE, CaptureHealth, LiveStats, Snapshot
-from .pipeline import Options
+from .options import Options
 from .rows import PairRecord
 
 # A connection silent for this long is closed (its open requests become

@@ -153,7 +153,7 @@ def decoded_exchanges(
     expanded into records.
     """
     from .core import iter_exchanges
-    from .pipeline import Options, capture_paths
+    from .options import Options, capture_paths
 
     decoder = decoder_for_specs(specs)
     counts = counters if counters is not None else Counter()

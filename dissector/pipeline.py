@@ -16,33 +16,26 @@ from typing import Any
 
 from .accounting import Counters
 from .capture import Packet, read_packets
-from .correlate import DEFAULT_BROKER_PORTS, CorrelationConfig, Correlator, Exchange
-from .framing import DEFAULT_MAX_FRAME, Framer
+from .correlate import CorrelationConfig, Correlator, Exchange
+from .framing import Framer
 from .kafka_header import VersionCheck
+from .options import Options, capture_paths
 from .rows import Decoder, PairRecord, build_record
 from .tcp import Chunk, Endpoint, Reassembler, StreamClose, StreamOpen
 
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    ports: frozenset[int] | None = None  # broker ports; None: the usual Kafka ports
-    heuristic: bool | None = None  # find Kafka on other ports; default: on unless ports given
-    max_frame: int = DEFAULT_MAX_FRAME
-    # Close connections silent this long (live capture: connections that never
-    # FIN/RST would otherwise be held for the whole run). None: never.
-    idle_timeout_s: float | None = None
-
-    def correlation(self, known: VersionCheck, flexible: VersionCheck) -> CorrelationConfig:
-        heuristic = self.heuristic if self.heuristic is not None else self.ports is None
-        return CorrelationConfig(
-            known=known,
-            flexible_request=flexible,
-            broker_ports=self.ports if self.ports is not None else DEFAULT_BROKER_PORTS,
-            heuristic=heuristic,
-            max_frame=self.max_frame,
-        )
+def correlation_config(
+    options: Options, known: VersionCheck, flexible: VersionCheck
+) -> CorrelationConfig:
+    return CorrelationConfig(
+        known=known,
+        flexible_request=flexible,
+        broker_ports=options.broker_ports,
+        heuristic=options.find_kafka_by_heuristic,
+        max_frame=options.max_frame,
+    )
 
 
 def _default_decoder() -> Any:
@@ -67,8 +60,8 @@ class Session:
         )
         self._corr = Correlator(
             self.counters,
-            self.options.correlation(
-                self.decoder.is_known_version, self.decoder.request_is_flexible
+            correlation_config(
+                self.options, self.decoder.is_known_version, self.decoder.request_is_flexible
             ),
         )
         # stream -> sender -> its framer; by stream so that a close finds its framers
@@ -134,12 +127,6 @@ class Session:
     def _close_framers(self, stream: int) -> None:
         for framer in self._framers.pop(stream, {}).values():
             framer.close()
-
-
-def capture_paths(source: Source) -> list[str]:
-    if isinstance(source, str | os.PathLike):
-        return [os.fspath(source)]
-    return [os.fspath(p) for p in source]
 
 
 def iter_packet_exchanges(packets: Iterable[Packet], session: Session) -> Iterator[Exchange]:

@@ -1094,7 +1094,7 @@ def analyze(
     """
     from . import protocol
     from .capture import CaptureError
-    from .pipeline import Options
+    from .options import Options
 
     decoder = NotingDecoder(protocol)
     sources = [str(p) for p in paths]

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dissector.pipeline import Options
+from dissector.options import Options
 from dissector.sparkfleet.aggregate import DEFAULT_TOP, DEFAULT_WINDOW, summaries
 from dissector.sparkfleet.read import (
     DEFAULT_GLOB,

@@ -105,7 +105,7 @@ def versions(
     ``df.attrs["counters"]`` counts exchanges without an API (SASL tokens, orphan
     responses), which have no version to compare."""
     from .core import iter_exchanges
-    from .pipeline import Options, capture_paths
+    from .options import Options, capture_paths
 
     decoder = decoder_for_specs(specs)
     counters: Counter[str] = Counter()

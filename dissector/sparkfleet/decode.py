@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..accounting import Counters
-from ..pipeline import Options
+from ..options import Options
 from ..rows import PairRecord
 from ..schema import COLUMNS
 from .typemap import CAPTURE_INFO, INFO_COLUMN, decoded_arrow_schema

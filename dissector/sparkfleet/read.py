@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 
-from ..pipeline import Options
+from ..options import Options
 from .decode import DecodeConfig, decode_batches, failed_batch
 from .typemap import CAPTURE_INFO, INFO_COLUMN, decoded_spark_schema
 

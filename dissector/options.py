@@ -1,0 +1,41 @@
+"""What a user can set for an analysis run, shared by the native core and the oracle.
+
+Kept apart from the stages so that the shipped path (``dissector.core``) does not
+import the pure-Python stages just to read the defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_BROKER_PORTS: frozenset[int] = frozenset(
+    {9092, 9093, 9094, 9095, 9096, 9097, 9098, 9099, 19092, 29092, 39092}
+)
+DEFAULT_MAX_FRAME = 100 * 1024 * 1024  # bytes after the size prefix
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    ports: frozenset[int] | None = None  # broker ports; None: the usual Kafka ports
+    heuristic: bool | None = None  # find Kafka on other ports; default: on unless ports given
+    max_frame: int = DEFAULT_MAX_FRAME
+    # Close connections silent this long (live capture: connections that never
+    # FIN/RST would otherwise be held for the whole run). None: the core's default.
+    idle_timeout_s: float | None = None
+
+    @property
+    def broker_ports(self) -> frozenset[int]:
+        return self.ports if self.ports is not None else DEFAULT_BROKER_PORTS
+
+    @property
+    def find_kafka_by_heuristic(self) -> bool:
+        return self.heuristic if self.heuristic is not None else self.ports is None
+
+
+def capture_paths(source: object) -> list[str]:
+    """One path or several, as a list of strings."""
+    import os
+
+    if isinstance(source, str | os.PathLike):
+        return [os.fspath(source)]
+    return [os.fspath(p) for p in source]  # type: ignore[attr-defined]
