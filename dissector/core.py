@@ -11,6 +11,7 @@ for) with the full Python decoder, so decode-error wording has one source.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -403,9 +404,9 @@ def _python_lists(column: pa.ChunkedArray) -> list[list[str]]:
         offsets = chunk.offsets.to_pylist()
         values = chunk.values.to_pylist()
         base = offsets[0] if offsets else 0
-        out.extend(
-            values[offsets[i] - base : offsets[i + 1] - base] for i in range(len(chunk))
-        )
+        if base:
+            offsets = [o - base for o in offsets]
+        out += [values[a:b] for a, b in itertools.pairwise(offsets)]
     return out
 
 
