@@ -11,6 +11,7 @@ for) with the full Python decoder, so decode-error wording has one source.
 from __future__ import annotations
 
 import functools
+import gc
 import itertools
 import json
 import os
@@ -400,14 +401,26 @@ def _python_lists(column: pa.ChunkedArray) -> list[list[str]]:
     """A list<string> column as Python lists (null as []), sliced from one flat list of
     its values: several times faster than converting each row's list on its own."""
     out: list[list[str]] = []
-    for chunk in column.chunks:
-        offsets = chunk.offsets.to_pylist()
-        values = chunk.values.to_pylist()
-        base = offsets[0] if offsets else 0
-        if base:
-            offsets = [o - base for o in offsets]
-        out += [values[a:b] for a, b in itertools.pairwise(offsets)]
+    # Hundreds of thousands of new lists would run the cyclic garbage collector over
+    # and over, for nothing: none of them can be part of a cycle.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for chunk in column.chunks:
+            out += _chunk_lists(chunk)
+    finally:
+        if collecting:
+            gc.enable()
     return out
+
+
+def _chunk_lists(chunk: Any) -> list[list[str]]:
+    offsets = chunk.offsets.to_pylist()
+    values = chunk.values.to_pylist()
+    base = offsets[0] if offsets else 0
+    if base:
+        offsets = [o - base for o in offsets]
+    return [values[a:b] for a, b in itertools.pairwise(offsets)]
 
 
 # ---------------------------------------------------------------- exchanges
