@@ -18,8 +18,13 @@ _FILE_WIDTH = 1000
 
 
 def api_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """count, errors, unanswered, p50/p99 latency (ms) per api_name and version."""
+    """count, errors, unanswered, empty long polls, p50/p99 service latency (ms) per
+    api_name and version. Service latency leaves out the time a Fetch/ShareFetch long
+    poll waited on the broker (``stats.SERVICE_LATENCY_RULE``); the empty polls are
+    counted in their own column instead of setting the percentiles."""
     import pandas as pd
+
+    from .stats import FETCH_WAIT_EMPTY_POLL, service_latency
 
     if df.empty:
         return pd.DataFrame(
@@ -30,11 +35,15 @@ def api_summary(df: pd.DataFrame) -> pd.DataFrame:
                 "errors",
                 "unanswered",
                 "unsupported",
+                "long_polls",
                 "p50_ms",
                 "p99_ms",
             ]
         )
+    service = service_latency(df)
     keyed = df.assign(
+        service_ms=service["service_ms"],
+        is_poll=service["fetch_wait"].eq(FETCH_WAIT_EMPTY_POLL).fillna(False).astype(bool),
         api_name=df["api_name"].fillna("(unknown)"),
         api_version=df["api_version"].astype("Float64"),
         is_error=df["status"].isin(["error", "malformed"]),
@@ -47,8 +56,9 @@ def api_summary(df: pd.DataFrame) -> pd.DataFrame:
         errors=("is_error", "sum"),
         unanswered=("is_unanswered", "sum"),
         unsupported=("is_unsupported", "sum"),
-        p50_ms=("latency_ms", lambda s: s.astype("float64").quantile(0.5)),
-        p99_ms=("latency_ms", lambda s: s.astype("float64").quantile(0.99)),
+        long_polls=("is_poll", "sum"),
+        p50_ms=("service_ms", lambda s: s.astype("float64").quantile(0.5)),
+        p99_ms=("service_ms", lambda s: s.astype("float64").quantile(0.99)),
     )
     return out.reset_index()
 
@@ -73,6 +83,7 @@ def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
         ("errors", "right"),
         ("unanswered", "right"),
         ("unsupported", "right"),
+        ("long polls", "right"),
         ("p50 ms", "right"),
         ("p99 ms", "right"),
     ):
@@ -85,11 +96,18 @@ def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
             str(int(row.errors)),
             str(int(row.unanswered)),
             str(int(row.unsupported)),
+            str(int(row.long_polls)),
             _fmt_ms(row.p50_ms),
             _fmt_ms(row.p99_ms),
         )
     console.print(table)
     if not df.empty:
+        console.print(
+            "p50/p99: service latency (Fetch/ShareFetch long polls without their wait on the "
+            "broker; empty polls counted under 'long polls')",
+            highlight=False,
+            soft_wrap=True,
+        )
         statuses = df["status"].value_counts().to_dict()
         console.print("status: " + ", ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
         unsupported = int(unsupported_rows(df).sum())

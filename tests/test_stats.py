@@ -848,3 +848,28 @@ def test_captures_far_apart_get_their_own_timeline() -> None:
     table = stats.per_capture(far)
     assert table["capture"].tolist() == ["old.pcap", "new.pcap"]
     assert table["rows"].tolist() == [1, 2]
+
+
+def test_cli_summary_percentiles_are_service_time_and_polls_are_counted() -> None:
+    """The CLI table's p50/p99 leave out long-poll waits (stats.SERVICE_LATENCY_RULE);
+    the empty polls get their own column. Expected values worked out by hand."""
+    from dissector.frame import records_to_frame
+    from dissector.rows import PairRecord
+    from dissector.summary_table import api_summary
+
+    def fetch(latency: float, records: int | None) -> PairRecord:
+        return PairRecord(
+            capture="c", stream=1, client_ip="127.0.0.1", client_port=1, broker_ip="127.0.0.1",
+            broker_port=9092, request_time=1, response_time=2, latency_ms=latency,
+            first_byte_ms=latency, api_key=1, api_name="Fetch", api_version=16,
+            correlation_id=1, client_id="c", request_size=10, response_size=10, status="ok",
+            records=records, max_wait_ms=500,
+        )  # fmt: skip
+
+    # two empty polls that waited out max_wait (500 ms) and two fetches with data
+    rows = [fetch(501.0, 0), fetch(503.0, None), fetch(2.0, 5), fetch(4.0, 7)]
+    summary = api_summary(records_to_frame(rows)).iloc[0]
+    assert summary["long_polls"] == 2
+    service = [1.0, 3.0, 2.0, 4.0]  # empty polls: latency - max_wait
+    assert summary["p50_ms"] == pytest.approx(float(np.percentile(service, 50)))
+    assert summary["p99_ms"] == pytest.approx(float(np.percentile(service, 99)))
