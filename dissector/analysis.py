@@ -77,7 +77,6 @@ def _bar(paths: list[str]) -> AbstractContextManager[Callable[[int], None]]:
     @contextmanager
     def bar():  # type: ignore[no-untyped-def]
         total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
-        done = 0
         columns = (
             TextColumn("[progress.description]{task.description}"),
             BarColumn(),
@@ -87,7 +86,7 @@ def _bar(paths: list[str]) -> AbstractContextManager[Callable[[int], None]]:
             task = progress.add_task("analyzing", total=total)
 
             def update(read: int) -> None:
-                progress.update(task, completed=min(done + read, total))
+                progress.update(task, completed=min(read, total))
 
             yield update
             progress.update(task, completed=total)

@@ -85,11 +85,6 @@ def _model(decoder: Any) -> _Model:
     return model
 
 
-def extract_columns(decoder: Any = None) -> tuple[str, ...]:
-    """Columns the spec model adds beyond ``schema.COLUMNS`` (e.g. Fetch's max_wait_ms)."""
-    return tuple(c for c, _, _ in _model(decoder or _default_decoder()).extracts)
-
-
 class _Fallback:
     """Summaries of deferred pairs by the Python decoder; topic names per capture."""
 
@@ -450,10 +445,8 @@ def iter_exchanges(
     try:
         for path in paths:
             open_capture(analyzer, path)
-            more = True
-            while more:
-                more = analyzer.run(batch)
-                for t in analyzer.take_exchanges():
+            for b in _batches(analyzer, batch):
+                for t in b.exchanges:
                     yield t[0], _exchange(t)
     finally:
         _merge_counters(counters, analyzer)
@@ -554,7 +547,6 @@ def iter_pairs_from_bytes(
     read in place: no temporary file. ``capture`` is ``name``."""
     counters = counters if counters is not None else Counters()
     analyzer = new_analyzer(options, decoder)
-    schema = arrow_schema()
     try:
         try:
             analyzer.open_bytes(name, bytes(memoryview(data)))
@@ -562,9 +554,7 @@ def iter_pairs_from_bytes(
             from .capture import CaptureError
 
             raise CaptureError(f"{name}: {exc}") from None
-        more = True
-        while more:
-            more = analyzer.run(batch_rows)
-            yield from _records(columns_to_table(analyzer.take_columns(), schema))
+        for batch in _batches(analyzer, batch_rows):
+            yield from _records(columns_to_table(batch.columns, arrow_schema()))
     finally:
         _merge_counters(counters, analyzer)

@@ -24,13 +24,6 @@ impl<T: Default + Copy> Nullable<T> {
         self.values.push(v.unwrap_or_default());
     }
 
-    pub fn set(&mut self, row: usize, v: Option<T>) {
-        if let (Some(slot), Some(ok)) = (self.values.get_mut(row), self.valid.get_mut(row)) {
-            *slot = v.unwrap_or_default();
-            *ok = v.is_some();
-        }
-    }
-
     fn clear(&mut self) {
         self.values.clear();
         self.valid.clear();
@@ -78,24 +71,6 @@ impl Dict {
         self.indices.push(i);
     }
 
-    pub fn set(&mut self, row: usize, s: Option<&str>) {
-        let i = match s {
-            Some(s) => self.index(s),
-            None => -1,
-        };
-        if let Some(slot) = self.indices.get_mut(row) {
-            *slot = i;
-        }
-    }
-
-    pub fn get(&self, row: usize) -> Option<&str> {
-        let i = *self.indices.get(row)?;
-        if i < 0 {
-            return None;
-        }
-        self.words.get(i as usize).map(String::as_str)
-    }
-
     fn clear(&mut self) {
         self.indices.clear();
         self.words.clear();
@@ -124,17 +99,6 @@ impl DictList {
             self.items.indices.push(i);
         }
         self.offsets.push(self.items.indices.len() as i32);
-    }
-
-    /// Replace the last row's list (rows are only ever patched right after being pushed).
-    pub fn replace_last<'a>(&mut self, words: impl IntoIterator<Item = &'a str>) {
-        if self.offsets.len() < 2 {
-            return;
-        }
-        self.offsets.pop();
-        let start = *self.offsets.last().unwrap_or(&0) as usize;
-        self.items.indices.truncate(start);
-        self.push(words);
     }
 
     fn clear(&mut self) {
