@@ -32,8 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dissector.accounting import Counters  # noqa: E402
-from dissector.capture import iter_frames, read_packets  # noqa: E402
-from dissector.tcp import Reassembler  # noqa: E402
+from tests.oracle.capture import iter_frames, read_packets  # noqa: E402
+from tests.oracle.tcp import Reassembler  # noqa: E402
 
 DEFAULT = REPO.parent / "shared" / "captures" / "local-tansu-confluent-kafka.pcapng"
 

@@ -40,7 +40,7 @@ Frame = tuple[bytes, int | None, int | None]  # payload, api_key (responses), ve
 
 
 def capture_frames(paths: list[str]) -> list[Frame]:
-    from dissector.pipeline import iter_exchanges
+    from tests.oracle.pipeline import iter_exchanges
 
     frames: list[Frame] = []
     for _, ex in iter_exchanges(paths, ports=[9092, 36333]):

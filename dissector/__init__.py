@@ -12,17 +12,16 @@ import importlib
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .schema import COLUMN_NAMES, COLUMNS
+from dissector.schema import COLUMN_NAMES, COLUMNS
 
 if TYPE_CHECKING:
     import os
 
     import pandas as pd
 
-    from .accounting import Counters
-    from .correlate import Exchange
-    from .options import Options
-    from .rows import PairRecord
+    from dissector.accounting import Counters
+    from dissector.options import Options
+    from dissector.stages import Exchange, PairRecord
 
 __all__ = [
     "COLUMNS",
@@ -46,15 +45,15 @@ __version__ = "0.1.0"
 _LAZY = {
     "Counters": "dissector.accounting",
     "Options": "dissector.options",
-    "PairRecord": "dissector.rows",
+    "PairRecord": "dissector.stages",
 }
 # Sub-modules reachable as attributes: ``dissector.live(...)`` (the module is callable).
 _LAZY_MODULES = {
     "live": "dissector.live",
     # the analytics tables: ``dissector.partitions(capture)`` etc.
-    "partitions": "dissector.partitions",
-    "groups": "dissector.groups",
-    "versions": "dissector.versions",
+    "partitions": "dissector.analytics.partitions",
+    "groups": "dissector.analytics.groups",
+    "versions": "dissector.analytics.versions",
 }
 
 
@@ -81,8 +80,8 @@ def analyze(
     that were not Kafka, ...), ``df.attrs["tls_streams"]`` the connections found to
     carry TLS.
     """
-    from .analysis import run_analysis
-    from .options import Options, capture_paths
+    from dissector.options import Options, capture_paths
+    from dissector.table.analysis import run_analysis
 
     if options is None:
         options = Options(ports=frozenset(ports) if ports is not None else None)
@@ -99,8 +98,8 @@ def iter_pairs(
 ) -> Iterator[PairRecord]:
     """Stream the pair records of one or many captures (the DataFrame's rows); memory
     stays flat in the capture length."""
-    from . import core
-    from .options import Options, capture_paths
+    from dissector.options import Options, capture_paths
+    from dissector.wire import core
 
     if options is None:
         options = Options(ports=frozenset(ports) if ports is not None else None)
@@ -118,8 +117,8 @@ def iter_exchanges(
     counters: Counters | None = None,
 ) -> Iterator[tuple[str, Exchange]]:
     """(capture path, exchange) for every request/response exchange, with raw payloads."""
-    from . import core
-    from .options import Options, capture_paths
+    from dissector.options import Options, capture_paths
+    from dissector.wire import core
 
     if options is None:
         options = Options(ports=frozenset(ports) if ports is not None else None)
@@ -139,8 +138,8 @@ def decode(
     """Every pair fully decoded: request and response headers and bodies as nested
     dicts (Apache's field names in snake_case), one dict per pair, streaming.
     ``records=True`` expands record batches into records."""
-    from .decode_cli import iter_decoded
-    from .options import capture_paths
+    from dissector.cli.decode import iter_decoded
+    from dissector.options import capture_paths
 
     return iter_decoded(
         capture_paths(source),
@@ -155,6 +154,6 @@ def _decoder(specs: Iterable[str | os.PathLike[str]]) -> Any:
     paths = [str(s) for s in specs]
     if not paths:
         return None
-    from .protocol.decoder import decoder_for
+    from dissector.protocol.decoder import decoder_for
 
     return decoder_for(paths)

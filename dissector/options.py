@@ -1,6 +1,6 @@
 """What a user can set for an analysis run, shared by the native core and the oracle.
 
-Kept apart from the stages so that the shipped path (``dissector.core``) does not
+Kept apart from the stages so that the shipped path (``dissector.wire.core``) does not
 import the pure-Python stages just to read the defaults.
 """
 

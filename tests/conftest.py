@@ -68,7 +68,7 @@ def spark() -> Iterator[Any]:
     pytest.importorskip("pyspark", reason="pyspark is not installed (pip install pyspark)")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java 17+ (apt-get install openjdk-17-jre-headless)")
-    from dissector.spark_job import build_session
+    from dissector.spark.job import build_session
 
     session = build_session(
         "local[2]",

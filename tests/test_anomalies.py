@@ -15,13 +15,15 @@ import pytest
 from click.testing import CliRunner
 
 from dissector import anomalies as an
-from dissector import rows
-from dissector.cli import main
+from dissector.cli.main import main
 from dissector.protocol import decode_request, decode_response
 from dissector.protocol.records import ERROR_CODES
+from tests.oracle import rows
 
 REPO = Path(__file__).resolve().parents[1]
 PY_ROOT = REPO / "dissector"
+# The pure-Python stages (the core's oracle) count under the same names as the core.
+ORACLE_ROOT = REPO / "tests" / "oracle"
 RUST_ROOT = REPO / "native" / "src"
 
 # Python calls that pass a counter name through rather than naming one.
@@ -97,7 +99,7 @@ def rust_record_error_codes(root: Path) -> set[str]:
 
 
 def all_source_text() -> str:
-    paths = [*PY_ROOT.rglob("*.py"), *RUST_ROOT.glob("*.rs")]
+    paths = [*PY_ROOT.rglob("*.py"), *ORACLE_ROOT.rglob("*.py"), *RUST_ROOT.glob("*.rs")]
     return "\n".join(p.read_text() for p in paths if p.name != "anomalies.py")
 
 
@@ -133,8 +135,17 @@ def test_rust_scanner_finds_counters_of_every_form(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ code -> registry
 
 
-def test_every_python_counter_is_registered() -> None:
+def python_counters() -> tuple[dict[str, set[str]], list[str]]:
+    """``python_counter_names`` of the package and of the oracle, merged."""
     found, dynamic = python_counter_names(PY_ROOT)
+    oracle, oracle_dynamic = python_counter_names(ORACLE_ROOT)
+    for name, files in oracle.items():
+        found.setdefault(name, set()).update(files)
+    return found, dynamic + oracle_dynamic
+
+
+def test_every_python_counter_is_registered() -> None:
+    found, dynamic = python_counters()
     assert len(found) > 40  # the scan sees the stages' counters at all
     assert dynamic == [], "counter names the scan cannot read: name them literally"
     missing = {n: sorted(f) for n, f in found.items() if n not in an.counter_names()}
@@ -157,7 +168,7 @@ def test_record_errors_are_exactly_the_records_stage_codes() -> None:
 
 def test_correlation_notes_are_registered() -> None:
     """The notes correlate.py puts into decode_error (``note=`` or ``_unanswered``)."""
-    tree = ast.parse((PY_ROOT / "correlate.py").read_text())
+    tree = ast.parse((ORACLE_ROOT / "correlate.py").read_text())
     notes: set[str] = set()
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -188,7 +199,7 @@ def test_row_flags_are_registered() -> None:
 
 
 def test_every_registered_counter_is_used() -> None:
-    used = set(python_counter_names(PY_ROOT)[0]) | set(rust_counter_names(RUST_ROOT)[0])
+    used = set(python_counters()[0]) | set(rust_counter_names(RUST_ROOT)[0])
     stale = sorted(set(an.by_kind(an.Kind.COUNTER)) - used)
     assert stale == [], "no stage counts these any more: remove them from the registry"
 

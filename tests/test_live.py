@@ -35,8 +35,8 @@ import pytest
 import dissector
 from dissector.live import LiveCapture, LiveError, LiveOptions, PcapSource, default_filter
 from dissector.live import live as live_fn
-from dissector.live_view import CAPTURE_GAP_NOTE, LiveStats, percentile
-from dissector.rows import PairRecord
+from dissector.live.view import CAPTURE_GAP_NOTE, LiveStats, percentile
+from tests.oracle.rows import PairRecord
 
 # The session's broker fixture (starts scripts/kafka-broker, stops it by PID).
 
@@ -232,12 +232,14 @@ def remap(df: pd.DataFrame, order: list[int]) -> pd.DataFrame:
 
 
 def frame_of(records: list[PairRecord]) -> pd.DataFrame:
-    from dissector.frame import records_to_frame
+    from dissector.table.frame import records_to_frame
 
     return records_to_frame(records)
 
 
-CLI_CODE = "import sys; from dissector.cli import main; sys.argv[0] = 'kafka-dissector'; main()"
+CLI_CODE = (
+    "import sys; from dissector.cli.main import main; sys.argv[0] = 'kafka-dissector'; main()"
+)
 
 
 class Cli:
@@ -727,7 +729,7 @@ def test_percentile_matches_pandas() -> None:
 
 
 def test_view_counts_match_the_offline_frame(tansu_offline: pd.DataFrame) -> None:
-    from dissector.live_view import CaptureHealth
+    from dissector.live.view import CaptureHealth
 
     stats = LiveStats()
     for row in tansu_offline.to_dict(orient="records"):
@@ -853,7 +855,7 @@ def test_view_latency_sample_is_bounded_and_representative() -> None:
     import random
     import statistics
 
-    from dissector.live_view import LATENCY_SAMPLE
+    from dissector.live.view import LATENCY_SAMPLE
 
     rng = random.Random(7)
     values = [rng.expovariate(1.0) for _ in range(LATENCY_SAMPLE + 30_000)]
@@ -873,7 +875,7 @@ def test_view_latency_sample_is_bounded_and_representative() -> None:
 def test_rendered_view_shows_rates_errors_and_drops(tansu_offline: pd.DataFrame) -> None:
     from rich.console import Console
 
-    from dissector.live_view import CaptureHealth, plain_lines, render
+    from dissector.live.view import CaptureHealth, plain_lines, render
 
     stats = LiveStats()
     for row in tansu_offline.to_dict(orient="records"):

@@ -1,6 +1,6 @@
 """The native capture stage (native/src/capture.rs) against the Python one.
 
-Oracle: ``dissector.capture.read_packets``, itself tested against tshark and scapy
+Oracle: ``tests.oracle.capture.read_packets``, itself tested against tshark and scapy
 (tests/test_capture.py). The Rust side is the example binary ``dump_packets``, which
 prints every packet and the counters of each capture; both must agree packet for
 packet (frame, ts_ns, addresses, ports, seq, ack, flags, payload, missing) and counter
@@ -31,7 +31,7 @@ from scapy.layers.l2 import ARP, CookedLinux, CookedLinuxV2, Dot1AD, Dot1Q, Ethe
 from scapy.packet import Raw
 
 from dissector.accounting import Counters
-from dissector.capture import read_packets
+from tests.oracle.capture import read_packets
 
 REPO = Path(__file__).resolve().parents[1]
 NATIVE = REPO / "native"

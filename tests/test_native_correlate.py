@@ -27,13 +27,14 @@ from typing import Any
 
 import pytest
 
-from dissector import kafka_header, protocol
+from dissector import protocol
 from dissector.accounting import Counters
-from dissector.capture import read_packets
-from dissector.correlate import DEFAULT_BROKER_PORTS, Exchange
-from dissector.framing import DEFAULT_MAX_FRAME, Frame
-from dissector.pipeline import Session
-from dissector.tcp import Chunk, Event, Reassembler, StreamClose, StreamOpen
+from tests.oracle import kafka_header
+from tests.oracle.capture import read_packets
+from tests.oracle.correlate import DEFAULT_BROKER_PORTS, Exchange
+from tests.oracle.framing import DEFAULT_MAX_FRAME, Frame
+from tests.oracle.pipeline import Session
+from tests.oracle.tcp import Chunk, Event, Reassembler, StreamClose, StreamOpen
 
 REPO = Path(__file__).resolve().parents[1]
 NATIVE = REPO / "native"

@@ -19,9 +19,9 @@ import pytest
 
 import dissector
 from dissector.accounting import Counters
-from dissector.pipeline import iter_pairs
 from dissector.schema import COLUMN_NAMES
 from tests.conftest import CAPTURES, SHARED_CAPTURES
+from tests.oracle.pipeline import iter_pairs
 from tests.shared_readme import EXPECTED
 
 # Counters of stages that the native core words or bounds differently on purpose:

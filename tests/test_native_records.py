@@ -26,10 +26,10 @@ import crc32c
 import pytest
 from kafka.record import MemoryRecordsBuilder
 
-from dissector.pipeline import iter_exchanges
 from dissector.protocol import compile as kc
 from dissector.protocol.decode import Registry, decode_request, decode_response, get_registry
 from dissector.protocol.records import Budget, parse_records
+from tests.oracle.pipeline import iter_exchanges
 
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE = ROOT / "native"

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from dissector.pipeline import iter_exchanges
 from dissector.protocol import decoder_for
 from dissector.protocol.export import export_model, model_dict
 from dissector.protocol.records import RecordSet
-from dissector.rows import build_record
+from tests.oracle.pipeline import iter_exchanges
+from tests.oracle.rows import build_record
 
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE = ROOT / "native"
@@ -386,8 +386,8 @@ def test_mutated_frames_defer_or_agree(compared, tmp_path: Path) -> None:  # typ
 
 def test_export_takes_any_decoder_the_pipeline_uses() -> None:
     import dissector.protocol as protocol
+    from dissector.analytics.report import NotingDecoder
     from dissector.protocol.decode import get_registry
-    from dissector.report import NotingDecoder
 
     expected = export_model(decoder_for())
     for decoder in (

@@ -6,7 +6,7 @@ same under tiny buffer bounds (so holes are skipped, by bound and by ACK), and a
 hostile segments. The packets are dumped to a file; the example binary
 `native/examples/dump_chunks.rs` replays them through `tcp::Reassembler` and prints its
 events, the stream index after each packet and its counters, which must equal what
-`dissector.tcp.Reassembler` gives.
+`tests.oracle.tcp.Reassembler` gives.
 
 The native stage's deliberate departures (suspect SYNs and RSTs, file idle timeout,
 connection cap) are switched off or detected here; native/tests/tcp_hostile.rs tests them.
@@ -33,8 +33,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dissector.accounting import Counters
-from dissector.capture import ACK, FIN, PSH, RST, SYN, Packet, read_packets
-from dissector.tcp import Chunk, Event, Reassembler, StreamClose, StreamOpen
+from tests.oracle.capture import ACK, FIN, PSH, RST, SYN, Packet, read_packets
+from tests.oracle.tcp import Chunk, Event, Reassembler, StreamClose, StreamOpen
 
 REPO = Path(__file__).resolve().parents[1]
 NATIVE = REPO / "native"

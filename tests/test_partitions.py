@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from dissector.partitions import (
+from dissector.analytics.partitions import (
     PARTITION_COLUMN_NAMES,
     PARTITION_COLUMNS,
     consumer_lag,

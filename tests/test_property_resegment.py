@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from dissector import protocol
 from dissector.accounting import Counters
-from dissector.capture import Packet, read_packets
-from dissector.frame import records_to_frame
-from dissector.pipeline import Session, iter_packet_exchanges
-from dissector.rows import build_record
+from dissector.table.frame import records_to_frame
+from tests.oracle.capture import Packet, read_packets
+from tests.oracle.pipeline import Session, iter_packet_exchanges
+from tests.oracle.rows import build_record
 
 TIMING = ["request_time", "response_time", "latency_ms", "first_byte_ms"]
 CAPTURES = ["local-tansu-confluent-kafka.pcapng", "ndpi-kafka.pcapng"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dissector.decode_cli import apis_command, decode_command
+from dissector.cli.decode import apis_command, decode_command
 
 CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
 TANSU = CAPTURES / "local-tansu-confluent-kafka.pcapng"

@@ -166,7 +166,7 @@ _HEADER_FIELDS = {"correlation_id", "client_id", "request_api_key", "request_api
 def _real_frames() -> list[tuple[int, int, str, bytes, Layout]]:
     """The shortest complete frame of each (key, version, direction) in the bundled
     capture that decodes cleanly to its last byte."""
-    from dissector.pipeline import iter_exchanges
+    from tests.oracle.pipeline import iter_exchanges
 
     shortest: dict[tuple[int, int, str], bytes] = {}
     for _, ex in iter_exchanges([str(BUNDLED)]):

@@ -68,7 +68,7 @@ def _same(ours: Any, theirs: Any, where: str) -> int:
 
 
 def test_bodies_agree_with_kafka_python_decoder() -> None:
-    from dissector.pipeline import iter_exchanges
+    from tests.oracle.pipeline import iter_exchanges
 
     classes = _kafka_python_classes()
     paths = sorted(str(p) for p in CAPTURES.iterdir() if p.suffix in (".pcap", ".pcapng"))

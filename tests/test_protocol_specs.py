@@ -244,7 +244,7 @@ def test_a_newer_kafka_clients_jar_decodes_api_versions_v5() -> None:
     capture = Path(__file__).resolve().parents[1] / "captures" / "kafka-4-mixed.pcapng"
     if jar is None or not capture.is_file():
         pytest.skip("kafka-clients-4.4.0.jar (scripts/kafka-broker fetch) or capture absent")
-    from dissector.decode_cli import iter_decoded
+    from dissector.cli.decode import iter_decoded
 
     rows = [r for r in iter_decoded([str(capture)], api=18, spec_dirs=[str(jar)])]
     v5 = [r for r in rows if r["api_version"] == 5]
@@ -260,8 +260,8 @@ def test_a_bound_decoder_drives_the_pipeline_with_extra_specs() -> None:
     capture = Path(__file__).resolve().parents[1] / "captures" / "kafka-4-mixed.pcapng"
     if jar is None or not capture.is_file():
         pytest.skip("kafka-clients-4.4.0.jar (scripts/kafka-broker fetch) or capture absent")
-    from dissector.pipeline import iter_pairs
     from dissector.protocol import decoder_for
+    from tests.oracle.pipeline import iter_pairs
 
     rows = list(iter_pairs(str(capture), decoder=decoder_for([jar])))
     undecoded = {(r.api_name, r.api_version) for r in rows if r.decode_error}

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dissector.correlate import Exchange
-from dissector.pipeline import iter_exchanges
 from dissector.protocol import Decoded, TopicNames, decode_request, decode_response, summarize
+from tests.oracle.correlate import Exchange
+from tests.oracle.pipeline import iter_exchanges
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 # Cut points per payload for the partial-body check: bounded work per frame.

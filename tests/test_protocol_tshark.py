@@ -159,7 +159,7 @@ Key = tuple[int, int, str, int]  # client port, broker port, direction, correlat
 
 
 def _ours_by_frame(path: Path) -> dict[Key, dict[str, Any]]:
-    from dissector.pipeline import iter_exchanges
+    from tests.oracle.pipeline import iter_exchanges
 
     out: dict[Key, dict[str, Any]] = {}
     for _, ex in iter_exchanges([str(path)], ports=PORTS):

@@ -30,10 +30,10 @@ import pytest
 from click.testing import CliRunner
 
 import dissector
-from dissector import plots, report
-from dissector.cli import main
-from dissector.frame import records_to_frame
-from dissector.rows import PairRecord
+from dissector.analytics import plots, report
+from dissector.cli.main import main
+from dissector.table.frame import records_to_frame
+from tests.oracle.rows import PairRecord
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = REPO / "captures" / "kafka-4-mixed.pcapng"
@@ -571,7 +571,7 @@ UNIT_WORDS = ("ms", "bytes", "per second", "seconds since", "rows", "fraction", 
 
 
 def test_every_chart_has_titles_units_and_legends(bundled_df: pd.DataFrame) -> None:
-    from dissector import plots
+    from dissector.analytics import plots
 
     for chart_id, (title, draw) in plots.CHARTS.items():
         fig = draw(bundled_df)
@@ -597,7 +597,7 @@ def test_every_chart_has_titles_units_and_legends(bundled_df: pd.DataFrame) -> N
 
 
 def test_group_chart_marks_rebalances() -> None:
-    from dissector import plots
+    from dissector.analytics import plots
 
     recs = [
         _record("m1", api_key=11, api_name="JoinGroup", api_version=9),

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from dissector import report
+from dissector.analytics import report
 from tests.test_report import (
     BUNDLED,
     CHROMIUM_ARGS,

@@ -27,10 +27,10 @@ import pyarrow as pa
 import pytest
 
 import dissector
-from dissector.capture import CaptureError
 from dissector.schema import COLUMN_NAMES, COLUMNS
-from dissector.sparkfleet.decode import CAPTURE_FAILED, DecodeConfig, decode_capture
-from dissector.sparkfleet.typemap import INFO_COLUMN
+from dissector.spark.decode import CAPTURE_FAILED, DecodeConfig, decode_capture
+from dissector.spark.typemap import INFO_COLUMN
+from tests.oracle.capture import CaptureError
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "captures"
@@ -239,7 +239,7 @@ def test_task_decoder_keeps_rows_before_a_failure(
     good_captures: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A decoder crash part-way: the rows before it stay, the capture is flagged."""
-    import dissector.core as decode_mod
+    import dissector.wire.core as decode_mod
 
     path = max(good_captures, key=lambda p: len(dissector.analyze(str(p))))
     real = decode_mod.iter_pairs_from_bytes
@@ -265,7 +265,7 @@ def test_task_decoder_keeps_rows_before_a_failure(
 
 
 def test_session_conf_keeps_local_runs_on_loopback() -> None:
-    from dissector.spark_job import session_conf
+    from dissector.spark.job import session_conf
 
     local = session_conf("local[2]", {"spark.sql.shuffle.partitions": "2"})
     assert local["spark.driver.bindAddress"] == "127.0.0.1"
@@ -280,7 +280,7 @@ def test_session_conf_keeps_local_runs_on_loopback() -> None:
 def test_workers_run_the_drivers_python_in_local_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from dissector.spark_job import worker_python
+    from dissector.spark.job import worker_python
 
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
@@ -297,7 +297,7 @@ def test_workers_run_the_drivers_python_in_local_mode(monkeypatch: pytest.Monkey
 
 
 def test_worker_import_hint_names_the_module(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dissector.spark_job import worker_import_hint
+    from dissector.spark.job import worker_import_hint
 
     monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")
     trace = (
@@ -312,7 +312,7 @@ def test_worker_import_hint_names_the_module(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_path_string_matches_hadoop_path_spelling() -> None:
-    from dissector.sparkfleet.read import path_string
+    from dissector.spark.read import path_string
 
     assert path_string("file:///data/a%20b.pcap") == "file:/data/a b.pcap"
     assert path_string("hdfs://nn:8020/c/x.pcap") == "hdfs://nn:8020/c/x.pcap"
@@ -329,7 +329,7 @@ def all_paths(good_captures: list[Path], broken_captures: list[Path]) -> list[st
 
 @pytest.fixture(scope="module")
 def fleet(spark: Any, all_paths: list[str]) -> Iterator[Any]:
-    from dissector.sparkfleet import load
+    from dissector.spark import load
 
     loaded = load(spark, all_paths)
     yield loaded
@@ -346,7 +346,7 @@ def spark_pairs(fleet: Any) -> list[Row]:
 
 @pytest.fixture(scope="module")
 def summaries(fleet: Any) -> dict[str, Any]:
-    from dissector.sparkfleet.aggregate import summaries as build
+    from dissector.spark.aggregate import summaries as build
 
     return build(fleet.pairs)
 
@@ -372,7 +372,7 @@ def test_schema_is_the_contract(fleet: Any) -> None:
 def test_one_task_per_capture(spark: Any, fleet: Any, all_paths: list[str]) -> None:
     from pyspark.sql import functions as F
 
-    from dissector.sparkfleet.read import read_binary, resolve_paths
+    from dissector.spark.read import read_binary, resolve_paths
 
     # Spark's file scan skips files of 0 bytes (load() flags those separately).
     read = [p for p in all_paths if os.path.getsize(p) > 0]
@@ -419,7 +419,7 @@ def test_rows_per_capture_and_status(spark_pairs: list[Row], expected: list[Row]
 def test_broken_captures_are_flagged_and_counted(
     fleet: Any, spark_pairs: list[Row], broken_captures: list[Path], good_captures: list[Path]
 ) -> None:
-    from dissector.spark_job import collect_report
+    from dissector.spark.job import collect_report
 
     broken = {str(p) for p in broken_captures}
     flagged = [r for r in spark_pairs if r["capture"] in broken]
@@ -581,7 +581,7 @@ def test_cli_writes_parquet_tables(
 ) -> None:
     from click.testing import CliRunner
 
-    from dissector.spark_job import spark_command
+    from dissector.spark.job import spark_command
 
     chosen = [*good_captures[:3], broken_captures[0]]
     want_pairs = sum(len(dissector.analyze(str(p))) for p in good_captures[:3])
@@ -606,7 +606,7 @@ def test_cli_writes_parquet_tables(
 def test_cli_missing_path_is_a_clear_error(spark: Any, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from dissector.spark_job import spark_command
+    from dissector.spark.job import spark_command
 
     missing = tmp_path / "no-such-capture.pcap"
     result = CliRunner().invoke(spark_command, [str(missing), "-o", str(tmp_path / "out")])
@@ -622,8 +622,8 @@ def test_pairs_writer_resolves_relative_paths_on_the_driver_and_writes_empty_tab
 ) -> None:
     import pyarrow.parquet as pq
 
-    from dissector.frame import pairs_arrow_schema
-    from dissector.sparkfleet.write import write_pairs
+    from dissector.spark.write import write_pairs
+    from dissector.table.frame import pairs_arrow_schema
 
     monkeypatch.chdir(tmp_path)  # the Python workers keep the directory they started in
     good = fleet.pairs.where("decode_error is null or decode_error not like 'capture_failed%'")
@@ -643,7 +643,7 @@ def test_pairs_writer_resolves_relative_paths_on_the_driver_and_writes_empty_tab
 def test_paths_are_sorted_into_files_directories_and_missing(
     spark: Any, tmp_path: Path, good_captures: list[Path]
 ) -> None:
-    from dissector.sparkfleet.read import MissingPathError, resolve_paths
+    from dissector.spark.read import MissingPathError, resolve_paths
 
     folder = tmp_path / "dir"
     (folder / "sub").mkdir(parents=True)
@@ -666,7 +666,7 @@ def test_paths_are_sorted_into_files_directories_and_missing(
 def test_directories_read_only_captures_by_default(
     spark: Any, tmp_path: Path, good_captures: list[Path]
 ) -> None:
-    from dissector.sparkfleet import load
+    from dissector.spark import load
 
     source = min(good_captures, key=lambda p: p.stat().st_size)
     folder = tmp_path / "mixed"
@@ -695,7 +695,7 @@ def test_directories_read_only_captures_by_default(
 def test_cli_fails_when_every_capture_fails(spark: Any, broken_captures: list[Path]) -> None:
     from click.testing import CliRunner
 
-    from dissector.spark_job import spark_command
+    from dissector.spark.job import spark_command
 
     result = CliRunner().invoke(spark_command, [str(broken_captures[0])])
     assert result.exit_code == 1
@@ -707,7 +707,7 @@ def test_cli_fails_when_every_capture_fails(spark: Any, broken_captures: list[Pa
 def test_captures_over_the_size_limit_are_flagged_not_read(
     spark: Any, good_captures: list[Path]
 ) -> None:
-    from dissector.sparkfleet import load
+    from dissector.spark import load
 
     by_size = sorted(good_captures, key=lambda p: p.stat().st_size)
     small = by_size[:2]
@@ -733,7 +733,7 @@ def test_captures_over_the_size_limit_are_flagged_not_read(
 def test_cli_without_output_dir_prints_the_summary(spark: Any, good_captures: list[Path]) -> None:
     from click.testing import CliRunner
 
-    from dissector.spark_job import spark_command
+    from dissector.spark.job import spark_command
 
     chosen = good_captures[:3]
     frames = [dissector.analyze(str(p)) for p in chosen]
@@ -753,8 +753,8 @@ def test_cli_without_output_dir_prints_the_summary(spark: Any, good_captures: li
 def test_counts_agree_with_the_offline_report(
     summaries: dict[str, Any], good_captures: list[Path]
 ) -> None:
-    """Spark's per-broker counts are the pandas report's (dissector.stats.per_broker)."""
-    from dissector import stats
+    """Spark's per-broker counts are the pandas report's (dissector.analytics.stats.per_broker)."""
+    from dissector.analytics import stats
 
     df = pd.concat([dissector.analyze(str(p)) for p in good_captures], ignore_index=True)
     report = stats.per_broker(df)

@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import dissector
-from dissector.frame import write_pairs_parquet
 from dissector.schema import COLUMN_NAMES
+from dissector.table.frame import write_pairs_parquet
 
 REPO = Path(__file__).resolve().parent.parent
 CAPTURES = REPO / "captures"
@@ -59,7 +59,7 @@ def command() -> list[str]:
     script = Path(sys.executable).parent / "kafka-dissector"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-m", "dissector.cli"]
+    return [sys.executable, "-m", "dissector.cli.main"]
 
 
 @dataclass(frozen=True)

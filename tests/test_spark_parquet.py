@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import dissector
-from dissector.frame import pairs_arrow_schema, pairs_table, write_pairs_parquet
 from dissector.schema import COLUMN_NAMES
+from dissector.table.frame import pairs_arrow_schema, pairs_table, write_pairs_parquet
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = REPO / "captures" / "kafka-4-mixed.pcapng"
@@ -44,8 +44,8 @@ def _analyze_file(tmp: Path) -> Path:
 
 
 def _live_file(tmp: Path) -> Path:
-    from dissector.live import _open_sink
-    from dissector.pipeline import iter_pairs
+    from dissector.live.loop import _open_sink
+    from tests.oracle.pipeline import iter_pairs
 
     out = tmp / "live.parquet"
     records = list(iter_pairs(str(BUNDLED)))
@@ -94,7 +94,7 @@ def test_file_restores_the_contract_dtypes(frame: pd.DataFrame, tmp_path: Path) 
 
 
 def test_arrow_input_and_empty_frames_write_the_same_schema(tmp_path: Path) -> None:
-    from dissector.frame import records_to_frame
+    from dissector.table.frame import records_to_frame
 
     empty = tmp_path / "empty.parquet"
     write_pairs_parquet(records_to_frame([]), empty)
@@ -112,7 +112,7 @@ def test_a_table_without_the_contract_columns_is_refused(tmp_path: Path) -> None
 
 
 def test_nanoseconds_are_floored_not_rounded(tmp_path: Path) -> None:
-    from dissector.frame import records_to_frame
+    from dissector.table.frame import records_to_frame
 
     frame = records_to_frame([])
     row = {name: [None] for name in COLUMN_NAMES}

@@ -1,4 +1,4 @@
-"""dissector.stats on real captures, checked against independent computations.
+"""dissector.analytics.stats on real captures, checked against independent computations.
 
 Expected values come from numpy/plain Python over the raw columns, from the
 counts in ../shared/captures/README.md (an independent decoder) and from Apache
@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 
 import dissector
-from dissector import stats
-from dissector.frame import records_to_frame
-from dissector.rows import PairRecord
+from dissector.analytics import stats
+from dissector.table.frame import records_to_frame
+from tests.oracle.rows import PairRecord
 from tests.shared_readme import EXPECTED
 
 REPO = Path(__file__).resolve().parent.parent
@@ -853,9 +853,9 @@ def test_captures_far_apart_get_their_own_timeline() -> None:
 def test_cli_summary_percentiles_are_service_time_and_polls_are_counted() -> None:
     """The CLI table's p50/p99 leave out long-poll waits (stats.SERVICE_LATENCY_RULE);
     the empty polls get their own column. Expected values worked out by hand."""
-    from dissector.frame import records_to_frame
-    from dissector.rows import PairRecord
-    from dissector.summary_table import api_summary
+    from dissector.analytics.summary_table import api_summary
+    from dissector.table.frame import records_to_frame
+    from tests.oracle.rows import PairRecord
 
     def fetch(latency: float, records: int | None) -> PairRecord:
         return PairRecord(

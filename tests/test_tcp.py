@@ -26,8 +26,8 @@ from scapy.packet import Raw
 from scapy.utils import wrpcap
 
 from dissector.accounting import Counters
-from dissector.capture import ACK, FIN, PSH, RST, SYN, Packet, read_packets
-from dissector.tcp import Chunk, Event, Reassembler, StreamClose, StreamOpen, reassemble
+from tests.oracle.capture import ACK, FIN, PSH, RST, SYN, Packet, read_packets
+from tests.oracle.tcp import Chunk, Event, Reassembler, StreamClose, StreamOpen, reassemble
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "captures"
 SHARED_FILES = sorted(p.name for p in SHARED.glob("*.pcap*")) if SHARED.is_dir() else []

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dissector.versions import VERSION_COLUMN_NAMES, versions
+from dissector.analytics.versions import VERSION_COLUMN_NAMES, versions
 from scripts.testbed.tshark_counts import count
 
 REPO = Path(__file__).resolve().parents[1]

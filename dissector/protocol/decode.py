@@ -16,8 +16,10 @@ from dissector.protocol.diskcache import load_or_build
 from dissector.protocol.sources import load_specs
 from dissector.protocol.spec import REQUEST, RESPONSE, Layout, SpecSet
 
-API_VERSIONS = 18
+PRODUCE = 0
 CONTROLLED_SHUTDOWN = 7
+SASL_HANDSHAKE = 17
+API_VERSIONS = 18
 UNSUPPORTED_VERSION = 35
 
 _REQ_FIXED = struct.Struct(">hhi")

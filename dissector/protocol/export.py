@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dissector import kafka_header
 from dissector.protocol import decode as _decode
 from dissector.protocol import names as _names
 from dissector.protocol import summary as _summary
@@ -248,8 +247,8 @@ def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
         "errors": {str(code): name for code, (name, _retriable) in ERROR_NAMES.items()},
         "id_sources": sorted(_summary._ID_SOURCES),
         "zero_uuid": _summary._ZERO_UUID,
-        "produce": {"api_key": kafka_header.PRODUCE, "acks_field": PRODUCE_ACKS_FIELD},
-        "sasl_handshake_key": kafka_header.SASL_HANDSHAKE,
+        "produce": {"api_key": _decode.PRODUCE, "acks_field": PRODUCE_ACKS_FIELD},
+        "sasl_handshake_key": _decode.SASL_HANDSHAKE,
         # requests whose header is v0 (no client_id), whether or not a spec describes them
         "header_v0_requests": [[_decode.CONTROLLED_SHUTDOWN, 0]],
         # keys no installed spec describes, still plausible for framing heuristics

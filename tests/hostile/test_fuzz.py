@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import dissector
-from dissector.capture import CaptureError
 from tests.conftest import CAPTURES, SHARED_CAPTURES
+from tests.oracle.capture import CaptureError
 
 ROUNDS = int(os.environ.get("KAFKA_DISSECTOR_FUZZ", "12"))
 MAX_SECONDS_PER_FILE = 30

@@ -1,0 +1,1210 @@
+"""One self-contained HTML report of a capture: facts, charts and tables.
+
+The page embeds its charts as PNG data URIs and its style inline, so the single
+file opens offline in any browser. Output is deterministic for a given input
+(no generation timestamp), so the example in ``reports/`` can be regenerated
+and diffed::
+
+    kafka-dissector report captures/kafka-4-mixed.pcapng -o reports/kafka-4-mixed.html
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+import struct
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+import jinja2
+from markupsafe import Markup, escape
+
+# Imported here, not where used: a missing optional dependency (report extra:
+# matplotlib, jinja2) then surfaces as the CLI's clear message, not a traceback.
+from dissector import __version__
+from dissector.analytics import plots, stats
+from dissector.cli.main import parse_ports
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+TABLE_ROW_LIMIT = 50
+"""Longer tables are cut (the note says how many rows were left out)."""
+SLOWEST_N = 20
+API_VERSIONS_KEY = 18
+CLIENT_SOFTWARE_ATTR = "client_software"
+"""``df.attrs`` key: {"name version": [client ids]} from ApiVersions v3+ requests."""
+PER_API_ROW_LIMIT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    label: str
+    numeric: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    id: str
+    title: str
+    png: str  # base64
+    width: int
+    height: int
+    caption: str
+    kind: str = "chart"
+
+
+@dataclass(frozen=True, slots=True)
+class TableBlock:
+    id: str
+    title: str
+    headers: tuple[Header, ...]
+    rows: tuple[tuple[str, ...], ...]
+    keys: tuple[tuple[str, ...], ...] = ()
+    """Per cell, the value the table sorts by ("" = by its text): numbers unformatted."""
+    empty: str = "Nothing to show."
+    note: str = ""
+    more: int = 0
+    css: str = ""
+    kind: str = "table"
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    label: str
+    value: str
+    tone: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    id: str
+    title: str
+    intro: str = ""
+    cards: tuple[Card, ...] = ()
+    facts: tuple[tuple[str, str], ...] = ()
+    blocks: tuple[Chart | TableBlock, ...] = field(default_factory=tuple)
+
+
+SECTION_IDS: tuple[str, ...] = (
+    "overview",
+    "capture",
+    "latency",
+    "queueing",
+    "traffic",
+    "errors",
+    "slowest",
+    "unanswered",
+    "groups",
+    "clients",
+    "brokers",
+    "topics",
+    "sizes",
+    "definitions",
+)
+"""Every report has these sections, in this order (tests and links rely on them)."""
+
+
+# ---------------------------------------------------------------------------
+# Formatting
+# ---------------------------------------------------------------------------
+
+
+def _missing(value: object) -> bool:
+    import pandas as pd
+
+    if isinstance(value, list | tuple):
+        return False
+    return value is None or bool(pd.isna(value))
+
+
+def fmt_ms(value: object) -> str:
+    if _missing(value):
+        return "–"
+    v = float(value)  # type: ignore[arg-type]
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.3f}"
+
+
+def fmt_int(value: object) -> str:
+    return "–" if _missing(value) else f"{int(value):,}"  # type: ignore[call-overload]
+
+
+def fmt_bytes(value: object) -> str:
+    if _missing(value):
+        return "–"
+    v = float(value)  # type: ignore[arg-type]
+    for unit, size in (("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0)):
+        if abs(v) >= size:
+            return f"{v / size:.1f} {unit}"
+    return f"{v:,.0f} B"
+
+
+def fmt_rate(value: object) -> str:
+    if _missing(value):
+        return "–"
+    v = float(value)  # type: ignore[arg-type]
+    if v == 0:
+        return "0"
+    if v < 0.01:
+        return "<0.01"
+    return f"{v:.2f}" if v < 100 else f"{v:,.0f}"
+
+
+def fmt_pct(value: object) -> str:
+    if _missing(value):
+        return "–"
+    v = 100.0 * float(value)  # type: ignore[arg-type]
+    return "0%" if v == 0 else f"{v:.1f}%" if v >= 0.1 else "<0.1%"
+
+
+def fmt_time(value: object) -> str:
+    if _missing(value):
+        return "–"
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"  # type: ignore[attr-defined]
+
+
+def fmt_clock(value: object) -> str:
+    """Time of day, for tables under a header that gives the date."""
+    if _missing(value):
+        return "–"
+    return value.strftime("%H:%M:%S.%f")[:-3]  # type: ignore[attr-defined]
+
+
+def fmt_text(value: object) -> str:
+    if _missing(value):
+        return "–"
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value) or "–"
+    return str(value)
+
+
+def fmt_error(value: object) -> str:
+    return "–" if isinstance(value, str) and value == "NONE" else fmt_text(value)
+
+
+def fmt_topics(value: object, shown: int = 3) -> str:
+    if _missing(value) or not isinstance(value, list | tuple):
+        return fmt_text(value)
+    head = ", ".join(str(v) for v in value[:shown])
+    return f"{head} +{len(value) - shown} more" if len(value) > shown else head or "–"
+
+
+def fmt_duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.3f} s"
+    minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(int(minutes), 60)
+    days, hours = divmod(hours, 24)
+    parts = [f"{days} d"] if days else []
+    parts += [f"{hours} h"] if hours or days else []
+    return " ".join([*parts, f"{minutes} min", f"{secs:.0f} s"])
+
+
+def sort_key(value: object) -> str:
+    """A numeric cell's value for the page's column sort: the number, unformatted
+    (missing values sort last)."""
+    if isinstance(value, list | tuple) or _missing(value):
+        return ""
+    try:
+        return repr(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return ""
+
+
+Column = tuple[str, str, Callable[[object], str], bool]
+"""(source column, header label, formatter, numeric)."""
+
+
+def frame_table(
+    table_id: str,
+    title: str,
+    frame: pd.DataFrame,
+    columns: Sequence[Column],
+    *,
+    empty: str = "Nothing to show.",
+    note: str = "",
+    limit: int = TABLE_ROW_LIMIT,
+    css: str = "",
+) -> TableBlock:
+    shown = frame.head(limit)
+    rows = tuple(tuple(fmt(row[src]) for src, _, fmt, _ in columns) for _, row in shown.iterrows())
+    keys = tuple(
+        tuple(sort_key(row[src]) if numeric else "" for src, _, _, numeric in columns)
+        for _, row in shown.iterrows()
+    )
+    return TableBlock(
+        id=table_id,
+        title=title,
+        headers=tuple(Header(label, numeric) for _, label, _, numeric in columns),
+        rows=rows,
+        keys=keys,
+        empty=empty,
+        note=note,
+        more=max(0, len(frame) - limit),
+        css=css,
+    )
+
+
+def breakdown_metrics(df: pd.DataFrame) -> tuple[Column, ...]:
+    """The breakdown columns, the rate in the report's one unit (``stats.rate_unit``)."""
+    seconds, label = stats.rate_unit(df)
+    rate: Column = ("rate_per_s", label, lambda v: fmt_rate(_scaled(v, seconds)), True)
+    return (BREAKDOWN_METRICS[0], rate, *BREAKDOWN_METRICS[2:])
+
+
+def _scaled(value: object, factor: float) -> object:
+    return value if _missing(value) else float(value) * factor  # type: ignore[arg-type]
+
+
+BREAKDOWN_METRICS: tuple[Column, ...] = (
+    ("count", "requests", fmt_int, True),
+    ("rate_per_s", "per s", fmt_rate, True),
+    ("errors", "errors", fmt_int, True),
+    ("error_rate", "error rate", fmt_pct, True),
+    ("unanswered", "unanswered", fmt_int, True),
+    ("p50_ms", "p50 ms", fmt_ms, True),
+    ("p90_ms", "p90 ms", fmt_ms, True),
+    ("p99_ms", "p99 ms", fmt_ms, True),
+    ("max_ms", "max ms", fmt_ms, True),
+    ("bytes_in", "bytes in", fmt_bytes, True),
+    ("bytes_out", "bytes out", fmt_bytes, True),
+)
+
+
+def _time_format(df: pd.DataFrame) -> Callable[[object], str]:
+    """Time of day when the capture is within one day (the header gives the date)."""
+    times = stats.event_time(df).dropna()
+    one_day = len(times) == 0 or times.min().date() == times.max().date()
+    return fmt_clock if one_day else fmt_time
+
+
+def _pair_columns(df: pd.DataFrame) -> tuple[Column, ...]:
+    """The slowest/unanswered tables' columns; a capture column when there are several."""
+    several = len(set(df["capture"].dropna().astype(str))) > 1
+    capture: tuple[Column, ...] = (("capture", "capture", fmt_capture, False),) if several else ()
+    return (*capture, ("request_time", "time (UTC)", _time_format(df), False), *PAIR_COLUMNS)
+
+
+def fmt_capture(value: object) -> str:
+    return "–" if _missing(value) else Path(str(value)).name
+
+
+def fmt_status(value: object) -> str:
+    """``status`` and ``error_name`` (a tuple) in one cell: "error: NOT_COORDINATOR"."""
+    status, error = value  # type: ignore[misc]
+    if _missing(error) or error == "NONE":
+        return fmt_text(status)
+    return f"{status}: {error}"
+
+
+def fmt_pair(value: object) -> str:
+    """Two numbers in one cell, "a / b" (request / response bytes, stream / corr id)."""
+    first, second = value  # type: ignore[misc]
+    return f"{fmt_int(first)} / {fmt_int(second)}"
+
+
+PAIR_COLUMNS: tuple[Column, ...] = (
+    ("api_name", "API", fmt_text, False),
+    ("api_version", "v", fmt_int, True),
+    ("client_id", "client id", fmt_text, False),
+    ("broker", "broker", fmt_text, False),
+    ("topics", "topics", fmt_topics, False),
+    ("latency_ms", "latency ms", fmt_ms, True),
+    ("status_error", "status", fmt_status, False),
+    ("bytes", "bytes req / resp", fmt_pair, False),
+    ("stream_corr", "tcp.stream / corr id", fmt_pair, False),
+)
+"""Status with its error, and paired numbers, share a cell: the table fits a 1400 px
+window without a horizontal scrollbar."""
+
+
+def pair_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """``stats.slowest``/``stats.unanswered`` rows with the combined cells of
+    ``PAIR_COLUMNS``."""
+    out = rows.copy()
+    out["status_error"] = list(zip(rows["status"], rows["error_name"], strict=True))
+    out["bytes"] = list(zip(rows["request_size"], rows["response_size"], strict=True))
+    out["stream_corr"] = list(zip(rows["stream"], rows["correlation_id"], strict=True))
+    out["api_name"] = [
+        stats.ORPHAN_LABEL if _missing(n) and s == stats.ORPHAN_STATUS else n
+        for n, s in zip(rows["api_name"], rows["status"], strict=True)
+    ]
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Charts
+# ---------------------------------------------------------------------------
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    # The IHDR chunk follows the 8-byte signature: width and height, big-endian.
+    width, height = struct.unpack(">II", png[16:24])
+    return width, height
+
+
+def chart(chart_id: str, df: pd.DataFrame, caption: str) -> Chart:
+    title, draw = plots.CHARTS[chart_id]
+    png = plots.png_bytes(draw(df))
+    width, height = _png_size(png)
+    return Chart(
+        id=chart_id,
+        title=title,
+        png=base64.b64encode(png).decode("ascii"),
+        width=width,
+        height=height,
+        caption=caption,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Sections
+# ---------------------------------------------------------------------------
+
+
+def _overview(df: pd.DataFrame) -> Section:
+    lat = stats.service_summary(df)
+    polls = stats.long_poll_summary(df)
+    errors = int(df["status"].isin(stats.ERROR_STATUSES).sum())
+    missing = int(df["status"].isin(stats.UNANSWERED_STATUSES).sum())
+    rate = errors / len(df) if len(df) else math.nan
+    poll_label = "empty long polls"
+    if polls["polls"]:
+        poll_label += f" (p50 {fmt_ms(polls['p50_ms'])} ms)"
+    return Section(
+        id="overview",
+        title="Overview",
+        intro="Headline latency is service latency: Fetch/ShareFetch long-poll waits are left "
+        "out and counted on their own (see Latency).",
+        cards=(
+            Card("rows (pairs)", fmt_int(len(df))),
+            Card("span", fmt_duration(stats.span_seconds(df))),
+            Card("errors", f"{errors:,} ({fmt_pct(rate)})", "bad" if errors else ""),
+            Card("unanswered", fmt_int(missing), "warn" if missing else ""),
+            Card("p50 service latency", f"{fmt_ms(lat['p50_ms'])} ms"),
+            Card("p99 service latency", f"{fmt_ms(lat['p99_ms'])} ms"),
+            Card(poll_label, fmt_int(polls["polls"])),
+            Card("bytes in", fmt_bytes(stats.as_float(df[stats.BYTES_IN_COLUMN]).sum())),
+            Card("bytes out", fmt_bytes(stats.as_float(df[stats.BYTES_OUT_COLUMN]).sum())),
+        ),
+    )
+
+
+CAPTURES_ATTR = "captures"
+"""``df.attrs`` key: the capture files analysed, including those without one Kafka pair."""
+
+
+def capture_names(df: pd.DataFrame) -> tuple[str, ...]:
+    """The capture files analysed: from ``df.attrs`` when ``analyze`` recorded them (a
+    capture without Kafka has no rows to name it), else from the rows."""
+    listed = df.attrs.get(CAPTURES_ATTR)
+    if listed:
+        return tuple(str(c) for c in listed)
+    return stats.capture_facts(df).captures
+
+
+def _connections_text(df: pd.DataFrame, facts: stats.CaptureFacts) -> str:
+    counters = df.attrs.get("counters") or {}
+    streams = counters.get("tcp_streams")
+    if streams is None:
+        return fmt_int(facts.connections)
+    return f"{fmt_int(streams)} ({fmt_int(facts.connections)} with Kafka pairs)"
+
+
+def _tls_text(streams: Sequence[int]) -> str:
+    count = len(streams)
+    plural = "s" if count != 1 else ""
+    return f"{count} connection{plural} (tcp.stream {', '.join(map(str, streams))})"
+
+
+def _capture(df: pd.DataFrame) -> Section:
+    facts = stats.capture_facts(df)
+    counters = df.attrs.get("counters") or {}
+    tls = df.attrs.get("tls_streams") or []
+    rows: list[tuple[str, str]] = [
+        ("capture files", ", ".join(capture_names(df)) or "–"),
+        ("first packet", fmt_time(facts.first)),
+        ("last packet", fmt_time(facts.last)),
+        ("span", fmt_duration(facts.span_s)),
+        ("rows by status", ", ".join(f"{k} {v:,}" for k, v in facts.statuses.items()) or "–"),
+        ("TCP connections", _connections_text(df, facts)),
+        (f"brokers ({len(facts.brokers)})", ", ".join(facts.brokers) or "–"),
+        (f"client hosts ({len(facts.client_ips)})", ", ".join(facts.client_ips) or "–"),
+        (f"client ids ({len(facts.client_ids)})", ", ".join(facts.client_ids) or "–"),
+        ("Kafka version", _kafka_versions_text(facts)),
+        ("client software", _software_text(df)),
+        (f"API versions seen ({len(facts.api_versions)})", ", ".join(facts.api_versions) or "–"),
+    ]
+    if tls:
+        rows.append(("TLS (not decoded)", _tls_text(tls)))
+    if counters:
+        rows.append(("stage counters", ", ".join(f"{k} {v:,}" for k, v in counters.items())))
+    alone = stats.timeline_capture(df)
+    if alone is not None:
+        rows.append(("time charts", _timeline_note(alone)))
+    blocks: tuple[TableBlock, ...] = ()
+    if len(facts.captures) > 1:
+        blocks = (
+            frame_table(
+                "captures",
+                "Per capture file",
+                stats.per_capture(df),
+                (
+                    ("capture", "capture", fmt_capture, False),
+                    ("first", "first (UTC)", fmt_time, False),
+                    ("last", "last (UTC)", fmt_time, False),
+                    ("span_s", "span", lambda v: fmt_duration(float(v)), False),  # type: ignore[arg-type]
+                    ("rows", "rows", fmt_int, True),
+                    ("connections", "connections", fmt_int, True),
+                ),
+            ),
+        )
+    return Section(id="capture", title="Capture", facts=tuple(rows), blocks=blocks)
+
+
+def _timeline_note(capture: str) -> str:
+    return (
+        f"the captures lie far apart in time, so charts over time show {Path(capture).name} "
+        "alone (the one with most rows); tables and totals cover every capture"
+    )
+
+
+def timeline_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows time charts draw: all of them, or one capture's when captures are far
+    apart in time (``stats.timeline_capture``)."""
+    alone = stats.timeline_capture(df)
+    if alone is None:
+        return df
+    return df[df["capture"].astype("object").eq(alone).fillna(False).astype(bool)]
+
+
+def _kafka_versions_text(facts: stats.CaptureFacts) -> str:
+    if len(facts.kafka_floors) <= 1:
+        return stats.describe_kafka_floor(facts.kafka_floor)
+    return "; ".join(
+        stats.describe_kafka_floor(floor, f"broker {broker}")
+        for broker, floor in facts.kafka_floors.items()
+    )
+
+
+def _software_text(df: pd.DataFrame) -> str:
+    software = df.attrs.get(CLIENT_SOFTWARE_ATTR)
+    if software is None:
+        return "not collected (use kafka-dissector report or report.analyze)"
+    if not software:
+        return "no client named its software (ApiVersions v3+ requests carry it)"
+    parts = []
+    for name, clients in software.items():
+        plural = "s" if len(clients) != 1 else ""
+        parts.append(f"{name} ({len(clients)} client id{plural})")
+    return ", ".join(parts)
+
+
+def _latency(df: pd.DataFrame) -> Section:
+    table = stats.per_api(df)
+    timeline = timeline_rows(df)
+    return Section(
+        id="latency",
+        title="Latency per API",
+        intro="Latency is from the packet completing a request to the packet completing its "
+        "response, as seen where the capture was taken. " + stats.SERVICE_LATENCY_RULE,
+        blocks=(
+            frame_table(
+                "fetch-wait",
+                "Fetch and ShareFetch: long polls apart from service",
+                _fetch_wait_table(df),
+                (
+                    ("fetch_wait", "fetch_wait", fmt_text, False),
+                    ("count", "pairs", fmt_int, True),
+                    ("p50_ms", "p50 latency ms", fmt_ms, True),
+                    ("p99_ms", "p99 latency ms", fmt_ms, True),
+                    ("service_p50_ms", "p50 service ms", fmt_ms, True),
+                    ("service_p99_ms", "p99 service ms", fmt_ms, True),
+                ),
+                empty="No answered Fetch or ShareFetch.",
+                note="max_wait_ms known for "
+                f"{_known_max_wait(df)} of them; without it an empty poll's service time is "
+                "unknown and it is left out of headline percentiles.",
+            ),
+            chart(
+                "latency-cdf",
+                df,
+                "Cumulative share of requests answered within a latency, per API (busiest "
+                f"{_n_series()}). Where a curve crosses the p99 line is that API's p99.",
+            ),
+            chart(
+                "latency-time",
+                timeline,
+                "Every answered request at its time. Coloured: the busiest and the slowest "
+                "APIs (by p99 service latency); red rings: errors; hollow: empty long polls.",
+            ),
+            chart(
+                "latency-percentiles",
+                timeline,
+                "Service latency (long-poll waits left out) per time bucket: p99 solid, p50 "
+                "dotted; per API (the busiest and slowest) and per broker.",
+            ),
+            chart(
+                "broker-api",
+                df,
+                "p99 service latency of each API on each broker (busiest APIs first); blank: "
+                "that broker answered none.",
+            ),
+            frame_table(
+                "per-api",
+                "Per API and version",
+                table,
+                (
+                    ("api_name", "API", fmt_text, False),
+                    ("api_version", "v", fmt_int, True),
+                    *breakdown_metrics(df),
+                ),
+                limit=PER_API_ROW_LIMIT,
+                note="Latency percentiles here are raw (long polls included): compare Fetch "
+                "with the table above.",
+            ),
+        ),
+    )
+
+
+def _known_max_wait(df: pd.DataFrame) -> str:
+    classes = stats.service_latency(df)["fetch_wait"]
+    fetches = classes.notna()
+    if stats.MAX_WAIT_COLUMN not in df.columns:
+        return f"none of {int(fetches.sum()):,} (the pairs table has no max_wait_ms column)"
+    known = int((df[stats.MAX_WAIT_COLUMN].notna() & fetches).sum())
+    return f"{known:,} of {int(fetches.sum()):,}"
+
+
+def _fetch_wait_table(df: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
+
+    service = stats.service_latency(df)
+    frame = pd.DataFrame(
+        {
+            "fetch_wait": service["fetch_wait"],
+            "latency": stats.as_float(df[stats.LATENCY_COLUMN]),
+            "service": service["service_ms"],
+        }
+    ).dropna(subset=["fetch_wait"])
+    rows = []
+    for name in stats.FETCH_WAIT_CLASSES:
+        part = frame[frame["fetch_wait"] == name]
+        if part.empty:
+            continue
+        lat, svc = part["latency"], part["service"].dropna()
+        rows.append(
+            {
+                "fetch_wait": name,
+                "count": len(part),
+                "p50_ms": lat.quantile(0.5),
+                "p99_ms": lat.quantile(0.99),
+                "service_p50_ms": svc.quantile(0.5) if len(svc) else math.nan,
+                "service_p99_ms": svc.quantile(0.99) if len(svc) else math.nan,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _n_series() -> int:
+    return plots.MAX_SERIES
+
+
+def _queueing(df: pd.DataFrame) -> Section:
+    return Section(
+        id="queueing",
+        title="Pipelining and head-of-line queueing",
+        intro=stats.QUEUEING_RULE,
+        blocks=(
+            frame_table(
+                "queueing",
+                "Per client",
+                stats.queueing_per_client(df),
+                (
+                    ("client_id", "client id", fmt_text, False),
+                    ("connections", "connections", fmt_int, True),
+                    ("requests", "requests", fmt_int, True),
+                    ("pipelined", "sent with others in flight", fmt_int, True),
+                    ("mean_inflight", "mean in flight", lambda v: f"{float(v):.2f}", True),  # type: ignore[arg-type]
+                    ("max_inflight", "max in flight", fmt_int, True),
+                    ("queued", "queued", fmt_int, True),
+                    ("queue_total_ms", "queue total ms", fmt_ms, True),
+                    ("queue_p99_ms", "queue p99 ms", fmt_ms, True),
+                    ("queue_max_ms", "queue max ms", fmt_ms, True),
+                ),
+                empty="No requests.",
+                note="A request's latency includes its queue time: subtract queue_ms for the "
+                "broker's own time.",
+            ),
+        ),
+    )
+
+
+def _traffic(df: pd.DataFrame) -> Section:
+    timeline = timeline_rows(df)
+    _, per = plots._rate_unit(df)
+    return Section(
+        id="traffic",
+        title="Traffic over time",
+        blocks=(
+            chart(
+                "traffic",
+                timeline,
+                f"Requests {per} stacked by API, and wire bytes {per}: in = requests "
+                "(client to broker), out = responses (broker to client).",
+            ),
+            chart(
+                "throttle",
+                timeline,
+                "Responses whose throttle_time_ms was above 0 (a broker quota delayed the "
+                "client), and the longest throttle asked in each bucket.",
+            ),
+            chart(
+                "connections",
+                timeline,
+                "Connections by the first and last Kafka message seen on each (a connection "
+                "open before the capture started counts from its first message), and how many "
+                "were active.",
+            ),
+        ),
+    )
+
+
+def _errors(df: pd.DataFrame) -> Section:
+    top = stats.top_errors(df, 25)
+    return Section(
+        id="errors",
+        title="Errors",
+        intro=f"Error rows: status {' or '.join(stats.ERROR_STATUSES)} (a non-zero Kafka error "
+        "code anywhere in the response, or a message that could not be decoded).",
+        blocks=(
+            chart("errors", df, "Rows per status, and the most frequent errors by API."),
+            chart(
+                "error-timeline",
+                timeline_rows(df),
+                f"Error rows per time bucket by error code (the {plots.MAX_ERROR_SERIES} most "
+                "frequent; the legend gives each one's total).",
+            ),
+            frame_table(
+                "top-errors",
+                "Top errors",
+                top,
+                (
+                    ("error", "error", fmt_text, False),
+                    ("count", "rows", fmt_int, True),
+                    ("share", "share of rows", fmt_pct, True),
+                    ("apis", "APIs", fmt_text, False),
+                    ("client_ids", "client ids", fmt_text, False),
+                    ("first_seen", "first (UTC)", _time_format(df), False),
+                    ("last_seen", "last (UTC)", _time_format(df), False),
+                ),
+                empty="No errors in this capture.",
+            ),
+        ),
+    )
+
+
+def _slowest(df: pd.DataFrame) -> Section:
+    return Section(
+        id="slowest",
+        title="Slowest requests",
+        intro="Find a pair in Wireshark with tcp.stream == stream and "
+        "kafka.correlation_id == corr id.",
+        blocks=(
+            frame_table(
+                "slowest",
+                f"The {SLOWEST_N} slowest request/response pairs",
+                pair_table(stats.slowest(df, SLOWEST_N)),
+                _pair_columns(df),
+                empty="No answered requests.",
+                css="pairs",
+            ),
+        ),
+    )
+
+
+def _unanswered(df: pd.DataFrame) -> Section:
+    return Section(
+        id="unanswered",
+        title="Unanswered requests",
+        intro="Requests that expected a response and got none before the capture ended "
+        "(Produce with acks=0 expects none and is not listed).",
+        blocks=(
+            frame_table(
+                "unanswered",
+                "Requests without a response",
+                pair_table(stats.unanswered(df)),
+                _pair_columns(df),
+                empty="Every request that expected a response got one.",
+                css="pairs",
+            ),
+        ),
+    )
+
+
+def _groups(df: pd.DataFrame) -> Section:
+    return Section(
+        id="groups",
+        title="Consumer-group and share-group activity",
+        intro="Group coordination calls over time: classic groups (join, sync, heartbeat, "
+        "leave), KIP-848 consumer groups and KIP-932 share groups (heartbeats, share fetch "
+        "and acknowledge), offset commits and fetches. Every member joins once per classic "
+        f"rebalance; responses with {', '.join(stats.REBALANCE_ERROR_NAMES)} mark one.",
+        blocks=(
+            chart(
+                "groups",
+                timeline_rows(df),
+                f"Group API calls {plots._rate_unit(df)[1]}, stacked by activity.",
+            ),
+            frame_table(
+                "group-summary",
+                "Group calls by protocol and activity",
+                stats.group_activity_summary(df),
+                (
+                    ("protocol", "protocol", fmt_text, False),
+                    ("activity", "activity", fmt_text, False),
+                    ("calls", "calls", fmt_int, True),
+                    ("errors", "errors", fmt_int, True),
+                    ("rebalance_in_progress", "rebalance in progress", fmt_int, True),
+                ),
+                empty="No consumer-group or share-group traffic.",
+            ),
+            _group_table(df),
+        ),
+    )
+
+
+def _group_table(df: pd.DataFrame) -> TableBlock:
+    import pandas as pd
+
+    notes = df.attrs.get(GROUPS_ATTR)
+    rows = [
+        {
+            "group": group,
+            "protocol": note["protocol"],
+            "members": note["members"],
+            "generations": ", ".join(map(str, note["generations"])) or "–",
+            "rebalances": len(note["generations"]) if note["protocol"] == "classic" else None,
+            "calls": ", ".join(f"{k} {v}" for k, v in note["calls"].items()),
+            "errors": note["errors"],
+        }
+        for group, note in (notes or {}).items()
+    ]
+    return frame_table(
+        "groups",
+        "Groups",
+        pd.DataFrame(rows),
+        (
+            ("group", "group id", fmt_text, False),
+            ("protocol", "protocol", fmt_text, False),
+            ("members", "members", fmt_int, True),
+            ("rebalances", "rebalances completed", fmt_int, True),
+            ("generations", "generations / member epochs", fmt_text, False),
+            ("calls", "membership calls", fmt_text, False),
+            ("errors", "errors", fmt_int, True),
+        ),
+        empty="No group membership calls."
+        if notes is not None
+        else "Not collected: make the report with kafka-dissector report or report.analyze.",
+        note="Classic groups: one generation per completed rebalance (successful JoinGroup). "
+        "KIP-848 consumer and KIP-932 share groups: member epochs the coordinator assigned.",
+    )
+
+
+def _dimension(df: pd.DataFrame, by: str, section_id: str, title: str, note: str) -> Section:
+    # Quotas are set per client: throttling belongs in the client table.
+    extra: Mapping[str, tuple[Column, ...]] = {
+        "client": (("throttled", "throttled", fmt_int, True),),
+    }
+    key_columns: Mapping[str, tuple[Column, ...]] = {
+        "client": (("client_id", "client id", fmt_text, False),),
+        "broker": (("broker", "broker", fmt_text, False),),
+        "topic": (("topic", "topic", fmt_text, False),),
+    }
+    return Section(
+        id=section_id,
+        title=title,
+        blocks=(
+            frame_table(
+                f"per-{by}",
+                f"Per {by}",
+                stats.breakdown(df, by),
+                (*key_columns[by], *breakdown_metrics(df), *extra.get(by, ())),
+                note=note,
+            ),
+        ),
+    )
+
+
+def _sizes(df: pd.DataFrame) -> Section:
+    return Section(
+        id="sizes",
+        title="Sizes",
+        blocks=(
+            chart(
+                "sizes",
+                df,
+                "Distribution of request and response sizes on the wire, size prefix included.",
+            ),
+        ),
+    )
+
+
+def _definitions(command: str) -> Section:
+    facts = [(name, text) for name, text in stats.METRIC_DOCS.items()]
+    facts.append(("percentiles", f"exact, {stats.PERCENTILE_INTERPOLATION} interpolation"))
+    facts.append(("service latency, fetch_wait", stats.SERVICE_LATENCY_RULE))
+    facts.append(("queue_ms, inflight", stats.QUEUEING_RULE))
+    facts.append(
+        (
+            "rates",
+            "per second, or per minute or hour when the capture's request rate "
+            "is below 1 per second (per minute): one unit for the whole report",
+        )
+    )
+    facts.append(("regenerate", command))
+    return Section(id="definitions", title="Definitions", facts=tuple(facts))
+
+
+def sections(df: pd.DataFrame, command: str) -> list[Section]:
+    out = [
+        _overview(df),
+        _capture(df),
+        _latency(df),
+        _queueing(df),
+        _traffic(df),
+        _errors(df),
+        _slowest(df),
+        _unanswered(df),
+        _groups(df),
+        _dimension(df, "client", "clients", "Clients", "Grouped by the client_id header field."),
+        _dimension(df, "broker", "brokers", "Brokers", "Grouped by broker address and port."),
+        _dimension(
+            df,
+            "topic",
+            "topics",
+            "Topics",
+            "A pair that touches several topics counts, with its bytes, under each of them.",
+        ),
+        _sizes(df),
+        _definitions(command),
+    ]
+    assert tuple(s.id for s in out) == SECTION_IDS
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------
+
+
+def _template() -> Any:
+    source = resources.files("dissector").joinpath("templates/report.html.j2").read_text("utf-8")
+    env = jinja2.Environment(
+        autoescape=True, undefined=jinja2.StrictUndefined, finalize=_visible
+    )
+    env.globals["zip"] = zip
+    env.filters["breakable"] = breakable
+    return env.from_string(source)
+
+
+def _visible(value: Any) -> Any:
+    """Wire strings shown in the page keep no control characters (written ``\\xNN``)."""
+    from dissector.table.frame import visible_text
+
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return visible_text(value)
+    return value
+
+
+def breakable(text: str) -> Markup:
+    """``text`` escaped, with a line-break opportunity after each underscore and slash:
+    browsers break at spaces and hyphens only, and an error name such as
+    SASL_AUTHENTICATION_FAILED would otherwise set its column's minimum width."""
+    return Markup(re.sub(r"([_/])", r"\1<wbr>", str(escape(_visible(str(text))))))
+
+
+def render(df: pd.DataFrame, *, title: str | None = None, command: str = "") -> str:
+    """The report of the pairs frame ``df`` as one HTML document."""
+    facts = stats.capture_facts(df)
+    names = ", ".join(Path(c).name for c in capture_names(df)) or "no capture"
+    subtitle = (
+        f"{fmt_int(len(df))} Kafka request/response pairs from {names}; "
+        f"{fmt_time(facts.first)} to {fmt_time(facts.last)}"
+    )
+    command = command or "kafka-dissector report " + " ".join(capture_names(df))
+    return _template().render(
+        title=title or f"Kafka traffic report: {names}",
+        subtitle=subtitle,
+        sections=sections(df, command),
+        version=__version__,
+        command=command,
+    )
+
+
+def write_report(
+    df: pd.DataFrame,
+    output: str | Path,
+    *,
+    title: str | None = None,
+    command: str = "",
+) -> Path:
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(df, title=title, command=command), encoding="utf-8")
+    return path
+
+
+GROUP_MEMBERSHIP_APIS: Mapping[int, str] = {
+    11: "classic",
+    12: "classic",
+    13: "classic",
+    14: "classic",
+    68: "consumer",
+    76: "share",
+    88: "streams",
+}
+"""APIs by which members join and stay in a group, and the group protocol each means."""
+GROUPS_ATTR = "groups"
+"""``df.attrs`` key: {group_id: {protocol, members, generations, calls, errors}}."""
+
+
+@dataclass
+class GroupNote:
+    """What the membership calls of one group showed."""
+
+    protocol: str
+    members: set[str] = field(default_factory=set)
+    generations: set[int] = field(default_factory=set)
+    """Classic: generation ids of successful JoinGroup responses (one per completed
+    rebalance). KIP-848/932 groups: member epochs the coordinator handed out."""
+    calls: Counter[str] = field(default_factory=Counter)
+    errors: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "protocol": self.protocol,
+            "members": len(self.members),
+            "generations": sorted(self.generations),
+            "calls": dict(sorted(self.calls.items())),
+            "errors": self.errors,
+        }
+
+
+def _body(decoded: Any) -> dict[str, Any]:
+    body = getattr(decoded, "body", None)
+    return body if isinstance(body, dict) else {}
+
+
+def note_group_call(
+    groups: dict[str, GroupNote], api_key: int, api_name: str, request: Any, response: Any
+) -> None:
+    """Add one decoded membership call (``GROUP_MEMBERSHIP_APIS``) to ``groups``."""
+    protocol = GROUP_MEMBERSHIP_APIS.get(api_key)
+    req, resp = _body(request), _body(response)
+    group = req.get("group_id")
+    if protocol is None or not isinstance(group, str):
+        return
+    note = groups.setdefault(group, GroupNote(protocol))
+    note.calls[api_name] += 1
+    leaving = [m.get("member_id") for m in req.get("members") or [] if isinstance(m, dict)]
+    for member in (req.get("member_id"), resp.get("member_id"), *leaving):
+        if isinstance(member, str) and member:
+            note.members.add(member)
+    error = resp.get("error_code")
+    if error:
+        note.errors += 1
+        return
+    if not resp:
+        return
+    if api_key == 11:
+        generation = resp.get("generation_id")
+        if isinstance(generation, int) and generation >= 0:
+            note.generations.add(generation)
+    elif protocol != "classic":
+        epoch = resp.get("member_epoch")
+        if isinstance(epoch, int) and epoch > 0:
+            note.generations.add(epoch)
+
+
+@dataclass
+class NotingDecoder:
+    """The protocol decoder, noting facts the pairs table has no column for while the
+    normal analysis runs (no second pass over the capture):
+
+    * the client software ApiVersions v3+ requests name (KIP-511);
+    * per group: protocol, members, generations or epochs (``note_group_call``).
+    """
+
+    inner: Any
+    seen: Counter[tuple[str, str]] = field(default_factory=Counter)
+    groups: dict[str, GroupNote] = field(default_factory=dict)
+
+    def decode_request(self, payload: Any, *, records: bool = False) -> Any:
+        decoded = self.inner.decode_request(payload, records=records)
+        body = _body(decoded)
+        if getattr(decoded, "api_key", None) == API_VERSIONS_KEY:
+            name = body.get("client_software_name")
+            if name:
+                software = f"{name} {body.get('client_software_version') or ''}".strip()
+                client = decoded.header.get("client_id") or stats.MISSING_LABEL
+                self.seen[(software, client)] += 1
+        return decoded
+
+    def summarize(
+        self, api_key: int, api_version: int, request: Any, response: Any, topics: Any
+    ) -> Any:
+        if api_key in GROUP_MEMBERSHIP_APIS:
+            note_group_call(self.groups, api_key, self.inner.api_name(api_key), request, response)
+        return self.inner.summarize(api_key, api_version, request, response, topics)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def software(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for software, client in sorted(self.seen):
+            out.setdefault(software, []).append(client)
+        return out
+
+    def group_notes(self) -> dict[str, dict[str, Any]]:
+        return {group: note.as_dict() for group, note in sorted(self.groups.items())}
+
+
+def analyze(
+    paths: Iterable[str | Path],
+    *,
+    ports: frozenset[int] | None = None,
+    failures: list[tuple[str, str]] | None = None,
+) -> pd.DataFrame:
+    """``dissector.analyze`` plus ``df.attrs["client_software"]`` and
+    ``df.attrs["groups"]`` (see ``NotingDecoder``), in one pass.
+
+    ``failures``, when given, receives (capture, reason) for each capture that cannot be
+    read, and the report covers the others; without it the first such capture raises.
+    """
+    from dissector import protocol
+    from dissector.options import Options
+    from dissector.stages import CaptureError
+
+    decoder = NotingDecoder(protocol)
+    sources = [str(p) for p in paths]
+
+    # The native core summarises pairs without Python; the few APIs whose bodies the
+    # report reads beyond the pairs table are handed over in the same pass.
+    def observe(_capture: str, ex: Any) -> None:
+        if ex.api_key is None or ex.api_version is None:
+            return
+        request = decoder.decode_request(ex.request.payload) if ex.request is not None else None
+        response = (
+            decoder.decode_response(ex.response.payload, ex.api_key, ex.api_version)
+            if ex.response is not None
+            else None
+        )
+        if ex.api_key in GROUP_MEMBERSHIP_APIS:
+            note_group_call(
+                decoder.groups, ex.api_key, protocol.api_name(ex.api_key), request, response
+            )
+
+    keys = {API_VERSIONS_KEY, *GROUP_MEMBERSHIP_APIS}
+    readable = []
+    frames = []
+    for source in sources:
+        try:
+            frames.append(_run_one(source, Options(ports=ports), (keys, observe)))
+        except (CaptureError, OSError) as exc:
+            if failures is None:
+                raise
+            failures.append((source, str(exc)))
+            continue
+        readable.append(source)
+    df = _combined(frames)
+    df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
+    df.attrs[CAPTURES_ATTR] = readable
+    df.attrs[GROUPS_ATTR] = decoder.group_notes()
+    return df
+
+
+def _run_one(source: str, options: Any, observe: Any) -> pd.DataFrame:
+    from dissector.table.analysis import run_analysis
+
+    return run_analysis([source], options, observe=observe)
+
+
+def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """One frame of per-capture frames, their counters summed."""
+    import pandas as pd
+
+    from dissector.table.frame import records_to_frame
+
+    if not frames:
+        return records_to_frame([])
+    if len(frames) == 1:
+        return frames[0]
+    counters: dict[str, int] = {}
+    tls: list[int] = []
+    for df in frames:
+        for name, n in (df.attrs.get("counters") or {}).items():
+            counters[name] = counters.get(name, 0) + n
+        tls.extend(df.attrs.get("tls_streams") or [])
+    combined = pd.concat(frames, ignore_index=True)
+    combined.attrs = {"counters": dict(sorted(counters.items())), "tls_streams": tls}
+    return combined
+
+
+def report_file(
+    paths: Iterable[str | Path],
+    output: str | Path,
+    *,
+    ports: frozenset[int] | None = None,
+    title: str | None = None,
+    failures: list[tuple[str, str]] | None = None,
+) -> Path:
+    """Analyse ``paths`` and write their report to ``output`` (``failures``: see
+    ``analyze``)."""
+    sources = [str(p) for p in paths]
+    df = analyze(sources, ports=ports, failures=failures)
+    command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
+    if ports:
+        command += " --ports " + ",".join(str(p) for p in sorted(ports))
+    return write_report(df, output, title=title, command=command)
+
+
+@click.command("report")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default="kafka-report.html",
+    show_default=True,
+    help="HTML file to write",
+)
+@click.option("--ports", help="broker ports, comma-separated (default: usual ports + heuristic)")
+@click.option("--title", help="page title (default: names the capture files)")
+def report_command(
+    paths: tuple[str, ...], output: str, ports: str | None, title: str | None
+) -> None:
+    """Write one self-contained HTML report (charts, tables, capture facts) for PATHS."""
+    from dissector.cli.main import report_failures
+
+    failures: list[tuple[str, str]] = []
+    if len(failures) < len(paths):
+        path = report_file(
+            paths, output, ports=parse_ports(ports), title=title, failures=failures
+        )
+        if len(failures) < len(paths):
+            click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")
+        else:
+            path.unlink(missing_ok=True)  # no capture could be read: no report of nothing
+    report_failures(failures, len(paths))

@@ -1,0 +1,217 @@
+"""Fleet summary tables: pure functions from the pairs DataFrame to small DataFrames.
+
+Conventions shared by every table:
+
+* a group key that is null (e.g. ``client_id`` of an orphan response) is a group of
+  its own, as in ``pandas.groupby(dropna=False)``;
+* rows flagging a capture that failed to decode are not pairs and are left out;
+* "answered" means ``status`` is ``ok`` or ``error`` (a response was matched);
+* "errors" and "unanswered" follow ``dissector.analytics.stats`` (``ERROR_STATUSES``,
+  ``UNANSWERED_STATUSES``), the rules of the offline report and the CLI summary, and
+  an error rate is errors over all rows of the group, as there;
+* percentiles are ``percentile_approx`` over ``latency_ms`` (nulls ignored), which
+  returns a value that occurs in the data: the smallest one with at least the
+  requested share of values at or below it (exact while a group holds fewer values
+  than ``accuracy``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from dissector.analytics.stats import ERROR_STATUSES, EVENT_TIME_COLUMNS, UNANSWERED_STATUSES
+from dissector.spark.decode import CAPTURE_FAILED
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+PERCENTILES: tuple[float, ...] = (0.5, 0.9, 0.99)
+ANSWERED: tuple[str, ...] = ("ok", "error")
+API_KEYS: tuple[str, ...] = ("api_key", "api_name", "api_version")
+BROKER_KEYS: tuple[str, ...] = ("broker_ip", "broker_port")
+CLIENT_KEYS: tuple[str, ...] = ("client_id",)
+TOPIC_KEYS: tuple[str, ...] = ("topic",)
+DEFAULT_WINDOW = "1 minute"
+DEFAULT_TOP = 20
+
+
+def drop_capture_failures(pairs: DataFrame) -> DataFrame:
+    """Without the rows that flag a capture that failed to decode (they are not pairs)."""
+    from pyspark.sql import functions as F
+
+    flag = F.col("decode_error").startswith(f"{CAPTURE_FAILED}:")
+    return pairs.where(~F.coalesce(flag, F.lit(False)))
+
+
+def percentile_name(p: float) -> str:
+    """0.5 -> p50, 0.999 -> p99_9 (a column name without dots)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"percentile must be within [0, 1]: {p}")
+    return "p" + f"{p * 100:.6g}".replace(".", "_")
+
+
+def explode_topics(pairs: DataFrame) -> DataFrame:
+    """One row per (pair, topic); pairs without topics drop out."""
+    from pyspark.sql import functions as F
+
+    return pairs.withColumn("topic", F.explode(F.array_distinct("topics")))
+
+
+def latency_percentiles(
+    pairs: DataFrame,
+    by: Sequence[str],
+    percentiles: Sequence[float] = PERCENTILES,
+    accuracy: int = 10_000,
+) -> DataFrame:
+    """Per group: requests, answered, latency percentiles, mean and max (ms)."""
+    from pyspark.sql import functions as F
+
+    names = [percentile_name(p) for p in percentiles]
+    grouped = pairs.groupBy(*by).agg(
+        F.count(F.lit(1)).alias("requests"),
+        F.count("latency_ms").alias("answered"),
+        F.percentile_approx("latency_ms", list(percentiles), accuracy).alias("_pct"),
+        F.mean("latency_ms").alias("mean_ms"),
+        F.max("latency_ms").alias("max_ms"),
+    )
+    pct = [F.col("_pct")[i].alias(f"{name}_ms") for i, name in enumerate(names)]
+    return grouped.select(*by, "requests", "answered", *pct, "mean_ms", "max_ms").orderBy(*by)
+
+
+def latency_by_topic(pairs: DataFrame, percentiles: Sequence[float] = PERCENTILES) -> DataFrame:
+    return latency_percentiles(explode_topics(pairs), TOPIC_KEYS, percentiles)
+
+
+def _is_answered() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col("status").isin(*ANSWERED)
+
+
+def _count_where(condition: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.sum(F.when(condition, 1).otherwise(0))
+
+
+def _is_error() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col("status").isin(*ERROR_STATUSES)
+
+
+def _is_unanswered() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col("status").isin(*UNANSWERED_STATUSES)
+
+
+def error_rates(pairs: DataFrame, by: Sequence[str]) -> DataFrame:
+    """Per group: rows, answered, errors, unanswered, error codes seen, error rate."""
+    from pyspark.sql import functions as F
+
+    grouped = pairs.groupBy(*by).agg(
+        F.count(F.lit(1)).alias("requests"),
+        _count_where(_is_answered()).alias("answered"),
+        _count_where(_is_error()).alias("errors"),
+        _count_where(_is_unanswered()).alias("unanswered"),
+        F.sum("error_count").alias("error_codes"),
+    )
+    return grouped.withColumn("error_rate", F.col("errors") / F.col("requests")).orderBy(*by)
+
+
+def top_errors(pairs: DataFrame, n: int = DEFAULT_TOP) -> DataFrame:
+    """The ``n`` most frequent (api, error) combinations among answered pairs."""
+    from pyspark.sql import functions as F
+
+    if n < 1:
+        raise ValueError(f"top must be at least 1: {n}")
+    keys = ("api_name", "error_code", "error_name")
+    failing = pairs.where(_is_answered() & (F.col("error_code") != 0))
+    return (
+        failing.groupBy(*keys)
+        .agg(
+            F.count(F.lit(1)).alias("pairs"),
+            F.countDistinct("broker_ip", "broker_port").alias("brokers"),
+            F.countDistinct("capture").alias("captures"),
+        )
+        .orderBy(F.desc("pairs"), *keys)
+        .limit(n)
+    )
+
+
+def unanswered_requests(pairs: DataFrame) -> DataFrame:
+    """The requests that expected a response and have none in the capture."""
+
+    return pairs.where(_is_unanswered())
+
+
+def unanswered_summary(pairs: DataFrame) -> DataFrame:
+    """Unanswered requests per broker and API, with the time span they cover."""
+    from pyspark.sql import functions as F
+
+    keys = (*BROKER_KEYS, "api_name", "api_version")
+    return (
+        unanswered_requests(pairs)
+        .groupBy(*keys)
+        .agg(
+            F.count(F.lit(1)).alias("unanswered"),
+            F.countDistinct("capture").alias("captures"),
+            F.min("request_time").alias("first_request"),
+            F.max("request_time").alias("last_request"),
+        )
+        .orderBy(F.desc("unanswered"), *keys)
+    )
+
+
+def throughput(pairs: DataFrame, window: str = DEFAULT_WINDOW, by: Sequence[str] = ()) -> DataFrame:
+    """Traffic per tumbling time window (of the request, else the response, time)."""
+    from pyspark.sql import functions as F
+
+    at = F.coalesce(*(F.col(c) for c in EVENT_TIME_COLUMNS))
+    timed = pairs.where(at.isNotNull()).withColumn("_w", F.window(at, window))
+    grouped = timed.groupBy("_w", *by).agg(
+        F.count(F.lit(1)).alias("pairs"),
+        _count_where(_is_answered()).alias("answered"),
+        _count_where(_is_error()).alias("errors"),
+        F.sum("request_size").alias("request_bytes"),
+        F.sum("response_size").alias("response_bytes"),
+        F.sum("records").alias("records"),
+        F.sum("record_bytes").alias("record_bytes"),
+    )
+    return grouped.select(
+        F.col("_w.start").alias("window_start"),
+        F.col("_w.end").alias("window_end"),
+        *by,
+        "pairs",
+        "answered",
+        "errors",
+        "request_bytes",
+        "response_bytes",
+        "records",
+        "record_bytes",
+    ).orderBy("window_start", *by)
+
+
+def summaries(
+    pairs: DataFrame, *, window: str = DEFAULT_WINDOW, top: int = DEFAULT_TOP
+) -> dict[str, DataFrame]:
+    """Every summary table the ``spark`` command writes, by output name.
+
+    Rows flagging failed captures are left out: they are counted in ``captures``.
+    """
+    pairs = drop_capture_failures(pairs)
+    return {
+        "latency_by_api": latency_percentiles(pairs, API_KEYS),
+        "latency_by_broker": latency_percentiles(pairs, BROKER_KEYS),
+        "latency_by_client": latency_percentiles(pairs, CLIENT_KEYS),
+        "latency_by_topic": latency_by_topic(pairs),
+        "errors_by_api": error_rates(pairs, API_KEYS),
+        "errors_by_broker": error_rates(pairs, BROKER_KEYS),
+        "top_errors": top_errors(pairs, top),
+        "unanswered_requests": unanswered_requests(pairs),
+        "unanswered_summary": unanswered_summary(pairs),
+        "throughput": throughput(pairs, window),
+        "throughput_by_broker": throughput(pairs, window, BROKER_KEYS),
+    }

@@ -1,0 +1,137 @@
+"""The plain data handed from stage to stage, shared by the shipped path and the oracle.
+
+The native core (``dissector.wire``) produces these; protocol, table, analytics, live
+and spark consume them; the pure-Python stages kept as the test oracle
+(``tests/oracle``) produce the same types, so the two paths compare field by field.
+They live in the vocabulary rank, below ``protocol``, because the protocol package's
+pair decoder reads an ``Exchange`` too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
+
+Endpoint = tuple[str, int]
+"""(ip, port) of one side of a TCP connection."""
+
+
+class CaptureError(Exception):
+    """The file is not a capture we can read (bad magic, unreadable header)."""
+
+
+@dataclass(slots=True)
+class Frame:
+    """One Kafka message as found in a TCP direction (size prefix stripped)."""
+
+    stream: int
+    src: Endpoint
+    dst: Endpoint
+    payload: bytes  # message bytes after the 4-byte size prefix
+    first_ts_ns: int  # time of the packet carrying the first byte
+    last_ts_ns: int  # time of the packet carrying the last byte
+    first_frame: int
+    last_frame: int
+    after_gap: bool  # the first frame accepted after a resync
+
+    @property
+    def wire_size(self) -> int:
+        return len(self.payload) + 4
+
+
+# Exchange kinds.
+PAIR = "pair"
+NO_RESPONSE = "no_response"
+UNANSWERED = "unanswered"
+ORPHAN_RESPONSE = "orphan_response"
+SASL_TOKEN = "sasl_token"
+MALFORMED = "malformed"
+
+
+@dataclass(slots=True)
+class Exchange:
+    stream: int
+    client: Endpoint
+    broker: Endpoint
+    kind: str  # pair | no_response | unanswered | orphan_response | sasl_token | malformed
+    request: Frame | None = None
+    response: Frame | None = None
+    api_key: int | None = None
+    api_version: int | None = None
+    correlation_id: int | None = None
+    client_id: str | None = None
+    note: str | None = None
+
+
+class Decoder(Protocol):
+    """What the row builders ask of a decoder (the ``dissector.protocol`` package)."""
+
+    def decode_request(self, payload: bytes, *, records: bool = False) -> Any: ...
+
+    def decode_response(
+        self, payload: bytes, api_key: int, api_version: int, *, records: bool = False
+    ) -> Any: ...
+
+    def summarize(
+        self, api_key: int, api_version: int, request: Any, response: Any, topics: Any
+    ) -> Any: ...
+
+    def api_name(self, api_key: int) -> str: ...
+
+
+@dataclass(slots=True)
+class PairRecord:
+    """One row of the pairs DataFrame; field names and order are ``schema.COLUMN_NAMES``."""
+
+    capture: str
+    stream: int
+    client_ip: str
+    client_port: int
+    broker_ip: str
+    broker_port: int
+    request_time: int | None  # ns since epoch, UTC
+    response_time: int | None
+    latency_ms: float | None
+    first_byte_ms: float | None
+    api_key: int | None
+    api_name: str | None
+    api_version: int | None
+    correlation_id: int | None
+    client_id: str | None
+    request_size: int | None
+    response_size: int | None
+    status: str
+    error_code: int | None = None
+    error_name: str | None = None
+    error_count: int | None = None
+    topics: list[str] = field(default_factory=list)
+    partitions: int | None = None
+    records: int | None = None
+    record_bytes: int | None = None
+    compression: str | None = None
+    throttle_ms: int | None = None
+    decode_error: str | None = None
+    flags: list[str] = field(default_factory=list)
+    max_wait_ms: int | None = None
+    min_bytes: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# Row flags (anomalies.py describes them).
+CAPTURE_GAP = "capture_gap"
+NEGATIVE_LATENCY = "negative_latency"
+
+# A version newer than our specs is not broken bytes: the row keeps its status and
+# says why it is not decoded in decode_error (like Wireshark's "unsupported version").
+_NOT_MALFORMED = ("unsupported_version",)
+
+
+def is_fatal(*decoded: Any) -> bool:
+    """Does a decode error of these sides make the row ``malformed``?"""
+    for d in decoded:
+        error = getattr(d, "error", None) if d is not None else None
+        if error and not error.startswith(_NOT_MALFORMED):
+            return True
+    return False

@@ -1,0 +1,94 @@
+"""One analysis run over capture files: rows, counters and an optional progress bar.
+
+The rows come from the native core (``dissector.wire.core``); this module turns them into
+the pandas frame of the contract and reports progress.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
+
+from dissector.options import Options
+from dissector.wire import core
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from dissector.stages import Exchange
+
+Observer = Callable[[str, "Exchange"], None]
+
+
+def run_table(
+    paths: list[str],
+    options: Options,
+    *,
+    show: bool = False,
+    decoder: Any = None,
+    observe: tuple[Iterable[int], Observer] | None = None,
+) -> tuple[pa.Table, core.Run]:
+    """The pairs of the captures as one Arrow table, and what the run counted.
+
+    ``observe=(api_keys, fn)`` also hands every exchange of those API keys to ``fn``
+    (the report notes group membership and client software from their bodies) in the
+    same pass.
+    """
+    progress = _bar(paths) if show else nullcontext(None)
+    with progress as bar:
+
+        def on_batch(batch: core.Batch) -> None:
+            if observe is not None:
+                for t in batch.exchanges:
+                    observe[1](t[0], core._exchange(t))
+            if bar is not None:
+                bar(batch.bytes_read)
+
+        keys = tuple(observe[0]) if observe is not None else ()
+        return core.analyze_table(
+            paths, options, decoder=decoder, on_batch=on_batch, keep_keys=keys
+        )
+
+
+def run_analysis(
+    paths: list[str],
+    options: Options,
+    *,
+    show: bool = False,
+    decoder: Any = None,
+    observe: tuple[Iterable[int], Observer] | None = None,
+) -> pd.DataFrame:
+    """The pairs DataFrame of the captures, with the run's counters in ``df.attrs``."""
+    table, run = run_table(paths, options, show=show, decoder=decoder, observe=observe)
+    df = core.table_to_frame(table)
+    df.attrs["counters"] = run.counters.as_dict()
+    df.attrs["tls_streams"] = run.tls_streams
+    return df
+
+
+def _bar(paths: list[str]) -> AbstractContextManager[Callable[[int], None]]:
+    from contextlib import contextmanager
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    @contextmanager
+    def bar():  # type: ignore[no-untyped-def]
+        total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+        columns = (
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, transient=True) as progress:
+            task = progress.add_task("analyzing", total=total)
+
+            def update(read: int) -> None:
+                progress.update(task, completed=min(read, total))
+
+            yield update
+            progress.update(task, completed=total)
+
+    return bar()

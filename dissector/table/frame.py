@@ -1,0 +1,227 @@
+"""Rows -> pandas DataFrame, and the file exports (Parquet, CSV, JSON lines).
+
+The dtypes come from ``schema.COLUMNS`` so that an empty capture still yields a
+frame with every contract column, typed.
+
+Parquet has one writer for every command (``analyze -o``, ``live -o`` and the
+``spark`` job's pairs table): ``write_pairs_parquet`` / ``open_pairs_parquet`` with the
+schema of ``pairs_arrow_schema``, so the files read back alike whoever wrote them.
+Times are stored as UTC microseconds (Parquet TIMESTAMP_MICROS, adjusted to UTC):
+Spark reads no nanosecond timestamps, and a fleet table must load in Spark.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from dissector.schema import COLUMN_NAMES, COLUMNS
+from dissector.stages import PairRecord
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+_PANDAS_DTYPES = {
+    "str": "string",
+    "int": "Int64",
+    "float": "Float64",
+    "timestamp": "datetime64[ns, UTC]",
+    "str_list": "object",
+}
+
+EXPORT_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
+
+PARQUET_TIME_UNIT = "us"
+"""Parquet's time resolution: the finest Spark can read (nanoseconds are floored)."""
+
+
+def records_to_frame(records: Iterable[PairRecord]) -> pd.DataFrame:
+    import pandas as pd
+
+    columns: dict[str, list] = {name: [] for name in COLUMN_NAMES}
+    for rec in records:
+        for name in COLUMN_NAMES:
+            columns[name].append(getattr(rec, name))
+    data = {}
+    for col in COLUMNS:
+        values = columns[col.name]
+        if col.kind == "timestamp":
+            data[col.name] = pd.to_datetime(
+                pd.array(values, dtype="Int64"), unit="ns", utc=True
+            ).astype(_PANDAS_DTYPES["timestamp"])
+        elif col.kind == "str_list":
+            data[col.name] = pd.Series(values, dtype="object")
+        else:
+            data[col.name] = pd.array(values, dtype=_PANDAS_DTYPES[col.kind])
+    return pd.DataFrame(data, columns=list(COLUMN_NAMES))
+
+
+def export(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
+    """Write the frame in the format its file extension names."""
+    target = os.fspath(path)
+    ext = os.path.splitext(target)[1].lower()
+    if ext == ".parquet":
+        write_pairs_parquet(df, target)
+    elif ext == ".csv":
+        flat = df.copy()
+        # CSV has no lists: lists become one ';'-separated cell.
+        for col in COLUMNS:
+            if col.kind == "str_list":
+                flat[col.name] = flat[col.name].map(_list_cell)
+            elif col.kind == "str":
+                flat[col.name] = flat[col.name].map(csv_safe, na_action="ignore")
+        flat.to_csv(target, index=False)
+    elif ext in (".jsonl", ".json"):
+        with open(target, "w", encoding="utf-8") as fh:
+            for row in df.to_dict(orient="records"):
+                fh.write(json.dumps(_jsonable(row), ensure_ascii=False) + "\n")
+    else:
+        raise ValueError(f"unknown output format {ext!r}: use one of {', '.join(EXPORT_FORMATS)}")
+
+
+# Spreadsheets run a cell that starts with one of these as a formula (OWASP's "CSV
+# injection"); a leading apostrophe makes it text and is what they hide on display.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if c not in (0x09,)}
+
+
+def visible_text(value: str) -> str:
+    """A wire string with its control characters (ESC, NUL, ...) written as ``\\xNN``,
+    for outputs a person reads (CSV, HTML): a client id must not drive a terminal."""
+    return value.translate(_CONTROL)
+
+
+def csv_safe(value: str) -> str:
+    """A wire string made safe for a spreadsheet: control characters escaped as ``\\xNN``
+    and a leading formula character neutralised. Parquet and JSON keep the real value."""
+    text = visible_text(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def _list_cell(items: list[str] | None) -> str:
+    return ";".join(csv_safe(t) for t in items) if items is not None else ""
+
+
+def _arrow_type(kind: str) -> pa.DataType:
+    import pyarrow as pa
+
+    by_kind = {
+        "str": pa.string(),
+        "int": pa.int64(),
+        "float": pa.float64(),
+        "timestamp": pa.timestamp(PARQUET_TIME_UNIT, tz="UTC"),
+        # "element": the item name Parquet (and Spark) give a list, so the schema
+        # read back from any writer's file equals this one.
+        "str_list": pa.list_(pa.field("element", pa.string())),
+    }
+    try:
+        return by_kind[kind]
+    except KeyError:
+        raise ValueError(f"column kind {kind!r} has no Parquet type; add it here") from None
+
+
+@functools.cache
+def pairs_arrow_schema() -> pa.Schema:
+    """The Arrow schema of every pairs Parquet file, from ``schema.COLUMNS``.
+
+    It carries the pandas metadata of an empty contract frame, so that
+    ``pandas.read_parquet`` restores the contract's dtypes (``string``, ``Int64``,
+    ``Float64``) for every writer, including Spark tasks that never built a frame.
+    """
+    import pyarrow as pa
+
+    fields = [pa.field(c.name, _arrow_type(c.kind)) for c in COLUMNS]
+    return pa.schema(fields, metadata={b"pandas": _pandas_metadata()})
+
+
+def _pandas_metadata() -> bytes:
+    """pandas' own description of an empty contract frame. Importing pandas costs a
+    third of a second, which a Parquet-only run does not otherwise pay: the blob is kept
+    with the start-up cache, named by the pandas version and the columns."""
+    import hashlib
+    from importlib import metadata
+
+    from dissector.protocol.diskcache import load_or_build
+
+    def build() -> bytes:
+        import pyarrow as pa
+
+        meta = pa.Schema.from_pandas(records_to_frame([]), preserve_index=False).metadata
+        return bytes(meta[b"pandas"])
+
+    columns = hashlib.sha256(repr([(c.name, c.kind) for c in COLUMNS]).encode()).hexdigest()
+    try:
+        version = metadata.version("pandas")
+    except metadata.PackageNotFoundError:
+        version = "absent"
+    return load_or_build(f"pairs-pandas-meta-{version}-{columns[:12]}", build)
+
+
+def pairs_table(data: pd.DataFrame | pa.Table | pa.RecordBatch) -> pa.Table:
+    """``data`` (a contract frame, or Arrow with the contract columns) in the Parquet schema.
+
+    Times are floored to microseconds; every other cast must be lossless.
+    """
+    import pyarrow as pa
+
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    elif not isinstance(data, pa.Table):
+        data = pa.Table.from_pandas(data, preserve_index=False)
+    schema = pairs_arrow_schema()
+    missing = [name for name in schema.names if name not in data.column_names]
+    if missing:
+        raise ValueError(f"not a pairs table: missing columns {missing}")
+    columns = [
+        data.column(f.name).cast(f.type, safe=not pa.types.is_timestamp(f.type)) for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def write_pairs_parquet(
+    data: pd.DataFrame | pa.Table | pa.RecordBatch,
+    where: str | os.PathLike[str],
+    *,
+    filesystem: Any = None,
+) -> int:
+    """Write the pairs as one Parquet file at ``where`` (a path on ``filesystem``); rows written."""
+    import pyarrow.parquet as pq
+
+    table = pairs_table(data)
+    pq.write_table(table, os.fspath(where), filesystem=filesystem)
+    return table.num_rows
+
+
+def open_pairs_parquet(
+    where: str | os.PathLike[str], *, filesystem: Any = None
+) -> pq.ParquetWriter:
+    """A writer for a pairs file built in pieces (``write_table(pairs_table(...))`` per piece).
+
+    Each piece becomes a row group, so a long ``live`` run or a Spark task keeps flat memory.
+    """
+    import pyarrow.parquet as pq
+
+    return pq.ParquetWriter(os.fspath(where), pairs_arrow_schema(), filesystem=filesystem)
+
+
+def _jsonable(row: dict) -> dict:
+    import pandas as pd
+
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, pd.Timestamp):
+            out[key] = value.isoformat()
+        elif isinstance(value, list):
+            out[key] = value
+        elif value is None or (not isinstance(value, list | tuple) and pd.isna(value)):
+            out[key] = None
+        elif hasattr(value, "item"):
+            out[key] = value.item()
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,560 @@
+"""The native core's Python face: captures in, Arrow tables of pairs (or exchanges) out.
+
+The per-packet and per-pair work (capture reading, TCP reassembly, framing,
+correlation, summary decode) runs in ``dissector._core`` (Rust, ``native/``). This
+module hands it the spec model compiled by ``dissector.protocol`` (protocol
+knowledge stays there), turns its column buffers into Arrow, and summarises the rare
+pairs the native interpreter defers (malformed bodies, versions it has no layout
+for) with the full Python decoder, so decode-error wording has one source.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import itertools
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dissector.accounting import Counters
+from dissector.schema import COLUMNS
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from dissector.options import Options
+    from dissector.stages import Exchange
+
+BATCH_ROWS = 65_536
+"""Rows per Arrow batch: memory of a streaming run is bounded by this, not the capture."""
+
+
+def _default_decoder() -> Any:
+    from dissector import protocol
+
+    return protocol
+
+
+@dataclass(frozen=True)
+class _Model:
+    native: Any  # dissector._core.Model
+    extracts: tuple[tuple[str, str, str], ...]  # (column, direction, field)
+
+
+_MODELS: dict[tuple[str, ...], _Model] = {}
+
+
+def native() -> Any:
+    """The compiled core, or an ImportError that says what to do."""
+    try:
+        from dissector import _core
+    except ImportError as exc:
+        raise ImportError(
+            "kafka-dissector's native core (dissector._core) is not importable: install the "
+            "package with pip (it compiles native/; a .zip of the sources cannot carry it; "
+            f"for Spark executors see docs/spark.md): {exc}"
+        ) from exc
+    return _core
+
+
+def _model(decoder: Any) -> _Model:
+    """The exported spec model of a decoder, built once per spec set and process."""
+    _core = native()
+
+    def export_model(decoder: Any) -> str:
+        from dissector.protocol.export import export_model as export
+
+        return export(decoder)
+
+    key = tuple(getattr(decoder, "spec_dirs", ()))
+    model = _MODELS.get(key)
+    if model is None:
+        if key:
+            text = export_model(decoder)
+        else:  # the installed specs: kept with the start-up cache (0.7 s to build)
+            from dissector.protocol.diskcache import load_or_build
+
+            text = load_or_build("native-model", lambda: export_model(decoder))
+        doc = json.loads(text)
+        extracts = tuple((e["column"], e["direction"], e["field"]) for e in doc.get("extracts", ()))
+        model = _MODELS[key] = _Model(_core.Model(text), extracts)
+    return model
+
+
+class _Fallback:
+    """Summaries of deferred pairs by the Python decoder; topic names per capture."""
+
+    def __init__(self, decoder: Any, extracts: tuple[tuple[str, str, str], ...]) -> None:
+        self.decoder = decoder
+        self.extracts = extracts
+        self.capture: str | None = None
+        self.topics: Any = None
+
+    def __call__(
+        self, api_key: int, api_version: int, req: bytes | None, resp: bytes | None, capture: str
+    ) -> tuple[Any, ...]:
+        from dissector.stages import is_fatal
+
+        if capture != self.capture:
+            self.capture, self.topics = capture, self.decoder.TopicNames()
+        d = self.decoder
+        request = d.decode_request(req) if req is not None else None
+        response = d.decode_response(resp, api_key, api_version) if resp is not None else None
+        s = d.summarize(api_key, api_version, request, response, self.topics)
+        bodies = {"request": request, "response": response}
+        extracts = [_int_field(bodies[direction], name) for _, direction, name in self.extracts]
+        return (
+            s.error_code,
+            s.error_name,
+            s.error_count,
+            list(s.topics),
+            s.partitions,
+            s.records,
+            s.record_bytes,
+            s.compression,
+            s.throttle_ms,
+            s.decode_error,
+            bool(s.decode_error) and is_fatal(request, response),
+            extracts,
+        )
+
+
+def _int_field(decoded: Any, name: str) -> int | None:
+    body = getattr(decoded, "body", None) if decoded is not None else None
+    value = body.get(name) if isinstance(body, dict) else None
+    return value if type(value) is int else None
+
+
+def new_analyzer(
+    options: Options,
+    decoder: Any = None,
+    *,
+    exchanges: bool = False,
+    keep_keys: Iterable[int] = (),
+) -> Any:
+    decoder = decoder or _default_decoder()
+    model = _model(decoder)
+    _core = native()
+    idle = options.idle_timeout_s
+    return _core.Analyzer(
+        model.native,
+        sorted(options.broker_ports),
+        options.find_kafka_by_heuristic,
+        options.max_frame,
+        int(idle * 1e9) if idle is not None else None,
+        _Fallback(decoder, model.extracts),
+        exchanges=exchanges,
+        keep_keys=list(keep_keys),
+    )
+
+
+def open_capture(analyzer: Any, path: str) -> None:
+    """Start a capture file; a file that is not a capture raises ``CaptureError``."""
+    try:
+        analyzer.open_path(path, path)
+    except OSError as exc:
+        from dissector.stages import CaptureError
+
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no such file") from None
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"{path}: is a directory") from None
+        text = str(exc)
+        raise CaptureError(text if text.startswith(path) else f"{path}: {text}") from None
+
+
+# ---------------------------------------------------------------- rows -> Arrow
+
+
+def _arrow_column(spec: tuple[Any, ...]) -> pa.Array:
+    """One column buffer of the core as an Arrow array, built from the buffers as they
+    are (no numpy, no per-value Python objects; ``pa.array`` would also import pandas)."""
+    import pyarrow as pa
+
+    tag = spec[0]
+    if tag in ("i64", "f64"):
+        _, values, bits, nulls = spec
+        kind = pa.int64() if tag == "i64" else pa.float64()
+        buffers = [pa.py_buffer(bits) if bits is not None else None, pa.py_buffer(values)]
+        return pa.Array.from_buffers(kind, len(values) // 8, buffers, null_count=nulls)
+    if tag == "dict":
+        _, indices, bits, nulls, w_offsets, w_data = spec
+        words = _strings(w_offsets, w_data)
+        validity = pa.py_buffer(bits) if bits is not None else None
+        idx = pa.Array.from_buffers(
+            pa.int32(), len(indices) // 4, [validity, pa.py_buffer(indices)], null_count=nulls
+        )
+        return pa.DictionaryArray.from_arrays(idx, words)
+    if tag == "list":
+        _, offsets, items, w_offsets, w_data = spec
+        idx = pa.Array.from_buffers(pa.int32(), len(items) // 4, [None, pa.py_buffer(items)])
+        values = pa.DictionaryArray.from_arrays(idx, _strings(w_offsets, w_data))
+        return pa.ListArray.from_buffers(
+            pa.list_(pa.string()),
+            len(offsets) // 4 - 1,
+            [None, pa.py_buffer(offsets)],
+            children=[values.dictionary_decode()],
+        )
+    raise ValueError(f"unknown column buffer {tag!r}")
+
+
+def _strings(offsets: bytes, data: bytes) -> pa.Array:
+    import pyarrow as pa
+
+    n = len(offsets) // 4 - 1
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+@functools.cache
+def arrow_schema() -> pa.Schema:
+    """The pairs table as Arrow: ``schema.COLUMNS``."""
+    import pyarrow as pa
+
+    kinds = {
+        "int": pa.int64(),
+        "float": pa.float64(),
+        "str": pa.string(),
+        "timestamp": pa.timestamp("ns", tz="UTC"),
+        "str_list": pa.list_(pa.string()),
+    }
+    return pa.schema([pa.field(c.name, kinds[c.kind]) for c in COLUMNS])
+
+
+def columns_to_table(cols: dict[str, Any], schema: pa.Schema) -> pa.Table:
+    """The core's column buffers as a table of ``schema`` (strings decoded from their
+    dictionaries: the contract's types)."""
+    import pyarrow as pa
+
+    arrays = []
+    for field in schema:
+        arr = _arrow_column(cols[field.name])
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_decode()
+        arrays.append(arr.cast(field.type) if arr.type != field.type else arr)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+# ---------------------------------------------------------------- runs
+
+
+@dataclass
+class Run:
+    """What one analysis run saw besides its rows."""
+
+    counters: Counters
+    tls_streams: list[int]
+    schema: pa.Schema
+
+
+@dataclass
+class Batch:
+    """What the core produced in one step: column buffers, the exchanges kept for an
+    observer, and how far into the capture it has read."""
+
+    columns: dict[str, Any]
+    exchanges: list[Any]
+    bytes_read: int
+
+
+def _batches(analyzer: Any, batch_rows: int) -> Iterator[Batch]:
+    """The open capture's batches, produced on a worker thread one step ahead.
+
+    The core releases the GIL while it reads and summarises, so the caller's Python
+    work (importing pyarrow on a cold start, building the previous batch's table) runs
+    on the second core meanwhile. Only the worker touches the analyzer until it ends;
+    at most two batches wait, so memory stays bounded by ``batch_rows``.
+    """
+    import queue
+    import threading
+
+    ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def put(item: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            more = True
+            while more and not stop.is_set():
+                more = analyzer.run(batch_rows)
+                batch = Batch(
+                    analyzer.take_columns(), list(analyzer.take_exchanges()), analyzer.bytes_read()
+                )
+                if not put(("batch", batch)):
+                    return
+            put(("end", None))
+        except BaseException as exc:  # handed to the caller, raised there
+            put(("error", exc))
+
+    worker = threading.Thread(target=work, name="kafka-dissector-core", daemon=True)
+    worker.start()
+    try:
+        while True:
+            kind, item = ready.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
+def iter_tables(
+    paths: Iterable[str],
+    options: Options,
+    *,
+    decoder: Any = None,
+    counters: Counters | None = None,
+    batch_rows: int = BATCH_ROWS,
+    on_batch: Any = None,
+    keep_keys: Iterable[int] = (),
+) -> Iterator[pa.Table]:
+    """Arrow tables of the pairs of each capture, in capture order, ``batch_rows`` at a
+    time. Counters (and TLS connections, as ``counters.tls_streams``) are filled as it
+    goes; ``on_batch(batch)`` sees each ``Batch`` (progress displays, observers of the
+    kept exchanges)."""
+    decoder = decoder or _default_decoder()
+    counters = counters if counters is not None else Counters()
+    analyzer = new_analyzer(options, decoder, keep_keys=keep_keys)
+    try:
+        for path in paths:
+            open_capture(analyzer, path)
+            for batch in _batches(analyzer, batch_rows):
+                table = columns_to_table(batch.columns, arrow_schema())
+                if on_batch is not None:
+                    on_batch(batch)
+                if table.num_rows:
+                    yield table
+    finally:
+        _merge_counters(counters, analyzer)
+
+
+def _merge_counters(counters: Counters, analyzer: Any) -> None:
+    for name, n in analyzer.counters().items():
+        counters.add(name, n)
+    counters.tls_streams = [s for _, s in analyzer.tls_streams()]  # type: ignore[attr-defined]
+
+
+def analyze_table(
+    paths: list[str],
+    options: Options,
+    *,
+    decoder: Any = None,
+    on_batch: Any = None,
+    keep_keys: Iterable[int] = (),
+) -> tuple[pa.Table, Run]:
+    import pyarrow as pa
+
+    counters = Counters()
+    schema = arrow_schema()
+    tables = list(
+        iter_tables(
+            paths,
+            options,
+            decoder=decoder,
+            counters=counters,
+            on_batch=on_batch,
+            keep_keys=keep_keys,
+        )
+    )
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    tls = getattr(counters, "tls_streams", [])
+    return table, Run(counters, tls, schema)
+
+
+def table_to_frame(table: pa.Table) -> pd.DataFrame:
+    """The pandas frame of the contract (``frame._PANDAS_DTYPES``) from an Arrow table."""
+    import pandas as pd
+    import pyarrow as pa
+
+    mapping = {
+        pa.string(): pd.StringDtype(),
+        pa.int64(): pd.Int64Dtype(),
+        pa.float64(): pd.Float64Dtype(),
+    }
+    lists = [f.name for f in table.schema if pa.types.is_list(f.type)]
+    df = table.drop_columns(lists).to_pandas(types_mapper=mapping.get, split_blocks=True)
+    for name in lists:
+        df.insert(table.schema.get_field_index(name), name, _python_lists(table.column(name)))
+    return df
+
+
+def _python_lists(column: pa.ChunkedArray) -> list[list[str]]:
+    """A list<string> column as Python lists (null as []), sliced from one flat list of
+    its values: several times faster than converting each row's list on its own."""
+    out: list[list[str]] = []
+    # Hundreds of thousands of new lists would run the cyclic garbage collector over
+    # and over, for nothing: none of them can be part of a cycle.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for chunk in column.chunks:
+            out += _chunk_lists(chunk)
+    finally:
+        if collecting:
+            gc.enable()
+    return out
+
+
+def _chunk_lists(chunk: Any) -> list[list[str]]:
+    offsets = chunk.offsets.to_pylist()
+    values = chunk.values.to_pylist()
+    base = offsets[0] if offsets else 0
+    if base:
+        offsets = [o - base for o in offsets]
+    return [values[a:b] for a, b in itertools.pairwise(offsets)]
+
+
+# ---------------------------------------------------------------- exchanges
+
+
+def _frame(stream: int, t: tuple[Any, ...]) -> Any:
+    from dissector.stages import Frame
+
+    src_ip, src_port, dst_ip, dst_port, payload, first_ts, last_ts, first_no, last_no, gap = t
+    return Frame(
+        stream, (src_ip, src_port), (dst_ip, dst_port), payload,
+        first_ts, last_ts, first_no, last_no, gap,
+    )  # fmt: skip
+
+
+def iter_exchanges(
+    paths: Iterable[str],
+    options: Options,
+    *,
+    decoder: Any = None,
+    counters: Counters | None = None,
+    batch: int = 4096,
+) -> Iterator[tuple[str, Exchange]]:
+    """(capture path, exchange) for every exchange, for the full-body decoder."""
+    counters = counters if counters is not None else Counters()
+    analyzer = new_analyzer(options, decoder, exchanges=True)
+    try:
+        for path in paths:
+            open_capture(analyzer, path)
+            for b in _batches(analyzer, batch):
+                for t in b.exchanges:
+                    yield t[0], _exchange(t)
+    finally:
+        _merge_counters(counters, analyzer)
+
+
+def _exchange(t: tuple[Any, ...]) -> Exchange:
+    from dissector.stages import Exchange
+
+    (_, stream, cip, cport, bip, bport, kind, req, resp, key, ver, corr, cid, note) = t
+    return Exchange(
+        stream=stream,
+        client=(cip, cport),
+        broker=(bip, bport),
+        kind=kind,
+        request=_frame(stream, req) if req is not None else None,
+        response=_frame(stream, resp) if resp is not None else None,
+        api_key=key,
+        api_version=ver,
+        correlation_id=corr,
+        client_id=cid,
+        note=note,
+    )
+
+
+def iter_pairs(
+    paths: Iterable[str],
+    options: Options,
+    *,
+    decoder: Any = None,
+    counters: Counters | None = None,
+    batch_rows: int = 4096,
+) -> Iterator[Any]:
+    """``rows.PairRecord`` per pair, streaming: memory follows ``batch_rows``."""
+    for table in iter_tables(
+        paths, options, decoder=decoder, counters=counters, batch_rows=batch_rows
+    ):
+        yield from _records(table)
+
+
+def _records(table: pa.Table) -> list[Any]:
+    import pyarrow as pa
+
+    from dissector.stages import PairRecord
+
+    for name in ("request_time", "response_time"):
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, table.column(name).cast(pa.int64()))
+    out = []
+    for row in table.to_pylist():
+        row["topics"] = row["topics"] or []
+        row["flags"] = row["flags"] or []
+        out.append(PairRecord(**row))
+    return out
+
+
+class LiveSession:
+    """The native core fed link-layer frames one by one (live capture)."""
+
+    def __init__(self, options: Options, decoder: Any, label: str) -> None:
+        self.decoder = decoder or _default_decoder()
+        self._analyzer = new_analyzer(options, self.decoder)
+        self._analyzer.open_live(label)
+        self._schema = arrow_schema()
+
+    def feed(self, linktype: int, ts_ns: int, data: bytes) -> None:
+        self._analyzer.feed_link(linktype, ts_ns, data)
+
+    def records(self) -> list[Any]:
+        """Rows completed since the last call."""
+        if not self._analyzer.rows_waiting():
+            return []
+        return _records(columns_to_table(self._analyzer.take_columns(), self._schema))
+
+    def finish(self) -> list[Any]:
+        """End of capture: open requests become unanswered rows."""
+        self._analyzer.finish()
+        return self.records()
+
+    def counters(self) -> dict[str, int]:
+        return dict(self._analyzer.counters())
+
+    def open_requests(self) -> dict[str, int]:
+        """Requests waiting for a response now, by API name."""
+        name = self.decoder.api_name
+        return {name(key): n for key, n in self._analyzer.open_requests()}
+
+
+def iter_pairs_from_bytes(
+    name: str,
+    data: bytes | memoryview | Any,
+    options: Options,
+    *,
+    decoder: Any = None,
+    counters: Counters | None = None,
+    batch_rows: int = 4096,
+) -> Iterator[Any]:
+    """``rows.PairRecord`` of a capture held in memory (a Spark task's file content),
+    read in place: no temporary file. ``capture`` is ``name``."""
+    counters = counters if counters is not None else Counters()
+    analyzer = new_analyzer(options, decoder)
+    try:
+        try:
+            analyzer.open_bytes(name, bytes(memoryview(data)))
+        except ValueError as exc:
+            from dissector.stages import CaptureError
+
+            raise CaptureError(f"{name}: {exc}") from None
+        for batch in _batches(analyzer, batch_rows):
+            yield from _records(columns_to_table(batch.columns, arrow_schema()))
+    finally:
+        _merge_counters(counters, analyzer)

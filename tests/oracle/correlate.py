@@ -1,0 +1,333 @@
+"""Stage 4: Kafka frames of a connection -> request/response exchanges.
+
+Which side is the broker: a port in ``broker_ports`` says so; otherwise (when
+the heuristic is on) the side whose frame parses as a plausible request header
+is the client. Frames of a connection whose role cannot be settled are held
+(bounded) and counted as non-Kafka if it never settles.
+
+Requests are matched to responses by correlation_id per connection. Kafka
+answers in request order, so a response that skips the oldest open request is
+counted as an anomaly; the skipped request stays open and is reported
+``unanswered`` if nothing answers it. Produce with acks=0 expects no response.
+
+After a successful SaslHandshake v0 the SASL tokens travel as raw size-prefixed
+frames without Kafka headers until authentication ends; those are paired as
+``sasl_token`` exchanges instead of being misread as requests.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from dissector.accounting import Counters
+from dissector.options import DEFAULT_BROKER_PORTS
+from dissector.stages import (
+    MALFORMED,
+    NO_RESPONSE,
+    ORPHAN_RESPONSE,
+    PAIR,
+    SASL_TOKEN,
+    UNANSWERED,
+    Exchange,
+)
+from tests.oracle.framing import DEFAULT_MAX_FRAME, StartCheck
+from tests.oracle.framing import Frame as KafkaFrame
+from tests.oracle.kafka_header import (
+    SASL_HANDSHAKE,
+    VersionCheck,
+    either_start_check,
+    is_plausible_request,
+    peek_correlation_id,
+    peek_request,
+    produce_acks,
+    request_start_check,
+    response_start_check,
+)
+from tests.oracle.tcp import Endpoint, StreamOpen
+
+# Bounds that keep memory flat on hostile or lossy traffic.
+MAX_OPEN_REQUESTS = 10_000
+MAX_HELD_FRAMES = 16
+
+# An api_key is known when the specs know one of these versions of it. Versions
+# are int16 on the wire but no API has come near this many; the bound keeps the
+# one-off probe per key cheap.
+MAX_PROBED_VERSION = 128
+
+
+
+@dataclass(slots=True)
+class _Open:
+    frame: KafkaFrame
+    api_key: int
+    api_version: int
+    client_id: str | None
+
+
+@dataclass(slots=True)
+class _Conn:
+    stream: int
+    a: Endpoint
+    b: Endpoint
+    broker: Endpoint | None
+    pending: dict[int, _Open] = field(default_factory=dict)
+    held: list[KafkaFrame] = field(default_factory=list)
+    non_kafka: bool = False
+    sasl_handshake_ids: set[int] = field(default_factory=set)
+    sasl_raw: bool = False
+    sasl_token: KafkaFrame | None = None
+
+    @property
+    def client(self) -> Endpoint:
+        return self.a if self.broker == self.b else self.b
+
+
+@dataclass(frozen=True, slots=True)
+class CorrelationConfig:
+    known: VersionCheck  # (api_key, version) exists
+    flexible_request: VersionCheck  # request of (api_key, version) uses header v2
+    broker_ports: frozenset[int] = DEFAULT_BROKER_PORTS
+    heuristic: bool = True
+    max_frame: int = DEFAULT_MAX_FRAME
+
+
+class Correlator:
+    def __init__(self, counters: Counters, config: CorrelationConfig) -> None:
+        self._counters = counters
+        self._cfg = config
+        self._conns: dict[int, _Conn] = {}
+        self._req_check = request_start_check(config.known)
+        self._resp_check = response_start_check(config.max_frame)
+        self._either_check = either_start_check(config.known, config.max_frame)
+        # api_key -> do the specs know any version of it (a few hundred keys at most:
+        # api_key is an int16, and only keys of parsed request headers get here).
+        self._key_known: dict[int, bool] = {}
+
+    # -- connection lifecycle -------------------------------------------------
+
+    def open(self, ev: StreamOpen) -> None:
+        self._conns[ev.stream] = _Conn(
+            ev.stream, ev.initiator, ev.responder, self._broker_by_port(ev)
+        )
+
+    def is_kafka_candidate(self, stream: int) -> bool:
+        conn = self._conns.get(stream)
+        return conn is not None and (conn.broker is not None or self._cfg.heuristic)
+
+    def start_check(self, stream: int, src: Endpoint) -> StartCheck:
+        conn = self._conns[stream]
+        if conn.broker is None:
+            return self._either_check
+        return self._resp_check if src == conn.broker else self._req_check
+
+    def close(self, stream: int) -> list[Exchange]:
+        conn = self._conns.pop(stream, None)
+        if conn is None:
+            return []
+        out: list[Exchange] = []
+        if conn.broker is None or conn.non_kafka:
+            self._counters.add("non_kafka_frames", len(conn.held))
+            return out
+        for corr, req in conn.pending.items():
+            out.append(self._unanswered(conn, corr, req, None))
+        if conn.sasl_token is not None:
+            out.append(self._sasl(conn, conn.sasl_token, None))
+        return out
+
+    def open_requests(self) -> Counter[int]:
+        """Requests waiting for their response right now, by api_key."""
+        return Counter(
+            req.api_key for conn in self._conns.values() for req in conn.pending.values()
+        )
+
+    def close_all(self) -> list[Exchange]:
+        out: list[Exchange] = []
+        for stream in list(self._conns):
+            out.extend(self.close(stream))
+        return out
+
+    # -- frames ---------------------------------------------------------------
+
+    def frame(self, f: KafkaFrame) -> list[Exchange]:
+        conn = self._conns.get(f.stream)
+        if conn is None or conn.non_kafka:
+            self._counters.add("non_kafka_frames")
+            return []
+        if conn.broker is None:
+            return self._settle_role(conn, f)
+        if f.src == conn.broker:
+            return self._on_response(conn, f)
+        return self._on_request(conn, f)
+
+    def _broker_by_port(self, ev: StreamOpen) -> Endpoint | None:
+        ports = self._cfg.broker_ports
+        init_known = ev.initiator[1] in ports
+        resp_known = ev.responder[1] in ports
+        if resp_known and (not init_known or ev.syn_seen):
+            return ev.responder
+        if init_known and not resp_known:
+            return ev.initiator
+        return None
+
+    def _settle_role(self, conn: _Conn, f: KafkaFrame) -> list[Exchange]:
+        if not self._cfg.heuristic:
+            conn.non_kafka = True
+            self._counters.add("non_kafka_frames")
+            return []
+        if is_plausible_request(f.payload, self._cfg.known):
+            conn.broker = f.dst
+            self._counters.add("kafka_found_by_heuristic")
+            out: list[Exchange] = []
+            held, conn.held = conn.held, []
+            for h in held:
+                out.extend(self.frame(h))
+            out.extend(self.frame(f))
+            return out
+        conn.held.append(f)
+        if len(conn.held) > MAX_HELD_FRAMES:
+            conn.non_kafka = True
+            self._counters.add("non_kafka_frames", len(conn.held))
+            conn.held.clear()
+        return []
+
+    def _on_request(self, conn: _Conn, f: KafkaFrame) -> list[Exchange]:
+        known = self._cfg.known
+        if conn.sasl_raw:
+            if not is_plausible_request(f.payload, known):
+                return self._raw_token(conn, f)
+            conn.sasl_raw = False
+        start = peek_request(f.payload)
+        if start is None:
+            self._counters.add("malformed_requests")
+            return [
+                Exchange(
+                    conn.stream,
+                    conn.client,
+                    conn.broker or f.dst,
+                    MALFORMED,
+                    request=f,
+                    note="request_header_truncated",
+                )
+            ]
+        out: list[Exchange] = []
+        if not known(start.api_key, start.api_version):
+            self._count_unknown(start.api_key)
+        corr = start.correlation_id
+        if corr in conn.pending:
+            self._counters.add("duplicate_correlation_ids")
+            out.append(
+                self._unanswered(conn, corr, conn.pending.pop(corr), "duplicate_correlation_id")
+            )
+        flexible = known(start.api_key, start.api_version) and self._cfg.flexible_request(
+            start.api_key, start.api_version
+        )
+        if produce_acks(f.payload, start, flexible) == 0:
+            out.append(
+                Exchange(
+                    conn.stream,
+                    conn.client,
+                    f.dst,
+                    NO_RESPONSE,
+                    request=f,
+                    api_key=start.api_key,
+                    api_version=start.api_version,
+                    correlation_id=corr,
+                    client_id=start.client_id,
+                )
+            )
+            return out
+        if start.api_key == SASL_HANDSHAKE and start.api_version == 0:
+            conn.sasl_handshake_ids.add(corr)
+        conn.pending[corr] = _Open(f, start.api_key, start.api_version, start.client_id)
+        if len(conn.pending) > MAX_OPEN_REQUESTS:
+            oldest = next(iter(conn.pending))
+            self._counters.add("open_requests_evicted")
+            out.append(self._unanswered(conn, oldest, conn.pending.pop(oldest), "evicted"))
+        return out
+
+    def _count_unknown(self, api_key: int) -> None:
+        """A request the specs cannot decode: a newer version of a known API (the row
+        stays ``ok``, its body undecoded), or an api_key no spec has at all."""
+        known = self._key_known.get(api_key)
+        if known is None:
+            known = any(self._cfg.known(api_key, v) for v in range(MAX_PROBED_VERSION))
+            self._key_known[api_key] = known
+        self._counters.add("unsupported_version_requests" if known else "unknown_api_key_requests")
+
+    def _on_response(self, conn: _Conn, f: KafkaFrame) -> list[Exchange]:
+        if (conn.sasl_raw or conn.sasl_token is not None) and conn.sasl_token is not None:
+            token, conn.sasl_token = conn.sasl_token, None
+            return [self._sasl(conn, token, f)]
+        corr = peek_correlation_id(f.payload)
+        req = conn.pending.pop(corr, None) if corr is not None else None
+        if req is None:
+            self._counters.add("orphan_responses")
+            return [
+                Exchange(
+                    conn.stream,
+                    conn.client,
+                    f.src,
+                    ORPHAN_RESPONSE,
+                    response=f,
+                    correlation_id=corr,
+                )
+            ]
+        if conn.pending and _older(conn, req):
+            self._counters.add("responses_out_of_order")
+        if corr in conn.sasl_handshake_ids:
+            conn.sasl_handshake_ids.discard(corr)
+            # Raw tokens follow only when the handshake succeeded (error_code 0).
+            conn.sasl_raw = len(f.payload) >= 6 and f.payload[4:6] == b"\x00\x00"
+        return [
+            Exchange(
+                conn.stream,
+                conn.client,
+                f.src,
+                PAIR,
+                request=req.frame,
+                response=f,
+                api_key=req.api_key,
+                api_version=req.api_version,
+                correlation_id=corr,
+                client_id=req.client_id,
+            )
+        ]
+
+    def _raw_token(self, conn: _Conn, f: KafkaFrame) -> list[Exchange]:
+        out: list[Exchange] = []
+        if conn.sasl_token is not None:
+            out.append(self._sasl(conn, conn.sasl_token, None))
+        conn.sasl_token = f
+        self._counters.add("sasl_raw_tokens")
+        return out
+
+    def _sasl(self, conn: _Conn, token: KafkaFrame, answer: KafkaFrame | None) -> Exchange:
+        return Exchange(
+            conn.stream,
+            conn.client,
+            conn.broker or token.dst,
+            SASL_TOKEN,
+            request=token,
+            response=answer,
+        )
+
+    def _unanswered(self, conn: _Conn, corr: int, req: _Open, note: str | None) -> Exchange:
+        return Exchange(
+            conn.stream,
+            conn.client,
+            req.frame.dst,
+            UNANSWERED,
+            request=req.frame,
+            api_key=req.api_key,
+            api_version=req.api_version,
+            correlation_id=corr,
+            client_id=req.client_id,
+            note=note,
+        )
+
+
+def _older(conn: _Conn, req: _Open) -> bool:
+    """Is some still-open request older (sent earlier) than the one just answered?"""
+    first = next(iter(conn.pending.values()))
+    return first.frame.last_frame < req.frame.last_frame

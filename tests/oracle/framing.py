@@ -1,0 +1,272 @@
+"""Stage 3: in-order bytes of one connection direction -> Kafka frames.
+
+Every Kafka message on the wire is a big-endian int32 size followed by that many
+bytes. A ``Framer`` cuts one direction's byte stream at those boundaries.
+
+Losing sync is the hard part: after a TCP gap, or when the capture starts
+mid-connection, the next bytes are usually not a size prefix. We then only try
+frame starts at chunk (segment) starts, because Kafka clients and brokers write
+each message with its own send call, and accept a candidate only when it is
+plausible for the direction's role (see ``kafka_header``). Everything skipped is
+counted.
+
+A direction that never yields a Kafka frame although its bytes were tried and
+rejected (HTTP on a Kafka port, say) is not Kafka: when it closes, what it had
+counted as framing trouble (``bad_frame_size``, ``resync_skipped_bytes``...) is
+taken back and its bytes are counted as ``non_kafka_bytes``, the direction as
+``non_kafka_directions``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+from collections.abc import Callable
+
+from dissector.accounting import Counters
+
+# The broker's socket.request.max.bytes default; a bigger size prefix means we
+# are not looking at a frame boundary (or at Kafka at all).
+from dissector.options import DEFAULT_MAX_FRAME
+from dissector.stages import Frame
+from tests.oracle.tcp import Chunk, Endpoint
+
+_SIZE = struct.Struct(">i")
+
+# Bytes enough to judge a resync candidate: size prefix, request header and a
+# client_id of ordinary length, or a response size and the next size prefix.
+_PROBE_BYTES = 512
+
+# Counts by which a direction shows that its bytes were tried as frames and refused.
+_REJECTIONS = ("bad_frame_size", "resync_skipped_bytes")
+
+# A TLS record starts with content type 0x14-0x17 and version 0x03 0x0N.
+_TLS_CONTENT_TYPES = frozenset((0x14, 0x15, 0x16, 0x17))
+
+
+
+
+StartCheck = Callable[[bytes, int], bool]
+"""Is ``buf[0:]`` a plausible frame start, given the bytes available (second arg)?"""
+
+
+def looks_like_tls(buf: bytes | bytearray | memoryview) -> bool:
+    return len(buf) >= 3 and buf[0] in _TLS_CONTENT_TYPES and buf[1] == 0x03 and buf[2] <= 0x04
+
+
+class Framer:
+    """Cuts one direction of one connection into size-prefixed frames."""
+
+    __slots__ = (
+        "_after_gap",
+        "_buf",
+        "_counters",
+        "_fed",
+        "_first_frame",
+        "_first_ts",
+        "_framed",
+        "_own",
+        "_plausible",
+        "_resync_pending",
+        "_synced",
+        "dst",
+        "max_frame",
+        "src",
+        "stream",
+        "tls",
+    )
+
+    def __init__(
+        self,
+        stream: int,
+        src: Endpoint,
+        dst: Endpoint,
+        counters: Counters,
+        plausible_start: StartCheck,
+        max_frame: int = DEFAULT_MAX_FRAME,
+    ) -> None:
+        self.stream = stream
+        self.src = src
+        self.dst = dst
+        self.max_frame = max_frame
+        self.tls = False
+        self._counters = counters
+        self._plausible = plausible_start
+        self._buf = bytearray()
+        self._synced = True
+        self._resync_pending = False
+        self._after_gap = False
+        self._first_ts = 0
+        self._first_frame = 0
+        self._fed = 0  # bytes fed outside TLS
+        self._framed = False  # a frame was cut: this direction speaks Kafka
+        # What this direction added to the shared counters before its first frame,
+        # to take back if it turns out not to be Kafka at all.
+        self._own: Counter[str] = Counter()
+
+    def feed(self, chunk: Chunk) -> list[Frame]:
+        if self.tls:
+            self._counters.add("tls_bytes", len(chunk.data))
+            return []
+        self._fed += len(chunk.data)
+        if chunk.resync:
+            self._lose_sync()
+        if not self._buf:
+            self._first_ts, self._first_frame = chunk.ts_ns, chunk.frame
+            if self._synced:
+                whole = self._whole_frame(chunk)
+                if whole is not None:
+                    return [whole]
+        if not self._synced:
+            return self._probe(chunk)
+        self._buf += chunk.data
+        return self._cut(chunk.ts_ns, chunk.frame)
+
+    def _whole_frame(self, chunk: Chunk) -> Frame | None:
+        """The chunk is exactly one frame (the usual case: one message per send and
+        segment): cut it without going through the buffer. None otherwise."""
+        data = chunk.data
+        if len(data) < 4 or type(data) is not bytes:  # payloads are bytes: slice, not copy twice
+            return None
+        (size,) = _SIZE.unpack_from(data, 0)
+        if size < 0 or size > self.max_frame or size + 4 != len(data):
+            return None
+        frame = Frame(
+            self.stream,
+            self.src,
+            self.dst,
+            data[4:],
+            chunk.ts_ns,
+            chunk.ts_ns,
+            chunk.frame,
+            chunk.frame,
+            self._after_gap,
+        )
+        self._after_gap = False
+        self._framed = True
+        return frame
+
+    def close(self) -> None:
+        """End of this direction: a partial frame left over is counted, not lost silently."""
+        if self._buf and not self.tls:
+            if self._synced:
+                self._count("truncated_frames")
+                self._count("truncated_frame_bytes", len(self._buf))
+            else:
+                self._count("resync_skipped_bytes", len(self._buf))
+        self._buf.clear()
+        if not self._framed and not self.tls and any(self._own[n] for n in _REJECTIONS):
+            self._recount_as_non_kafka()
+
+    def _count(self, name: str, n: int = 1) -> None:
+        self._counters.add(name, n)
+        if not self._framed:
+            self._own[name] += n
+
+    def _recount_as_non_kafka(self) -> None:
+        counts = self._counters.counts
+        for name, n in self._own.items():
+            counts[name] -= n
+            if counts[name] == 0:
+                del counts[name]  # no "bad_frame_size=0" in the printed counters
+        self._own.clear()
+        self._counters.add("non_kafka_bytes", self._fed)
+        self._counters.add("non_kafka_directions")
+
+    def _lose_sync(self) -> None:
+        if self._buf:
+            if self._synced:
+                self._count("frames_cut_by_gap")
+            self._count("resync_skipped_bytes", len(self._buf))
+            self._buf.clear()
+        self._synced = False
+        self._resync_pending = True
+
+    def _probe(self, chunk: Chunk) -> list[Frame]:
+        """Out of sync: ``_buf`` holds a candidate frame that began at a chunk start.
+
+        The candidate grows until there are enough bytes to judge it (a header may
+        arrive in several small segments); when it is rejected, the newest chunk's
+        start is the next candidate.
+        """
+        if not self._buf and self._resync_pending and looks_like_tls(chunk.data):
+            self._detect_tls(chunk.data)
+            return []
+        self._buf += chunk.data
+        verdict = self._judge(self._buf)
+        if verdict is False and len(self._buf) > len(chunk.data):
+            self._count("resync_skipped_bytes", len(self._buf) - len(chunk.data))
+            self._buf[:] = chunk.data
+            self._first_ts, self._first_frame = chunk.ts_ns, chunk.frame
+            verdict = self._judge(self._buf)
+        if verdict is None:
+            return []
+        if verdict is False:
+            self._count("resync_skipped_bytes", len(self._buf))
+            self._buf.clear()
+            return []
+        self._synced = True
+        self._resync_pending = False
+        self._after_gap = True
+        self._count("resyncs")
+        return self._cut(chunk.ts_ns, chunk.frame)
+
+    def _judge(self, buf: bytearray) -> bool | None:
+        """Is buf a plausible frame start: True, False, or None (need more bytes)."""
+        if len(buf) < 4:
+            return None
+        (size,) = _SIZE.unpack_from(buf, 0)
+        if size < 0 or size > self.max_frame:
+            return False
+        need = min(4 + size, _PROBE_BYTES)
+        if len(buf) < need:
+            return None
+        return self._plausible(bytes(buf[: max(need, min(len(buf), _PROBE_BYTES))]), len(buf))
+
+    def _detect_tls(self, data: bytes | bytearray) -> None:
+        self.tls = True
+        self._counters.add("tls_connections_directions")
+        self._counters.add("tls_bytes", len(data))
+        self._buf.clear()
+
+    def _cut(self, ts_ns: int, frame_no: int) -> list[Frame]:
+        buf = self._buf
+        out: list[Frame] = []
+        pos = 0
+        while len(buf) - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0 or size > self.max_frame:
+                rest = bytes(buf[pos:])
+                if looks_like_tls(rest):
+                    self._detect_tls(rest)
+                    return out
+                self._count("bad_frame_size")
+                self._count("resync_skipped_bytes", len(rest))
+                buf.clear()
+                self._synced = False
+                self._resync_pending = False
+                return out
+            end = pos + 4 + size
+            if end > len(buf):
+                break
+            out.append(
+                Frame(
+                    self.stream,
+                    self.src,
+                    self.dst,
+                    bytes(buf[pos + 4 : end]),
+                    self._first_ts,
+                    ts_ns,
+                    self._first_frame,
+                    frame_no,
+                    self._after_gap,
+                )
+            )
+            self._after_gap = False
+            self._framed = True
+            pos = end
+            # A following frame in the same chunk starts in this packet.
+            self._first_ts, self._first_frame = ts_ns, frame_no
+        if pos:
+            del buf[:pos]
+        return out

@@ -1,0 +1,123 @@
+"""Stage 6: decoded exchanges -> rows of the pairs DataFrame (``schema.COLUMNS``).
+
+The row builder asks a ``Decoder`` (the protocol package, or anything with the
+same functions) to decode both sides and to summarise them into the analytics
+columns; it never looks inside Kafka bodies itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dissector.stages import (
+    CAPTURE_GAP,
+    MALFORMED,
+    NEGATIVE_LATENCY,
+    NO_RESPONSE,
+    ORPHAN_RESPONSE,
+    PAIR,
+    SASL_TOKEN,
+    UNANSWERED,
+    Decoder,
+    Exchange,
+    PairRecord,
+)
+from dissector.stages import is_fatal as _is_fatal
+
+SASL_TOKEN_API_NAME = "SaslToken"
+
+
+
+_BASE_STATUS = {
+    PAIR: "ok",
+    NO_RESPONSE: "no_response",
+    UNANSWERED: "unanswered",
+    ORPHAN_RESPONSE: "orphan_response",
+    SASL_TOKEN: "ok",
+    MALFORMED: "malformed",
+}
+
+
+def _ms(ns: int) -> float:
+    return ns / 1_000_000
+
+
+def base_record(capture: str, ex: Exchange) -> PairRecord:
+    """Everything a row knows without decoding bodies: endpoints, times, sizes, header."""
+    req, resp = ex.request, ex.response
+    req_done = req.last_ts_ns if req is not None else None
+    return PairRecord(
+        capture=capture,
+        stream=ex.stream,
+        client_ip=ex.client[0],
+        client_port=ex.client[1],
+        broker_ip=ex.broker[0],
+        broker_port=ex.broker[1],
+        request_time=req_done,
+        response_time=resp.last_ts_ns if resp is not None else None,
+        latency_ms=_ms(resp.last_ts_ns - req_done) if resp is not None and req_done else None,
+        first_byte_ms=_ms(resp.first_ts_ns - req_done) if resp is not None and req_done else None,
+        api_key=ex.api_key,
+        api_name=SASL_TOKEN_API_NAME if ex.kind == SASL_TOKEN else None,
+        api_version=ex.api_version,
+        correlation_id=ex.correlation_id,
+        client_id=ex.client_id,
+        request_size=req.wire_size if req is not None else None,
+        response_size=resp.wire_size if resp is not None else None,
+        status=_BASE_STATUS[ex.kind],
+        decode_error=ex.note if ex.kind == MALFORMED else None,
+    )
+
+
+# Top-level integer request fields copied into columns of the same name.
+REQUEST_EXTRACTS = ("max_wait_ms", "min_bytes")
+
+
+def build_record(capture: str, ex: Exchange, decoder: Decoder, topics: Any) -> PairRecord:
+    rec = base_record(capture, ex)
+    if _after_gap(ex):
+        # The first frame after lost bytes (or after a mid-connection start): what
+        # came before it is unknown, so the pair may lack context.
+        rec.flags.append(CAPTURE_GAP)
+    if rec.latency_ms is not None and rec.latency_ms < 0:
+        rec.flags.append(NEGATIVE_LATENCY)
+    if ex.api_key is None or ex.api_version is None:
+        return rec
+    rec.api_name = decoder.api_name(ex.api_key)
+    request = decoder.decode_request(ex.request.payload) if ex.request is not None else None
+    response = (
+        decoder.decode_response(ex.response.payload, ex.api_key, ex.api_version)
+        if ex.response is not None
+        else None
+    )
+    s = decoder.summarize(ex.api_key, ex.api_version, request, response, topics)
+    body = getattr(request, "body", None)
+    if isinstance(body, dict):
+        for name in REQUEST_EXTRACTS:
+            value = body.get(name)
+            if type(value) is int:
+                setattr(rec, name, value)
+    rec.error_code = s.error_code
+    rec.error_name = s.error_name
+    rec.error_count = s.error_count
+    rec.topics = list(s.topics)
+    rec.partitions = s.partitions
+    rec.records = s.records
+    rec.record_bytes = s.record_bytes
+    rec.compression = s.compression
+    rec.throttle_ms = s.throttle_ms
+    rec.decode_error = _join(rec.decode_error, ex.note, s.decode_error)
+    if s.decode_error and _is_fatal(request, response):
+        rec.status = "malformed"
+    elif rec.status == "ok" and s.error_code:
+        rec.status = "error"
+    return rec
+
+
+def _after_gap(ex: Exchange) -> bool:
+    return any(f is not None and f.after_gap for f in (ex.request, ex.response))
+
+
+def _join(*notes: str | None) -> str | None:
+    present = [n for n in notes if n]
+    return "; ".join(present) if present else None
