@@ -138,16 +138,9 @@ def decode(
     """Every pair fully decoded: request and response headers and bodies as nested
     dicts (Apache's field names in snake_case), one dict per pair, streaming.
     ``records=True`` expands record batches into records."""
-    from dissector.cli.decode import iter_decoded
-    from dissector.options import capture_paths
+    from dissector.wire.decoded import iter_decoded
 
-    return iter_decoded(
-        capture_paths(source),
-        api=api,
-        records=records,
-        spec_dirs=[str(s) for s in specs],
-        ports=ports,
-    )
+    return iter_decoded(source, api=api, records=records, specs=specs, ports=ports)
 
 
 def _decoder(specs: Iterable[str | os.PathLike[str]]) -> Any:

@@ -19,7 +19,7 @@ import pytest
 from test_cli_counters import API_VERSIONS_V0, Conversation, kafka_request, kafka_response
 from test_cli_counters import write_capture as _write_capture
 
-from dissector.cli.main import parse_ports
+from dissector.cli.common import parse_ports
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "captures" / "kafka-4-mixed.pcapng"
@@ -313,7 +313,7 @@ def test_live_output_rule_runs_before_any_capture(tmp_path: Path) -> None:
 def test_every_extra_named_by_errors_exists_in_pyproject() -> None:
     import tomllib
 
-    from dissector.cli import main as cli
+    from dissector.cli import common as cli
 
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
         "optional-dependencies"

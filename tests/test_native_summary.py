@@ -386,8 +386,8 @@ def test_mutated_frames_defer_or_agree(compared, tmp_path: Path) -> None:  # typ
 
 def test_export_takes_any_decoder_the_pipeline_uses() -> None:
     import dissector.protocol as protocol
-    from dissector.analytics.report import NotingDecoder
     from dissector.protocol.decode import get_registry
+    from dissector.protocol.notes import NotingDecoder
 
     expected = export_model(decoder_for())
     for decoder in (

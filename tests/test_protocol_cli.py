@@ -93,3 +93,34 @@ def test_a_specs_file_that_is_not_specs_is_a_clean_error(tmp_path: Path) -> None
     result = CliRunner().invoke(decode_command, [str(NDPI), "--specs", str(bogus)])
     assert result.exit_code == 1
     assert "neither a directory of JSON specs nor a jar" in result.output
+
+
+BUNDLED = Path(__file__).resolve().parents[1] / "captures" / "kafka-4-mixed.pcapng"
+
+
+def test_api_filter_keeps_the_topic_names_of_the_whole_capture() -> None:
+    # Topic ids are learnt from Metadata responses: a filter on Fetch must not hide them.
+    import dissector
+
+    everything = [r for r in _run(str(BUNDLED)) if r["api_name"] == "Fetch"]
+    fetches = _run(str(BUNDLED), "--api", "Fetch")
+    assert fetches == everything
+    # The native core's pairs table resolves ids with its own table: the names agree.
+    df = dissector.analyze(BUNDLED)
+    fetch_rows = df[df["api_name"] == "Fetch"]
+    native = {
+        (s, c): set(t)
+        for s, c, t in zip(
+            fetch_rows["stream"], fetch_rows["correlation_id"], fetch_rows["topics"], strict=True
+        )
+    }
+    named = 0
+    for r in fetches:
+        topics = r["request"]["body"]["topics"]
+        if not topics or "topic_id" not in topics[0]:
+            continue
+        names = {t.get("topic_name") for t in topics}
+        assert None not in names, "a topic id left without its name"
+        assert names <= native[(r["stream"], r["correlation_id"])]
+        named += 1
+    assert named > 0

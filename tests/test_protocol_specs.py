@@ -244,9 +244,9 @@ def test_a_newer_kafka_clients_jar_decodes_api_versions_v5() -> None:
     capture = Path(__file__).resolve().parents[1] / "captures" / "kafka-4-mixed.pcapng"
     if jar is None or not capture.is_file():
         pytest.skip("kafka-clients-4.4.0.jar (scripts/kafka-broker fetch) or capture absent")
-    from dissector.cli.decode import iter_decoded
+    from dissector.wire.decoded import iter_decoded
 
-    rows = [r for r in iter_decoded([str(capture)], api=18, spec_dirs=[str(jar)])]
+    rows = [r for r in iter_decoded([str(capture)], api=18, specs=[str(jar)])]
     v5 = [r for r in rows if r["api_version"] == 5]
     assert v5
     for r in v5:

@@ -289,8 +289,10 @@ def test_groups_match_the_ledger_and_tshark(bundled_df: pd.DataFrame, tshark: st
 def test_note_group_call_rules() -> None:
     from types import SimpleNamespace as D
 
-    groups: dict[str, report.GroupNote] = {}
-    note = report.note_group_call
+    from dissector.protocol.notes import GroupNote, note_group_call
+
+    groups: dict[str, GroupNote] = {}
+    note = note_group_call
     note(
         groups,
         11,

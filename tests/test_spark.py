@@ -581,7 +581,7 @@ def test_cli_writes_parquet_tables(
 ) -> None:
     from click.testing import CliRunner
 
-    from dissector.spark.job import spark_command
+    from dissector.cli.spark import spark_command
 
     chosen = [*good_captures[:3], broken_captures[0]]
     want_pairs = sum(len(dissector.analyze(str(p))) for p in good_captures[:3])
@@ -606,7 +606,7 @@ def test_cli_writes_parquet_tables(
 def test_cli_missing_path_is_a_clear_error(spark: Any, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from dissector.spark.job import spark_command
+    from dissector.cli.spark import spark_command
 
     missing = tmp_path / "no-such-capture.pcap"
     result = CliRunner().invoke(spark_command, [str(missing), "-o", str(tmp_path / "out")])
@@ -695,7 +695,7 @@ def test_directories_read_only_captures_by_default(
 def test_cli_fails_when_every_capture_fails(spark: Any, broken_captures: list[Path]) -> None:
     from click.testing import CliRunner
 
-    from dissector.spark.job import spark_command
+    from dissector.cli.spark import spark_command
 
     result = CliRunner().invoke(spark_command, [str(broken_captures[0])])
     assert result.exit_code == 1
@@ -733,7 +733,7 @@ def test_captures_over_the_size_limit_are_flagged_not_read(
 def test_cli_without_output_dir_prints_the_summary(spark: Any, good_captures: list[Path]) -> None:
     from click.testing import CliRunner
 
-    from dissector.spark.job import spark_command
+    from dissector.cli.spark import spark_command
 
     chosen = good_captures[:3]
     frames = [dissector.analyze(str(p)) for p in chosen]

@@ -59,7 +59,7 @@ def command() -> list[str]:
     script = Path(sys.executable).parent / "kafka-dissector"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-m", "dissector.cli.main"]
+    return [sys.executable, "-m", "dissector.cli"]
 
 
 @dataclass(frozen=True)

@@ -44,12 +44,12 @@ def _analyze_file(tmp: Path) -> Path:
 
 
 def _live_file(tmp: Path) -> Path:
-    from dissector.live.loop import _open_sink
+    from dissector.live.sinks import open_sink
     from tests.oracle.pipeline import iter_pairs
 
     out = tmp / "live.parquet"
     records = list(iter_pairs(str(BUNDLED)))
-    sink = _open_sink(str(out))
+    sink = open_sink(str(out))
     # Two intervals, as a live run appends them: two row groups, one schema.
     half = len(records) // 2
     sink.write(records[:half])

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dissector.protocol.errors import error_name
+from dissector.protocol.pairs import DecodedExchange
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,10 +47,6 @@ PARTITION_APIS: dict[str, str] = {
 # Responses whose record batches are expanded: the delivered offset range needs the
 # offsets of the records, which the counting parse does not keep.
 _EXPAND_RESPONSES = frozenset({"Fetch", "ShareFetch"})
-# Responses that name topic ids (TopicNames learns from them), so that Fetch v13+
-# and Produce v13+ rows carry topic names as the pairs table does.
-TOPIC_NAME_SOURCES = frozenset({"Metadata", "CreateTopics", "DescribeTopicPartitions"})
-
 _TOPIC_KEYS = ("topic", "topic_name", "name")
 _PARTITION_KEYS = ("partition_index", "partition", "index")
 # Scalars of enclosing structs that every partition entry below them inherits.
@@ -107,36 +104,6 @@ PARTITION_COLUMN_NAMES: tuple[str, ...] = tuple(c[0] for c in PARTITION_COLUMNS)
 # ----------------------------------------------------------------- decoded exchanges
 
 
-@dataclass(frozen=True, slots=True)
-class DecodedExchange:
-    """One exchange of a wanted API with both bodies decoded (None where absent)."""
-
-    capture: str
-    exchange: Exchange
-    api_name: str
-    request: Any  # protocol.Decoded | None
-    response: Any
-
-    def request_body(self) -> dict[str, Any]:
-        body = self.request.body if self.request is not None else None
-        return body if isinstance(body, dict) else {}
-
-    def response_body(self) -> dict[str, Any]:
-        body = self.response.body if self.response is not None else None
-        return body if isinstance(body, dict) else {}
-
-
-def decoder_for_specs(specs: Iterable[str | os.PathLike[str]]) -> Any:
-    paths = [os.fspath(s) for s in specs]
-    if paths:
-        from dissector.protocol.decoder import decoder_for
-
-        return decoder_for(paths)
-    from dissector import protocol
-
-    return protocol
-
-
 def decoded_exchanges(
     source: Source,
     apis: Collection[str],
@@ -146,47 +113,20 @@ def decoded_exchanges(
     expand: Collection[str] = (),
     counters: Counter[str] | None = None,
 ) -> Iterator[tuple[DecodedExchange, Any]]:
-    """(decoded exchange, the capture's TopicNames) for every exchange of ``apis``.
+    """(decoded exchange, the capture's TopicNames) for every exchange of ``apis``
+    (``wire.decoded``). ``expand``: APIs whose responses' record batches are expanded
+    into records."""
+    from dissector.wire.decoded import decoded_exchanges as decoded
 
-    Responses that name topic ids are decoded too (to learn the names) but not
-    yielded unless wanted. ``expand``: APIs whose responses' record batches are
-    expanded into records.
-    """
-    from dissector.options import Options, capture_paths
-    from dissector.wire.core import iter_exchanges
+    def wanted(_ex: Exchange, api: str | None) -> bool:
+        return api in apis
 
-    decoder = decoder_for_specs(specs)
-    counts = counters if counters is not None else Counter()
-    names: Any = None
-    current: str | None = None
-    for path, ex in iter_exchanges(
-        capture_paths(source),
-        Options(ports=frozenset(ports) if ports is not None else None),
-        decoder=decoder,
-    ):
-        if path != current:  # captures are independent: ids learnt in one mean nothing in the next
-            current, names = path, decoder.TopicNames()
-        if ex.api_key is None or ex.api_version is None:
-            continue
-        api = decoder.api_name(ex.api_key)
-        wanted = api in apis
-        if not wanted and api not in TOPIC_NAME_SOURCES:
-            continue
-        request = decoder.decode_request(ex.request.payload) if ex.request is not None else None
-        response = None
-        if ex.response is not None:
-            response = decoder.decode_response(
-                ex.response.payload, ex.api_key, ex.api_version, records=api in expand
-            )
-            if response.error is None:
-                names.learn(ex.api_key, response.body)
-        if not wanted:
-            continue
-        counts["pairs"] += 1
-        for side in (request, response):
-            if side is not None and side.error:
-                counts["decode_errors"] += 1
-        yield DecodedExchange(path, ex, api, request, response), names
+    def expanded(api: str, request: bool) -> bool:
+        return not request and api in expand
+
+    return decoded(
+        source, wanted, ports=ports, specs=specs, expand=expanded, counts=counters
+    )
 
 
 # ----------------------------------------------------------------- partition entries

@@ -14,14 +14,12 @@ import base64
 import math
 import re
 import struct
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import click
 import jinja2
 from markupsafe import Markup, escape
 
@@ -29,7 +27,8 @@ from markupsafe import Markup, escape
 # matplotlib, jinja2) then surfaces as the CLI's clear message, not a traceback.
 from dissector import __version__
 from dissector.analytics import plots, stats
-from dissector.cli.main import parse_ports
+from dissector.protocol.decode import API_VERSIONS
+from dissector.protocol.notes import GROUP_MEMBERSHIP_APIS, NotingDecoder, note_group_call
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
 TABLE_ROW_LIMIT = 50
 """Longer tables are cut (the note says how many rows were left out)."""
 SLOWEST_N = 20
-API_VERSIONS_KEY = 18
 CLIENT_SOFTWARE_ATTR = "client_software"
 """``df.attrs`` key: {"name version": [client ids]} from ApiVersions v3+ requests."""
 PER_API_ROW_LIMIT = 200
@@ -965,120 +963,8 @@ def write_report(
     return path
 
 
-GROUP_MEMBERSHIP_APIS: Mapping[int, str] = {
-    11: "classic",
-    12: "classic",
-    13: "classic",
-    14: "classic",
-    68: "consumer",
-    76: "share",
-    88: "streams",
-}
-"""APIs by which members join and stay in a group, and the group protocol each means."""
 GROUPS_ATTR = "groups"
 """``df.attrs`` key: {group_id: {protocol, members, generations, calls, errors}}."""
-
-
-@dataclass
-class GroupNote:
-    """What the membership calls of one group showed."""
-
-    protocol: str
-    members: set[str] = field(default_factory=set)
-    generations: set[int] = field(default_factory=set)
-    """Classic: generation ids of successful JoinGroup responses (one per completed
-    rebalance). KIP-848/932 groups: member epochs the coordinator handed out."""
-    calls: Counter[str] = field(default_factory=Counter)
-    errors: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "protocol": self.protocol,
-            "members": len(self.members),
-            "generations": sorted(self.generations),
-            "calls": dict(sorted(self.calls.items())),
-            "errors": self.errors,
-        }
-
-
-def _body(decoded: Any) -> dict[str, Any]:
-    body = getattr(decoded, "body", None)
-    return body if isinstance(body, dict) else {}
-
-
-def note_group_call(
-    groups: dict[str, GroupNote], api_key: int, api_name: str, request: Any, response: Any
-) -> None:
-    """Add one decoded membership call (``GROUP_MEMBERSHIP_APIS``) to ``groups``."""
-    protocol = GROUP_MEMBERSHIP_APIS.get(api_key)
-    req, resp = _body(request), _body(response)
-    group = req.get("group_id")
-    if protocol is None or not isinstance(group, str):
-        return
-    note = groups.setdefault(group, GroupNote(protocol))
-    note.calls[api_name] += 1
-    leaving = [m.get("member_id") for m in req.get("members") or [] if isinstance(m, dict)]
-    for member in (req.get("member_id"), resp.get("member_id"), *leaving):
-        if isinstance(member, str) and member:
-            note.members.add(member)
-    error = resp.get("error_code")
-    if error:
-        note.errors += 1
-        return
-    if not resp:
-        return
-    if api_key == 11:
-        generation = resp.get("generation_id")
-        if isinstance(generation, int) and generation >= 0:
-            note.generations.add(generation)
-    elif protocol != "classic":
-        epoch = resp.get("member_epoch")
-        if isinstance(epoch, int) and epoch > 0:
-            note.generations.add(epoch)
-
-
-@dataclass
-class NotingDecoder:
-    """The protocol decoder, noting facts the pairs table has no column for while the
-    normal analysis runs (no second pass over the capture):
-
-    * the client software ApiVersions v3+ requests name (KIP-511);
-    * per group: protocol, members, generations or epochs (``note_group_call``).
-    """
-
-    inner: Any
-    seen: Counter[tuple[str, str]] = field(default_factory=Counter)
-    groups: dict[str, GroupNote] = field(default_factory=dict)
-
-    def decode_request(self, payload: Any, *, records: bool = False) -> Any:
-        decoded = self.inner.decode_request(payload, records=records)
-        body = _body(decoded)
-        if getattr(decoded, "api_key", None) == API_VERSIONS_KEY:
-            name = body.get("client_software_name")
-            if name:
-                software = f"{name} {body.get('client_software_version') or ''}".strip()
-                client = decoded.header.get("client_id") or stats.MISSING_LABEL
-                self.seen[(software, client)] += 1
-        return decoded
-
-    def summarize(
-        self, api_key: int, api_version: int, request: Any, response: Any, topics: Any
-    ) -> Any:
-        if api_key in GROUP_MEMBERSHIP_APIS:
-            note_group_call(self.groups, api_key, self.inner.api_name(api_key), request, response)
-        return self.inner.summarize(api_key, api_version, request, response, topics)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def software(self) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for software, client in sorted(self.seen):
-            out.setdefault(software, []).append(client)
-        return out
-
-    def group_notes(self) -> dict[str, dict[str, Any]]:
-        return {group: note.as_dict() for group, note in sorted(self.groups.items())}
 
 
 def analyze(
@@ -1097,7 +983,7 @@ def analyze(
     from dissector.options import Options
     from dissector.stages import CaptureError
 
-    decoder = NotingDecoder(protocol)
+    decoder = NotingDecoder(protocol, missing_client=stats.MISSING_LABEL)
     sources = [str(p) for p in paths]
 
     # The native core summarises pairs without Python; the few APIs whose bodies the
@@ -1116,7 +1002,7 @@ def analyze(
                 decoder.groups, ex.api_key, protocol.api_name(ex.api_key), request, response
             )
 
-    keys = {API_VERSIONS_KEY, *GROUP_MEMBERSHIP_APIS}
+    keys = {API_VERSIONS, *GROUP_MEMBERSHIP_APIS}
     readable = []
     frames = []
     for source in sources:
@@ -1178,33 +1064,3 @@ def report_file(
     if ports:
         command += " --ports " + ",".join(str(p) for p in sorted(ports))
     return write_report(df, output, title=title, command=command)
-
-
-@click.command("report")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False),
-    default="kafka-report.html",
-    show_default=True,
-    help="HTML file to write",
-)
-@click.option("--ports", help="broker ports, comma-separated (default: usual ports + heuristic)")
-@click.option("--title", help="page title (default: names the capture files)")
-def report_command(
-    paths: tuple[str, ...], output: str, ports: str | None, title: str | None
-) -> None:
-    """Write one self-contained HTML report (charts, tables, capture facts) for PATHS."""
-    from dissector.cli.main import report_failures
-
-    failures: list[tuple[str, str]] = []
-    if len(failures) < len(paths):
-        path = report_file(
-            paths, output, ports=parse_ports(ports), title=title, failures=failures
-        )
-        if len(failures) < len(paths):
-            click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")
-        else:
-            path.unlink(missing_ok=True)  # no capture could be read: no report of nothing
-    report_failures(failures, len(paths))

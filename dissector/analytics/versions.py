@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dissector.analytics.partitions import Source, decoder_for_specs, table
+from dissector.analytics.partitions import Source, table
+from dissector.protocol.pairs import decoder_for_specs
 
 if TYPE_CHECKING:
     import pandas as pd

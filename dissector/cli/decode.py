@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 import click
 
 from dissector.accounting import Counters
-from dissector.protocol import (
-    Decoded,
-    Registry,
-    TopicNames,
-    api_name,
-    decode_request,
-    decode_response,
-    get_registry,
-    summarize,
-    supported_apis,
-)
-from dissector.protocol.decoder import decoder_for
+from dissector.cli.common import capture_problem, parse_ports, report_failures, warn_damage
+from dissector.protocol import Registry, get_registry, supported_apis
 from dissector.protocol.names import version_ranges
+from dissector.protocol.pairs import jsonable
+from dissector.stages import CaptureError
+from dissector.wire.decoded import iter_decoded
 
 
 def parse_api(value: str | None, registry: Registry | None = None) -> int | None:
@@ -58,98 +50,6 @@ def load_registry(spec_dirs: Iterable[str]) -> Registry:
         raise click.ClickException(f"cannot load specs: {exc}") from exc
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if hasattr(value, "to_json"):
-        return value.to_json()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def _side(decoded: Decoded | None) -> dict[str, Any] | None:
-    if decoded is None:
-        return None
-    out: dict[str, Any] = {"header": decoded.header, "body": decoded.body}
-    if decoded.error:
-        out["error"] = decoded.error
-    if decoded.trailing:
-        out["trailing_bytes"] = decoded.trailing
-    if decoded.notes:
-        out["notes"] = decoded.notes
-    return out
-
-
-def iter_decoded(
-    paths: Iterable[str],
-    *,
-    api: int | None = None,
-    records: bool = False,
-    spec_dirs: Iterable[str] = (),
-    ports: Iterable[int] | None = None,
-    counters: Counters | None = None,
-) -> Iterator[dict[str, Any]]:
-    """One dict per request/response pair (or lone frame), in capture order.
-
-    ``counters``, when given, receives the run's counters (e.g. ``truncated_file``).
-    """
-    from dissector.options import Options
-    from dissector.wire.core import iter_exchanges
-
-    spec_dirs = list(spec_dirs)
-    registry: Registry = get_registry(spec_dirs)
-    topics: dict[str, TopicNames] = {}
-    # The bound decoder tells the correlator which (key, version) exist, specs included.
-    bound = decoder_for(spec_dirs) if spec_dirs else None
-    options = Options(ports=frozenset(ports) if ports is not None else None)
-    exchanges = iter_exchanges(list(paths), options, decoder=bound, counters=counters)
-    for path, ex in exchanges:
-        names = topics.setdefault(path, TopicNames())
-        if api is not None and ex.api_key != api:
-            continue
-        request = response = None
-        if ex.api_key is not None and ex.api_version is not None:
-            if ex.request is not None:
-                request = decode_request(ex.request.payload, records=records, registry=registry)
-            if ex.response is not None:
-                response = decode_response(
-                    ex.response.payload,
-                    ex.api_key,
-                    ex.api_version,
-                    records=records,
-                    registry=registry,
-                )
-            summary = summarize(ex.api_key, ex.api_version, request, response, names)
-            for side in (request, response):
-                if side is not None:
-                    names.annotate(side.body)
-            summary_dict: dict[str, Any] | None = dataclasses.asdict(summary)
-        else:
-            summary_dict = None
-        yield {
-            "capture": path,
-            "stream": ex.stream,
-            "client": f"{ex.client[0]}:{ex.client[1]}",
-            "broker": f"{ex.broker[0]}:{ex.broker[1]}",
-            "kind": ex.kind,
-            "api_key": ex.api_key,
-            "api_name": api_name(ex.api_key, registry) if ex.api_key is not None else None,
-            "api_version": ex.api_version,
-            "correlation_id": ex.correlation_id,
-            "note": ex.note,
-            "request": _side(request),
-            "response": _side(response),
-            "summary": summary_dict,
-        }
-
-
-def _ports(value: str | None) -> frozenset[int] | None:
-    from dissector.cli.main import parse_ports
-
-    return parse_ports(value)
-
-
 @click.command("decode")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--api", "api", help="only this API: a key number or a name such as Fetch")
@@ -171,11 +71,8 @@ def decode_command(
     ports: str | None,
 ) -> None:
     """Decode every request/response pair of the captures as JSON lines."""
-    from dissector.cli.main import capture_problem, report_failures, warn_damage
-    from dissector.stages import CaptureError
-
     key = parse_api(api, load_registry(spec_dirs))
-    port_set = _ports(ports)
+    port_set = parse_ports(ports)
     failures: list[tuple[str, str]] = []
     for path in paths:
         problem = capture_problem(path)
@@ -184,7 +81,7 @@ def decode_command(
             continue
         counters = Counters()
         items = iter_decoded(
-            [path], api=key, records=records, spec_dirs=spec_dirs, ports=port_set, counters=counters
+            [path], api=key, records=records, specs=spec_dirs, ports=port_set, counters=counters
         )
         try:
             _write_lines(items, sys.stdout)
@@ -198,7 +95,7 @@ def decode_command(
 
 def _write_lines(items: Iterable[dict[str, Any]], out: TextIO) -> None:
     for item in items:
-        out.write(json.dumps(item, default=_jsonable, ensure_ascii=False))
+        out.write(json.dumps(item, default=jsonable, ensure_ascii=False))
         out.write("\n")
 
 

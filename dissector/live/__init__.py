@@ -9,15 +9,8 @@ import sys
 import types
 from typing import Any
 
-from dissector.live.loop import (
-    CaptureStats,
-    LiveCapture,
-    LiveError,
-    LiveOptions,
-    PcapSource,
-    default_filter,
-    live,
-)
+from dissector.live.loop import LiveCapture, LiveOptions, live
+from dissector.live.source import CaptureStats, LiveError, PcapSource, default_filter
 
 __all__ = [
     "CaptureStats",

@@ -1,34 +1,17 @@
-"""``kafka-dissector spark``: fleet-wide analysis of many captures on Apache Spark.
-
-Runs the same way locally (``--master local[*]``) and on a cluster::
-
-    spark-submit --master yarn ... dissector/spark/job.py hdfs:///captures/ -o hdfs:///out
-
-(see docs/spark.md). Absolute imports, so the file also works as spark-submit's
-main script, outside its package.
-"""
+"""A fleet-wide run on Apache Spark: the session, the job (load, summarise, write) and
+its report. The ``kafka-dissector spark`` command (``dissector.cli.spark``) drives it."""
 
 from __future__ import annotations
 
-import sys
-
-if __name__ == "__main__":
-    # Run as spark-submit's main script: Python put this file's folder (dissector/) first
-    # on the import path, where its modules could shadow top-level ones of the same name.
-    # The package itself comes from --py-files or site-packages.
-    sys.path.pop(0)
-
 import os
 import re
+import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
-
-import click
 
 from dissector.options import Options
 from dissector.spark.aggregate import DEFAULT_TOP, DEFAULT_WINDOW, summaries
@@ -36,13 +19,12 @@ from dissector.spark.read import (
     DEFAULT_GLOB,
     ONE_FILE_PER_TASK_CONF,
     Fleet,
-    MissingPathError,
     load,
 )
 from dissector.spark.write import python_writable, write_pairs
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_MASTER = "local[*]"
@@ -262,7 +244,7 @@ def run_job(
             if out_dir is None:
                 report.tables[name] = df.count()
                 continue
-            where = _join(out_dir, name)
+            where = join_path(out_dir, name)
             if name in PAIRS_SHAPED and ours:
                 write_pairs(df, where, mode=mode)
             else:
@@ -277,220 +259,6 @@ def run_job(
     return report
 
 
-def _join(base: str, name: str) -> str:
+def join_path(base: str, name: str) -> str:
     """Join for local paths and URIs alike (``os.path.join`` would break ``s3a://``)."""
     return base.rstrip("/") + "/" + name
-
-
-def _parse_conf(items: tuple[str, ...]) -> dict[str, str]:
-    conf: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"expected KEY=VALUE: {item!r}", param_hint="--conf")
-        conf[key.strip()] = value
-    return conf
-
-
-def _echo_report(report: JobReport, out_dir: str | None) -> None:
-    click.echo(
-        f"{report.captures} captures ({report.failed} failed to decode), "
-        f"{report.pairs} pairs, {report.seconds:.1f} s"
-    )
-    for capture, error in report.failures:
-        click.echo(f"  failed: {capture}: {error}", err=True)
-    for path in report.missing:
-        click.echo(f"  skipped (no such file or directory): {path}", err=True)
-    for name, rows in report.tables.items():
-        where = f" -> {_join(out_dir, name)}" if out_dir else ""
-        click.echo(f"  {name}: {rows} rows{where}")
-
-
-def _echo_table(title: str, rows: list, columns: list[str]) -> None:
-    import pandas as pd
-
-    # object dtype: integer columns with nulls stay integers instead of turning float.
-    cells = [[round(v, 3) if isinstance(v, float) else v for v in row] for row in rows]
-    table = pd.DataFrame(cells, columns=columns, dtype=object)
-    click.echo(f"\n{title}")
-    click.echo(table.to_string(index=False, na_rep="-") if rows else "(none)")
-
-
-def _times_as_text(df: DataFrame) -> DataFrame:
-    """Timestamps formatted by Spark in the session's zone (UTC), not Python's local one."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import TimestampType
-
-    return df.select(
-        *(
-            F.date_format(f.name, "yyyy-MM-dd HH:mm:ss.SSSSSS").alias(f.name)
-            if isinstance(f.dataType, TimestampType)
-            else F.col(f.name)
-            for f in df.schema.fields
-        )
-    )
-
-
-def _check_all_failed(report: JobReport) -> None:
-    if report.captures and report.failed == report.captures:
-        raise click.ClickException(
-            f"every capture ({report.captures}) failed to decode; first: {report.failures[0][1]}"
-        )
-
-
-@click.command("spark")
-@click.argument("paths", nargs=-1, required=True)
-@click.option(
-    "--master",
-    default=None,
-    help="Spark master URL, e.g. local[*] or yarn (default: spark-submit's, else local[*])",
-)
-@click.option(
-    "-o",
-    "--output-dir",
-    "out_dir",
-    default=None,
-    help="directory (any Hadoop path) for the Parquet tables; without it, print a summary",
-)
-@click.option("--ports", default=None, help="broker ports, comma-separated")
-@click.option(
-    "--window", default=DEFAULT_WINDOW, show_default=True, help="throughput window length"
-)
-@click.option("--top", default=DEFAULT_TOP, show_default=True, type=int, help="top errors kept")
-@click.option("--recursive", is_flag=True, help="descend into directories")
-@click.option(
-    "--glob",
-    default=DEFAULT_GLOB,
-    show_default=True,
-    help="which files of a directory to read (Hadoop glob on the name; '*' for all); "
-    "files named explicitly are always read",
-)
-@click.option(
-    "--skip-missing",
-    is_flag=True,
-    help="skip paths and globs that match nothing (listed on stderr) instead of failing",
-)
-@click.option("--conf", "confs", multiple=True, help="extra Spark setting KEY=VALUE (repeatable)")
-@click.option("-v", "--verbose", is_flag=True, help="Spark's own log (WARN) and progress bars")
-def spark_command(
-    paths: tuple[str, ...],
-    master: str | None,
-    out_dir: str | None,
-    ports: str | None,
-    window: str,
-    top: int,
-    recursive: bool,
-    glob: str,
-    skip_missing: bool,
-    confs: tuple[str, ...],
-    verbose: bool,
-) -> None:
-    """Decode PATHS (capture files, directories or globs on any Hadoop path) on Spark.
-
-    Writes to OUT_DIR: pairs/ (the pairs DataFrame contract, one row per pair),
-    captures/ (one row per capture: failed?, error, counters) and summary tables:
-    latency percentiles per API/version, broker, client_id and topic, error rates,
-    top errors, unanswered requests and throughput per time window.
-    """
-    from dissector.cli.main import parse_ports
-
-    if top < 1:
-        raise click.BadParameter("must be at least 1", param_hint="--top")
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError as exc:
-        raise click.ClickException(
-            "the spark command needs pyspark: pip install 'kafka-dissector[spark]' (and Java 17+)"
-        ) from exc
-
-    options = Options(ports=parse_ports(ports))
-    job = _Job(options, window, top, recursive, glob or None, skip_missing)
-    with warnings.catch_warnings():
-        if not verbose:
-            # PySpark warns on every pandas conversion about pandas versions it has not
-            # certified; it would land between the summary lines.
-            warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
-        # Inside a running application (a notebook, a test) reuse its session, leave it up.
-        owned = SparkSession.getActiveSession() is None
-        spark = build_session(master, conf=_parse_conf(confs), quiet=not verbose)
-        try:
-            _run(spark, paths, out_dir, job)
-        finally:
-            if owned:
-                spark.stop()
-
-
-@dataclass(frozen=True)
-class _Job:
-    """The command's settings for one run."""
-
-    options: Options
-    window: str
-    top: int
-    recursive: bool
-    glob: str | None
-    skip_missing: bool
-
-
-def _run(spark: SparkSession, paths: tuple[str, ...], out_dir: str | None, job: _Job) -> None:
-    """The command's work, with its failures turned into one-line errors."""
-    from pyspark.errors import AnalysisException
-
-    try:
-        if out_dir is None:
-            _print_summary(spark, paths, job)
-            return
-        report = run_job(
-            spark,
-            paths,
-            out_dir,
-            options=job.options,
-            window=job.window,
-            top=job.top,
-            recursive=job.recursive,
-            glob=job.glob,
-            skip_missing=job.skip_missing,
-        )
-        _echo_report(report, out_dir)
-        _check_all_failed(report)
-    except MissingPathError as exc:
-        raise click.ClickException(f"{exc} (--skip-missing skips such paths)") from exc
-    except AnalysisException as exc:
-        # e.g. a path that cannot be listed: Spark's message names it.
-        raise click.ClickException(str(exc).splitlines()[0]) from exc
-    except click.ClickException:
-        raise
-    except Exception as exc:
-        hint = worker_import_hint(exc)
-        if hint is None:
-            raise
-        raise click.ClickException(hint) from exc
-
-
-def _print_summary(spark: SparkSession, paths: tuple[str, ...], job: _Job) -> None:
-    started = time.monotonic()
-    fleet = load(
-        spark,
-        list(paths),
-        options=job.options,
-        recursive=job.recursive,
-        glob=job.glob,
-        skip_missing=job.skip_missing,
-    )
-    try:
-        report = collect_report(fleet)
-        report.missing = list(fleet.missing)
-        report.seconds = time.monotonic() - started
-        _echo_report(report, None)
-        _check_all_failed(report)
-        tables = summaries(fleet.pairs, window=job.window, top=job.top)
-        for name in ("latency_by_api", "latency_by_broker", "top_errors", "unanswered_summary"):
-            df = _times_as_text(tables[name])
-            _echo_table(name, df.limit(50).collect(), df.columns)
-    finally:
-        fleet.unpersist()
-
-
-if __name__ == "__main__":
-    # spark-submit runs this file as its main script.
-    spark_command()

@@ -1,0 +1,162 @@
+"""What every ``kafka-dissector`` command shares: option parsing, output rules and the
+one-line errors (a missing extra, an unwritable output, a capture that cannot be read)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+# Top-level module of an optional dependency -> the extra of pyproject.toml installing it.
+_EXTRAS = {
+    "pyspark": "spark",
+    "py4j": "spark",
+    "matplotlib": "report",
+    "jinja2": "report",
+    "pcapy": "live",
+}
+# What an extra needs besides Python packages.
+_EXTRA_NOTES = {"spark": " (and Java 17 or newer on the PATH)"}
+
+# Table formats analyze (and live) write; see frame.export.
+TABLE_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
+HTML_FORMATS = (".html", ".htm")
+PCAP_FORMATS = (".pcapng", ".pcap")
+
+# Counters of a capture file that mean part of it was not read: worth a warning,
+# not a failure (the pairs before the damage are good).
+_FILE_DAMAGE = {
+    "truncated_file": "the file is truncated (its last record is cut off)",
+    "bad_record": "it has records of impossible length; reading stopped there",
+    "read_error": "reading stopped early (I/O error or corrupt gzip stream)",
+}
+
+
+def missing_extra(command: str, exc: ImportError) -> click.ClickException:
+    """The one-line error for an optional dependency that is not installed."""
+    module = (exc.name or "").split(".")[0]
+    extra = _EXTRAS.get(module)
+    if extra is None:
+        return click.ClickException(f"'{command}' cannot import a module it needs: {exc}")
+    note = _EXTRA_NOTES.get(extra, "")
+    return click.ClickException(
+        f"'{command}' needs {module}, which is not installed: "
+        f"pip install 'kafka-dissector[{extra}]'{note}"
+    )
+
+
+def os_error_line(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename else reason
+
+
+def quiet_broken_pipe() -> NoReturn:
+    # The reader (e.g. `| head`) left: stop without a traceback, and point stdout
+    # at /dev/null so that the interpreter's final flush does not fail again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(1)
+
+
+def check_output_format(path: str, formats: Sequence[str], option: str = "--output") -> None:
+    """Refuse an output file whose extension is not one of the format's."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in formats:
+        raise click.BadParameter(
+            f"{path!r} must end in {', '.join(formats)} (the format is chosen by the extension)",
+            param_hint=option,
+        )
+
+
+def make_parent_dirs(path: str) -> None:
+    """Create the directories an output file goes into; refuse a directory as the file."""
+    target = Path(path)
+    if target.is_dir():
+        raise click.ClickException(f"cannot write {path}: it is a directory")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def probe_writable(path: str) -> None:
+    """Fail now, not after a long analysis, when the file cannot be created."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from exc
+    if not existed:
+        os.remove(path)
+
+
+def parse_ports(value: str | None) -> frozenset[int] | None:
+    """``--ports``: ports and ranges, comma-separated, e.g. ``9092,9094-9096``."""
+    if value is None:
+        return None
+    ports: set[int] = set()
+    for item in value.split(","):
+        item = item.strip()
+        if item:
+            ports.update(_port_range(item, value))
+    if not ports:
+        raise click.BadParameter(f"no port given in {value!r}", param_hint="--ports")
+    return frozenset(ports)
+
+
+def _port_range(item: str, whole: str) -> range:
+    low, dash, high = item.partition("-")
+    try:
+        first = int(low)
+        last = int(high) if dash else first
+    except ValueError:
+        raise click.BadParameter(
+            f"expected ports or ranges like 9092,9094-9096, got {whole!r}", param_hint="--ports"
+        ) from None
+    if not 0 < first <= last < 65536:
+        raise click.BadParameter(
+            f"{item!r}: ports are 1-65535 and a range goes low-high", param_hint="--ports"
+        )
+    return range(first, last + 1)
+
+
+def capture_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a capture before opening it, or None."""
+    if not os.path.exists(path):
+        return "no such file"
+    if os.path.isdir(path):
+        return "is a directory, not a capture file"
+    return None
+
+
+def report_failures(failures: list[tuple[str, str]], total: int) -> None:
+    """Name each capture that could not be read; exit non-zero when there is one."""
+    if not failures:
+        return
+    for path, reason in failures:
+        line = reason if reason.startswith(path) else f"{path}: {reason}"
+        click.echo(f"error: {line}", err=True)
+    raise click.ClickException(f"{len(failures)} of {total} captures failed")
+
+
+def warn_damage(path: str, counters: dict[str, int]) -> None:
+    """A capture read only in part is still a success, but the user must know."""
+    for name, meaning in _FILE_DAMAGE.items():
+        if counters.get(name):
+            click.echo(f"warning: {path}: {meaning} ({name}={counters[name]})", err=True)
+
+
+def load_decoder(specs: tuple[str, ...]) -> Any:
+    from dissector.protocol.decoder import decoder_for
+
+    try:
+        decoder = decoder_for(specs)
+        decoder.registry  # noqa: B018 - load now so that a bad spec fails here, clearly
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot load specs: {exc}") from exc
+    return decoder

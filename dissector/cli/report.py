@@ -1,0 +1,36 @@
+"""``kafka-dissector report``: one self-contained HTML report of captures."""
+
+from __future__ import annotations
+
+import click
+
+from dissector.analytics.report import report_file
+from dissector.cli.common import parse_ports, report_failures
+
+
+@click.command("report")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default="kafka-report.html",
+    show_default=True,
+    help="HTML file to write",
+)
+@click.option("--ports", help="broker ports, comma-separated (default: usual ports + heuristic)")
+@click.option("--title", help="page title (default: names the capture files)")
+def report_command(
+    paths: tuple[str, ...], output: str, ports: str | None, title: str | None
+) -> None:
+    """Write one self-contained HTML report (charts, tables, capture facts) for PATHS."""
+    failures: list[tuple[str, str]] = []
+    if len(failures) < len(paths):
+        path = report_file(
+            paths, output, ports=parse_ports(ports), title=title, failures=failures
+        )
+        if len(failures) < len(paths):
+            click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")
+        else:
+            path.unlink(missing_ok=True)  # no capture could be read: no report of nothing
+    report_failures(failures, len(paths))

@@ -1,0 +1,163 @@
+"""Whole exchanges decoded: both bodies, the summary, and topic ids resolved to names.
+
+One path for every reader of full bodies: ``kafka-dissector decode`` /
+``dissector.decode`` (``as_json``), the partitions, groups and versions tables. The
+input is any stream of (capture, ``Exchange``), from the native core or the oracle.
+
+Topic names follow one policy: per capture, learnt from every response of an API that
+names topic ids (``TOPIC_NAME_SOURCES``) seen so far, whether or not its pair is
+wanted, so ``decode --api Fetch`` resolves ids as a full run does.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from dissector.stages import Exchange
+
+TOPIC_NAME_SOURCES = frozenset({"Metadata", "CreateTopics", "DescribeTopicPartitions"})
+"""APIs whose responses map topic ids to names."""
+
+Expand = Callable[[str, bool], bool]
+"""(api_name, is_request) -> expand the record batches of that side into records?"""
+
+
+def _never(_api: str, _request: bool) -> bool:
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedExchange:
+    """One exchange with both bodies decoded (None where absent or not decodable)."""
+
+    capture: str
+    exchange: Exchange
+    api_name: str | None
+    request: Any  # protocol.Decoded | None
+    response: Any
+
+    def request_body(self) -> dict[str, Any]:
+        body = self.request.body if self.request is not None else None
+        return body if isinstance(body, dict) else {}
+
+    def response_body(self) -> dict[str, Any]:
+        body = self.response.body if self.response is not None else None
+        return body if isinstance(body, dict) else {}
+
+
+def decoder_for_specs(specs: Iterable[str | os.PathLike[str]]) -> Any:
+    """The protocol package, or a decoder bound to extra spec directories / jars."""
+    paths = [os.fspath(s) for s in specs]
+    if paths:
+        from dissector.protocol.decoder import decoder_for
+
+        return decoder_for(paths)
+    from dissector import protocol
+
+    return protocol
+
+
+def decode_exchanges(
+    exchanges: Iterable[tuple[str, Exchange]],
+    decoder: Any,
+    wanted: Callable[[Exchange, str | None], bool],
+    *,
+    expand: Expand = _never,
+    counts: Counter[str] | None = None,
+) -> Iterator[tuple[DecodedExchange, Any]]:
+    """(decoded exchange, the capture's ``TopicNames``) for each exchange ``wanted``
+    (called with the exchange and its API name, None when the header is unknown).
+
+    Exchanges without api_key/version are yielded undecoded when wanted. ``counts``
+    receives ``pairs`` and ``decode_errors`` of the wanted exchanges.
+    """
+    names: Any = None
+    current: str | None = None
+    for path, ex in exchanges:
+        if path != current:  # captures are independent: ids learnt in one mean nothing in the next
+            current, names = path, decoder.TopicNames()
+        known = ex.api_key is not None and ex.api_version is not None
+        api = decoder.api_name(ex.api_key) if ex.api_key is not None else None
+        want = wanted(ex, api)
+        if not known:
+            if want:
+                yield DecodedExchange(path, ex, api, None, None), names
+            continue
+        if not want and api not in TOPIC_NAME_SOURCES:
+            continue
+        request = response = None
+        if ex.request is not None:
+            request = decoder.decode_request(ex.request.payload, records=expand(api, True))
+        if ex.response is not None:
+            response = decoder.decode_response(
+                ex.response.payload, ex.api_key, ex.api_version, records=expand(api, False)
+            )
+            if response.error is None:
+                names.learn(ex.api_key, response.body)
+        if not want:
+            continue
+        if counts is not None:
+            counts["pairs"] += 1
+            counts["decode_errors"] += sum(1 for s in (request, response) if s and s.error)
+        yield DecodedExchange(path, ex, api, request, response), names
+
+
+# ----------------------------------------------------------------- JSON lines
+
+
+def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
+    """The ``decode`` command's object for one exchange: headers, bodies (topic ids
+    annotated with their names), the summary."""
+    ex = dx.exchange
+    summary: dict[str, Any] | None = None
+    if ex.api_key is not None and ex.api_version is not None:
+        s = decoder.summarize(ex.api_key, ex.api_version, dx.request, dx.response, names)
+        for side in (dx.request, dx.response):
+            if side is not None:
+                names.annotate(side.body)
+        summary = dataclasses.asdict(s)
+    return {
+        "capture": dx.capture,
+        "stream": ex.stream,
+        "client": f"{ex.client[0]}:{ex.client[1]}",
+        "broker": f"{ex.broker[0]}:{ex.broker[1]}",
+        "kind": ex.kind,
+        "api_key": ex.api_key,
+        "api_name": dx.api_name,
+        "api_version": ex.api_version,
+        "correlation_id": ex.correlation_id,
+        "note": ex.note,
+        "request": _side(dx.request),
+        "response": _side(dx.response),
+        "summary": summary,
+    }
+
+
+def _side(decoded: Any) -> dict[str, Any] | None:
+    if decoded is None:
+        return None
+    out: dict[str, Any] = {"header": decoded.header, "body": decoded.body}
+    if decoded.error:
+        out["error"] = decoded.error
+    if decoded.trailing:
+        out["trailing_bytes"] = decoded.trailing
+    if decoded.notes:
+        out["notes"] = decoded.notes
+    return out
+
+
+def jsonable(value: Any) -> Any:
+    """``json.dumps(default=...)`` for decoded bodies: bytes as base64, records as dicts."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,74 @@
+"""Captures -> exchanges (the native core) -> fully decoded exchanges (``protocol.pairs``).
+
+The composition every full-body reader shares: ``dissector.decode`` and the ``decode``
+command, and the partitions, groups and versions tables.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from dissector.accounting import Counters
+from dissector.options import Options, capture_paths
+from dissector.protocol.pairs import (
+    DecodedExchange,
+    Expand,
+    as_json,
+    decode_exchanges,
+    decoder_for_specs,
+)
+from dissector.stages import Exchange
+from dissector.wire.core import iter_exchanges
+
+Source = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
+
+
+def _never(_api: str, _request: bool) -> bool:
+    return False
+
+
+def decoded_exchanges(
+    source: Source,
+    wanted: Callable[[Exchange, str | None], bool],
+    *,
+    ports: Iterable[int] | None = None,
+    specs: Iterable[str | os.PathLike[str]] = (),
+    expand: Expand = _never,
+    counts: Counter[str] | None = None,
+    counters: Counters | None = None,
+    decoder: Any = None,
+) -> Iterator[tuple[DecodedExchange, Any]]:
+    """(decoded exchange, the capture's TopicNames) for each wanted exchange of the
+    captures (see ``protocol.pairs.decode_exchanges``); ``counters``: the run's counters."""
+    decoder = decoder if decoder is not None else decoder_for_specs(specs)
+    options = Options(ports=frozenset(ports) if ports is not None else None)
+    exchanges = iter_exchanges(capture_paths(source), options, decoder=decoder, counters=counters)
+    return decode_exchanges(exchanges, decoder, wanted, expand=expand, counts=counts)
+
+
+def iter_decoded(
+    source: Source,
+    *,
+    api: int | None = None,
+    records: bool = False,
+    specs: Iterable[str | os.PathLike[str]] = (),
+    ports: Iterable[int] | None = None,
+    counters: Counters | None = None,
+) -> Iterator[dict[str, Any]]:
+    """One JSON-able dict per request/response pair (or lone frame), in capture order:
+    only API key ``api`` when given; ``records`` expands record batches into records."""
+    decoder = decoder_for_specs(specs)
+
+    def wanted(ex: Exchange, _name: str | None) -> bool:
+        return api is None or ex.api_key == api
+
+    def expand(_api: str, _request: bool) -> bool:
+        return records
+
+    for dx, names in decoded_exchanges(
+        source, wanted, ports=ports, expand=expand, counters=counters, decoder=decoder
+    ):
+        yield as_json(dx, decoder, names)
