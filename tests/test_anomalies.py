@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from dissector import anomalies as an
-from dissector.cli.main import main
+from dissector.cli import main
 from dissector.protocol import decode_request, decode_response
 from dissector.protocol.records import ERROR_CODES
 from tests.oracle import rows

@@ -28,7 +28,7 @@ BUNDLED = REPO / "captures" / "kafka-4-mixed.pcapng"
 def run_cli(
     *args: str, cwd: Path, shim: Path | None = None, check_clean: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m dissector.cli.main ARGS`` with this checkout's package first on the path."""
+    """``python -m dissector.cli ARGS`` with this checkout's package first on the path."""
     env = dict(os.environ)
     paths = [str(shim)] if shim is not None else []
     env["PYTHONPATH"] = os.pathsep.join([*paths, str(REPO)])

@@ -233,7 +233,7 @@ def test_group_row_survives_partial_and_odd_bodies() -> None:
 def test_cli_writes_both_tables(calls: pd.DataFrame, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from dissector.cli.main import main
+    from dissector.cli import main
 
     parts_out, groups_out = tmp_path / "p.parquet", tmp_path / "g.jsonl"
     args = ["analyze", str(CAPTURE), "--quiet", "--partitions", str(parts_out)]

@@ -160,9 +160,9 @@ def test_no_upward_or_sibling_imports(ranks: dict[str, Rank]) -> None:
 def test_checker_sees_imports_inside_functions(tmp_path: Path) -> None:
     # The checker must not be blind to lazy imports, the usual way upward imports hide.
     src = tmp_path / "m.py"
-    src.write_text("def f():\n    from dissector.cli import main\n    import tests.oracle\n")
+    src.write_text("def f():\n    from dissector.cli import app\n    import tests.oracle\n")
     found = [m for _, m in imported_modules(src)]
-    assert "dissector.cli.main" in found
+    assert "dissector.cli.app" in found
     assert "tests.oracle" in found
 
 

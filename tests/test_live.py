@@ -238,7 +238,7 @@ def frame_of(records: list[PairRecord]) -> pd.DataFrame:
 
 
 CLI_CODE = (
-    "import sys; from dissector.cli.main import main; sys.argv[0] = 'kafka-dissector'; main()"
+    "import sys; from dissector.cli import main; sys.argv[0] = 'kafka-dissector'; main()"
 )
 
 

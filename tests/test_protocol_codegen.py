@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dissector.cli.main import main
+from dissector.cli import main
 from dissector.protocol import decode_response, get_registry
 from dissector.protocol.compile import generate, generated_source, source_name
 from dissector.protocol.spec import RESPONSE, Field, Layout

@@ -31,7 +31,7 @@ from click.testing import CliRunner
 
 import dissector
 from dissector.analytics import plots, report
-from dissector.cli.main import main
+from dissector.cli import main
 from dissector.table.frame import records_to_frame
 from tests.oracle.rows import PairRecord
 

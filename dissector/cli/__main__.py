@@ -1,5 +1,5 @@
 """``python -m dissector.cli``: the ``kafka-dissector`` command."""
 
-from dissector.cli.main import main
+from dissector.cli import main
 
 main()
