@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 import jinja2
@@ -30,6 +30,7 @@ from markupsafe import Markup, escape
 from dissector import __version__
 from dissector.analytics import plots, stats
 from dissector.cli.main import parse_ports
+from dissector.protocol.keys import ApiKey
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 TABLE_ROW_LIMIT = 50
 """Longer tables are cut (the note says how many rows were left out)."""
 SLOWEST_N = 20
-API_VERSIONS_KEY = 18
+API_VERSIONS_KEY = ApiKey.API_VERSIONS
 CLIENT_SOFTWARE_ATTR = "client_software"
 """``df.attrs`` key: {"name version": [client ids]} from ApiVersions v3+ requests."""
 PER_API_ROW_LIMIT = 200
@@ -301,7 +302,7 @@ def fmt_capture(value: object) -> str:
 
 def fmt_status(value: object) -> str:
     """``status`` and ``error_name`` (a tuple) in one cell: "error: NOT_COORDINATOR"."""
-    status, error = value  # type: ignore[misc]
+    status, error = cast("tuple[object, object]", value)
     if _missing(error) or error == "NONE":
         return fmt_text(status)
     return f"{status}: {error}"
@@ -309,7 +310,7 @@ def fmt_status(value: object) -> str:
 
 def fmt_pair(value: object) -> str:
     """Two numbers in one cell, "a / b" (request / response bytes, stream / corr id)."""
-    first, second = value  # type: ignore[misc]
+    first, second = cast("tuple[object, object]", value)
     return f"{fmt_int(first)} / {fmt_int(second)}"
 
 
@@ -966,13 +967,13 @@ def write_report(
 
 
 GROUP_MEMBERSHIP_APIS: Mapping[int, str] = {
-    11: "classic",
-    12: "classic",
-    13: "classic",
-    14: "classic",
-    68: "consumer",
-    76: "share",
-    88: "streams",
+    ApiKey.JOIN_GROUP: "classic",
+    ApiKey.HEARTBEAT: "classic",
+    ApiKey.LEAVE_GROUP: "classic",
+    ApiKey.SYNC_GROUP: "classic",
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: "consumer",
+    ApiKey.SHARE_GROUP_HEARTBEAT: "share",
+    ApiKey.STREAMS_GROUP_HEARTBEAT: "streams",
 }
 """APIs by which members join and stay in a group, and the group protocol each means."""
 GROUPS_ATTR = "groups"
@@ -1027,7 +1028,7 @@ def note_group_call(
         return
     if not resp:
         return
-    if api_key == 11:
+    if api_key == ApiKey.JOIN_GROUP:
         generation = resp.get("generation_id")
         if isinstance(generation, int) and generation >= 0:
             note.generations.add(generation)
