@@ -7,12 +7,31 @@ built from this one table, so a column is renamed or added in one place.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+class Kind(StrEnum):
+    """A column's kind: what ``arrow_type`` and ``PANDAS_DTYPES`` (and Spark's
+    ``dissector.spark.typemap.spark_type``) turn into a concrete type."""
+
+    STR = "str"
+    INT = "int"
+    FLOAT = "float"
+    TIMESTAMP = "timestamp"
+    STR_LIST = "str_list"
+    # Kinds used only by Spark's per-capture trailer (spark.typemap.CAPTURE_INFO).
+    BOOL = "bool"
+    COUNTER_MAP = "counter_map"
 
 
 @dataclass(frozen=True, slots=True)
 class Column:
     name: str
-    kind: str  # one of: str, int, float, timestamp, str_list
+    kind: str  # a Kind: str, int, float, timestamp, str_list (bool, counter_map: Spark only)
     doc: str
 
 
@@ -62,11 +81,60 @@ COLUMNS: tuple[Column, ...] = (
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 
-STATUSES: tuple[str, ...] = (
-    "ok",
-    "error",
-    "no_response",
-    "unanswered",
-    "orphan_response",
-    "malformed",
-)
+
+class Status(StrEnum):
+    """The ``status`` column's values. A StrEnum: members equal (and hash as) their text,
+    so ``df["status"].eq(Status.UNANSWERED)`` and ``rec.status in ERROR_STATUSES`` work
+    on plain strings read back from any file."""
+
+    OK = "ok"
+    ERROR = "error"  # a non-zero Kafka error code
+    NO_RESPONSE = "no_response"  # none expected (Produce acks=0)
+    UNANSWERED = "unanswered"  # expected, not in the capture
+    ORPHAN_RESPONSE = "orphan_response"  # its request is not in the capture
+    MALFORMED = "malformed"  # a body that could not be decoded
+
+
+STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
+
+ERROR_STATUSES: tuple[str, ...] = (Status.ERROR.value, Status.MALFORMED.value)
+"""Rows counted as errors: a non-zero Kafka error code, or a message that could not be
+decoded (CLI table, live view, report, stats, Spark: one rule)."""
+
+UNANSWERED_STATUSES: tuple[str, ...] = (Status.UNANSWERED.value,)
+"""Requests that expected a response and got none within the capture. Produce with
+acks=0 (status ``no_response``) expects none and is not counted."""
+
+
+PANDAS_DTYPES: dict[str, str] = {
+    Kind.STR: "string",
+    Kind.INT: "Int64",
+    Kind.FLOAT: "Float64",
+    Kind.TIMESTAMP: "datetime64[ns, UTC]",
+    Kind.STR_LIST: "object",
+}
+"""The pandas dtype of each kind of the pairs frame (nullable extension dtypes)."""
+
+
+def arrow_type(kind: str, *, time_unit: str = "ns", list_item: str = "item") -> pa.DataType:
+    """The one kind -> Arrow type map (the core's batches, Parquet files, Spark's batches).
+
+    ``time_unit``: the core's times are nanoseconds; Parquet and Spark hold microseconds.
+    ``list_item``: the name of a list's item field ("element" is what Parquet and Spark
+    call it, so a schema read back from any writer's file equals the one written).
+    """
+    import pyarrow as pa
+
+    by_kind: dict[str, pa.DataType] = {
+        Kind.STR: pa.string(),
+        Kind.INT: pa.int64(),
+        Kind.FLOAT: pa.float64(),
+        Kind.TIMESTAMP: pa.timestamp(time_unit, tz="UTC"),
+        Kind.STR_LIST: pa.list_(pa.field(list_item, pa.string())),
+        Kind.BOOL: pa.bool_(),
+        Kind.COUNTER_MAP: pa.map_(pa.string(), pa.int64()),
+    }
+    try:
+        return by_kind[kind]
+    except KeyError:
+        raise ValueError(f"column kind {kind!r} has no Arrow type; add it here") from None

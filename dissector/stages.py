@@ -10,6 +10,7 @@ pair decoder reads an ``Exchange`` too.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from typing import Any, Protocol
 
 Endpoint = tuple[str, int]
@@ -39,13 +40,24 @@ class Frame:
         return len(self.payload) + 4
 
 
-# Exchange kinds.
-PAIR = "pair"
-NO_RESPONSE = "no_response"
-UNANSWERED = "unanswered"
-ORPHAN_RESPONSE = "orphan_response"
-SASL_TOKEN = "sasl_token"
-MALFORMED = "malformed"
+class ExchangeKind(StrEnum):
+    """What the correlation stage made of a frame or a pair of frames."""
+
+    PAIR = "pair"
+    NO_RESPONSE = "no_response"
+    UNANSWERED = "unanswered"
+    ORPHAN_RESPONSE = "orphan_response"
+    SASL_TOKEN = "sasl_token"
+    MALFORMED = "malformed"
+
+
+# The kinds as plain strings (the native core hands over the same text).
+PAIR = ExchangeKind.PAIR.value
+NO_RESPONSE = ExchangeKind.NO_RESPONSE.value
+UNANSWERED = ExchangeKind.UNANSWERED.value
+ORPHAN_RESPONSE = ExchangeKind.ORPHAN_RESPONSE.value
+SASL_TOKEN = ExchangeKind.SASL_TOKEN.value
+MALFORMED = ExchangeKind.MALFORMED.value
 
 
 @dataclass(slots=True)
@@ -119,9 +131,15 @@ class PairRecord:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-# Row flags (anomalies.py describes them).
-CAPTURE_GAP = "capture_gap"
-NEGATIVE_LATENCY = "negative_latency"
+class RowFlag(StrEnum):
+    """Values of a row's ``flags`` (anomalies.py describes them)."""
+
+    CAPTURE_GAP = "capture_gap"
+    NEGATIVE_LATENCY = "negative_latency"
+
+
+CAPTURE_GAP = RowFlag.CAPTURE_GAP.value
+NEGATIVE_LATENCY = RowFlag.NEGATIVE_LATENCY.value
 
 # A version newer than our specs is not broken bytes: the row keeps its status and
 # says why it is not decoded in decode_error (like Wireshark's "unsupported version").

@@ -199,7 +199,7 @@ def partition_entries(
                 continue
             topic = _topic_of(item)
             parts = _partition_array(item) if topic is not None else None
-            if parts is None:
+            if parts is None or topic is None:
                 yield from partition_entries(item, ctx, depth + 1)
                 continue
             for p in parts:

@@ -23,10 +23,12 @@ from dissector.analytics import stats
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
+    from matplotlib.typing import RcKeyType
 
 P = ParamSpec("P")
 
-STYLE: Mapping[str, Any] = {
+# Typed with matplotlib's own key type, so a misspelt rc key fails the type check.
+STYLE: dict[RcKeyType, Any] = {
     "figure.figsize": (10.0, 4.2),
     "figure.dpi": 100,
     "figure.facecolor": "white",

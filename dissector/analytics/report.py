@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import jinja2
 from markupsafe import Markup, escape
@@ -27,8 +27,8 @@ from markupsafe import Markup, escape
 # matplotlib, jinja2) then surfaces as the CLI's clear message, not a traceback.
 from dissector import __version__
 from dissector.analytics import plots, stats
-from dissector.protocol.decode import API_VERSIONS
 from dissector.protocol.notes import GROUP_MEMBERSHIP_APIS, NotingDecoder, note_group_call
+from dissector.protocol.keys import ApiKey
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -299,7 +299,7 @@ def fmt_capture(value: object) -> str:
 
 def fmt_status(value: object) -> str:
     """``status`` and ``error_name`` (a tuple) in one cell: "error: NOT_COORDINATOR"."""
-    status, error = value  # type: ignore[misc]
+    status, error = cast("tuple[object, object]", value)
     if _missing(error) or error == "NONE":
         return fmt_text(status)
     return f"{status}: {error}"
@@ -307,7 +307,7 @@ def fmt_status(value: object) -> str:
 
 def fmt_pair(value: object) -> str:
     """Two numbers in one cell, "a / b" (request / response bytes, stream / corr id)."""
-    first, second = value  # type: ignore[misc]
+    first, second = cast("tuple[object, object]", value)
     return f"{fmt_int(first)} / {fmt_int(second)}"
 
 
@@ -1002,7 +1002,7 @@ def analyze(
                 decoder.groups, ex.api_key, protocol.api_name(ex.api_key), request, response
             )
 
-    keys = {API_VERSIONS, *GROUP_MEMBERSHIP_APIS}
+    keys = {ApiKey.API_VERSIONS, *GROUP_MEMBERSHIP_APIS}
     readable = []
     frames = []
     for source in sources:

@@ -16,6 +16,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dissector.protocol.keys import ApiKey
+
+# Which statuses are errors, and which are unanswered requests: one rule everywhere
+# (CLI table, live view, report, Spark), kept with the status vocabulary.
+from dissector.schema import ERROR_STATUSES, UNANSWERED_STATUSES, Status
+
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
@@ -24,13 +30,6 @@ if TYPE_CHECKING:
 # Metric definitions (plain data: shared with dissector/spark/job.py)
 # ---------------------------------------------------------------------------
 
-ERROR_STATUSES: tuple[str, ...] = ("error", "malformed")
-"""Rows counted as errors: a non-zero Kafka error code, or a message that could not be
-decoded. Same rule as the CLI summary table."""
-
-UNANSWERED_STATUSES: tuple[str, ...] = ("unanswered",)
-"""Requests that expected a response and got none within the capture. Produce with
-acks=0 (status ``no_response``) expects none and is not counted."""
 
 LATENCY_COLUMN = "latency_ms"
 """Latency = time of the packet completing the response minus time of the packet
@@ -74,21 +73,21 @@ UNKNOWN_API_LABEL = "(unknown)"
 ORPHAN_LABEL = "orphan response (request not captured)"
 """API and client label of a response whose request is not in the capture (sent before
 the capture started, or lost): its API and client id are only in the request."""
-ORPHAN_STATUS = "orphan_response"
+ORPHAN_STATUS = Status.ORPHAN_RESPONSE.value
 
 GROUP_ACTIVITY: Mapping[int, tuple[str, str]] = {
-    10: ("coordinator", "find coordinator"),
-    11: ("classic consumer group", "join"),
-    14: ("classic consumer group", "sync"),
-    12: ("classic consumer group", "heartbeat"),
-    13: ("classic consumer group", "leave"),
-    8: ("offsets", "offset commit"),
-    9: ("offsets", "offset fetch"),
-    68: ("consumer group (KIP-848)", "consumer-group heartbeat"),
-    76: ("share group (KIP-932)", "share-group heartbeat"),
-    78: ("share group (KIP-932)", "share fetch"),
-    79: ("share group (KIP-932)", "share acknowledge"),
-    88: ("streams group (KIP-1071)", "streams-group heartbeat"),
+    ApiKey.FIND_COORDINATOR: ("coordinator", "find coordinator"),
+    ApiKey.JOIN_GROUP: ("classic consumer group", "join"),
+    ApiKey.SYNC_GROUP: ("classic consumer group", "sync"),
+    ApiKey.HEARTBEAT: ("classic consumer group", "heartbeat"),
+    ApiKey.LEAVE_GROUP: ("classic consumer group", "leave"),
+    ApiKey.OFFSET_COMMIT: ("offsets", "offset commit"),
+    ApiKey.OFFSET_FETCH: ("offsets", "offset fetch"),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: ("consumer group (KIP-848)", "consumer-group heartbeat"),
+    ApiKey.SHARE_GROUP_HEARTBEAT: ("share group (KIP-932)", "share-group heartbeat"),
+    ApiKey.SHARE_FETCH: ("share group (KIP-932)", "share fetch"),
+    ApiKey.SHARE_ACKNOWLEDGE: ("share group (KIP-932)", "share acknowledge"),
+    ApiKey.STREAMS_GROUP_HEARTBEAT: ("streams group (KIP-1071)", "streams-group heartbeat"),
 }
 """api_key -> (group protocol, activity). Keys, not names, so that a renamed API
 still counts."""
@@ -252,11 +251,11 @@ def _keyed(df: pd.DataFrame, by: str) -> tuple[pd.DataFrame, list[str]]:
     return frame, list(GROUP_KEYS[by])
 
 
-def _topic_list(value: object) -> list[str]:
-    if value is None or isinstance(value, float):
+def _topic_list(value: Iterable[object] | float | None) -> list[str]:
+    if value is None or isinstance(value, float):  # a missing cell: None or NaN
         return []
     # A pair naming a topic twice (two partitions) touches it once.
-    return list(dict.fromkeys(str(t) for t in value))  # type: ignore[union-attr]
+    return list(dict.fromkeys(str(t) for t in value))
 
 
 # ---------------------------------------------------------------------------
@@ -780,7 +779,9 @@ def unanswered(df: pd.DataFrame) -> pd.DataFrame:
 # Long polls: Fetch latency that is waiting, not service
 # ---------------------------------------------------------------------------
 
-LONG_POLL_API_KEYS: Mapping[int, str] = {1: "Fetch", 78: "ShareFetch"}
+LONG_POLL_API_KEYS: Mapping[int, str] = {
+    k: k.api_name for k in (ApiKey.FETCH, ApiKey.SHARE_FETCH)
+}
 """APIs the broker may hold open up to the request's max_wait_ms while fewer than
 min_bytes are available (long polling)."""
 
@@ -915,7 +916,8 @@ def queueing(df: pd.DataFrame) -> pd.DataFrame:
     req_ns = _ns_since(request, origin)
     resp_ns = _ns_since(df["response_time"], origin)
     throttle_ns = (as_float(df["throttle_ms"]).fillna(0.0).clip(lower=0.0) * 1e6).to_numpy()
-    waits_for_answer = ~df["status"].isin(("no_response",)).fillna(False).to_numpy(dtype=bool)
+    no_answer_expected = df["status"].isin((Status.NO_RESPONSE.value,)).fillna(False)
+    waits_for_answer = ~no_answer_expected.to_numpy(dtype=bool)
     # Requests in time order per connection; responses to requests sent before the
     # capture started (no request_time) go first: they were ahead in the queue.
     order = pd.DataFrame(

@@ -24,7 +24,12 @@ def api_summary(df: pd.DataFrame) -> pd.DataFrame:
     counted in their own column instead of setting the percentiles."""
     import pandas as pd
 
-    from dissector.analytics.stats import FETCH_WAIT_EMPTY_POLL, service_latency
+    from dissector.analytics.stats import (
+        ERROR_STATUSES,
+        FETCH_WAIT_EMPTY_POLL,
+        UNANSWERED_STATUSES,
+        service_latency,
+    )
 
     if df.empty:
         return pd.DataFrame(
@@ -46,8 +51,8 @@ def api_summary(df: pd.DataFrame) -> pd.DataFrame:
         is_poll=service["fetch_wait"].eq(FETCH_WAIT_EMPTY_POLL).fillna(False).astype(bool),
         api_name=df["api_name"].fillna("(unknown)"),
         api_version=df["api_version"].astype("Float64"),
-        is_error=df["status"].isin(["error", "malformed"]),
-        is_unanswered=df["status"].eq("unanswered"),
+        is_error=df["status"].isin(ERROR_STATUSES),
+        is_unanswered=df["status"].isin(UNANSWERED_STATUSES),
         is_unsupported=unsupported_rows(df),
     )
     grouped = keyed.groupby(["api_name", "api_version"], dropna=False, sort=True)

@@ -15,6 +15,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from dissector.schema import ERROR_STATUSES as _ERRORS
+from dissector.schema import UNANSWERED_STATUSES as _UNANSWERED
+from dissector.schema import Status
 from dissector.stages import (
     CAPTURE_GAP as CAPTURE_GAP_NOTE,  # first frame after a hole in the capture
 )
@@ -24,8 +27,8 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
 LATENCY_SAMPLE = 50_000  # per API and run; percentiles are exact below this many pairs
-ERROR_STATUSES = frozenset({"error", "malformed"})
-UNANSWERED_STATUSES = frozenset({"unanswered"})
+ERROR_STATUSES = frozenset(_ERRORS)
+UNANSWERED_STATUSES = frozenset(_UNANSWERED)
 
 
 @dataclass
@@ -110,7 +113,7 @@ class Snapshot:
 def _api_label(rec: PairRecord) -> str:
     if rec.api_name:
         return rec.api_name
-    if rec.status == "orphan_response":
+    if rec.status == Status.ORPHAN_RESPONSE:
         return "(response without request)"
     return "(unknown)"
 

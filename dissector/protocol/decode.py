@@ -13,13 +13,10 @@ from typing import Any
 
 from dissector.protocol import compile as kc
 from dissector.protocol.diskcache import load_or_build
+from dissector.protocol.keys import ApiKey
 from dissector.protocol.sources import load_specs
 from dissector.protocol.spec import REQUEST, RESPONSE, Layout, SpecSet
 
-PRODUCE = 0
-CONTROLLED_SHUTDOWN = 7
-SASL_HANDSHAKE = 17
-API_VERSIONS = 18
 UNSUPPORTED_VERSION = 35
 
 _REQ_FIXED = struct.Struct(">hhi")
@@ -195,7 +192,7 @@ def decode_request(
     out = Decoded(header=header, body=None, api_key=api_key, api_version=version)
     layout = reg.layout(api_key, version, REQUEST)
     p = 8
-    if api_key == CONTROLLED_SHUTDOWN and version == 0:
+    if api_key == ApiKey.CONTROLLED_SHUTDOWN and version == 0:
         pass  # the only request whose header has no client_id (header v0)
     else:
         # client_id stays a legacy nullable string even in header v2.
@@ -276,7 +273,7 @@ def decode_response(
     # A broker answers an ApiVersions version it does not support with error 35 in
     # the v0 layout, so the client can retry with a version from the list.
     if (
-        api_key == API_VERSIONS
+        api_key == ApiKey.API_VERSIONS
         and version > 0
         and len(buf) >= 6
         and _I16(buf, 4)[0] == UNSUPPORTED_VERSION
@@ -288,7 +285,7 @@ def decode_response(
         out.error = _unsupported(reg, api_key, api_version, RESPONSE)
         return out
     # ApiVersions responses keep header v0 even in flexible versions.
-    tagged = layout.flexible and api_key != API_VERSIONS
+    tagged = layout.flexible and api_key != ApiKey.API_VERSIONS
     return _header_tags_and_body(reg, layout, buf, p, records, out, tagged)
 
 
@@ -304,7 +301,7 @@ def _unsupported(reg: Registry, api_key: int, version: int, direction: str) -> s
 
 # Kafka 4.0 removed the inter-broker keys 4-7 and no installed spec describes them;
 # for framing heuristics any small version of them is plausible.
-_SPECLESS_KEYS = range(4, 8)
+_SPECLESS_KEYS = range(ApiKey.LEADER_AND_ISR, ApiKey.CONTROLLED_SHUTDOWN + 1)
 _SPECLESS_MAX_VERSION = 15
 
 

@@ -110,7 +110,7 @@ def load_or_build(name: str, build: Callable[[], T]) -> T:
     if _safe(directory):
         try:
             with open(path, "rb") as fh:
-                return pickle.load(fh)  # type: ignore[no-any-return]
+                return pickle.load(fh)
         except FileNotFoundError:
             pass
         except Exception:  # corrupt or from an incompatible run: rebuild over it

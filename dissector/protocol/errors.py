@@ -11,7 +11,7 @@ from __future__ import annotations
 import operator
 from functools import cache
 from types import MappingProxyType
-from typing import Final
+from typing import Final, SupportsIndex
 
 from dissector.protocol.diskcache import load_or_build
 
@@ -52,10 +52,10 @@ def error_retriable(code: int) -> bool | None:
 
 
 def _lookup(code: object) -> tuple[str, bool] | None:
-    if isinstance(code, bool):
+    if isinstance(code, bool) or not isinstance(code, SupportsIndex):
         return None
     try:
-        key = operator.index(code)  # type: ignore[call-overload]
+        key = operator.index(code)
     except TypeError:
         return None
     return ERROR_NAMES.get(key)

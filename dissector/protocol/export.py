@@ -27,6 +27,7 @@ from dissector.protocol import decode as _decode
 from dissector.protocol import names as _names
 from dissector.protocol import summary as _summary
 from dissector.protocol.errors import ERROR_NAMES
+from dissector.protocol.keys import ApiKey
 from dissector.protocol.spec import REQUEST, RESPONSE, Field, Layout
 
 FORMAT = 1
@@ -34,11 +35,14 @@ FORMAT = 1
 # Produce's request field that says whether a response will come (decode.produce_acks).
 PRODUCE_ACKS_FIELD = "acks"
 
+# The APIs the broker may hold open as long polls (Fetch, ShareFetch).
+_LONG_POLLS = (ApiKey.FETCH.api_name, ApiKey.SHARE_FETCH.api_name)
+
 # Extra columns: (column, direction, API names, top-level field). Issue #13 wants the
 # consumer's wait and size settings next to each Fetch/ShareFetch pair.
 EXTRACTS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
-    ("max_wait_ms", REQUEST, ("Fetch", "ShareFetch"), "max_wait_ms"),
-    ("min_bytes", REQUEST, ("Fetch", "ShareFetch"), "min_bytes"),
+    ("max_wait_ms", REQUEST, _LONG_POLLS, "max_wait_ms"),
+    ("min_bytes", REQUEST, _LONG_POLLS, "min_bytes"),
 )
 
 # Role bits of one field, as summary.py reads it. Rust keeps the same numbering.
@@ -208,10 +212,10 @@ def _top_roles(layout: Layout, f: Field) -> tuple[int, bool]:
 def _header_version(layout: Layout) -> int:
     """Header version decode.py reads for this layout (request v0/1/2, response v0/1)."""
     if layout.direction == REQUEST:
-        if layout.api_key == _decode.CONTROLLED_SHUTDOWN and layout.version == 0:
+        if layout.api_key == ApiKey.CONTROLLED_SHUTDOWN and layout.version == 0:
             return 0
         return 2 if layout.flexible else 1
-    return 1 if layout.flexible and layout.api_key != _decode.API_VERSIONS else 0
+    return 1 if layout.flexible and layout.api_key != ApiKey.API_VERSIONS else 0
 
 
 def _layout(layout: Layout) -> dict[str, Any]:
@@ -245,19 +249,19 @@ def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
         "roles": ROLES,
         "api_names": {str(k): _names.api_name(k, registry) for k in api_keys},
         "errors": {str(code): name for code, (name, _retriable) in ERROR_NAMES.items()},
-        "id_sources": sorted(_summary._ID_SOURCES),
+        "id_sources": sorted(int(k) for k in _summary._ID_SOURCES),
         "zero_uuid": _summary._ZERO_UUID,
-        "produce": {"api_key": _decode.PRODUCE, "acks_field": PRODUCE_ACKS_FIELD},
-        "sasl_handshake_key": _decode.SASL_HANDSHAKE,
+        "produce": {"api_key": int(ApiKey.PRODUCE), "acks_field": PRODUCE_ACKS_FIELD},
+        "sasl_handshake_key": int(ApiKey.SASL_HANDSHAKE),
         # requests whose header is v0 (no client_id), whether or not a spec describes them
-        "header_v0_requests": [[_decode.CONTROLLED_SHUTDOWN, 0]],
+        "header_v0_requests": [[int(ApiKey.CONTROLLED_SHUTDOWN), 0]],
         # keys no installed spec describes, still plausible for framing heuristics
         "specless_keys": {
             "api_keys": list(_decode._SPECLESS_KEYS),
             "max_version": _decode._SPECLESS_MAX_VERSION,
         },
         "unsupported_version_fallback": {
-            "api_key": _decode.API_VERSIONS,
+            "api_key": int(ApiKey.API_VERSIONS),
             "error_code": _decode.UNSUPPORTED_VERSION,
             "version": 0,
         },

@@ -9,16 +9,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dissector.protocol.decode import API_VERSIONS
+from dissector.protocol.keys import ApiKey
 
 GROUP_MEMBERSHIP_APIS: Mapping[int, str] = {
-    11: "classic",
-    12: "classic",
-    13: "classic",
-    14: "classic",
-    68: "consumer",
-    76: "share",
-    88: "streams",
+    ApiKey.JOIN_GROUP: "classic",
+    ApiKey.HEARTBEAT: "classic",
+    ApiKey.LEAVE_GROUP: "classic",
+    ApiKey.SYNC_GROUP: "classic",
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: "consumer",
+    ApiKey.SHARE_GROUP_HEARTBEAT: "share",
+    ApiKey.STREAMS_GROUP_HEARTBEAT: "streams",
 }
 """APIs by which members join and stay in a group, and the group protocol each means."""
 
@@ -71,7 +71,7 @@ def note_group_call(
         return
     if not resp:
         return
-    if api_key == 11:
+    if api_key == ApiKey.JOIN_GROUP:
         generation = resp.get("generation_id")
         if isinstance(generation, int) and generation >= 0:
             note.generations.add(generation)
@@ -98,7 +98,7 @@ class NotingDecoder:
     def decode_request(self, payload: Any, *, records: bool = False) -> Any:
         decoded = self.inner.decode_request(payload, records=records)
         body = _body(decoded)
-        if getattr(decoded, "api_key", None) == API_VERSIONS:
+        if getattr(decoded, "api_key", None) == ApiKey.API_VERSIONS:
             name = body.get("client_software_name")
             if name:
                 software = f"{name} {body.get('client_software_version') or ''}".strip()

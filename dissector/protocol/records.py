@@ -431,12 +431,12 @@ def _v2_batch(ctx: _Ctx, buf: bytes, pos: int, end: int, index: int) -> None:
         count = 0
 
     # Records are walked in place when uncompressed: no copy of the batch.
-    data: bytes | memoryview | None = buf
+    data: bytes | None = buf
     start, stop = pos + _V2.size, end
     if codec:
-        data = _decompress(ctx, codec, memoryview(buf)[start:end], magic=2, where=where)
-        if isinstance(data, memoryview):
-            data = data.tobytes()  # int indexing on bytes is several times faster
+        out = _decompress(ctx, codec, memoryview(buf)[start:end], magic=2, where=where)
+        # int indexing on bytes is several times faster than on a memoryview
+        data = out.tobytes() if isinstance(out, memoryview) else out
         start, stop = 0, len(data) if data is not None else 0
     # Decided before the walk, so that a kept batch holds every record that was kept.
     records: list[Item] | None = [] if ctx.expand and ctx.keep(_V2.size, where) else None

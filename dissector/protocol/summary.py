@@ -13,10 +13,13 @@ from typing import Any
 
 from dissector.protocol.decode import Decoded
 from dissector.protocol.errors import error_name
+from dissector.protocol.keys import ApiKey
 from dissector.protocol.spec import Field, Layout
 
 # Responses that tell which name a topic id stands for.
-_ID_SOURCES = frozenset({3, 19, 75})
+_ID_SOURCES = frozenset(
+    {ApiKey.METADATA, ApiKey.CREATE_TOPICS, ApiKey.DESCRIBE_TOPIC_PARTITIONS}
+)
 _TOPIC_NAME_KEYS = ("topic", "topic_name", "name")
 _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 

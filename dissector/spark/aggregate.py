@@ -21,13 +21,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from dissector.analytics.stats import ERROR_STATUSES, EVENT_TIME_COLUMNS, UNANSWERED_STATUSES
+from dissector.schema import Status
 from dissector.spark.decode import CAPTURE_FAILED
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 PERCENTILES: tuple[float, ...] = (0.5, 0.9, 0.99)
-ANSWERED: tuple[str, ...] = ("ok", "error")
+ANSWERED: tuple[str, ...] = (Status.OK.value, Status.ERROR.value)
 API_KEYS: tuple[str, ...] = ("api_key", "api_name", "api_version")
 BROKER_KEYS: tuple[str, ...] = ("broker_ip", "broker_port")
 CLIENT_KEYS: tuple[str, ...] = ("client_id",)

@@ -29,14 +29,14 @@ import pyarrow as pa
 
 from dissector.accounting import Counters
 from dissector.options import Options
-from dissector.schema import COLUMNS
+from dissector.schema import COLUMNS, Status
 from dissector.spark.typemap import CAPTURE_INFO, INFO_COLUMN, decoded_arrow_schema
 from dissector.stages import PairRecord
 
 CAPTURE_FAILED = "capture_failed"
 """Prefix of ``decode_error`` on the row that flags a capture that failed to decode."""
 
-FAILED_STATUS = "malformed"
+FAILED_STATUS = Status.MALFORMED.value
 
 _TIMESTAMP_COLUMNS = frozenset(c.name for c in COLUMNS if c.kind == "timestamp")
 _CONTRACT_NAMES = tuple(c.name for c in COLUMNS)

@@ -74,6 +74,8 @@ def resolve_paths(
     avoids Spark's noisy probing of a glob as if it were a directory.
     """
     jvm = spark.sparkContext._jvm
+    if jvm is None:  # only a stopped context has no gateway
+        raise RuntimeError("the SparkContext is stopped: it has no JVM gateway")
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     files: list[str] = []
     directories: list[str] = []

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from dissector.schema import COLUMNS, Column
+from dissector.schema import COLUMNS, Column, Kind
+from dissector.schema import arrow_type as schema_arrow_type
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
@@ -25,16 +26,6 @@ INFO_COLUMN = "_capture_info"
 # the same unit, so the contract's nanosecond times are floored to microseconds.
 ARROW_TIMESTAMP = pa.timestamp("us", tz="UTC")
 
-_ARROW_BY_KIND: dict[str, pa.DataType] = {
-    "str": pa.string(),
-    "int": pa.int64(),
-    "float": pa.float64(),
-    "timestamp": ARROW_TIMESTAMP,
-    "str_list": pa.list_(pa.string()),
-    # Kinds used only by the per-capture trailer (CAPTURE_INFO).
-    "bool": pa.bool_(),
-    "counter_map": pa.map_(pa.string(), pa.int64()),
-}
 
 CAPTURE_INFO: tuple[Column, ...] = (
     Column("size_bytes", "int", "bytes of the capture file"),
@@ -47,10 +38,7 @@ CAPTURE_INFO: tuple[Column, ...] = (
 
 
 def arrow_type(kind: str) -> pa.DataType:
-    try:
-        return _ARROW_BY_KIND[kind]
-    except KeyError:
-        raise ValueError(f"column kind {kind!r} has no Arrow type; add it here") from None
+    return schema_arrow_type(kind, time_unit=ARROW_TIMESTAMP.unit)
 
 
 def spark_type(kind: str) -> DataType:
@@ -65,13 +53,13 @@ def spark_type(kind: str) -> DataType:
     )
 
     by_kind: dict[str, DataType] = {
-        "str": StringType(),
-        "int": LongType(),
-        "float": DoubleType(),
-        "timestamp": TimestampType(),
-        "str_list": ArrayType(StringType(), containsNull=True),
-        "bool": BooleanType(),
-        "counter_map": MapType(StringType(), LongType()),
+        Kind.STR: StringType(),
+        Kind.INT: LongType(),
+        Kind.FLOAT: DoubleType(),
+        Kind.TIMESTAMP: TimestampType(),
+        Kind.STR_LIST: ArrayType(StringType(), containsNull=True),
+        Kind.BOOL: BooleanType(),
+        Kind.COUNTER_MAP: MapType(StringType(), LongType()),
     }
     try:
         return by_kind[kind]

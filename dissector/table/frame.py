@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from dissector.schema import COLUMN_NAMES, COLUMNS
+from dissector.schema import COLUMN_NAMES, COLUMNS, PANDAS_DTYPES, arrow_type
 from dissector.stages import PairRecord
 
 if TYPE_CHECKING:
@@ -26,13 +26,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-_PANDAS_DTYPES = {
-    "str": "string",
-    "int": "Int64",
-    "float": "Float64",
-    "timestamp": "datetime64[ns, UTC]",
-    "str_list": "object",
-}
+_PANDAS_DTYPES = PANDAS_DTYPES
 
 EXPORT_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
 
@@ -108,21 +102,9 @@ def _list_cell(items: list[str] | None) -> str:
 
 
 def _arrow_type(kind: str) -> pa.DataType:
-    import pyarrow as pa
-
-    by_kind = {
-        "str": pa.string(),
-        "int": pa.int64(),
-        "float": pa.float64(),
-        "timestamp": pa.timestamp(PARQUET_TIME_UNIT, tz="UTC"),
-        # "element": the item name Parquet (and Spark) give a list, so the schema
-        # read back from any writer's file equals this one.
-        "str_list": pa.list_(pa.field("element", pa.string())),
-    }
-    try:
-        return by_kind[kind]
-    except KeyError:
-        raise ValueError(f"column kind {kind!r} has no Parquet type; add it here") from None
+    # "element": the item name Parquet (and Spark) give a list, so the schema read back
+    # from any writer's file equals this one.
+    return arrow_type(kind, time_unit=PARQUET_TIME_UNIT, list_item="element")
 
 
 @functools.cache

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
-from dissector.schema import COLUMNS
+from dissector.schema import COLUMNS, arrow_type
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from dissector._core import Analyzer, Model
     from dissector.options import Options
     from dissector.stages import Exchange
 
@@ -41,7 +42,7 @@ def _default_decoder() -> Any:
 
 @dataclass(frozen=True)
 class _Model:
-    native: Any  # dissector._core.Model
+    native: Model
     extracts: tuple[tuple[str, str, str], ...]  # (column, direction, field)
 
 
@@ -135,7 +136,7 @@ def new_analyzer(
     *,
     exchanges: bool = False,
     keep_keys: Iterable[int] = (),
-) -> Any:
+) -> Analyzer:
     decoder = decoder or _default_decoder()
     model = _model(decoder)
     _core = native()
@@ -152,7 +153,7 @@ def new_analyzer(
     )
 
 
-def open_capture(analyzer: Any, path: str) -> None:
+def open_capture(analyzer: Analyzer, path: str) -> None:
     """Start a capture file; a file that is not a capture raises ``CaptureError``."""
     try:
         analyzer.open_path(path, path)
@@ -214,14 +215,7 @@ def arrow_schema() -> pa.Schema:
     """The pairs table as Arrow: ``schema.COLUMNS``."""
     import pyarrow as pa
 
-    kinds = {
-        "int": pa.int64(),
-        "float": pa.float64(),
-        "str": pa.string(),
-        "timestamp": pa.timestamp("ns", tz="UTC"),
-        "str_list": pa.list_(pa.string()),
-    }
-    return pa.schema([pa.field(c.name, kinds[c.kind]) for c in COLUMNS])
+    return pa.schema([pa.field(c.name, arrow_type(c.kind)) for c in COLUMNS])
 
 
 def columns_to_table(cols: dict[str, Any], schema: pa.Schema) -> pa.Table:
@@ -260,7 +254,7 @@ class Batch:
     bytes_read: int
 
 
-def _batches(analyzer: Any, batch_rows: int) -> Iterator[Batch]:
+def _batches(analyzer: Analyzer, batch_rows: int) -> Iterator[Batch]:
     """The open capture's batches, produced on a worker thread one step ahead.
 
     The core releases the GIL while it reads and summarises, so the caller's Python
@@ -342,7 +336,7 @@ def iter_tables(
         _merge_counters(counters, analyzer)
 
 
-def _merge_counters(counters: Counters, analyzer: Any) -> None:
+def _merge_counters(counters: Counters, analyzer: Analyzer) -> None:
     for name, n in analyzer.counters().items():
         counters.add(name, n)
     counters.tls_streams = [s for _, s in analyzer.tls_streams()]  # type: ignore[attr-defined]

@@ -13,9 +13,13 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# The API keys live with the protocol model; re-exported for the oracle's users.
-from dissector.protocol.decode import CONTROLLED_SHUTDOWN, PRODUCE
-from dissector.protocol.decode import SASL_HANDSHAKE as SASL_HANDSHAKE
+# The API keys live with the protocol model; named here as plain ints for the oracle's
+# users (the native correlator's tests hand them to Rust).
+from dissector.protocol.keys import ApiKey
+
+CONTROLLED_SHUTDOWN = int(ApiKey.CONTROLLED_SHUTDOWN)
+PRODUCE = int(ApiKey.PRODUCE)
+SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
 
 _REQ_FIXED = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 _INT32 = struct.Struct(">i")

@@ -1,0 +1,74 @@
+# Type stub of the native core (native/src/python.rs, built by maturin into dissector._core).
+# Keep it in step with the #[pymethods] there: mypy checks dissector/wire against it, and
+# scripts/run-tests checks it against the built module (python -m mypy.stubtest dissector._core).
+
+from collections.abc import Callable
+from typing import Any, Self, final
+
+__all__ = ["Analyzer", "Model", "__version__"]
+
+__version__: str
+
+_ColumnBuffer = tuple[Any, ...]
+"""One column as the core hands it over: a tag ("i64", "f64", "dict", "list", ...) then
+its buffers; ``dissector.wire.core._arrow_column`` reads them."""
+
+_FrameTuple = tuple[str, int, str, int, bytes, int, int, int, int, bool]
+"""src ip, src port, dst ip, dst port, payload, first/last ts (ns), first/last frame,
+after_gap."""
+
+_ExchangeTuple = tuple[
+    str,  # capture
+    int,  # stream
+    str,  # client ip
+    int,  # client port
+    str,  # broker ip
+    int,  # broker port
+    str,  # kind (dissector.stages.ExchangeKind)
+    _FrameTuple | None,  # request
+    _FrameTuple | None,  # response
+    int | None,  # api_key
+    int | None,  # api_version
+    int | None,  # correlation_id
+    str | None,  # client_id
+    str | None,  # note
+]
+
+_Fallback = Callable[[int, int, bytes | None, bytes | None, str], tuple[Any, ...]]
+"""(api_key, api_version, request, response, capture) -> the summary columns of a pair
+the native interpreter deferred."""
+
+@final
+class Model:
+    """The exported spec model (``dissector.protocol.export``), parsed once."""
+
+    def __new__(cls, json: str) -> Self: ...
+
+@final
+class Analyzer:
+    def __new__(
+        cls,
+        model: Model,
+        broker_ports: list[int],
+        heuristic: bool,
+        max_frame: int,
+        idle_timeout_ns: int | None,
+        fallback: _Fallback | None,
+        exchanges: bool = False,
+        keep_keys: list[int] = ...,
+        frame_budget: int = ...,
+        capture_budget: int = ...,
+    ) -> Self: ...
+    def open_path(self, name: str, path: str) -> None: ...
+    def open_bytes(self, name: str, data: bytes) -> None: ...
+    def open_live(self, name: str) -> None: ...
+    def run(self, max_rows: int) -> bool: ...
+    def feed_link(self, linktype: int, ts_ns: int, data: bytes) -> None: ...
+    def finish(self) -> None: ...
+    def take_columns(self) -> dict[str, _ColumnBuffer]: ...
+    def take_exchanges(self) -> list[_ExchangeTuple]: ...
+    def counters(self) -> dict[str, int]: ...
+    def tls_streams(self) -> list[tuple[str, int]]: ...
+    def open_requests(self) -> list[tuple[int, int]]: ...
+    def rows_waiting(self) -> int: ...
+    def bytes_read(self) -> int: ...
