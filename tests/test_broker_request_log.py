@@ -484,7 +484,8 @@ def test_the_workload_covers_what_the_oracle_is_for(recorded: Recorded) -> None:
 
 def test_every_logged_request_is_a_row_and_agrees(recorded: Recorded) -> None:
     result = recorded.join()
-    assert not result.problems(), "\n".join(result.problems()[:40])
+    problems = result.problems()
+    assert not problems, "\n".join(problems[:40])
     assert len(result.matched) >= 30  # the workload makes about 40
     # The known exceptions, named and counted: two SASL connections at least (PLAIN from
     # librdkafka, SCRAM from kafka-python), each with its handshake and authenticate.
