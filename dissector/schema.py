@@ -58,6 +58,30 @@ COLUMNS: tuple[Column, ...] = (
     ),
     Column("max_wait_ms", "int", "max_wait_ms of a Fetch/ShareFetch request (long-poll bound)"),
     Column("min_bytes", "int", "min_bytes of a Fetch/ShareFetch request"),
+    Column(
+        "fetch_wait",
+        "str",
+        "empty_poll | data | early: how an answered long poll (Fetch, ShareFetch) ended, "
+        "null for other rows (stats.SERVICE_LATENCY_RULE)",
+    ),
+    Column(
+        "service_ms",
+        "float",
+        "latency without the long-poll wait: latency_ms, less max_wait_ms for an empty "
+        "poll (null when that wait is unknown)",
+    ),
+    Column(
+        "queue_ms",
+        "float",
+        "time the request waited behind earlier requests (and throttles) of its "
+        "connection before the broker read it (stats.QUEUEING_RULE); null without a request",
+    ),
+    Column(
+        "inflight",
+        "int",
+        "earlier requests of the connection still unanswered when this one was sent; "
+        "null without a request",
+    ),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
