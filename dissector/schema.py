@@ -77,6 +77,30 @@ COLUMNS: tuple[Column, ...] = (
     ),
     Column("max_wait_ms", "int", "max_wait_ms of a Fetch/ShareFetch request (long-poll bound)"),
     Column("min_bytes", "int", "min_bytes of a Fetch/ShareFetch request"),
+    Column(
+        "fetch_wait",
+        "str",
+        "empty_poll | data | early: how an answered long poll (Fetch, ShareFetch) ended, "
+        "null for other rows (stats.SERVICE_LATENCY_RULE)",
+    ),
+    Column(
+        "service_ms",
+        "float",
+        "latency without the long-poll wait: latency_ms, less max_wait_ms for an empty "
+        "poll (null when that wait is unknown)",
+    ),
+    Column(
+        "queue_ms",
+        "float",
+        "time the request waited behind earlier requests (and throttles) of its "
+        "connection before the broker read it (stats.QUEUEING_RULE); null without a request",
+    ),
+    Column(
+        "inflight",
+        "int",
+        "earlier requests of the connection still unanswered when this one was sent; "
+        "null without a request",
+    ),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
@@ -138,3 +162,18 @@ def arrow_type(kind: str, *, time_unit: str = "ns", list_item: str = "item") -> 
         return by_kind[kind]
     except KeyError:
         raise ValueError(f"column kind {kind!r} has no Arrow type; add it here") from None
+
+
+# Values of the fetch_wait column and the share of max_wait_ms that makes an empty
+# fetch a long poll that waited (the rule text is analytics.stats.SERVICE_LATENCY_RULE;
+# the native core gets these through the exported model).
+LONG_POLL_WAIT_SHARE = 0.9
+"""An empty fetch that took at least this share of its max_wait_ms waited it out.
+Timers and the network make the measured wait a little shorter or longer than the
+configured one; 90% keeps a poll that ended on its timer apart from one that ended
+early (an error, a new leader, a partition that got data)."""
+
+FETCH_WAIT_EMPTY_POLL = "empty_poll"
+FETCH_WAIT_DATA = "data"
+FETCH_WAIT_EARLY = "early"
+FETCH_WAIT_CLASSES: tuple[str, ...] = (FETCH_WAIT_EMPTY_POLL, FETCH_WAIT_DATA, FETCH_WAIT_EARLY)

@@ -126,6 +126,12 @@ class PairRecord:
     flags: list[str] = field(default_factory=list)
     max_wait_ms: int | None = None
     min_bytes: int | None = None
+    # Derived per connection (the native core's queueing.rs; for records built
+    # otherwise, frame.records_to_frame applies stats' pandas rules).
+    fetch_wait: str | None = None
+    service_ms: float | None = None
+    queue_ms: float | None = None
+    inflight: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

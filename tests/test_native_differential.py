@@ -19,6 +19,7 @@ import pytest
 
 import dissector
 from dissector.accounting import Counters
+from dissector.table.frame import DERIVED_COLUMNS, records_to_frame
 from dissector.schema import COLUMN_NAMES
 from tests.conftest import CAPTURES, SHARED_CAPTURES
 from tests.oracle.pipeline import iter_pairs
@@ -39,7 +40,13 @@ def _captures() -> list[tuple[Path, list[int] | None]]:
 
 def _oracle(path: Path, ports: list[int] | None) -> tuple[list[dict[str, Any]], dict[str, int]]:
     counters = Counters()
-    rows = [r.as_dict() for r in iter_pairs(path, ports=ports, counters=counters)]
+    records = list(iter_pairs(path, ports=ports, counters=counters))
+    # The per-connection columns by stats' pandas rules (SERVICE_LATENCY_RULE,
+    # QUEUEING_RULE) over the Python stages' rows: the oracle of native/src/queueing.rs.
+    derived = records_to_frame(records)[list(DERIVED_COLUMNS)]
+    rows = []
+    for rec, extra in zip(records, derived.to_dict(orient="records"), strict=True):
+        rows.append({**rec.as_dict(), **{k: _plain(v) for k, v in extra.items()}})
     return rows, counters.as_dict()
 
 

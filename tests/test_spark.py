@@ -400,6 +400,19 @@ def test_pairs_equal_pandas(
     assert sorted(good, key=key) == sorted(expected, key=key)
 
 
+@pytest.mark.spark
+def test_long_poll_and_queueing_columns_reach_spark(spark_pairs: list[Row]) -> None:
+    """The core's per-connection columns arrive under the contract's names, filled: the
+    bundled capture has pipelined requests and every fetch_wait class."""
+    mixed = [r for r in spark_pairs if r["capture"].endswith("kafka-4-mixed.pcapng")]
+    assert mixed
+    assert {r["fetch_wait"] for r in mixed} >= {"empty_poll", "data", "early"}
+    assert max(r["inflight"] for r in mixed if r["inflight"] is not None) > 0
+    assert any((r["queue_ms"] or 0) > 0 for r in mixed)
+    answered = [r for r in mixed if r["latency_ms"] is not None and r["fetch_wait"] is None]
+    assert all(r["service_ms"] == r["latency_ms"] for r in answered)
+
+
 def _row_key(r: Row) -> tuple:
     return tuple(repr(r[name]) for name in COLUMN_NAMES)
 

@@ -672,15 +672,14 @@ def test_fetch_wait_without_max_wait_falls_back_to_empty_answers() -> None:
 def test_fetch_wait_uses_max_wait_when_the_frame_has_it() -> None:
     df = records_to_frame(
         [
-            _fetch(503.0, records=0),  # waited out its 500 ms
-            _fetch(451.0, records=0),  # 90.2% of 500: a poll that ended on its timer
-            _fetch(120.0, records=0),  # empty but early: something ended the wait
-            _fetch(510.0, records=4),  # data after waiting: service is the latency
+            _fetch(503.0, records=0, max_wait_ms=500),  # waited out its 500 ms
+            _fetch(451.0, records=0, max_wait_ms=500),  # 90.2% of 500: ended on its timer
+            _fetch(120.0, records=0, max_wait_ms=500),  # empty but early: something ended it
+            _fetch(510.0, records=4, max_wait_ms=500),  # data after waiting: the latency
             _fetch(40.0, records=0),  # max_wait unknown for this one: fallback rule
-            _fetch(8.0, records=0),  # max_wait 0: no wait to subtract
+            _fetch(8.0, records=0, max_wait_ms=0),  # max_wait 0: no wait to subtract
         ]
     )
-    df["max_wait_ms"] = pd.array([500, 500, 500, 500, None, 0], dtype="Int64")
     got = stats.service_latency(df)
     assert list(got["fetch_wait"]) == ["empty_poll", "empty_poll", "early", "data",
                                        "empty_poll", "empty_poll"]  # fmt: skip

@@ -25,7 +25,7 @@ from markupsafe import Markup, escape
 
 # Imported here, not where used: a missing optional dependency (report extra:
 # matplotlib, jinja2) then surfaces as the CLI's clear message, not a traceback.
-from dissector import __version__
+from dissector import __version__, schema
 from dissector.analytics import plots, stats
 from dissector.protocol.notes import GROUP_MEMBERSHIP_APIS, NotingDecoder, note_group_call
 from dissector.protocol.keys import ApiKey
@@ -596,7 +596,7 @@ def _fetch_wait_table(df: pd.DataFrame) -> pd.DataFrame:
         }
     ).dropna(subset=["fetch_wait"])
     rows = []
-    for name in stats.FETCH_WAIT_CLASSES:
+    for name in schema.FETCH_WAIT_CLASSES:
         part = frame[frame["fetch_wait"] == name]
         if part.empty:
             continue

@@ -20,7 +20,16 @@ from dissector.protocol.keys import ApiKey
 
 # Which statuses are errors, and which are unanswered requests: one rule everywhere
 # (CLI table, live view, report, Spark), kept with the status vocabulary.
-from dissector.schema import ERROR_STATUSES, UNANSWERED_STATUSES, Status
+from dissector.schema import (
+    ERROR_STATUSES,
+    FETCH_WAIT_CLASSES,
+    FETCH_WAIT_DATA,
+    FETCH_WAIT_EARLY,
+    FETCH_WAIT_EMPTY_POLL,
+    LONG_POLL_WAIT_SHARE,
+    UNANSWERED_STATUSES,
+    Status,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -788,17 +797,6 @@ min_bytes are available (long polling)."""
 MAX_WAIT_COLUMN = "max_wait_ms"
 """Optional pairs column: the Fetch/ShareFetch request's max_wait_ms. Used when present."""
 
-LONG_POLL_WAIT_SHARE = 0.9
-"""An empty fetch that took at least this share of its max_wait_ms waited it out.
-Timers and the network make the measured wait a little shorter or longer than the
-configured one; 90% keeps a poll that ended on its timer apart from one that ended
-early (an error, a new leader, a partition that got data)."""
-
-FETCH_WAIT_EMPTY_POLL = "empty_poll"
-FETCH_WAIT_DATA = "data"
-FETCH_WAIT_EARLY = "early"
-FETCH_WAIT_CLASSES: tuple[str, ...] = (FETCH_WAIT_EMPTY_POLL, FETCH_WAIT_DATA, FETCH_WAIT_EARLY)
-
 SERVICE_LATENCY_RULE = (
     "Fetch and ShareFetch are long polls: the broker holds the request up to its "
     "max_wait_ms while it has too little data. fetch_wait classifies each answered one: "
@@ -828,9 +826,10 @@ def _max_wait(df: pd.DataFrame) -> pd.Series:
     return wait.where(wait > 0)
 
 
-def fetch_wait(df: pd.DataFrame) -> pd.Series:
-    """Each answered Fetch/ShareFetch's long-poll class (``FETCH_WAIT_CLASSES``), null
-    for every other row. The rule is ``SERVICE_LATENCY_RULE``."""
+def fetch_wait_by_rule(df: pd.DataFrame) -> pd.Series:
+    """``SERVICE_LATENCY_RULE``'s long-poll class in pandas, from the raw columns: the
+    oracle of the native core's ``fetch_wait`` column (and how frames built from
+    records without it get one)."""
     import pandas as pd
 
     latency = as_float(df[LATENCY_COLUMN])
@@ -849,19 +848,46 @@ def fetch_wait(df: pd.DataFrame) -> pd.Series:
     return out
 
 
-def service_latency(df: pd.DataFrame) -> pd.DataFrame:
-    """``fetch_wait`` and ``service_ms`` (float, NaN where unknown) for every row:
-    latency without the long-poll wait (``SERVICE_LATENCY_RULE``). Uses the
-    ``max_wait_ms`` column when the frame has one."""
+def service_latency_by_rule(df: pd.DataFrame) -> pd.DataFrame:
+    """``fetch_wait`` and ``service_ms`` by ``SERVICE_LATENCY_RULE`` in pandas: the
+    oracle of the native core's columns."""
     import pandas as pd
 
-    classes = fetch_wait(df)
+    classes = fetch_wait_by_rule(df)
     latency = as_float(df[LATENCY_COLUMN])
     wait = _max_wait(df)
     poll = classes.eq(FETCH_WAIT_EMPTY_POLL).fillna(False).astype(bool)
     service = latency.copy()
     service[poll] = (latency[poll] - wait[poll]).clip(lower=0.0)
     return pd.DataFrame({"fetch_wait": classes, "service_ms": service}, index=df.index)
+
+
+def _derived(df: pd.DataFrame, names: tuple[str, ...]) -> None:
+    missing = [n for n in names if n not in df.columns]
+    if missing:
+        raise ValueError(
+            f"the pairs frame has no {', '.join(missing)} column: it was written before "
+            "they existed; analyse the capture again (dissector.analyze)"
+        )
+
+
+def fetch_wait(df: pd.DataFrame) -> pd.Series:
+    """Each answered Fetch/ShareFetch's long-poll class (``FETCH_WAIT_CLASSES``), null
+    for every other row: the ``fetch_wait`` column (``SERVICE_LATENCY_RULE``)."""
+    _derived(df, ("fetch_wait",))
+    return df["fetch_wait"].astype("string")
+
+
+def service_latency(df: pd.DataFrame) -> pd.DataFrame:
+    """``fetch_wait`` and ``service_ms`` (float, NaN where unknown) for every row:
+    latency without the long-poll wait (``SERVICE_LATENCY_RULE``), read from the
+    columns the core computed."""
+    import pandas as pd
+
+    _derived(df, ("fetch_wait", "service_ms"))
+    return pd.DataFrame(
+        {"fetch_wait": fetch_wait(df), "service_ms": as_float(df["service_ms"])}, index=df.index
+    )
 
 
 def service_summary(df: pd.DataFrame) -> dict[str, float]:
@@ -895,15 +921,33 @@ QUEUEING_RULE = (
     "a request is in flight, and for throttle_ms more after a throttled response. "
     "queue_ms is how long a request waited behind earlier requests of its connection: "
     "max(0, latest earlier response_time + that response's throttle_ms - request_time), "
-    "over the connection's earlier requests (responses whose request precedes the capture "
-    "count as earlier). inflight is how many earlier requests of the connection had no "
-    "response yet when it was sent (one never answered stays in flight; Produce with "
-    "acks=0 expects none and never is). Both are null for rows without a request."
+    "over the connection's earlier requests, in the order they were sent (a response whose "
+    "request is not in the capture counts as earlier than the requests answered after it "
+    "arrived, as Kafka answers in order). inflight is how many earlier requests of the "
+    "connection had no response yet when it was sent (one never answered stays in flight; "
+    "Produce with acks=0 expects none and never is). Both are null for rows without a "
+    "request."
 )
 
 
 def queueing(df: pd.DataFrame) -> pd.DataFrame:
-    """``queue_ms`` (float) and ``inflight`` (Int64) per row, see ``QUEUEING_RULE``."""
+    """``queue_ms`` (float) and ``inflight`` (Int64) per row (``QUEUEING_RULE``), read
+    from the columns the core computed."""
+    import pandas as pd
+
+    _derived(df, ("queue_ms", "inflight"))
+    return pd.DataFrame(
+        {"queue_ms": as_float(df["queue_ms"]), "inflight": df["inflight"].astype("Int64")},
+        index=df.index,
+    )
+
+
+def queueing_by_rule(df: pd.DataFrame) -> pd.DataFrame:
+    """``queue_ms`` (float) and ``inflight`` (Int64) by ``QUEUEING_RULE`` in pandas: the
+    oracle of the native core's columns. A response without a request is taken before
+    the first request whose turn comes after it arrived: a request's turn is when it and
+    every earlier request of the connection were settled (answered; sent, for those that
+    expect no answer; never, for unanswered ones)."""
     import heapq
 
     import numpy as np
@@ -916,11 +960,13 @@ def queueing(df: pd.DataFrame) -> pd.DataFrame:
     req_ns = _ns_since(request, origin)
     resp_ns = _ns_since(df["response_time"], origin)
     throttle_ns = (as_float(df["throttle_ms"]).fillna(0.0).clip(lower=0.0) * 1e6).to_numpy()
-    no_answer_expected = df["status"].isin((Status.NO_RESPONSE.value,)).fillna(False)
-    waits_for_answer = ~no_answer_expected.to_numpy(dtype=bool)
-    # Requests in time order per connection; responses to requests sent before the
-    # capture started (no request_time) go first: they were ahead in the queue.
-    order = pd.DataFrame(
+    waits_for_answer = ~df["status"].isin((Status.NO_RESPONSE.value,)).fillna(False).to_numpy(dtype=bool)
+    status = df["status"]
+    settles_when_sent = status.isin((Status.NO_RESPONSE.value, Status.MALFORMED.value)).fillna(False).to_numpy(dtype=bool)
+    settled = np.where(
+        ~np.isnan(resp_ns), resp_ns, np.where(settles_when_sent, req_ns, math.inf)
+    )
+    frame = pd.DataFrame(
         {
             "capture": df["capture"].astype("object").fillna(""),
             "stream": df["stream"].astype("Float64").astype("float64").fillna(-1.0),
@@ -929,8 +975,19 @@ def queueing(df: pd.DataFrame) -> pd.DataFrame:
             # Requests completed in the same instant: the client numbered them in order.
             "corr": as_float(df["correlation_id"]).to_numpy(),
             "pos": np.arange(len(df)),
+            "turn": np.where(has_request, settled, resp_ns),
         }
-    ).sort_values(["capture", "stream", "pre", "t", "corr", "pos"], kind="stable")
+    )
+    # Requests in the order they were sent; each one's turn is the latest settling of
+    # it and the requests before it. Responses without a request go by arrival.
+    sent_order = frame[frame["pre"]].sort_values(
+        ["capture", "stream", "t", "corr", "pos"], kind="stable"
+    )
+    turns = sent_order.groupby(["capture", "stream"], sort=False)["turn"].cummax()
+    frame.loc[turns.index, "turn"] = turns
+    order = frame.sort_values(
+        ["capture", "stream", "turn", "pre", "t", "corr", "pos"], kind="stable"
+    )
     queue = np.full(len(df), np.nan)
     inflight = np.full(len(df), -1, dtype=np.int64)
     connection: tuple[object, float] | None = None

@@ -45,6 +45,28 @@ EXTRACTS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("min_bytes", REQUEST, _LONG_POLLS, "min_bytes"),
 )
 
+# Long polls (issue #13 §1): a request whose layout fills this extract column is one the
+# broker may hold up to that many ms; the fetch_wait/service_ms columns follow
+# stats.SERVICE_LATENCY_RULE. (The disk cache is keyed by this file, not schema.py: a new
+# wait share there needs KAFKA_DISSECTOR_CACHE=off or a cache clear to reach the core.)
+LONG_POLL_COLUMN = "max_wait_ms"
+
+
+def _long_poll() -> dict[str, Any]:
+    from dissector import schema
+
+    return {
+        "column": LONG_POLL_COLUMN,
+        "wait_share": schema.LONG_POLL_WAIT_SHARE,
+        "failed_statuses": list(schema.ERROR_STATUSES),
+        "classes": {
+            "empty_poll": schema.FETCH_WAIT_EMPTY_POLL,
+            "data": schema.FETCH_WAIT_DATA,
+            "early": schema.FETCH_WAIT_EARLY,
+        },
+    }
+
+
 # Role bits of one field, as summary.py reads it. Rust keeps the same numbering.
 ROLE_VISIT = 1 << 0  # the summary may read this field or something inside it
 ROLE_ERROR = 1 << 1  # an integer named like an error code
@@ -277,6 +299,7 @@ def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
             }
             for column, direction, api_names, field_name in EXTRACTS
         ],
+        "long_poll": _long_poll(),
         "layouts": [_layout(x) for x in layouts],
     }
 

@@ -56,6 +56,7 @@ pub struct CorrelationConfig {
 }
 
 struct Open {
+    seq: u64,
     frame: KafkaFrame,
     api_key: i16,
     api_version: i16,
@@ -113,7 +114,9 @@ struct Conn {
     non_kafka: bool,
     sasl_handshake_ids: HashSet<i32>,
     sasl_raw: bool,
-    sasl_token: Option<KafkaFrame>,
+    sasl_token: Option<(KafkaFrame, u64)>,
+    /// Requests seen so far: the next one's `Exchange::seq`.
+    next_seq: u64,
     /// Responses whose request is not open (yet), with their correlation id.
     early: VecDeque<(i32, KafkaFrame)>,
     early_bytes: usize,
@@ -169,6 +172,7 @@ impl Correlator {
                 sasl_handshake_ids: HashSet::new(),
                 sasl_raw: false,
                 sasl_token: None,
+                next_seq: 0,
                 early: VecDeque::new(),
                 early_bytes: 0,
             },
@@ -202,8 +206,8 @@ impl Correlator {
         while let Some((corr, req)) = conn.pending.pop_oldest() {
             out.push(unanswered(&conn, corr, req, None));
         }
-        if let Some(token) = conn.sasl_token.take() {
-            out.push(sasl(&conn, token, None));
+        if let Some((token, seq)) = conn.sasl_token.take() {
+            out.push(sasl(&conn, token, seq, None));
         }
     }
 
@@ -310,10 +314,12 @@ fn on_request(
     let versions = ctx.versions;
     if conn.sasl_raw {
         if !is_plausible_request(&f.payload, versions) {
-            return raw_token(conn, f, counters, out);
+            let seq = take_seq(conn);
+            return raw_token(conn, f, seq, counters, out);
         }
         conn.sasl_raw = false;
     }
+    let seq = take_seq(conn);
     let Some(start) = peek_request(&f.payload, versions) else {
         counters.inc("malformed_requests");
         out.push(Exchange {
@@ -328,6 +334,7 @@ fn on_request(
             correlation_id: None,
             client_id: None,
             note: Some("request_header_truncated".to_owned()),
+            seq: Some(seq),
         });
         return;
     };
@@ -367,6 +374,7 @@ fn on_request(
             correlation_id: Some(corr),
             client_id: start.client_id,
             note: None,
+            seq: Some(seq),
         });
         return;
     }
@@ -374,6 +382,7 @@ fn on_request(
         conn.sasl_handshake_ids.insert(corr);
     }
     let open = Open {
+        seq,
         frame: f,
         api_key: start.api_key,
         api_version: start.api_version,
@@ -419,8 +428,8 @@ fn acks(
 }
 
 fn on_response(conn: &mut Conn, f: KafkaFrame, counters: &mut Counters, out: &mut Vec<Exchange>) {
-    if let Some(token) = conn.sasl_token.take() {
-        out.push(sasl(conn, token, Some(f)));
+    if let Some((token, seq)) = conn.sasl_token.take() {
+        out.push(sasl(conn, token, seq, Some(f)));
         return;
     }
     let corr = peek_correlation_id(&f.payload);
@@ -520,11 +529,24 @@ fn release_early_while(
     }
 }
 
-fn raw_token(conn: &mut Conn, f: KafkaFrame, counters: &mut Counters, out: &mut Vec<Exchange>) {
-    if let Some(prev) = conn.sasl_token.take() {
-        out.push(sasl(conn, prev, None));
+/// The next request's position on its connection (`Exchange::seq`).
+fn take_seq(conn: &mut Conn) -> u64 {
+    let seq = conn.next_seq;
+    conn.next_seq += 1;
+    seq
+}
+
+fn raw_token(
+    conn: &mut Conn,
+    f: KafkaFrame,
+    seq: u64,
+    counters: &mut Counters,
+    out: &mut Vec<Exchange>,
+) {
+    if let Some((prev, prev_seq)) = conn.sasl_token.take() {
+        out.push(sasl(conn, prev, prev_seq, None));
     }
-    conn.sasl_token = Some(f);
+    conn.sasl_token = Some((f, seq));
     counters.inc("sasl_raw_tokens");
 }
 
@@ -545,6 +567,7 @@ fn answer(conn: &mut Conn, corr: i32, req: Open, f: KafkaFrame) -> Exchange {
         correlation_id: Some(corr),
         client_id: req.client_id,
         note: None,
+        seq: Some(req.seq),
     }
 }
 
@@ -561,10 +584,11 @@ fn orphan(conn: &Conn, f: KafkaFrame, corr: Option<i32>) -> Exchange {
         correlation_id: corr,
         client_id: None,
         note: None,
+        seq: None,
     }
 }
 
-fn sasl(conn: &Conn, token: KafkaFrame, answer: Option<KafkaFrame>) -> Exchange {
+fn sasl(conn: &Conn, token: KafkaFrame, seq: u64, answer: Option<KafkaFrame>) -> Exchange {
     Exchange {
         stream: conn.stream,
         client: conn.client(),
@@ -577,6 +601,7 @@ fn sasl(conn: &Conn, token: KafkaFrame, answer: Option<KafkaFrame>) -> Exchange 
         correlation_id: None,
         client_id: None,
         note: None,
+        seq: Some(seq),
     }
 }
 
@@ -593,5 +618,6 @@ fn unanswered(conn: &Conn, corr: i32, req: Open, note: Option<&str>) -> Exchange
         correlation_id: Some(corr),
         client_id: req.client_id,
         note: note.map(str::to_owned),
+        seq: Some(req.seq),
     }
 }

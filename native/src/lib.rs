@@ -8,6 +8,7 @@ pub mod correlate;
 pub mod framing;
 pub mod header;
 pub mod model;
+pub mod queueing;
 pub mod records;
 pub mod rows;
 pub mod session;

@@ -252,6 +252,7 @@ pub struct Model {
     pub specless_max_version: i16,
     pub fallback: Fallback,
     pub extracts: Vec<Extract>,
+    pub long_poll: Option<LongPoll>,
     /// Record-batch errors listed in one pair's decode_error before a count (None: all).
     pub max_record_errors_listed: Option<usize>,
 }
@@ -275,7 +276,27 @@ struct JModel {
     #[serde(default)]
     max_record_errors_listed: Option<usize>,
     extracts: Vec<JExtract>,
+    #[serde(default)]
+    long_poll: Option<LongPoll>,
     layouts: Vec<JLayout>,
+}
+
+/// How the long-poll columns are told apart (`export._long_poll`, the rule is
+/// `stats.SERVICE_LATENCY_RULE`): which extract column holds a request's long-poll
+/// bound, the share of it an empty answer must have waited, and the class names.
+#[derive(Debug, Clone, Deserialize)]
+pub struct LongPoll {
+    pub column: String,
+    pub wait_share: f64,
+    pub failed_statuses: Vec<String>,
+    pub classes: LongPollClasses,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct LongPollClasses {
+    pub empty_poll: String,
+    pub data: String,
+    pub early: String,
 }
 
 #[derive(Deserialize)]
@@ -540,6 +561,7 @@ impl Model {
                 version: j.unsupported_version_fallback.version,
             },
             extracts,
+            long_poll: j.long_poll,
             max_record_errors_listed: j.max_record_errors_listed,
         };
         model.bind_extracts()?;

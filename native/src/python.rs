@@ -18,6 +18,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::capture::{decode_link, open_path, PacketReader};
 use crate::model::Model as SpecModel;
+use crate::queueing::{LongPollRule, Queued, Queueing, Timing};
 use crate::records::Budget;
 use crate::rows::{Dict, DictList, Nullable, RowBuilder, SummaryColumns};
 use crate::session::{Session, SessionConfig};
@@ -71,6 +72,22 @@ pub struct Analyzer {
     topics: TopicNames,
     capture_budget_left: u64,
     tls: Vec<(String, u32)>,
+    queueing: Queueing<HeldRow>,
+    ready: Vec<(HeldRow, Queued)>, // scratch: held rows whose turn came
+}
+
+/// A row waiting for the earlier requests of its connection (`queueing`): its exchange
+/// without payload bytes (the sizes are kept) and its summary.
+struct HeldRow {
+    ex: Exchange,
+    api_name: Option<String>,
+    columns: Option<SummaryColumns>,
+    sizes: (Option<i64>, Option<i64>),
+}
+
+/// A frame without its bytes: what a held row still needs (times, flags).
+fn without_payload(f: &KafkaFrame) -> KafkaFrame {
+    KafkaFrame { payload: Vec::new(), ..*f }
 }
 
 #[pymethods]
@@ -102,6 +119,8 @@ impl Analyzer {
             produce_key: m.produce_key,
         };
         let extracts = m.extracts.len();
+        let mut rows = RowBuilder::new(extracts);
+        rows.long_poll = LongPollRule::from_model(&m);
         Analyzer {
             model: m,
             opts: RunOptions { session, frame_budget, capture_budget },
@@ -109,7 +128,7 @@ impl Analyzer {
             exchanges_mode: exchanges,
             keep_keys,
             counters: Counters::default(),
-            rows: RowBuilder::new(extracts),
+            rows,
             exchanges: Vec::new(),
             capture: String::new(),
             source: std::sync::Mutex::new(None),
@@ -117,6 +136,8 @@ impl Analyzer {
             topics: TopicNames::default(),
             capture_budget_left: capture_budget,
             tls: Vec::new(),
+            queueing: Queueing::default(),
+            ready: Vec::new(),
         }
     }
 
@@ -275,6 +296,10 @@ impl Analyzer {
         put_i64(py, &out, "throttle_ms", &r.throttle_ms)?;
         put_dict(py, &out, "decode_error", &r.decode_error)?;
         put_list(py, &out, "flags", &r.flags)?;
+        put_dict(py, &out, "fetch_wait", &r.fetch_wait)?;
+        put_f64(py, &out, "service_ms", &r.service_ms)?;
+        put_f64(py, &out, "queue_ms", &r.queue_ms)?;
+        put_i64(py, &out, "inflight", &r.inflight)?;
         for (e, col) in self.model.extracts.iter().zip(&r.extracts) {
             put_i64(py, &out, &e.column, col)?;
         }
@@ -337,12 +362,17 @@ impl Analyzer {
         self.capture = name;
         *self.source_mut() = Some(source);
         self.session = Some(Session::new(self.opts.session.clone(), self.model.clone()));
-        // Captures are independent: topic ids and budgets start afresh.
+        // Captures are independent: topic ids, budgets and queues start afresh.
         self.topics = TopicNames::default();
+        self.queueing = Queueing::default();
         self.capture_budget_left = self.opts.capture_budget;
     }
 
     fn end_capture(&mut self) {
+        // Rows still waiting for an earlier request that never came: taken as they are.
+        for stream in self.queueing.held_streams() {
+            self.take_held(stream, true);
+        }
         if let Some(session) = self.session.take() {
             self.tls.extend(session.tls_streams().iter().map(|s| (self.capture.clone(), *s)));
         }
@@ -374,7 +404,7 @@ impl Analyzer {
     fn row(&mut self, ex: &Exchange) -> PyResult<()> {
         let (Some(key), Some(version)) = (ex.api_key, ex.api_version) else {
             let name = if ex.kind == ExchangeKind::SaslToken { Some(crate::rows::SASL_TOKEN_API_NAME) } else { None };
-            self.rows.push(&self.capture, ex, name, None);
+            self.emit(ex, name.map(str::to_owned), None);
             return Ok(());
         };
         let request = ex.request.as_ref().map(|f| f.payload.as_slice());
@@ -407,8 +437,54 @@ impl Analyzer {
             }
         };
         let name = self.model.api_name(key);
-        self.rows.push(&self.capture, ex, Some(&name), Some(&columns));
+        self.emit(ex, Some(name), Some(columns));
         Ok(())
+    }
+
+    /// Build the row now when every earlier request of its connection was, else hold it
+    /// (`queueing`); then the held rows whose turn came.
+    fn emit(&mut self, ex: &Exchange, api_name: Option<String>, columns: Option<SummaryColumns>) {
+        let timing = Timing {
+            request: ex.request.as_ref().map(|f| f.last_ts_ns),
+            response: ex.response.as_ref().map(|f| f.last_ts_ns),
+            throttle_ms: columns.as_ref().and_then(|c| c.throttle_ms),
+            waits: ex.kind != ExchangeKind::NoResponse,
+        };
+        match ex.seq {
+            Some(seq) if !self.queueing.ready(ex.stream, ex.seq) => {
+                let held = HeldRow {
+                    ex: Exchange {
+                        request: ex.request.as_ref().map(without_payload),
+                        response: ex.response.as_ref().map(without_payload),
+                        client_id: ex.client_id.clone(),
+                        note: ex.note.clone(),
+                        ..*ex
+                    },
+                    api_name,
+                    columns,
+                    sizes: (
+                        ex.request.as_ref().map(|f| f.wire_size() as i64),
+                        ex.response.as_ref().map(|f| f.wire_size() as i64),
+                    ),
+                };
+                self.queueing.hold(ex.stream, seq, timing, held);
+            }
+            _ => {
+                let q = self.queueing.take(ex.stream, ex.seq, &timing);
+                self.rows.push(&self.capture, ex, api_name.as_deref(), columns.as_ref(), q);
+            }
+        }
+        self.take_held(ex.stream, false);
+    }
+
+    fn take_held(&mut self, stream: u32, all: bool) {
+        let mut ready = std::mem::take(&mut self.ready);
+        self.queueing.drain(stream, all, &mut ready);
+        for (h, q) in ready.drain(..) {
+            self.rows.push(&self.capture, &h.ex, h.api_name.as_deref(), h.columns.as_ref(), q);
+            self.rows.set_last_sizes(h.sizes.0, h.sizes.1);
+        }
+        self.ready = ready;
     }
 
     /// The Python decoder's summary of one pair: the rare path (malformed bodies,

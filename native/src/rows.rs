@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 
+use crate::queueing::{LongPollRule, PollInput, Queued};
 use crate::types::{Exchange, ExchangeKind, Ts};
 
 /// Values of one nullable column.
@@ -158,6 +159,12 @@ pub struct RowBuilder {
     pub decode_error: Dict,
     pub flags: DictList,
     pub extracts: Vec<Nullable<i64>>,
+    pub fetch_wait: Dict,
+    pub service_ms: Nullable<f64>,
+    pub queue_ms: Nullable<f64>,
+    pub inflight: Nullable<i64>,
+    /// The fetch_wait/service_ms rule; None (a model without it): latency as service.
+    pub long_poll: Option<LongPollRule>,
     pub len: usize,
 }
 
@@ -207,6 +214,7 @@ impl RowBuilder {
         ex: &Exchange,
         api_name: Option<&str>,
         summary: Option<&SummaryColumns>,
+        queued: Queued,
     ) {
         let req_done = ex.request.as_ref().map(|f| f.last_ts_ns);
         let (latency, first_byte) = match (&ex.response, req_done) {
@@ -288,7 +296,31 @@ impl RowBuilder {
         }
         self.status.push(Some(status));
         self.flags.push(flags);
+        let (class, service) = match &self.long_poll {
+            Some(rule) => rule.classify(&PollInput {
+                api_key: ex.api_key.map(i64::from),
+                latency_ms: latency,
+                records: summary.and_then(|s| s.records),
+                record_bytes: summary.and_then(|s| s.record_bytes),
+                extracts: summary.map_or(&[], |s| s.extracts.as_slice()),
+                status,
+            }),
+            None => (None, latency),
+        };
+        self.fetch_wait.push(class);
+        self.service_ms.push(service);
+        self.queue_ms.push(queued.queue_ms);
+        self.inflight.push(queued.inflight);
         self.len += 1;
+    }
+
+    /// Sizes of the last row pushed, for a row whose frames were emptied while it waited
+    /// for its turn (`queueing`).
+    pub fn set_last_sizes(&mut self, request: Option<i64>, response: Option<i64>) {
+        if let (Some(r), Some(s)) = (self.request_size.values.last_mut(), self.response_size.values.last_mut()) {
+            *r = request.unwrap_or_default();
+            *s = response.unwrap_or_default();
+        }
     }
 
     pub fn clear(&mut self) {
@@ -324,6 +356,10 @@ impl RowBuilder {
         for col in &mut self.extracts {
             col.clear();
         }
+        self.fetch_wait.clear();
+        self.service_ms.clear();
+        self.queue_ms.clear();
+        self.inflight.clear();
         self.len = 0;
     }
 }

@@ -208,6 +208,10 @@ pub struct Exchange {
     pub correlation_id: Option<i32>,
     pub client_id: Option<String>,
     pub note: Option<String>,
+    /// Position of the request among the requests of its connection, in the order they
+    /// were sent (None for a response without a request): the queueing columns are
+    /// computed in this order (`queueing.rs`).
+    pub seq: Option<u64>,
 }
 
 /// Versions are int16 on the wire but no API has come near this many.
