@@ -120,6 +120,7 @@ class _Fallback:
             s.decode_error,
             bool(s.decode_error) and _is_fatal(request, response),
             extracts,
+            s.assumed_version,
         )
 
 
@@ -153,7 +154,18 @@ def new_analyzer(
 
 
 def open_capture(analyzer: Any, path: str) -> None:
-    """Start a capture file; a file that is not a capture raises ``CaptureError``."""
+    """Start a capture file (or ``options.CaptureBytes``); a file that is not a capture
+    raises ``CaptureError``."""
+    from .options import CaptureBytes
+
+    if isinstance(path, CaptureBytes):
+        try:
+            analyzer.open_bytes(path.name, bytes(path.data))
+        except ValueError as exc:
+            from .capture import CaptureError
+
+            raise CaptureError(f"{path.name}: {exc}") from None
+        return
     try:
         analyzer.open_path(path, path)
     except OSError as exc:

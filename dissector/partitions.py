@@ -154,6 +154,7 @@ def decoded_exchanges(
     """
     from .core import iter_exchanges
     from .options import Options, capture_paths
+    from .protocol.decode import settle_assumed
 
     decoder = decoder_for_specs(specs)
     counts = counters if counters is not None else Counter()
@@ -178,6 +179,7 @@ def decoded_exchanges(
             response = decoder.decode_response(
                 ex.response.payload, ex.api_key, ex.api_version, records=api in expand
             )
+            settle_assumed(request, response)  # a newer version: both sides or neither
             if response.error is None:
                 names.learn(ex.api_key, response.body)
         if not wanted:

@@ -1095,6 +1095,7 @@ def analyze(
     from . import protocol
     from .capture import CaptureError
     from .options import Options
+    from .protocol.decode import settle_assumed
 
     decoder = NotingDecoder(protocol)
     sources = [str(p) for p in paths]
@@ -1110,6 +1111,7 @@ def analyze(
             if ex.response is not None
             else None
         )
+        settle_assumed(request, response)  # a version newer than the specs: both or neither
         if ex.api_key in GROUP_MEMBERSHIP_APIS:
             note_group_call(
                 decoder.groups, ex.api_key, protocol.api_name(ex.api_key), request, response

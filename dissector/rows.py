@@ -72,6 +72,7 @@ class PairRecord:
     flags: list[str] = field(default_factory=list)
     max_wait_ms: int | None = None
     min_bytes: int | None = None
+    assumed_version: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -157,6 +158,7 @@ def build_record(capture: str, ex: Exchange, decoder: Decoder, topics: Any) -> P
     rec.record_bytes = s.record_bytes
     rec.compression = s.compression
     rec.throttle_ms = s.throttle_ms
+    rec.assumed_version = s.assumed_version
     rec.decode_error = _join(rec.decode_error, ex.note, s.decode_error)
     if s.decode_error and _is_fatal(request, response):
         rec.status = "malformed"

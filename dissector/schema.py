@@ -58,6 +58,12 @@ COLUMNS: tuple[Column, ...] = (
     ),
     Column("max_wait_ms", "int", "max_wait_ms of a Fetch/ShareFetch request (long-poll bound)"),
     Column("min_bytes", "int", "min_bytes of a Fetch/ShareFetch request"),
+    Column(
+        "assumed_version",
+        "int",
+        "for a version newer than the specs: the newest known version whose layout "
+        "decoded both bodies exactly (decode.ASSUMED_VERSION_RULE), else null",
+    ),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

@@ -32,6 +32,7 @@ import click
 
 from dissector.options import Options
 from dissector.sparkfleet.aggregate import DEFAULT_TOP, DEFAULT_WINDOW, summaries
+from dissector.sparkfleet.analytics import ANALYTICS_TABLES, load_analytics, parse_tables
 from dissector.sparkfleet.read import (
     DEFAULT_GLOB,
     ONE_FILE_PER_TASK_CONF,
@@ -67,6 +68,8 @@ JOB_CONF: dict[str, str] = {
 
 # Tables with the pairs' columns: written by the tasks with frame's Parquet writer.
 PAIRS_SHAPED = ("pairs", "unanswered_requests")
+# Tables that keep one file per capture task (the others are small: one file).
+PER_TASK = (*PAIRS_SHAPED, *ANALYTICS_TABLES)
 
 PYTHON_ENV = "PYSPARK_PYTHON"
 PYTHON_CONF = "spark.pyspark.python"
@@ -232,14 +235,18 @@ def run_job(
     glob: str | None = DEFAULT_GLOB,
     skip_missing: bool = False,
     mode: str = "overwrite",
+    analytics: Iterable[str] = ANALYTICS_TABLES,
 ) -> JobReport:
-    """Decode the captures once; write pairs, captures and the summaries as Parquet.
+    """Decode the captures once; write pairs, captures and the summaries as Parquet,
+    and the ``analytics`` tables (partitions, groups, versions: a second pass over
+    each capture, by the full decoder; ``()`` skips it).
 
     ``out_dir`` None computes everything without writing (the CLI then prints).
     The pairs-shaped tables go through ``dissector.frame``'s Parquet writer (same
     schema and dtypes as ``analyze -o``) wherever pyarrow can write ``out_dir``.
     """
     started = time.monotonic()
+    paths = list(paths)
     # Also in a session built elsewhere: Parquet times must be UTC microseconds.
     key = "spark.sql.parquet.outputTimestampType"
     spark.conf.set(key, JOB_CONF[key])
@@ -251,9 +258,20 @@ def run_job(
         glob=glob,
         skip_missing=skip_missing,
     )
+    extra = None
     try:
         tables = {"pairs": fleet.pairs, "captures": fleet.captures}
         tables.update(summaries(fleet.pairs, window=window, top=top))
+        extra = load_analytics(
+            spark,
+            paths,
+            tuple(analytics),
+            options=options,
+            recursive=recursive,
+            glob=glob,
+            skip_missing=skip_missing,
+        )
+        tables.update(extra.tables)
         report = collect_report(fleet)
         report.missing = list(fleet.missing)
         ours = out_dir is not None and mode in ("overwrite", "append")
@@ -267,12 +285,14 @@ def run_job(
                 write_pairs(df, where, mode=mode)
             else:
                 # The pairs keep one file per capture task; the summaries are small.
-                target = df if name in PAIRS_SHAPED else df.coalesce(1)
+                target = df if name in PER_TASK else df.coalesce(1)
                 target.write.mode(mode).parquet(where)
             # Read back by Spark: counts what a reader gets, and proves Spark reads it.
             report.tables[name] = spark.read.parquet(where).count()
     finally:
         fleet.unpersist()
+        if extra is not None:
+            extra.unpersist()
     report.seconds = time.monotonic() - started
     return report
 
@@ -370,6 +390,15 @@ def _check_all_failed(report: JobReport) -> None:
     is_flag=True,
     help="skip paths and globs that match nothing (listed on stderr) instead of failing",
 )
+@click.option(
+    "--analytics",
+    "analytics",
+    default="all",
+    show_default=True,
+    help="analytics tables to write besides the pairs and summaries: comma-separated "
+    f"{', '.join(ANALYTICS_TABLES)}, or all, or none (each capture is read once more and "
+    "its exchanges decoded in full)",
+)
 @click.option("--conf", "confs", multiple=True, help="extra Spark setting KEY=VALUE (repeatable)")
 @click.option("-v", "--verbose", is_flag=True, help="Spark's own log (WARN) and progress bars")
 def spark_command(
@@ -382,15 +411,17 @@ def spark_command(
     recursive: bool,
     glob: str,
     skip_missing: bool,
+    analytics: str,
     confs: tuple[str, ...],
     verbose: bool,
 ) -> None:
     """Decode PATHS (capture files, directories or globs on any Hadoop path) on Spark.
 
     Writes to OUT_DIR: pairs/ (the pairs DataFrame contract, one row per pair),
-    captures/ (one row per capture: failed?, error, counters) and summary tables:
-    latency percentiles per API/version, broker, client_id and topic, error rates,
-    top errors, unanswered requests and throughput per time window.
+    captures/ (one row per capture: failed?, error, counters), summary tables
+    (latency percentiles per API/version, broker, client_id and topic, error rates,
+    top errors, unanswered requests and throughput per time window) and the analytics
+    tables partitions/, groups/ and versions/ (see --analytics).
     """
     from dissector.cli import parse_ports
 
@@ -403,8 +434,12 @@ def spark_command(
             "the spark command needs pyspark: pip install 'kafka-dissector[spark]' (and Java 17+)"
         ) from exc
 
+    try:
+        tables = parse_tables(analytics)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--analytics") from None
     options = Options(ports=parse_ports(ports))
-    job = _Job(options, window, top, recursive, glob or None, skip_missing)
+    job = _Job(options, window, top, recursive, glob or None, skip_missing, tables)
     with warnings.catch_warnings():
         if not verbose:
             # PySpark warns on every pandas conversion about pandas versions it has not
@@ -430,6 +465,7 @@ class _Job:
     recursive: bool
     glob: str | None
     skip_missing: bool
+    analytics: tuple[str, ...] = ANALYTICS_TABLES
 
 
 def _run(spark: SparkSession, paths: tuple[str, ...], out_dir: str | None, job: _Job) -> None:
@@ -450,6 +486,7 @@ def _run(spark: SparkSession, paths: tuple[str, ...], out_dir: str | None, job: 
             recursive=job.recursive,
             glob=job.glob,
             skip_missing=job.skip_missing,
+            analytics=job.analytics,
         )
         _echo_report(report, out_dir)
         _check_all_failed(report)

@@ -275,6 +275,7 @@ impl Analyzer {
         put_i64(py, &out, "throttle_ms", &r.throttle_ms)?;
         put_dict(py, &out, "decode_error", &r.decode_error)?;
         put_list(py, &out, "flags", &r.flags)?;
+        put_i64(py, &out, "assumed_version", &r.assumed_version)?;
         for (e, col) in self.model.extracts.iter().zip(&r.extracts) {
             put_i64(py, &out, &e.column, col)?;
         }
@@ -404,8 +405,12 @@ impl Analyzer {
                 decode_error: s.decode_error,
                 fatal: s.fatal,
                 extracts: s.extracts,
+                assumed_version: s.assumed_version,
             }
         };
+        if columns.assumed_version.is_some() {
+            self.counters.inc("assumed_version_pairs");
+        }
         let name = self.model.api_name(key);
         self.rows.push(&self.capture, ex, Some(&name), Some(&columns));
         Ok(())
@@ -445,6 +450,7 @@ impl Analyzer {
             decode_error: t.get_item(9)?.extract()?,
             fatal: t.get_item(10)?.extract()?,
             extracts: t.get_item(11)?.extract()?,
+            assumed_version: t.get_item(12)?.extract()?,
         })
         })
     }

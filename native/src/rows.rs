@@ -124,6 +124,8 @@ pub struct SummaryColumns {
     /// The decode failure makes the frame unreadable (status becomes malformed).
     pub fatal: bool,
     pub extracts: Vec<Option<i64>>,
+    /// The layout version a pair newer than the specs was decoded with.
+    pub assumed_version: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -158,6 +160,7 @@ pub struct RowBuilder {
     pub decode_error: Dict,
     pub flags: DictList,
     pub extracts: Vec<Nullable<i64>>,
+    pub assumed_version: Nullable<i64>,
     pub len: usize,
 }
 
@@ -262,6 +265,7 @@ impl RowBuilder {
                 for col in &mut self.extracts {
                     col.push(None);
                 }
+                self.assumed_version.push(None);
             }
             Some(s) => {
                 if s.decode_error.is_some() && s.fatal {
@@ -284,6 +288,7 @@ impl RowBuilder {
                 for (i, col) in self.extracts.iter_mut().enumerate() {
                     col.push(s.extracts.get(i).copied().flatten());
                 }
+                self.assumed_version.push(s.assumed_version);
             }
         }
         self.status.push(Some(status));
@@ -324,6 +329,7 @@ impl RowBuilder {
         for col in &mut self.extracts {
             col.clear();
         }
+        self.assumed_version.clear();
         self.len = 0;
     }
 }
