@@ -869,12 +869,15 @@ pub fn summarize(
     // A side decoded by an assumed layout must decode cleanly and exactly, else the
     // pair is deferred (any stop defers) and Python keeps it unsupported_version.
     let mut assumed: Option<i16> = None;
-    // The response first: Python learns topic ids from it before scanning either side.
+    let (mut learn, mut req_failed) = (false, false);
+    // The response first: Python learns topic ids from it before scanning either side
+    // (learnt after the request's walk: ids only resolve in `combine`).
     if let Some(buf) = response {
         match response_start(model, buf, api_key, api_version) {
             Err(s) => stop = Some(s),
             Ok((layout, start)) => {
-                if is_assumed(model, layout, api_key, api_version) {
+                let resp_assumed = is_assumed(model, layout, api_key, api_version);
+                if resp_assumed {
                     assumed = Some(layout.version);
                 }
                 let scan = &mut resp_scan;
@@ -888,18 +891,19 @@ pub fn summarize(
                     counters,
                     &mut extracts,
                 );
-                if clean && model.is_id_source(api_key) {
-                    for (id, name) in resp_scan.learned.drain(..) {
-                        topics.learn(id, name, counters);
-                    }
-                }
+                // Python learns from a response it decoded without error; by an assumed
+                // layout only if it fits exactly, and the request too (settle_assumed).
+                learn = clean && model.is_id_source(api_key) && !(resp_assumed && s.is_some());
                 stop = s;
             }
         }
     }
     if let Some(buf) = request {
         match request_start(model, buf) {
-            Err(s) => stop = stop.or(Some(s)),
+            Err(s) => {
+                req_failed = true;
+                stop = stop.or(Some(s));
+            }
             Ok((layout, start)) => {
                 if is_assumed(model, layout, api_key, api_version) {
                     assumed = Some(layout.version);
@@ -915,8 +919,14 @@ pub fn summarize(
                     counters,
                     &mut extracts,
                 );
+                req_failed = s.is_some();
                 stop = stop.or(s);
             }
+        }
+    }
+    if learn && !(assumed.is_some() && req_failed) {
+        for (id, name) in resp_scan.learned.drain(..) {
+            topics.learn(id, name, counters);
         }
     }
     if let Some(s) = stop {
