@@ -204,3 +204,26 @@ def test_decode_command_marks_assumed_sides(tmp_path: Path) -> None:
     assert item["summary"]["assumed_version"] == 4
     assert item["request"]["header"]["request_api_version"] == 6
     assert item["response"]["body"] == pdecode.decode_response(response, API_VERSIONS, 4).body
+
+
+def test_cli_table_counts_assumed_rows_apart_from_unsupported() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "analyze", str(CAPTURE)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(line for line in lines if "assumed" in line and "┃" in line)
+    cells = [c.strip() for c in header.strip("┃").split("┃")]
+    rows = {}
+    for line in lines:
+        values = [c.strip() for c in line.strip("│").split("│")]
+        if len(values) == len(cells) and values[0] == "ApiVersions":
+            rows[int(values[1])] = dict(zip(cells, values, strict=True))
+    assert (rows[99]["assumed"], rows[99]["unsupported"]) == ("1", "0")
+    assert (rows[5]["assumed"], rows[5]["unsupported"]) == ("0", str(len(_exchanges(5))))
+    assert "assumed: 1 rows use an API version newer than the installed specs" in proc.stdout
+    assert "counters: assumed_version_pairs=1," in proc.stdout
