@@ -227,3 +227,16 @@ def test_cli_table_counts_assumed_rows_apart_from_unsupported() -> None:
     assert (rows[5]["assumed"], rows[5]["unsupported"]) == ("0", str(len(_exchanges(5))))
     assert "assumed: 1 rows use an API version newer than the installed specs" in proc.stdout
     assert "counters: assumed_version_pairs=1," in proc.stdout
+
+
+def test_report_names_the_newer_versions_and_how_they_were_decoded(
+    installed: pd.DataFrame,
+) -> None:
+    pytest.importorskip("jinja2")
+    from dissector.report import _newer_versions_text
+
+    text = _newer_versions_text(installed)
+    assert text == (
+        f"ApiVersions v5 ({len(_exchanges(5))} not decoded); ApiVersions v99 (1 decoded as v4)"
+    )
+    assert _newer_versions_text(installed[installed["api_version"] < 5]) == "none"
