@@ -172,7 +172,7 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
         _D,
         _PRO,
         _W,
-        "version newer than the specs; body not decoded, status kept",
+        "version newer than the specs, not decodable by the newest layout; status kept",
     ),
     (
         "unsupported_version",
@@ -212,6 +212,13 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
     # ---- summary: the analytics columns
     ("summary_deferred", _C, _SUM, _I, "pairs the native summary left to the Python decoder"),
     ("summary_topics_truncated", _C, _SUM, _W, "pairs naming more topics than a row keeps"),
+    (
+        "assumed_version_pairs",
+        _C,
+        _SUM,
+        _W,
+        "pairs of a version newer than the specs decoded by the newest layout",
+    ),
     ("summary_topic_ids_dropped", _C, _SUM, _W, "topic ids not learnt: the id table is full"),
     # ---- rows
     ("capture_gap", _F, _ROW, _W, "bytes before this pair were lost (or the capture began late)"),

@@ -32,10 +32,20 @@ class Options:
         return self.heuristic if self.heuristic is not None else self.ports is None
 
 
-def capture_paths(source: object) -> list[str]:
-    """One path or several, as a list of strings."""
+@dataclass(frozen=True, slots=True)
+class CaptureBytes:
+    """A capture held in memory (a Spark task's file content), read in place by the
+    native core; its rows' ``capture`` is ``name``. Accepted wherever a path is by the
+    exchange-level passes (``dissector.partitions``, ``groups``, ``versions``)."""
+
+    name: str
+    data: bytes
+
+
+def capture_paths(source: object) -> list[str | CaptureBytes]:
+    """One path or several, as a list of strings (``CaptureBytes`` kept as they are)."""
     import os
 
-    if isinstance(source, str | os.PathLike):
-        return [os.fspath(source)]
-    return [os.fspath(p) for p in source]  # type: ignore[attr-defined]
+    if isinstance(source, str | os.PathLike | CaptureBytes):
+        source = [source]
+    return [p if isinstance(p, CaptureBytes) else os.fspath(p) for p in source]  # type: ignore[attr-defined]

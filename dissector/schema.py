@@ -101,6 +101,12 @@ COLUMNS: tuple[Column, ...] = (
         "earlier requests of the connection still unanswered when this one was sent; "
         "null without a request",
     ),
+    Column(
+        "assumed_version",
+        "int",
+        "for a version newer than the specs: the newest known version whose layout "
+        "decoded both bodies exactly (decode.ASSUMED_VERSION_RULE), else null",
+    ),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

@@ -132,6 +132,7 @@ class PairRecord:
     service_ms: float | None = None
     queue_ms: float | None = None
     inflight: int | None = None
+    assumed_version: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -19,7 +19,8 @@ import pytest
 
 import dissector
 from dissector.accounting import Counters
-from dissector.table.frame import DERIVED_COLUMNS, records_to_frame
+from dissector.analytics import stats
+from dissector.table.frame import records_to_frame
 from dissector.schema import COLUMN_NAMES
 from tests.conftest import CAPTURES, SHARED_CAPTURES
 from tests.oracle.pipeline import iter_pairs
@@ -43,7 +44,8 @@ def _oracle(path: Path, ports: list[int] | None) -> tuple[list[dict[str, Any]], 
     records = list(iter_pairs(path, ports=ports, counters=counters))
     # The per-connection columns by stats' pandas rules (SERVICE_LATENCY_RULE,
     # QUEUEING_RULE) over the Python stages' rows: the oracle of native/src/queueing.rs.
-    derived = records_to_frame(records)[list(DERIVED_COLUMNS)]
+    frame = records_to_frame(records)
+    derived = stats.service_latency_by_rule(frame).join(stats.queueing_by_rule(frame))
     rows = []
     for rec, extra in zip(records, derived.to_dict(orient="records"), strict=True):
         rows.append({**rec.as_dict(), **{k: _plain(v) for k, v in extra.items()}})

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import dissector
-from dissector.core import iter_exchanges
+from dissector.wire.core import iter_exchanges
 from dissector.options import Options
 from tests.conftest import CAPTURES
 

@@ -442,6 +442,7 @@ def _capture(df: pd.DataFrame) -> Section:
         ("Kafka version", _kafka_versions_text(facts)),
         ("client software", _software_text(df)),
         (f"API versions seen ({len(facts.api_versions)})", ", ".join(facts.api_versions) or "–"),
+        ("versions newer than the specs", _newer_versions_text(df)),
     ]
     if tls:
         rows.append(("TLS (not decoded)", _tls_text(tls)))
@@ -493,6 +494,31 @@ def _kafka_versions_text(facts: stats.CaptureFacts) -> str:
         stats.describe_kafka_floor(floor, f"broker {broker}")
         for broker, floor in facts.kafka_floors.items()
     )
+
+
+def _newer_versions_text(df: pd.DataFrame) -> str:
+    """Which API versions the specs do not know, and how their pairs were decoded
+    (``decode.ASSUMED_VERSION_RULE``); the full view per connection is
+    ``dissector.versions``."""
+    from dissector.analytics.summary_table import assumed_rows, unsupported_rows
+
+    if df.empty:
+        return "none"
+    undecoded, assumed = unsupported_rows(df), assumed_rows(df)
+    newer = df.assign(_undecoded=undecoded, _assumed=assumed)[undecoded | assumed]
+    if newer.empty:
+        return "none"
+    parts = []
+    keys = ["api_name", "api_version"]
+    for (name, version), g in newer.groupby(keys, sort=True, observed=True):
+        how = []
+        if int(g["_undecoded"].sum()):
+            how.append(f"{int(g['_undecoded'].sum()):,} not decoded")
+        if int(g["_assumed"].sum()):
+            layout = int(g["assumed_version"].dropna().iloc[0])
+            how.append(f"{int(g['_assumed'].sum()):,} decoded as v{layout}")
+        parts.append(f"{name} v{int(version)} ({', '.join(how)})")
+    return "; ".join(parts)
 
 
 def _software_text(df: pd.DataFrame) -> str:
@@ -981,6 +1007,7 @@ def analyze(
     """
     from dissector import protocol
     from dissector.options import Options
+    from dissector.protocol.decode import settle_assumed
     from dissector.stages import CaptureError
 
     decoder = NotingDecoder(protocol, missing_client=stats.MISSING_LABEL)
@@ -997,6 +1024,7 @@ def analyze(
             if ex.response is not None
             else None
         )
+        settle_assumed(request, response)  # a version newer than the specs: both or neither
         if ex.api_key in GROUP_MEMBERSHIP_APIS:
             note_group_call(
                 decoder.groups, ex.api_key, protocol.api_name(ex.api_key), request, response

@@ -862,19 +862,20 @@ def service_latency_by_rule(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"fetch_wait": classes, "service_ms": service}, index=df.index)
 
 
-def _derived(df: pd.DataFrame, names: tuple[str, ...]) -> None:
-    missing = [n for n in names if n not in df.columns]
-    if missing:
-        raise ValueError(
-            f"the pairs frame has no {', '.join(missing)} column: it was written before "
-            "they existed; analyse the capture again (dissector.analyze)"
-        )
+def _has_columns(df: pd.DataFrame, names: tuple[str, ...]) -> bool:
+    """Whether the frame carries the core's derived columns. Frames without them (built
+    from hand-made records, or read from a file written before they existed) are
+    answered by the pandas rules, which compute the same values."""
+    return all(n in df.columns for n in names) and (
+        df.empty or any(df[n].notna().any() for n in names)
+    )
 
 
 def fetch_wait(df: pd.DataFrame) -> pd.Series:
     """Each answered Fetch/ShareFetch's long-poll class (``FETCH_WAIT_CLASSES``), null
     for every other row: the ``fetch_wait`` column (``SERVICE_LATENCY_RULE``)."""
-    _derived(df, ("fetch_wait",))
+    if not _has_columns(df, ("fetch_wait",)):
+        return fetch_wait_by_rule(df)
     return df["fetch_wait"].astype("string")
 
 
@@ -884,7 +885,8 @@ def service_latency(df: pd.DataFrame) -> pd.DataFrame:
     columns the core computed."""
     import pandas as pd
 
-    _derived(df, ("fetch_wait", "service_ms"))
+    if not _has_columns(df, ("fetch_wait", "service_ms")):
+        return service_latency_by_rule(df)
     return pd.DataFrame(
         {"fetch_wait": fetch_wait(df), "service_ms": as_float(df["service_ms"])}, index=df.index
     )
@@ -935,7 +937,8 @@ def queueing(df: pd.DataFrame) -> pd.DataFrame:
     from the columns the core computed."""
     import pandas as pd
 
-    _derived(df, ("queue_ms", "inflight"))
+    if not _has_columns(df, ("queue_ms", "inflight")):
+        return queueing_by_rule(df)
     return pd.DataFrame(
         {"queue_ms": as_float(df["queue_ms"]), "inflight": df["inflight"].astype("Int64")},
         index=df.index,

@@ -40,6 +40,7 @@ def api_summary(df: pd.DataFrame) -> pd.DataFrame:
                 "errors",
                 "unanswered",
                 "unsupported",
+                "assumed",
                 "long_polls",
                 "p50_ms",
                 "p99_ms",
@@ -54,6 +55,7 @@ def api_summary(df: pd.DataFrame) -> pd.DataFrame:
         is_error=df["status"].isin(ERROR_STATUSES),
         is_unanswered=df["status"].isin(UNANSWERED_STATUSES),
         is_unsupported=unsupported_rows(df),
+        is_assumed=assumed_rows(df),
     )
     grouped = keyed.groupby(["api_name", "api_version"], dropna=False, sort=True)
     out = grouped.agg(
@@ -61,6 +63,7 @@ def api_summary(df: pd.DataFrame) -> pd.DataFrame:
         errors=("is_error", "sum"),
         unanswered=("is_unanswered", "sum"),
         unsupported=("is_unsupported", "sum"),
+        assumed=("is_assumed", "sum"),
         long_polls=("is_poll", "sum"),
         p50_ms=("service_ms", lambda s: s.astype("float64").quantile(0.5)),
         p99_ms=("service_ms", lambda s: s.astype("float64").quantile(0.99)),
@@ -72,6 +75,16 @@ def unsupported_rows(df: pd.DataFrame) -> pd.Series:
     """Rows whose API version the installed specs do not know (bodies not decoded)."""
     errors = df["decode_error"].astype("string")
     return errors.str.contains(UNSUPPORTED_VERSION, regex=False).fillna(False).astype(bool)
+
+
+def assumed_rows(df: pd.DataFrame) -> pd.Series:
+    """Rows of a version newer than the specs, decoded by the newest known layout
+    (``decode.ASSUMED_VERSION_RULE``): decoded, yet worth a look with newer --specs."""
+    import pandas as pd
+
+    if "assumed_version" not in df:
+        return pd.Series(False, index=df.index)
+    return df["assumed_version"].notna().astype(bool)
 
 
 def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
@@ -88,6 +101,7 @@ def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
         ("errors", "right"),
         ("unanswered", "right"),
         ("unsupported", "right"),
+        ("assumed", "right"),
         ("long polls", "right"),
         ("p50 ms", "right"),
         ("p99 ms", "right"),
@@ -101,6 +115,7 @@ def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
             str(int(row.errors)),
             str(int(row.unanswered)),
             str(int(row.unsupported)),
+            str(int(row.assumed)),
             str(int(row.long_polls)),
             _fmt_ms(row.p50_ms),
             _fmt_ms(row.p99_ms),
@@ -119,7 +134,17 @@ def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
         if unsupported:
             console.print(
                 f"unsupported: {unsupported} rows use an API version newer than the installed "
-                "specs; their bodies are not decoded (add newer specs with --specs)",
+                "specs and do not fit the newest known layout; their bodies are not decoded "
+                "(add newer specs with --specs)",
+                highlight=False,
+                soft_wrap=True,
+            )
+        assumed = int(assumed_rows(df).sum())
+        if assumed:
+            console.print(
+                f"assumed: {assumed} rows use an API version newer than the installed specs "
+                "and were decoded with the newest known layout, which fits them exactly "
+                "(column assumed_version; --specs with newer specs decodes them as sent)",
                 highlight=False,
                 soft_wrap=True,
             )

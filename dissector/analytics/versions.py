@@ -74,16 +74,24 @@ def _advertised(body: dict[str, Any] | None) -> dict[int, tuple[int, int]]:
 def _negotiate(conn: _Connection, ex: Any, decoder: Any) -> None:
     """Read one ApiVersions exchange into the connection (the last one read wins: a
     client retries with v0 when the broker refused its version)."""
+    from dissector.protocol.decode import settle_assumed
+
     conn.negotiation_version = ex.api_version
-    if ex.request is not None:
-        body = decoder.decode_request(ex.request.payload).body or {}
+    request = decoder.decode_request(ex.request.payload) if ex.request is not None else None
+    decoded = (
+        decoder.decode_response(ex.response.payload, ex.api_key, ex.api_version)
+        if ex.response is not None
+        else None
+    )
+    settle_assumed(request, decoded)  # a version newer than the specs: both sides or neither
+    if request is not None:
+        body = request.body or {}
         name, version = body.get("client_software_name"), body.get("client_software_version")
         if isinstance(name, str) or isinstance(version, str):
             conn.software = (name, version)
-    if ex.response is None:
+    if decoded is None:
         conn.negotiation_error = "no response"
         return
-    decoded = decoder.decode_response(ex.response.payload, ex.api_key, ex.api_version)
     advertised = _advertised(decoded.body)
     if advertised:
         conn.advertised = advertised

@@ -109,11 +109,20 @@ def _write_lines(items: Iterable[dict[str, Any]], out: TextIO) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per API")
 def apis_command(spec_dirs: tuple[str, ...], as_json: bool) -> None:
-    """List every API key with the request and response versions we decode."""
+    """List every API key with the request and response versions we decode.
+
+    "newer: as vN": a newer version is decoded with vN's layout when both its bodies
+    fit it exactly (flexible vN), and marked in the assumed_version column; otherwise
+    its bodies are not decoded (decode_error unsupported_version).
+    """
     for api in supported_apis(load_registry(spec_dirs)):
         if as_json:
             click.echo(json.dumps(dataclasses.asdict(api)))
         else:
             request = version_ranges(api.request_versions)
             response = version_ranges(api.response_versions)
-            click.echo(f"{api.api_key:>4}  {api.name:<38} request {request:<8} response {response}")
+            newer = "" if api.newer_decoded_as is None else f"  newer: as v{api.newer_decoded_as}"
+            click.echo(
+                f"{api.api_key:>4}  {api.name:<38} request {request:<8} response {response:<8}"
+                f"{newer}".rstrip()
+            )

@@ -28,6 +28,7 @@ import click
 from dissector.cli.common import parse_ports
 from dissector.options import Options
 from dissector.spark.aggregate import DEFAULT_TOP, DEFAULT_WINDOW, summaries
+from dissector.spark.analytics import ANALYTICS_TABLES, parse_tables
 from dissector.spark.job import (
     JobReport,
     build_session,
@@ -130,6 +131,15 @@ def _check_all_failed(report: JobReport) -> None:
     is_flag=True,
     help="skip paths and globs that match nothing (listed on stderr) instead of failing",
 )
+@click.option(
+    "--analytics",
+    "analytics",
+    default="all",
+    show_default=True,
+    help="analytics tables to write besides the pairs and summaries: comma-separated "
+    f"{', '.join(ANALYTICS_TABLES)}, or all, or none (each capture is read once more and "
+    "its exchanges decoded in full)",
+)
 @click.option("--conf", "confs", multiple=True, help="extra Spark setting KEY=VALUE (repeatable)")
 @click.option("-v", "--verbose", is_flag=True, help="Spark's own log (WARN) and progress bars")
 def spark_command(
@@ -142,15 +152,17 @@ def spark_command(
     recursive: bool,
     glob: str,
     skip_missing: bool,
+    analytics: str,
     confs: tuple[str, ...],
     verbose: bool,
 ) -> None:
     """Decode PATHS (capture files, directories or globs on any Hadoop path) on Spark.
 
     Writes to OUT_DIR: pairs/ (the pairs DataFrame contract, one row per pair),
-    captures/ (one row per capture: failed?, error, counters) and summary tables:
-    latency percentiles per API/version, broker, client_id and topic, error rates,
-    top errors, unanswered requests and throughput per time window.
+    captures/ (one row per capture: failed?, error, counters), summary tables
+    (latency percentiles per API/version, broker, client_id and topic, error rates,
+    top errors, unanswered requests and throughput per time window) and the analytics
+    tables partitions/, groups/ and versions/ (see --analytics).
     """
     if top < 1:
         raise click.BadParameter("must be at least 1", param_hint="--top")
@@ -161,8 +173,12 @@ def spark_command(
             "the spark command needs pyspark: pip install 'kafka-dissector[spark]' (and Java 17+)"
         ) from exc
 
+    try:
+        tables = parse_tables(analytics)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--analytics") from None
     options = Options(ports=parse_ports(ports))
-    job = _Job(options, window, top, recursive, glob or None, skip_missing)
+    job = _Job(options, window, top, recursive, glob or None, skip_missing, tables)
     with warnings.catch_warnings():
         if not verbose:
             # PySpark warns on every pandas conversion about pandas versions it has not
@@ -188,6 +204,7 @@ class _Job:
     recursive: bool
     glob: str | None
     skip_missing: bool
+    analytics: tuple[str, ...] = ANALYTICS_TABLES
 
 
 def _run(spark: SparkSession, paths: tuple[str, ...], out_dir: str | None, job: _Job) -> None:
@@ -208,6 +225,7 @@ def _run(spark: SparkSession, paths: tuple[str, ...], out_dir: str | None, job: 
             recursive=job.recursive,
             glob=job.glob,
             skip_missing=job.skip_missing,
+            analytics=job.analytics,
         )
         _echo_report(report, out_dir)
         _check_all_failed(report)

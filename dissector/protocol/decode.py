@@ -38,6 +38,11 @@ class Decoded:
     # The layout the body was decoded with (ApiVersions may fall back to v0's), so
     # the summary can read it by a plan made once per layout instead of by looking.
     layout: Layout | None = None
+    # Set when the version is newer than the specs and the body was decoded with the
+    # newest known layout (ASSUMED_VERSION_RULE); ``unsupported`` keeps the error the
+    # frame carries if the pair's assumption is taken back (``settle_assumed``).
+    assumed_version: int | None = None
+    unsupported: str | None = None
 
 
 def _records_hook(expand: bool) -> kc.RecordsHook:
@@ -213,8 +218,10 @@ def decode_request(
         else:
             header["client_id"] = None
     if layout is None:
-        out.error = _unsupported(reg, api_key, version, REQUEST)
-        return out
+        def body_with(d: Decoded, lay: Layout) -> Decoded:
+            return _header_tags_and_body(reg, lay, buf, p, records, d, lay.flexible)
+
+        return _assumed(reg, api_key, version, REQUEST, out, body_with)
     return _header_tags_and_body(reg, layout, buf, p, records, out, layout.flexible)
 
 
@@ -282,11 +289,85 @@ def decode_response(
         out.notes.append("unsupported_version: body decoded with the v0 layout")
     layout = reg.layout(api_key, version, RESPONSE)
     if layout is None:
-        out.error = _unsupported(reg, api_key, api_version, RESPONSE)
-        return out
-    # ApiVersions responses keep header v0 even in flexible versions.
-    tagged = layout.flexible and api_key != ApiKey.API_VERSIONS
-    return _header_tags_and_body(reg, layout, buf, p, records, out, tagged)
+        def body_with(d: Decoded, lay: Layout) -> Decoded:
+            return _header_tags_and_body(reg, lay, buf, p, records, d, _response_header_tagged(lay))
+
+        return _assumed(reg, api_key, api_version, RESPONSE, out, body_with)
+    return _header_tags_and_body(reg, layout, buf, p, records, out, _response_header_tagged(layout))
+
+
+def _response_header_tagged(layout: Layout) -> bool:
+    """Response header v1 (tagged fields) in flexible versions, except ApiVersions,
+    whose response keeps header v0 so that any client can read it."""
+    return layout.flexible and layout.api_key != ApiKey.API_VERSIONS
+
+
+ASSUMED_VERSION_RULE = (
+    "a request or response of a version newer than the newest the specs know is decoded "
+    "with that newest version's layout (and its header versions) when that version is "
+    "flexible (tagged fields let Kafka grow a message without breaking older readers) and "
+    "both the request and the response decode without error, consuming their bodies "
+    "exactly; the row says so in assumed_version and keeps status ok/error by its error "
+    "codes. Otherwise the pair stays unsupported_version, bodies undecoded."
+)
+
+
+def assumed_layout(
+    registry: Registry, api_key: int, version: int, direction: str
+) -> Layout | None:
+    """The layout ASSUMED_VERSION_RULE decodes (api_key, version) with, if any: the
+    newest known version's, when ``version`` is newer and that layout is flexible."""
+    versions = registry.specs.versions(api_key, direction)
+    if not versions or version <= versions[-1]:
+        return None
+    newest = registry.layout(api_key, versions[-1], direction)
+    return newest if newest is not None and newest.flexible else None
+
+
+def _assumed(
+    reg: Registry,
+    api_key: int,
+    version: int,
+    direction: str,
+    out: Decoded,
+    decode_with: Callable[[Decoded, Layout], Decoded],
+) -> Decoded:
+    """A frame of a version the specs do not know: ASSUMED_VERSION_RULE's decode when
+    it consumes the body exactly, else the unsupported_version error alone."""
+    unsupported = _unsupported(reg, api_key, version, direction)
+    layout = assumed_layout(reg, api_key, version, direction)
+    if layout is not None:
+        trial = Decoded(
+            header=dict(out.header),
+            body=None,
+            api_key=out.api_key,
+            api_version=out.api_version,
+            notes=list(out.notes),
+        )
+        decode_with(trial, layout)
+        if trial.error is None and trial.trailing == 0:
+            trial.assumed_version = layout.version
+            trial.unsupported = unsupported
+            return trial
+    out.error = unsupported
+    return out
+
+
+def settle_assumed(*decoded: Decoded | None) -> int | None:
+    """One pair's assumption, both sides or neither (ASSUMED_VERSION_RULE): when a side
+    of a newer version could not be decoded, the sides that were are taken back to
+    unsupported_version too. Returns the layout version the pair was decoded with."""
+    sides = [d for d in decoded if d is not None]
+    assumed = [d for d in sides if d.assumed_version is not None]
+    if not assumed:
+        return None
+    if any(d.error and d.error.startswith("unsupported_version") for d in sides):
+        for d in assumed:
+            d.body, d.error, d.layout = None, d.unsupported, None
+            d.assumed_version = d.unsupported = None
+            d.trailing = 0
+        return None
+    return assumed[0].assumed_version
 
 
 def _unsupported(reg: Registry, api_key: int, version: int, direction: str) -> str:

@@ -262,6 +262,15 @@ def _api_keys(registry: _decode.Registry, wanted: tuple[str, ...]) -> list[int]:
     return sorted(k for k in keys if _names.api_name(k, registry) in wanted)
 
 
+def _assumed_layouts(registry: _decode.Registry) -> list[list[Any]]:
+    out: list[list[Any]] = []
+    for api_key, direction in sorted(registry.specs.layouts):
+        versions = registry.specs.versions(api_key, direction)
+        if versions and _decode.assumed_layout(registry, api_key, versions[-1] + 1, direction):
+            out.append([api_key, direction, versions[-1]])
+    return out
+
+
 def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
     registry = _registry(registry_or_decoder)
     layouts = sorted(registry._layouts.values(), key=lambda x: (x.api_key, x.version, x.direction))
@@ -282,6 +291,9 @@ def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
             "api_keys": list(_decode._SPECLESS_KEYS),
             "max_version": _decode._SPECLESS_MAX_VERSION,
         },
+        # (api_key, direction, version): the layout a newer version of that key and
+        # direction is decoded with (decode.ASSUMED_VERSION_RULE decides which)
+        "assumed_layouts": _assumed_layouts(registry),
         "unsupported_version_fallback": {
             "api_key": int(ApiKey.API_VERSIONS),
             "error_code": _decode.UNSUPPORTED_VERSION,

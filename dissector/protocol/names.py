@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from dissector.protocol.decode import Registry, get_registry
+from dissector.protocol.decode import Registry, assumed_layout, get_registry
 from dissector.protocol.diskcache import load_or_build
 from dissector.protocol.sources import kafka_api_names
 from dissector.protocol.spec import REQUEST, RESPONSE
@@ -38,6 +38,9 @@ class ApiSupport:
     request_versions: tuple[int, ...]
     response_versions: tuple[int, ...]
     sources: tuple[str, ...]
+    # Newer versions are decoded with this version's layout when they fit it exactly
+    # (decode.ASSUMED_VERSION_RULE); None: newer versions stay unsupported_version.
+    newer_decoded_as: int | None = None
 
 
 def supported_apis(registry: Registry | None = None) -> list[ApiSupport]:
@@ -60,9 +63,20 @@ def supported_apis(registry: Registry | None = None) -> list[ApiSupport]:
                 request_versions=tuple(reg.specs.versions(key, REQUEST)),
                 response_versions=tuple(reg.specs.versions(key, RESPONSE)),
                 sources=tuple(sources),
+                newer_decoded_as=_newer_decoded_as(reg, key),
             )
         )
     return out
+
+
+def _newer_decoded_as(reg: Registry, api_key: int) -> int | None:
+    versions = reg.specs.versions(api_key, REQUEST)
+    if not versions:
+        return None
+    newer = versions[-1] + 1
+    if all(assumed_layout(reg, api_key, newer, d) for d in (REQUEST, RESPONSE)):
+        return versions[-1]
+    return None
 
 
 def version_ranges(versions: tuple[int, ...]) -> str:

@@ -98,8 +98,9 @@ def decode_exchanges(
             response = decoder.decode_response(
                 ex.response.payload, ex.api_key, ex.api_version, records=expand(api, False)
             )
-            if response.error is None:
-                names.learn(ex.api_key, response.body)
+        settle_assumed(request, response)  # a version newer than the specs: both or neither
+        if response is not None and response.error is None:
+            names.learn(ex.api_key, response.body)
         if not want:
             continue
         if counts is not None:
@@ -149,6 +150,8 @@ def _side(decoded: Any) -> dict[str, Any] | None:
         out["trailing_bytes"] = decoded.trailing
     if decoded.notes:
         out["notes"] = decoded.notes
+    if getattr(decoded, "assumed_version", None) is not None:
+        out["assumed_version"] = decoded.assumed_version
     return out
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from dissector.protocol.decode import Decoded
+from dissector.protocol.decode import Decoded, settle_assumed
 from dissector.protocol.errors import error_name
 from dissector.protocol.keys import ApiKey
 from dissector.protocol.spec import Field, Layout
@@ -80,6 +80,9 @@ class Summary:
     # decode_error as "records: <code>: <detail>", counted here. They do not make the
     # frame malformed.
     record_errors: int = 0
+    # The newest known version whose layout decoded a pair of a newer version
+    # (decode.ASSUMED_VERSION_RULE), else None.
+    assumed_version: int | None = None
 
 
 def _dicts(value: Any) -> Iterator[dict[str, Any]]:
@@ -379,6 +382,7 @@ def summarize(
     topics: TopicNames,
 ) -> Summary:
     # This runs for every pair: the Summary is built in one call, not field by field.
+    assumed = settle_assumed(request, response)
     resp_body = response.body if response is not None else None
     if response is not None and response.error is None:
         topics.learn(api_key, resp_body)
@@ -403,6 +407,7 @@ def summarize(
             _decode_errors(request, response), _records_errors(record_errors)
         ),
         record_errors=len(record_errors),
+        assumed_version=assumed,
     )
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from dissector.options import Options
 from dissector.spark.aggregate import DEFAULT_TOP, DEFAULT_WINDOW, summaries
+from dissector.spark.analytics import ANALYTICS_TABLES, load_analytics, parse_tables
 from dissector.spark.read import (
     DEFAULT_GLOB,
     ONE_FILE_PER_TASK_CONF,
@@ -49,6 +50,8 @@ JOB_CONF: dict[str, str] = {
 
 # Tables with the pairs' columns: written by the tasks with frame's Parquet writer.
 PAIRS_SHAPED = ("pairs", "unanswered_requests")
+# Tables that keep one file per capture task (the others are small: one file).
+PER_TASK = (*PAIRS_SHAPED, *ANALYTICS_TABLES)
 
 PYTHON_ENV = "PYSPARK_PYTHON"
 PYTHON_CONF = "spark.pyspark.python"
@@ -214,14 +217,18 @@ def run_job(
     glob: str | None = DEFAULT_GLOB,
     skip_missing: bool = False,
     mode: str = "overwrite",
+    analytics: Iterable[str] = ANALYTICS_TABLES,
 ) -> JobReport:
-    """Decode the captures once; write pairs, captures and the summaries as Parquet.
+    """Decode the captures once; write pairs, captures and the summaries as Parquet,
+    and the ``analytics`` tables (partitions, groups, versions: a second pass over
+    each capture, by the full decoder; ``()`` skips it).
 
     ``out_dir`` None computes everything without writing (the CLI then prints).
     The pairs-shaped tables go through ``dissector.table.frame``'s Parquet writer (same
     schema and dtypes as ``analyze -o``) wherever pyarrow can write ``out_dir``.
     """
     started = time.monotonic()
+    paths = list(paths)
     # Also in a session built elsewhere: Parquet times must be UTC microseconds.
     key = "spark.sql.parquet.outputTimestampType"
     spark.conf.set(key, JOB_CONF[key])
@@ -233,9 +240,20 @@ def run_job(
         glob=glob,
         skip_missing=skip_missing,
     )
+    extra = None
     try:
         tables = {"pairs": fleet.pairs, "captures": fleet.captures}
         tables.update(summaries(fleet.pairs, window=window, top=top))
+        extra = load_analytics(
+            spark,
+            paths,
+            tuple(analytics),
+            options=options,
+            recursive=recursive,
+            glob=glob,
+            skip_missing=skip_missing,
+        )
+        tables.update(extra.tables)
         report = collect_report(fleet)
         report.missing = list(fleet.missing)
         ours = out_dir is not None and mode in ("overwrite", "append")
@@ -249,12 +267,14 @@ def run_job(
                 write_pairs(df, where, mode=mode)
             else:
                 # The pairs keep one file per capture task; the summaries are small.
-                target = df if name in PAIRS_SHAPED else df.coalesce(1)
+                target = df if name in PER_TASK else df.coalesce(1)
                 target.write.mode(mode).parquet(where)
             # Read back by Spark: counts what a reader gets, and proves Spark reads it.
             report.tables[name] = spark.read.parquet(where).count()
     finally:
         fleet.unpersist()
+        if extra is not None:
+            extra.unpersist()
     report.seconds = time.monotonic() - started
     return report
 

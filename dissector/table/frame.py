@@ -53,29 +53,13 @@ def records_to_frame(records: Iterable[PairRecord]) -> pd.DataFrame:
         else:
             data[col.name] = pd.array(values, dtype=_PANDAS_DTYPES[col.kind])
     df = pd.DataFrame(data, columns=list(COLUMN_NAMES))
-    if not any(df[name].notna().any() for name in DERIVED_COLUMNS):
-        _derive(df)
     return df
 
 
 DERIVED_COLUMNS = ("fetch_wait", "service_ms", "queue_ms", "inflight")
-"""Columns the native core derives per connection. Records that come without them (the
-Python pipeline, hand-built ones) get them from stats' pandas rules, the core's oracle."""
-
-
-def _derive(df: pd.DataFrame) -> None:
-    import pandas as pd
-
-    from . import stats
-
-    if df.empty:
-        return
-    service = stats.service_latency_by_rule(df)
-    queue = stats.queueing_by_rule(df)
-    df["fetch_wait"] = service["fetch_wait"].astype(_PANDAS_DTYPES["str"])
-    df["service_ms"] = pd.array(service["service_ms"], dtype=_PANDAS_DTYPES["float"])
-    df["queue_ms"] = pd.array(queue["queue_ms"], dtype=_PANDAS_DTYPES["float"])
-    df["inflight"] = queue["inflight"].astype(_PANDAS_DTYPES["int"])
+"""Columns the native core derives per connection. A frame without them (hand-built
+records, a file written before they existed) gets them from ``analytics.stats``' pandas
+rules when stats needs them."""
 
 
 def export(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
+from dissector.options import CaptureBytes
 from dissector.schema import COLUMNS, arrow_type
+from dissector.stages import CaptureError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -121,6 +123,7 @@ class _Fallback:
             s.decode_error,
             bool(s.decode_error) and is_fatal(request, response),
             extracts,
+            s.assumed_version,
         )
 
 
@@ -153,13 +156,18 @@ def new_analyzer(
     )
 
 
-def open_capture(analyzer: Analyzer, path: str) -> None:
-    """Start a capture file; a file that is not a capture raises ``CaptureError``."""
+def open_capture(analyzer: Analyzer, path: str | CaptureBytes) -> None:
+    """Start a capture file (or ``options.CaptureBytes``); a file that is not a capture
+    raises ``CaptureError``."""
+    if isinstance(path, CaptureBytes):
+        try:
+            analyzer.open_bytes(path.name, bytes(path.data))
+        except ValueError as exc:
+            raise CaptureError(f"{path.name}: {exc}") from None
+        return
     try:
         analyzer.open_path(path, path)
     except OSError as exc:
-        from dissector.stages import CaptureError
-
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such file") from None
         if os.path.isdir(path):
@@ -545,8 +553,6 @@ def iter_pairs_from_bytes(
         try:
             analyzer.open_bytes(name, bytes(memoryview(data)))
         except ValueError as exc:
-            from dissector.stages import CaptureError
-
             raise CaptureError(f"{name}: {exc}") from None
         for batch in _batches(analyzer, batch_rows):
             yield from _records(columns_to_table(batch.columns, arrow_schema()))

@@ -55,6 +55,7 @@ fn to_json(model: &Model, s: &Summary) -> Value {
         "fatal": s.fatal,
         "defer": s.defer,
         "defer_reason": s.defer_reason,
+        "assumed_version": s.assumed_version,
         "extracts": extracts,
     })
 }

@@ -240,6 +240,9 @@ pub struct Model {
     pub kids: Vec<u32>,
     pub layouts: Vec<Layout>,
     index: SmallKeyMap<(i16, i16, Direction), u32>,
+    /// (api_key, direction) -> the layout that decodes versions newer than it
+    /// (`decode.ASSUMED_VERSION_RULE`, decided in Python: `assumed_layouts`).
+    assumed: SmallKeyMap<(i16, Direction), u32>,
     api_names: HashMap<i16, String>,
     errors: SmallKeyMap<i64, Arc<str>>,
     pub id_sources: Vec<i16>,
@@ -273,6 +276,8 @@ struct JModel {
     #[serde(default)]
     header_v0_requests: Vec<(i16, i16)>,
     unsupported_version_fallback: JFallback,
+    #[serde(default)]
+    assumed_layouts: Vec<(i16, String, i16)>,
     #[serde(default)]
     max_record_errors_listed: Option<usize>,
     extracts: Vec<JExtract>,
@@ -537,11 +542,20 @@ impl Model {
             }
             layouts.push(layout);
         }
+        let mut assumed = SmallKeyMap::default();
+        for (api_key, dir_text, version) in &j.assumed_layouts {
+            let dir = direction(dir_text)?;
+            let &i = index
+                .get(&(*api_key, *version, dir))
+                .ok_or_else(|| format!("assumed layout {api_key} v{version} {dir:?} not given"))?;
+            assumed.insert((*api_key, dir), i);
+        }
         let mut model = Model {
             nodes: b.nodes,
             kids: b.kids,
             layouts,
             index,
+            assumed,
             api_names: parse_keys(&j.api_names, "api name")?,
             errors: parse_keys::<i64, String>(&j.errors, "error code")?
                 .into_iter()
@@ -605,6 +619,12 @@ impl Model {
         self.index
             .get(&(api_key, version, direction))
             .map(|&i| &self.layouts[i as usize])
+    }
+
+    /// The layout a version newer than every known one is decoded with, if any.
+    pub fn assumed_layout(&self, api_key: i16, version: i16, direction: Direction) -> Option<&Layout> {
+        let layout = &self.layouts[*self.assumed.get(&(api_key, direction))? as usize];
+        (version > layout.version).then_some(layout)
     }
 
     pub fn node(&self, id: u32) -> &Node {

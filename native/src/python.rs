@@ -300,6 +300,7 @@ impl Analyzer {
         put_f64(py, &out, "service_ms", &r.service_ms)?;
         put_f64(py, &out, "queue_ms", &r.queue_ms)?;
         put_i64(py, &out, "inflight", &r.inflight)?;
+        put_i64(py, &out, "assumed_version", &r.assumed_version)?;
         for (e, col) in self.model.extracts.iter().zip(&r.extracts) {
             put_i64(py, &out, &e.column, col)?;
         }
@@ -434,8 +435,12 @@ impl Analyzer {
                 decode_error: s.decode_error,
                 fatal: s.fatal,
                 extracts: s.extracts,
+                assumed_version: s.assumed_version,
             }
         };
+        if columns.assumed_version.is_some() {
+            self.counters.inc("assumed_version_pairs");
+        }
         let name = self.model.api_name(key);
         self.emit(ex, Some(name), Some(columns));
         Ok(())
@@ -521,6 +526,7 @@ impl Analyzer {
             decode_error: t.get_item(9)?.extract()?,
             fatal: t.get_item(10)?.extract()?,
             extracts: t.get_item(11)?.extract()?,
+            assumed_version: t.get_item(12)?.extract()?,
         })
         })
     }

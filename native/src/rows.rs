@@ -125,6 +125,8 @@ pub struct SummaryColumns {
     /// The decode failure makes the frame unreadable (status becomes malformed).
     pub fatal: bool,
     pub extracts: Vec<Option<i64>>,
+    /// The layout version a pair newer than the specs was decoded with.
+    pub assumed_version: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -165,6 +167,7 @@ pub struct RowBuilder {
     pub inflight: Nullable<i64>,
     /// The fetch_wait/service_ms rule; None (a model without it): latency as service.
     pub long_poll: Option<LongPollRule>,
+    pub assumed_version: Nullable<i64>,
     pub len: usize,
 }
 
@@ -270,6 +273,7 @@ impl RowBuilder {
                 for col in &mut self.extracts {
                     col.push(None);
                 }
+                self.assumed_version.push(None);
             }
             Some(s) => {
                 if s.decode_error.is_some() && s.fatal {
@@ -292,6 +296,7 @@ impl RowBuilder {
                 for (i, col) in self.extracts.iter_mut().enumerate() {
                     col.push(s.extracts.get(i).copied().flatten());
                 }
+                self.assumed_version.push(s.assumed_version);
             }
         }
         self.status.push(Some(status));
@@ -360,6 +365,7 @@ impl RowBuilder {
         self.service_ms.clear();
         self.queue_ms.clear();
         self.inflight.clear();
+        self.assumed_version.clear();
         self.len = 0;
     }
 }

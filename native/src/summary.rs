@@ -84,6 +84,8 @@ pub struct Summary {
     pub defer_reason: Option<&'static str>,
     /// One value per `Model::extracts` column.
     pub extracts: Vec<Option<i64>>,
+    /// The version whose layout decoded a pair newer than the model (`Model::assumed_layout`).
+    pub assumed_version: Option<i64>,
 }
 
 /// Why a walk stopped: the first Python-visible problem, in short.
@@ -723,6 +725,7 @@ fn request_start<'m>(model: &'m Model, buf: &[u8]) -> R<(&'m Layout, usize)> {
     cur.skip(4)?; // correlation_id
     let layout = model
         .layout(api_key, version, Direction::Request)
+        .or_else(|| model.assumed_layout(api_key, version, Direction::Request))
         .ok_or(Stop("unsupported_version"))?;
     if layout.header_version >= 1 {
         // client_id stays a legacy nullable string even in header v2
@@ -754,6 +757,7 @@ fn response_start<'m>(
     }
     let layout = model
         .layout(api_key, version, Direction::Response)
+        .or_else(|| model.assumed_layout(api_key, version, Direction::Response))
         .ok_or(Stop("unsupported_version"))?;
     if layout.header_version >= 1 {
         header_tags(&mut cur)?;
@@ -862,11 +866,20 @@ pub fn summarize(
     let mut stop: Option<Stop> = None;
     let mut resp_scan = Scan::default();
     let mut req_scan = Scan::default();
-    // The response first: Python learns topic ids from it before scanning either side.
+    // A side decoded by an assumed layout must decode cleanly and exactly, else the
+    // pair is deferred (any stop defers) and Python keeps it unsupported_version.
+    let mut assumed: Option<i16> = None;
+    let (mut learn, mut req_failed) = (false, false);
+    // The response first: Python learns topic ids from it before scanning either side
+    // (learnt after the request's walk: ids only resolve in `combine`).
     if let Some(buf) = response {
         match response_start(model, buf, api_key, api_version) {
             Err(s) => stop = Some(s),
             Ok((layout, start)) => {
+                let resp_assumed = is_assumed(model, layout, api_key, api_version);
+                if resp_assumed {
+                    assumed = Some(layout.version);
+                }
                 let scan = &mut resp_scan;
                 let (clean, s) = walk_side(
                     model,
@@ -878,19 +891,23 @@ pub fn summarize(
                     counters,
                     &mut extracts,
                 );
-                if clean && model.is_id_source(api_key) {
-                    for (id, name) in resp_scan.learned.drain(..) {
-                        topics.learn(id, name, counters);
-                    }
-                }
+                // Python learns from a response it decoded without error; by an assumed
+                // layout only if it fits exactly, and the request too (settle_assumed).
+                learn = clean && model.is_id_source(api_key) && !(resp_assumed && s.is_some());
                 stop = s;
             }
         }
     }
     if let Some(buf) = request {
         match request_start(model, buf) {
-            Err(s) => stop = stop.or(Some(s)),
+            Err(s) => {
+                req_failed = true;
+                stop = stop.or(Some(s));
+            }
             Ok((layout, start)) => {
+                if is_assumed(model, layout, api_key, api_version) {
+                    assumed = Some(layout.version);
+                }
                 let scan = &mut req_scan;
                 let (_, s) = walk_side(
                     model,
@@ -902,8 +919,14 @@ pub fn summarize(
                     counters,
                     &mut extracts,
                 );
+                req_failed = s.is_some();
                 stop = stop.or(s);
             }
+        }
+    }
+    if learn && !(assumed.is_some() && req_failed) {
+        for (id, name) in resp_scan.learned.drain(..) {
+            topics.learn(id, name, counters);
         }
     }
     if let Some(s) = stop {
@@ -911,7 +934,18 @@ pub fn summarize(
     }
     let req = request.map(|_| &req_scan);
     let resp = response.map(|_| &resp_scan);
-    combine(model, topics, req, resp, extracts, counters)
+    let mut out = combine(model, topics, req, resp, extracts, counters);
+    out.assumed_version = assumed.map(i64::from);
+    out
+}
+
+/// Was `layout` taken by the assumed-version rule for this pair (not found by its own
+/// version, nor by the ApiVersions v0 fallback)?
+fn is_assumed(model: &Model, layout: &Layout, api_key: i16, api_version: i16) -> bool {
+    model
+        .assumed_layout(api_key, api_version, layout.direction)
+        .is_some_and(|a| std::ptr::eq(a, layout))
+        && model.layout(api_key, api_version, layout.direction).is_none()
 }
 
 fn combine(

@@ -172,6 +172,7 @@ def iter_pairs(
 ) -> Iterator[PairRecord]:
     """Stream the pair records of one or many captures (the DataFrame's rows)."""
     decoder = decoder or _default_decoder()
+    counters = counters if counters is not None else Counters()
     topics_by_capture: dict[str, Any] = {}
     exchanges = iter_exchanges(
         source,
@@ -186,4 +187,7 @@ def iter_pairs(
         if topics is None:
             topics_by_capture.clear()  # captures are independent: forget the previous one
             topics = topics_by_capture[path] = decoder.TopicNames()
-        yield build_record(path, ex, decoder, topics)
+        rec = build_record(path, ex, decoder, topics)
+        if rec.assumed_version is not None:
+            counters.add("assumed_version_pairs")
+        yield rec

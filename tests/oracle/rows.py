@@ -106,6 +106,7 @@ def build_record(capture: str, ex: Exchange, decoder: Decoder, topics: Any) -> P
     rec.record_bytes = s.record_bytes
     rec.compression = s.compression
     rec.throttle_ms = s.throttle_ms
+    rec.assumed_version = s.assumed_version
     rec.decode_error = _join(rec.decode_error, ex.note, s.decode_error)
     if s.decode_error and _is_fatal(request, response):
         rec.status = "malformed"

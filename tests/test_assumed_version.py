@@ -1,0 +1,242 @@
+"""Versions newer than the specs, decoded with the newest known layout (issue #13 §5).
+
+The bundled capture holds real Kafka 4.4 ApiVersions v5 exchanges, a version the
+installed specs (Kafka 4.2's generation) stop before. The oracle is the same capture
+decoded with Kafka 4.4's own specs (its kafka-clients jar, which knows v5): the
+assumed-v4 decode must agree with it field by field. Bytes that do not fit the newest
+layout exactly (a response cut short or with a byte too many) keep
+``unsupported_version``, in the native core and in the Python decoder alike.
+(tshark 4.0 on this machine does not know ApiVersions v5 either, so it cannot serve.)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_cli_counters import Conversation, write_capture
+
+import dissector
+from dissector.wire.core import iter_exchanges
+from dissector.wire.decoded import iter_decoded
+from dissector.options import Options
+from tests.oracle.pipeline import iter_pairs
+from dissector.protocol import decode as pdecode
+from dissector.protocol import get_registry
+from dissector.protocol.export import model_dict
+from dissector.protocol.spec import REQUEST, RESPONSE
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTURE = ROOT / "captures" / "kafka-4-mixed.pcapng"
+API_VERSIONS = 18
+
+
+def _jar(version: str) -> Path | None:
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    jar = root / "kafka-dissector/m2/org/apache/kafka/kafka-clients" / version
+    jar = jar / f"kafka-clients-{version}.jar"
+    return jar if jar.is_file() else None
+
+
+@pytest.fixture(scope="module")
+def jar() -> Path:
+    found = _jar("4.4.0")
+    if found is None:
+        pytest.skip("kafka-clients-4.4.0.jar absent (scripts/kafka-broker fetch)")
+    return found
+
+
+@pytest.fixture(scope="module")
+def installed() -> pd.DataFrame:
+    return dissector.analyze(str(CAPTURE))
+
+
+def _v5(df: pd.DataFrame) -> pd.DataFrame:
+    rows = df[(df["api_key"] == API_VERSIONS) & (df["api_version"] == 5)]
+    return rows.set_index(["stream", "correlation_id"]).sort_index()
+
+
+def test_the_rule_picks_the_newest_flexible_layout() -> None:
+    reg = get_registry()
+    newest = reg.specs.versions(API_VERSIONS, REQUEST)[-1]
+    layout = pdecode.assumed_layout(reg, API_VERSIONS, newest + 1, REQUEST)
+    assert layout is not None and layout.version == newest and layout.flexible
+    assert pdecode.assumed_layout(reg, API_VERSIONS, newest, REQUEST) is None  # known
+    # SaslHandshake never became flexible: a newer version stays unsupported
+    sasl = reg.specs.versions(17, REQUEST)
+    assert not reg.layout(17, sasl[-1], REQUEST).flexible
+    assert pdecode.assumed_layout(reg, 17, sasl[-1] + 1, REQUEST) is None
+    exported = {(k, d): v for k, d, v in model_dict(reg)["assumed_layouts"]}
+    assert exported[(API_VERSIONS, REQUEST)] == newest
+    assert exported[(API_VERSIONS, RESPONSE)] == reg.specs.versions(API_VERSIONS, RESPONSE)[-1]
+    assert (17, REQUEST) not in exported
+
+
+def _exchanges(version: int) -> list[tuple[bytes, bytes]]:
+    """Real ApiVersions (request, response) payloads of ``version`` in the bundled capture."""
+    out = []
+    for _, ex in iter_exchanges([str(CAPTURE)], Options()):
+        if ex.api_key == API_VERSIONS and ex.api_version == version and ex.response is not None:
+            out.append((bytes(ex.request.payload), bytes(ex.response.payload)))
+    assert out, f"no ApiVersions v{version} exchange in the bundled capture"
+    return out
+
+
+def test_kafka_4_4_v5_requests_do_not_fit_v4_so_their_rows_stay_unsupported(
+    installed: pd.DataFrame, jar: Path
+) -> None:
+    """KIP-1242 gave ApiVersions v5 requests two plain (untagged) fields, ClusterId and
+    NodeId: v4's layout leaves them over, so the rule must not decode these pairs."""
+    v5 = _v5(installed)
+    assert len(v5) == len(_exchanges(5)) > 0
+    assert v5["assumed_version"].isna().all()
+    for note in v5["decode_error"]:
+        assert note.startswith("request: unsupported_version: ")
+        assert "; response: unsupported_version: " in note
+    v4_fields = {f.name for f in get_registry().layout(API_VERSIONS, 4, REQUEST).fields}
+    newer = get_registry([str(jar)])
+    for request, _ in _exchanges(5):
+        body = pdecode.decode_request(request, registry=newer).body
+        assert set(body) - v4_fields == {"cluster_id", "node_id"}
+    # the deliberate v99 request of the capture is v4-shaped: decoded (answered with
+    # UNSUPPORTED_VERSION in the v0 layout) and the only assumed pair
+    [v99] = installed[installed["api_version"] == 99].itertuples()
+    assert v99.assumed_version == 4 and pd.isna(v99.decode_error)
+    assert v99.status == "error" and v99.error_name == "UNSUPPORTED_VERSION"
+    assert installed.attrs["counters"]["assumed_version_pairs"] == 1
+
+
+def test_v5_responses_decode_as_v4_field_by_field_like_kafka_4_4(jar: Path) -> None:
+    newer = get_registry([str(jar)])
+    for _, response in _exchanges(5):
+        mine = pdecode.decode_response(response, API_VERSIONS, 5)
+        theirs = pdecode.decode_response(response, API_VERSIONS, 5, registry=newer)
+        assert mine.error is None and theirs.error is None
+        assert mine.assumed_version == 4 and theirs.assumed_version is None
+        assert mine.trailing == theirs.trailing == 0
+        assert mine.header == theirs.header
+        assert mine.body == theirs.body
+        assert len(mine.body["api_keys"]) > 10  # the broker's list, not an empty decode
+
+
+def _relabelled(payload: bytes, version: int) -> bytes:
+    return payload[:2] + struct.pack(">h", version) + payload[4:]
+
+
+def _framed(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _rows(cap: Path) -> list[pd.DataFrame]:
+    """The rows of the native core and of the pure-Python oracle, by client port."""
+    native = dissector.analyze(str(cap))
+    oracle = pd.DataFrame([r.as_dict() for r in iter_pairs(str(cap))])
+    return [df.sort_values("client_port").reset_index(drop=True) for df in (native, oracle)]
+
+
+def _values(column: pd.Series) -> list[object]:
+    """Values with every kind of null as None (the oracle's frame has float NaN)."""
+    out: list[object] = []
+    for v in column:
+        null = v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+        listed = hasattr(v, "__len__") and not isinstance(v, str)
+        out.append(None if null else list(v) if listed else v)
+    return out
+
+
+def test_pairs_that_fit_decode_and_the_others_stay_unsupported(tmp_path: Path) -> None:
+    """A real v4 exchange sent as v6 (a version no spec knows) fits v4's layout: its row
+    equals the v4 row but for the version columns. The same with a response one byte
+    longer or shorter does not fit: the pair keeps unsupported_version, in the native
+    core and the Python pipeline alike."""
+    request, response = _exchanges(4)[0]
+    newer = _relabelled(request, 6)
+    cap = write_capture(
+        tmp_path / "v6.pcap",
+        [Conversation(40000, 9092, [(_framed(request), _framed(response))]),
+         Conversation(40001, 9092, [(_framed(newer), _framed(response))]),
+         Conversation(40002, 9092, [(_framed(newer), _framed(response + b"\x00"))]),
+         Conversation(40003, 9092, [(_framed(newer), _framed(response[:-1]))])],
+    )  # fmt: skip
+    native, oracle = _rows(cap)
+    same = [c for c in native.columns if c not in ("api_version", "assumed_version")]
+    same = [c for c in same if c not in ("stream", "client_port", "request_time", "response_time")]
+    same = [c for c in same if c not in ("latency_ms", "first_byte_ms", "request_size")]
+    for df in (native, oracle):
+        original, fits, longer, shorter = (df.iloc[i] for i in range(4))
+        assert pd.isna(original["assumed_version"]) and original["api_version"] == 4
+        assert fits["assumed_version"] == 4 and fits["api_version"] == 6
+        for column in same:
+            assert str(fits[column]) == str(original[column]), column
+        for bad in (longer, shorter):
+            assert pd.isna(bad["assumed_version"]) and bad["status"] == "ok"
+            parts = [p.split(": ")[:2] for p in bad["decode_error"].split("; ")]
+            assert parts == [[side, "unsupported_version"] for side in ("request", "response")]
+    for column in native.columns.drop(["request_time", "response_time"]):  # ns ints there
+        assert _values(native[column]) == _values(oracle[column]), column
+    assert dissector.analyze(str(cap)).attrs["counters"]["assumed_version_pairs"] == 1
+
+
+def test_a_pair_is_assumed_whole_or_not_at_all() -> None:
+    request, response = _exchanges(4)[0]
+    good = pdecode.decode_request(_relabelled(request, 6))
+    assert good.assumed_version == 4 and good.error is None and good.body
+    bad = pdecode.decode_response(response + b"\x00", API_VERSIONS, 6)
+    assert bad.assumed_version is None and bad.body is None
+    assert bad.error.startswith("unsupported_version")
+    assert pdecode.settle_assumed(good, bad) is None
+    assert good.body is None and good.error.startswith("unsupported_version")
+    assert good.assumed_version is None
+
+
+def test_decode_command_marks_assumed_sides(tmp_path: Path) -> None:
+    request, response = _exchanges(4)[0]
+    cap = write_capture(
+        tmp_path / "v6.pcap",
+        [Conversation(40001, 9092, [(_framed(_relabelled(request, 6)), _framed(response))])],
+    )
+    [item] = list(iter_decoded([str(cap)], api=API_VERSIONS))
+    assert item["request"]["assumed_version"] == item["response"]["assumed_version"] == 4
+    assert item["summary"]["assumed_version"] == 4
+    assert item["request"]["header"]["request_api_version"] == 6
+    assert item["response"]["body"] == pdecode.decode_response(response, API_VERSIONS, 4).body
+
+
+def test_cli_table_counts_assumed_rows_apart_from_unsupported() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "analyze", str(CAPTURE)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(line for line in lines if "assumed" in line and "┃" in line)
+    cells = [c.strip() for c in header.strip("┃").split("┃")]
+    rows = {}
+    for line in lines:
+        values = [c.strip() for c in line.strip("│").split("│")]
+        if len(values) == len(cells) and values[0] == "ApiVersions":
+            rows[int(values[1])] = dict(zip(cells, values, strict=True))
+    assert (rows[99]["assumed"], rows[99]["unsupported"]) == ("1", "0")
+    assert (rows[5]["assumed"], rows[5]["unsupported"]) == ("0", str(len(_exchanges(5))))
+    assert "assumed: 1 rows use an API version newer than the installed specs" in proc.stdout
+    assert "counters: assumed_version_pairs=1," in proc.stdout
+
+
+def test_report_names_the_newer_versions_and_how_they_were_decoded(
+    installed: pd.DataFrame,
+) -> None:
+    pytest.importorskip("jinja2")
+    from dissector.analytics.report import _newer_versions_text
+
+    text = _newer_versions_text(installed)
+    assert text == (
+        f"ApiVersions v5 ({len(_exchanges(5))} not decoded); ApiVersions v99 (1 decoded as v4)"
+    )
+    assert _newer_versions_text(installed[installed["api_version"] < 5]) == "none"
