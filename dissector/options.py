@@ -42,7 +42,11 @@ class CaptureBytes:
     data: bytes
 
 
-def capture_paths(source: object) -> list[str | CaptureBytes]:
+CaptureSource = str | CaptureBytes
+"""What the core reads: a capture file's path, or a capture held in memory."""
+
+
+def capture_paths(source: object) -> list[CaptureSource]:
     """One path or several, as a list of strings (``CaptureBytes`` kept as they are)."""
     import os
 

@@ -21,14 +21,14 @@ import pytest
 from test_cli_counters import Conversation, write_capture
 
 import dissector
-from dissector.wire.core import iter_exchanges
-from dissector.wire.decoded import iter_decoded
 from dissector.options import Options
-from tests.oracle.pipeline import iter_pairs
 from dissector.protocol import decode as pdecode
 from dissector.protocol import get_registry
 from dissector.protocol.export import model_dict
 from dissector.protocol.spec import REQUEST, RESPONSE
+from dissector.wire.core import iter_exchanges
+from dissector.wire.decoded import iter_decoded
+from tests.oracle.pipeline import iter_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "captures" / "kafka-4-mixed.pcapng"

@@ -20,8 +20,8 @@ import pytest
 import dissector
 from dissector.accounting import Counters
 from dissector.analytics import stats
-from dissector.table.frame import records_to_frame
 from dissector.schema import COLUMN_NAMES
+from dissector.table.frame import records_to_frame
 from tests.conftest import CAPTURES, SHARED_CAPTURES
 from tests.oracle.pipeline import iter_pairs
 from tests.shared_readme import EXPECTED

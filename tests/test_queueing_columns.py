@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import dissector
-from dissector.wire.core import iter_exchanges
 from dissector.options import Options
+from dissector.wire.core import iter_exchanges
 from tests.conftest import CAPTURES
 
 MIXED = CAPTURES / "kafka-4-mixed.pcapng"

@@ -323,7 +323,7 @@ def partition_rows(
     """The partition rows of one decoded pair (column order: ``PARTITION_COLUMN_NAMES``)."""
     ex = dx.exchange
     request, response = dx.request_body(), dx.response_body()
-    role = PARTITION_APIS.get(dx.api_name, "")
+    role = PARTITION_APIS.get(dx.api_name or "", "")
     rows = []
     for entry in _merge(request, response, names):
         if entry.partition is None and counters is not None:

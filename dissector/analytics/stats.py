@@ -22,7 +22,6 @@ from dissector.protocol.keys import ApiKey
 # (CLI table, live view, report, Spark), kept with the status vocabulary.
 from dissector.schema import (
     ERROR_STATUSES,
-    FETCH_WAIT_CLASSES,
     FETCH_WAIT_DATA,
     FETCH_WAIT_EARLY,
     FETCH_WAIT_EMPTY_POLL,
@@ -963,9 +962,13 @@ def queueing_by_rule(df: pd.DataFrame) -> pd.DataFrame:
     req_ns = _ns_since(request, origin)
     resp_ns = _ns_since(df["response_time"], origin)
     throttle_ns = (as_float(df["throttle_ms"]).fillna(0.0).clip(lower=0.0) * 1e6).to_numpy()
-    waits_for_answer = ~df["status"].isin((Status.NO_RESPONSE.value,)).fillna(False).to_numpy(dtype=bool)
     status = df["status"]
-    settles_when_sent = status.isin((Status.NO_RESPONSE.value, Status.MALFORMED.value)).fillna(False).to_numpy(dtype=bool)
+    waits_for_answer = ~status.isin((Status.NO_RESPONSE.value,)).fillna(False).to_numpy(dtype=bool)
+    settles_when_sent = (
+        status.isin((Status.NO_RESPONSE.value, Status.MALFORMED.value))
+        .fillna(False)
+        .to_numpy(dtype=bool)
+    )
     settled = np.where(
         ~np.isnan(resp_ns), resp_ns, np.where(settles_when_sent, req_ns, math.inf)
     )

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from dissector.protocol.decode import settle_assumed
 from dissector.stages import Exchange
 
 TOPIC_NAME_SOURCES = frozenset({"Metadata", "CreateTopics", "DescribeTopicPartitions"})
@@ -89,6 +90,7 @@ def decode_exchanges(
             if want:
                 yield DecodedExchange(path, ex, api, None, None), names
             continue
+        assert api is not None  # a known header has an api_key
         if not want and api not in TOPIC_NAME_SOURCES:
             continue
         request = response = None

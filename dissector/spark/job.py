@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from dissector.options import Options
 from dissector.spark.aggregate import DEFAULT_TOP, DEFAULT_WINDOW, summaries
-from dissector.spark.analytics import ANALYTICS_TABLES, load_analytics, parse_tables
+from dissector.spark.analytics import ANALYTICS_TABLES, load_analytics
 from dissector.spark.read import (
     DEFAULT_GLOB,
     ONE_FILE_PER_TASK_CONF,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
-from dissector.options import Options
+from dissector.options import CaptureBytes, CaptureSource, Options
 from dissector.wire import core
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ Observer = Callable[[str, "Exchange"], None]
 
 
 def run_table(
-    paths: list[str],
+    paths: list[CaptureSource],
     options: Options,
     *,
     show: bool = False,
@@ -54,7 +54,7 @@ def run_table(
 
 
 def run_analysis(
-    paths: list[str],
+    paths: list[CaptureSource],
     options: Options,
     *,
     show: bool = False,
@@ -69,14 +69,18 @@ def run_analysis(
     return df
 
 
-def _bar(paths: list[str]) -> AbstractContextManager[Callable[[int], None]]:
+def _bar(paths: list[CaptureSource]) -> AbstractContextManager[Callable[[int], None]]:
     from contextlib import contextmanager
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     @contextmanager
     def bar():  # type: ignore[no-untyped-def]
-        total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+        total = sum(
+            len(p.data) if isinstance(p, CaptureBytes) else os.path.getsize(p)
+            for p in paths
+            if isinstance(p, CaptureBytes) or os.path.isfile(p)
+        )
         columns = (
             TextColumn("[progress.description]{task.description}"),
             BarColumn(),

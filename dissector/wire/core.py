@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
-from dissector.options import CaptureBytes
+from dissector.options import CaptureBytes, CaptureSource
 from dissector.schema import COLUMNS, arrow_type
 from dissector.stages import CaptureError
 
@@ -156,7 +156,7 @@ def new_analyzer(
     )
 
 
-def open_capture(analyzer: Analyzer, path: str | CaptureBytes) -> None:
+def open_capture(analyzer: Analyzer, path: CaptureSource) -> None:
     """Start a capture file (or ``options.CaptureBytes``); a file that is not a capture
     raises ``CaptureError``."""
     if isinstance(path, CaptureBytes):
@@ -315,7 +315,7 @@ def _batches(analyzer: Analyzer, batch_rows: int) -> Iterator[Batch]:
 
 
 def iter_tables(
-    paths: Iterable[str],
+    paths: Iterable[CaptureSource],
     options: Options,
     *,
     decoder: Any = None,
@@ -351,7 +351,7 @@ def _merge_counters(counters: Counters, analyzer: Analyzer) -> None:
 
 
 def analyze_table(
-    paths: list[str],
+    paths: list[CaptureSource],
     options: Options,
     *,
     decoder: Any = None,
@@ -434,7 +434,7 @@ def _frame(stream: int, t: tuple[Any, ...]) -> Any:
 
 
 def iter_exchanges(
-    paths: Iterable[str],
+    paths: Iterable[CaptureSource],
     options: Options,
     *,
     decoder: Any = None,
@@ -474,7 +474,7 @@ def _exchange(t: tuple[Any, ...]) -> Exchange:
 
 
 def iter_pairs(
-    paths: Iterable[str],
+    paths: Iterable[CaptureSource],
     options: Options,
     *,
     decoder: Any = None,
