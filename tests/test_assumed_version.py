@@ -21,11 +21,13 @@ import pytest
 from test_cli_counters import Conversation, write_capture
 
 import dissector
+from dissector.analytics import stats
 from dissector.options import Options
 from dissector.protocol import decode as pdecode
 from dissector.protocol import get_registry
 from dissector.protocol.export import model_dict
 from dissector.protocol.spec import REQUEST, RESPONSE
+from dissector.table.frame import records_to_frame
 from dissector.wire.core import iter_exchanges
 from dissector.wire.decoded import iter_decoded
 from tests.oracle.pipeline import iter_pairs
@@ -134,7 +136,10 @@ def _framed(payload: bytes) -> bytes:
 def _rows(cap: Path) -> list[pd.DataFrame]:
     """The rows of the native core and of the pure-Python oracle, by client port."""
     native = dissector.analyze(str(cap))
-    oracle = pd.DataFrame([r.as_dict() for r in iter_pairs(str(cap))])
+    oracle = records_to_frame(list(iter_pairs(str(cap))))
+    # The per-connection columns by stats' pandas rules, the core's oracle for them.
+    derived = stats.service_latency_by_rule(oracle).join(stats.queueing_by_rule(oracle))
+    oracle[list(derived.columns)] = derived
     return [df.sort_values("client_port").reset_index(drop=True) for df in (native, oracle)]
 
 
