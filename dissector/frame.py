@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .rows import PairRecord
-from .schema import COLUMN_NAMES, COLUMNS
+from .schema import COLUMN_NAMES, COLUMNS, FRAME_DTYPES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,6 +33,22 @@ _PANDAS_DTYPES = {
     "timestamp": "datetime64[ns, UTC]",
     "str_list": "object",
 }
+"""The wide pandas dtypes of each kind: what a pairs Parquet file reads back as."""
+
+KIND_DTYPES = {
+    "str": "category",
+    "int": "Int64",
+    "float": "Float64",
+    "timestamp": "datetime64[ns, UTC]",
+    "str_list": "list<item: string>[pyarrow]",
+}
+"""The in-memory frame's dtype of each kind, unless ``schema.FRAME_DTYPES`` names one."""
+
+
+def frame_dtype(name: str, kind: str) -> str:
+    """The in-memory frame's dtype of one contract column (``schema.FRAME_DTYPES``)."""
+    return FRAME_DTYPES.get(name, KIND_DTYPES[kind])
+
 
 EXPORT_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
 
@@ -41,6 +57,51 @@ PARQUET_TIME_UNIT = "us"
 
 
 def records_to_frame(records: Iterable[PairRecord]) -> pd.DataFrame:
+    """The contract frame of ``records``, in the in-memory dtypes (``frame_dtype``)."""
+    return compact_frame(_wide_frame(records))
+
+
+def compact_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """A frame of the contract columns in their in-memory dtypes (``frame_dtype``), from
+    the wide ones (a pairs Parquet file read back, ``records_to_frame``'s rows)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    out = {}
+    for col in COLUMNS:
+        if col.name not in df.columns:
+            continue
+        values = df[col.name]
+        want = frame_dtype(col.name, col.kind)
+        if col.kind == "str":
+            out[col.name] = _sorted_category(values)
+        elif col.kind == "str_list":
+            lists = [None if v is None else list(v) for v in values.astype(object)]
+            arrow = pa.array(lists, type=pa.list_(pa.string()))
+            out[col.name] = pd.Series(pd.arrays.ArrowExtensionArray(arrow), index=df.index)
+        elif str(values.dtype) != want:
+            out[col.name] = values.astype(want)
+        else:
+            out[col.name] = values
+    extra = [c for c in df.columns if c not in out]
+    frame = pd.DataFrame(out, index=df.index)
+    for name in extra:
+        frame[name] = df[name]
+    frame.attrs = dict(df.attrs)
+    return frame
+
+
+def _sorted_category(values: pd.Series) -> pd.Series:
+    """Strings as a category of ``str`` words in string order (as ``core.table_to_frame``
+    builds them), so that sorting the column sorts its strings."""
+    import pandas as pd
+
+    objects = values.astype(object)
+    words = pd.Index(sorted({str(v) for v in objects.dropna()}), dtype="str")
+    return pd.Series(pd.Categorical(objects, categories=words), index=values.index)
+
+
+def _wide_frame(records: Iterable[PairRecord]) -> pd.DataFrame:
     import pandas as pd
 
     columns: dict[str, list] = {name: [] for name in COLUMN_NAMES}
@@ -151,7 +212,7 @@ def _pandas_metadata() -> bytes:
     def build() -> bytes:
         import pyarrow as pa
 
-        meta = pa.Schema.from_pandas(records_to_frame([]), preserve_index=False).metadata
+        meta = pa.Schema.from_pandas(_wide_frame([]), preserve_index=False).metadata
         return bytes(meta[b"pandas"])
 
     columns = hashlib.sha256(repr([(c.name, c.kind) for c in COLUMNS]).encode()).hexdigest()
