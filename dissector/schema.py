@@ -183,3 +183,51 @@ FETCH_WAIT_EMPTY_POLL = "empty_poll"
 FETCH_WAIT_DATA = "data"
 FETCH_WAIT_EARLY = "early"
 FETCH_WAIT_CLASSES: tuple[str, ...] = (FETCH_WAIT_EMPTY_POLL, FETCH_WAIT_DATA, FETCH_WAIT_EARLY)
+
+
+FRAME_DTYPES: dict[str, str] = {
+    # The in-memory pandas frame (``dissector.analyze``) is compact: a capture has
+    # hundreds of thousands of pairs and few distinct strings. Every string column is a
+    # ``category`` (categories sorted, so sorting matches the strings'), each integer
+    # the nullable width of its Kafka wire field (or the smallest that holds it), and
+    # the list columns Arrow-backed lists (``list<item: string>[pyarrow]``: iterating,
+    # ``tolist`` and ``to_dict`` give Python lists). Files keep the wide types of
+    # ``kind`` (Parquet: string, int64, list<string>), so Spark and other readers are
+    # unchanged; ``frame.compact_frame`` turns such a frame back into these dtypes.
+    # A column not named here gets the default of its kind (``KIND_DTYPES``).
+    "stream": "Int32",
+    "client_port": "UInt16",
+    "broker_port": "UInt16",
+    "api_key": "Int16",
+    "api_version": "Int16",
+    "correlation_id": "Int32",
+    # 4 + a frame length that is an int32 on the wire: fits 32 bits unsigned.
+    "request_size": "UInt32",
+    "response_size": "UInt32",
+    "error_code": "Int16",
+    "error_count": "Int32",
+    "partitions": "Int32",
+    # Both bounded by the frame's int32 length.
+    "records": "Int32",
+    "record_bytes": "Int32",
+    "throttle_ms": "Int32",
+    "max_wait_ms": "Int32",
+    "min_bytes": "Int32",
+    "inflight": "Int32",
+    "assumed_version": "Int16",
+}
+
+
+KIND_DTYPES = {
+    "str": "category",
+    "int": "Int64",
+    "float": "Float64",
+    "timestamp": "datetime64[ns, UTC]",
+    "str_list": "list<item: string>[pyarrow]",
+}
+"""The in-memory frame's dtype of each kind, unless ``schema.FRAME_DTYPES`` names one."""
+
+
+def frame_dtype(name: str, kind: str) -> str:
+    """The in-memory frame's dtype of one contract column (``schema.FRAME_DTYPES``)."""
+    return FRAME_DTYPES.get(name, KIND_DTYPES[kind])

@@ -207,7 +207,9 @@ class Collector:
 
 def content(df: pd.DataFrame) -> pd.DataFrame:
     out = df[CONTENT_COLUMNS].copy()
-    out["topics"] = out["topics"].map(lambda t: tuple(t) if t is not None else ())
+    # Iterated, not mapped: mapping keeps the Arrow list dtype, whose objects are arrays.
+    topics = [tuple(t) if t is not None else () for t in out["topics"]]
+    out["topics"] = pd.Series(topics, index=out.index, dtype=object)
     out = out.astype(object).where(out.notna(), None)
     return out.sort_values(["stream", "correlation_id"], key=_sort_key).reset_index(drop=True)
 

@@ -17,8 +17,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import dissector
-from dissector.schema import COLUMN_NAMES
-from dissector.table.frame import pairs_arrow_schema, pairs_table, write_pairs_parquet
+from dissector.schema import COLUMN_NAMES, COLUMNS
+from dissector.table.frame import (
+    compact_frame,
+    pairs_arrow_schema,
+    pairs_table,
+    write_pairs_parquet,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = REPO / "captures" / "kafka-4-mixed.pcapng"
@@ -71,26 +76,30 @@ def test_analyze_and_live_files_read_back_identically(frame: pd.DataFrame, tmp_p
 
 
 def test_file_restores_the_contract_dtypes(frame: pd.DataFrame, tmp_path: Path) -> None:
+    """The file keeps the wide types of each kind (what Spark reads); ``compact_frame``
+    turns what pandas reads back into the in-memory frame, dtypes and values."""
     out = tmp_path / "pairs.parquet"
     write_pairs_parquet(frame, out)
     schema = pq.read_schema(out)
     assert schema.names == list(COLUMN_NAMES)
     assert schema.field("request_time").type == pa.timestamp("us", tz="UTC")
     assert schema.field("capture").type == pa.string()  # not large_string: one type for all
+    assert schema.field("api_key").type == pa.int64()
     back = pd.read_parquet(out)
-    for name in COLUMN_NAMES:
-        want = frame[name].dtype
-        if name.endswith("_time"):
-            assert str(back[name].dtype) == "datetime64[us, UTC]", name
+    wide = {"str": "string", "int": "Int64", "float": "Float64", "str_list": "object"}
+    for col in COLUMNS:
+        if col.kind == "timestamp":
+            assert str(back[col.name].dtype) == "datetime64[us, UTC]", col.name
         else:
-            assert back[name].dtype == want, (name, back[name].dtype, want)
+            assert str(back[col.name].dtype) == wide[col.kind], (col.name, back[col.name].dtype)
+    compact = compact_frame(back)
+    for name in COLUMN_NAMES:
+        assert compact[name].dtype == frame[name].dtype, (name, compact[name].dtype)
     # Values: equal, times floored to microseconds.
     expect = frame.copy()
     for name in ("request_time", "response_time"):
-        expect[name] = expect[name].dt.floor("us").astype("datetime64[us, UTC]")
-    expect["topics"] = expect["topics"].map(lambda t: None if t is None else list(t))
-    back["topics"] = back["topics"].map(lambda t: None if t is None else list(t))
-    pd.testing.assert_frame_equal(back, expect)
+        expect[name] = expect[name].dt.floor("us")
+    pd.testing.assert_frame_equal(compact, expect)
 
 
 def test_arrow_input_and_empty_frames_write_the_same_schema(tmp_path: Path) -> None:

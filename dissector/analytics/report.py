@@ -234,11 +234,12 @@ def frame_table(
     limit: int = TABLE_ROW_LIMIT,
     css: str = "",
 ) -> TableBlock:
-    shown = frame.head(limit)
-    rows = tuple(tuple(fmt(row[src]) for src, _, fmt, _ in columns) for _, row in shown.iterrows())
+    # Row dicts, not iterrows: a row Series would turn an Arrow-backed list into a numpy array.
+    records = frame.head(limit).to_dict(orient="records")
+    rows = tuple(tuple(fmt(row[src]) for src, _, fmt, _ in columns) for row in records)
     keys = tuple(
         tuple(sort_key(row[src]) if numeric else "" for src, _, _, numeric in columns)
-        for _, row in shown.iterrows()
+        for row in records
     )
     return TableBlock(
         id=table_id,

@@ -253,7 +253,9 @@ def _keyed(df: pd.DataFrame, by: str) -> tuple[pd.DataFrame, list[str]]:
         frame["broker_ip"] = df["broker_ip"]
         frame["broker_port"] = df["broker_port"].astype("Int64")
     else:
-        frame["topic"] = df["topics"].map(_topic_list)
+        # As objects: mapped in its own Arrow list dtype, a frame with no topic at all
+        # would become list<null>, which explode cannot fill.
+        frame["topic"] = df["topics"].astype(object).map(_topic_list)
         frame = frame.explode("topic")
         frame = frame[frame["topic"].notna()]
     return frame, list(GROUP_KEYS[by])

@@ -18,7 +18,13 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from dissector.schema import COLUMN_NAMES, COLUMNS, PANDAS_DTYPES, arrow_type
+from dissector.schema import (
+    COLUMN_NAMES,
+    COLUMNS,
+    PANDAS_DTYPES,
+    arrow_type,
+    frame_dtype,
+)
 from dissector.stages import PairRecord
 
 if TYPE_CHECKING:
@@ -27,6 +33,9 @@ if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
 _PANDAS_DTYPES = PANDAS_DTYPES
+"""The wide pandas dtypes of each kind: what a pairs Parquet file reads back as."""
+
+
 
 EXPORT_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
 
@@ -35,6 +44,51 @@ PARQUET_TIME_UNIT = "us"
 
 
 def records_to_frame(records: Iterable[PairRecord]) -> pd.DataFrame:
+    """The contract frame of ``records``, in the in-memory dtypes (``frame_dtype``)."""
+    return compact_frame(_wide_frame(records))
+
+
+def compact_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """A frame of the contract columns in their in-memory dtypes (``frame_dtype``), from
+    the wide ones (a pairs Parquet file read back, ``records_to_frame``'s rows)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    out = {}
+    for col in COLUMNS:
+        if col.name not in df.columns:
+            continue
+        values = df[col.name]
+        want = frame_dtype(col.name, col.kind)
+        if col.kind == "str":
+            out[col.name] = _sorted_category(values)
+        elif col.kind == "str_list":
+            lists = [None if v is None else list(v) for v in values.astype(object)]
+            arrow = pa.array(lists, type=pa.list_(pa.string()))
+            out[col.name] = pd.Series(pd.arrays.ArrowExtensionArray(arrow), index=df.index)
+        elif str(values.dtype) != want:
+            out[col.name] = values.astype(want)
+        else:
+            out[col.name] = values
+    extra = [c for c in df.columns if c not in out]
+    frame = pd.DataFrame(out, index=df.index)
+    for name in extra:
+        frame[name] = df[name]
+    frame.attrs = dict(df.attrs)
+    return frame
+
+
+def _sorted_category(values: pd.Series) -> pd.Series:
+    """Strings as a category of ``str`` words in string order (as ``core.table_to_frame``
+    builds them), so that sorting the column sorts its strings."""
+    import pandas as pd
+
+    objects = values.astype(object)
+    words = pd.Index(sorted({str(v) for v in objects.dropna()}), dtype="str")
+    return pd.Series(pd.Categorical(objects, categories=words), index=values.index)
+
+
+def _wide_frame(records: Iterable[PairRecord]) -> pd.DataFrame:
     import pandas as pd
 
     columns: dict[str, list] = {name: [] for name in COLUMN_NAMES}
@@ -140,7 +194,7 @@ def _pandas_metadata() -> bytes:
     def build() -> bytes:
         import pyarrow as pa
 
-        meta = pa.Schema.from_pandas(records_to_frame([]), preserve_index=False).metadata
+        meta = pa.Schema.from_pandas(_wide_frame([]), preserve_index=False).metadata
         return bytes(meta[b"pandas"])
 
     columns = hashlib.sha256(repr([(c.name, c.kind) for c in COLUMNS]).encode()).hexdigest()

@@ -11,8 +11,6 @@ for) with the full Python decoder, so decode-error wording has one source.
 from __future__ import annotations
 
 import functools
-import gc
-import itertools
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -21,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
 from dissector.options import CaptureBytes, CaptureSource
-from dissector.schema import COLUMNS, arrow_type
+from dissector.schema import COLUMNS, arrow_type, frame_dtype
 from dissector.stages import CaptureError
 
 if TYPE_CHECKING:
@@ -223,19 +221,23 @@ def arrow_schema() -> pa.Schema:
     """The pairs table as Arrow: ``schema.COLUMNS``."""
     import pyarrow as pa
 
-    return pa.schema([pa.field(c.name, arrow_type(c.kind)) for c in COLUMNS])
+    def field_type(kind: str) -> pa.DataType:
+        # Strings stay dictionary-encoded as the core built them: the frame takes the
+        # codes as categories, Parquet writes them as they are.
+        if kind == "str":
+            return pa.dictionary(pa.int32(), pa.string())
+        return arrow_type(kind)
+
+    return pa.schema([pa.field(c.name, field_type(c.kind)) for c in COLUMNS])
 
 
 def columns_to_table(cols: dict[str, Any], schema: pa.Schema) -> pa.Table:
-    """The core's column buffers as a table of ``schema`` (strings decoded from their
-    dictionaries: the contract's types)."""
+    """The core's column buffers as a table of ``schema``."""
     import pyarrow as pa
 
     arrays = []
     for field in schema:
         arr = _arrow_column(cols[field.name])
-        if pa.types.is_dictionary(arr.type):
-            arr = arr.dictionary_decode()
         arrays.append(arr.cast(field.type) if arr.type != field.type else arr)
     return pa.Table.from_arrays(arrays, schema=schema)
 
@@ -378,46 +380,56 @@ def analyze_table(
 
 
 def table_to_frame(table: pa.Table) -> pd.DataFrame:
-    """The pandas frame of the contract (``frame._PANDAS_DTYPES``) from an Arrow table."""
+    """The pandas frame of the contract (``schema.frame_dtype``: categories, narrow
+    nullable ints, Arrow-backed lists) from an Arrow table, without a Python object
+    per value: strings go over as dictionary codes, lists stay in Arrow memory."""
     import pandas as pd
     import pyarrow as pa
 
-    mapping = {
-        pa.string(): pd.StringDtype(),
-        pa.int64(): pd.Int64Dtype(),
-        pa.float64(): pd.Float64Dtype(),
-    }
-    lists = [f.name for f in table.schema if pa.types.is_list(f.type)]
-    df = table.drop_columns(lists).to_pandas(types_mapper=mapping.get, split_blocks=True)
-    for name in lists:
-        df.insert(table.schema.get_field_index(name), name, _python_lists(table.column(name)))
-    return df
+
+    kinds = {c.name: c.kind for c in COLUMNS}
+    data: dict[str, Any] = {}
+    for field in table.schema:
+        column = table.column(field.name)
+        kind = kinds.get(field.name)
+        if kind == "str":
+            data[field.name] = _category(column)
+        elif kind == "str_list":
+            data[field.name] = pd.arrays.ArrowExtensionArray(column)
+        elif kind == "int":
+            dtype = pd.api.types.pandas_dtype(frame_dtype(field.name, kind))
+            narrow = pa.from_numpy_dtype(dtype.numpy_dtype)
+            data[field.name] = dtype.__from_arrow__(column.cast(narrow))
+        elif kind == "float":
+            data[field.name] = pd.Float64Dtype().__from_arrow__(column)
+        else:
+            data[field.name] = column.to_pandas()
+    return pd.DataFrame(data, columns=table.column_names)
 
 
-def _python_lists(column: pa.ChunkedArray) -> list[list[str]]:
-    """A list<string> column as Python lists (null as []), sliced from one flat list of
-    its values: several times faster than converting each row's list on its own."""
-    out: list[list[str]] = []
-    # Hundreds of thousands of new lists would run the cyclic garbage collector over
-    # and over, for nothing: none of them can be part of a cycle.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        for chunk in column.chunks:
-            out += _chunk_lists(chunk)
-    finally:
-        if collecting:
-            gc.enable()
-    return out
+def _category(column: pa.ChunkedArray) -> pd.Categorical:
+    """A string column as a Categorical with sorted categories, from its dictionary codes."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-
-def _chunk_lists(chunk: Any) -> list[list[str]]:
-    offsets = chunk.offsets.to_pylist()
-    values = chunk.values.to_pylist()
-    base = offsets[0] if offsets else 0
-    if base:
-        offsets = [o - base for o in offsets]
-    return [values[a:b] for a, b in itertools.pairwise(offsets)]
+    if not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column)
+    column = column.unify_dictionaries()
+    words = column.chunk(0).dictionary if column.num_chunks else pa.array([], pa.string())
+    order = np.argsort(np.asarray(words.to_pylist(), dtype=object), kind="stable")
+    # rank[i]: where dictionary word i lands among the sorted categories.
+    rank = np.empty(len(order) + 1, dtype=np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    rank[-1] = -1  # null
+    parts = [
+        np.asarray(c.indices.fill_null(-1) if c.null_count else c.indices, dtype=np.int32)
+        for c in column.chunks
+    ]
+    codes = rank[np.concatenate(parts)] if parts else np.empty(0, np.int32)
+    cats = pd.Index(np.asarray(words.to_pylist(), dtype=object)[order], dtype="str")
+    return pd.Categorical.from_codes(codes, categories=cats)
 
 
 # ---------------------------------------------------------------- exchanges

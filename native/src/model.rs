@@ -7,6 +7,7 @@
 //! `summary.rs` only follows indices. Nothing here knows Kafka by itself: every key,
 //! name and role comes from the JSON.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
@@ -640,11 +641,12 @@ impl Model {
         &self.kids[n.tagged.0 as usize..n.tagged.1 as usize]
     }
 
-    /// Kafka's name for an API key, `Unknown(k)` otherwise (`names.api_name`).
-    pub fn api_name(&self, api_key: i16) -> String {
+    /// Kafka's name for an API key, `Unknown(k)` otherwise (`names.api_name`). Borrowed
+    /// for known keys: it is asked once per row.
+    pub fn api_name(&self, api_key: i16) -> Cow<'_, str> {
         match self.api_names.get(&api_key) {
-            Some(name) => name.clone(),
-            None => format!("Unknown({api_key})"),
+            Some(name) => Cow::Borrowed(name.as_str()),
+            None => Cow::Owned(format!("Unknown({api_key})")),
         }
     }
 

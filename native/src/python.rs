@@ -424,7 +424,7 @@ impl Analyzer {
         } else {
             SummaryColumns {
                 error_code: s.error_code,
-                error_name: s.error_name.map(|n| n.to_string()),
+                error_name: s.error_name,
                 error_count: Some(i64::from(s.error_count)),
                 topics: s.topics,
                 partitions: s.partitions.map(|v| v as i64),
@@ -515,7 +515,7 @@ impl Analyzer {
         let t = got.bind(py).cast::<PyTuple>()?;
         Ok(SummaryColumns {
             error_code: t.get_item(0)?.extract()?,
-            error_name: t.get_item(1)?.extract()?,
+            error_name: t.get_item(1)?.extract::<Option<String>>()?.map(Arc::from),
             error_count: t.get_item(2)?.extract()?,
             topics: t.get_item(3)?.extract()?,
             partitions: t.get_item(4)?.extract()?,

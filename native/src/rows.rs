@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use crate::queueing::{LongPollRule, PollInput, Queued};
 use crate::types::{Exchange, ExchangeKind, Ts};
@@ -37,18 +38,28 @@ pub struct Dict {
     pub indices: Vec<i32>,
     pub words: Vec<String>,
     lookup: HashMap<String, i32>,
+    // The word of the previous row: a column mostly repeats it (the capture path, a
+    // connection's client id, the status), and comparing is cheaper than hashing.
+    last: Option<i32>,
     // Addresses by value: formatting one per row costs more than the whole row.
     addresses: HashMap<IpAddr, i32>,
 }
 
 impl Dict {
     fn index(&mut self, s: &str) -> i32 {
-        if let Some(&i) = self.lookup.get(s) {
+        if let Some(i) = self.last.filter(|&i| self.words[i as usize] == s) {
             return i;
         }
-        let i = self.words.len() as i32;
-        self.words.push(s.to_owned());
-        self.lookup.insert(s.to_owned(), i);
+        let i = match self.lookup.get(s) {
+            Some(&i) => i,
+            None => {
+                let i = self.words.len() as i32;
+                self.words.push(s.to_owned());
+                self.lookup.insert(s.to_owned(), i);
+                i
+            }
+        };
+        self.last = Some(i);
         i
     }
 
@@ -77,6 +88,7 @@ impl Dict {
         self.words.clear();
         self.lookup.clear();
         self.addresses.clear();
+        self.last = None;
     }
 }
 
@@ -113,7 +125,7 @@ impl DictList {
 #[derive(Debug, Default, Clone)]
 pub struct SummaryColumns {
     pub error_code: Option<i64>,
-    pub error_name: Option<String>,
+    pub error_name: Option<Arc<str>>,
     pub error_count: Option<i64>,
     pub topics: Vec<String>,
     pub partitions: Option<i64>,

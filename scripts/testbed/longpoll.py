@@ -4,6 +4,8 @@
     python -m scripts.testbed.longpoll --out out/longpoll.pcapng --seconds 30
     scripts/kafka-broker stop
 
+The broker port is ``KAFKA_PLAINTEXT_PORT`` (default 9092), as for ``scripts/kafka-broker``.
+
 What runs, all with confluent-kafka (librdkafka) against the PLAINTEXT listener while
 dumpcap records loopback:
 
@@ -20,13 +22,16 @@ too large to commit, so benchmarks regenerate it with this script.
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 import time
 from pathlib import Path
 
 from scripts.testbed.capture import Capture
 
-BOOTSTRAP = "127.0.0.1:9092"
+# The test bed broker's plaintext port, as `scripts/kafka-broker` reads it.
+PORT = int(os.environ.get("KAFKA_PLAINTEXT_PORT", "9092"))
+BOOTSTRAP = f"127.0.0.1:{PORT}"
 
 
 def _create_topics(names: list[str], partitions: int) -> None:
@@ -128,7 +133,7 @@ def record(out: Path, seconds: float, partitions: int) -> Path:
         threading.Thread(target=_consumer, args=("lp-848", "consumer", topics, i, stop))
         for i in range(3)
     ]
-    with Capture(out, ports=(9092,)):
+    with Capture(out, ports=(PORT,)):
         for w in workers:
             w.start()
         time.sleep(seconds)
