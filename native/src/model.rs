@@ -244,7 +244,7 @@ pub struct Model {
     /// (api_key, direction) -> the layout that decodes versions newer than it
     /// (`decode.ASSUMED_VERSION_RULE`, decided in Python: `assumed_layouts`).
     assumed: SmallKeyMap<(i16, Direction), u32>,
-    api_names: HashMap<i16, String>,
+    api_names: HashMap<i16, Arc<str>>,
     errors: SmallKeyMap<i64, Arc<str>>,
     pub id_sources: Vec<i16>,
     pub zero_uuid: String,
@@ -557,7 +557,10 @@ impl Model {
             layouts,
             index,
             assumed,
-            api_names: parse_keys(&j.api_names, "api name")?,
+            api_names: parse_keys::<i16, String>(&j.api_names, "api name")?
+                .into_iter()
+                .map(|(k, v)| (k, Arc::from(v)))
+                .collect(),
             errors: parse_keys::<i64, String>(&j.errors, "error code")?
                 .into_iter()
                 .map(|(k, v)| (k, Arc::from(v.as_str())))
@@ -645,8 +648,16 @@ impl Model {
     /// for known keys: it is asked once per row.
     pub fn api_name(&self, api_key: i16) -> Cow<'_, str> {
         match self.api_names.get(&api_key) {
-            Some(name) => Cow::Borrowed(name.as_str()),
+            Some(name) => Cow::Borrowed(name),
             None => Cow::Owned(format!("Unknown({api_key})")),
+        }
+    }
+
+    /// The name as a shared string: a row held for later keeps it without a copy.
+    pub fn shared_api_name(&self, api_key: i16) -> Arc<str> {
+        match self.api_names.get(&api_key) {
+            Some(name) => Arc::clone(name),
+            None => Arc::from(format!("Unknown({api_key})")),
         }
     }
 

@@ -80,7 +80,7 @@ pub struct Analyzer {
 /// without payload bytes (the sizes are kept) and its summary.
 struct HeldRow {
     ex: Exchange,
-    api_name: Option<String>,
+    api_name: Option<Arc<str>>,
     columns: Option<SummaryColumns>,
     sizes: (Option<i64>, Option<i64>),
 }
@@ -405,7 +405,7 @@ impl Analyzer {
     fn row(&mut self, ex: &Exchange) -> PyResult<()> {
         let (Some(key), Some(version)) = (ex.api_key, ex.api_version) else {
             let name = if ex.kind == ExchangeKind::SaslToken { Some(crate::rows::SASL_TOKEN_API_NAME) } else { None };
-            self.emit(ex, name.map(str::to_owned), None);
+            self.emit(ex, name.map(Arc::from), None);
             return Ok(());
         };
         let request = ex.request.as_ref().map(|f| f.payload.as_slice());
@@ -441,14 +441,14 @@ impl Analyzer {
         if columns.assumed_version.is_some() {
             self.counters.inc("assumed_version_pairs");
         }
-        let name = self.model.api_name(key);
+        let name = self.model.shared_api_name(key);
         self.emit(ex, Some(name), Some(columns));
         Ok(())
     }
 
     /// Build the row now when every earlier request of its connection was, else hold it
     /// (`queueing`); then the held rows whose turn came.
-    fn emit(&mut self, ex: &Exchange, api_name: Option<String>, columns: Option<SummaryColumns>) {
+    fn emit(&mut self, ex: &Exchange, api_name: Option<Arc<str>>, columns: Option<SummaryColumns>) {
         let timing = Timing {
             request: ex.request.as_ref().map(|f| f.last_ts_ns),
             response: ex.response.as_ref().map(|f| f.last_ts_ns),
