@@ -230,7 +230,7 @@ def test_cli_table_counts_assumed_rows_apart_from_unsupported() -> None:
             rows[int(values[1])] = dict(zip(cells, values, strict=True))
     assert (rows[99]["assumed"], rows[99]["unsupported"]) == ("1", "0")
     assert (rows[5]["assumed"], rows[5]["unsupported"]) == ("0", str(len(_exchanges(5))))
-    assert "assumed: 1 rows use an API version newer than the installed specs" in proc.stdout
+    assert "assumed: 1 row with an API version newer than the installed specs" in proc.stdout
     assert "counters: assumed_version_pairs=1," in proc.stdout
 
 

@@ -276,7 +276,7 @@ def test_rows_of_newer_versions_are_flagged_in_the_table(tmp_path: Path) -> None
     proc = run_cli("analyze", str(cap), cwd=tmp_path)
     assert proc.returncode == 0
     assert "status: ok=2" in proc.stdout
-    assert "unsupported: 1 rows use an API version newer than the installed specs" in proc.stdout
+    assert "unsupported: 1 row with an API version newer than the installed specs" in proc.stdout
     lines = proc.stdout.splitlines()
     header = next(line for line in lines if "unsupported" in line and "┃" in line)
     cells = [c.strip() for c in header.strip("┃").split("┃")]

@@ -133,8 +133,8 @@ def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
         unsupported = int(unsupported_rows(df).sum())
         if unsupported:
             console.print(
-                f"unsupported: {unsupported} rows use an API version newer than the installed "
-                "specs and do not fit the newest known layout; their bodies are not decoded "
+                f"unsupported: {_rows(unsupported)} with an API version newer than the installed "
+                "specs that does not fit the newest known layout: bodies not decoded "
                 "(add newer specs with --specs)",
                 highlight=False,
                 soft_wrap=True,
@@ -142,8 +142,8 @@ def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
         assumed = int(assumed_rows(df).sum())
         if assumed:
             console.print(
-                f"assumed: {assumed} rows use an API version newer than the installed specs "
-                "and were decoded with the newest known layout, which fits them exactly "
+                f"assumed: {_rows(assumed)} with an API version newer than the installed specs, "
+                "decoded with the newest known layout, which fits exactly "
                 "(column assumed_version; --specs with newer specs decodes them as sent)",
                 highlight=False,
                 soft_wrap=True,
@@ -170,3 +170,7 @@ def _missing(value: object) -> bool:
 
 def _fmt_ms(value: object) -> str:
     return "" if _missing(value) else f"{float(value):.3f}"  # type: ignore[arg-type]
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
