@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dissector.protocol.decode import settle_assumed
+from dissector.protocol.messages import settle_assumed
 from dissector.stages import Exchange
 
 TOPIC_NAME_SOURCES = frozenset({"Metadata", "CreateTopics", "DescribeTopicPartitions"})
@@ -56,7 +56,7 @@ def decoder_for_specs(specs: Iterable[str | os.PathLike[str]]) -> Any:
     """The protocol package, or a decoder bound to extra spec directories / jars."""
     paths = [os.fspath(s) for s in specs]
     if paths:
-        from dissector.protocol.decoder import decoder_for
+        from dissector.protocol.bound_decoder import decoder_for
 
         return decoder_for(paths)
     from dissector import protocol
