@@ -11,7 +11,6 @@ wanted, so ``decode --api Fetch`` resolves ids as a full run does.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import os
 from collections import Counter
@@ -157,12 +156,3 @@ def _side(decoded: Any) -> dict[str, Any] | None:
     return out
 
 
-def jsonable(value: Any) -> Any:
-    """``json.dumps(default=...)`` for decoded bodies: bytes as base64, records as dicts."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if hasattr(value, "to_json"):
-        return value.to_json()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

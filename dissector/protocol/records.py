@@ -38,7 +38,6 @@ inside one entry never desynchronises the next.
 
 from __future__ import annotations
 
-import base64
 import struct
 import zlib
 from collections.abc import Callable, Iterator
@@ -49,6 +48,8 @@ from typing import Any, Final
 
 import cramjam
 import crc32c as _crc32c
+
+from dissector.json_values import jsonable
 
 __all__ = [
     "CODEC_NAMES",
@@ -257,7 +258,7 @@ class RecordSet:
             "codecs": list(self.codecs),
             "errors": list(self.errors),
             "bytes_encoding": "base64",
-            "items": None if self.items is None else [_jsonable(i) for i in self.items],
+            "items": None if self.items is None else [jsonable(i) for i in self.items],
         }
 
 
@@ -1074,11 +1075,3 @@ def _text(raw: bytes | None) -> str | None:
     return None
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
