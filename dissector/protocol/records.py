@@ -50,6 +50,7 @@ import cramjam
 import crc32c as _crc32c
 
 from dissector.json_values import jsonable
+from dissector.protocol.varint import VarintError, read_uvarint
 
 __all__ = [
     "CODEC_NAMES",
@@ -637,20 +638,14 @@ def _varint(buf: bytes, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
     """Zigzag varint (max_bytes 5) or varlong (10) as Kafka's record format uses."""
     if pos < end:
         raw = buf[pos]
-        if raw < 0x80:
+        if raw < 0x80:  # one byte, inlined: most deltas and counts of a record
             return (raw >> 1) ^ -(raw & 1), pos + 1
-    raw = 0
-    shift = 0
-    for _ in range(max_bytes):
-        if pos >= end:
-            raise _Bad("bad_varint", "cut off")
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-    raise _Bad("bad_varint", f"longer than {max_bytes} bytes")
+    try:
+        raw, pos = read_uvarint(buf, pos, end, max_bytes)
+    except VarintError as exc:
+        detail = "cut off" if exc.cut else f"longer than {max_bytes} bytes"
+        raise _Bad("bad_varint", detail) from None
+    return (raw >> 1) ^ -(raw & 1), pos  # the zigzag step, inline: a hot path
 
 
 def _var_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
