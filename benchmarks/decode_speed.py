@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dissector.protocol.decode import (  # noqa: E402
+from dissector.protocol.messages import (  # noqa: E402
     Registry,
     decode_request,
     decode_response,

@@ -138,7 +138,7 @@ def decode(
     """Every pair fully decoded: request and response headers and bodies as nested
     dicts (Apache's field names in snake_case), one dict per pair, streaming.
     ``records=True`` expands record batches into records."""
-    from dissector.wire.decoded import iter_decoded
+    from dissector.wire.full_decode import iter_decoded
 
     return iter_decoded(source, api=api, records=records, specs=specs, ports=ports)
 
@@ -147,6 +147,6 @@ def _decoder(specs: Iterable[str | os.PathLike[str]]) -> Any:
     paths = [str(s) for s in specs]
     if not paths:
         return None
-    from dissector.protocol.decoder import decoder_for
+    from dissector.protocol.bound_decoder import decoder_for
 
     return decoder_for(paths)

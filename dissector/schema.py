@@ -105,7 +105,7 @@ COLUMNS: tuple[Column, ...] = (
         "assumed_version",
         "int",
         "for a version newer than the specs: the newest known version whose layout "
-        "decoded both bodies exactly (decode.ASSUMED_VERSION_RULE), else null",
+        "decoded both bodies exactly (messages.ASSUMED_VERSION_RULE), else null",
     ),
 )
 

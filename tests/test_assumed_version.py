@@ -23,13 +23,12 @@ from test_cli_counters import Conversation, write_capture
 import dissector
 from dissector.analytics import stats
 from dissector.options import Options
-from dissector.protocol import decode as pdecode
-from dissector.protocol import get_registry
+from dissector.protocol import get_registry, messages
 from dissector.protocol.export import model_dict
 from dissector.protocol.spec import REQUEST, RESPONSE
 from dissector.table.frame import records_to_frame
 from dissector.wire.core import iter_exchanges
-from dissector.wire.decoded import iter_decoded
+from dissector.wire.full_decode import iter_decoded
 from tests.oracle.pipeline import iter_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,13 +64,13 @@ def _v5(df: pd.DataFrame) -> pd.DataFrame:
 def test_the_rule_picks_the_newest_flexible_layout() -> None:
     reg = get_registry()
     newest = reg.specs.versions(API_VERSIONS, REQUEST)[-1]
-    layout = pdecode.assumed_layout(reg, API_VERSIONS, newest + 1, REQUEST)
+    layout = messages.assumed_layout(reg, API_VERSIONS, newest + 1, REQUEST)
     assert layout is not None and layout.version == newest and layout.flexible
-    assert pdecode.assumed_layout(reg, API_VERSIONS, newest, REQUEST) is None  # known
+    assert messages.assumed_layout(reg, API_VERSIONS, newest, REQUEST) is None  # known
     # SaslHandshake never became flexible: a newer version stays unsupported
     sasl = reg.specs.versions(17, REQUEST)
     assert not reg.layout(17, sasl[-1], REQUEST).flexible
-    assert pdecode.assumed_layout(reg, 17, sasl[-1] + 1, REQUEST) is None
+    assert messages.assumed_layout(reg, 17, sasl[-1] + 1, REQUEST) is None
     exported = {(k, d): v for k, d, v in model_dict(reg)["assumed_layouts"]}
     assert exported[(API_VERSIONS, REQUEST)] == newest
     assert exported[(API_VERSIONS, RESPONSE)] == reg.specs.versions(API_VERSIONS, RESPONSE)[-1]
@@ -102,7 +101,7 @@ def test_kafka_4_4_v5_requests_do_not_fit_v4_so_their_rows_stay_unsupported(
     v4_fields = {f.name for f in get_registry().layout(API_VERSIONS, 4, REQUEST).fields}
     newer = get_registry([str(jar)])
     for request, _ in _exchanges(5):
-        body = pdecode.decode_request(request, registry=newer).body
+        body = messages.decode_request(request, registry=newer).body
         assert set(body) - v4_fields == {"cluster_id", "node_id"}
     # the deliberate v99 request of the capture is v4-shaped: decoded (answered with
     # UNSUPPORTED_VERSION in the v0 layout) and the only assumed pair
@@ -115,8 +114,8 @@ def test_kafka_4_4_v5_requests_do_not_fit_v4_so_their_rows_stay_unsupported(
 def test_v5_responses_decode_as_v4_field_by_field_like_kafka_4_4(jar: Path) -> None:
     newer = get_registry([str(jar)])
     for _, response in _exchanges(5):
-        mine = pdecode.decode_response(response, API_VERSIONS, 5)
-        theirs = pdecode.decode_response(response, API_VERSIONS, 5, registry=newer)
+        mine = messages.decode_response(response, API_VERSIONS, 5)
+        theirs = messages.decode_response(response, API_VERSIONS, 5, registry=newer)
         assert mine.error is None and theirs.error is None
         assert mine.assumed_version == 4 and theirs.assumed_version is None
         assert mine.trailing == theirs.trailing == 0
@@ -188,12 +187,12 @@ def test_pairs_that_fit_decode_and_the_others_stay_unsupported(tmp_path: Path) -
 
 def test_a_pair_is_assumed_whole_or_not_at_all() -> None:
     request, response = _exchanges(4)[0]
-    good = pdecode.decode_request(_relabelled(request, 6))
+    good = messages.decode_request(_relabelled(request, 6))
     assert good.assumed_version == 4 and good.error is None and good.body
-    bad = pdecode.decode_response(response + b"\x00", API_VERSIONS, 6)
+    bad = messages.decode_response(response + b"\x00", API_VERSIONS, 6)
     assert bad.assumed_version is None and bad.body is None
     assert bad.error.startswith("unsupported_version")
-    assert pdecode.settle_assumed(good, bad) is None
+    assert messages.settle_assumed(good, bad) is None
     assert good.body is None and good.error.startswith("unsupported_version")
     assert good.assumed_version is None
 
@@ -208,7 +207,7 @@ def test_decode_command_marks_assumed_sides(tmp_path: Path) -> None:
     assert item["request"]["assumed_version"] == item["response"]["assumed_version"] == 4
     assert item["summary"]["assumed_version"] == 4
     assert item["request"]["header"]["request_api_version"] == 6
-    assert item["response"]["body"] == pdecode.decode_response(response, API_VERSIONS, 4).body
+    assert item["response"]["body"] == messages.decode_response(response, API_VERSIONS, 4).body
 
 
 def test_cli_table_counts_assumed_rows_apart_from_unsupported() -> None:

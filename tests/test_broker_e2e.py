@@ -309,7 +309,7 @@ def test_with_installed_specs_only_versions_newer_than_them_are_undecoded(run: R
     # fields v4 lacks (ClusterId, NodeId): not decodable by v4's layout either.
     assert _undecoded(run.df) <= {("ApiVersions", 5)}
     # v99 is the deliberate one, written in v4's shape: decoded by the newest known
-    # layout (decode.ASSUMED_VERSION_RULE), the broker's UNSUPPORTED_VERSION answer read
+    # layout (messages.ASSUMED_VERSION_RULE), the broker's UNSUPPORTED_VERSION answer read
     v99 = run.df[run.df["api_version"] == 99]
     assert len(v99) and (v99["assumed_version"] == 4).all()
 

@@ -21,7 +21,7 @@ from dissector.analytics.groups import (
     rebalances,
 )
 from dissector.analytics.partitions import DecodedExchange, partitions, table
-from dissector.protocol.decode import Decoded
+from dissector.protocol.messages import Decoded
 from tests.oracle.correlate import Exchange
 
 REPO = Path(__file__).resolve().parents[1]

@@ -27,7 +27,7 @@ import pytest
 from kafka.record import MemoryRecordsBuilder
 
 from dissector.protocol import compile as kc
-from dissector.protocol.decode import Registry, decode_request, decode_response, get_registry
+from dissector.protocol.messages import Registry, decode_request, decode_response, get_registry
 from dissector.protocol.records import Budget, parse_records
 from tests.oracle.pipeline import iter_exchanges
 

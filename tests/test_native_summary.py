@@ -303,7 +303,7 @@ def test_newer_specs_reach_the_native_summary(tmp_path: Path) -> None:
     pairs = [p for p in collect([capture], installed) if p.api_key == 18]
     native = run_native(pairs, export_model(installed), tmp_path)
     v5 = [n for p, n in zip(pairs, native, strict=True) if p.api_version == 5]
-    # v4's layout (decode.ASSUMED_VERSION_RULE) leaves v5's ClusterId and NodeId over
+    # v4's layout (messages.ASSUMED_VERSION_RULE) leaves v5's ClusterId and NodeId over
     assert v5 and all(n["defer"] and n["defer_reason"] == "trailing_bytes" for n in v5)
 
     newer = decoder_for([jar])
@@ -388,7 +388,7 @@ def test_mutated_frames_defer_or_agree(compared, tmp_path: Path) -> None:  # typ
 
 def test_export_takes_any_decoder_the_pipeline_uses() -> None:
     import dissector.protocol as protocol
-    from dissector.protocol.decode import get_registry
+    from dissector.protocol.messages import get_registry
     from dissector.protocol.notes import NotingDecoder
 
     expected = export_model(decoder_for())

@@ -150,7 +150,7 @@ def test_version_range_syntax() -> None:
 
 
 def test_a_specs_directory_adds_versions(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from dissector.protocol.decode import Registry, decode_request
+    from dissector.protocol.messages import Registry, decode_request
     from dissector.protocol.sources import load_specs
 
     spec = """// a vendor's new API, in Apache's format
@@ -244,7 +244,7 @@ def test_a_newer_kafka_clients_jar_decodes_api_versions_v5() -> None:
     capture = Path(__file__).resolve().parents[1] / "captures" / "kafka-4-mixed.pcapng"
     if jar is None or not capture.is_file():
         pytest.skip("kafka-clients-4.4.0.jar (scripts/kafka-broker fetch) or capture absent")
-    from dissector.wire.decoded import iter_decoded
+    from dissector.wire.full_decode import iter_decoded
 
     rows = [r for r in iter_decoded([str(capture)], api=18, specs=[str(jar)])]
     v5 = [r for r in rows if r["api_version"] == 5]

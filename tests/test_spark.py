@@ -28,7 +28,7 @@ import pytest
 
 import dissector
 from dissector.schema import COLUMN_NAMES, COLUMNS
-from dissector.spark.decode import CAPTURE_FAILED, DecodeConfig, decode_capture
+from dissector.spark.tasks import CAPTURE_FAILED, DecodeConfig, decode_capture
 from dissector.spark.typemap import INFO_COLUMN
 from tests.oracle.capture import CaptureError
 

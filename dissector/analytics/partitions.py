@@ -114,9 +114,9 @@ def decoded_exchanges(
     counters: Counter[str] | None = None,
 ) -> Iterator[tuple[DecodedExchange, Any]]:
     """(decoded exchange, the capture's TopicNames) for every exchange of ``apis``
-    (``wire.decoded``). ``expand``: APIs whose responses' record batches are expanded
+    (``wire.full_decode``). ``expand``: APIs whose responses' record batches are expanded
     into records."""
-    from dissector.wire.decoded import decoded_exchanges as decoded
+    from dissector.wire.full_decode import decoded_exchanges as decoded
 
     def wanted(_ex: Exchange, api: str | None) -> bool:
         return api in apis

@@ -499,7 +499,7 @@ def _kafka_versions_text(facts: stats.CaptureFacts) -> str:
 
 def _newer_versions_text(df: pd.DataFrame) -> str:
     """Which API versions the specs do not know, and how their pairs were decoded
-    (``decode.ASSUMED_VERSION_RULE``); the full view per connection is
+    (``messages.ASSUMED_VERSION_RULE``); the full view per connection is
     ``dissector.versions``."""
     from dissector.analytics.summary_table import assumed_rows, unsupported_rows
 
@@ -1008,7 +1008,7 @@ def analyze(
     """
     from dissector import protocol
     from dissector.options import Options
-    from dissector.protocol.decode import settle_assumed
+    from dissector.protocol.messages import settle_assumed
     from dissector.stages import CaptureError
 
     decoder = NotingDecoder(protocol, missing_client=stats.MISSING_LABEL)

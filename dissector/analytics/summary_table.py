@@ -79,7 +79,7 @@ def unsupported_rows(df: pd.DataFrame) -> pd.Series:
 
 def assumed_rows(df: pd.DataFrame) -> pd.Series:
     """Rows of a version newer than the specs, decoded by the newest known layout
-    (``decode.ASSUMED_VERSION_RULE``): decoded, yet worth a look with newer --specs."""
+    (``messages.ASSUMED_VERSION_RULE``): decoded, yet worth a look with newer --specs."""
     import pandas as pd
 
     if "assumed_version" not in df:

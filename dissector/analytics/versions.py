@@ -74,7 +74,7 @@ def _advertised(body: dict[str, Any] | None) -> dict[int, tuple[int, int]]:
 def _negotiate(conn: _Connection, ex: Any, decoder: Any) -> None:
     """Read one ApiVersions exchange into the connection (the last one read wins: a
     client retries with v0 when the broker refused its version)."""
-    from dissector.protocol.decode import settle_assumed
+    from dissector.protocol.messages import settle_assumed
 
     conn.negotiation_version = ex.api_version
     request = decoder.decode_request(ex.request.payload) if ex.request is not None else None

@@ -152,7 +152,7 @@ def warn_damage(path: str, counters: dict[str, int]) -> None:
 
 
 def load_decoder(specs: tuple[str, ...]) -> Any:
-    from dissector.protocol.decoder import decoder_for
+    from dissector.protocol.bound_decoder import decoder_for
 
     try:
         decoder = decoder_for(specs)

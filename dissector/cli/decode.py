@@ -12,11 +12,11 @@ import click
 
 from dissector.accounting import Counters
 from dissector.cli.common import capture_problem, parse_ports, report_failures, warn_damage
+from dissector.json_values import jsonable
 from dissector.protocol import Registry, get_registry, supported_apis
 from dissector.protocol.names import version_ranges
-from dissector.protocol.pairs import jsonable
 from dissector.stages import CaptureError
-from dissector.wire.decoded import iter_decoded
+from dissector.wire.full_decode import iter_decoded
 
 
 def parse_api(value: str | None, registry: Registry | None = None) -> int | None:

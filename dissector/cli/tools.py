@@ -59,7 +59,7 @@ def codegen_command(api: str, version: int, direction: str, spec_dirs: tuple[str
     the same lines.
     """
     from dissector.protocol.compile import generated_source
-    from dissector.protocol.decode import get_registry
+    from dissector.protocol.messages import get_registry
 
     try:
         registry = get_registry(list(spec_dirs))

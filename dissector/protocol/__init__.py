@@ -20,8 +20,9 @@ How it works: ``sources`` reads Apache's JSON message specs (kafka-python's pack
 data, plus ``--specs DIR``), kio's generated classes and kafka-python's hand-written
 schemas of removed versions into one model (``spec.Layout`` per api_key, version
 and direction); ``compile`` turns a layout into a decoder (generated Python source,
-or closures for explaining failures); ``decode`` handles headers and caches the
-compiled decoders in a ``Registry``; ``summary`` computes the analytics columns.
+or closures for explaining failures); ``messages`` decodes whole frames (headers, then
+bodies) and caches the compiled decoders in a ``Registry``; ``bound_decoder`` binds all
+of it to one spec set; ``summary`` computes the analytics columns.
 Field names are Apache's, in snake_case (``ThrottleTimeMs`` -> ``throttle_time_ms``).
 """
 
@@ -31,7 +32,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dissector.protocol.decode import (
+    from dissector.protocol.bound_decoder import BoundDecoder, decoder_for
+    from dissector.protocol.errors import error_name
+    from dissector.protocol.messages import (
         Decoded,
         Registry,
         decode_request,
@@ -40,23 +43,21 @@ if TYPE_CHECKING:
         is_known_version,
         request_is_flexible,
     )
-    from dissector.protocol.decoder import BoundDecoder, decoder_for
-    from dissector.protocol.errors import error_name
     from dissector.protocol.names import ApiSupport, api_name, supported_apis
     from dissector.protocol.summary import Summary, TopicNames, summarize
 
 # Loaded on first use: a run whose pairs the native core summarises never needs the
 # decoders, and importing them (with kafka-python and kio behind) costs start-up time.
 _HOME = {
-    "Decoded": "decode",
-    "Registry": "decode",
-    "decode_request": "decode",
-    "decode_response": "decode",
-    "get_registry": "decode",
-    "is_known_version": "decode",
-    "request_is_flexible": "decode",
-    "BoundDecoder": "decoder",
-    "decoder_for": "decoder",
+    "Decoded": "messages",
+    "Registry": "messages",
+    "decode_request": "messages",
+    "decode_response": "messages",
+    "get_registry": "messages",
+    "is_known_version": "messages",
+    "request_is_flexible": "messages",
+    "BoundDecoder": "bound_decoder",
+    "decoder_for": "bound_decoder",
     "error_name": "errors",
     "ApiSupport": "names",
     "api_name": "names",

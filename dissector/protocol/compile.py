@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dissector.protocol.spec import Field, Layout
+from dissector.protocol.varint import VarintError, read_uvarint
 
 RecordsHook = Callable[[Any], Any]
 """Turns the bytes of a ``records`` field into the value kept in the body."""
@@ -79,23 +80,6 @@ class DecodeFailure(Exception):
 
     def message(self) -> str:
         return f"{self.field_path()}: {self.reason} at offset {self.offset}"
-
-
-def read_uvarint(buf: bytes, p: int) -> tuple[int, int]:
-    """Unsigned varint of at most 5 bytes (Kafka's lengths and counts are 32-bit)."""
-    value = 0
-    shift = 0
-    while True:
-        if p >= len(buf):
-            raise Short("varint runs past the end")
-        b = buf[p]
-        p += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, p
-        shift += 7
-        if shift > 28:
-            raise Short("varint longer than 5 bytes")
 
 
 def uuid_text(raw: bytes) -> str:
@@ -436,7 +420,7 @@ def _need(buf: bytes, p: int, n: int, what: str) -> None:
 def _uvarint_checked(buf: bytes, p: int) -> tuple[int, int]:
     try:
         return read_uvarint(buf, p)
-    except Short as exc:
+    except VarintError as exc:
         raise _fail(str(exc), p) from None
 
 

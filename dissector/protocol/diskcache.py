@@ -44,7 +44,7 @@ _BUILDERS = (
     # the native core's copy of the model (export.py reads summary roles and decode rules)
     "export.py",
     "summary.py",
-    "decode.py",
+    "messages.py",
 )
 
 

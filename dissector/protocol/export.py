@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dissector.protocol import decode as _decode
+from dissector.protocol import messages as _messages
 from dissector.protocol import names as _names
 from dissector.protocol import summary as _summary
 from dissector.protocol.errors import ERROR_NAMES
@@ -32,7 +32,8 @@ from dissector.protocol.spec import REQUEST, RESPONSE, Field, Layout
 
 FORMAT = 1
 
-# Produce's request field that says whether a response will come (decode.produce_acks).
+# Produce's request field that says whether a response will come (the core reads it;
+# the test oracle's twin is tests/oracle/kafka_header.produce_acks).
 PRODUCE_ACKS_FIELD = "acks"
 
 # The APIs the broker may hold open as long polls (Fetch, ShareFetch).
@@ -104,17 +105,17 @@ _ITEM_ROLES = {
 }
 
 
-def _registry(obj: Any) -> _decode.Registry:
+def _registry(obj: Any) -> _messages.Registry:
     """The registry behind a decoder object: Registry, BoundDecoder or the package."""
-    if isinstance(obj, _decode.Registry):
+    if isinstance(obj, _messages.Registry):
         return obj
     registry = getattr(obj, "registry", None)
-    if isinstance(registry, _decode.Registry):
+    if isinstance(registry, _messages.Registry):
         return registry
     get = getattr(obj, "get_registry", None)
     if callable(get):
         found = get()
-        if isinstance(found, _decode.Registry):
+        if isinstance(found, _messages.Registry):
             return found
     raise TypeError(f"no spec registry behind {type(obj).__name__}")
 
@@ -232,7 +233,7 @@ def _top_roles(layout: Layout, f: Field) -> tuple[int, bool]:
 
 
 def _header_version(layout: Layout) -> int:
-    """Header version decode.py reads for this layout (request v0/1/2, response v0/1)."""
+    """Header version messages.py reads for this layout (request v0/1/2, response v0/1)."""
     if layout.direction == REQUEST:
         if layout.api_key == ApiKey.CONTROLLED_SHUTDOWN and layout.version == 0:
             return 0
@@ -257,16 +258,16 @@ def _layout(layout: Layout) -> dict[str, Any]:
     }
 
 
-def _api_keys(registry: _decode.Registry, wanted: tuple[str, ...]) -> list[int]:
+def _api_keys(registry: _messages.Registry, wanted: tuple[str, ...]) -> list[int]:
     keys = set(_names._names()) | set(registry.specs.keys())
     return sorted(k for k in keys if _names.api_name(k, registry) in wanted)
 
 
-def _assumed_layouts(registry: _decode.Registry) -> list[list[Any]]:
+def _assumed_layouts(registry: _messages.Registry) -> list[list[Any]]:
     out: list[list[Any]] = []
     for api_key, direction in sorted(registry.specs.layouts):
         versions = registry.specs.versions(api_key, direction)
-        if versions and _decode.assumed_layout(registry, api_key, versions[-1] + 1, direction):
+        if versions and _messages.assumed_layout(registry, api_key, versions[-1] + 1, direction):
             out.append([api_key, direction, versions[-1]])
     return out
 
@@ -288,15 +289,15 @@ def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
         "header_v0_requests": [[int(ApiKey.CONTROLLED_SHUTDOWN), 0]],
         # keys no installed spec describes, still plausible for framing heuristics
         "specless_keys": {
-            "api_keys": list(_decode._SPECLESS_KEYS),
-            "max_version": _decode._SPECLESS_MAX_VERSION,
+            "api_keys": list(_messages._SPECLESS_KEYS),
+            "max_version": _messages._SPECLESS_MAX_VERSION,
         },
         # (api_key, direction, version): the layout a newer version of that key and
-        # direction is decoded with (decode.ASSUMED_VERSION_RULE decides which)
+        # direction is decoded with (messages.ASSUMED_VERSION_RULE decides which)
         "assumed_layouts": _assumed_layouts(registry),
         "unsupported_version_fallback": {
             "api_key": int(ApiKey.API_VERSIONS),
-            "error_code": _decode.UNSUPPORTED_VERSION,
+            "error_code": _messages.UNSUPPORTED_VERSION,
             "version": 0,
         },
         # decode_error lists this many record-batch errors per pair, then a count

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from dissector.protocol.decode import Registry, assumed_layout, get_registry
 from dissector.protocol.diskcache import load_or_build
+from dissector.protocol.messages import Registry, assumed_layout, get_registry
 from dissector.protocol.sources import kafka_api_names
 from dissector.protocol.spec import REQUEST, RESPONSE
 
@@ -39,7 +39,7 @@ class ApiSupport:
     response_versions: tuple[int, ...]
     sources: tuple[str, ...]
     # Newer versions are decoded with this version's layout when they fit it exactly
-    # (decode.ASSUMED_VERSION_RULE); None: newer versions stay unsupported_version.
+    # (messages.ASSUMED_VERSION_RULE); None: newer versions stay unsupported_version.
     newer_decoded_as: int | None = None
 
 

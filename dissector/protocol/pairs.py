@@ -11,7 +11,6 @@ wanted, so ``decode --api Fetch`` resolves ids as a full run does.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import os
 from collections import Counter
@@ -19,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dissector.protocol.decode import settle_assumed
+from dissector.protocol.messages import settle_assumed
 from dissector.stages import Exchange
 
 TOPIC_NAME_SOURCES = frozenset({"Metadata", "CreateTopics", "DescribeTopicPartitions"})
@@ -56,7 +55,7 @@ def decoder_for_specs(specs: Iterable[str | os.PathLike[str]]) -> Any:
     """The protocol package, or a decoder bound to extra spec directories / jars."""
     paths = [os.fspath(s) for s in specs]
     if paths:
-        from dissector.protocol.decoder import decoder_for
+        from dissector.protocol.bound_decoder import decoder_for
 
         return decoder_for(paths)
     from dissector import protocol
@@ -157,12 +156,3 @@ def _side(decoded: Any) -> dict[str, Any] | None:
     return out
 
 
-def jsonable(value: Any) -> Any:
-    """``json.dumps(default=...)`` for decoded bodies: bytes as base64, records as dicts."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if hasattr(value, "to_json"):
-        return value.to_json()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -38,7 +38,6 @@ inside one entry never desynchronises the next.
 
 from __future__ import annotations
 
-import base64
 import struct
 import zlib
 from collections.abc import Callable, Iterator
@@ -49,6 +48,9 @@ from typing import Any, Final
 
 import cramjam
 import crc32c as _crc32c
+
+from dissector.json_values import jsonable
+from dissector.protocol.varint import VarintError, read_uvarint
 
 __all__ = [
     "CODEC_NAMES",
@@ -257,7 +259,7 @@ class RecordSet:
             "codecs": list(self.codecs),
             "errors": list(self.errors),
             "bytes_encoding": "base64",
-            "items": None if self.items is None else [_jsonable(i) for i in self.items],
+            "items": None if self.items is None else [jsonable(i) for i in self.items],
         }
 
 
@@ -636,20 +638,14 @@ def _varint(buf: bytes, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
     """Zigzag varint (max_bytes 5) or varlong (10) as Kafka's record format uses."""
     if pos < end:
         raw = buf[pos]
-        if raw < 0x80:
+        if raw < 0x80:  # one byte, inlined: most deltas and counts of a record
             return (raw >> 1) ^ -(raw & 1), pos + 1
-    raw = 0
-    shift = 0
-    for _ in range(max_bytes):
-        if pos >= end:
-            raise _Bad("bad_varint", "cut off")
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-    raise _Bad("bad_varint", f"longer than {max_bytes} bytes")
+    try:
+        raw, pos = read_uvarint(buf, pos, end, max_bytes)
+    except VarintError as exc:
+        detail = "cut off" if exc.cut else f"longer than {max_bytes} bytes"
+        raise _Bad("bad_varint", detail) from None
+    return (raw >> 1) ^ -(raw & 1), pos  # the zigzag step, inline: a hot path
 
 
 def _var_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
@@ -1074,11 +1070,3 @@ def _text(raw: bytes | None) -> str | None:
     return None
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value

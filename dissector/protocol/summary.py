@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from dissector.protocol.decode import Decoded, settle_assumed
 from dissector.protocol.errors import error_name
 from dissector.protocol.keys import ApiKey
+from dissector.protocol.messages import Decoded, settle_assumed
 from dissector.protocol.spec import Field, Layout
 
 # Responses that tell which name a topic id stands for.
@@ -81,7 +81,7 @@ class Summary:
     # frame malformed.
     record_errors: int = 0
     # The newest known version whose layout decoded a pair of a newer version
-    # (decode.ASSUMED_VERSION_RULE), else None.
+    # (messages.ASSUMED_VERSION_RULE), else None.
     assumed_version: int | None = None
 
 

@@ -18,5 +18,5 @@ from __future__ import annotations
 
 __all__ = ["CAPTURE_FAILED", "Fleet", "load"]
 
-from dissector.spark.decode import CAPTURE_FAILED
 from dissector.spark.read import Fleet, load
+from dissector.spark.tasks import CAPTURE_FAILED

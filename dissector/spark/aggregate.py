@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from dissector.analytics.stats import ERROR_STATUSES, EVENT_TIME_COLUMNS, UNANSWERED_STATUSES
 from dissector.schema import Status
-from dissector.spark.decode import CAPTURE_FAILED
+from dissector.spark.tasks import CAPTURE_FAILED
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

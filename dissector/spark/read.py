@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 
 from dissector.options import Options
-from dissector.spark.decode import DecodeConfig, decode_batches, failed_batch
+from dissector.spark.tasks import DecodeConfig, decode_batches, failed_batch
 from dissector.spark.typemap import CAPTURE_INFO, INFO_COLUMN, decoded_spark_schema
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from dissector.json_values import jsonable
 from dissector.schema import (
     COLUMN_NAMES,
     COLUMNS,
@@ -134,7 +135,7 @@ def export(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
     elif ext in (".jsonl", ".json"):
         with open(target, "w", encoding="utf-8") as fh:
             for row in df.to_dict(orient="records"):
-                fh.write(json.dumps(_jsonable(row), ensure_ascii=False) + "\n")
+                fh.write(json.dumps(jsonable(row), ensure_ascii=False) + "\n")
     else:
         raise ValueError(f"unknown output format {ext!r}: use one of {', '.join(EXPORT_FORMATS)}")
 
@@ -252,19 +253,3 @@ def open_pairs_parquet(
     return pq.ParquetWriter(os.fspath(where), pairs_arrow_schema(), filesystem=filesystem)
 
 
-def _jsonable(row: dict) -> dict:
-    import pandas as pd
-
-    out = {}
-    for key, value in row.items():
-        if isinstance(value, pd.Timestamp):
-            out[key] = value.isoformat()
-        elif isinstance(value, list):
-            out[key] = value
-        elif value is None or (not isinstance(value, list | tuple) and pd.isna(value)):
-            out[key] = None
-        elif hasattr(value, "item"):
-            out[key] = value.item()
-        else:
-            out[key] = value
-    return out

@@ -212,7 +212,7 @@ pub struct Layout {
     pub version: i16,
     pub direction: Direction,
     pub flexible: bool,
-    /// Request header 0/1/2 or response header 0/1, as `decode.py` reads it.
+    /// Request header 0/1/2 or response header 0/1, as `protocol/messages.py` reads it.
     pub header_version: u8,
     /// The body, as a struct node.
     pub root: u32,
@@ -242,7 +242,7 @@ pub struct Model {
     pub layouts: Vec<Layout>,
     index: SmallKeyMap<(i16, i16, Direction), u32>,
     /// (api_key, direction) -> the layout that decodes versions newer than it
-    /// (`decode.ASSUMED_VERSION_RULE`, decided in Python: `assumed_layouts`).
+    /// (`messages.ASSUMED_VERSION_RULE`, decided in Python: `assumed_layouts`).
     assumed: SmallKeyMap<(i16, Direction), u32>,
     api_names: HashMap<i16, Arc<str>>,
     errors: SmallKeyMap<i64, Arc<str>>,

@@ -717,7 +717,7 @@ fn skip_tags(model: &Model, tagged: &[u32], cur: &mut Cur<'_>, depth: usize) -> 
 
 // ------------------------------------------------------------------ headers
 
-/// Where the body starts in a request frame, and its layout (`decode.decode_request`).
+/// Where the body starts in a request frame, and its layout (`messages.decode_request`).
 fn request_start<'m>(model: &'m Model, buf: &[u8]) -> R<(&'m Layout, usize)> {
     let mut cur = Cur::new(buf, 0);
     let api_key = cur.i16()?;
@@ -737,7 +737,7 @@ fn request_start<'m>(model: &'m Model, buf: &[u8]) -> R<(&'m Layout, usize)> {
     Ok((layout, cur.p))
 }
 
-/// The response's layout and body start (`decode.decode_response`, its ApiVersions rule).
+/// The response's layout and body start (`messages.decode_response`, its ApiVersions rule).
 fn response_start<'m>(
     model: &'m Model,
     buf: &[u8],

@@ -66,7 +66,10 @@ class _Open:
 
 
 @dataclass(slots=True)
-class _Conn:
+class _KafkaConnection:
+    """One connection as Kafka sees it: which side is the broker, the requests still
+    waiting for their response, and the SASL state."""
+
     stream: int
     a: Endpoint
     b: Endpoint
@@ -96,7 +99,7 @@ class Correlator:
     def __init__(self, counters: Counters, config: CorrelationConfig) -> None:
         self._counters = counters
         self._cfg = config
-        self._conns: dict[int, _Conn] = {}
+        self._conns: dict[int, _KafkaConnection] = {}
         self._req_check = request_start_check(config.known)
         self._resp_check = response_start_check(config.max_frame)
         self._either_check = either_start_check(config.known, config.max_frame)
@@ -107,7 +110,7 @@ class Correlator:
     # -- connection lifecycle -------------------------------------------------
 
     def open(self, ev: StreamOpen) -> None:
-        self._conns[ev.stream] = _Conn(
+        self._conns[ev.stream] = _KafkaConnection(
             ev.stream, ev.initiator, ev.responder, self._broker_by_port(ev)
         )
 
@@ -170,7 +173,7 @@ class Correlator:
             return ev.initiator
         return None
 
-    def _settle_role(self, conn: _Conn, f: KafkaFrame) -> list[Exchange]:
+    def _settle_role(self, conn: _KafkaConnection, f: KafkaFrame) -> list[Exchange]:
         if not self._cfg.heuristic:
             conn.non_kafka = True
             self._counters.add("non_kafka_frames")
@@ -191,7 +194,7 @@ class Correlator:
             conn.held.clear()
         return []
 
-    def _on_request(self, conn: _Conn, f: KafkaFrame) -> list[Exchange]:
+    def _on_request(self, conn: _KafkaConnection, f: KafkaFrame) -> list[Exchange]:
         known = self._cfg.known
         if conn.sasl_raw:
             if not is_plausible_request(f.payload, known):
@@ -255,7 +258,7 @@ class Correlator:
             self._key_known[api_key] = known
         self._counters.add("unsupported_version_requests" if known else "unknown_api_key_requests")
 
-    def _on_response(self, conn: _Conn, f: KafkaFrame) -> list[Exchange]:
+    def _on_response(self, conn: _KafkaConnection, f: KafkaFrame) -> list[Exchange]:
         if (conn.sasl_raw or conn.sasl_token is not None) and conn.sasl_token is not None:
             token, conn.sasl_token = conn.sasl_token, None
             return [self._sasl(conn, token, f)]
@@ -294,7 +297,7 @@ class Correlator:
             )
         ]
 
-    def _raw_token(self, conn: _Conn, f: KafkaFrame) -> list[Exchange]:
+    def _raw_token(self, conn: _KafkaConnection, f: KafkaFrame) -> list[Exchange]:
         out: list[Exchange] = []
         if conn.sasl_token is not None:
             out.append(self._sasl(conn, conn.sasl_token, None))
@@ -302,7 +305,9 @@ class Correlator:
         self._counters.add("sasl_raw_tokens")
         return out
 
-    def _sasl(self, conn: _Conn, token: KafkaFrame, answer: KafkaFrame | None) -> Exchange:
+    def _sasl(
+        self, conn: _KafkaConnection, token: KafkaFrame, answer: KafkaFrame | None
+    ) -> Exchange:
         return Exchange(
             conn.stream,
             conn.client,
@@ -312,7 +317,9 @@ class Correlator:
             response=answer,
         )
 
-    def _unanswered(self, conn: _Conn, corr: int, req: _Open, note: str | None) -> Exchange:
+    def _unanswered(
+        self, conn: _KafkaConnection, corr: int, req: _Open, note: str | None
+    ) -> Exchange:
         return Exchange(
             conn.stream,
             conn.client,
@@ -327,7 +334,7 @@ class Correlator:
         )
 
 
-def _older(conn: _Conn, req: _Open) -> bool:
+def _older(conn: _KafkaConnection, req: _Open) -> bool:
     """Is some still-open request older (sent earlier) than the one just answered?"""
     first = next(iter(conn.pending.values()))
     return first.frame.last_frame < req.frame.last_frame

@@ -140,7 +140,7 @@ class _Dir:
         "syn",
     )
 
-    def __init__(self, conn: _Conn, key: tuple[str, int, str, int]) -> None:
+    def __init__(self, conn: _TcpConnection, key: tuple[str, int, str, int]) -> None:
         self.conn = conn
         self.key = key
         self.src: Endpoint = (key[0], key[1])
@@ -170,7 +170,9 @@ class _Dir:
         return ref + (((seq - ref) + _HALF) & _M32) - _HALF
 
 
-class _Conn:
+class _TcpConnection:
+    """One TCP connection: its two directions, stream index and closing state."""
+
     __slots__ = ("a", "b", "closing_since", "last_ts", "rst", "stream")
 
     def __init__(self, stream: int) -> None:
@@ -213,7 +215,7 @@ class Reassembler:
         # OrderedDict: evicting the oldest from a plain dict rescans its deleted slots,
         # which turns quadratic over a long capture.
         self._closed: OrderedDict[tuple[str, int, str, int], tuple[int, int | None]] = OrderedDict()
-        self._closing: dict[_Conn, None] = {}
+        self._closing: dict[_TcpConnection, None] = {}
         self._next_stream = 0
         self._total = 0
         self._fed = 0
@@ -287,7 +289,7 @@ class Reassembler:
     # ------------------------------------------------------------ connections
 
     def _new_conn(self, key: tuple[str, int, str, int]) -> _Dir:
-        conn = _Conn(self._next_stream)
+        conn = _TcpConnection(self._next_stream)
         self._next_stream += 1
         self._counters.add("tcp_streams")
         d = _Dir(conn, key)
@@ -327,10 +329,10 @@ class Reassembler:
             initiator, responder = d.src, d.dst
         out.append(StreamOpen(d.conn.stream, initiator, responder, syn))
 
-    def _wants_close(self, conn: _Conn) -> bool:
+    def _wants_close(self, conn: _TcpConnection) -> bool:
         return conn.rst or (conn.a.fin is not None and conn.b.fin is not None)
 
-    def _try_close(self, conn: _Conn, now: int, out: list[Event]) -> None:
+    def _try_close(self, conn: _TcpConnection, now: int, out: list[Event]) -> None:
         if not self._wants_close(conn):
             return
         if conn.closing_since is None:
@@ -339,7 +341,7 @@ class Reassembler:
         if self._close_due(conn, now):
             self._close(conn, "rst" if conn.rst else "fin", out)
 
-    def _close_due(self, conn: _Conn, now: int) -> bool:
+    def _close_due(self, conn: _TcpConnection, now: int) -> bool:
         a, b = conn.a, conn.b
         complete = (
             not a.segs
@@ -376,7 +378,7 @@ class Reassembler:
             if self._close_due(conn, now):
                 self._close(conn, "rst" if conn.rst else "fin", out)
 
-    def _close(self, conn: _Conn, reason: str, out: list[Event]) -> None:
+    def _close(self, conn: _TcpConnection, reason: str, out: list[Event]) -> None:
         for d in (conn.a, conn.b):
             while d.segs:
                 self._skip_hole(d, out)

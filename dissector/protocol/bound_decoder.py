@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from dissector.protocol import decode as _decode
+from dissector.protocol import messages as _messages
 from dissector.protocol.names import ApiSupport
 from dissector.protocol.names import api_name as _api_name
 from dissector.protocol.names import supported_apis as _supported_apis
@@ -32,16 +32,16 @@ class BoundDecoder:
     TopicNames: ClassVar[type[_TopicNames]] = _TopicNames
 
     @property
-    def registry(self) -> _decode.Registry:
-        return _decode.get_registry(self.spec_dirs)
+    def registry(self) -> _messages.Registry:
+        return _messages.get_registry(self.spec_dirs)
 
-    def decode_request(self, payload: bytes, *, records: bool = False) -> _decode.Decoded:
-        return _decode.decode_request(payload, records=records, registry=self.registry)
+    def decode_request(self, payload: bytes, *, records: bool = False) -> _messages.Decoded:
+        return _messages.decode_request(payload, records=records, registry=self.registry)
 
     def decode_response(
         self, payload: bytes, api_key: int, api_version: int, *, records: bool = False
-    ) -> _decode.Decoded:
-        return _decode.decode_response(
+    ) -> _messages.Decoded:
+        return _messages.decode_response(
             payload, api_key, api_version, records=records, registry=self.registry
         )
 
@@ -49,8 +49,8 @@ class BoundDecoder:
         self,
         api_key: int,
         api_version: int,
-        request: _decode.Decoded | None,
-        response: _decode.Decoded | None,
+        request: _messages.Decoded | None,
+        response: _messages.Decoded | None,
         topics: _TopicNames,
     ) -> Summary:
         return _summarize(api_key, api_version, request, response, topics)
@@ -62,10 +62,10 @@ class BoundDecoder:
         return _supported_apis(self.registry)
 
     def is_known_version(self, api_key: int, api_version: int) -> bool:
-        return _decode.is_known_version(api_key, api_version, self.registry)
+        return _messages.is_known_version(api_key, api_version, self.registry)
 
     def request_is_flexible(self, api_key: int, api_version: int) -> bool:
-        return _decode.request_is_flexible(api_key, api_version, self.registry)
+        return _messages.request_is_flexible(api_key, api_version, self.registry)
 
 
 def decoder_for(spec_dirs: Iterable[str | Path] = ()) -> BoundDecoder:
