@@ -966,8 +966,123 @@ fn unlz4(data: &[u8], limit: u64, old_kafka: bool, produced: &mut u64) -> Result
     } else {
         data
     };
+    if let Some(out) = unlz4_independent(data, limit) {
+        *produced += out.len() as u64;
+        return Ok(out);
+    }
+    // Linked blocks, dictionaries, legacy or damaged frames: the general decoder, which
+    // also words every error (a damaged frame is decoded twice, bounded both times).
     let reader: Box<dyn Read> = Box::new(lz4_flex::frame::FrameDecoder::new(data));
     read_bounded(Ok(reader), limit, "lz4", produced)
+}
+
+thread_local! {
+    // One block's output, zeroed once per thread: the frame decoder allocates and zeroes
+    // a 64 KiB+ window per batch, more work than a small batch's decompression.
+    static LZ4_BLOCK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+// LZ4 frame format (lz4_Frame_format.md): FLG bits.
+const LZ4_VERSION_MASK: u8 = 0xC0;
+const LZ4_VERSION_01: u8 = 0x40;
+const LZ4_BLOCK_INDEPENDENT: u8 = 0x20;
+const LZ4_BLOCK_CHECKSUM: u8 = 0x10;
+const LZ4_CONTENT_SIZE: u8 = 0x08;
+const LZ4_CONTENT_CHECKSUM: u8 = 0x04;
+const LZ4_RESERVED_FLG: u8 = 0x02;
+const LZ4_DICT_ID: u8 = 0x01;
+const LZ4_UNCOMPRESSED_BLOCK: u32 = 0x8000_0000;
+
+/// The frames of `data` when every one has independent blocks and everything checks
+/// (header, block and content checksums, content size, block sizes, `limit`), each
+/// block decoded with the block API into one reused buffer; `None` hands the input to
+/// the general decoder (linked blocks, dictionary ids, legacy frames, any anomaly).
+fn unlz4_independent(data: &[u8], limit: u64) -> Option<Vec<u8>> {
+    LZ4_BLOCK.with(|cell| {
+        let mut block = cell.borrow_mut();
+        let mut out = Vec::new();
+        let mut pos = 0;
+        // Each frame takes at least its 7-byte header and 4-byte end mark.
+        while pos < data.len() {
+            pos = lz4_frame(data, pos, limit, &mut block, &mut out)?;
+        }
+        Some(out)
+    })
+}
+
+/// One independent-block frame at `pos` appended to `out`; the offset after it.
+fn lz4_frame(
+    data: &[u8],
+    mut pos: usize,
+    limit: u64,
+    block: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> Option<usize> {
+    let start = out.len();
+    let (flags, bd) = (*data.get(pos + 4)?, *data.get(pos + 5)?);
+    let wanted = LZ4_VERSION_01 | LZ4_BLOCK_INDEPENDENT;
+    if !data.get(pos..)?.starts_with(LZ4_MAGIC)
+        || flags & (LZ4_VERSION_MASK | LZ4_BLOCK_INDEPENDENT | LZ4_RESERVED_FLG | LZ4_DICT_ID)
+            != wanted
+        || bd & 0x8F != 0
+        || !(4..=7).contains(&(bd >> 4))
+    {
+        return None;
+    }
+    let max_block = 1usize << (8 + 2 * (bd >> 4)); // 64 KiB, 256 KiB, 1 MiB, 4 MiB
+    let descriptor_end = pos + 6 + if flags & LZ4_CONTENT_SIZE != 0 { 8 } else { 0 };
+    let descriptor = data.get(pos + 4..descriptor_end)?;
+    if *data.get(descriptor_end)? != (xxh32(descriptor, 0) >> 8) as u8 {
+        return None;
+    }
+    let content_size = (flags & LZ4_CONTENT_SIZE != 0)
+        .then(|| u64::from_le_bytes(descriptor[2..10].try_into().unwrap_or_default()));
+    pos = descriptor_end + 1;
+    if block.len() < max_block {
+        block.resize(max_block, 0);
+    }
+    loop {
+        let word = u32::from_le_bytes(data.get(pos..pos + 4)?.try_into().ok()?);
+        pos += 4;
+        if word == 0 {
+            break;
+        }
+        let len = (word & !LZ4_UNCOMPRESSED_BLOCK) as usize;
+        let raw = data.get(pos..pos.checked_add(len)?)?;
+        if len > max_block {
+            return None;
+        }
+        pos += len;
+        if flags & LZ4_BLOCK_CHECKSUM != 0 {
+            let sum = u32::from_le_bytes(data.get(pos..pos + 4)?.try_into().ok()?);
+            pos += 4;
+            if twox_hash::XxHash32::oneshot(0, raw) != sum {
+                return None;
+            }
+        }
+        let part = if word & LZ4_UNCOMPRESSED_BLOCK != 0 {
+            raw
+        } else {
+            let n = lz4_flex::block::decompress_into(raw, &mut block[..max_block]).ok()?;
+            &block[..n]
+        };
+        if out.len() as u64 + part.len() as u64 > limit {
+            return None;
+        }
+        out.extend_from_slice(part);
+    }
+    let content = out.get(start..)?;
+    if content_size.is_some_and(|n| n != content.len() as u64) {
+        return None;
+    }
+    if flags & LZ4_CONTENT_CHECKSUM != 0 {
+        let sum = u32::from_le_bytes(data.get(pos..pos + 4)?.try_into().ok()?);
+        pos += 4;
+        if twox_hash::XxHash32::oneshot(0, content) != sum {
+            return None;
+        }
+    }
+    Some(pos)
 }
 
 fn fix_lz4_header_checksum(data: &[u8]) -> Option<Vec<u8>> {

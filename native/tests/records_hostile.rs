@@ -485,3 +485,76 @@ fn random_and_mutated_input_never_panics() {
     }
     assert!(cases > 3000);
 }
+
+// --- lz4 frame variants ------------------------------------------------------------
+
+fn lz4_with(data: &[u8], info: lz4_flex::frame::FrameInfo) -> Vec<u8> {
+    let mut e = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+/// Every frame option lz4_flex writes (checksums, content size, linked blocks, blocks
+/// over 64 KiB, two frames in a row) counts all records; a damaged checksum or size
+/// fails the batch instead.
+#[test]
+fn lz4_frame_options_count_and_damage_fails() {
+    use lz4_flex::frame::{BlockMode, BlockSize, FrameInfo};
+
+    let n = 30_000; // 210 000 bytes: four 64 KiB blocks
+    let records = tiny_records(n);
+    let checked = |mode: BlockMode, data: &[u8]| {
+        let info = FrameInfo::new()
+            .block_size(BlockSize::Max64KB)
+            .block_mode(mode)
+            .block_checksums(true)
+            .content_checksum(true)
+            .content_size(Some(data.len() as u64));
+        lz4_with(data, info)
+    };
+    let mut two = lz4_with(&records[..7 * 1000], FrameInfo::new());
+    two.extend_from_slice(&checked(BlockMode::Independent, &records[7 * 1000..]));
+    let good = [
+        lz4_with(&records, FrameInfo::new()),
+        checked(BlockMode::Independent, &records),
+        checked(BlockMode::Linked, &records),
+        lz4_with(&records, FrameInfo::new().block_size(BlockSize::Max4MB)),
+        two,
+    ];
+    for (i, body) in good.iter().enumerate() {
+        let (s, b, _) = run(&v2_batch(LZ4, body, n as i32), 64 * MIB);
+        assert_eq!(
+            (s.records, s.errors.len()),
+            (n as u64, 0),
+            "frame {i}: {:?}",
+            s.errors
+        );
+        assert_eq!(b.used, records.len() as u64, "frame {i}");
+    }
+    let framed = checked(BlockMode::Independent, &records);
+    let mut bad_content = framed.clone();
+    let last = bad_content.len() - 1;
+    bad_content[last] ^= 1;
+    let mut bad_block = framed.clone();
+    bad_block[30] ^= 0x55; // inside the first block: its checksum no longer matches
+    let mut bad_size = framed;
+    bad_size[6] ^= 1; // content size, and with it the header checksum
+    for (name, body) in [
+        ("content", bad_content),
+        ("block", bad_block),
+        ("size", bad_size),
+    ] {
+        let (s, _, _) = run(&v2_batch(LZ4, &body, n as i32), 64 * MIB);
+        assert_eq!(
+            codes(&s),
+            ["decompression_failed"],
+            "{name}: {:?}",
+            s.errors
+        );
+        assert_eq!(s.records, 0, "{name}");
+    }
+    // Over the budget: the limit error, and the header's count.
+    let (s, _, _) = run(&v2_batch(LZ4, &good[1], n as i32), 100_000);
+    assert_eq!(codes(&s), ["decompression_limit"], "{:?}", s.errors);
+    assert_eq!(s.records, n as u64);
+}
