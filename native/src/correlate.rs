@@ -320,9 +320,10 @@ fn settle_role(
 fn role_from(ctx: &Ctx, conn: &Conn, f: &KafkaFrame) -> Option<Endpoint> {
     if may_request(conn, f.dst) {
         if let Some(corr) = peek_correlation_id(&f.payload) {
-            let answered = conn.held.iter().any(|h| {
-                h.src == f.dst && request_like_id(&h.payload, ctx.versions) == Some(corr)
-            });
+            let answered = conn
+                .held
+                .iter()
+                .any(|h| h.src == f.dst && request_like_id(&h.payload, ctx.versions) == Some(corr));
             if answered {
                 return Some(f.src);
             }
