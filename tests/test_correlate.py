@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 
+import pytest
+
 from dissector.accounting import Counters
 from tests.oracle.correlate import CorrelationConfig, Correlator, Exchange
 from tests.oracle.framing import Frame
@@ -42,8 +44,10 @@ def _frame(payload: bytes, src: tuple[str, int], dst: tuple[str, int]) -> Frame:
     return Frame(0, src, dst, payload, n * 1000, n * 1000, n, n, False)
 
 
-def _run(corr: Correlator, frames: list[tuple[bytes, bool]], broker=BROKER) -> list[Exchange]:
-    corr.open(StreamOpen(0, CLIENT, broker, True))
+def _run(
+    corr: Correlator, frames: list[tuple[bytes, bool]], broker=BROKER, syn_seen: bool = True
+) -> list[Exchange]:
+    corr.open(StreamOpen(0, CLIENT, broker, syn_seen))
     out: list[Exchange] = []
     for payload, from_client in frames:
         src, dst = (CLIENT, broker) if from_client else (broker, CLIENT)
@@ -125,6 +129,31 @@ def test_heuristic_finds_broker_on_unusual_port_from_the_request_side() -> None:
     out = _run(_correlator(c), [(_req(1), True), (_resp(1), False)], broker=ODD_BROKER)
     assert [e.kind for e in out] == ["pair"] and out[0].broker == ODD_BROKER
     assert c["kafka_found_by_heuristic"] == 1
+
+
+# A response whose bytes also read as a plausible request header: correlation id 0 reads
+# as Produce v0, throttle 0 as its correlation id, then an empty client id (as the
+# AddPartitionsToTxn responses of a real Kafka 4.4 broker do).
+_REQUEST_LIKE_RESPONSE = (_resp(0, b"\x00" * 7 + b"\x02"), False)
+
+
+@pytest.mark.parametrize("syn_seen", [True, False])
+def test_heuristic_pairs_a_newer_request_with_its_answer(syn_seen: bool) -> None:
+    # The first request's version is newer than the specs: not plausible on its own.
+    newer = (_req(0, key=24, version=19), True)
+    frames = [newer, _REQUEST_LIKE_RESPONSE, (_req(1), True), (_resp(1), False)]
+    c = Counters()
+    out = _run(_correlator(c), frames, broker=ODD_BROKER, syn_seen=syn_seen)
+    assert [(e.kind, e.correlation_id) for e in out] == [("pair", 0), ("pair", 1)]
+    assert all(e.broker == ODD_BROKER and e.client == CLIENT for e in out)
+    assert c["unsupported_version_requests"] == 1 and c["orphan_responses"] == 0
+
+
+def test_heuristic_takes_no_request_from_the_responder_when_the_syn_was_seen() -> None:
+    frames = [_REQUEST_LIKE_RESPONSE, (_req(1), True), (_resp(1), False)]
+    out = _run(_correlator(Counters()), frames, broker=ODD_BROKER)
+    assert [(e.kind, e.correlation_id) for e in out] == [("orphan_response", 0), ("pair", 1)]
+    assert out[1].broker == ODD_BROKER
 
 
 def test_without_heuristic_unusual_port_is_not_kafka_and_is_counted() -> None:

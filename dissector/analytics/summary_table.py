@@ -50,7 +50,7 @@ def api_summary(df: pd.DataFrame) -> pd.DataFrame:
     keyed = df.assign(
         service_ms=service["service_ms"],
         is_poll=service["fetch_wait"].eq(FETCH_WAIT_EMPTY_POLL).fillna(False).astype(bool),
-        api_name=df["api_name"].fillna("(unknown)"),
+        api_name=df["api_name"].astype("object").fillna("(unknown)"),
         api_version=df["api_version"].astype("Float64"),
         is_error=df["status"].isin(ERROR_STATUSES),
         is_unanswered=df["status"].isin(UNANSWERED_STATUSES),

@@ -2,9 +2,13 @@
 //! Port of `dissector/correlate.py`. OWNER: framing/correlate helper.
 //!
 //! Which side is the broker: a port in `broker_ports` says so; otherwise (heuristic on)
-//! the side whose frame parses as a plausible request header is the client. Frames of a
-//! connection whose role cannot be settled are held (bounded) and counted as non-Kafka
-//! if it never settles.
+//! the frames settle it, once, for the whole connection (see `settle_role`): a frame
+//! that answers a held request header of a known API by its correlation id, or else a
+//! plausible request header, which must come from the initiator when the SYN was seen
+//! (Kafka clients open their connections; a response can parse as a plausible request
+//! header, e.g. a small correlation id reads as Produce's api_key and version). Frames
+//! of a connection whose role cannot be settled are held (bounded) and counted as
+//! non-Kafka if it never settles.
 //!
 //! Requests match responses by correlation id per connection. Kafka answers in request
 //! order, so a response that skips the oldest open request is counted; the skipped
@@ -26,7 +30,8 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::header::{
-    body_offset, is_plausible_request, peek_correlation_id, peek_request, RequestStart, StartCheck,
+    body_offset, is_plausible_request, peek_correlation_id, peek_request, request_like_id,
+    RequestStart, StartCheck,
 };
 use crate::types::{
     Counters, Endpoint, Exchange, ExchangeKind, KafkaFrame, StreamOpen, Ts, Versions,
@@ -108,6 +113,8 @@ struct Conn {
     stream: u32,
     a: Endpoint,
     b: Endpoint,
+    /// The TCP handshake was seen: `a` opened the connection, so it is the client.
+    syn_seen: bool,
     broker: Option<Endpoint>,
     pending: Pending,
     held: Vec<KafkaFrame>,
@@ -165,6 +172,7 @@ impl Correlator {
                 stream: ev.stream,
                 a: ev.initiator,
                 b: ev.responder,
+                syn_seen: ev.syn_seen,
                 broker,
                 pending: Pending::default(),
                 held: Vec::new(),
@@ -287,8 +295,8 @@ fn settle_role(
         counters.inc("non_kafka_frames");
         return;
     }
-    if is_plausible_request(&f.payload, ctx.versions) {
-        conn.broker = Some(f.dst);
+    if let Some(broker) = role_from(ctx, conn, &f) {
+        conn.broker = Some(broker);
         counters.inc("kafka_found_by_heuristic");
         for h in std::mem::take(&mut conn.held) {
             on_frame(ctx, conn, h, counters, out);
@@ -302,6 +310,31 @@ fn settle_role(
         counters.add("non_kafka_frames", conn.held.len() as u64);
         conn.held = Vec::new();
     }
+}
+
+/// The broker, if `f` settles it: first a request/response pair (a held request header
+/// of a known API, any version, from the other side, whose correlation id `f` starts
+/// with: a request of a version newer than the specs, like a new client's first
+/// ApiVersions, is answered before any plausible request shows up), else `f` as a
+/// plausible request header from a side that may send requests.
+fn role_from(ctx: &Ctx, conn: &Conn, f: &KafkaFrame) -> Option<Endpoint> {
+    if may_request(conn, f.dst) {
+        if let Some(corr) = peek_correlation_id(&f.payload) {
+            let answered = conn
+                .held
+                .iter()
+                .any(|h| h.src == f.dst && request_like_id(&h.payload, ctx.versions) == Some(corr));
+            if answered {
+                return Some(f.src);
+            }
+        }
+    }
+    (may_request(conn, f.src) && is_plausible_request(&f.payload, ctx.versions)).then_some(f.dst)
+}
+
+/// Can `side` be the client? When the SYN was seen only the initiator can.
+fn may_request(conn: &Conn, side: Endpoint) -> bool {
+    !conn.syn_seen || side == conn.a
 }
 
 fn on_request(

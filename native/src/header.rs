@@ -72,6 +72,17 @@ pub fn is_plausible_request(payload: &[u8], versions: &dyn Versions) -> bool {
     }
 }
 
+/// The correlation id of a request header of a known API, whatever its version (a
+/// newer client's request the specs cannot decode yet), with the same checks on the
+/// correlation id and client id as `is_plausible_request`. Weaker than that test: used
+/// only to match a response to it.
+pub fn request_like_id(payload: &[u8], versions: &dyn Versions) -> Option<i32> {
+    let s = peek_request(payload, versions)?;
+    let printable = s.client_id.as_deref().is_none_or(is_printable);
+    (s.correlation_id >= 0 && printable && versions.known_key(s.api_key))
+        .then_some(s.correlation_id)
+}
+
 /// Python's `str.isprintable`, closely enough for client ids: ASCII exactly; beyond
 /// ASCII, controls, separators other than the space, format characters, private use
 /// and noncharacters are not printable. (Unassigned code points, which Python also

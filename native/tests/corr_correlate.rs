@@ -32,11 +32,22 @@ fn run_on(
     frames: &[(Vec<u8>, bool)],
     broker_ep: Endpoint,
 ) -> Vec<Exchange> {
+    run_opened(corr, c, frames, broker_ep, true)
+}
+
+/// `run_on`, with the TCP handshake seen or not (a capture started mid-connection).
+fn run_opened(
+    corr: &mut Correlator,
+    c: &mut Counters,
+    frames: &[(Vec<u8>, bool)],
+    broker_ep: Endpoint,
+    syn_seen: bool,
+) -> Vec<Exchange> {
     corr.open(&StreamOpen {
         stream: 0,
         initiator: client(),
         responder: broker_ep,
-        syn_seen: true,
+        syn_seen,
     });
     let mut out = Vec::new();
     for (n, (payload, from_client)) in frames.iter().enumerate() {
@@ -304,6 +315,49 @@ fn heuristic_finds_broker_on_unusual_port_from_the_request_side() {
         vec![(OrphanResponse, Some(0)), (Pair, Some(1))]
     );
     assert_eq!(out[1].broker, odd);
+    assert_eq!(c.get("kafka_found_by_heuristic"), 1);
+}
+
+/// A response whose bytes also read as a plausible request header: correlation id 0
+/// reads as api_key 0 (Produce) version 0, then throttle 0 as its correlation id and an
+/// empty client id (as the AddPartitionsToTxn responses of a real Kafka 4.4 broker do).
+fn request_like_response(corr: i32) -> (Vec<u8>, bool) {
+    (resp(corr, b"\x00\x00\x00\x00\x00\x00\x00\x02"), false)
+}
+
+#[test]
+fn heuristic_pairs_a_newer_request_with_its_answer_instead_of_reading_the_answer_as_a_request() {
+    // The first request's version is newer than the specs (not plausible on its own).
+    let newer = (req(0, 24, 21, b""), true);
+    for syn_seen in [true, false] {
+        let odd = ep(2, 36333);
+        let mut c = Counters::default();
+        let frames = [newer.clone(), request_like_response(0), r(1), a(1)];
+        let out = run_opened(&mut correlator(true), &mut c, &frames, odd, syn_seen);
+        assert_eq!(kinds(&out), vec![(Pair, Some(0)), (Pair, Some(1))], "{syn_seen}");
+        assert!(out.iter().all(|e| e.broker == odd && e.client == client()));
+        assert_eq!(c.get("unsupported_version_requests"), 1);
+        assert_eq!(c.get("orphan_responses"), 0);
+    }
+}
+
+#[test]
+fn heuristic_takes_no_request_from_the_responder_when_the_syn_was_seen() {
+    let odd = ep(2, 36333);
+    let mut c = Counters::default();
+    let frames = [request_like_response(0), r(1), a(1)];
+    let out = run_on(&mut correlator(true), &mut c, &frames, odd);
+    assert_eq!(kinds(&out), vec![(OrphanResponse, Some(0)), (Pair, Some(1))]);
+    assert_eq!(out[1].broker, odd);
+}
+
+#[test]
+fn heuristic_mid_stream_still_settles_on_the_first_plausible_request() {
+    // Without the handshake either side may be the client: the old rule stands.
+    let odd = ep(2, 36333);
+    let mut c = Counters::default();
+    let out = run_opened(&mut correlator(true), &mut c, &[a(0), r(1), a(1)], odd, false);
+    assert_eq!(kinds(&out), vec![(OrphanResponse, Some(0)), (Pair, Some(1))]);
     assert_eq!(c.get("kafka_found_by_heuristic"), 1);
 }
 

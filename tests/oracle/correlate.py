@@ -1,9 +1,12 @@
 """Stage 4: Kafka frames of a connection -> request/response exchanges.
 
 Which side is the broker: a port in ``broker_ports`` says so; otherwise (when
-the heuristic is on) the side whose frame parses as a plausible request header
-is the client. Frames of a connection whose role cannot be settled are held
-(bounded) and counted as non-Kafka if it never settles.
+the heuristic is on) the frames settle it once per connection: a frame that
+answers a held request header of a known API by its correlation id, or else a
+plausible request header, which must come from the initiator when the SYN was
+seen (a response can parse as a plausible request header). Frames of a
+connection whose role cannot be settled are held (bounded) and counted as
+non-Kafka if it never settles.
 
 Requests are matched to responses by correlation_id per connection. Kafka
 answers in request order, so a response that skips the oldest open request is
@@ -38,6 +41,7 @@ from tests.oracle.kafka_header import (
     VersionCheck,
     either_start_check,
     is_plausible_request,
+    is_request_like,
     peek_correlation_id,
     peek_request,
     produce_acks,
@@ -74,6 +78,7 @@ class _KafkaConnection:
     a: Endpoint
     b: Endpoint
     broker: Endpoint | None
+    syn_seen: bool = False  # the handshake was seen: ``a`` opened it, so it is the client
     pending: dict[int, _Open] = field(default_factory=dict)
     held: list[KafkaFrame] = field(default_factory=list)
     non_kafka: bool = False
@@ -111,7 +116,7 @@ class Correlator:
 
     def open(self, ev: StreamOpen) -> None:
         self._conns[ev.stream] = _KafkaConnection(
-            ev.stream, ev.initiator, ev.responder, self._broker_by_port(ev)
+            ev.stream, ev.initiator, ev.responder, self._broker_by_port(ev), ev.syn_seen
         )
 
     def is_kafka_candidate(self, stream: int) -> bool:
@@ -178,8 +183,9 @@ class Correlator:
             conn.non_kafka = True
             self._counters.add("non_kafka_frames")
             return []
-        if is_plausible_request(f.payload, self._cfg.known):
-            conn.broker = f.dst
+        broker = self._role_from(conn, f)
+        if broker is not None:
+            conn.broker = broker
             self._counters.add("kafka_found_by_heuristic")
             out: list[Exchange] = []
             held, conn.held = conn.held, []
@@ -193,6 +199,19 @@ class Correlator:
             self._counters.add("non_kafka_frames", len(conn.held))
             conn.held.clear()
         return []
+
+    def _role_from(self, conn: _KafkaConnection, f: KafkaFrame) -> Endpoint | None:
+        """The broker if ``f`` settles it: first as the answer to a held request header
+        of a known API (any version: a new client's first ApiVersions may be newer than
+        the specs) from the other side, else as a plausible request header."""
+        corr = peek_correlation_id(f.payload)
+        if corr is not None and _may_request(conn, f.dst):
+            for h in conn.held:
+                if h.src == f.dst and is_request_like(h.payload, self._key_is_known) == corr:
+                    return f.src
+        if _may_request(conn, f.src) and is_plausible_request(f.payload, self._cfg.known):
+            return f.dst
+        return None
 
     def _on_request(self, conn: _KafkaConnection, f: KafkaFrame) -> list[Exchange]:
         known = self._cfg.known
@@ -252,11 +271,15 @@ class Correlator:
     def _count_unknown(self, api_key: int) -> None:
         """A request the specs cannot decode: a newer version of a known API (the row
         stays ``ok``, its body undecoded), or an api_key no spec has at all."""
+        known = self._key_is_known(api_key)
+        self._counters.add("unsupported_version_requests" if known else "unknown_api_key_requests")
+
+    def _key_is_known(self, api_key: int) -> bool:
         known = self._key_known.get(api_key)
         if known is None:
             known = any(self._cfg.known(api_key, v) for v in range(MAX_PROBED_VERSION))
             self._key_known[api_key] = known
-        self._counters.add("unsupported_version_requests" if known else "unknown_api_key_requests")
+        return known
 
     def _on_response(self, conn: _KafkaConnection, f: KafkaFrame) -> list[Exchange]:
         if (conn.sasl_raw or conn.sasl_token is not None) and conn.sasl_token is not None:
@@ -332,6 +355,11 @@ class Correlator:
             client_id=req.client_id,
             note=note,
         )
+
+
+def _may_request(conn: _KafkaConnection, side: Endpoint) -> bool:
+    """Can ``side`` be the client? When the SYN was seen only the initiator can."""
+    return not conn.syn_seen or side == conn.a
 
 
 def _older(conn: _KafkaConnection, req: _Open) -> bool:

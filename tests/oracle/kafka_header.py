@@ -76,6 +76,17 @@ def is_plausible_request(payload: bytes, known: VersionCheck) -> bool:
     return cid is None or cid.isprintable()
 
 
+def is_request_like(payload: bytes, known_key: Callable[[int], bool]) -> int | None:
+    """The correlation id of a request header of a known API, whatever its version, with
+    the checks of ``is_plausible_request`` on correlation id and client id; weaker than
+    that test, so only used to match a response to it."""
+    start = peek_request(payload)
+    if start is None or start.correlation_id < 0 or not known_key(start.api_key):
+        return None
+    cid = start.client_id
+    return start.correlation_id if cid is None or cid.isprintable() else None
+
+
 def request_start_check(known: VersionCheck) -> Callable[[bytes, int], bool]:
     """A framing resync check for the client->broker direction."""
 
