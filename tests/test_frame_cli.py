@@ -130,3 +130,16 @@ def test_tls_on_a_kafka_port_is_reported_not_misparsed(tshark: str) -> None:
     assert df.attrs["counters"]["tls_bytes"] == sum(int(n) for n in lengths)
     done = _cli("analyze", str(TLS))
     assert done.returncode == 0 and "TLS detected" in done.stdout
+
+
+def test_cli_table_names_rows_without_an_api(shared_captures: Path) -> None:
+    """Orphan responses have no api_name (a categorical column in the frame): the CLI
+    table lists them under '(unknown)' instead of failing."""
+    capture = shared_captures / "ndpi-kafka.pcapng"
+    orphans = dissector.analyze(capture)
+    assert orphans["api_name"].isna().sum() == (orphans["status"] == "orphan_response").sum() > 0
+    done = _cli("analyze", str(capture))
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "(unknown)" in done.stdout
+    assert "orphan_response=3" in done.stdout
