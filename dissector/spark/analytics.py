@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from dissector.options import CaptureBytes, Options
 from dissector.spark.read import DEFAULT_GLOB, read_binary, resolve_paths
+from dissector.spark.tasks import capture_files
 from dissector.spark.typemap import ARROW_TIMESTAMP
 
 if TYPE_CHECKING:
@@ -159,13 +160,8 @@ def analytics_batches(
     batches: Iterable[pa.RecordBatch], config: AnalyticsConfig
 ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function: binaryFile batches (path, content) -> table rows."""
-    for batch in batches:
-        paths = batch.column("path")
-        contents = batch.column("content")
-        for i in range(batch.num_rows):
-            content = contents[i]
-            data = content.as_py() if content.is_valid else b""
-            yield from capture_batches(paths[i].as_py(), data, config)
+    for path, data in capture_files(batches):
+        yield from capture_batches(path, bytes(data), config)
 
 
 @dataclass(frozen=True)

@@ -174,10 +174,16 @@ def decode_batches(
     batches: Iterable[pa.RecordBatch], config: DecodeConfig
 ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function: binaryFile batches (path, content) -> decoded batches."""
+    for path, data in capture_files(batches):
+        yield from decode_capture(path, data, config)
+
+
+def capture_files(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, Any]]:
+    """(path, content buffer) of each file in Spark's binaryFile batches, read in place;
+    an unreadable file's content is empty (the capture reader then names the problem)."""
     for batch in batches:
         paths = batch.column("path")
         contents = batch.column("content")
         for i in range(batch.num_rows):
             content = contents[i]
-            data = content.as_buffer() if content.is_valid else b""
-            yield from decode_capture(paths[i].as_py(), data, config)
+            yield paths[i].as_py(), content.as_buffer() if content.is_valid else b""
