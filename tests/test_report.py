@@ -684,3 +684,111 @@ def test_low_volume_long_capture_rates_are_per_hour_everywhere() -> None:
     top = plots.traffic_over_time(df).axes[0]
     assert top.get_ylabel() == "requests per hour"
     assert "0.00" not in [c for r in per_api for c in r.values()]
+
+
+# -- partitions and versions ----------------------------------------------------
+
+
+def _ledger_produced() -> dict[str, int]:
+    """Records each topic's producers had acknowledged, as the drivers' ledger says."""
+    ledger = json.loads((REPO / "captures" / "kafka-4-mixed.drivers.json").read_text())
+    out: dict[str, int] = {}
+    for driver in ledger["drivers"]:
+        for op in driver["operations"]:
+            if "Produce" in op["apis"] and op["records"]:
+                out[op["topic"]] = out.get(op["topic"], 0) + op["records"]
+    return out
+
+
+def test_partition_section_matches_the_ledger_and_the_library(
+    bundled_html: tuple[Path, str],
+) -> None:
+    page = parse(bundled_html[1])
+    assert page.sections[page.sections.index("topics") + 1 : -2] == ["partitions", "versions"]
+    rows = table_rows(page, "partition-throughput")
+    produced: dict[str, int] = {}
+    for r in rows:
+        if r["side"] == "producer":
+            produced[r["topic"]] = produced.get(r["topic"], 0) + int(r["records"].replace(",", ""))
+    assert produced == _ledger_produced()
+    # The consumer side and the lag table are the library's tables, summarised.
+    parts = dissector.partitions(BUNDLED)
+    thr = dissector.analytics.partitions.throughput(parts)
+    fetched = thr[thr["role"] == "fetch"].groupby("topic")["records"].sum().to_dict()
+    consumed: dict[str, int] = {}
+    for r in rows:
+        if r["side"] == "consumer":
+            consumed[r["topic"]] = consumed.get(r["topic"], 0) + int(r["records"].replace(",", ""))
+    assert consumed == {k: int(v) for k, v in fetched.items()} and consumed
+    lag = dissector.analytics.partitions.consumer_lag(parts)
+    lag_rows = table_rows(page, "consumer-lag")
+    assert sum(int(r["fetches"]) for r in lag_rows) == len(lag) > 0
+    worst = lag.loc[lag["lag_offsets"].idxmax()]
+    assert int(lag_rows[0]["max lag (offsets)"].replace(",", "")) == int(worst["lag_offsets"])
+    p2f = dissector.analytics.partitions.produce_to_fetch(parts)
+    p2f_rows = {r["topic"]: r for r in table_rows(page, "produce-to-fetch")}
+    assert set(p2f_rows) == set(p2f["topic"])
+    for topic, g in p2f.groupby("topic"):
+        assert int(p2f_rows[topic]["batches delivered"]) == len(g)
+        assert p2f_rows[topic]["max ms"] == report.fmt_ms(g["latency_ms"].max())
+
+
+def test_versions_section_lists_each_clients_versions(
+    bundled_html: tuple[Path, str], bundled_df: pd.DataFrame
+) -> None:
+    page = parse(bundled_html[1])
+    rows = table_rows(page, "version-skew")
+    shown = {(r["client id"], r["API"]): r["versions used"] for r in rows}
+    v = dissector.versions(BUNDLED)
+    expected: dict[tuple[str, str], set[int]] = {}
+    for r in v.itertuples():
+        key = (r.client_id if isinstance(r.client_id, str) else "–", r.api_name)
+        expected.setdefault(key, set()).update(int(x) for x in r.versions_used)
+    assert set(shown) == set(expected)
+    for key, used in expected.items():
+        assert shown[key] == ", ".join(map(str, sorted(used)))
+    # README: the raw socket's ApiVersions request used a version the broker refused
+    # (UNSUPPORTED_VERSION): outside the range it advertised, and beyond the specs.
+    flagged = [r for r in rows if r["flag"] != "–"]
+    assert rows[: len(flagged)] == flagged  # flagged rows first
+    raw = [r for r in flagged if r["API"] == "ApiVersions" and "outside" in r["flag"]]
+    assert len(raw) == 1 and "unknown to the specs" in raw[0]["flag"]
+    refused = bundled_df[bundled_df["error_name"].astype("object").eq("UNSUPPORTED_VERSION")]
+    assert raw[0]["client id"] in set(refused["client_id"].astype("object"))
+
+
+def test_capture_without_produce_or_fetch_says_none() -> None:
+    # captures/README.md: no Produce or Fetch; ApiVersions v3x1 and v5x2, v5 newer
+    # than the installed specs.
+    path = REPO / "captures" / "heuristic-port-19192.pcapng"
+    if not path.is_file():
+        pytest.skip(f"capture missing: {path}")
+    page = parse(report.render(report.analyze([path])))
+    text = " ".join(" ".join(page.text).split())
+    assert "No Produce or Fetch records in this capture." in text
+    assert "table-partition-throughput" not in page.tables
+    api_versions = [r for r in table_rows(page, "version-skew") if r["API"] == "ApiVersions"]
+    unknown = [r for r in api_versions if "unknown to the specs" in r["flag"]]
+    assert unknown and all("5" in r["versions used"].split(", ") for r in unknown)
+    assert sum(int(r["requests"]) for r in api_versions) == 3
+
+
+def test_a_failing_capture_leaves_the_tables_of_the_others(tmp_path: Path) -> None:
+    path = REPO / "captures" / "heuristic-port-19192.pcapng"
+    if not path.is_file():
+        pytest.skip(f"capture missing: {path}")
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"not a capture at all")
+    failures: list[tuple[str, str]] = []
+    df = report.analyze([bad, path, path], failures=failures)
+    assert [f[0] for f in failures] == [str(bad)]
+    page = parse(report.render(df))
+    one = dissector.versions(path)
+    rows = table_rows(page, "version-skew")
+    # The same capture twice: every request counted twice.
+    assert sum(int(r["requests"]) for r in rows) == 2 * int(one["requests"].sum())
+    # A frame not made by report.analyze has no tables: the sections say so.
+    plain = parse(report.render(records_to_frame([])))
+    assert "table-version-skew" not in plain.tables
+    # three partition tables, the version table and the groups table
+    assert " ".join(plain.text).count(report.NOT_COLLECTED) == 5

@@ -39,6 +39,8 @@ SLOWEST_N = 20
 CLIENT_SOFTWARE_ATTR = "client_software"
 """``df.attrs`` key: {"name version": [client ids]} from ApiVersions v3+ requests."""
 PER_API_ROW_LIMIT = 200
+VERSION_ROW_LIMIT = 300
+"""The version view has a row per client and API: a few hundred in a busy capture."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,8 @@ SECTION_IDS: tuple[str, ...] = (
     "clients",
     "brokers",
     "topics",
+    "partitions",
+    "versions",
     "sizes",
     "definitions",
 )
@@ -871,6 +875,296 @@ def _dimension(df: pd.DataFrame, by: str, section_id: str, title: str, note: str
     )
 
 
+TABLES_ATTR = "tables"
+"""``df.attrs`` key: the ``AnalyticsTables`` of the captures (``analyze`` computes them)."""
+NOT_COLLECTED = "Not collected: make the report with kafka-dissector report or report.analyze."
+
+
+@dataclass(frozen=True, eq=False)
+class AnalyticsTables:
+    """``dissector.partitions`` and ``dissector.versions`` of the report's captures.
+
+    Kept in ``df.attrs``: pandas deep-copies attrs on every derived frame and compares
+    them on concat, so the holder copies as itself and compares by identity (the frames
+    are never changed after ``analyze``)."""
+
+    partitions: pd.DataFrame
+    versions: pd.DataFrame
+
+    def __deepcopy__(self, memo: dict[int, object]) -> AnalyticsTables:
+        return self
+
+
+def _tables(df: pd.DataFrame) -> AnalyticsTables | None:
+    tables = df.attrs.get(TABLES_ATTR)
+    return tables if isinstance(tables, AnalyticsTables) else None
+
+
+def _capture_column(frame: pd.DataFrame) -> tuple[Column, ...]:
+    """A capture column when the table covers several captures."""
+    several = "capture" in frame.columns and frame["capture"].nunique(dropna=True) > 1
+    return (("capture", "capture", fmt_capture, False),) if several else ()
+
+
+ROLE_LABELS: Mapping[str, str] = {"produce": "producer", "fetch": "consumer"}
+
+
+def partition_throughput(parts: pd.DataFrame) -> pd.DataFrame:
+    """``partitions.throughput`` with readable roles, producers first per partition."""
+    from dissector.analytics.partitions import throughput
+
+    out = throughput(parts)
+    return out.assign(role=out["role"].map(ROLE_LABELS)).sort_values(
+        ["capture", "topic", "partition", "role"], ascending=[True, True, True, False]
+    )
+
+
+def lag_summary(parts: pd.DataFrame) -> pd.DataFrame:
+    """``partitions.consumer_lag`` per (capture, group, client, partition): the lag at
+    the latest Fetch, the largest lag in offsets and in time, and how many Fetches."""
+    import pandas as pd
+
+    from dissector.analytics.partitions import consumer_lag
+
+    lag = consumer_lag(parts)
+    keys = ["capture", "group_id", "client_id", "topic", "partition"]
+    if lag.empty:
+        return pd.DataFrame(
+            columns=[*keys, "fetches", "latest_lag_offsets", "max_lag_offsets", "max_lag_ms"]
+        )
+    grouped = lag.sort_values("time").groupby(keys, dropna=False, sort=True)
+    out = grouped.agg(
+        fetches=("lag_offsets", "size"),
+        latest_lag_offsets=("lag_offsets", "last"),
+        max_lag_offsets=("lag_offsets", "max"),
+        max_lag_ms=("lag_ms", "max"),
+    ).reset_index()
+    return out.sort_values(["max_lag_offsets", *keys], ascending=[False, *[True] * len(keys)])
+
+
+def produce_to_fetch_summary(parts: pd.DataFrame) -> pd.DataFrame:
+    """``partitions.produce_to_fetch`` latency percentiles per (capture, topic)."""
+    import pandas as pd
+
+    from dissector.analytics.partitions import produce_to_fetch
+
+    p2f = produce_to_fetch(parts)
+    rows = []
+    for (capture, topic), g in p2f.groupby(["capture", "topic"], dropna=False, sort=True):
+        latency = stats.as_float(g["latency_ms"]).dropna()
+        q = {
+            f"p{int(p * 100)}_ms": latency.quantile(p, interpolation=stats.PERCENTILE_INTERPOLATION)
+            for p in (0.5, 0.9, 0.99)
+        }
+        rows.append(
+            {
+                "capture": capture,
+                "topic": topic,
+                "deliveries": len(g),
+                "records": int(g["records"].fillna(0).sum()),
+                "consumers": g["consumer_client_id"].nunique(dropna=False),
+                **q,
+                "max_ms": latency.max(),
+            }
+        )
+    columns = ["capture", "topic", "deliveries", "records", "consumers", "p50_ms", "p90_ms"]
+    return pd.DataFrame(rows, columns=[*columns, "p99_ms", "max_ms"])
+
+
+def _partitions(df: pd.DataFrame) -> Section:
+    import pandas as pd
+
+    tables = _tables(df)
+    parts = tables.partitions if tables is not None else None
+    empty_parts = pd.DataFrame(columns=["capture", "topic", "partition"])
+    none = NOT_COLLECTED if parts is None else None
+    traffic = partition_throughput(parts) if parts is not None else empty_parts
+    lag = lag_summary(parts) if parts is not None else empty_parts
+    p2f = produce_to_fetch_summary(parts) if parts is not None else empty_parts
+    return Section(
+        id="partitions",
+        title="Partitions",
+        intro="From the decoded bodies of Produce, Fetch, ShareFetch, ListOffsets, "
+        "OffsetCommit and OffsetFetch (dissector.partitions, one row per pair and "
+        "partition); the tables below are its throughput, consumer_lag and "
+        "produce_to_fetch.",
+        blocks=(
+            frame_table(
+                "partition-throughput",
+                "Throughput per partition",
+                traffic,
+                (
+                    *_capture_column(traffic),
+                    ("topic", "topic", fmt_text, False),
+                    ("partition", "partition", fmt_int, True),
+                    ("role", "side", fmt_text, False),
+                    ("pairs", "pairs", fmt_int, True),
+                    ("records", "records", fmt_int, True),
+                    ("record_bytes", "record bytes", fmt_bytes, True),
+                    ("records_per_s", "records/s", fmt_rate, True),
+                    ("bytes_per_s", "bytes/s", fmt_rate, True),
+                ),
+                empty=none or "No Produce or Fetch records in this capture.",
+                limit=PER_API_ROW_LIMIT,
+                note="producer: Produce requests answered without error or sent with acks=0; "
+                "consumer: Fetch/ShareFetch responses without error (their records include "
+                "transaction markers). Rates are over the span from the first to the last "
+                "such pair (–: one pair, no span).",
+            ),
+            frame_table(
+                "consumer-lag",
+                "Consumer lag per client and partition",
+                lag,
+                (
+                    *_capture_column(lag),
+                    ("group_id", "group id", fmt_text, False),
+                    ("client_id", "client id", fmt_text, False),
+                    ("topic", "topic", fmt_text, False),
+                    ("partition", "partition", fmt_int, True),
+                    ("fetches", "fetches", fmt_int, True),
+                    ("latest_lag_offsets", "latest lag (offsets)", fmt_int, True),
+                    ("max_lag_offsets", "max lag (offsets)", fmt_int, True),
+                    ("max_lag_ms", "max lag ms", fmt_ms, True),
+                ),
+                empty=none or "No Fetch with a fetch offset and high watermark in this capture.",
+                limit=PER_API_ROW_LIMIT,
+                note="Lag at each Fetch: high watermark minus fetch offset (offsets), and the "
+                "Fetch's time minus the time of the Produce that wrote the fetch offset (ms; "
+                "– when that Produce is not in the capture). latest: at the client's last "
+                "Fetch. group id: the group the client's own offset commits/fetches name.",
+            ),
+            frame_table(
+                "produce-to-fetch",
+                "Produce to fetch latency per topic",
+                p2f,
+                (
+                    *_capture_column(p2f),
+                    ("topic", "topic", fmt_text, False),
+                    ("deliveries", "batches delivered", fmt_int, True),
+                    ("records", "records", fmt_int, True),
+                    ("consumers", "consumers", fmt_int, True),
+                    ("p50_ms", "p50 ms", fmt_ms, True),
+                    ("p90_ms", "p90 ms", fmt_ms, True),
+                    ("p99_ms", "p99 ms", fmt_ms, True),
+                    ("max_ms", "max ms", fmt_ms, True),
+                ),
+                empty=none or "No batch both produced and fetched in this capture.",
+                limit=PER_API_ROW_LIMIT,
+                note="Per produced batch and consuming client: from the Produce request that "
+                "wrote the batch to the first Fetch/ShareFetch response that delivered it.",
+            ),
+        ),
+    )
+
+
+def _range_text(low: object, high: object) -> str:
+    return "not seen" if _missing(low) or _missing(high) else f"{int(low)}–{int(high)}"  # type: ignore[call-overload]
+
+
+def _software_of(name: object, version: object) -> str | None:
+    parts = [str(v) for v in (name, version) if not _missing(v)]
+    return " ".join(parts) or None
+
+
+def version_skew(versions_table: pd.DataFrame) -> pd.DataFrame:
+    """``dissector.versions`` per client (client_id and software) and API: the
+    versions used over all its connections, the broker ranges advertised to it, and a
+    flag when a version lay outside the advertised range or is unknown to the specs.
+    Flagged rows first."""
+    import pandas as pd
+
+    v = versions_table.assign(
+        software=[
+            _software_of(n, s)
+            for n, s in zip(
+                versions_table["client_software_name"],
+                versions_table["client_software_version"],
+                strict=True,
+            )
+        ],
+        broker_range=[
+            _range_text(lo, hi)
+            for lo, hi in zip(
+                versions_table["broker_min"], versions_table["broker_max"], strict=True
+            )
+        ],
+    )
+    keys = ["capture", "client_id", "software", "api_name"]
+    rows = []
+    for (capture, client, software, api), g in v.groupby(keys, dropna=False, sort=True):
+        used = sorted({int(x) for vs in g["versions_used"] for x in vs})
+        unknown = sorted({int(x) for vs in g["unknown_versions"] for x in vs})
+        outside = bool(g["within_broker_range"].eq(False).fillna(False).any())
+        flags = (["outside broker range"] if outside else []) + (
+            ["unknown to the specs"] if unknown else []
+        )
+        rows.append(
+            {
+                "capture": capture,
+                "client_id": client,
+                "software": software,
+                "api_name": api,
+                "connections": len(g),
+                "requests": int(g["requests"].sum()),
+                "versions_used": used,
+                "broker_range": sorted(set(g["broker_range"])),
+                "spec_max": g["spec_max"].max(),
+                "unknown_versions": unknown,
+                "flag": ", ".join(flags),
+                "flagged": bool(flags),
+            }
+        )
+    columns = [
+        "capture", "client_id", "software", "api_name", "connections", "requests",
+        "versions_used", "broker_range", "spec_max", "unknown_versions", "flag", "flagged",
+    ]  # fmt: skip
+    out = pd.DataFrame(rows, columns=columns)
+    if out.empty:
+        return out
+    return out.sort_values(["flagged", *keys], ascending=[False, True, True, True, True])
+
+
+def _versions(df: pd.DataFrame) -> Section:
+    import pandas as pd
+
+    tables = _tables(df)
+    skew = version_skew(tables.versions) if tables is not None else pd.DataFrame(columns=["x"])
+    flagged = int(skew["flagged"].sum()) if "flagged" in skew.columns else 0
+    return Section(
+        id="versions",
+        title="Versions",
+        intro="Version skew (dissector.versions): per client and API, the versions the "
+        "client sent against the range the broker advertised in its ApiVersions response "
+        "on the same connection.",
+        blocks=(
+            frame_table(
+                "version-skew",
+                f"Versions used per client and API ({flagged} flagged)",
+                skew,
+                (
+                    *_capture_column(skew),
+                    ("flag", "flag", fmt_text, False),
+                    ("client_id", "client id", fmt_text, False),
+                    ("software", "software", fmt_text, False),
+                    ("api_name", "API", fmt_text, False),
+                    ("connections", "connections", fmt_int, True),
+                    ("requests", "requests", fmt_int, True),
+                    ("versions_used", "versions used", fmt_text, False),
+                    ("broker_range", "broker range", fmt_text, False),
+                    ("spec_max", "specs up to", fmt_int, True),
+                ),
+                empty=NOT_COLLECTED if tables is None else "No Kafka requests in this capture.",
+                limit=VERSION_ROW_LIMIT,
+                note="Flagged first: outside broker range = a version used lies outside the "
+                "range the broker advertised; unknown to the specs = a version newer than the "
+                "loaded specs. broker range: not seen when the connection's ApiVersions "
+                "exchange is not in the capture (opened before it started) or unreadable. "
+                "software: from ApiVersions v3+ requests.",
+            ),
+        ),
+    )
+
+
 def _sizes(df: pd.DataFrame) -> Section:
     return Section(
         id="sizes",
@@ -921,6 +1215,8 @@ def sections(df: pd.DataFrame, command: str) -> list[Section]:
             "Topics",
             "A pair that touches several topics counts, with its bytes, under each of them.",
         ),
+        _partitions(df),
+        _versions(df),
         _sizes(df),
         _definitions(command),
     ]
@@ -1001,7 +1297,8 @@ def analyze(
     failures: list[tuple[str, str]] | None = None,
 ) -> pd.DataFrame:
     """``dissector.analyze`` plus ``df.attrs["client_software"]`` and
-    ``df.attrs["groups"]`` (see ``NotingDecoder``), in one pass.
+    ``df.attrs["groups"]`` (see ``NotingDecoder``), in one pass, and
+    ``df.attrs["tables"]`` (``analytics_tables``: the partition and versions tables).
 
     ``failures``, when given, receives (capture, reason) for each capture that cannot be
     read, and the report covers the others; without it the first such capture raises.
@@ -1044,10 +1341,24 @@ def analyze(
             continue
         readable.append(source)
     df = _combined(frames)
+    df.attrs[TABLES_ATTR] = analytics_tables(readable, ports=ports)
     df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
     df.attrs[CAPTURES_ATTR] = readable
     df.attrs[GROUPS_ATTR] = decoder.group_notes()
     return df
+
+
+def analytics_tables(
+    sources: Sequence[str], *, ports: frozenset[int] | None = None
+) -> AnalyticsTables:
+    """The partition table and the version-skew view of the readable ``sources``:
+    each a pass of its own over the captures (full decode of the APIs it reads)."""
+    from dissector.analytics.partitions import PARTITION_COLUMNS, partitions, table
+    from dissector.analytics.versions import VERSION_COLUMNS, versions
+
+    if not sources:
+        return AnalyticsTables(table([], PARTITION_COLUMNS), table([], VERSION_COLUMNS))
+    return AnalyticsTables(partitions(sources, ports=ports), versions(sources, ports=ports))
 
 
 def _run_one(source: str, options: Any, observe: Any) -> pd.DataFrame:
