@@ -220,6 +220,27 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
         "pairs of a version newer than the specs decoded by the newest layout",
     ),
     ("summary_topic_ids_dropped", _C, _SUM, _W, "topic ids not learnt: the id table is full"),
+    (
+        "queueing_rows_forced",
+        _C,
+        _SUM,
+        _W,
+        "rows taken before their turn (1,024 waiting): queue_ms/inflight approximate",
+    ),
+    (
+        "queueing_answers_dropped",
+        _C,
+        _SUM,
+        _W,
+        "response times past 10,000 per connection forgotten: later inflight may be low",
+    ),
+    (
+        "queueing_connections_dropped",
+        _C,
+        _SUM,
+        _W,
+        "connection queueing state dropped past 65,536 connections",
+    ),
     # ---- rows
     ("capture_gap", _F, _ROW, _W, "bytes before this pair were lost (or the capture began late)"),
     ("negative_latency", _F, _ROW, _W, "capture timestamps ran backwards across the pair"),

@@ -374,6 +374,17 @@ impl Analyzer {
         for stream in self.queueing.held_streams() {
             self.take_held(stream, true);
         }
+        // The bounds that made queue_ms/inflight approximate, counted per run.
+        let bounded = std::mem::take(&mut self.queueing.bounded);
+        if bounded.rows_forced > 0 {
+            self.counters.add("queueing_rows_forced", bounded.rows_forced);
+        }
+        if bounded.answers_dropped > 0 {
+            self.counters.add("queueing_answers_dropped", bounded.answers_dropped);
+        }
+        if bounded.connections_dropped > 0 {
+            self.counters.add("queueing_connections_dropped", bounded.connections_dropped);
+        }
         if let Some(session) = self.session.take() {
             self.tls.extend(session.tls_streams().iter().map(|s| (self.capture.clone(), *s)));
         }

@@ -123,7 +123,7 @@ impl<T> Default for Conn<T> {
 }
 
 impl<T> Conn<T> {
-    fn step(&mut self, seq: Option<u64>, t: &Timing) -> Queued {
+    fn step(&mut self, seq: Option<u64>, t: &Timing, bounded: &mut Bounded) -> Queued {
         if let Some(s) = seq {
             // A row taken past a gap (the bound) moves the order on; one that comes
             // after its gap was skipped is taken as it comes.
@@ -148,6 +148,7 @@ impl<T> Conn<T> {
             self.answers.push(Reverse(resp));
             if self.answers.len() > MAX_ANSWERS {
                 self.answers.pop();
+                bounded.answers_dropped += 1;
             }
         } else if t.request.is_some() && t.waits {
             // Never answered in the capture: in flight for every later request.
@@ -157,42 +158,60 @@ impl<T> Conn<T> {
     }
 }
 
+/// How often a bound made the columns approximate (each is a counter of the run).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Bounded {
+    /// Rows taken before their turn: `MAX_HELD_ROWS` rows were already waiting.
+    pub rows_forced: u64,
+    /// Response times forgotten past `MAX_ANSWERS` (later `inflight` may be lower).
+    pub answers_dropped: u64,
+    /// Connections whose state was dropped past `MAX_CONNECTIONS`.
+    pub connections_dropped: u64,
+}
+
 /// Per-connection queueing state of one capture; `T` is a row waiting for its turn.
 pub struct Queueing<T> {
     conns: BTreeMap<u32, Conn<T>>,
+    pub bounded: Bounded,
 }
 
 impl<T> Default for Queueing<T> {
     fn default() -> Self {
-        Queueing { conns: BTreeMap::new() }
+        Queueing { conns: BTreeMap::new(), bounded: Bounded::default() }
     }
 }
 
-impl<T> Queueing<T> {
-    fn conn(&mut self, stream: u32) -> &mut Conn<T> {
-        if !self.conns.contains_key(&stream) && self.conns.len() >= MAX_CONNECTIONS {
-            let idle = self.conns.iter().find(|(_, c)| c.held.is_empty()).map(|(k, _)| *k);
-            if let Some(k) = idle {
-                self.conns.remove(&k);
-            }
+fn conn_in<'a, T>(
+    conns: &'a mut BTreeMap<u32, Conn<T>>,
+    bounded: &mut Bounded,
+    stream: u32,
+) -> &'a mut Conn<T> {
+    if !conns.contains_key(&stream) && conns.len() >= MAX_CONNECTIONS {
+        let idle = conns.iter().find(|(_, c)| c.held.is_empty()).map(|(k, _)| *k);
+        if let Some(k) = idle {
+            conns.remove(&k);
+            bounded.connections_dropped += 1;
         }
-        self.conns.entry(stream).or_default()
     }
+    conns.entry(stream).or_default()
+}
 
+impl<T> Queueing<T> {
     /// The row can be taken now: every earlier request of its connection was.
     pub fn ready(&mut self, stream: u32, seq: Option<u64>) -> bool {
-        let c = self.conn(stream);
+        let c = conn_in(&mut self.conns, &mut self.bounded, stream);
         c.held.is_empty() && seq.is_none_or(|s| s <= c.next_seq)
     }
 
     /// Take a ready row (see `ready`).
     pub fn take(&mut self, stream: u32, seq: Option<u64>, t: &Timing) -> Queued {
-        self.conn(stream).step(seq, t)
+        let c = conn_in(&mut self.conns, &mut self.bounded, stream);
+        c.step(seq, t, &mut self.bounded)
     }
 
     /// Keep a row until its earlier requests are taken (`drain` hands it back).
     pub fn hold(&mut self, stream: u32, seq: u64, t: Timing, row: T) {
-        self.conn(stream).held.insert(seq, (t, row));
+        conn_in(&mut self.conns, &mut self.bounded, stream).held.insert(seq, (t, row));
     }
 
     /// Held rows of `stream` whose turn has come (all of them when `all`), in order.
@@ -201,13 +220,17 @@ impl<T> Queueing<T> {
             return;
         };
         while let Some(&seq) = c.held.keys().next() {
-            if !(all || seq <= c.next_seq || c.held.len() > MAX_HELD_ROWS) {
+            let turn = all || seq <= c.next_seq;
+            if !(turn || c.held.len() > MAX_HELD_ROWS) {
                 break;
+            }
+            if !turn {
+                self.bounded.rows_forced += 1;
             }
             let Some((t, row)) = c.held.remove(&seq) else {
                 break;
             };
-            let q = c.step(Some(seq), &t);
+            let q = c.step(Some(seq), &t, &mut self.bounded);
             out.push((row, q));
         }
     }
