@@ -39,7 +39,7 @@ class CaptureBytes:
     exchange-level passes (``dissector.partitions``, ``groups``, ``versions``)."""
 
     name: str
-    data: bytes
+    data: bytes | bytearray | memoryview
 
 
 CaptureSource = str | CaptureBytes

@@ -126,8 +126,8 @@ class PairRecord:
     flags: list[str] = field(default_factory=list)
     max_wait_ms: int | None = None
     min_bytes: int | None = None
-    # Derived per connection (the native core's queueing.rs; for records built
-    # otherwise, frame.records_to_frame applies stats' pandas rules).
+    # Derived per connection by the native core (queueing.rs); null on records built
+    # otherwise, which analytics.stats then answers by its pandas rules.
     fetch_wait: str | None = None
     service_ms: float | None = None
     queue_ms: float | None = None

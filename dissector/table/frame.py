@@ -111,11 +111,6 @@ def _wide_frame(records: Iterable[PairRecord]) -> pd.DataFrame:
     return df
 
 
-DERIVED_COLUMNS = ("fetch_wait", "service_ms", "queue_ms", "inflight")
-"""Columns the native core derives per connection. A frame without them (hand-built
-records, a file written before they existed) gets them from ``analytics.stats``' pandas
-rules when stats needs them."""
-
 
 def export(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
     """Write the frame in the format its file extension names."""

@@ -562,10 +562,7 @@ def iter_pairs_from_bytes(
     counters = counters if counters is not None else Counters()
     analyzer = new_analyzer(options, decoder)
     try:
-        try:
-            analyzer.open_bytes(name, bytes(memoryview(data)))
-        except ValueError as exc:
-            raise CaptureError(f"{name}: {exc}") from None
+        open_capture(analyzer, CaptureBytes(name, memoryview(data)))
         for batch in _batches(analyzer, batch_rows):
             yield from _records(columns_to_table(batch.columns, arrow_schema()))
     finally:
