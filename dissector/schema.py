@@ -187,41 +187,54 @@ FETCH_WAIT_CLASSES: tuple[str, ...] = (FETCH_WAIT_EMPTY_POLL, FETCH_WAIT_DATA, F
 
 FRAME_DTYPES: dict[str, str] = {
     # The in-memory pandas frame (``dissector.analyze``) is compact: a capture has
-    # hundreds of thousands of pairs and few distinct strings. Every string column is a
-    # ``category`` (categories sorted, so sorting matches the strings'), each integer
-    # the nullable width of its Kafka wire field (or the smallest that holds it), and
-    # the list columns Arrow-backed lists (``list<item: string>[pyarrow]``: iterating,
-    # ``tolist`` and ``to_dict`` give Python lists). Files keep the wide types of
-    # ``kind`` (Parquet: string, int64, list<string>), so Spark and other readers are
-    # unchanged; ``frame.compact_frame`` turns such a frame back into these dtypes.
-    # A column not named here gets the default of its kind (``KIND_DTYPES``).
-    "stream": "Int32",
-    "client_port": "UInt16",
-    "broker_port": "UInt16",
-    "api_key": "Int16",
-    "api_version": "Int16",
-    "correlation_id": "Int32",
+    # hundreds of thousands of pairs and few distinct strings (issue #10: under 150
+    # bytes per pair). Every string column is a ``category`` (categories sorted, so
+    # sorting matches the strings'), each integer the width of its Kafka wire field (or
+    # the smallest that holds it), and the list columns Arrow-backed lists
+    # (``list<item: string>[pyarrow]``: iterating, ``tolist`` and ``to_dict`` give
+    # Python lists). Files keep the wide types of ``kind`` (Parquet: string, int64,
+    # list<string>), so Spark and other readers are unchanged; ``frame.compact_frame``
+    # turns such a frame back into these dtypes.
+    #
+    # Columns the native core fills on every row (``NEVER_NULL``) are plain numpy ints.
+    "stream": "int32",
+    "client_port": "uint16",
+    "broker_port": "uint16",
+    # Numbers that may be null are Arrow-backed (``int32[pyarrow]``, ``double[pyarrow]``):
+    # null is ``pd.NA`` as in pandas' masked ``Int32``/``Float64`` (comparisons and
+    # arithmetic propagate it, aggregations skip it), but Arrow keeps one validity bit
+    # per value where the masked arrays keep a byte. Scalars read from them are Python
+    # ``int``/``float``, not numpy ones.
+    "api_key": "int16[pyarrow]",
+    "api_version": "int16[pyarrow]",
+    "correlation_id": "int32[pyarrow]",
     # 4 + a frame length that is an int32 on the wire: fits 32 bits unsigned.
-    "request_size": "UInt32",
-    "response_size": "UInt32",
-    "error_code": "Int16",
-    "error_count": "Int32",
-    "partitions": "Int32",
+    "request_size": "uint32[pyarrow]",
+    "response_size": "uint32[pyarrow]",
+    "error_code": "int16[pyarrow]",
+    "error_count": "int32[pyarrow]",
+    "partitions": "int32[pyarrow]",
     # Both bounded by the frame's int32 length.
-    "records": "Int32",
-    "record_bytes": "Int32",
-    "throttle_ms": "Int32",
-    "max_wait_ms": "Int32",
-    "min_bytes": "Int32",
-    "inflight": "Int32",
-    "assumed_version": "Int16",
+    "records": "int32[pyarrow]",
+    "record_bytes": "int32[pyarrow]",
+    "throttle_ms": "int32[pyarrow]",
+    "max_wait_ms": "int32[pyarrow]",
+    "min_bytes": "int32[pyarrow]",
+    "inflight": "int32[pyarrow]",
+    "assumed_version": "int16[pyarrow]",
 }
+
+
+NEVER_NULL: frozenset[str] = frozenset({"stream", "client_port", "broker_port"})
+"""Integer columns with a value on every row: every pair has a connection, and a
+connection its two ports (``native/src/rows.rs``, ``RowBuilder::push``). Their frame
+dtypes carry no null mask; a file whose such column holds a null is not a pairs table."""
 
 
 KIND_DTYPES = {
     "str": "category",
-    "int": "Int64",
-    "float": "Float64",
+    "int": "int64[pyarrow]",
+    "float": "double[pyarrow]",
     "timestamp": "datetime64[ns, UTC]",
     "str_list": "list<item: string>[pyarrow]",
 }

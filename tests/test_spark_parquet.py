@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dissector
-from dissector.schema import COLUMN_NAMES, COLUMNS
+from dissector.schema import COLUMN_NAMES, COLUMNS, NEVER_NULL
 from dissector.table.frame import (
     compact_frame,
     pairs_arrow_schema,
@@ -124,7 +124,8 @@ def test_nanoseconds_are_floored_not_rounded(tmp_path: Path) -> None:
     from dissector.table.frame import records_to_frame
 
     frame = records_to_frame([])
-    row = {name: [None] for name in COLUMN_NAMES}
+    # Every column null but those a pair always has (schema.NEVER_NULL).
+    row = {name: [0 if name in NEVER_NULL else None] for name in COLUMN_NAMES}
     row["request_time"] = [pd.Timestamp(1_700_000_000_123_456_999, tz="UTC")]
     df = pd.DataFrame(row).astype(frame.dtypes.to_dict())
     out = tmp_path / "t.parquet"

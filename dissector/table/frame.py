@@ -22,6 +22,7 @@ from dissector.json_values import jsonable
 from dissector.schema import (
     COLUMN_NAMES,
     COLUMNS,
+    NEVER_NULL,
     PANDAS_DTYPES,
     arrow_type,
     frame_dtype,
@@ -68,6 +69,8 @@ def compact_frame(df: pd.DataFrame) -> pd.DataFrame:
             arrow = pa.array(lists, type=pa.list_(pa.string()))
             out[col.name] = pd.Series(pd.arrays.ArrowExtensionArray(arrow), index=df.index)
         elif str(values.dtype) != want:
+            if col.name in NEVER_NULL and values.isna().any():
+                raise ValueError(f"not a pairs table: column {col.name!r} holds nulls")
             out[col.name] = values.astype(want)
         else:
             out[col.name] = values

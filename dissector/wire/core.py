@@ -380,12 +380,11 @@ def analyze_table(
 
 
 def table_to_frame(table: pa.Table) -> pd.DataFrame:
-    """The pandas frame of the contract (``schema.frame_dtype``: categories, narrow
-    nullable ints, Arrow-backed lists) from an Arrow table, without a Python object
-    per value: strings go over as dictionary codes, lists stay in Arrow memory."""
+    """The pandas frame of the contract (``schema.frame_dtype``: categories, narrow ints,
+    Arrow-backed nullable numbers and lists) from an Arrow table, without a Python object
+    per value: strings go over as dictionary codes, the rest stays in Arrow memory (or
+    becomes numpy for the columns that are never null)."""
     import pandas as pd
-    import pyarrow as pa
-
 
     kinds = {c.name: c.kind for c in COLUMNS}
     data: dict[str, Any] = {}
@@ -396,15 +395,25 @@ def table_to_frame(table: pa.Table) -> pd.DataFrame:
             data[field.name] = _category(column)
         elif kind == "str_list":
             data[field.name] = pd.arrays.ArrowExtensionArray(column)
-        elif kind == "int":
-            dtype = pd.api.types.pandas_dtype(frame_dtype(field.name, kind))
-            narrow = pa.from_numpy_dtype(dtype.numpy_dtype)
-            data[field.name] = dtype.__from_arrow__(column.cast(narrow))
-        elif kind == "float":
-            data[field.name] = pd.Float64Dtype().__from_arrow__(column)
+        elif kind in ("int", "float"):
+            data[field.name] = _numbers(field.name, column, frame_dtype(field.name, kind))
         else:
             data[field.name] = column.to_pandas()
     return pd.DataFrame(data, columns=table.column_names)
+
+
+def _numbers(name: str, column: pa.ChunkedArray, dtype_name: str) -> Any:
+    """A column cast to its frame dtype: Arrow-backed as it is, or a numpy array."""
+    import pandas as pd
+    import pyarrow as pa
+
+    dtype = pd.api.types.pandas_dtype(dtype_name)
+    if isinstance(dtype, pd.ArrowDtype):
+        typed = column if column.type == dtype.pyarrow_dtype else column.cast(dtype.pyarrow_dtype)
+        return pd.arrays.ArrowExtensionArray(typed)
+    if column.null_count:
+        raise ValueError(f"column {name!r} holds nulls, its dtype {dtype_name} has none")
+    return column.cast(pa.from_numpy_dtype(dtype)).to_numpy()
 
 
 def _category(column: pa.ChunkedArray) -> pd.Categorical:
