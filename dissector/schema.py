@@ -196,6 +196,11 @@ FRAME_DTYPES: dict[str, str] = {
     # list<string>), so Spark and other readers are unchanged; ``frame.compact_frame``
     # turns such a frame back into these dtypes.
     #
+    # ``topics`` keeps string items although the core hands them dictionary-encoded
+    # (``list<dictionary<int32, string>>`` would save ~10 bytes per pair): exploded,
+    # such a column is pandas' Arrow ``dictionary`` dtype, on which ``.str``,
+    # ``sort_values``, ``max`` and ``astype("category")`` (with nulls) fail in pandas 3.
+    #
     # Columns the native core fills on every row (``NEVER_NULL``) are plain numpy ints.
     "stream": "int32",
     "client_port": "uint16",
