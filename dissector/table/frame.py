@@ -183,9 +183,8 @@ def _pandas_metadata() -> bytes:
     third of a second, which a Parquet-only run does not otherwise pay: the blob is kept
     with the start-up cache, named by the pandas version and the columns."""
     import hashlib
-    from importlib import metadata
 
-    from dissector.protocol.diskcache import load_or_build
+    from dissector.protocol.diskcache import load_or_build, package_version
 
     def build() -> bytes:
         import pyarrow as pa
@@ -194,10 +193,7 @@ def _pandas_metadata() -> bytes:
         return bytes(meta[b"pandas"])
 
     columns = hashlib.sha256(repr([(c.name, c.kind) for c in COLUMNS]).encode()).hexdigest()
-    try:
-        version = metadata.version("pandas")
-    except metadata.PackageNotFoundError:
-        version = "absent"
+    version = package_version("pandas")
     return load_or_build(f"pairs-pandas-meta-{version}-{columns[:12]}", build)
 
 
@@ -208,6 +204,8 @@ def pairs_table(data: pd.DataFrame | pa.Table | pa.RecordBatch) -> pa.Table:
     """
     import pyarrow as pa
 
+    from dissector.arrow_cast import retype_column
+
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     elif not isinstance(data, pa.Table):
@@ -217,7 +215,8 @@ def pairs_table(data: pd.DataFrame | pa.Table | pa.RecordBatch) -> pa.Table:
     if missing:
         raise ValueError(f"not a pairs table: missing columns {missing}")
     columns = [
-        data.column(f.name).cast(f.type, safe=not pa.types.is_timestamp(f.type)) for f in schema
+        retype_column(data.column(f.name), f.type, safe=not pa.types.is_timestamp(f.type))
+        for f in schema
     ]
     return pa.Table.from_arrays(columns, schema=schema)
 

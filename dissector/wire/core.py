@@ -66,24 +66,29 @@ def _model(decoder: Any) -> _Model:
     """The exported spec model of a decoder, built once per spec set and process."""
     _core = native()
 
-    def export_model(decoder: Any) -> str:
-        from dissector.protocol.export import export_model as export
-
-        return export(decoder)
-
     key = tuple(getattr(decoder, "spec_dirs", ()))
     model = _MODELS.get(key)
     if model is None:
         if key:
-            text = export_model(decoder)
+            text, extracts = _exported(decoder)
         else:  # the installed specs: kept with the start-up cache (0.7 s to build)
             from dissector.protocol.diskcache import load_or_build
 
-            text = load_or_build("native-model", lambda: export_model(decoder))
-        doc = json.loads(text)
-        extracts = tuple((e["column"], e["direction"], e["field"]) for e in doc.get("extracts", ()))
+            # The extracts are stored beside the text: parsing the whole JSON again for
+            # them would cost every start-up about 10 ms.
+            text, extracts = load_or_build("native-model-extracts", lambda: _exported(decoder))
         model = _MODELS[key] = _Model(_core.Model(text), extracts)
     return model
+
+
+def _exported(decoder: Any) -> tuple[str, tuple[tuple[str, str, str], ...]]:
+    """The spec model as the core reads it (JSON text), and its extract columns."""
+    from dissector.protocol.export import export_model
+
+    text = export_model(decoder)
+    doc = json.loads(text)
+    extracts = tuple((e["column"], e["direction"], e["field"]) for e in doc.get("extracts", ()))
+    return text, extracts
 
 
 class _Fallback:
@@ -179,8 +184,12 @@ def open_capture(analyzer: Analyzer, path: CaptureSource) -> None:
 
 def _arrow_column(spec: tuple[Any, ...]) -> pa.Array:
     """One column buffer of the core as an Arrow array, built from the buffers as they
-    are (no numpy, no per-value Python objects; ``pa.array`` would also import pandas)."""
+    are (no per-value Python objects; ``pa.array`` would also import pandas, and
+    ``take``/``cast`` ``pyarrow.compute``: see ``arrow_cast``)."""
+    import numpy as np
     import pyarrow as pa
+
+    from dissector.arrow_cast import take_strings
 
     tag = spec[0]
     if tag in ("i64", "f64"):
@@ -198,13 +207,16 @@ def _arrow_column(spec: tuple[Any, ...]) -> pa.Array:
         return pa.DictionaryArray.from_arrays(idx, words)
     if tag == "list":
         _, offsets, items, w_offsets, w_data = spec
-        idx = pa.Array.from_buffers(pa.int32(), len(items) // 4, [None, pa.py_buffer(items)])
-        values = pa.DictionaryArray.from_arrays(idx, _strings(w_offsets, w_data))
+        words = _strings(w_offsets, w_data)
+        values = take_strings(words, np.frombuffer(items, np.int32), None)
+        if values is None:  # past 2 GiB of item text: Arrow's own take
+            idx = pa.Array.from_buffers(pa.int32(), len(items) // 4, [None, pa.py_buffer(items)])
+            values = pa.DictionaryArray.from_arrays(idx, words).dictionary_decode()
         return pa.ListArray.from_buffers(
             pa.list_(pa.string()),
             len(offsets) // 4 - 1,
             [None, pa.py_buffer(offsets)],
-            children=[values.dictionary_decode()],
+            children=[values],
         )
     raise ValueError(f"unknown column buffer {tag!r}")
 
@@ -235,10 +247,9 @@ def columns_to_table(cols: dict[str, Any], schema: pa.Schema) -> pa.Table:
     """The core's column buffers as a table of ``schema``."""
     import pyarrow as pa
 
-    arrays = []
-    for field in schema:
-        arr = _arrow_column(cols[field.name])
-        arrays.append(arr.cast(field.type) if arr.type != field.type else arr)
+    from dissector.arrow_cast import retype_array
+
+    arrays = [retype_array(_arrow_column(cols[field.name]), field.type) for field in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
