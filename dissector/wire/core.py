@@ -186,10 +186,9 @@ def _arrow_column(spec: tuple[Any, ...]) -> pa.Array:
     """One column buffer of the core as an Arrow array, built from the buffers as they
     are (no per-value Python objects; ``pa.array`` would also import pandas, and
     ``take``/``cast`` ``pyarrow.compute``: see ``arrow_cast``)."""
-    import numpy as np
     import pyarrow as pa
 
-    from dissector.arrow_cast import take_strings
+    from dissector.arrow_cast import take
 
     tag = spec[0]
     if tag in ("i64", "f64"):
@@ -207,11 +206,8 @@ def _arrow_column(spec: tuple[Any, ...]) -> pa.Array:
         return pa.DictionaryArray.from_arrays(idx, words)
     if tag == "list":
         _, offsets, items, w_offsets, w_data = spec
-        words = _strings(w_offsets, w_data)
-        values = take_strings(words, np.frombuffer(items, np.int32), None)
-        if values is None:  # past 2 GiB of item text: Arrow's own take
-            idx = pa.Array.from_buffers(pa.int32(), len(items) // 4, [None, pa.py_buffer(items)])
-            values = pa.DictionaryArray.from_arrays(idx, words).dictionary_decode()
+        idx = pa.Array.from_buffers(pa.int32(), len(items) // 4, [None, pa.py_buffer(items)])
+        values = take(_strings(w_offsets, w_data), idx)
         return pa.ListArray.from_buffers(
             pa.list_(pa.string()),
             len(offsets) // 4 - 1,
