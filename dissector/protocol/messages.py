@@ -77,6 +77,7 @@ class Registry:
         self.parse_records = parse_records
         self._fast: dict[tuple[int, int, str, bool], kc.DecodeFn] = {}
         self._slow: dict[tuple[int, int, str, bool], kc.DecodeFn] = {}
+        self._has_records: dict[tuple[int, int, str], bool] = {}
 
     def layout(self, api_key: int, version: int, direction: str) -> Layout | None:
         return self._layouts.get((api_key, version, direction))
@@ -99,9 +100,17 @@ class Registry:
     def _hook(self, layout: Layout, expand: bool) -> kc.RecordsHook:
         # A layout without records fields never calls the hook: not importing the
         # record-batch module for it keeps a rare Python-decoded pair cheap.
-        if self.parse_records and _has_records(layout):
+        if self.parse_records and self.has_records(layout):
             return _records_hook(expand)
         return kc.raw_records
+
+    def has_records(self, layout: Layout) -> bool:
+        """Whether the layout has a ``records`` field (at any depth)."""
+        key = (layout.api_key, layout.version, layout.direction)
+        found = self._has_records.get(key)
+        if found is None:
+            found = self._has_records[key] = _any_records(layout.fields)
+        return found
 
     def compile_all(self) -> int:
         """Compile every layout now (a test and the benchmark use this)."""
@@ -152,25 +161,16 @@ def _frame_budget_type() -> Callable[[int], AbstractContextManager[Any]]:
     return frame_budget
 
 
-def _frame_scope(layout: Layout, frame_bytes: int) -> AbstractContextManager[Any]:
+def _frame_scope(
+    registry: Registry, layout: Layout, frame_bytes: int
+) -> AbstractContextManager[Any]:
     """One decompression budget for all records fields of one decode of a frame, so
     that a Produce of many partitions cannot multiply it (issue #11). A layout without
     records fields needs none, nor the record-batch module's import (about 15 ms, the
     cost of a run whose only Python-decoded pair is an ApiVersions)."""
-    if not _has_records(layout):
+    if not registry.has_records(layout):
         return contextlib.nullcontext()
     return _frame_budget_type()(frame_bytes)
-
-
-_HAS_RECORDS: dict[tuple[int, int, str], bool] = {}
-
-
-def _has_records(layout: Layout) -> bool:
-    key = (layout.api_key, layout.version, layout.direction)
-    found = _HAS_RECORDS.get(key)
-    if found is None:
-        found = _HAS_RECORDS[key] = _any_records(layout.fields)
-    return found
 
 
 def _any_records(fields: Iterable[Field]) -> bool:
@@ -183,13 +183,14 @@ def _decode_body(
     """Fill out.body/out.error; returns the end offset. The fast path raises on bad
     bytes; the closure decoder then says where, and keeps the partial body."""
     try:
-        with _frame_scope(layout, len(buf)):
+        with _frame_scope(registry, layout, len(buf)):
             out.body, end = registry.decoder(layout, expand)(buf, start)
         return end
     except Exception:  # bad bytes (or a generator bug): let the closures explain
         pass
     try:
-        with _frame_scope(layout, len(buf)):  # the second decode starts with a full budget
+        # The second decode starts with a full budget.
+        with _frame_scope(registry, layout, len(buf)):
             out.body, end = registry.explainer(layout, expand)(buf, start)
     except kc.DecodeFailure as exc:
         out.body, out.error = exc.partial, exc.message()
