@@ -94,6 +94,23 @@ def test_cli_analyze_prints_summary_and_writes_output(df: pd.DataFrame, tmp_path
     assert len(pd.read_parquet(out)) == len(df)
 
 
+def test_parquet_time_columns_are_plain_and_the_rest_dictionary(
+    df: pd.DataFrame, tmp_path: Path
+) -> None:
+    # Times are nearly all distinct: a dictionary page would only add bytes and CPU.
+    out = tmp_path / "pairs.parquet"
+    export(df, out)
+    group = pq.ParquetFile(out).metadata.row_group(0)
+    encodings = {
+        group.column(i).path_in_schema: set(group.column(i).encodings)
+        for i in range(group.num_columns)
+    }
+    for name in ("request_time", "response_time"):
+        assert "RLE_DICTIONARY" not in encodings[name] and "PLAIN" in encodings[name]
+        assert group.column(COLUMN_NAMES.index(name)).statistics.has_min_max
+    assert "RLE_DICTIONARY" in encodings["api_name"] and "RLE_DICTIONARY" in encodings["api_key"]
+
+
 def test_cli_rejects_a_file_that_is_not_a_capture(tmp_path: Path) -> None:
     bogus = tmp_path / "notes.pcap"
     bogus.write_text("not a capture at all\n")

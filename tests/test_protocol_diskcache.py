@@ -99,3 +99,29 @@ def test_unwritable_location_still_builds(tmp_path: Path, monkeypatch: pytest.Mo
     assert diskcache.load_or_build("t", build) == "x"
     assert diskcache.load_or_build("t", build) == "x"
     assert build.calls == 2
+
+
+@pytest.mark.parametrize("name", ["kafka-python", "kio", "pandas", "Kafka_Python", "pyarrow"])
+def test_package_version_agrees_with_importlib_metadata(name: str) -> None:
+    from importlib import metadata
+
+    assert diskcache.package_version(name) == metadata.version(name)
+
+
+def test_package_version_of_a_missing_package_is_absent() -> None:
+    assert diskcache.package_version("no-such-distribution-kd") == "absent"
+
+
+def test_package_version_takes_the_first_install_along_sys_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from importlib import metadata
+
+    for where, version in (("a", "2.0"), ("b", "1.0")):
+        info = tmp_path / where / f"kd_probe_pkg-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: kd-probe-pkg\nVersion: {version}\n"
+        )
+    monkeypatch.setattr("sys.path", [str(tmp_path / "a"), str(tmp_path / "b")])
+    assert diskcache.package_version("kd.probe_pkg") == metadata.version("kd-probe-pkg") == "2.0"

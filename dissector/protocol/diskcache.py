@@ -20,11 +20,10 @@ import functools
 import hashlib
 import os
 import pickle
+import re
 import stat
 import sys
-import tempfile
 from collections.abc import Callable
-from importlib import metadata, resources
 from pathlib import Path
 from typing import TypeVar
 
@@ -70,19 +69,61 @@ def _key() -> str | None:
     """
     h = hashlib.sha256(f"{FORMAT} {sys.version}".encode())
     for package in _PACKAGES:
-        try:
-            h.update(f"{package}={metadata.version(package)}".encode())
-        except metadata.PackageNotFoundError:
-            h.update(f"{package}=absent".encode())
-    # Through importlib.resources, not the file system: the package may be imported
-    # from a zip (Spark's --py-files), where __file__ names no real directory.
-    here = resources.files(__package__ or "dissector.protocol")
+        h.update(f"{package}={package_version(package)}".encode())
     try:
         for name in _BUILDERS:
-            h.update(here.joinpath(name).read_bytes())
+            h.update(_source(name))
     except OSError:
         return None
     return h.hexdigest()[:24]
+
+
+def _source(name: str) -> bytes:
+    """The bytes of a module file of this package.
+
+    Through the loader that imported this module, not the file system: the package
+    may be imported from a zip (Spark's --py-files), where ``__file__`` names no real
+    directory but the zip importer reads the same path. ``importlib.resources`` would
+    do too, but its import (tempfile, random, ...) costs start-up about 10 ms.
+    """
+    loader = globals().get("__loader__")
+    if hasattr(loader, "get_data") and __file__:
+        return loader.get_data(os.path.join(os.path.dirname(__file__), name))
+    from importlib import resources
+
+    return resources.files(__package__ or "dissector.protocol").joinpath(name).read_bytes()
+
+
+def package_version(name: str) -> str:
+    """The installed version of distribution ``name`` ("absent" when not installed).
+
+    Read from the name of its ``.dist-info`` directory (what pip and uv install), the
+    first one along ``sys.path`` as ``importlib.metadata`` would find it: importing
+    ``importlib.metadata`` costs a command's start-up about 20 ms (email, zipfile,
+    csv...), which is then paid only for other layouts (eggs, zips).
+    """
+    want = _dist_name(name)
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:  # a zip, a missing directory
+            continue
+        for item in names:
+            if item.endswith(".dist-info"):
+                dist, sep, version = item[: -len(".dist-info")].partition("-")
+                if sep and _dist_name(dist) == want:
+                    return version
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _dist_name(name: str) -> str:
+    """A distribution name normalised as PEP 503 says (``Kafka_Python`` = ``kafka-python``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _safe(directory: Path) -> bool:
@@ -121,6 +162,8 @@ def load_or_build(name: str, build: Callable[[], T]) -> T:
 
 
 def _store(directory: Path, name: str, path: Path, value: object) -> None:
+    import tempfile  # only when storing: a run that loads never pays its import
+
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _safe(directory):

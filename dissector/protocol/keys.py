@@ -24,7 +24,6 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from dissector.protocol.diskcache import load_or_build
-from dissector.protocol.sources import kafka_api_names
 
 # Word boundaries of a CamelCase name: "DescribeTopicPartitions" -> DESCRIBE_TOPIC_PARTITIONS.
 _WORD_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
@@ -34,9 +33,16 @@ _WORD_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 def api_names() -> dict[int, str]:
     """api_key -> Apache's name, for every key of the bundled generation.
 
-    Kept in the start-up cache: importing kafka-python takes 0.2 s.
+    Kept in the start-up cache: importing kafka-python takes 0.2 s (and ``sources``,
+    imported only to build, about 10 ms more).
     """
-    return load_or_build("api-names", kafka_api_names)
+
+    def build() -> dict[int, str]:
+        from dissector.protocol.sources import kafka_api_names
+
+        return kafka_api_names()
+
+    return load_or_build("api-names", build)
 
 
 def member_name(api_name: str) -> str:

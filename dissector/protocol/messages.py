@@ -14,8 +14,7 @@ from typing import Any
 from dissector.protocol import compile as kc
 from dissector.protocol.diskcache import load_or_build
 from dissector.protocol.keys import ApiKey
-from dissector.protocol.sources import load_specs
-from dissector.protocol.spec import REQUEST, RESPONSE, Layout, SpecSet
+from dissector.protocol.spec import REQUEST, RESPONSE, Field, Layout, SpecSet
 
 UNSUPPORTED_VERSION = 35
 
@@ -78,6 +77,7 @@ class Registry:
         self.parse_records = parse_records
         self._fast: dict[tuple[int, int, str, bool], kc.DecodeFn] = {}
         self._slow: dict[tuple[int, int, str, bool], kc.DecodeFn] = {}
+        self._has_records: dict[tuple[int, int, str], bool] = {}
 
     def layout(self, api_key: int, version: int, direction: str) -> Layout | None:
         return self._layouts.get((api_key, version, direction))
@@ -87,18 +87,30 @@ class Registry:
         fn = self._fast.get(key)  # one dict lookup per message once compiled
         if fn is None:
             build = kc.generate if self.backend == "generate" else kc.closures
-            fn = self._fast[key] = build(layout, self._hook(expand))
+            fn = self._fast[key] = build(layout, self._hook(layout, expand))
         return fn
 
     def explainer(self, layout: Layout, expand: bool) -> kc.DecodeFn:
         key = (layout.api_key, layout.version, layout.direction, expand)
         fn = self._slow.get(key)
         if fn is None:
-            fn = self._slow[key] = kc.closures(layout, self._hook(expand))
+            fn = self._slow[key] = kc.closures(layout, self._hook(layout, expand))
         return fn
 
-    def _hook(self, expand: bool) -> kc.RecordsHook:
-        return _records_hook(expand) if self.parse_records else kc.raw_records
+    def _hook(self, layout: Layout, expand: bool) -> kc.RecordsHook:
+        # A layout without records fields never calls the hook: not importing the
+        # record-batch module for it keeps a rare Python-decoded pair cheap.
+        if self.parse_records and self.has_records(layout):
+            return _records_hook(expand)
+        return kc.raw_records
+
+    def has_records(self, layout: Layout) -> bool:
+        """Whether the layout has a ``records`` field (at any depth)."""
+        key = (layout.api_key, layout.version, layout.direction)
+        found = self._has_records.get(key)
+        if found is None:
+            found = self._has_records[key] = _any_records(layout.fields)
+        return found
 
     def compile_all(self) -> int:
         """Compile every layout now (a test and the benchmark use this)."""
@@ -115,9 +127,17 @@ class Registry:
 @functools.cache
 def _registry_for(spec_dirs: tuple[str, ...], backend: str) -> Registry:
     if spec_dirs:
-        return Registry(load_specs(spec_dirs), backend)
+        return Registry(_load_specs(spec_dirs), backend)
     # The installed specs only change with the packages: see diskcache.
-    return Registry(load_or_build("specs", load_specs), backend)
+    return Registry(load_or_build("specs", _load_specs), backend)
+
+
+def _load_specs(spec_dirs: tuple[str, ...] = ()) -> SpecSet:
+    # Imported on use: a run that loads the specs from the start-up cache never needs
+    # the readers (nor their imports: zipfile, importlib.resources, about 10 ms).
+    from dissector.protocol.sources import load_specs
+
+    return load_specs(spec_dirs)
 
 
 def get_registry(spec_dirs: Iterable[str | Path] = (), backend: str = "generate") -> Registry:
@@ -141,10 +161,20 @@ def _frame_budget_type() -> Callable[[int], AbstractContextManager[Any]]:
     return frame_budget
 
 
-def _frame_scope(frame_bytes: int) -> AbstractContextManager[Any]:
+def _frame_scope(
+    registry: Registry, layout: Layout, frame_bytes: int
+) -> AbstractContextManager[Any]:
     """One decompression budget for all records fields of one decode of a frame, so
-    that a Produce of many partitions cannot multiply it (issue #11)."""
+    that a Produce of many partitions cannot multiply it (issue #11). A layout without
+    records fields needs none, nor the record-batch module's import (about 15 ms, the
+    cost of a run whose only Python-decoded pair is an ApiVersions)."""
+    if not registry.has_records(layout):
+        return contextlib.nullcontext()
     return _frame_budget_type()(frame_bytes)
+
+
+def _any_records(fields: Iterable[Field]) -> bool:
+    return any(f.type == "records" or _any_records(f.fields) for f in fields)
 
 
 def _decode_body(
@@ -153,13 +183,14 @@ def _decode_body(
     """Fill out.body/out.error; returns the end offset. The fast path raises on bad
     bytes; the closure decoder then says where, and keeps the partial body."""
     try:
-        with _frame_scope(len(buf)):
+        with _frame_scope(registry, layout, len(buf)):
             out.body, end = registry.decoder(layout, expand)(buf, start)
         return end
     except Exception:  # bad bytes (or a generator bug): let the closures explain
         pass
     try:
-        with _frame_scope(len(buf)):  # the second decode starts with a full budget
+        # The second decode starts with a full budget.
+        with _frame_scope(registry, layout, len(buf)):
             out.body, end = registry.explainer(layout, expand)(buf, start)
     except kc.DecodeFailure as exc:
         out.body, out.error = exc.partial, exc.message()

@@ -38,6 +38,7 @@ inside one entry never desynchronises the next.
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from collections.abc import Callable, Iterator
@@ -47,7 +48,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import cramjam
-import crc32c as _crc32c
 
 from dissector.json_values import jsonable
 from dissector.protocol.varint import VarintError, read_uvarint
@@ -414,13 +414,23 @@ def _walk_top(ctx: _Ctx, buf: bytes) -> None:
 # --- magic 2 ---------------------------------------------------------------------
 
 
+@functools.cache
+def _crc32c() -> Callable[[Any], int]:
+    """CRC-32C, imported at the first v2 batch: the crc32c package imports
+    importlib.metadata (about 20 ms), which a frame without records (the native core's
+    rare deferred pairs, ApiVersions and the like) should not pay."""
+    import crc32c
+
+    return crc32c.crc32c
+
+
 def _v2_batch(ctx: _Ctx, buf: bytes, pos: int, end: int, index: int) -> None:
     where = f"batch {index} at offset {pos}"
     if end - pos < _V2.size:
         ctx.error("bad_batch_length", f"{where}: {end - pos} bytes, header needs {_V2.size}")
         return
     header = dict(zip(_V2_NAMES, _V2.unpack_from(buf, pos), strict=True))
-    crc_ok = _crc32c.crc32c(memoryview(buf)[pos + _V2_CRC_FROM : end]) == header["crc"]
+    crc_ok = _crc32c()(memoryview(buf)[pos + _V2_CRC_FROM : end]) == header["crc"]
     if not crc_ok:
         ctx.error("crc_mismatch", where)
     attributes = header["attributes"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,24 +66,29 @@ def _model(decoder: Any) -> _Model:
     """The exported spec model of a decoder, built once per spec set and process."""
     _core = native()
 
-    def export_model(decoder: Any) -> str:
-        from dissector.protocol.export import export_model as export
-
-        return export(decoder)
-
     key = tuple(getattr(decoder, "spec_dirs", ()))
     model = _MODELS.get(key)
     if model is None:
         if key:
-            text = export_model(decoder)
+            text, extracts = _exported(decoder)
         else:  # the installed specs: kept with the start-up cache (0.7 s to build)
             from dissector.protocol.diskcache import load_or_build
 
-            text = load_or_build("native-model", lambda: export_model(decoder))
-        doc = json.loads(text)
-        extracts = tuple((e["column"], e["direction"], e["field"]) for e in doc.get("extracts", ()))
+            # The extracts are stored beside the text: parsing the whole JSON again for
+            # them would cost every start-up about 10 ms.
+            text, extracts = load_or_build("native-model-extracts", lambda: _exported(decoder))
         model = _MODELS[key] = _Model(_core.Model(text), extracts)
     return model
+
+
+def _exported(decoder: Any) -> tuple[str, tuple[tuple[str, str, str], ...]]:
+    """The spec model as the core reads it (JSON text), and its extract columns."""
+    from dissector.protocol.export import export_model
+
+    text = export_model(decoder)
+    doc = json.loads(text)
+    extracts = tuple((e["column"], e["direction"], e["field"]) for e in doc.get("extracts", ()))
+    return text, extracts
 
 
 class _Fallback:
@@ -179,8 +184,11 @@ def open_capture(analyzer: Analyzer, path: CaptureSource) -> None:
 
 def _arrow_column(spec: tuple[Any, ...]) -> pa.Array:
     """One column buffer of the core as an Arrow array, built from the buffers as they
-    are (no numpy, no per-value Python objects; ``pa.array`` would also import pandas)."""
+    are (no per-value Python objects; ``pa.array`` would also import pandas, and
+    ``take``/``cast`` ``pyarrow.compute``: see ``arrow_cast``)."""
     import pyarrow as pa
+
+    from dissector.arrow_cast import take
 
     tag = spec[0]
     if tag in ("i64", "f64"):
@@ -199,12 +207,12 @@ def _arrow_column(spec: tuple[Any, ...]) -> pa.Array:
     if tag == "list":
         _, offsets, items, w_offsets, w_data = spec
         idx = pa.Array.from_buffers(pa.int32(), len(items) // 4, [None, pa.py_buffer(items)])
-        values = pa.DictionaryArray.from_arrays(idx, _strings(w_offsets, w_data))
+        values = take(_strings(w_offsets, w_data), idx)
         return pa.ListArray.from_buffers(
             pa.list_(pa.string()),
             len(offsets) // 4 - 1,
             [None, pa.py_buffer(offsets)],
-            children=[values.dictionary_decode()],
+            children=[values],
         )
     raise ValueError(f"unknown column buffer {tag!r}")
 
@@ -235,10 +243,9 @@ def columns_to_table(cols: dict[str, Any], schema: pa.Schema) -> pa.Table:
     """The core's column buffers as a table of ``schema``."""
     import pyarrow as pa
 
-    arrays = []
-    for field in schema:
-        arr = _arrow_column(cols[field.name])
-        arrays.append(arr.cast(field.type) if arr.type != field.type else arr)
+    from dissector.arrow_cast import retype_array
+
+    arrays = [retype_array(_arrow_column(cols[field.name]), field.type) for field in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -264,13 +271,16 @@ class Batch:
     bytes_read: int
 
 
-def _batches(analyzer: Analyzer, batch_rows: int) -> Iterator[Batch]:
+def _batches(
+    analyzer: Analyzer, batch_rows: int, meanwhile: Callable[[], object] | None = None
+) -> Iterator[Batch]:
     """The open capture's batches, produced on a worker thread one step ahead.
 
     The core releases the GIL while it reads and summarises, so the caller's Python
-    work (importing pyarrow on a cold start, building the previous batch's table) runs
-    on the second core meanwhile. Only the worker touches the analyzer until it ends;
-    at most two batches wait, so memory stays bounded by ``batch_rows``.
+    work (``meanwhile()``, called once the worker has started: importing pyarrow on a
+    cold start; building the previous batch's table) runs on the second core
+    meanwhile. Only the worker touches the analyzer until it ends; at most two batches
+    wait, so memory stays bounded by ``batch_rows``.
     """
     import queue
     import threading
@@ -304,6 +314,8 @@ def _batches(analyzer: Analyzer, batch_rows: int) -> Iterator[Batch]:
     worker = threading.Thread(target=work, name="kafka-dissector-core", daemon=True)
     worker.start()
     try:
+        if meanwhile is not None:
+            meanwhile()
         while True:
             kind, item = ready.get()
             if kind == "end":
@@ -336,7 +348,8 @@ def iter_tables(
     try:
         for path in paths:
             open_capture(analyzer, path)
-            for batch in _batches(analyzer, batch_rows):
+            # pyarrow (0.15 s to import) is imported while the core reads the capture.
+            for batch in _batches(analyzer, batch_rows, meanwhile=arrow_schema):
                 table = columns_to_table(batch.columns, arrow_schema())
                 if on_batch is not None:
                     on_batch(batch)
@@ -360,10 +373,7 @@ def analyze_table(
     on_batch: Any = None,
     keep_keys: Iterable[int] = (),
 ) -> tuple[pa.Table, Run]:
-    import pyarrow as pa
-
     counters = Counters()
-    schema = arrow_schema()
     tables = list(
         iter_tables(
             paths,
@@ -374,6 +384,9 @@ def analyze_table(
             keep_keys=keep_keys,
         )
     )
+    import pyarrow as pa  # after the run: iter_tables imports it while the core works
+
+    schema = arrow_schema()
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     tls = getattr(counters, "tls_streams", [])
     return table, Run(counters, tls, schema)
