@@ -46,6 +46,8 @@ _BUILDERS = (
     "summary.py",
     "messages.py",
 )
+# Modules of the parent package the exported model reads rules from.
+_PARENT_BUILDERS = ("stages.py",)
 
 
 def cache_dir() -> Path | None:
@@ -80,6 +82,9 @@ def _key() -> str | None:
     try:
         for name in _BUILDERS:
             h.update(here.joinpath(name).read_bytes())
+        parent = resources.files("dissector")
+        for name in _PARENT_BUILDERS:
+            h.update(parent.joinpath(name).read_bytes())
     except OSError:
         return None
     return h.hexdigest()[:24]
