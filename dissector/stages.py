@@ -150,13 +150,13 @@ NEGATIVE_LATENCY = RowFlag.NEGATIVE_LATENCY.value
 
 # A version newer than our specs is not broken bytes: the row keeps its status and
 # says why it is not decoded in decode_error (like Wireshark's "unsupported version").
-_NOT_MALFORMED = ("unsupported_version",)
+NOT_MALFORMED_PREFIXES = ("unsupported_version",)
 
 
 def is_fatal(*decoded: Any) -> bool:
     """Does a decode error of these sides make the row ``malformed``?"""
     for d in decoded:
         error = getattr(d, "error", None) if d is not None else None
-        if error and not error.startswith(_NOT_MALFORMED):
+        if error and not error.startswith(NOT_MALFORMED_PREFIXES):
             return True
     return False

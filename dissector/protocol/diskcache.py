@@ -44,6 +44,8 @@ _BUILDERS = (
     "export.py",
     "summary.py",
     "messages.py",
+    # the parent package's rule of which decode errors leave a row's status alone
+    "../stages.py",
 )
 
 
@@ -79,7 +81,7 @@ def _key() -> str | None:
 
 
 def _source(name: str) -> bytes:
-    """The bytes of a module file of this package.
+    """The bytes of a module file of this package (``../name``: of its parent package).
 
     Through the loader that imported this module, not the file system: the package
     may be imported from a zip (Spark's --py-files), where ``__file__`` names no real
@@ -88,10 +90,13 @@ def _source(name: str) -> bytes:
     """
     loader = globals().get("__loader__")
     if hasattr(loader, "get_data") and __file__:
-        return loader.get_data(os.path.join(os.path.dirname(__file__), name))
+        return loader.get_data(os.path.normpath(os.path.join(os.path.dirname(__file__), name)))
     from importlib import resources
 
-    return resources.files(__package__ or "dissector.protocol").joinpath(name).read_bytes()
+    package = __package__ or "dissector.protocol"
+    if name.startswith("../"):
+        package, name = package.rpartition(".")[0], name[3:]
+    return resources.files(package).joinpath(name).read_bytes()
 
 
 def package_version(name: str) -> str:

@@ -29,6 +29,7 @@ from dissector.protocol import summary as _summary
 from dissector.protocol.errors import ERROR_NAMES
 from dissector.protocol.keys import ApiKey
 from dissector.protocol.spec import REQUEST, RESPONSE, Field, Layout
+from dissector.stages import NOT_MALFORMED_PREFIXES
 
 FORMAT = 1
 
@@ -272,6 +273,16 @@ def _assumed_layouts(registry: _messages.Registry) -> list[list[Any]]:
     return out
 
 
+def _known_versions(registry: _messages.Registry) -> list[list[Any]]:
+    """[api_key, direction, lowest, highest] of every key and direction with specs."""
+    out: list[list[Any]] = []
+    for api_key, direction in sorted(registry.specs.layouts):
+        versions = registry.specs.versions(api_key, direction)
+        if versions:
+            out.append([int(api_key), direction, versions[0], versions[-1]])
+    return out
+
+
 def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
     registry = _registry(registry_or_decoder)
     layouts = sorted(registry._layouts.values(), key=lambda x: (x.api_key, x.version, x.direction))
@@ -299,6 +310,14 @@ def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
             "api_key": int(ApiKey.API_VERSIONS),
             "error_code": _messages.UNSUPPORTED_VERSION,
             "version": 0,
+        },
+        # a side no layout (nor the assumed one) decodes: its decode_error, in the
+        # decoder's words, and whether it makes the row malformed (stages.is_fatal)
+        "unsupported": {
+            "version_text": _messages.UNSUPPORTED_VERSION_TEXT,
+            "unknown_key_text": _messages.UNKNOWN_API_KEY_TEXT,
+            "known": _known_versions(registry),
+            "not_malformed": list(NOT_MALFORMED_PREFIXES),
         },
         # decode_error lists this many record-batch errors per pair, then a count
         # (None: all; summary.py before it listed them)

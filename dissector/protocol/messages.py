@@ -401,13 +401,26 @@ def settle_assumed(*decoded: Decoded | None) -> int | None:
     return assumed[0].assumed_version
 
 
+# The decode_error of a side no spec describes. Templates (not f-strings) because the
+# native summary fills the same words for the pairs it settles without this decoder
+# (export.py hands them over with each key's known versions).
+UNSUPPORTED_VERSION_TEXT = (
+    "unsupported_version: no {direction} spec for api_key {api_key} version {version} "
+    "(known {lowest}-{highest})"
+)
+UNKNOWN_API_KEY_TEXT = "unknown_api_key: no {direction} spec for api_key {api_key}"
+
+
 def _unsupported(reg: Registry, api_key: int, version: int, direction: str) -> str:
     versions = reg.specs.versions(api_key, direction)
     if not versions:
-        return f"unknown_api_key: no {direction} spec for api_key {api_key}"
-    return (
-        f"unsupported_version: no {direction} spec for api_key {api_key} version {version} "
-        f"(known {versions[0]}-{versions[-1]})"
+        return UNKNOWN_API_KEY_TEXT.format(direction=direction, api_key=int(api_key))
+    return UNSUPPORTED_VERSION_TEXT.format(
+        direction=direction,
+        api_key=int(api_key),
+        version=int(version),
+        lowest=versions[0],
+        highest=versions[-1],
     )
 
 

@@ -259,6 +259,60 @@ pub struct Model {
     pub long_poll: Option<LongPoll>,
     /// Record-batch errors listed in one pair's decode_error before a count (None: all).
     pub max_record_errors_listed: Option<usize>,
+    /// The words for a side no layout decodes; None (an older model): such pairs defer.
+    pub unsupported: Option<Unsupported>,
+}
+
+/// A side no spec describes: its decode_error, and whether specs know its key (the
+/// version is then newer or older than theirs, which `settle_assumed` looks at).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoSpec {
+    pub text: String,
+    pub key_known: bool,
+}
+
+/// `messages._unsupported` as data: templates with `{direction}`, `{api_key}`,
+/// `{version}`, `{lowest}`, `{highest}`, each key's known versions, and the error
+/// prefixes that leave a row's status alone (`stages.is_fatal`).
+#[derive(Debug, Clone)]
+pub struct Unsupported {
+    version_text: String,
+    unknown_key_text: String,
+    known: SmallKeyMap<(i16, Direction), (i16, i16)>,
+    not_malformed: Vec<String>,
+}
+
+impl Unsupported {
+    /// One side of (api_key, version) that no spec describes.
+    pub fn describe(&self, api_key: i16, version: i16, direction: Direction) -> NoSpec {
+        NoSpec {
+            text: self.text(api_key, version, direction),
+            key_known: self.known.contains_key(&(api_key, direction)),
+        }
+    }
+
+    /// The decode_error of one side of (api_key, version) that no spec describes.
+    pub fn text(&self, api_key: i16, version: i16, direction: Direction) -> String {
+        let dir = match direction {
+            Direction::Request => "request",
+            Direction::Response => "response",
+        };
+        let filled = |template: &str| {
+            template.replace("{direction}", dir).replace("{api_key}", &api_key.to_string())
+        };
+        match self.known.get(&(api_key, direction)) {
+            None => filled(&self.unknown_key_text),
+            Some((lowest, highest)) => filled(&self.version_text)
+                .replace("{version}", &version.to_string())
+                .replace("{lowest}", &lowest.to_string())
+                .replace("{highest}", &highest.to_string()),
+        }
+    }
+
+    /// Does this decode error make the row malformed?
+    pub fn is_fatal(&self, error: &str) -> bool {
+        !self.not_malformed.iter().any(|p| error.starts_with(p.as_str()))
+    }
 }
 
 // ------------------------------------------------------------------ JSON shapes
@@ -284,7 +338,18 @@ struct JModel {
     extracts: Vec<JExtract>,
     #[serde(default)]
     long_poll: Option<LongPoll>,
+    #[serde(default)]
+    unsupported: Option<JUnsupported>,
     layouts: Vec<JLayout>,
+}
+
+#[derive(Deserialize)]
+struct JUnsupported {
+    version_text: String,
+    unknown_key_text: String,
+    /// [api_key, direction, lowest, highest]
+    known: Vec<(i16, String, i16, i16)>,
+    not_malformed: Vec<String>,
 }
 
 /// How the long-poll columns are told apart (`export._long_poll`, the rule is
@@ -551,6 +616,21 @@ impl Model {
                 .ok_or_else(|| format!("assumed layout {api_key} v{version} {dir:?} not given"))?;
             assumed.insert((*api_key, dir), i);
         }
+        let unsupported = match j.unsupported {
+            None => None,
+            Some(u) => {
+                let mut known = SmallKeyMap::default();
+                for (api_key, dir_text, lowest, highest) in &u.known {
+                    known.insert((*api_key, direction(dir_text)?), (*lowest, *highest));
+                }
+                Some(Unsupported {
+                    version_text: u.version_text,
+                    unknown_key_text: u.unknown_key_text,
+                    known,
+                    not_malformed: u.not_malformed,
+                })
+            }
+        };
         let mut model = Model {
             nodes: b.nodes,
             kids: b.kids,
@@ -581,6 +661,7 @@ impl Model {
             extracts,
             long_poll: j.long_poll,
             max_record_errors_listed: j.max_record_errors_listed,
+            unsupported,
         };
         model.bind_extracts()?;
         Ok(model)

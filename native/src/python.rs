@@ -48,30 +48,54 @@ enum Source {
 #[derive(Clone)]
 struct RunOptions {
     session: SessionConfig,
-    /// Decompression budget of one frame and of one capture (issue #11).
-    frame_budget: u64,
-    capture_budget: u64,
 }
 
 #[pyclass(module = "dissector._core")]
 pub struct Analyzer {
     model: Arc<SpecModel>,
     opts: RunOptions,
-    fallback: Option<Py<PyAny>>,
-    exchanges_mode: bool,
-    /// Rows mode: exchanges of these API keys are kept too (the report's notes).
-    keep_keys: Vec<i16>,
     counters: Counters,
-    rows: RowBuilder,
-    exchanges: Vec<(String, Exchange)>,
     capture: String,
     // A reader is Send but not Sync; the Mutex makes the object shareable (Python may
     // use it from another thread than the one that made it), never contended.
     source: std::sync::Mutex<Option<Source>>,
     session: Option<Session>,
-    topics: TopicNames,
-    capture_budget_left: u64,
     tls: Vec<(String, u32)>,
+    summaries: Summaries,
+    sink: RowSink,
+}
+
+/// Stage 5, summaries: one pair's bodies -> its summary columns. Its state is the
+/// capture's (topic ids learnt so far, decompression budget left), so pairs pass through
+/// it in capture order, on a thread of its own while a capture file runs.
+struct Summaries {
+    model: Arc<SpecModel>,
+    frame_budget: u64,
+    capture_budget: u64,
+    capture_budget_left: u64,
+    topics: TopicNames,
+    fallback: Option<Py<PyAny>>,
+    capture: String,
+    counters: Counters,
+}
+
+/// A pair and what the summary stage made of it: the row's API name and columns (None
+/// for exchanges that are not decoded, or when exchanges are wanted instead of rows).
+struct Summarised {
+    ex: Exchange,
+    api_name: Option<Arc<str>>,
+    columns: Option<SummaryColumns>,
+}
+
+/// Stage 6, rows: summarised pairs -> column buffers, each row built when every earlier
+/// request of its connection has been (`queueing`); or the exchanges themselves.
+struct RowSink {
+    exchanges_mode: bool,
+    /// Rows mode: exchanges of these API keys are kept too (the report's notes).
+    keep_keys: Vec<i16>,
+    rows: RowBuilder,
+    exchanges: Vec<(String, Exchange)>,
+    capture: String,
     queueing: Queueing<HeldRow>,
     ready: Vec<(HeldRow, Queued)>, // scratch: held rows whose turn came
 }
@@ -122,22 +146,32 @@ impl Analyzer {
         let mut rows = RowBuilder::new(extracts);
         rows.long_poll = LongPollRule::from_model(&m);
         Analyzer {
-            model: m,
-            opts: RunOptions { session, frame_budget, capture_budget },
-            fallback,
-            exchanges_mode: exchanges,
-            keep_keys,
+            model: m.clone(),
+            opts: RunOptions { session },
             counters: Counters::default(),
-            rows,
-            exchanges: Vec::new(),
             capture: String::new(),
             source: std::sync::Mutex::new(None),
             session: None,
-            topics: TopicNames::default(),
-            capture_budget_left: capture_budget,
             tls: Vec::new(),
-            queueing: Queueing::default(),
-            ready: Vec::new(),
+            summaries: Summaries {
+                model: m,
+                frame_budget,
+                capture_budget,
+                capture_budget_left: capture_budget,
+                topics: TopicNames::default(),
+                fallback,
+                capture: String::new(),
+                counters: Counters::default(),
+            },
+            sink: RowSink {
+                exchanges_mode: exchanges,
+                keep_keys,
+                rows,
+                exchanges: Vec::new(),
+                capture: String::new(),
+                queueing: Queueing::default(),
+                ready: Vec::new(),
+            },
         }
     }
 
@@ -170,21 +204,25 @@ impl Analyzer {
         else {
             return Err(PyRuntimeError::new_err("no capture file is open"));
         };
+        self.sink.rows.reserve(max_rows);
         // The GIL is released while packets are read and summarised: Python may go on
         // meanwhile (the CLI imports pyarrow while the core runs); the rare Python
-        // summaries take it back for their call. Two threads: one turns packets into
-        // exchanges, this one summarises them into rows (the two halves cost about the
-        // same), handing batches over a bounded channel.
-        let this = &mut *self;
+        // summaries take it back for their call. Three threads, one per stage group,
+        // handing batches over bounded channels: packets -> exchanges (capture, TCP,
+        // framing, correlation), exchanges -> summaries, summaries -> rows (this one).
+        // Each costs about a third; on two cores they share them as they need.
+        let Analyzer { counters, summaries, sink, .. } = &mut *self;
         let (result, ended, reader, session) = py.detach(move || {
             let stop = AtomicBool::new(false);
             let mut wire_counters = Counters::default();
             let (tx, rx) = sync_channel::<Vec<Exchange>>(8);
+            let (tx_sum, rx_sum) = sync_channel::<PyResult<Vec<Summarised>>>(8);
+            let exchanges_mode = sink.exchanges_mode;
             let (result, ended) = std::thread::scope(|scope| {
                 let producer = scope.spawn(|| {
-                    // Owned here: the consumer's loop ends when this sender is dropped.
+                    // Owned here: the next stage's loop ends when this sender is dropped.
                     let tx = tx;
-                    let mut out = Vec::with_capacity(256);
+                    let mut out = Vec::with_capacity(BATCH);
                     loop {
                         let ended = match reader.next_packet(&mut wire_counters) {
                             Some(pkt) => {
@@ -196,8 +234,8 @@ impl Analyzer {
                                 true
                             }
                         };
-                        if ended || out.len() >= 256 {
-                            let batch = std::mem::replace(&mut out, Vec::with_capacity(256));
+                        if ended || out.len() >= BATCH {
+                            let batch = std::mem::replace(&mut out, Vec::with_capacity(BATCH));
                             if tx.send(batch).is_err() || ended {
                                 return ended;
                             }
@@ -207,24 +245,37 @@ impl Analyzer {
                         }
                     }
                 });
-                let mut result = Ok(());
-                for mut batch in rx.iter() {
-                    if result.is_ok() {
-                        result = this.consume(&mut batch);
+                let summariser = scope.spawn(move || {
+                    for batch in rx.iter() {
+                        let done = summaries.batch(batch, exchanges_mode);
+                        let failed = done.is_err();
+                        if tx_sum.send(done).is_err() || failed {
+                            return; // dropping `rx` ends the producer too
+                        }
                     }
-                    if result.is_err() || this.waiting() >= max_rows {
+                });
+                let mut result = Ok(());
+                for done in rx_sum.iter() {
+                    if result.is_ok() {
+                        result = done.map(|batch| sink.consume(batch));
+                    }
+                    if result.is_err() || sink.waiting() >= max_rows {
                         stop.store(true, Ordering::Relaxed);
                     }
                 }
                 // A panic on the wire side ends the capture as if it were cut there.
                 let ended = producer.join().unwrap_or(true);
+                if summariser.join().is_err() && result.is_ok() {
+                    result = Err(PyRuntimeError::new_err("the native summary stage failed"));
+                }
                 (result, ended)
             });
-            this.counters.merge(&wire_counters);
+            counters.merge(&wire_counters);
             (result, ended, reader, session)
         });
         *self.source_mut() = Some(Source::Reader(reader));
         self.session = Some(session);
+        self.absorb_counters();
         result?;
         if ended {
             self.end_capture();
@@ -247,7 +298,7 @@ impl Analyzer {
                 session.packet(&pkt, &mut self.counters, &mut out);
             }
         }
-        self.consume(&mut out)
+        self.consume_here(out)
     }
 
     /// End the open source (live: open requests become unanswered).
@@ -256,7 +307,7 @@ impl Analyzer {
         if let Some(session) = self.session.as_mut() {
             session.finish(&mut self.counters, &mut out);
         }
-        self.consume(&mut out)?;
+        self.consume_here(out)?;
         self.end_capture();
         Ok(())
     }
@@ -265,7 +316,7 @@ impl Analyzer {
     /// `dissector/core.py`.
     fn take_columns<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let out = PyDict::new(py);
-        let r = &self.rows;
+        let r = &self.sink.rows;
         out.set_item("__len__", r.len)?;
         put_dict(py, &out, "capture", &r.capture)?;
         put_i64(py, &out, "stream", &r.stream)?;
@@ -304,7 +355,7 @@ impl Analyzer {
         for (e, col) in self.model.extracts.iter().zip(&r.extracts) {
             put_i64(py, &out, &e.column, col)?;
         }
-        self.rows.clear();
+        self.sink.rows.clear();
         Ok(out)
     }
 
@@ -312,7 +363,7 @@ impl Analyzer {
     /// `dissector/core.py`.
     fn take_exchanges<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
-        for (capture, ex) in self.exchanges.drain(..) {
+        for (capture, ex) in self.sink.exchanges.drain(..) {
             out.append(exchange_tuple(py, &capture, &ex)?)?;
         }
         Ok(out)
@@ -342,7 +393,7 @@ impl Analyzer {
 
     /// Rows (or exchanges) built and not taken yet.
     fn rows_waiting(&self) -> usize {
-        self.waiting()
+        self.sink.waiting()
     }
 
     fn bytes_read(&mut self) -> u64 {
@@ -364,18 +415,15 @@ impl Analyzer {
         *self.source_mut() = Some(source);
         self.session = Some(Session::new(self.opts.session.clone(), self.model.clone()));
         // Captures are independent: topic ids, budgets and queues start afresh.
-        self.topics = TopicNames::default();
-        self.queueing = Queueing::default();
-        self.capture_budget_left = self.opts.capture_budget;
+        self.summaries.start(&self.capture);
+        self.sink.start(&self.capture);
     }
 
     fn end_capture(&mut self) {
         // Rows still waiting for an earlier request that never came: taken as they are.
-        for stream in self.queueing.held_streams() {
-            self.take_held(stream, true);
-        }
+        self.sink.take_all_held();
         // The bounds that made queue_ms/inflight approximate, counted per run.
-        let bounded = std::mem::take(&mut self.queueing.bounded);
+        let bounded = std::mem::take(&mut self.sink.queueing.bounded);
         if bounded.rows_forced > 0 {
             self.counters.add("queueing_rows_forced", bounded.rows_forced);
         }
@@ -391,40 +439,51 @@ impl Analyzer {
         *self.source_mut() = None;
     }
 
-    fn waiting(&self) -> usize {
-        if self.exchanges_mode {
-            self.exchanges.len()
-        } else {
-            self.rows.len
-        }
-    }
-
-    fn consume(&mut self, out: &mut Vec<Exchange>) -> PyResult<()> {
-        for ex in out.drain(..) {
-            if self.exchanges_mode {
-                self.exchanges.push((self.capture.clone(), ex));
-            } else {
-                self.row(&ex)?;
-                if ex.api_key.is_some_and(|k| self.keep_keys.contains(&k)) {
-                    self.exchanges.push((self.capture.clone(), ex));
-                }
-            }
-        }
+    /// Summarise and build rows on this thread (live sources, the end of a capture).
+    fn consume_here(&mut self, out: Vec<Exchange>) -> PyResult<()> {
+        let done = self.summaries.batch(out, self.sink.exchanges_mode);
+        self.absorb_counters();
+        self.sink.consume(done?);
         Ok(())
     }
 
-    fn row(&mut self, ex: &Exchange) -> PyResult<()> {
+    fn absorb_counters(&mut self) {
+        let counted = std::mem::take(&mut self.summaries.counters);
+        self.counters.merge(&counted);
+    }
+}
+
+/// Exchanges handed from the wire stages to the summaries, and on to the rows, at a time.
+const BATCH: usize = 256;
+
+impl Summaries {
+    fn start(&mut self, capture: &str) {
+        self.capture = capture.to_owned();
+        self.topics = TopicNames::default();
+        self.capture_budget_left = self.capture_budget;
+    }
+
+    /// The summaries of a batch of exchanges, in order (none in exchanges mode).
+    fn batch(&mut self, batch: Vec<Exchange>, exchanges_mode: bool) -> PyResult<Vec<Summarised>> {
+        let mut out = Vec::with_capacity(batch.len());
+        for ex in batch {
+            let (api_name, columns) = if exchanges_mode { (None, None) } else { self.summarise(&ex)? };
+            out.push(Summarised { ex, api_name, columns });
+        }
+        Ok(out)
+    }
+
+    fn summarise(&mut self, ex: &Exchange) -> PyResult<(Option<Arc<str>>, Option<SummaryColumns>)> {
         let (Some(key), Some(version)) = (ex.api_key, ex.api_version) else {
             let name = if ex.kind == ExchangeKind::SaslToken { Some(crate::rows::SASL_TOKEN_API_NAME) } else { None };
-            self.emit(ex, name.map(Arc::from), None);
-            return Ok(());
+            return Ok((name.map(Arc::from), None));
         };
         let request = ex.request.as_ref().map(|f| f.payload.as_slice());
         let response = ex.response.as_ref().map(|f| f.payload.as_slice());
         // One decompression budget per frame as the Python decoder sizes it (records.py),
         // within what is left of the capture's.
         let frame_bytes = request.map_or(0, <[u8]>::len).max(response.map_or(0, <[u8]>::len));
-        let mut budget = Budget::for_frame(frame_bytes as u64, self.opts.frame_budget);
+        let mut budget = Budget::for_frame(frame_bytes as u64, self.frame_budget);
         budget.remaining = budget.remaining.min(self.capture_budget_left);
         let before = budget.remaining;
         let s = summarize(&self.model, &mut self.topics, key, version, request, response, &mut budget, &mut self.counters);
@@ -452,9 +511,74 @@ impl Analyzer {
         if columns.assumed_version.is_some() {
             self.counters.inc("assumed_version_pairs");
         }
-        let name = self.model.shared_api_name(key);
-        self.emit(ex, Some(name), Some(columns));
-        Ok(())
+        Ok((Some(self.model.shared_api_name(key)), Some(columns)))
+    }
+
+    /// The Python decoder's summary of one pair: the rare path (malformed bodies,
+    /// versions the exported model does not describe).
+    fn summary_from_python(
+        &self,
+        key: i16,
+        version: i16,
+        request: Option<&[u8]>,
+        response: Option<&[u8]>,
+    ) -> PyResult<SummaryColumns> {
+        let Some(cb) = self.fallback.as_ref() else {
+            return Ok(SummaryColumns {
+                decode_error: Some("not summarised".to_owned()),
+                ..Default::default()
+            });
+        };
+        // Runs with the GIL released (see `run`): take it back for this one call.
+        Python::attach(|py| {
+        let req = request.map(|b| PyBytes::new(py, b));
+        let resp = response.map(|b| PyBytes::new(py, b));
+        let got = cb.call1(py, (key, version, req, resp, self.capture.as_str()))?;
+        let t = got.bind(py).cast::<PyTuple>()?;
+        Ok(SummaryColumns {
+            error_code: t.get_item(0)?.extract()?,
+            error_name: t.get_item(1)?.extract::<Option<String>>()?.map(Arc::from),
+            error_count: t.get_item(2)?.extract()?,
+            topics: t.get_item(3)?.extract()?,
+            partitions: t.get_item(4)?.extract()?,
+            records: t.get_item(5)?.extract()?,
+            record_bytes: t.get_item(6)?.extract()?,
+            compression: t.get_item(7)?.extract()?,
+            throttle_ms: t.get_item(8)?.extract()?,
+            decode_error: t.get_item(9)?.extract()?,
+            fatal: t.get_item(10)?.extract()?,
+            extracts: t.get_item(11)?.extract()?,
+            assumed_version: t.get_item(12)?.extract()?,
+        })
+        })
+    }
+}
+
+impl RowSink {
+    fn start(&mut self, capture: &str) {
+        self.capture = capture.to_owned();
+        self.queueing = Queueing::default();
+    }
+
+    fn waiting(&self) -> usize {
+        if self.exchanges_mode {
+            self.exchanges.len()
+        } else {
+            self.rows.len
+        }
+    }
+
+    fn consume(&mut self, batch: Vec<Summarised>) {
+        for Summarised { ex, api_name, columns } in batch {
+            if self.exchanges_mode {
+                self.exchanges.push((self.capture.clone(), ex));
+                continue;
+            }
+            self.emit(&ex, api_name, columns);
+            if ex.api_key.is_some_and(|k| self.keep_keys.contains(&k)) {
+                self.exchanges.push((self.capture.clone(), ex));
+            }
+        }
     }
 
     /// Build the row now when every earlier request of its connection was, else hold it
@@ -503,43 +627,11 @@ impl Analyzer {
         self.ready = ready;
     }
 
-    /// The Python decoder's summary of one pair: the rare path (malformed bodies,
-    /// versions the exported model does not describe).
-    fn summary_from_python(
-        &self,
-        key: i16,
-        version: i16,
-        request: Option<&[u8]>,
-        response: Option<&[u8]>,
-    ) -> PyResult<SummaryColumns> {
-        let Some(cb) = self.fallback.as_ref() else {
-            return Ok(SummaryColumns {
-                decode_error: Some("not summarised".to_owned()),
-                ..Default::default()
-            });
-        };
-        // Runs with the GIL released (see `run`): take it back for this one call.
-        Python::attach(|py| {
-        let req = request.map(|b| PyBytes::new(py, b));
-        let resp = response.map(|b| PyBytes::new(py, b));
-        let got = cb.call1(py, (key, version, req, resp, self.capture.as_str()))?;
-        let t = got.bind(py).cast::<PyTuple>()?;
-        Ok(SummaryColumns {
-            error_code: t.get_item(0)?.extract()?,
-            error_name: t.get_item(1)?.extract::<Option<String>>()?.map(Arc::from),
-            error_count: t.get_item(2)?.extract()?,
-            topics: t.get_item(3)?.extract()?,
-            partitions: t.get_item(4)?.extract()?,
-            records: t.get_item(5)?.extract()?,
-            record_bytes: t.get_item(6)?.extract()?,
-            compression: t.get_item(7)?.extract()?,
-            throttle_ms: t.get_item(8)?.extract()?,
-            decode_error: t.get_item(9)?.extract()?,
-            fatal: t.get_item(10)?.extract()?,
-            extracts: t.get_item(11)?.extract()?,
-            assumed_version: t.get_item(12)?.extract()?,
-        })
-        })
+    /// Rows still waiting for an earlier request that never came: taken as they are.
+    fn take_all_held(&mut self) {
+        for stream in self.queueing.held_streams() {
+            self.take_held(stream, true);
+        }
     }
 }
 

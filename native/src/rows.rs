@@ -30,6 +30,11 @@ impl<T: Default + Copy> Nullable<T> {
         self.values.clear();
         self.valid.clear();
     }
+
+    fn reserve(&mut self, rows: usize) {
+        self.values.reserve(rows);
+        self.valid.reserve(rows);
+    }
 }
 
 /// A dictionary-encoded string column: `indices[i] == -1` is null.
@@ -337,6 +342,57 @@ impl RowBuilder {
         if let (Some(r), Some(s)) = (self.request_size.values.last_mut(), self.response_size.values.last_mut()) {
             *r = request.unwrap_or_default();
             *s = response.unwrap_or_default();
+        }
+    }
+
+    /// Room for `rows` more rows in every column at once: growing each of them step by
+    /// step, row after row, costs more than the rows themselves (bounded: a batch's size).
+    pub fn reserve(&mut self, rows: usize) {
+        let rows = rows.min(1 << 20);
+        for d in [
+            &mut self.capture,
+            &mut self.client_ip,
+            &mut self.broker_ip,
+            &mut self.api_name,
+            &mut self.client_id,
+            &mut self.status,
+            &mut self.error_name,
+            &mut self.compression,
+            &mut self.decode_error,
+            &mut self.fetch_wait,
+        ] {
+            d.indices.reserve(rows);
+        }
+        for l in [&mut self.topics, &mut self.flags] {
+            l.offsets.reserve(rows);
+        }
+        for n in [
+            &mut self.stream,
+            &mut self.client_port,
+            &mut self.broker_port,
+            &mut self.request_time,
+            &mut self.response_time,
+            &mut self.api_key,
+            &mut self.api_version,
+            &mut self.correlation_id,
+            &mut self.request_size,
+            &mut self.response_size,
+            &mut self.error_code,
+            &mut self.error_count,
+            &mut self.partitions,
+            &mut self.records,
+            &mut self.record_bytes,
+            &mut self.throttle_ms,
+            &mut self.inflight,
+            &mut self.assumed_version,
+        ] {
+            n.reserve(rows);
+        }
+        for e in &mut self.extracts {
+            e.reserve(rows);
+        }
+        for f in [&mut self.latency_ms, &mut self.first_byte_ms, &mut self.service_ms, &mut self.queue_ms] {
+            f.reserve(rows);
         }
     }
 

@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::model::{role, Direction, Kind, Layout, Model, Node};
+use crate::model::{role, Direction, Kind, Layout, Model, NoSpec, Node};
 use crate::records::{summarize_records, Budget, CODEC_NAMES};
 use crate::types::Counters;
 
@@ -717,24 +717,52 @@ fn skip_tags(model: &Model, tagged: &[u32], cur: &mut Cur<'_>, depth: usize) -> 
 
 // ------------------------------------------------------------------ headers
 
+/// Where one side's body starts and the layout that reads it, or the decode_error of a
+/// side no layout describes (`Unsupported::text`).
+enum Start<'m> {
+    /// `key`: the side's own (api_key, version), as its decoder reads them.
+    Body { layout: &'m Layout, at: usize, key: (i16, i16) },
+    Unsupported(NoSpec),
+}
+
+/// A side no layout decodes: its words when the model has them, else defer to Python.
+fn unsupported<'m>(model: &Model, api_key: i16, version: i16, dir: Direction) -> R<Start<'m>> {
+    match &model.unsupported {
+        Some(u) => Ok(Start::Unsupported(u.describe(api_key, version, dir))),
+        None => Err(Stop("unsupported_version")),
+    }
+}
+
 /// Where the body starts in a request frame, and its layout (`messages.decode_request`).
-fn request_start<'m>(model: &'m Model, buf: &[u8]) -> R<(&'m Layout, usize)> {
+fn request_start<'m>(model: &'m Model, buf: &[u8]) -> R<Start<'m>> {
     let mut cur = Cur::new(buf, 0);
     let api_key = cur.i16()?;
     let version = cur.i16()?;
     cur.skip(4)?; // correlation_id
-    let layout = model
+    let found = model
         .layout(api_key, version, Direction::Request)
-        .or_else(|| model.assumed_layout(api_key, version, Direction::Request))
-        .ok_or(Stop("unsupported_version"))?;
+        .or_else(|| model.assumed_layout(api_key, version, Direction::Request));
+    let Some(layout) = found else {
+        // Python reads the client_id before it looks for a layout: a cut one is its error.
+        if !model.header_v0_requests.contains(&(api_key, version)) {
+            cur.sized(false, false)?;
+        }
+        return unsupported(model, api_key, version, Direction::Request);
+    };
     if layout.header_version >= 1 {
         // client_id stays a legacy nullable string even in header v2
         cur.sized(false, false)?;
     }
     if layout.header_version >= 2 {
-        header_tags(&mut cur)?;
+        if let Err(stop) = header_tags(&mut cur) {
+            // the header's tags belong to the assumed layout's trial (`messages._assumed`)
+            return match model.layout(api_key, version, Direction::Request) {
+                Some(_) => Err(stop),
+                None => unsupported(model, api_key, version, Direction::Request),
+            };
+        }
     }
-    Ok((layout, cur.p))
+    Ok(Start::Body { layout, at: cur.p, key: (api_key, version) })
 }
 
 /// The response's layout and body start (`messages.decode_response`, its ApiVersions rule).
@@ -743,7 +771,7 @@ fn response_start<'m>(
     buf: &[u8],
     api_key: i16,
     api_version: i16,
-) -> R<(&'m Layout, usize)> {
+) -> R<Start<'m>> {
     let mut cur = Cur::new(buf, 0);
     cur.skip(4)?; // correlation_id
     let fb = model.fallback;
@@ -755,14 +783,21 @@ fn response_start<'m>(
             }
         }
     }
-    let layout = model
+    let found = model
         .layout(api_key, version, Direction::Response)
-        .or_else(|| model.assumed_layout(api_key, version, Direction::Response))
-        .ok_or(Stop("unsupported_version"))?;
+        .or_else(|| model.assumed_layout(api_key, version, Direction::Response));
+    let Some(layout) = found else {
+        return unsupported(model, api_key, api_version, Direction::Response);
+    };
     if layout.header_version >= 1 {
-        header_tags(&mut cur)?;
+        if let Err(stop) = header_tags(&mut cur) {
+            return match model.layout(api_key, version, Direction::Response) {
+                Some(_) => Err(stop),
+                None => unsupported(model, api_key, api_version, Direction::Response),
+            };
+        }
     }
-    Ok((layout, cur.p))
+    Ok(Start::Body { layout, at: cur.p, key: (api_key, api_version) })
 }
 
 fn header_tags(cur: &mut Cur<'_>) -> R<()> {
@@ -824,13 +859,7 @@ fn walk_side(
     let result = w.members(root, &mut cur, 0, None);
     if result.is_err() {
         // values read before a decode failure are not Python's: keep none of this side's
-        for (slot, e) in model.extracts.iter().enumerate() {
-            if e.direction == layout.direction {
-                if let Some(v) = extracts.get_mut(slot) {
-                    *v = None;
-                }
-            }
-        }
+        clear_extracts(model, layout.direction, extracts);
     }
     match result {
         Err(stop) => (false, Some(stop)),
@@ -863,80 +892,152 @@ pub fn summarize(
     counters: &mut Counters,
 ) -> Summary {
     let mut extracts = vec![None; model.extracts.len()];
-    let mut stop: Option<Stop> = None;
     let mut resp_scan = Scan::default();
     let mut req_scan = Scan::default();
-    // A side decoded by an assumed layout must decode cleanly and exactly, else the
-    // pair is deferred (any stop defers) and Python keeps it unsupported_version.
-    let mut assumed: Option<i16> = None;
-    let (mut learn, mut req_failed) = (false, false);
     // The response first: Python learns topic ids from it before scanning either side
     // (learnt after the request's walk: ids only resolve in `combine`).
-    if let Some(buf) = response {
-        match response_start(model, buf, api_key, api_version) {
-            Err(s) => stop = Some(s),
-            Ok((layout, start)) => {
-                let resp_assumed = is_assumed(model, layout, api_key, api_version);
-                if resp_assumed {
-                    assumed = Some(layout.version);
-                }
-                let scan = &mut resp_scan;
-                let (clean, s) = walk_side(
-                    model,
-                    layout,
-                    buf,
-                    start,
-                    scan,
-                    budget,
-                    counters,
-                    &mut extracts,
-                );
-                // Python learns from a response it decoded without error; by an assumed
-                // layout only if it fits exactly, and the request too (settle_assumed).
-                learn = clean && model.is_id_source(api_key) && !(resp_assumed && s.is_some());
-                stop = s;
+    let mut resp = response.map(|buf| {
+        let start = response_start(model, buf, api_key, api_version);
+        side(model, start, buf, &mut resp_scan, budget, counters, &mut extracts)
+    });
+    let mut req = request.map(|buf| {
+        let start = request_start(model, buf);
+        side(model, start, buf, &mut req_scan, budget, counters, &mut extracts)
+    });
+    // settle_assumed: when a side's version is unknown to specs that know its key, a
+    // side decoded by an assumed layout is taken back to unsupported too.
+    let newer_side = [&resp, &req]
+        .into_iter()
+        .flatten()
+        .any(|o| matches!(o, Outcome::Unsupported(NoSpec { key_known: true, .. })));
+    let mut assumed = None;
+    for (outcome, dir) in [(&mut resp, Direction::Response), (&mut req, Direction::Request)] {
+        if let Some(Outcome::Clean { assumed: Some(version), key }) = outcome {
+            if !newer_side {
+                assumed = Some(i64::from(*version));
+                continue;
             }
+            let (side_key, side_version) = *key;
+            *outcome = Some(match &model.unsupported {
+                Some(u) => Outcome::Unsupported(u.describe(side_key, side_version, dir)),
+                None => Outcome::Stop { stop: Stop("unsupported_version"), decoded: false },
+            });
+            clear_extracts(model, dir, &mut extracts);
         }
     }
-    if let Some(buf) = request {
-        match request_start(model, buf) {
-            Err(s) => {
-                req_failed = true;
-                stop = stop.or(Some(s));
-            }
-            Ok((layout, start)) => {
-                if is_assumed(model, layout, api_key, api_version) {
-                    assumed = Some(layout.version);
-                }
-                let scan = &mut req_scan;
-                let (_, s) = walk_side(
-                    model,
-                    layout,
-                    buf,
-                    start,
-                    scan,
-                    budget,
-                    counters,
-                    &mut extracts,
-                );
-                req_failed = s.is_some();
-                stop = stop.or(s);
-            }
-        }
-    }
-    if learn && !(assumed.is_some() && req_failed) {
+    // Python learns from a response it decoded without error (trailing bytes are not one).
+    let learn = matches!(resp, Some(Outcome::Clean { .. } | Outcome::Stop { decoded: true, .. }));
+    if learn && model.is_id_source(api_key) {
         for (id, name) in resp_scan.learned.drain(..) {
             topics.learn(id, name, counters);
         }
     }
-    if let Some(s) = stop {
-        return deferred(s, extracts);
+    // Python's words for a failed side come from its decoder, except "no layout".
+    for outcome in [&resp, &req].into_iter().flatten() {
+        if let Outcome::Stop { stop, .. } = outcome {
+            return deferred(*stop, extracts);
+        }
     }
-    let req = request.map(|_| &req_scan);
-    let resp = response.map(|_| &resp_scan);
-    let mut out = combine(model, topics, req, resp, extracts, counters);
-    out.assumed_version = assumed.map(i64::from);
+    let empty = Scan::default();
+    let scan_of = |o: &Option<Outcome>, scan| match o {
+        None => None,
+        Some(Outcome::Clean { .. }) => Some(scan),
+        Some(_) => Some(&empty),
+    };
+    let mut out = combine(
+        model,
+        topics,
+        scan_of(&req, &req_scan),
+        scan_of(&resp, &resp_scan),
+        extracts,
+        counters,
+    );
+    out.assumed_version = assumed;
+    let (req_error, resp_error) = (unsupported_text(&req), unsupported_text(&resp));
+    if let Some(errors) = decode_errors(req_error, resp_error) {
+        out.fatal = [req_error, resp_error]
+            .into_iter()
+            .flatten()
+            .any(|e| model.unsupported.as_ref().is_some_and(|u| u.is_fatal(e)));
+        out.decode_error = Some(match out.decode_error.take() {
+            Some(records) => format!("{errors}; {records}"),
+            None => errors,
+        });
+    }
     out
+}
+
+/// How one side of a pair decoded.
+enum Outcome {
+    /// As Python would, without error; `assumed`: by a newer version's layout.
+    Clean { assumed: Option<i16>, key: (i16, i16) },
+    /// No layout describes it (or an assumed one did not fit).
+    Unsupported(NoSpec),
+    /// Anything else Python would report: the pair is deferred for its words.
+    /// `decoded`: the body decoded and only bytes after it remain.
+    Stop { stop: Stop, decoded: bool },
+}
+
+fn unsupported_text(outcome: &Option<Outcome>) -> Option<&str> {
+    match outcome {
+        Some(Outcome::Unsupported(no_spec)) => Some(no_spec.text.as_str()),
+        _ => None,
+    }
+}
+
+/// Walk one side from its start; an assumed layout that does not consume the body
+/// exactly leaves the side unsupported (`messages._assumed`).
+#[allow(clippy::too_many_arguments)]
+fn side(
+    model: &Model,
+    start: R<Start<'_>>,
+    buf: &[u8],
+    scan: &mut Scan,
+    budget: &mut Budget,
+    counters: &mut Counters,
+    extracts: &mut [Option<i64>],
+) -> Outcome {
+    let (layout, at, key) = match start {
+        Err(stop) => return Outcome::Stop { stop, decoded: false },
+        Ok(Start::Unsupported(no_spec)) => return Outcome::Unsupported(no_spec),
+        Ok(Start::Body { layout, at, key }) => (layout, at, key),
+    };
+    let (api_key, api_version) = key;
+    let assumed = is_assumed(model, layout, api_key, api_version).then_some(layout.version);
+    let (decoded, stop) = walk_side(model, layout, buf, at, scan, budget, counters, extracts);
+    match (stop, assumed) {
+        (None, _) => Outcome::Clean { assumed, key },
+        (Some(stop), None) => Outcome::Stop { stop, decoded },
+        (Some(stop), Some(_)) => match &model.unsupported {
+            Some(u) => {
+                *scan = Scan::default();
+                clear_extracts(model, layout.direction, extracts);
+                Outcome::Unsupported(u.describe(api_key, api_version, layout.direction))
+            }
+            None => Outcome::Stop { stop, decoded: false },
+        },
+    }
+}
+
+/// Forget the extract values read from one direction (its decode was not Python's).
+fn clear_extracts(model: &Model, direction: Direction, extracts: &mut [Option<i64>]) {
+    for (slot, e) in model.extracts.iter().enumerate() {
+        if e.direction == direction {
+            if let Some(v) = extracts.get_mut(slot) {
+                *v = None;
+            }
+        }
+    }
+}
+
+/// `summary._decode_errors`: each failed side's error, named by its side.
+fn decode_errors(request: Option<&str>, response: Option<&str>) -> Option<String> {
+    match (request, response) {
+        (Some(q), Some(r)) => Some(format!("request: {q}; response: {r}")),
+        (Some(q), None) => Some(format!("request: {q}")),
+        (None, Some(r)) => Some(format!("response: {r}")),
+        (None, None) => None,
+    }
 }
 
 /// Was `layout` taken by the assumed-version rule for this pair (not found by its own
