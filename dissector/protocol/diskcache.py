@@ -25,7 +25,7 @@ import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -88,7 +88,7 @@ def _source(name: str) -> bytes:
     directory but the zip importer reads the same path. ``importlib.resources`` would
     do too, but its import (tempfile, random, ...) costs start-up about 10 ms.
     """
-    loader = globals().get("__loader__")
+    loader: Any = globals().get("__loader__")
     if hasattr(loader, "get_data") and __file__:
         return loader.get_data(os.path.normpath(os.path.join(os.path.dirname(__file__), name)))
     from importlib import resources
