@@ -11,9 +11,14 @@ Contenders, each run R times in turn (A B C A B C ...), min and median reported:
   -e kafka.api_key -e kafka.correlation_id -e kafka.error`` (its Kafka dissector, one
   pass, output discarded).
 
-Ratios are tshark time / ours. Also printed: packets/s, pairs/s, peak RSS of the CLI
-(ru_maxrss of the child) and of the in-process run (growth of this process's peak),
-and the DataFrame's bytes per pair (``memory_usage(deep=True)``).
+Ratios are tshark time / ours. Also printed: packets/s, pairs/s, the CLI's CPU time
+(user + system of the child: less sensitive than wall time to other work on the
+machine, so the load average is printed beside it), peak RSS of the CLI (ru_maxrss of
+the child) and of the in-process run (growth of this process's peak), and the
+DataFrame's bytes per pair (``memory_usage(deep=True)``).
+
+The CLI runs as an installed package does: its bytecode is written by the untimed
+warm-up run even where ``PYTHONDONTWRITEBYTECODE`` is set.
 
 Captures: by default the large long-poll capture recorded by
 ``python -m scripts.testbed.longpoll --out out/longpoll.pcapng`` (not committed: too
@@ -73,15 +78,18 @@ def _shift_client_port(buf: bytes, k: int, port: int) -> bytes:
     return buf[:t] + struct.pack(">HH", sport, dport) + buf[t + 4 :]
 
 
-def _child(cmd: list[str]) -> tuple[float, int]:
-    """Wall time and peak RSS (bytes) of one child process."""
+def _child(cmd: list[str]) -> tuple[float, int, float]:
+    """Wall time, peak RSS (bytes) and CPU time (user + system) of one child process."""
+    # As an installed package runs: its bytecode written once (the warm-up run), not
+    # compiled again by every run when the environment says not to write it.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     took = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}")
-    return took, usage.ru_maxrss * 1024
+    return took, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
 
 
 def cli_command(path: Path, out: Path) -> list[str]:
@@ -141,12 +149,14 @@ def main() -> int:
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         times: dict[str, list[float]] = {"cli": [], "api": [], "tshark": []}
         cli_rss: list[int] = []
+        cli_cpu: list[float] = []
         rows = packets = 0
         per_pair = 0.0
         for _ in range(args.runs):
-            took, rss = _child(cli_cmd)
+            took, rss, cpu = _child(cli_cmd)
             times["cli"].append(took)
             cli_rss.append(rss)
+            cli_cpu.append(cpu)
             took, rows, packets, per_pair = run_api(path)
             times["api"].append(took)
             if ts_cmd is not None:
@@ -159,6 +169,7 @@ def main() -> int:
         t = times[name]
         print(f"{name:7} {_stats(t)}; {packets / min(t):,.0f} packets/s, "
               f"{rows / min(t):,.0f} pairs/s")  # fmt: skip
+    print(f"cli CPU (user + system) {_stats(cli_cpu)}; load average {os.getloadavg()[0]:.1f}")
     print(f"cli peak RSS {max(cli_rss) / 2**20:.0f} MiB; in-process peak growth "
           f"{max(api_rss, 0) / 2**20:.0f} MiB; DataFrame {per_pair:.0f} bytes/pair")  # fmt: skip
     if times["tshark"]:
