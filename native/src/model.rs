@@ -198,6 +198,23 @@ pub struct Node {
     pub plain_fixed: Option<usize>,
     /// Index into `Model::extracts` of the column this top-level field fills.
     pub extract: Option<u16>,
+    /// A struct's plain members as the summary walk takes them: `Model::steps[walk.0 ..
+    /// walk.1]` (runs of fixed members nothing reads merged into one skip).
+    pub walk: (u32, u32),
+    /// The same for skipping the whole struct (every run of fixed members merged).
+    pub skip: (u32, u32),
+}
+
+/// One step over a struct's plain members, compiled once (`Model::compile_steps`) so
+/// the per-pair walk dispatches per step rather than per field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Consecutive fixed-size members, none an array, moved over in one bounds check.
+    Skip(u32),
+    /// A member moved over by `summary::skip_field` (variable size, nothing read).
+    Pass(u32),
+    /// A member the walk looks at (a role, or a key an item array notes).
+    Visit(u32),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -240,7 +257,13 @@ pub struct Model {
     pub nodes: Vec<Node>,
     pub kids: Vec<u32>,
     pub layouts: Vec<Layout>,
+    pub steps: Vec<Step>,
     index: SmallKeyMap<(i16, i16, Direction), u32>,
+    /// `index` as arrays: `dense[api_key][version]` holds the request and response
+    /// layout indices (`NO_LAYOUT` if none), for the per-pair lookups.
+    dense: Vec<Vec<[u32; 2]>>,
+    /// `assumed` as an array by api_key, per direction (`NO_LAYOUT` if none).
+    dense_assumed: Vec<[u32; 2]>,
     /// (api_key, direction) -> the layout that decodes versions newer than it
     /// (`messages.ASSUMED_VERSION_RULE`, decided in Python: `assumed_layouts`).
     assumed: SmallKeyMap<(i16, Direction), u32>,
@@ -474,6 +497,8 @@ impl Builder<'_> {
             fixed,
             plain_fixed,
             extract: None,
+            walk: (0, 0),
+            skip: (0, 0),
         });
         Ok((self.nodes.len() - 1) as u32)
     }
@@ -551,11 +576,15 @@ impl Model {
                 .ok_or_else(|| format!("assumed layout {api_key} v{version} {dir:?} not given"))?;
             assumed.insert((*api_key, dir), i);
         }
+        let (dense, dense_assumed) = dense_index(&index, &assumed);
         let mut model = Model {
             nodes: b.nodes,
             kids: b.kids,
             layouts,
+            steps: Vec::new(),
             index,
+            dense,
+            dense_assumed,
             assumed,
             api_names: parse_keys::<i16, String>(&j.api_names, "api name")?
                 .into_iter()
@@ -583,7 +612,32 @@ impl Model {
             max_record_errors_listed: j.max_record_errors_listed,
         };
         model.bind_extracts()?;
+        model.compile_steps();
         Ok(model)
+    }
+
+    /// Fill every struct node's `walk` and `skip` steps; runs after `bind_extracts`,
+    /// which adds the VISIT role the walk steps depend on.
+    fn compile_steps(&mut self) {
+        let mut steps = Vec::new();
+        for i in 0..self.nodes.len() {
+            let n = &self.nodes[i];
+            if n.kind != Kind::Struct {
+                continue;
+            }
+            let plain = &self.kids[n.plain.0 as usize..n.plain.1 as usize];
+            let start = steps.len() as u32;
+            // `Walker::member` looks at these roles even on members it does not visit.
+            let looked_at = role::VISIT | role::ITEM_ODD | role::PARTITION_KEY;
+            push_steps(&self.nodes, plain, looked_at, &mut steps);
+            let middle = steps.len() as u32;
+            push_steps(&self.nodes, plain, 0, &mut steps);
+            let end = steps.len() as u32;
+            let n = &mut self.nodes[i];
+            n.walk = (start, middle);
+            n.skip = (middle, end);
+        }
+        self.steps = steps;
     }
 
     /// Mark the top-level int fields the extract columns copy.
@@ -619,16 +673,42 @@ impl Model {
         Ok(())
     }
 
+    /// Asked per side of every pair: the arrays answer for keys and versions in
+    /// `0..DENSE_LIMIT`, the map for any other number a spec may give.
+    #[inline]
     pub fn layout(&self, api_key: i16, version: i16, direction: Direction) -> Option<&Layout> {
-        self.index
-            .get(&(api_key, version, direction))
-            .map(|&i| &self.layouts[i as usize])
+        let at = if (0..DENSE_LIMIT).contains(&api_key) && (0..DENSE_LIMIT).contains(&version) {
+            self.dense
+                .get(api_key as usize)?
+                .get(version as usize)?[direction as usize]
+        } else {
+            *self.index.get(&(api_key, version, direction))?
+        };
+        self.layouts.get(at as usize)
     }
 
     /// The layout a version newer than every known one is decoded with, if any.
+    #[inline]
     pub fn assumed_layout(&self, api_key: i16, version: i16, direction: Direction) -> Option<&Layout> {
-        let layout = &self.layouts[*self.assumed.get(&(api_key, direction))? as usize];
+        let at = if (0..DENSE_LIMIT).contains(&api_key) {
+            self.dense_assumed.get(api_key as usize)?[direction as usize]
+        } else {
+            *self.assumed.get(&(api_key, direction))?
+        };
+        let layout = self.layouts.get(at as usize)?;
         (version > layout.version).then_some(layout)
+    }
+
+    /// The compiled steps of a struct node's plain members (`Node::walk`).
+    #[inline]
+    pub fn walk_steps(&self, n: &Node) -> &[Step] {
+        &self.steps[n.walk.0 as usize..n.walk.1 as usize]
+    }
+
+    /// The compiled steps that move over a struct node's plain members (`Node::skip`).
+    #[inline]
+    pub fn skip_steps(&self, n: &Node) -> &[Step] {
+        &self.steps[n.skip.0 as usize..n.skip.1 as usize]
     }
 
     pub fn node(&self, id: u32) -> &Node {
@@ -671,6 +751,68 @@ impl Model {
 
     pub fn extract_columns(&self) -> impl Iterator<Item = &str> {
         self.extracts.iter().map(|e| e.column.as_str())
+    }
+}
+
+/// Layout indices in a marker no layout has: `Model::layout` finds nothing there.
+const NO_LAYOUT: u32 = u32::MAX;
+
+/// api_keys and versions below this are looked up in the dense tables (Kafka's are
+/// under a hundred); others, negative ones included, in the maps, so a spec with odd
+/// numbers never sizes the tables.
+const DENSE_LIMIT: i16 = 1024;
+
+type Dense = (Vec<Vec<[u32; 2]>>, Vec<[u32; 2]>);
+
+/// The layout and assumed-layout maps as arrays by api_key (and version).
+fn dense_index(
+    index: &SmallKeyMap<(i16, i16, Direction), u32>,
+    assumed: &SmallKeyMap<(i16, Direction), u32>,
+) -> Dense {
+    let slot = |k: i16| usize::try_from(k).ok().filter(|_| k < DENSE_LIMIT);
+    let mut dense: Vec<Vec<[u32; 2]>> = Vec::new();
+    for (&(key, version, dir), &i) in index {
+        let (Some(k), Some(v)) = (slot(key), slot(version)) else {
+            continue;
+        };
+        if dense.len() <= k {
+            dense.resize(k + 1, Vec::new());
+        }
+        if dense[k].len() <= v {
+            dense[k].resize(v + 1, [NO_LAYOUT; 2]);
+        }
+        dense[k][v][dir as usize] = i;
+    }
+    let mut by_key: Vec<[u32; 2]> = Vec::new();
+    for (&(key, dir), &i) in assumed {
+        let Some(k) = slot(key) else { continue };
+        if by_key.len() <= k {
+            by_key.resize(k + 1, [NO_LAYOUT; 2]);
+        }
+        by_key[k][dir as usize] = i;
+    }
+    (dense, by_key)
+}
+
+/// Steps over `plain` members: a member with a role in `looked_at` is visited, runs of
+/// fixed-size non-array members are merged into one skip, any other member is passed.
+fn push_steps(nodes: &[Node], plain: &[u32], looked_at: u32, steps: &mut Vec<Step>) {
+    let first = steps.len(); // steps before this belong to other nodes: never merged into
+    for &id in plain {
+        let m = &nodes[id as usize];
+        if m.roles & looked_at != 0 {
+            steps.push(Step::Visit(id));
+            continue;
+        }
+        // `skip_field` moves a fixed-size non-array member by its size, whatever it is
+        // (a nullable struct has no size in the flexible versions that give it a byte).
+        match (m.array, m.fixed.and_then(|f| u32::try_from(f).ok())) {
+            (false, Some(size)) => match steps[first..].last_mut() {
+                Some(Step::Skip(run)) if run.checked_add(size).is_some() => *run += size,
+                _ => steps.push(Step::Skip(size)),
+            },
+            _ => steps.push(Step::Pass(id)),
+        }
     }
 }
 

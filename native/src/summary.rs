@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::model::{role, Direction, Kind, Layout, Model, Node};
+use crate::model::{role, Direction, Kind, Layout, Model, Node, Step};
 use crate::records::{summarize_records, Budget, CODEC_NAMES};
 use crate::types::Counters;
 
@@ -476,11 +476,19 @@ impl<'m> Walker<'m, '_> {
             return Err(Stop("depth"));
         }
         let model = self.model;
-        for &id in model.plain(n) {
-            let m = model.node(id);
-            self.member(m, cur, depth, item.as_deref_mut())?;
+        for &step in model.walk_steps(n) {
+            match step {
+                Step::Skip(size) => cur.skip(size as usize)?,
+                // what `member` -> `field` does with a member it has nothing to read in
+                Step::Pass(id) => skip_field(model, model.node(id), cur, self.flexible, depth)?,
+                Step::Visit(id) => self.member(model.node(id), cur, depth, item.as_deref_mut())?,
+            }
         }
         if !self.flexible {
+            return Ok(());
+        }
+        if cur.buf.get(cur.p) == Some(&0) {
+            cur.p += 1; // the usual empty tag section
             return Ok(());
         }
         let tagged = model.tagged(n);
@@ -681,11 +689,10 @@ fn skip_members(model: &Model, n: &Node, cur: &mut Cur<'_>, flexible: bool, dept
     if depth > crate::model::MAX_DEPTH {
         return Err(Stop("depth"));
     }
-    if let Some(size) = n.plain_fixed {
-        cur.skip(size)?;
-    } else {
-        for &id in model.plain(n) {
-            skip_field(model, model.node(id), cur, flexible, depth)?;
+    for &step in model.skip_steps(n) {
+        match step {
+            Step::Skip(size) => cur.skip(size as usize)?,
+            Step::Pass(id) | Step::Visit(id) => skip_field(model, model.node(id), cur, flexible, depth)?,
         }
     }
     if flexible {
