@@ -271,6 +271,10 @@ pub struct Model {
     errors: SmallKeyMap<i64, Arc<str>>,
     pub id_sources: Vec<i16>,
     pub zero_uuid: String,
+    /// The 16 bytes whose text is `zero_uuid`, when it is a uuid's text as
+    /// `compile.uuid_text` writes it (lowercase hex, dashes after bytes 4, 6, 8, 10):
+    /// ids are compared raw, without making their text.
+    pub zero_uuid_bytes: Option<[u8; 16]>,
     pub produce_key: i16,
     pub acks_field: String,
     pub sasl_handshake_key: i16,
@@ -595,6 +599,7 @@ impl Model {
                 .map(|(k, v)| (k, Arc::from(v.as_str())))
                 .collect(),
             id_sources: j.id_sources,
+            zero_uuid_bytes: uuid_bytes(&j.zero_uuid),
             zero_uuid: j.zero_uuid,
             produce_key: j.produce.api_key,
             acks_field: j.produce.acks_field,
@@ -754,6 +759,28 @@ impl Model {
     }
 }
 
+/// The bytes of a uuid written as `compile.uuid_text` writes one, else None.
+fn uuid_bytes(text: &str) -> Option<[u8; 16]> {
+    let t = text.as_bytes();
+    if t.len() != 36 || [8, 13, 18, 23].iter().any(|&i| t[i] != b'-') {
+        return None;
+    }
+    let digits: Vec<u8> = t.iter().copied().filter(|&c| c != b'-').collect();
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None, // upper case is not how the text is written
+    };
+    let mut out = [0u8; 16];
+    if digits.len() != 32 {
+        return None;
+    }
+    for (o, pair) in out.iter_mut().zip(digits.chunks(2)) {
+        *o = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Some(out)
+}
+
 /// Layout indices in a marker no layout has: `Model::layout` finds nothing there.
 const NO_LAYOUT: u32 = u32::MAX;
 
@@ -854,5 +881,27 @@ impl Versions for Model {
     ) -> Option<i64> {
         let layout = self.layout(api_key, version, Direction::Request)?;
         crate::summary::top_int_field(self, layout, body, field)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::uuid_bytes;
+
+    #[test]
+    fn uuid_bytes_reads_only_the_text_uuid_text_writes() {
+        let raw = uuid_bytes("0123abcd-ef01-2345-6789-abcdef012345").expect("canonical");
+        assert_eq!(raw[..4], [0x01, 0x23, 0xab, 0xcd]);
+        assert_eq!(raw[15], 0x45);
+        assert_eq!(uuid_bytes("00000000-0000-0000-0000-000000000000"), Some([0; 16]));
+        for odd in [
+            "0123ABCD-ef01-2345-6789-abcdef012345", // upper case
+            "0123abcdef01-2345-6789-abcdef012345-", // dashes elsewhere
+            "0123abcd-ef01-2345-6789-abcdef01234",  // short
+            "0123abcd-ef01-2345-6789-abcdef01234g", // not hex
+            "",
+        ] {
+            assert_eq!(uuid_bytes(odd), None, "{odd}");
+        }
     }
 }
