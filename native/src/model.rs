@@ -215,6 +215,10 @@ pub enum Step {
     Pass(u32),
     /// A member the walk looks at (a role, or a key an item array notes).
     Visit(u32),
+    /// A visited int member, read for its roles (what `Visit` comes to for it).
+    Int(u32),
+    /// A visited `records` member, summarised (what `Visit` comes to for it).
+    Records(u32),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -828,7 +832,16 @@ fn push_steps(nodes: &[Node], plain: &[u32], looked_at: u32, steps: &mut Vec<Ste
     for &id in plain {
         let m = &nodes[id as usize];
         if m.roles & looked_at != 0 {
-            steps.push(Step::Visit(id));
+            // `Walker::member` on a member with no item key role and no array reads
+            // it as its kind says: those dispatches are decided here, once.
+            let plain = m.roles & role::VISIT != 0
+                && m.roles & (role::ITEM_ODD | role::PARTITION_KEY) == 0
+                && !m.array;
+            steps.push(match m.kind {
+                k if plain && k.is_int() => Step::Int(id),
+                Kind::Records if plain => Step::Records(id),
+                _ => Step::Visit(id),
+            });
             continue;
         }
         // `skip_field` moves a fixed-size non-array member by its size, whatever it is

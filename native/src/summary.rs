@@ -471,19 +471,7 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
                 }
                 self.members(n, cur, depth + 1, None)
             }
-            Kind::Records => {
-                if let Some(data) = cur.sized(self.flexible, true)? {
-                    let r = summarize_records(data, self.budget, self.counters);
-                    let s = &mut self.scan;
-                    s.records = Some(s.records.unwrap_or(0).saturating_add(r.records));
-                    s.record_bytes = Some(s.record_bytes.unwrap_or(0).saturating_add(r.bytes));
-                    s.codecs |= r.codecs;
-                    if !r.errors.is_empty() {
-                        s.record_errors.extend(r.errors);
-                    }
-                }
-                Ok(())
-            }
+            Kind::Records => self.records(cur),
             Kind::Str | Kind::Uuid => {
                 let text = if n.kind == Kind::Uuid {
                     Some(Text::Uuid(cur.be()?))
@@ -500,6 +488,28 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
             }
             _ => skip_field(self.model, n, cur, self.flexible, depth),
         }
+    }
+
+    /// A `records` value: its batches counted into the scan.
+    fn records(&mut self, cur: &mut Cur<'a>) -> R<()> {
+        let Some(data) = cur.sized(self.flexible, true)? else {
+            return Ok(());
+        };
+        let s = &mut self.scan;
+        if data.is_empty() {
+            // what `summarize_records` finds in no bytes (a long poll's partitions)
+            s.records.get_or_insert(0);
+            s.record_bytes.get_or_insert(0);
+            return Ok(());
+        }
+        let r = summarize_records(data, self.budget, self.counters);
+        s.records = Some(s.records.unwrap_or(0).saturating_add(r.records));
+        s.record_bytes = Some(s.record_bytes.unwrap_or(0).saturating_add(r.bytes));
+        s.codecs |= r.codecs;
+        if !r.errors.is_empty() {
+            s.record_errors.extend(r.errors);
+        }
+        Ok(())
     }
 
     #[inline]
@@ -575,6 +585,12 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
                 // what `member` -> `field` does with a member it has nothing to read in
                 Step::Pass(id) => skip_field(model, model.node(id), cur, self.flexible, depth)?,
                 Step::Visit(id) => self.member(model.node(id), cur, depth, item.as_deref_mut())?,
+                Step::Int(id) => {
+                    let m = model.node(id);
+                    let v = cur.int(m.kind)?;
+                    self.int_roles(m, v);
+                }
+                Step::Records(_) => self.records(cur)?,
             }
         }
         if !self.flexible {
@@ -791,7 +807,9 @@ fn skip_members(model: &Model, n: &Node, cur: &mut Cur<'_>, flexible: bool, dept
     for &step in model.skip_steps(n) {
         match step {
             Step::Skip(size) => cur.skip(size as usize)?,
-            Step::Pass(id) | Step::Visit(id) => skip_field(model, model.node(id), cur, flexible, depth)?,
+            Step::Pass(id) | Step::Visit(id) | Step::Int(id) | Step::Records(id) => {
+                skip_field(model, model.node(id), cur, flexible, depth)?
+            }
         }
     }
     if flexible {
