@@ -198,6 +198,27 @@ pub struct Node {
     pub plain_fixed: Option<usize>,
     /// Index into `Model::extracts` of the column this top-level field fills.
     pub extract: Option<u16>,
+    /// A struct's plain members as the summary walk takes them: `Model::steps[walk.0 ..
+    /// walk.1]` (runs of fixed members nothing reads merged into one skip).
+    pub walk: (u32, u32),
+    /// The same for skipping the whole struct (every run of fixed members merged).
+    pub skip: (u32, u32),
+}
+
+/// One step over a struct's plain members, compiled once (`Model::compile_steps`) so
+/// the per-pair walk dispatches per step rather than per field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Consecutive fixed-size members, none an array, moved over in one bounds check.
+    Skip(u32),
+    /// A member moved over by `summary::skip_field` (variable size, nothing read).
+    Pass(u32),
+    /// A member the walk looks at (a role, or a key an item array notes).
+    Visit(u32),
+    /// A visited int member, read for its roles (what `Visit` comes to for it).
+    Int(u32),
+    /// A visited `records` member, summarised (what `Visit` comes to for it).
+    Records(u32),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -240,7 +261,13 @@ pub struct Model {
     pub nodes: Vec<Node>,
     pub kids: Vec<u32>,
     pub layouts: Vec<Layout>,
+    pub steps: Vec<Step>,
     index: SmallKeyMap<(i16, i16, Direction), u32>,
+    /// `index` as arrays: `dense[api_key][version]` holds the request and response
+    /// layout indices (`NO_LAYOUT` if none), for the per-pair lookups.
+    dense: Vec<Vec<[u32; 2]>>,
+    /// `assumed` as an array by api_key, per direction (`NO_LAYOUT` if none).
+    dense_assumed: Vec<[u32; 2]>,
     /// (api_key, direction) -> the layout that decodes versions newer than it
     /// (`messages.ASSUMED_VERSION_RULE`, decided in Python: `assumed_layouts`).
     assumed: SmallKeyMap<(i16, Direction), u32>,
@@ -248,6 +275,10 @@ pub struct Model {
     errors: SmallKeyMap<i64, Arc<str>>,
     pub id_sources: Vec<i16>,
     pub zero_uuid: String,
+    /// The 16 bytes whose text is `zero_uuid`, when it is a uuid's text as
+    /// `compile.uuid_text` writes it (lowercase hex, dashes after bytes 4, 6, 8, 10):
+    /// ids are compared raw, without making their text.
+    pub zero_uuid_bytes: Option<[u8; 16]>,
     pub produce_key: i16,
     pub acks_field: String,
     pub sasl_handshake_key: i16,
@@ -539,6 +570,8 @@ impl Builder<'_> {
             fixed,
             plain_fixed,
             extract: None,
+            walk: (0, 0),
+            skip: (0, 0),
         });
         Ok((self.nodes.len() - 1) as u32)
     }
@@ -631,11 +664,15 @@ impl Model {
                 })
             }
         };
+        let (dense, dense_assumed) = dense_index(&index, &assumed);
         let mut model = Model {
             nodes: b.nodes,
             kids: b.kids,
             layouts,
+            steps: Vec::new(),
             index,
+            dense,
+            dense_assumed,
             assumed,
             api_names: parse_keys::<i16, String>(&j.api_names, "api name")?
                 .into_iter()
@@ -646,6 +683,7 @@ impl Model {
                 .map(|(k, v)| (k, Arc::from(v.as_str())))
                 .collect(),
             id_sources: j.id_sources,
+            zero_uuid_bytes: uuid_bytes(&j.zero_uuid),
             zero_uuid: j.zero_uuid,
             produce_key: j.produce.api_key,
             acks_field: j.produce.acks_field,
@@ -664,7 +702,32 @@ impl Model {
             unsupported,
         };
         model.bind_extracts()?;
+        model.compile_steps();
         Ok(model)
+    }
+
+    /// Fill every struct node's `walk` and `skip` steps; runs after `bind_extracts`,
+    /// which adds the VISIT role the walk steps depend on.
+    fn compile_steps(&mut self) {
+        let mut steps = Vec::new();
+        for i in 0..self.nodes.len() {
+            let n = &self.nodes[i];
+            if n.kind != Kind::Struct {
+                continue;
+            }
+            let plain = &self.kids[n.plain.0 as usize..n.plain.1 as usize];
+            let start = steps.len() as u32;
+            // `Walker::member` looks at these roles even on members it does not visit.
+            let looked_at = role::VISIT | role::ITEM_ODD | role::PARTITION_KEY;
+            push_steps(&self.nodes, plain, looked_at, &mut steps);
+            let middle = steps.len() as u32;
+            push_steps(&self.nodes, plain, 0, &mut steps);
+            let end = steps.len() as u32;
+            let n = &mut self.nodes[i];
+            n.walk = (start, middle);
+            n.skip = (middle, end);
+        }
+        self.steps = steps;
     }
 
     /// Mark the top-level int fields the extract columns copy.
@@ -700,16 +763,42 @@ impl Model {
         Ok(())
     }
 
+    /// Asked per side of every pair: the arrays answer for keys and versions in
+    /// `0..DENSE_LIMIT`, the map for any other number a spec may give.
+    #[inline]
     pub fn layout(&self, api_key: i16, version: i16, direction: Direction) -> Option<&Layout> {
-        self.index
-            .get(&(api_key, version, direction))
-            .map(|&i| &self.layouts[i as usize])
+        let at = if (0..DENSE_LIMIT).contains(&api_key) && (0..DENSE_LIMIT).contains(&version) {
+            self.dense
+                .get(api_key as usize)?
+                .get(version as usize)?[direction as usize]
+        } else {
+            *self.index.get(&(api_key, version, direction))?
+        };
+        self.layouts.get(at as usize)
     }
 
     /// The layout a version newer than every known one is decoded with, if any.
+    #[inline]
     pub fn assumed_layout(&self, api_key: i16, version: i16, direction: Direction) -> Option<&Layout> {
-        let layout = &self.layouts[*self.assumed.get(&(api_key, direction))? as usize];
+        let at = if (0..DENSE_LIMIT).contains(&api_key) {
+            self.dense_assumed.get(api_key as usize)?[direction as usize]
+        } else {
+            *self.assumed.get(&(api_key, direction))?
+        };
+        let layout = self.layouts.get(at as usize)?;
         (version > layout.version).then_some(layout)
+    }
+
+    /// The compiled steps of a struct node's plain members (`Node::walk`).
+    #[inline]
+    pub fn walk_steps(&self, n: &Node) -> &[Step] {
+        &self.steps[n.walk.0 as usize..n.walk.1 as usize]
+    }
+
+    /// The compiled steps that move over a struct node's plain members (`Node::skip`).
+    #[inline]
+    pub fn skip_steps(&self, n: &Node) -> &[Step] {
+        &self.steps[n.skip.0 as usize..n.skip.1 as usize]
     }
 
     pub fn node(&self, id: u32) -> &Node {
@@ -755,6 +844,99 @@ impl Model {
     }
 }
 
+/// The bytes of a uuid written as `compile.uuid_text` writes one, else None.
+fn uuid_bytes(text: &str) -> Option<[u8; 16]> {
+    let t = text.as_bytes();
+    if t.len() != 36 || [8, 13, 18, 23].iter().any(|&i| t[i] != b'-') {
+        return None;
+    }
+    let digits: Vec<u8> = t.iter().copied().filter(|&c| c != b'-').collect();
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None, // upper case is not how the text is written
+    };
+    let mut out = [0u8; 16];
+    if digits.len() != 32 {
+        return None;
+    }
+    for (o, pair) in out.iter_mut().zip(digits.chunks(2)) {
+        *o = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Some(out)
+}
+
+/// Layout indices in a marker no layout has: `Model::layout` finds nothing there.
+const NO_LAYOUT: u32 = u32::MAX;
+
+/// api_keys and versions below this are looked up in the dense tables (Kafka's are
+/// under a hundred); others, negative ones included, in the maps, so a spec with odd
+/// numbers never sizes the tables.
+const DENSE_LIMIT: i16 = 1024;
+
+type Dense = (Vec<Vec<[u32; 2]>>, Vec<[u32; 2]>);
+
+/// The layout and assumed-layout maps as arrays by api_key (and version).
+fn dense_index(
+    index: &SmallKeyMap<(i16, i16, Direction), u32>,
+    assumed: &SmallKeyMap<(i16, Direction), u32>,
+) -> Dense {
+    let slot = |k: i16| usize::try_from(k).ok().filter(|_| k < DENSE_LIMIT);
+    let mut dense: Vec<Vec<[u32; 2]>> = Vec::new();
+    for (&(key, version, dir), &i) in index {
+        let (Some(k), Some(v)) = (slot(key), slot(version)) else {
+            continue;
+        };
+        if dense.len() <= k {
+            dense.resize(k + 1, Vec::new());
+        }
+        if dense[k].len() <= v {
+            dense[k].resize(v + 1, [NO_LAYOUT; 2]);
+        }
+        dense[k][v][dir as usize] = i;
+    }
+    let mut by_key: Vec<[u32; 2]> = Vec::new();
+    for (&(key, dir), &i) in assumed {
+        let Some(k) = slot(key) else { continue };
+        if by_key.len() <= k {
+            by_key.resize(k + 1, [NO_LAYOUT; 2]);
+        }
+        by_key[k][dir as usize] = i;
+    }
+    (dense, by_key)
+}
+
+/// Steps over `plain` members: a member with a role in `looked_at` is visited, runs of
+/// fixed-size non-array members are merged into one skip, any other member is passed.
+fn push_steps(nodes: &[Node], plain: &[u32], looked_at: u32, steps: &mut Vec<Step>) {
+    let first = steps.len(); // steps before this belong to other nodes: never merged into
+    for &id in plain {
+        let m = &nodes[id as usize];
+        if m.roles & looked_at != 0 {
+            // `Walker::member` on a member with no item key role and no array reads
+            // it as its kind says: those dispatches are decided here, once.
+            let plain = m.roles & role::VISIT != 0
+                && m.roles & (role::ITEM_ODD | role::PARTITION_KEY) == 0
+                && !m.array;
+            steps.push(match m.kind {
+                k if plain && k.is_int() => Step::Int(id),
+                Kind::Records if plain => Step::Records(id),
+                _ => Step::Visit(id),
+            });
+            continue;
+        }
+        // `skip_field` moves a fixed-size non-array member by its size, whatever it is
+        // (a nullable struct has no size in the flexible versions that give it a byte).
+        match (m.array, m.fixed.and_then(|f| u32::try_from(f).ok())) {
+            (false, Some(size)) => match steps[first..].last_mut() {
+                Some(Step::Skip(run)) if run.checked_add(size).is_some() => *run += size,
+                _ => steps.push(Step::Skip(size)),
+            },
+            _ => steps.push(Step::Pass(id)),
+        }
+    }
+}
+
 fn parse_keys<K: std::str::FromStr + std::hash::Hash + Eq, V: Clone>(
     map: &HashMap<String, V>,
     what: &str,
@@ -793,5 +975,27 @@ impl Versions for Model {
     ) -> Option<i64> {
         let layout = self.layout(api_key, version, Direction::Request)?;
         crate::summary::top_int_field(self, layout, body, field)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::uuid_bytes;
+
+    #[test]
+    fn uuid_bytes_reads_only_the_text_uuid_text_writes() {
+        let raw = uuid_bytes("0123abcd-ef01-2345-6789-abcdef012345").expect("canonical");
+        assert_eq!(raw[..4], [0x01, 0x23, 0xab, 0xcd]);
+        assert_eq!(raw[15], 0x45);
+        assert_eq!(uuid_bytes("00000000-0000-0000-0000-000000000000"), Some([0; 16]));
+        for odd in [
+            "0123ABCD-ef01-2345-6789-abcdef012345", // upper case
+            "0123abcdef01-2345-6789-abcdef012345-", // dashes elsewhere
+            "0123abcd-ef01-2345-6789-abcdef01234",  // short
+            "0123abcd-ef01-2345-6789-abcdef01234g", // not hex
+            "",
+        ] {
+            assert_eq!(uuid_bytes(odd), None, "{odd}");
+        }
     }
 }

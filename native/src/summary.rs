@@ -11,10 +11,11 @@
 //! pair through the Python decoder for the exact wording. Record-batch anomalies are
 //! not deferred: they are summarised here (`records: <code>: <detail>`).
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::model::{role, Direction, Kind, Layout, Model, NoSpec, Node};
+use crate::model::{role, Direction, Kind, Layout, Model, NoSpec, Node, Step};
 use crate::records::{summarize_records, Budget, CODEC_NAMES};
 use crate::types::Counters;
 
@@ -138,6 +139,7 @@ impl<'a> Cur<'a> {
         Ok(b)
     }
 
+    #[inline]
     fn be<const N: usize>(&mut self) -> R<[u8; N]> {
         let s = self.take(N)?;
         let mut a = [0u8; N];
@@ -145,15 +147,18 @@ impl<'a> Cur<'a> {
         Ok(a)
     }
 
+    #[inline]
     fn i16(&mut self) -> R<i16> {
         Ok(i16::from_be_bytes(self.be()?))
     }
 
+    #[inline]
     fn i32(&mut self) -> R<i32> {
         Ok(i32::from_be_bytes(self.be()?))
     }
 
     /// Unsigned varint of at most 5 bytes, as `compile.read_uvarint` (up to 35 bits).
+    #[inline]
     fn uvarint(&mut self) -> R<u64> {
         let mut value = 0u64;
         let mut shift = 0u32;
@@ -171,6 +176,7 @@ impl<'a> Cur<'a> {
     }
 
     /// A length or count: -1 (or any negative) is null.
+    #[inline]
     fn length(&mut self, flexible: bool, wide: bool) -> R<i64> {
         if flexible {
             Ok(self.uvarint()? as i64 - 1)
@@ -182,6 +188,7 @@ impl<'a> Cur<'a> {
     }
 
     /// Bytes of a sized value (string, bytes, records); None when null.
+    #[inline]
     fn sized(&mut self, flexible: bool, wide: bool) -> R<Option<&'a [u8]>> {
         let n = self.length(flexible, wide)?;
         if n < 0 {
@@ -191,6 +198,7 @@ impl<'a> Cur<'a> {
         self.take(n).map(Some)
     }
 
+    #[inline]
     fn int(&mut self, kind: Kind) -> R<i128> {
         Ok(match kind {
             Kind::I8 => i128::from(i8::from_be_bytes(self.be()?)),
@@ -208,30 +216,111 @@ impl<'a> Cur<'a> {
 
 /// The text of a uuid as `compile.uuid_text` writes it.
 fn uuid_text(raw: &[u8]) -> String {
+    let chars = uuid_chars(raw);
+    String::from_utf8_lossy(&chars).into_owned() // hex digits and dashes: never replaced
+}
+
+/// Python's `bytes.decode("utf-8", "replace")`, borrowed when nothing is replaced;
+/// the common valid case checked by `from_utf8`, cheaper than the lossy scan.
+#[inline]
+fn lossy(raw: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(raw) {
+        Ok(text) => Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(raw),
+    }
+}
+
+/// Hex digits and dashes of a uuid's text.
+const UUID_TEXT: usize = 36;
+
+/// `uuid_text` without the heap: the characters in place.
+fn uuid_chars(raw: &[u8]) -> [u8; UUID_TEXT] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(36);
-    for (i, b) in raw.iter().enumerate() {
+    let mut out = [b'-'; UUID_TEXT];
+    let mut at = 0;
+    for (i, b) in raw.iter().take(16).enumerate() {
         if matches!(i, 4 | 6 | 8 | 10) {
-            out.push('-');
+            at += 1; // the dash already there
         }
-        out.push(HEX[usize::from(b >> 4)] as char);
-        out.push(HEX[usize::from(b & 0xf)] as char);
+        out[at] = HEX[usize::from(b >> 4)];
+        out[at + 1] = HEX[usize::from(b & 0xf)];
+        at += 2;
     }
     out
+}
+
+/// A text value as found, without a heap copy: a string's text borrowed from the frame
+/// when it is valid UTF-8 (replaced as Python decodes it otherwise), a uuid's 16 bytes
+/// (its text is made only for the distinct ones a row keeps). Equal when their texts are.
+#[derive(Debug, Clone)]
+enum Word<'a> {
+    Str(Cow<'a, str>),
+    Uuid([u8; 16]),
+}
+
+impl Word<'_> {
+    /// The text; borrowed for a string.
+    fn text(&self) -> Cow<'_, str> {
+        match self {
+            Word::Str(text) => Cow::Borrowed(text),
+            Word::Uuid(raw) => Cow::Owned(uuid_text(raw)),
+        }
+    }
+
+    /// Is this the text `other`? (a uuid is compared in its text form, on the stack)
+    fn is(&self, other: &str) -> bool {
+        match self {
+            Word::Str(text) => text == other,
+            Word::Uuid(raw) => uuid_chars(raw) == other.as_bytes(),
+        }
+    }
+}
+
+impl PartialEq for Word<'_> {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Word::Uuid(a), Word::Uuid(b)) => a == b, // same bytes, same text
+            (Word::Str(a), Word::Str(b)) => a == b,
+            (Word::Str(a), Word::Uuid(_)) => other.is(a),
+            (Word::Uuid(_), Word::Str(b)) => self.is(b),
+        }
+    }
+}
+
+impl Eq for Word<'_> {}
+
+impl std::hash::Hash for Word<'_> {
+    /// The text's bytes, as `eq` compares texts.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match self {
+            Word::Str(text) => text.as_bytes().hash(state),
+            Word::Uuid(raw) => uuid_chars(raw)[..].hash(state),
+        }
+    }
 }
 
 /// A value that decodes to a Python str: a string (raw bytes) or a uuid.
 #[derive(Clone, Copy)]
 enum Text<'a> {
     Str(&'a [u8]),
-    Uuid(&'a [u8]),
+    Uuid([u8; 16]),
 }
 
-impl Text<'_> {
+impl<'a> Text<'a> {
     fn text(self) -> String {
         match self {
             Text::Str(raw) => String::from_utf8_lossy(raw).into_owned(),
-            Text::Uuid(raw) => uuid_text(raw),
+            Text::Uuid(raw) => uuid_text(&raw),
+        }
+    }
+
+    /// The text, borrowed from the frame where it can be (topics are compared per
+    /// pair, and only the distinct ones become the column's strings).
+    fn word(self) -> Word<'a> {
+        match self {
+            Text::Str(raw) => Word::Str(lossy(raw)),
+            Text::Uuid(raw) => Word::Uuid(raw),
         }
     }
 
@@ -245,35 +334,35 @@ impl Text<'_> {
 /// A topic as found: a name, or an id resolved at the end of the pair (Python learns
 /// from the response before it scans either side).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Cand {
-    Name(String),
-    Id(String),
+enum Cand<'a> {
+    Name(Word<'a>),
+    Id(Word<'a>),
 }
 
 /// Distinct topic candidates in first-seen order, bounded. Most pairs name a few
 /// topics: they are deduplicated by a scan, and a set is only built past `SMALL`.
 #[derive(Default)]
-struct Topics {
-    order: Vec<Cand>,
-    seen: Option<HashSet<Cand>>,
+struct Topics<'a> {
+    order: Vec<Cand<'a>>,
+    seen: Option<HashSet<Cand<'a>>>,
     truncated: bool,
 }
 
 const SMALL: usize = 32;
 
-impl Topics {
+impl<'a> Topics<'a> {
     fn len(&self) -> usize {
         self.order.len()
     }
 
-    fn contains(&self, c: &Cand) -> bool {
+    fn contains(&self, c: &Cand<'a>) -> bool {
         match &self.seen {
             Some(set) => set.contains(c),
             None => self.order.contains(c),
         }
     }
 
-    fn remember(&mut self, c: &Cand) {
+    fn remember(&mut self, c: &Cand<'a>) {
         if let Some(set) = &mut self.seen {
             set.insert(c.clone());
         } else if self.order.len() >= SMALL {
@@ -281,7 +370,7 @@ impl Topics {
         }
     }
 
-    fn add(&mut self, c: Cand) {
+    fn add(&mut self, c: Cand<'a>) {
         if self.contains(&c) {
             return;
         }
@@ -295,7 +384,7 @@ impl Topics {
 
     /// `c` as if it had been added when `len()` was `mark` (an entry's own topic
     /// comes before the topics found inside it).
-    fn add_at(&mut self, mark: usize, c: Cand) {
+    fn add_at(&mut self, mark: usize, c: Cand<'a>) {
         if self.order.len() == mark {
             return self.add(c);
         }
@@ -320,8 +409,8 @@ impl Topics {
 // ------------------------------------------------------------------ one side's scan
 
 #[derive(Default)]
-struct Scan {
-    topics: Topics,
+struct Scan<'a> {
+    topics: Topics<'a>,
     first_nonzero_error: Option<i128>,
     saw_error_code: bool,
     error_count: u32,
@@ -349,17 +438,17 @@ struct Item<'a> {
     learn_name: Option<Text<'a>>,
 }
 
-struct Walker<'m, 'b> {
+struct Walker<'m, 'b, 'a> {
     model: &'m Model,
     flexible: bool,
-    scan: &'b mut Scan,
+    scan: &'b mut Scan<'a>,
     budget: &'b mut Budget,
     counters: &'b mut Counters,
     extracts: &'b mut [Option<i64>],
 }
 
-impl<'m> Walker<'m, '_> {
-    fn field<'a>(
+impl<'m, 'a> Walker<'m, '_, 'a> {
+    fn field(
         &mut self,
         n: &'m Node,
         cur: &mut Cur<'a>,
@@ -382,20 +471,10 @@ impl<'m> Walker<'m, '_> {
                 }
                 self.members(n, cur, depth + 1, None)
             }
-            Kind::Records => {
-                if let Some(data) = cur.sized(self.flexible, true)? {
-                    let r = summarize_records(data, self.budget, self.counters);
-                    let s = &mut self.scan;
-                    s.records = Some(s.records.unwrap_or(0).saturating_add(r.records));
-                    s.record_bytes = Some(s.record_bytes.unwrap_or(0).saturating_add(r.bytes));
-                    s.codecs |= r.codecs;
-                    s.record_errors.extend(r.errors);
-                }
-                Ok(())
-            }
+            Kind::Records => self.records(cur),
             Kind::Str | Kind::Uuid => {
                 let text = if n.kind == Kind::Uuid {
-                    Some(Text::Uuid(cur.take(16)?))
+                    Some(Text::Uuid(cur.be()?))
                 } else {
                     cur.sized(self.flexible, false)?.map(Text::Str)
                 };
@@ -411,6 +490,29 @@ impl<'m> Walker<'m, '_> {
         }
     }
 
+    /// A `records` value: its batches counted into the scan.
+    fn records(&mut self, cur: &mut Cur<'a>) -> R<()> {
+        let Some(data) = cur.sized(self.flexible, true)? else {
+            return Ok(());
+        };
+        let s = &mut self.scan;
+        if data.is_empty() {
+            // what `summarize_records` finds in no bytes (a long poll's partitions)
+            s.records.get_or_insert(0);
+            s.record_bytes.get_or_insert(0);
+            return Ok(());
+        }
+        let r = summarize_records(data, self.budget, self.counters);
+        s.records = Some(s.records.unwrap_or(0).saturating_add(r.records));
+        s.record_bytes = Some(s.record_bytes.unwrap_or(0).saturating_add(r.bytes));
+        s.codecs |= r.codecs;
+        if !r.errors.is_empty() {
+            s.record_errors.extend(r.errors);
+        }
+        Ok(())
+    }
+
+    #[inline]
     fn int_roles(&mut self, n: &Node, v: i128) {
         let s = &mut self.scan;
         if n.roles & role::ERROR != 0 {
@@ -433,7 +535,8 @@ impl<'m> Walker<'m, '_> {
         }
     }
 
-    fn text_roles<'a>(&mut self, n: &Node, text: Option<Text<'a>>, item: Option<&mut Item<'a>>) {
+    #[inline]
+    fn text_roles(&mut self, n: &Node, text: Option<Text<'a>>, item: Option<&mut Item<'a>>) {
         let r = n.roles;
         if r & role::TOP_TOPIC != 0 {
             let value = text.map(Text::text);
@@ -465,7 +568,7 @@ impl<'m> Walker<'m, '_> {
     }
 
     /// A struct's members: plain ones in order, then its tagged section.
-    fn members<'a>(
+    fn members(
         &mut self,
         n: &'m Node,
         cur: &mut Cur<'a>,
@@ -476,11 +579,25 @@ impl<'m> Walker<'m, '_> {
             return Err(Stop("depth"));
         }
         let model = self.model;
-        for &id in model.plain(n) {
-            let m = model.node(id);
-            self.member(m, cur, depth, item.as_deref_mut())?;
+        for &step in model.walk_steps(n) {
+            match step {
+                Step::Skip(size) => cur.skip(size as usize)?,
+                // what `member` -> `field` does with a member it has nothing to read in
+                Step::Pass(id) => skip_field(model, model.node(id), cur, self.flexible, depth)?,
+                Step::Visit(id) => self.member(model.node(id), cur, depth, item.as_deref_mut())?,
+                Step::Int(id) => {
+                    let m = model.node(id);
+                    let v = cur.int(m.kind)?;
+                    self.int_roles(m, v);
+                }
+                Step::Records(_) => self.records(cur)?,
+            }
         }
         if !self.flexible {
+            return Ok(());
+        }
+        if cur.buf.get(cur.p) == Some(&0) {
+            cur.p += 1; // the usual empty tag section
             return Ok(());
         }
         let tagged = model.tagged(n);
@@ -512,7 +629,8 @@ impl<'m> Walker<'m, '_> {
 
     /// One member of a struct; an entry of an item array notes its keys as Python's
     /// `any("partition" in k for k in item)` sees them (present members only).
-    fn member<'a>(
+    #[inline]
+    fn member(
         &mut self,
         m: &'m Node,
         cur: &mut Cur<'a>,
@@ -529,7 +647,7 @@ impl<'m> Walker<'m, '_> {
         self.field(m, cur, depth, None)
     }
 
-    fn array(&mut self, n: &'m Node, cur: &mut Cur<'_>, depth: usize) -> R<()> {
+    fn array(&mut self, n: &'m Node, cur: &mut Cur<'a>, depth: usize) -> R<()> {
         let count = cur.length(self.flexible, true)?;
         if count < 0 {
             return Ok(()); // null: Python's value is None, which no rule reads
@@ -551,10 +669,15 @@ impl<'m> Walker<'m, '_> {
         }
     }
 
-    fn struct_items(&mut self, n: &'m Node, cur: &mut Cur<'_>, depth: usize, count: u64) -> R<()> {
+    fn struct_items(&mut self, n: &'m Node, cur: &mut Cur<'a>, depth: usize, count: u64) -> R<()> {
         let items = n.roles & (role::TOPIC_OF_ITEMS | role::GENERIC) != 0;
         let learn = n.roles & role::LEARN_TOPICS != 0;
         let topic_array = n.roles & role::TOPIC_ARRAY != 0;
+        if items {
+            // most entries name a topic: grow once (bounded: the count is untrusted)
+            let expected = usize::try_from(count.min(SMALL as u64)).unwrap_or(SMALL);
+            self.scan.topics.order.reserve(expected);
+        }
         for _ in 0..count {
             if !items && !learn {
                 self.members(n, cur, depth + 1, None)?;
@@ -581,34 +704,34 @@ impl<'m> Walker<'m, '_> {
     }
 
     /// `summary._topic_of`, on the values its entry held.
-    fn topic_of(&self, topic_array: bool, item: &Item<'_>) -> Option<Cand> {
+    fn topic_of(&self, topic_array: bool, item: &Item<'a>) -> Option<Cand<'a>> {
         // `item.get("topic") or item.get("topic_name")`: an empty topic gives way.
         let first = match item.topic {
             Some(t) if !t.is_empty() => Some(t),
             _ => item.topic_name,
         };
         if let Some(t) = first {
-            return Some(Cand::Name(t.text()));
+            return Some(Cand::Name(t.word()));
         }
         if let Some(name) = item.name {
             if !name.is_empty() && (topic_array || item.partition_key) {
-                return Some(Cand::Name(name.text()));
+                return Some(Cand::Name(name.word()));
             }
         }
-        let tid = item.topic_id?;
-        let text = tid.text();
-        if text == self.model.zero_uuid {
-            return None;
-        }
-        Some(Cand::Id(text))
+        let id = item.topic_id?.word();
+        let zero = match &id {
+            Word::Uuid(raw) => self.model.zero_uuid_bytes.as_ref() == Some(raw),
+            Word::Str(text) => *text == self.model.zero_uuid,
+        };
+        (!zero).then_some(Cand::Id(id))
     }
 
-    fn topic_strings(&mut self, n: &Node, cur: &mut Cur<'_>, count: u64) -> R<()> {
+    fn topic_strings(&mut self, n: &Node, cur: &mut Cur<'a>, count: u64) -> R<()> {
         // Python reads the entries only when the first one is a str (not null).
         let mut first_is_text = false;
         for i in 0..count {
             let text = if n.kind == Kind::Uuid {
-                Some(Text::Uuid(cur.take(16)?))
+                Some(Text::Uuid(cur.be()?))
             } else {
                 cur.sized(self.flexible, false)?.map(Text::Str)
             };
@@ -616,7 +739,7 @@ impl<'m> Walker<'m, '_> {
                 first_is_text = text.is_some();
             }
             if let (true, Some(t)) = (first_is_text, text) {
-                self.scan.topics.add(Cand::Name(t.text()));
+                self.scan.topics.add(Cand::Name(t.word()));
             }
         }
         Ok(())
@@ -681,11 +804,12 @@ fn skip_members(model: &Model, n: &Node, cur: &mut Cur<'_>, flexible: bool, dept
     if depth > crate::model::MAX_DEPTH {
         return Err(Stop("depth"));
     }
-    if let Some(size) = n.plain_fixed {
-        cur.skip(size)?;
-    } else {
-        for &id in model.plain(n) {
-            skip_field(model, model.node(id), cur, flexible, depth)?;
+    for &step in model.skip_steps(n) {
+        match step {
+            Step::Skip(size) => cur.skip(size as usize)?,
+            Step::Pass(id) | Step::Visit(id) | Step::Int(id) | Step::Records(id) => {
+                skip_field(model, model.node(id), cur, flexible, depth)?
+            }
         }
     }
     if flexible {
@@ -836,12 +960,12 @@ pub fn top_int_field(model: &Model, layout: &Layout, body: &[u8], field: &str) -
 /// Walk one frame's body into `scan`. Returns whether it decoded as Python would
 /// without an error (trailing bytes are not one), and why to defer, if so.
 #[allow(clippy::too_many_arguments)]
-fn walk_side(
+fn walk_side<'a>(
     model: &Model,
     layout: &Layout,
-    buf: &[u8],
+    buf: &'a [u8],
     start: usize,
-    scan: &mut Scan,
+    scan: &mut Scan<'a>,
     budget: &mut Budget,
     counters: &mut Counters,
     extracts: &mut [Option<i64>],
@@ -988,11 +1112,11 @@ fn unsupported_text(outcome: &Option<Outcome>) -> Option<&str> {
 /// Walk one side from its start; an assumed layout that does not consume the body
 /// exactly leaves the side unsupported (`messages._assumed`).
 #[allow(clippy::too_many_arguments)]
-fn side(
+fn side<'a>(
     model: &Model,
     start: R<Start<'_>>,
-    buf: &[u8],
-    scan: &mut Scan,
+    buf: &'a [u8],
+    scan: &mut Scan<'a>,
     budget: &mut Budget,
     counters: &mut Counters,
     extracts: &mut [Option<i64>],
@@ -1052,8 +1176,8 @@ fn is_assumed(model: &Model, layout: &Layout, api_key: i16, api_version: i16) ->
 fn combine(
     model: &Model,
     names: &TopicNames,
-    req: Option<&Scan>,
-    resp: Option<&Scan>,
+    req: Option<&Scan<'_>>,
+    resp: Option<&Scan<'_>>,
     extracts: Vec<Option<i64>>,
     counters: &mut Counters,
 ) -> Summary {
@@ -1061,40 +1185,44 @@ fn combine(
         extracts,
         ..Default::default()
     };
-    let mut seen: Option<HashSet<String>> = None; // built past SMALL names
+    // The distinct names, borrowed where they can be until the end.
+    let found = [req, resp].into_iter().flatten().map(|s| s.topics.len() + 2).sum::<usize>();
+    let mut picked: Vec<Cow<'_, str>> = Vec::with_capacity(found.min(MAX_TOPICS));
+    let mut seen: Option<HashSet<Cow<'_, str>>> = None; // built past SMALL names
     let mut truncated = false;
     let mut errors: Vec<&str> = Vec::new();
     let mut codecs = 0u8;
     for scan in [req, resp].into_iter().flatten() {
         truncated |= scan.topics.truncated;
+        // A candidate the request had was settled then (picked, a duplicate, or past
+        // the bound, which set `truncated`): the response's copy changes nothing.
+        let settled = req.filter(|r| !std::ptr::eq(*r, scan));
+        let found = scan
+            .topics
+            .order
+            .iter()
+            .filter(|c| !settled.is_some_and(|r| r.topics.contains(c)))
+            .map(|c| resolve(names, c));
         let tops = [&scan.top_topic, &scan.top_topic_name];
-        let found = scan.topics.order.iter().map(|c| match c {
-            Cand::Name(n) => n.clone(),
-            // `names.name(tid) or tid`: an empty learnt name gives way to the id
-            Cand::Id(id) => names
-                .name(id)
-                .filter(|n| !n.is_empty())
-                .unwrap_or(id)
-                .to_owned(),
-        });
-        for name in found.chain(tops.into_iter().flatten().cloned()) {
+        let tops = tops.into_iter().flatten().map(|t| Cow::Borrowed(t.as_str()));
+        for name in found.chain(tops) {
             let known = match &seen {
                 Some(set) => set.contains(&name),
-                None => out.topics.contains(&name),
+                None => picked.contains(&name),
             };
             if known {
                 continue;
             }
-            if out.topics.len() >= MAX_TOPICS {
+            if picked.len() >= MAX_TOPICS {
                 truncated = true;
                 continue;
             }
             if let Some(set) = &mut seen {
                 set.insert(name.clone());
-            } else if out.topics.len() >= SMALL {
-                seen = Some(out.topics.iter().cloned().chain([name.clone()]).collect());
+            } else if picked.len() >= SMALL {
+                seen = Some(picked.iter().cloned().chain([name.clone()]).collect());
             }
-            out.topics.push(name);
+            picked.push(name);
         }
         out.records = sum(out.records, scan.records);
         out.record_bytes = sum(out.record_bytes, scan.record_bytes);
@@ -1105,6 +1233,7 @@ fn combine(
             (a, b) => a.or(b),
         };
     }
+    out.topics = picked.into_iter().map(Cow::into_owned).collect();
     if truncated {
         counters.inc("summary_topics_truncated");
     }
@@ -1124,6 +1253,26 @@ fn combine(
     out.record_errors = u32::try_from(errors.len()).unwrap_or(u32::MAX);
     out.decode_error = record_errors_text(&errors, model.max_record_errors_listed);
     out
+}
+
+/// A candidate's topic name: an id is looked up in the names learnt
+/// (`names.name(tid) or tid`: an empty learnt name gives way to the id).
+fn resolve<'n>(names: &'n TopicNames, c: &'n Cand<'_>) -> Cow<'n, str> {
+    match c {
+        Cand::Name(n) => n.text(),
+        Cand::Id(Word::Uuid(raw)) => {
+            let chars = uuid_chars(raw);
+            let text = lossy(&chars); // hex and dashes: borrowed
+            match names.name(&text).filter(|n| !n.is_empty()) {
+                Some(name) => Cow::Borrowed(name),
+                None => Cow::Owned(text.into_owned()),
+            }
+        }
+        Cand::Id(Word::Str(id)) => match names.name(id).filter(|n| !n.is_empty()) {
+            Some(name) => Cow::Borrowed(name),
+            None => Cow::Borrowed(id),
+        },
+    }
 }
 
 /// `summary._records_errors`: each as "records: <error>", the first `limit` of them,
@@ -1170,4 +1319,25 @@ fn compression(codecs: u8) -> Option<String> {
     }
     names.sort_unstable();
     Some(names.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::collections::HashSet;
+
+    use super::{uuid_text, Word};
+
+    #[test]
+    fn words_are_equal_and_hash_alike_when_their_texts_are() {
+        let raw = [0xab; 16];
+        let text = uuid_text(&raw);
+        let (a, b) = (Word::Uuid(raw), Word::Str(Cow::Owned(text.clone())));
+        assert!(a == b && b == a);
+        assert!(Word::Uuid([0xac; 16]) != b);
+        assert!(Word::Str(Cow::Borrowed("x")) != a);
+        let set: HashSet<Word<'_>> = [a.clone()].into_iter().collect();
+        assert!(set.contains(&b));
+        assert_eq!(a.text(), text);
+    }
 }

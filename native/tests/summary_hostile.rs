@@ -636,3 +636,99 @@ fn an_unsupported_version_answer_is_read_in_the_fallback_layout() {
     let (s, _) = run(&model, &mut TopicNames::new(), 18, 3, None, Some(&resp));
     assert!(s.defer);
 }
+
+#[test]
+fn layouts_are_found_by_exact_numbers_also_outside_the_dense_tables() {
+    // keys and versions below, inside and past the arrays `Model::layout` indexes
+    let numbers: [(i16, i16); 5] = [(7, 0), (7, 3), (1500, 2), (8, 2000), (9, -1)];
+    let mut layouts: Vec<Value> = numbers
+        .iter()
+        .flat_map(|&(k, v)| {
+            ["request", "response"]
+                .map(|d| layout(k, v, d, true, 1, vec![f("x", "int32", r(&["visit"]))]))
+        })
+        .collect();
+    layouts.push(layout(7, 1, "request", true, 1, vec![]));
+    let mut j: Value = serde_json::from_str(&model_json(layouts)).unwrap();
+    j["assumed_layouts"] = json!([[7, "request", 3], [1500, "response", 2]]);
+    let model = Model::from_json(&j.to_string()).expect("model");
+    for &(k, v) in &numbers {
+        for d in [Direction::Request, Direction::Response] {
+            let l = model.layout(k, v, d).expect("listed layout");
+            assert_eq!((l.api_key, l.version, l.direction), (k, v, d));
+        }
+    }
+    let req = Direction::Request;
+    assert!(model.layout(7, 1, Direction::Response).is_none());
+    for (k, v) in [(7, 2), (7, 4), (1500, 1), (8, 1999), (9, -2), (-7, 0), (i16::MAX, i16::MAX)] {
+        assert!(model.layout(k, v, req).is_none(), "{k} v{v}");
+    }
+    assert_eq!(model.assumed_layout(7, 9, req).map(|l| l.version), Some(3));
+    assert!(model.assumed_layout(7, 3, req).is_none()); // not newer
+    assert!(model.assumed_layout(7, 9, Direction::Response).is_none());
+    let resp = model.assumed_layout(1500, 5, Direction::Response);
+    assert_eq!(resp.map(|l| (l.api_key, l.version)), Some((1500, 2)));
+    assert!(model.assumed_layout(1501, 5, Direction::Response).is_none());
+}
+
+#[test]
+fn fixed_members_skipped_together_leave_the_read_ones_in_place() {
+    // response: fixed runs around an error code and the throttle, a string and an array
+    // between them, and entries whose fixed members frame a partition key
+    let item_topics = r(&["visit", "topic_array", "topic_of_items"]);
+    let fields = vec![
+        f("a", "int64", 0),
+        f("b", "int8", 0),
+        f("throttle_time_ms", "int32", r(&["visit", "throttle"])),
+        f("c", "int16", 0),
+        f("s", "string", 0),
+        f("d", "uuid", 0),
+        f("error_code", "int16", r(&["visit", "error", "top_error"])),
+        array(
+            "topics",
+            "struct",
+            item_topics,
+            vec![
+                f("w", "int32", 0),
+                f("name", "string", r(&["visit", "item_name"])),
+                f("x", "int64", 0),
+                f("partition_index", "int32", r(&["partition_key"])),
+                f("y", "int16", 0),
+            ],
+        ),
+        f("e", "int32", 0),
+    ];
+    let layouts = vec![
+        layout(5, 0, "request", false, 1, vec![]),
+        layout(5, 0, "response", false, 0, fields),
+    ];
+    let model = Model::from_json(&model_json(layouts)).expect("model");
+    let req = request_header(5, 0, false);
+    let mut resp = 1i32.to_be_bytes().to_vec(); // correlation id
+    resp.extend_from_slice(&[0xee; 9]); // a, b
+    resp.extend_from_slice(&250i32.to_be_bytes());
+    resp.extend_from_slice(&[0xee; 2]); // c
+    string(&mut resp, "skip me");
+    resp.extend_from_slice(&[0xee; 16]); // d
+    resp.extend_from_slice(&3i16.to_be_bytes());
+    resp.extend_from_slice(&2i32.to_be_bytes()); // two topics
+    for name in ["left", "right"] {
+        resp.extend_from_slice(&[0xee; 4]);
+        string(&mut resp, name);
+        resp.extend_from_slice(&[0xee; 14]); // x, partition_index, y
+    }
+    resp.extend_from_slice(&[0xee; 4]); // e
+    let mut names = TopicNames::new();
+    let (s, _) = run(&model, &mut names, 5, 0, Some(&req), Some(&resp));
+    assert!(!s.defer, "{:?}", s.defer_reason);
+    assert_eq!(s.throttle_ms, Some(250));
+    assert_eq!(s.error_code, Some(3));
+    assert_eq!(s.topics, ["left", "right"]);
+    // every cut, inside a merged run or not, defers the pair (a count cut from its
+    // entries is refused before them)
+    for cut in 4..resp.len() {
+        let (s, _) = run(&model, &mut names, 5, 0, Some(&req), Some(&resp[..cut]));
+        let reason = s.defer_reason;
+        assert!(matches!(reason, Some("short" | "array_count")), "cut at {cut}: {reason:?}");
+    }
+}
