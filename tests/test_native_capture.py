@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import ipaddress
+import os
 import shutil
 import struct
 import subprocess
@@ -61,7 +62,9 @@ def dump_binary() -> Path:
         check=True,
         timeout=1800,
     )
-    return NATIVE / "target" / "release" / "examples" / "dump_packets"
+    # where cargo put it: CARGO_TARGET_DIR (relative to native/) when set
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or "target")
+    return (NATIVE / target) / "release" / "examples" / "dump_packets"
 
 
 def rust_dumps(binary: Path, paths: list[Path]) -> dict[str, Dump]:

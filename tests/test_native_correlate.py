@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 import shutil
 import struct
@@ -57,7 +58,9 @@ def dump_exchanges() -> Path:
         check=True,
         timeout=1800,
     )
-    return NATIVE / "target" / "debug" / "examples" / "dump_exchanges"
+    # where cargo put it: CARGO_TARGET_DIR (relative to native/) when set
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or "target")
+    return (NATIVE / target) / "debug" / "examples" / "dump_exchanges"
 
 
 @pytest.fixture(scope="module")
