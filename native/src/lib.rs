@@ -17,3 +17,7 @@ pub mod tcp;
 pub mod types;
 
 mod python;
+
+// Frames are allocated on the wire thread and freed on the summary thread: see Cargo.toml.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -67,7 +67,7 @@ pub struct Analyzer {
 
 /// Stage 5, summaries: one pair's bodies -> its summary columns. Its state is the
 /// capture's (topic ids learnt so far, decompression budget left), so pairs pass through
-/// it in capture order, on a thread of its own while a capture file runs.
+/// it in capture order.
 struct Summaries {
     model: Arc<SpecModel>,
     frame_budget: u64,
@@ -207,16 +207,14 @@ impl Analyzer {
         self.sink.rows.reserve(max_rows);
         // The GIL is released while packets are read and summarised: Python may go on
         // meanwhile (the CLI imports pyarrow while the core runs); the rare Python
-        // summaries take it back for their call. Three threads, one per stage group,
-        // handing batches over bounded channels: packets -> exchanges (capture, TCP,
-        // framing, correlation), exchanges -> summaries, summaries -> rows (this one).
-        // Each costs about a third; on two cores they share them as they need.
+        // summaries take it back for their call. Two threads, each about half the work:
+        // one turns packets into exchanges (capture, TCP, framing, correlation), this
+        // one summarises them into rows, batches handed over a bounded channel.
         let Analyzer { counters, summaries, sink, .. } = &mut *self;
         let (result, ended, reader, session) = py.detach(move || {
             let stop = AtomicBool::new(false);
             let mut wire_counters = Counters::default();
             let (tx, rx) = sync_channel::<Vec<Exchange>>(8);
-            let (tx_sum, rx_sum) = sync_channel::<PyResult<Vec<Summarised>>>(8);
             let exchanges_mode = sink.exchanges_mode;
             let (result, ended) = std::thread::scope(|scope| {
                 let producer = scope.spawn(|| {
@@ -245,19 +243,12 @@ impl Analyzer {
                         }
                     }
                 });
-                let summariser = scope.spawn(move || {
-                    for batch in rx.iter() {
-                        let done = summaries.batch(batch, exchanges_mode);
-                        let failed = done.is_err();
-                        if tx_sum.send(done).is_err() || failed {
-                            return; // dropping `rx` ends the producer too
-                        }
-                    }
-                });
+                // Summaries and rows on this thread: a third thread for either costs more
+                // in hand-overs than it gains on two cores (measured).
                 let mut result = Ok(());
-                for done in rx_sum.iter() {
+                for batch in rx.iter() {
                     if result.is_ok() {
-                        result = done.map(|batch| sink.consume(batch));
+                        result = summaries.batch(batch, exchanges_mode).map(|b| sink.consume(b));
                     }
                     if result.is_err() || sink.waiting() >= max_rows {
                         stop.store(true, Ordering::Relaxed);
@@ -265,9 +256,6 @@ impl Analyzer {
                 }
                 // A panic on the wire side ends the capture as if it were cut there.
                 let ended = producer.join().unwrap_or(true);
-                if summariser.join().is_err() && result.is_ok() {
-                    result = Err(PyRuntimeError::new_err("the native summary stage failed"));
-                }
                 (result, ended)
             });
             counters.merge(&wire_counters);
