@@ -51,6 +51,11 @@ _MODELS: dict[tuple[str, ...], _Model] = {}
 
 def native() -> Any:
     """The compiled core, or an ImportError that says what to do."""
+    # The core's allocator (mimalloc, native/Cargo.toml) reads its options when the module
+    # loads. With transparent huge pages each first touch of its arenas zeroes 2 MiB: a
+    # fresh process (the CLI) spent up to a third of its CPU there, for 50 MB more
+    # memory. A user's own setting wins.
+    os.environ.setdefault("MIMALLOC_ALLOW_THP", "0")
     try:
         from dissector import _core
     except ImportError as exc:
