@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import gc
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,6 +32,45 @@ if TYPE_CHECKING:
 
     from dissector.options import Options
     from dissector.stages import Decoder
+
+
+@contextlib.contextmanager
+def _one_shot() -> Iterator[None]:
+    """Settings for a command that does one thing and ends with the process (issue #10:
+    its wall time is compared with tshark's; measured on a 94,000-pair capture).
+
+    * numpy (imported by pyarrow) starts OpenBLAS's thread pool, whose threads spin a
+      while; the command does no linear algebra (about 35 ms of CPU on 2 cores).
+    * The cyclic collector would only walk the objects of imports, 90 times (about
+      30 ms): the rows live in Arrow buffers and the run makes no cycles worth it.
+    * At exit, the interpreter's last full collection walks every object again; frozen,
+      they are only freed (about 50 ms less CPU to end the process).
+    """
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read when numpy loads
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+        _freeze_at_exit()
+
+
+@functools.cache
+def _freeze_at_exit() -> None:
+    atexit.register(gc.freeze)
+
+
+def one_shot(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` run with ``_one_shot``'s settings."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> None:
+        with _one_shot():
+            command(*args, **kwargs)
+
+    return run
 
 
 @click.command("analyze")
@@ -72,6 +112,7 @@ if TYPE_CHECKING:
     help="also write the groups table (one row per group-membership call)",
 )
 @click.option("--quiet", is_flag=True, help="no summary table (warnings and errors still show)")
+@one_shot
 def analyze(
     paths: tuple[str, ...],
     output: str | None,
@@ -86,47 +127,6 @@ def analyze(
 
     Without -o nothing is written: the summary table is the output.
     """
-    with _one_shot():
-        _analyze(paths, output, ports, max_frame, specs, quiet, partitions_out, groups_out)
-
-
-@contextlib.contextmanager
-def _one_shot() -> Iterator[None]:
-    """Settings for a command that does one thing and ends with the process (issue #10:
-    its wall time is compared with tshark's; measured on a 94,000-pair capture).
-
-    * numpy (imported by pyarrow) starts OpenBLAS's thread pool, whose threads spin a
-      while; the command does no linear algebra (about 35 ms of CPU on 2 cores).
-    * The cyclic collector would only walk the objects of imports, 90 times (about
-      30 ms): the rows live in Arrow buffers and the run makes no cycles worth it.
-    * At exit, the interpreter's last full collection walks every object again; frozen,
-      they are only freed (about 50 ms less CPU to end the process).
-    """
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read when numpy loads
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-        if not _FREEZE_AT_EXIT:
-            _FREEZE_AT_EXIT.append(atexit.register(gc.freeze))
-
-
-_FREEZE_AT_EXIT: list[object] = []
-
-
-def _analyze(
-    paths: tuple[str, ...],
-    output: str | None,
-    ports: str | None,
-    max_frame: int | None,
-    specs: tuple[str, ...],
-    quiet: bool,
-    partitions_out: str | None,
-    groups_out: str | None,
-) -> None:
     from dissector.options import Options
 
     if output:
