@@ -52,7 +52,8 @@ def enlarge(src: Path, copies: int, dst: Path, port: int) -> int:
 
     with open(src, "rb") as fh:
         reader = dpkt.pcapng.Reader(fh) if src.suffix == ".pcapng" else dpkt.pcap.Reader(fh)
-        frames = [(ts, bytes(buf)) for ts, buf in reader]
+        # float: a nanosecond pcap gives Decimal times (sub-microsecond loss is harmless here)
+        frames = [(float(ts), bytes(buf)) for ts, buf in reader]
     span = (frames[-1][0] - frames[0][0]) + 1.0 if frames else 1.0
     n = 0
     with open(dst, "wb") as out:
