@@ -64,10 +64,10 @@ EXPECTED_DTYPES: dict[str, str] = {
 
 ROW_BYTES_BOUND = 130.0
 """Bytes per pair the dtypes may take, strings aside. On the long-poll benchmark capture
-(/work/bench is not in the repo: 94,345 pairs, mostly Fetch) the topic names add about
-16 bytes per pair (4-byte offset plus the name, per listed topic) and the category
-dictionaries nothing measurable, so 130 keeps the frame under issue #10's 150 with a
-few bytes for later columns. The dtypes above take 128.4 at most (every validity
+(recorded by ``scripts.testbed.longpoll``, not committed: 94,345 pairs, mostly Fetch) the
+topic names add about 16 bytes per pair (4-byte offset plus the name, per listed topic)
+and the category dictionaries nothing measurable, so 130 keeps the frame under issue
+#10's 150 with a few bytes for later columns. The dtypes above take 128.4 at most (every validity
 bitmap present)."""
 
 

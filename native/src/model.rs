@@ -323,7 +323,7 @@ impl Unsupported {
     }
 
     /// The decode_error of one side of (api_key, version) that no spec describes.
-    pub fn text(&self, api_key: i16, version: i16, direction: Direction) -> String {
+    fn text(&self, api_key: i16, version: i16, direction: Direction) -> String {
         let dir = match direction {
             Direction::Request => "request",
             Direction::Response => "response",
