@@ -133,8 +133,9 @@ def violations(ranks: dict[str, Rank]) -> list[str]:
             if there.rank is None:
                 found.append(f"{where}: stage modules import stages, not the facade")
             elif there.rank > here.rank:
-                found.append(f"{where}: upward ({here.stage} {here.rank} -> {there.stage} "
-                             f"{there.rank})")
+                found.append(
+                    f"{where}: upward ({here.stage} {here.rank} -> {there.stage} {there.rank})"
+                )
             elif there.rank == here.rank:
                 found.append(f"{where}: {here.stage} and {there.stage} are siblings")
     return found

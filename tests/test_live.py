@@ -239,9 +239,7 @@ def frame_of(records: list[PairRecord]) -> pd.DataFrame:
     return records_to_frame(records)
 
 
-CLI_CODE = (
-    "import sys; from dissector.cli import main; sys.argv[0] = 'kafka-dissector'; main()"
-)
+CLI_CODE = "import sys; from dissector.cli import main; sys.argv[0] = 'kafka-dissector'; main()"
 
 
 class Cli:
@@ -646,9 +644,7 @@ def test_kernel_drops_are_counted_and_affected_pairs_flagged(
     assert marked > 0
     assert clean >= len(offline)  # at least a round's worth decoded around the hole
     assert clean_after_hole > 0  # and decoding recovered after it
-    assert cap.flagged == sum(
-        1 for r in records if CAPTURE_GAP_NOTE in r.flags
-    )
+    assert cap.flagged == sum(1 for r in records if CAPTURE_GAP_NOTE in r.flags)
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")

@@ -152,9 +152,10 @@ def timed(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def test_columns_have_the_hand_worked_values(timed: Any) -> None:
     _, df = timed
-    assert list(df["api_name"]) == ["Metadata"] * 5 + ["Fetch", "Produce", "Fetch", "Fetch"] + [
-        "Metadata"
-    ] * 2
+    assert (
+        list(df["api_name"])
+        == ["Metadata"] * 5 + ["Fetch", "Produce", "Fetch", "Fetch"] + ["Metadata"] * 2
+    )
     assert list(df["status"]) == ["ok"] * 6 + ["no_response", "ok", "ok", "unanswered", "ok"]
     assert df["throttle_ms"].tolist()[3] == 10
     assert df["max_wait_ms"].tolist()[7:9] == [500, 500]

@@ -124,9 +124,7 @@ def decoded_exchanges(
     def expanded(api: str, request: bool) -> bool:
         return not request and api in expand
 
-    return decoded(
-        source, wanted, ports=ports, specs=specs, expand=expanded, counts=counters
-    )
+    return decoded(source, wanted, ports=ports, specs=specs, expand=expanded, counts=counters)
 
 
 # ----------------------------------------------------------------- partition entries

@@ -1231,9 +1231,7 @@ def sections(df: pd.DataFrame, command: str) -> list[Section]:
 
 def _template() -> Any:
     source = resources.files("dissector").joinpath("templates/report.html.j2").read_text("utf-8")
-    env = jinja2.Environment(
-        autoescape=True, undefined=jinja2.StrictUndefined, finalize=_visible
-    )
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, finalize=_visible)
     env.globals["zip"] = zip
     env.filters["breakable"] = breakable
     return env.from_string(source)

@@ -789,9 +789,7 @@ def unanswered(df: pd.DataFrame) -> pd.DataFrame:
 # Long polls: Fetch latency that is waiting, not service
 # ---------------------------------------------------------------------------
 
-LONG_POLL_API_KEYS: Mapping[int, str] = {
-    k: k.api_name for k in (ApiKey.FETCH, ApiKey.SHARE_FETCH)
-}
+LONG_POLL_API_KEYS: Mapping[int, str] = {k: k.api_name for k in (ApiKey.FETCH, ApiKey.SHARE_FETCH)}
 """APIs the broker may hold open up to the request's max_wait_ms while fewer than
 min_bytes are available (long polling)."""
 
@@ -971,9 +969,7 @@ def queueing_by_rule(df: pd.DataFrame) -> pd.DataFrame:
         .fillna(False)
         .to_numpy(dtype=bool)
     )
-    settled = np.where(
-        ~np.isnan(resp_ns), resp_ns, np.where(settles_when_sent, req_ns, math.inf)
-    )
+    settled = np.where(~np.isnan(resp_ns), resp_ns, np.where(settles_when_sent, req_ns, math.inf))
     frame = pd.DataFrame(
         {
             "capture": df["capture"].astype("object").fillna(""),

@@ -26,9 +26,7 @@ def report_command(
     """Write one self-contained HTML report (charts, tables, capture facts) for PATHS."""
     failures: list[tuple[str, str]] = []
     if len(failures) < len(paths):
-        path = report_file(
-            paths, output, ports=parse_ports(ports), title=title, failures=failures
-        )
+        path = report_file(paths, output, ports=parse_ports(ports), title=title, failures=failures)
         if len(failures) < len(paths):
             click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")
         else:

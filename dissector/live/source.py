@@ -65,7 +65,6 @@ def default_filter(ports: Iterable[int] | None = None) -> str:
     return "tcp and (" + " or ".join(f"port {p}" for p in chosen) + ")"
 
 
-
 # ---------------------------------------------------------------------------
 # Packet source: libpcap through pcapy-ng
 

@@ -76,6 +76,7 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
 __all__ = [
     "ApiSupport",
     "BoundDecoder",

@@ -249,6 +249,7 @@ def decode_request(
         else:
             header["client_id"] = None
     if layout is None:
+
         def body_with(d: Decoded, lay: Layout) -> Decoded:
             return _header_tags_and_body(reg, lay, buf, p, records, d, lay.flexible)
 
@@ -320,6 +321,7 @@ def decode_response(
         out.notes.append("unsupported_version: body decoded with the v0 layout")
     layout = reg.layout(api_key, version, RESPONSE)
     if layout is None:
+
         def body_with(d: Decoded, lay: Layout) -> Decoded:
             return _header_tags_and_body(reg, lay, buf, p, records, d, _response_header_tagged(lay))
 
@@ -343,9 +345,7 @@ ASSUMED_VERSION_RULE = (
 )
 
 
-def assumed_layout(
-    registry: Registry, api_key: int, version: int, direction: str
-) -> Layout | None:
+def assumed_layout(registry: Registry, api_key: int, version: int, direction: str) -> Layout | None:
     """The layout ASSUMED_VERSION_RULE decodes (api_key, version) with, if any: the
     newest known version's, when ``version`` is newer and that layout is flexible."""
     versions = registry.specs.versions(api_key, direction)

@@ -154,5 +154,3 @@ def _side(decoded: Any) -> dict[str, Any] | None:
     if getattr(decoded, "assumed_version", None) is not None:
         out["assumed_version"] = decoded.assumed_version
     return out
-
-

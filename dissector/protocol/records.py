@@ -1078,5 +1078,3 @@ def _text(raw: bytes | None) -> str | None:
     if text.isprintable() or all(c.isprintable() or c in "\t\r\n" for c in text):
         return text
     return None
-
-

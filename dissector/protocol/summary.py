@@ -17,9 +17,7 @@ from dissector.protocol.messages import Decoded, settle_assumed
 from dissector.protocol.spec import Field, Layout
 
 # Responses that tell which name a topic id stands for.
-_ID_SOURCES = frozenset(
-    {ApiKey.METADATA, ApiKey.CREATE_TOPICS, ApiKey.DESCRIBE_TOPIC_PARTITIONS}
-)
+_ID_SOURCES = frozenset({ApiKey.METADATA, ApiKey.CREATE_TOPICS, ApiKey.DESCRIBE_TOPIC_PARTITIONS})
 _TOPIC_NAME_KEYS = ("topic", "topic_name", "name")
 _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 

@@ -37,4 +37,3 @@ def read_uvarint(buf: bytes, p: int, end: int = -1, max_bytes: int = 5) -> tuple
             return value, p
         shift += 7
     raise VarintError(f"varint longer than {max_bytes} bytes", cut=False)
-

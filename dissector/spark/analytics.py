@@ -133,9 +133,7 @@ class AnalyticsConfig:
     options: Options = field(default_factory=Options)
 
 
-def capture_batches(
-    capture: str, data: bytes, config: AnalyticsConfig
-) -> Iterator[pa.RecordBatch]:
+def capture_batches(capture: str, data: bytes, config: AnalyticsConfig) -> Iterator[pa.RecordBatch]:
     """Batches of one capture: each table's rows under its struct column."""
     schema = combined_arrow_schema(config.tables)
     for name in config.tables:

@@ -139,9 +139,7 @@ def rows_from_bytes(
     from dissector.wire.core import iter_pairs_from_bytes
 
     try:
-        yield from iter_pairs_from_bytes(
-            capture, data, options or Options(), counters=counters
-        )
+        yield from iter_pairs_from_bytes(capture, data, options or Options(), counters=counters)
     except Exception as exc:
         raise CaptureFailed(f"{type(exc).__name__}: {exc}") from exc
 

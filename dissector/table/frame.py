@@ -39,7 +39,6 @@ _PANDAS_DTYPES = PANDAS_DTYPES
 """The wide pandas dtypes of each kind: what a pairs Parquet file reads back as."""
 
 
-
 EXPORT_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
 
 PARQUET_TIME_UNIT = "us"
@@ -113,7 +112,6 @@ def _wide_frame(records: Iterable[PairRecord]) -> pd.DataFrame:
             data[col.name] = pd.array(values, dtype=_PANDAS_DTYPES[col.kind])
     df = pd.DataFrame(data, columns=list(COLUMN_NAMES))
     return df
-
 
 
 def export(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
@@ -261,5 +259,3 @@ def parquet_options() -> dict[str, Any]:
     written with about 10 ms less CPU."""
     dictionary = [c.name for c in COLUMNS if c.kind != Kind.TIMESTAMP]
     return {"use_dictionary": dictionary}
-
-

@@ -247,7 +247,10 @@ impl Framer {
             }
         }
         self.buf = Vec::new();
-        let refused = self.own.iter().any(|(k, v)| *v > 0 && REJECTIONS.contains(k));
+        let refused = self
+            .own
+            .iter()
+            .any(|(k, v)| *v > 0 && REJECTIONS.contains(k));
         if !self.framed && !self.is_tls() && refused {
             self.recount_as_non_kafka(counters);
         }

@@ -329,7 +329,9 @@ impl Unsupported {
             Direction::Response => "response",
         };
         let filled = |template: &str| {
-            template.replace("{direction}", dir).replace("{api_key}", &api_key.to_string())
+            template
+                .replace("{direction}", dir)
+                .replace("{api_key}", &api_key.to_string())
         };
         match self.known.get(&(api_key, direction)) {
             None => filled(&self.unknown_key_text),
@@ -342,7 +344,10 @@ impl Unsupported {
 
     /// Does this decode error make the row malformed?
     pub fn is_fatal(&self, error: &str) -> bool {
-        !self.not_malformed.iter().any(|p| error.starts_with(p.as_str()))
+        !self
+            .not_malformed
+            .iter()
+            .any(|p| error.starts_with(p.as_str()))
     }
 }
 
@@ -768,9 +773,7 @@ impl Model {
     #[inline]
     pub fn layout(&self, api_key: i16, version: i16, direction: Direction) -> Option<&Layout> {
         let at = if (0..DENSE_LIMIT).contains(&api_key) && (0..DENSE_LIMIT).contains(&version) {
-            self.dense
-                .get(api_key as usize)?
-                .get(version as usize)?[direction as usize]
+            self.dense.get(api_key as usize)?.get(version as usize)?[direction as usize]
         } else {
             *self.index.get(&(api_key, version, direction))?
         };
@@ -779,7 +782,12 @@ impl Model {
 
     /// The layout a version newer than every known one is decoded with, if any.
     #[inline]
-    pub fn assumed_layout(&self, api_key: i16, version: i16, direction: Direction) -> Option<&Layout> {
+    pub fn assumed_layout(
+        &self,
+        api_key: i16,
+        version: i16,
+        direction: Direction,
+    ) -> Option<&Layout> {
         let at = if (0..DENSE_LIMIT).contains(&api_key) {
             self.dense_assumed.get(api_key as usize)?[direction as usize]
         } else {
@@ -987,7 +995,10 @@ mod tests {
         let raw = uuid_bytes("0123abcd-ef01-2345-6789-abcdef012345").expect("canonical");
         assert_eq!(raw[..4], [0x01, 0x23, 0xab, 0xcd]);
         assert_eq!(raw[15], 0x45);
-        assert_eq!(uuid_bytes("00000000-0000-0000-0000-000000000000"), Some([0; 16]));
+        assert_eq!(
+            uuid_bytes("00000000-0000-0000-0000-000000000000"),
+            Some([0; 16])
+        );
         for odd in [
             "0123ABCD-ef01-2345-6789-abcdef012345", // upper case
             "0123abcdef01-2345-6789-abcdef012345-", // dashes elsewhere

@@ -35,7 +35,9 @@ impl Model {
     #[new]
     fn new(json: &str) -> PyResult<Self> {
         let inner = SpecModel::from_json(json).map_err(PyValueError::new_err)?;
-        Ok(Model { inner: Arc::new(inner) })
+        Ok(Model {
+            inner: Arc::new(inner),
+        })
     }
 }
 
@@ -111,7 +113,10 @@ struct HeldRow {
 
 /// A frame without its bytes: what a held row still needs (times, flags).
 fn without_payload(f: &KafkaFrame) -> KafkaFrame {
-    KafkaFrame { payload: Vec::new(), ..*f }
+    KafkaFrame {
+        payload: Vec::new(),
+        ..*f
+    }
 }
 
 #[pymethods]
@@ -210,7 +215,12 @@ impl Analyzer {
         // summaries take it back for their call. Two threads, each about half the work:
         // one turns packets into exchanges (capture, TCP, framing, correlation), this
         // one summarises them into rows, batches handed over a bounded channel.
-        let Analyzer { counters, summaries, sink, .. } = &mut *self;
+        let Analyzer {
+            counters,
+            summaries,
+            sink,
+            ..
+        } = &mut *self;
         let (result, ended, reader, session) = py.detach(move || {
             let stop = AtomicBool::new(false);
             let mut wire_counters = Counters::default();
@@ -248,7 +258,9 @@ impl Analyzer {
                 let mut result = Ok(());
                 for batch in rx.iter() {
                     if result.is_ok() {
-                        result = summaries.batch(batch, exchanges_mode).map(|b| sink.consume(b));
+                        result = summaries
+                            .batch(batch, exchanges_mode)
+                            .map(|b| sink.consume(b));
                     }
                     if result.is_err() || sink.waiting() >= max_rows {
                         stop.store(true, Ordering::Relaxed);
@@ -369,14 +381,22 @@ impl Analyzer {
     fn tls_streams(&self) -> Vec<(String, u32)> {
         let mut all = self.tls.clone();
         if let Some(session) = self.session.as_ref() {
-            all.extend(session.tls_streams().iter().map(|s| (self.capture.clone(), *s)));
+            all.extend(
+                session
+                    .tls_streams()
+                    .iter()
+                    .map(|s| (self.capture.clone(), *s)),
+            );
         }
         all
     }
 
     /// Requests waiting for a response now, by api_key (live views).
     fn open_requests(&self) -> Vec<(i16, u64)> {
-        self.session.as_ref().map(Session::open_requests).unwrap_or_default()
+        self.session
+            .as_ref()
+            .map(Session::open_requests)
+            .unwrap_or_default()
     }
 
     /// Rows (or exchanges) built and not taken yet.
@@ -394,7 +414,9 @@ impl Analyzer {
 
 impl Analyzer {
     fn source_mut(&mut self) -> &mut Option<Source> {
-        self.source.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.source
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn start(&mut self, name: String, source: Source) {
@@ -413,16 +435,24 @@ impl Analyzer {
         // The bounds that made queue_ms/inflight approximate, counted per run.
         let bounded = std::mem::take(&mut self.sink.queueing.bounded);
         if bounded.rows_forced > 0 {
-            self.counters.add("queueing_rows_forced", bounded.rows_forced);
+            self.counters
+                .add("queueing_rows_forced", bounded.rows_forced);
         }
         if bounded.answers_dropped > 0 {
-            self.counters.add("queueing_answers_dropped", bounded.answers_dropped);
+            self.counters
+                .add("queueing_answers_dropped", bounded.answers_dropped);
         }
         if bounded.connections_dropped > 0 {
-            self.counters.add("queueing_connections_dropped", bounded.connections_dropped);
+            self.counters
+                .add("queueing_connections_dropped", bounded.connections_dropped);
         }
         if let Some(session) = self.session.take() {
-            self.tls.extend(session.tls_streams().iter().map(|s| (self.capture.clone(), *s)));
+            self.tls.extend(
+                session
+                    .tls_streams()
+                    .iter()
+                    .map(|s| (self.capture.clone(), *s)),
+            );
         }
         *self.source_mut() = None;
     }
@@ -455,27 +485,52 @@ impl Summaries {
     fn batch(&mut self, batch: Vec<Exchange>, exchanges_mode: bool) -> PyResult<Vec<Summarised>> {
         let mut out = Vec::with_capacity(batch.len());
         for ex in batch {
-            let (api_name, columns) = if exchanges_mode { (None, None) } else { self.summarise(&ex)? };
-            out.push(Summarised { ex, api_name, columns });
+            let (api_name, columns) = if exchanges_mode {
+                (None, None)
+            } else {
+                self.summarise(&ex)?
+            };
+            out.push(Summarised {
+                ex,
+                api_name,
+                columns,
+            });
         }
         Ok(out)
     }
 
     fn summarise(&mut self, ex: &Exchange) -> PyResult<(Option<Arc<str>>, Option<SummaryColumns>)> {
         let (Some(key), Some(version)) = (ex.api_key, ex.api_version) else {
-            let name = if ex.kind == ExchangeKind::SaslToken { Some(crate::rows::SASL_TOKEN_API_NAME) } else { None };
+            let name = if ex.kind == ExchangeKind::SaslToken {
+                Some(crate::rows::SASL_TOKEN_API_NAME)
+            } else {
+                None
+            };
             return Ok((name.map(Arc::from), None));
         };
         let request = ex.request.as_ref().map(|f| f.payload.as_slice());
         let response = ex.response.as_ref().map(|f| f.payload.as_slice());
         // One decompression budget per frame as the Python decoder sizes it (records.py),
         // within what is left of the capture's.
-        let frame_bytes = request.map_or(0, <[u8]>::len).max(response.map_or(0, <[u8]>::len));
+        let frame_bytes = request
+            .map_or(0, <[u8]>::len)
+            .max(response.map_or(0, <[u8]>::len));
         let mut budget = Budget::for_frame(frame_bytes as u64, self.frame_budget);
         budget.remaining = budget.remaining.min(self.capture_budget_left);
         let before = budget.remaining;
-        let s = summarize(&self.model, &mut self.topics, key, version, request, response, &mut budget, &mut self.counters);
-        self.capture_budget_left = self.capture_budget_left.saturating_sub(before.saturating_sub(budget.remaining));
+        let s = summarize(
+            &self.model,
+            &mut self.topics,
+            key,
+            version,
+            request,
+            response,
+            &mut budget,
+            &mut self.counters,
+        );
+        self.capture_budget_left = self
+            .capture_budget_left
+            .saturating_sub(before.saturating_sub(budget.remaining));
         let columns = if s.defer {
             self.counters.inc("summary_deferred");
             self.summary_from_python(key, version, request, response)?
@@ -519,25 +574,25 @@ impl Summaries {
         };
         // Runs with the GIL released (see `run`): take it back for this one call.
         Python::attach(|py| {
-        let req = request.map(|b| PyBytes::new(py, b));
-        let resp = response.map(|b| PyBytes::new(py, b));
-        let got = cb.call1(py, (key, version, req, resp, self.capture.as_str()))?;
-        let t = got.bind(py).cast::<PyTuple>()?;
-        Ok(SummaryColumns {
-            error_code: t.get_item(0)?.extract()?,
-            error_name: t.get_item(1)?.extract::<Option<String>>()?.map(Arc::from),
-            error_count: t.get_item(2)?.extract()?,
-            topics: t.get_item(3)?.extract()?,
-            partitions: t.get_item(4)?.extract()?,
-            records: t.get_item(5)?.extract()?,
-            record_bytes: t.get_item(6)?.extract()?,
-            compression: t.get_item(7)?.extract()?,
-            throttle_ms: t.get_item(8)?.extract()?,
-            decode_error: t.get_item(9)?.extract()?,
-            fatal: t.get_item(10)?.extract()?,
-            extracts: t.get_item(11)?.extract()?,
-            assumed_version: t.get_item(12)?.extract()?,
-        })
+            let req = request.map(|b| PyBytes::new(py, b));
+            let resp = response.map(|b| PyBytes::new(py, b));
+            let got = cb.call1(py, (key, version, req, resp, self.capture.as_str()))?;
+            let t = got.bind(py).cast::<PyTuple>()?;
+            Ok(SummaryColumns {
+                error_code: t.get_item(0)?.extract()?,
+                error_name: t.get_item(1)?.extract::<Option<String>>()?.map(Arc::from),
+                error_count: t.get_item(2)?.extract()?,
+                topics: t.get_item(3)?.extract()?,
+                partitions: t.get_item(4)?.extract()?,
+                records: t.get_item(5)?.extract()?,
+                record_bytes: t.get_item(6)?.extract()?,
+                compression: t.get_item(7)?.extract()?,
+                throttle_ms: t.get_item(8)?.extract()?,
+                decode_error: t.get_item(9)?.extract()?,
+                fatal: t.get_item(10)?.extract()?,
+                extracts: t.get_item(11)?.extract()?,
+                assumed_version: t.get_item(12)?.extract()?,
+            })
         })
     }
 }
@@ -557,7 +612,12 @@ impl RowSink {
     }
 
     fn consume(&mut self, batch: Vec<Summarised>) {
-        for Summarised { ex, api_name, columns } in batch {
+        for Summarised {
+            ex,
+            api_name,
+            columns,
+        } in batch
+        {
             if self.exchanges_mode {
                 self.exchanges.push((self.capture.clone(), ex));
                 continue;
@@ -599,7 +659,8 @@ impl RowSink {
             }
             _ => {
                 let q = self.queueing.take(ex.stream, ex.seq, &timing);
-                self.rows.push(&self.capture, ex, api_name.as_deref(), columns.as_ref(), q);
+                self.rows
+                    .push(&self.capture, ex, api_name.as_deref(), columns.as_ref(), q);
             }
         }
         self.take_held(ex.stream, false);
@@ -609,7 +670,13 @@ impl RowSink {
         let mut ready = std::mem::take(&mut self.ready);
         self.queueing.drain(stream, all, &mut ready);
         for (h, q) in ready.drain(..) {
-            self.rows.push(&self.capture, &h.ex, h.api_name.as_deref(), h.columns.as_ref(), q);
+            self.rows.push(
+                &self.capture,
+                &h.ex,
+                h.api_name.as_deref(),
+                h.columns.as_ref(),
+                q,
+            );
             self.rows.set_last_sizes(h.sizes.0, h.sizes.1);
         }
         self.ready = ready;
@@ -641,16 +708,32 @@ fn bitmap<'py>(py: Python<'py>, bits: Option<Vec<u8>>) -> Option<Bound<'py, PyBy
     bits.map(|b| PyBytes::new(py, &b))
 }
 
-fn put_i64(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &Nullable<i64>) -> PyResult<()> {
+fn put_i64(
+    py: Python<'_>,
+    out: &Bound<'_, PyDict>,
+    name: &str,
+    col: &Nullable<i64>,
+) -> PyResult<()> {
     let values: Vec<u8> = col.values.iter().flat_map(|v| v.to_le_bytes()).collect();
     let (bits, nulls) = validity(&col.valid);
-    out.set_item(name, ("i64", PyBytes::new(py, &values), bitmap(py, bits), nulls))
+    out.set_item(
+        name,
+        ("i64", PyBytes::new(py, &values), bitmap(py, bits), nulls),
+    )
 }
 
-fn put_f64(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &Nullable<f64>) -> PyResult<()> {
+fn put_f64(
+    py: Python<'_>,
+    out: &Bound<'_, PyDict>,
+    name: &str,
+    col: &Nullable<f64>,
+) -> PyResult<()> {
     let values: Vec<u8> = col.values.iter().flat_map(|v| v.to_le_bytes()).collect();
     let (bits, nulls) = validity(&col.valid);
-    out.set_item(name, ("f64", PyBytes::new(py, &values), bitmap(py, bits), nulls))
+    out.set_item(
+        name,
+        ("f64", PyBytes::new(py, &values), bitmap(py, bits), nulls),
+    )
 }
 
 fn i32_bytes(values: impl Iterator<Item = i32>) -> Vec<u8> {
@@ -666,7 +749,10 @@ fn words<'py>(py: Python<'py>, words: &[String]) -> (Bound<'py, PyBytes>, Bound<
         data.extend_from_slice(w.as_bytes());
         offsets.push(i32::try_from(data.len()).unwrap_or(i32::MAX));
     }
-    (PyBytes::new(py, &i32_bytes(offsets.into_iter())), PyBytes::new(py, &data))
+    (
+        PyBytes::new(py, &i32_bytes(offsets.into_iter())),
+        PyBytes::new(py, &data),
+    )
 }
 
 fn put_dict(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &Dict) -> PyResult<()> {
@@ -674,7 +760,14 @@ fn put_dict(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &Dict) -> 
     let (bits, nulls) = validity(&valid);
     let indices = i32_bytes(col.indices.iter().map(|i| (*i).max(0)));
     let (w_offsets, w_data) = words(py, &col.words);
-    let t = ("dict", PyBytes::new(py, &indices), bitmap(py, bits), nulls, w_offsets, w_data);
+    let t = (
+        "dict",
+        PyBytes::new(py, &indices),
+        bitmap(py, bits),
+        nulls,
+        w_offsets,
+        w_data,
+    );
     out.set_item(name, t)
 }
 
@@ -714,14 +807,28 @@ fn frame_tuple<'py>(py: Python<'py>, f: &KafkaFrame) -> PyResult<Bound<'py, PyTu
             f.last_ts_ns.into_pyobject(py)?.into_any(),
             f.first_frame.into_pyobject(py)?.into_any(),
             f.last_frame.into_pyobject(py)?.into_any(),
-            pyo3::types::PyBool::new(py, f.after_gap).to_owned().into_any(),
+            pyo3::types::PyBool::new(py, f.after_gap)
+                .to_owned()
+                .into_any(),
         ],
     )
 }
 
-fn exchange_tuple<'py>(py: Python<'py>, capture: &str, ex: &Exchange) -> PyResult<Bound<'py, PyTuple>> {
-    let request = ex.request.as_ref().map(|f| frame_tuple(py, f)).transpose()?;
-    let response = ex.response.as_ref().map(|f| frame_tuple(py, f)).transpose()?;
+fn exchange_tuple<'py>(
+    py: Python<'py>,
+    capture: &str,
+    ex: &Exchange,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let request = ex
+        .request
+        .as_ref()
+        .map(|f| frame_tuple(py, f))
+        .transpose()?;
+    let response = ex
+        .response
+        .as_ref()
+        .map(|f| frame_tuple(py, f))
+        .transpose()?;
     PyTuple::new(
         py,
         [

@@ -78,7 +78,12 @@ impl LongPollRule {
             return (Some(&self.data), Some(latency));
         }
         // A zero or negative bound is no wait to subtract: unknown.
-        let wait = r.extracts.get(self.slot).copied().flatten().filter(|w| *w > 0);
+        let wait = r
+            .extracts
+            .get(self.slot)
+            .copied()
+            .flatten()
+            .filter(|w| *w > 0);
         let empty_poll = match wait {
             Some(w) => latency >= self.wait_share * w as f64,
             // Brokers answer errors at once: an empty answer without one waited.
@@ -118,7 +123,13 @@ struct Conn<T> {
 
 impl<T> Default for Conn<T> {
     fn default() -> Self {
-        Conn { next_seq: 0, held: BTreeMap::new(), busy_until: None, answers: BinaryHeap::new(), never: 0 }
+        Conn {
+            next_seq: 0,
+            held: BTreeMap::new(),
+            busy_until: None,
+            answers: BinaryHeap::new(),
+            never: 0,
+        }
     }
 }
 
@@ -137,7 +148,8 @@ impl<T> Conn<T> {
                 }
                 self.answers.pop();
             }
-            q.inflight = Some(i64::try_from(self.answers.len() as u64 + self.never).unwrap_or(i64::MAX));
+            q.inflight =
+                Some(i64::try_from(self.answers.len() as u64 + self.never).unwrap_or(i64::MAX));
             let wait = self.busy_until.map_or(0, |b| b.saturating_sub(sent).max(0));
             q.queue_ms = Some(wait as f64 / 1_000_000.0);
         }
@@ -177,7 +189,10 @@ pub struct Queueing<T> {
 
 impl<T> Default for Queueing<T> {
     fn default() -> Self {
-        Queueing { conns: BTreeMap::new(), bounded: Bounded::default() }
+        Queueing {
+            conns: BTreeMap::new(),
+            bounded: Bounded::default(),
+        }
     }
 }
 
@@ -187,7 +202,10 @@ fn conn_in<'a, T>(
     stream: u32,
 ) -> &'a mut Conn<T> {
     if !conns.contains_key(&stream) && conns.len() >= MAX_CONNECTIONS {
-        let idle = conns.iter().find(|(_, c)| c.held.is_empty()).map(|(k, _)| *k);
+        let idle = conns
+            .iter()
+            .find(|(_, c)| c.held.is_empty())
+            .map(|(k, _)| *k);
         if let Some(k) = idle {
             conns.remove(&k);
             bounded.connections_dropped += 1;
@@ -211,7 +229,9 @@ impl<T> Queueing<T> {
 
     /// Keep a row until its earlier requests are taken (`drain` hands it back).
     pub fn hold(&mut self, stream: u32, seq: u64, t: Timing, row: T) {
-        conn_in(&mut self.conns, &mut self.bounded, stream).held.insert(seq, (t, row));
+        conn_in(&mut self.conns, &mut self.bounded, stream)
+            .held
+            .insert(seq, (t, row));
     }
 
     /// Held rows of `stream` whose turn has come (all of them when `all`), in order.
@@ -237,6 +257,10 @@ impl<T> Queueing<T> {
 
     /// Streams with held rows (the capture's end takes them all).
     pub fn held_streams(&self) -> Vec<u32> {
-        self.conns.iter().filter(|(_, c)| !c.held.is_empty()).map(|(k, _)| *k).collect()
+        self.conns
+            .iter()
+            .filter(|(_, c)| !c.held.is_empty())
+            .map(|(k, _)| *k)
+            .collect()
     }
 }

@@ -106,7 +106,10 @@ pub struct DictList {
 
 impl Default for DictList {
     fn default() -> Self {
-        DictList { offsets: vec![0], items: Dict::default() }
+        DictList {
+            offsets: vec![0],
+            items: Dict::default(),
+        }
     }
 }
 
@@ -211,7 +214,12 @@ fn ms(ns: Ts) -> f64 {
 
 /// "; "-join of the notes present.
 pub fn join_notes(notes: &[Option<&str>]) -> Option<String> {
-    let present: Vec<&str> = notes.iter().flatten().copied().filter(|s| !s.is_empty()).collect();
+    let present: Vec<&str> = notes
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|s| !s.is_empty())
+        .collect();
     if present.is_empty() {
         None
     } else {
@@ -221,9 +229,10 @@ pub fn join_notes(notes: &[Option<&str>]) -> Option<String> {
 
 impl RowBuilder {
     pub fn new(extract_columns: usize) -> Self {
-        let mut b = RowBuilder::default();
-        b.extracts = (0..extract_columns).map(|_| Nullable::default()).collect();
-        b
+        RowBuilder {
+            extracts: (0..extract_columns).map(|_| Nullable::default()).collect(),
+            ..RowBuilder::default()
+        }
     }
 
     /// Push the row of one exchange. `api_name` is the spec model's name of its key
@@ -255,7 +264,8 @@ impl RowBuilder {
         self.broker_ip.push_address(ex.broker.0);
         self.broker_port.push(Some(i64::from(ex.broker.1)));
         self.request_time.push(req_done);
-        self.response_time.push(ex.response.as_ref().map(|f| f.last_ts_ns));
+        self.response_time
+            .push(ex.response.as_ref().map(|f| f.last_ts_ns));
         self.latency_ms.push(latency);
         self.first_byte_ms.push(first_byte);
         self.api_key.push(ex.api_key.map(i64::from));
@@ -263,11 +273,17 @@ impl RowBuilder {
         self.api_version.push(ex.api_version.map(i64::from));
         self.correlation_id.push(ex.correlation_id.map(i64::from));
         self.client_id.push(ex.client_id.as_deref());
-        self.request_size.push(ex.request.as_ref().map(|f| f.wire_size() as i64));
-        self.response_size.push(ex.response.as_ref().map(|f| f.wire_size() as i64));
+        self.request_size
+            .push(ex.request.as_ref().map(|f| f.wire_size() as i64));
+        self.response_size
+            .push(ex.response.as_ref().map(|f| f.wire_size() as i64));
 
         let mut status = base_status(ex.kind);
-        let malformed_note = if ex.kind == ExchangeKind::Malformed { ex.note.as_deref() } else { None };
+        let malformed_note = if ex.kind == ExchangeKind::Malformed {
+            ex.note.as_deref()
+        } else {
+            None
+        };
         let mut flags: Vec<&str> = Vec::new();
         if after_gap {
             flags.push(CAPTURE_GAP);
@@ -307,7 +323,11 @@ impl RowBuilder {
                 self.record_bytes.push(s.record_bytes);
                 self.compression.push(s.compression.as_deref());
                 self.throttle_ms.push(s.throttle_ms);
-                let note = if ex.kind == ExchangeKind::Malformed { None } else { ex.note.as_deref() };
+                let note = if ex.kind == ExchangeKind::Malformed {
+                    None
+                } else {
+                    ex.note.as_deref()
+                };
                 let joined = join_notes(&[malformed_note, note, s.decode_error.as_deref()]);
                 self.decode_error.push(joined.as_deref());
                 for (i, col) in self.extracts.iter_mut().enumerate() {
@@ -339,7 +359,10 @@ impl RowBuilder {
     /// Sizes of the last row pushed, for a row whose frames were emptied while it waited
     /// for its turn (`queueing`).
     pub fn set_last_sizes(&mut self, request: Option<i64>, response: Option<i64>) {
-        if let (Some(r), Some(s)) = (self.request_size.values.last_mut(), self.response_size.values.last_mut()) {
+        if let (Some(r), Some(s)) = (
+            self.request_size.values.last_mut(),
+            self.response_size.values.last_mut(),
+        ) {
             *r = request.unwrap_or_default();
             *s = response.unwrap_or_default();
         }
@@ -391,7 +414,12 @@ impl RowBuilder {
         for e in &mut self.extracts {
             e.reserve(rows);
         }
-        for f in [&mut self.latency_ms, &mut self.first_byte_ms, &mut self.service_ms, &mut self.queue_ms] {
+        for f in [
+            &mut self.latency_ms,
+            &mut self.first_byte_ms,
+            &mut self.service_ms,
+            &mut self.queue_ms,
+        ] {
             f.reserve(rows);
         }
     }

@@ -845,7 +845,11 @@ fn skip_tags(model: &Model, tagged: &[u32], cur: &mut Cur<'_>, depth: usize) -> 
 /// side no layout describes (`Unsupported::text`).
 enum Start<'m> {
     /// `key`: the side's own (api_key, version), as its decoder reads them.
-    Body { layout: &'m Layout, at: usize, key: (i16, i16) },
+    Body {
+        layout: &'m Layout,
+        at: usize,
+        key: (i16, i16),
+    },
     Unsupported(NoSpec),
 }
 
@@ -886,7 +890,11 @@ fn request_start<'m>(model: &'m Model, buf: &[u8]) -> R<Start<'m>> {
             };
         }
     }
-    Ok(Start::Body { layout, at: cur.p, key: (api_key, version) })
+    Ok(Start::Body {
+        layout,
+        at: cur.p,
+        key: (api_key, version),
+    })
 }
 
 /// The response's layout and body start (`messages.decode_response`, its ApiVersions rule).
@@ -921,7 +929,11 @@ fn response_start<'m>(
             };
         }
     }
-    Ok(Start::Body { layout, at: cur.p, key: (api_key, api_version) })
+    Ok(Start::Body {
+        layout,
+        at: cur.p,
+        key: (api_key, api_version),
+    })
 }
 
 fn header_tags(cur: &mut Cur<'_>) -> R<()> {
@@ -1022,21 +1034,49 @@ pub fn summarize(
     // (learnt after the request's walk: ids only resolve in `combine`).
     let mut resp = response.map(|buf| {
         let start = response_start(model, buf, api_key, api_version);
-        side(model, start, buf, &mut resp_scan, budget, counters, &mut extracts)
+        side(
+            model,
+            start,
+            buf,
+            &mut resp_scan,
+            budget,
+            counters,
+            &mut extracts,
+        )
     });
     let mut req = request.map(|buf| {
         let start = request_start(model, buf);
-        side(model, start, buf, &mut req_scan, budget, counters, &mut extracts)
+        side(
+            model,
+            start,
+            buf,
+            &mut req_scan,
+            budget,
+            counters,
+            &mut extracts,
+        )
     });
     // settle_assumed: when a side's version is unknown to specs that know its key, a
     // side decoded by an assumed layout is taken back to unsupported too.
-    let newer_side = [&resp, &req]
-        .into_iter()
-        .flatten()
-        .any(|o| matches!(o, Outcome::Unsupported(NoSpec { key_known: true, .. })));
+    let newer_side = [&resp, &req].into_iter().flatten().any(|o| {
+        matches!(
+            o,
+            Outcome::Unsupported(NoSpec {
+                key_known: true,
+                ..
+            })
+        )
+    });
     let mut assumed = None;
-    for (outcome, dir) in [(&mut resp, Direction::Response), (&mut req, Direction::Request)] {
-        if let Some(Outcome::Clean { assumed: Some(version), key }) = outcome {
+    for (outcome, dir) in [
+        (&mut resp, Direction::Response),
+        (&mut req, Direction::Request),
+    ] {
+        if let Some(Outcome::Clean {
+            assumed: Some(version),
+            key,
+        }) = outcome
+        {
             if !newer_side {
                 assumed = Some(i64::from(*version));
                 continue;
@@ -1044,13 +1084,19 @@ pub fn summarize(
             let (side_key, side_version) = *key;
             *outcome = Some(match &model.unsupported {
                 Some(u) => Outcome::Unsupported(u.describe(side_key, side_version, dir)),
-                None => Outcome::Stop { stop: Stop("unsupported_version"), decoded: false },
+                None => Outcome::Stop {
+                    stop: Stop("unsupported_version"),
+                    decoded: false,
+                },
             });
             clear_extracts(model, dir, &mut extracts);
         }
     }
     // Python learns from a response it decoded without error (trailing bytes are not one).
-    let learn = matches!(resp, Some(Outcome::Clean { .. } | Outcome::Stop { decoded: true, .. }));
+    let learn = matches!(
+        resp,
+        Some(Outcome::Clean { .. } | Outcome::Stop { decoded: true, .. })
+    );
     if learn && model.is_id_source(api_key) {
         for (id, name) in resp_scan.learned.drain(..) {
             topics.learn(id, name, counters);
@@ -1094,7 +1140,10 @@ pub fn summarize(
 /// How one side of a pair decoded.
 enum Outcome {
     /// As Python would, without error; `assumed`: by a newer version's layout.
-    Clean { assumed: Option<i16>, key: (i16, i16) },
+    Clean {
+        assumed: Option<i16>,
+        key: (i16, i16),
+    },
     /// No layout describes it (or an assumed one did not fit).
     Unsupported(NoSpec),
     /// Anything else Python would report: the pair is deferred for its words.
@@ -1122,7 +1171,12 @@ fn side<'a>(
     extracts: &mut [Option<i64>],
 ) -> Outcome {
     let (layout, at, key) = match start {
-        Err(stop) => return Outcome::Stop { stop, decoded: false },
+        Err(stop) => {
+            return Outcome::Stop {
+                stop,
+                decoded: false,
+            }
+        }
         Ok(Start::Unsupported(no_spec)) => return Outcome::Unsupported(no_spec),
         Ok(Start::Body { layout, at, key }) => (layout, at, key),
     };
@@ -1138,7 +1192,10 @@ fn side<'a>(
                 clear_extracts(model, layout.direction, extracts);
                 Outcome::Unsupported(u.describe(api_key, api_version, layout.direction))
             }
-            None => Outcome::Stop { stop, decoded: false },
+            None => Outcome::Stop {
+                stop,
+                decoded: false,
+            },
         },
     }
 }
@@ -1170,7 +1227,9 @@ fn is_assumed(model: &Model, layout: &Layout, api_key: i16, api_version: i16) ->
     model
         .assumed_layout(api_key, api_version, layout.direction)
         .is_some_and(|a| std::ptr::eq(a, layout))
-        && model.layout(api_key, api_version, layout.direction).is_none()
+        && model
+            .layout(api_key, api_version, layout.direction)
+            .is_none()
 }
 
 fn combine(
@@ -1186,7 +1245,11 @@ fn combine(
         ..Default::default()
     };
     // The distinct names, borrowed where they can be until the end.
-    let found = [req, resp].into_iter().flatten().map(|s| s.topics.len() + 2).sum::<usize>();
+    let found = [req, resp]
+        .into_iter()
+        .flatten()
+        .map(|s| s.topics.len() + 2)
+        .sum::<usize>();
     let mut picked: Vec<Cow<'_, str>> = Vec::with_capacity(found.min(MAX_TOPICS));
     let mut seen: Option<HashSet<Cow<'_, str>>> = None; // built past SMALL names
     let mut truncated = false;
@@ -1204,7 +1267,10 @@ fn combine(
             .filter(|c| !settled.is_some_and(|r| r.topics.contains(c)))
             .map(|c| resolve(names, c));
         let tops = [&scan.top_topic, &scan.top_topic_name];
-        let tops = tops.into_iter().flatten().map(|t| Cow::Borrowed(t.as_str()));
+        let tops = tops
+            .into_iter()
+            .flatten()
+            .map(|t| Cow::Borrowed(t.as_str()));
         for name in found.chain(tops) {
             let known = match &seen {
                 Some(set) => set.contains(&name),
@@ -1333,7 +1399,9 @@ mod tests {
         let raw = [0xab; 16];
         let text = uuid_text(&raw);
         let (a, b) = (Word::Uuid(raw), Word::Str(Cow::Owned(text.clone())));
-        assert!(a == b && b == a);
+        // Both directions: the Uuid/Str comparison is written out per side.
+        assert!(a == b);
+        assert!(b == a);
         assert!(Word::Uuid([0xac; 16]) != b);
         assert!(Word::Str(Cow::Borrowed("x")) != a);
         let set: HashSet<Word<'_>> = [a.clone()].into_iter().collect();

@@ -237,7 +237,13 @@ pub trait Versions {
     /// An integer field at the top level of a request body (`body` starts after the
     /// request header, header tagged fields included), read by walking the layout; None
     /// when the layout or the bytes do not allow it. Correlation reads Produce's `acks`.
-    fn request_int_field(&self, _api_key: i16, _version: i16, _body: &[u8], _field: &str) -> Option<i64> {
+    fn request_int_field(
+        &self,
+        _api_key: i16,
+        _version: i16,
+        _body: &[u8],
+        _field: &str,
+    ) -> Option<i64> {
         None
     }
 }

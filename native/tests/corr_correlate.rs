@@ -334,7 +334,11 @@ fn heuristic_pairs_a_newer_request_with_its_answer_instead_of_reading_the_answer
         let mut c = Counters::default();
         let frames = [newer.clone(), request_like_response(0), r(1), a(1)];
         let out = run_opened(&mut correlator(true), &mut c, &frames, odd, syn_seen);
-        assert_eq!(kinds(&out), vec![(Pair, Some(0)), (Pair, Some(1))], "{syn_seen}");
+        assert_eq!(
+            kinds(&out),
+            vec![(Pair, Some(0)), (Pair, Some(1))],
+            "{syn_seen}"
+        );
         assert!(out.iter().all(|e| e.broker == odd && e.client == client()));
         assert_eq!(c.get("unsupported_version_requests"), 1);
         assert_eq!(c.get("orphan_responses"), 0);
@@ -347,7 +351,10 @@ fn heuristic_takes_no_request_from_the_responder_when_the_syn_was_seen() {
     let mut c = Counters::default();
     let frames = [request_like_response(0), r(1), a(1)];
     let out = run_on(&mut correlator(true), &mut c, &frames, odd);
-    assert_eq!(kinds(&out), vec![(OrphanResponse, Some(0)), (Pair, Some(1))]);
+    assert_eq!(
+        kinds(&out),
+        vec![(OrphanResponse, Some(0)), (Pair, Some(1))]
+    );
     assert_eq!(out[1].broker, odd);
 }
 
@@ -356,8 +363,17 @@ fn heuristic_mid_stream_still_settles_on_the_first_plausible_request() {
     // Without the handshake either side may be the client: the old rule stands.
     let odd = ep(2, 36333);
     let mut c = Counters::default();
-    let out = run_opened(&mut correlator(true), &mut c, &[a(0), r(1), a(1)], odd, false);
-    assert_eq!(kinds(&out), vec![(OrphanResponse, Some(0)), (Pair, Some(1))]);
+    let out = run_opened(
+        &mut correlator(true),
+        &mut c,
+        &[a(0), r(1), a(1)],
+        odd,
+        false,
+    );
+    assert_eq!(
+        kinds(&out),
+        vec![(OrphanResponse, Some(0)), (Pair, Some(1))]
+    );
     assert_eq!(c.get("kafka_found_by_heuristic"), 1);
 }
 

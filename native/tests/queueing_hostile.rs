@@ -5,7 +5,12 @@
 use _core::queueing::{Queueing, Timing, MAX_ANSWERS, MAX_HELD_ROWS};
 
 fn answered(request: i64, response: i64) -> Timing {
-    Timing { request: Some(request), response: Some(response), throttle_ms: None, waits: true }
+    Timing {
+        request: Some(request),
+        response: Some(response),
+        throttle_ms: None,
+        waits: true,
+    }
 }
 
 #[test]
@@ -27,13 +32,15 @@ fn rows_waiting_past_the_bound_are_taken_and_counted() {
             assert!(out.is_empty(), "row {seq} taken before the bound");
         }
     }
-    assert_eq!(q.bounded.rows_forced, 1, "one row skipped the missing request");
+    assert_eq!(
+        q.bounded.rows_forced, 1,
+        "one row skipped the missing request"
+    );
     let order: Vec<u64> = out.iter().map(|(row, _)| *row).collect();
     assert_eq!(order, (1..=n).collect::<Vec<_>>(), "every row, in order");
     // The missing request stays unanswered: nothing else is in flight after the flush.
     assert_eq!(out.last().map(|(_, q)| q.inflight), Some(Some(0)));
 }
-
 
 #[test]
 fn response_times_past_the_bound_are_forgotten_and_counted() {

@@ -660,7 +660,15 @@ fn layouts_are_found_by_exact_numbers_also_outside_the_dense_tables() {
     }
     let req = Direction::Request;
     assert!(model.layout(7, 1, Direction::Response).is_none());
-    for (k, v) in [(7, 2), (7, 4), (1500, 1), (8, 1999), (9, -2), (-7, 0), (i16::MAX, i16::MAX)] {
+    for (k, v) in [
+        (7, 2),
+        (7, 4),
+        (1500, 1),
+        (8, 1999),
+        (9, -2),
+        (-7, 0),
+        (i16::MAX, i16::MAX),
+    ] {
         assert!(model.layout(k, v, req).is_none(), "{k} v{v}");
     }
     assert_eq!(model.assumed_layout(7, 9, req).map(|l| l.version), Some(3));
@@ -729,6 +737,9 @@ fn fixed_members_skipped_together_leave_the_read_ones_in_place() {
     for cut in 4..resp.len() {
         let (s, _) = run(&model, &mut names, 5, 0, Some(&req), Some(&resp[..cut]));
         let reason = s.defer_reason;
-        assert!(matches!(reason, Some("short" | "array_count")), "cut at {cut}: {reason:?}");
+        assert!(
+            matches!(reason, Some("short" | "array_count")),
+            "cut at {cut}: {reason:?}"
+        );
     }
 }

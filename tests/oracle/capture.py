@@ -68,8 +68,6 @@ class Packet:
     missing: int = 0  # payload bytes the IP length announces but the snaplen cut off
 
 
-
-
 PacketSource = Iterable[Packet]
 """Anything yielding ``Packet`` in capture order: a file reader or a live capture."""
 

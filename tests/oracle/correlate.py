@@ -60,7 +60,6 @@ MAX_HELD_FRAMES = 16
 MAX_PROBED_VERSION = 128
 
 
-
 @dataclass(slots=True)
 class _Open:
     frame: KafkaFrame

@@ -44,8 +44,6 @@ _REJECTIONS = ("bad_frame_size", "resync_skipped_bytes")
 _TLS_CONTENT_TYPES = frozenset((0x14, 0x15, 0x16, 0x17))
 
 
-
-
 StartCheck = Callable[[bytes, int], bool]
 """Is ``buf[0:]`` a plausible frame start, given the bytes available (second arg)?"""
 

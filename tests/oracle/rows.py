@@ -27,7 +27,6 @@ from dissector.stages import is_fatal as _is_fatal
 SASL_TOKEN_API_NAME = "SaslToken"
 
 
-
 _BASE_STATUS = {
     PAIR: "ok",
     NO_RESPONSE: "no_response",
