@@ -16,7 +16,7 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-use crate::capture::{decode_link, open_path, PacketReader};
+use crate::capture::{open_path, LinkDecoder, PacketReader};
 use crate::model::Model as SpecModel;
 use crate::queueing::{LongPollRule, Queued, Queueing, Timing};
 use crate::records::Budget;
@@ -43,7 +43,7 @@ impl Model {
 
 enum Source {
     Reader(PacketReader),
-    Live { frame: u64 },
+    Live { frame: u64, decoder: LinkDecoder },
 }
 
 /// Options of one analysis run, as `pipeline.Options` gives them.
@@ -197,7 +197,13 @@ impl Analyzer {
 
     /// Start a live source: frames arrive through `feed_link`.
     fn open_live(&mut self, name: String) {
-        self.start(name, Source::Live { frame: 0 });
+        self.start(
+            name,
+            Source::Live {
+                frame: 0,
+                decoder: LinkDecoder::default(),
+            },
+        );
     }
 
     /// Run the open capture until at least `max_rows` rows (or exchanges) are waiting or
@@ -285,7 +291,11 @@ impl Analyzer {
 
     /// One link-layer frame of a live source (pcapy's header time and bytes).
     fn feed_link(&mut self, linktype: u32, ts_ns: Ts, data: &[u8]) -> PyResult<()> {
-        let Some(Source::Live { frame }) = self.source_mut().as_mut() else {
+        // Taken out while the frame is decoded: its packet may borrow the decoder's
+        // reassembled datagram while the session and counters are used.
+        let mut source = self.source_mut().take();
+        let Some(Source::Live { frame, decoder }) = source.as_mut() else {
+            *self.source_mut() = source;
             return Err(PyRuntimeError::new_err("no live source is open"));
         };
         *frame += 1;
@@ -293,17 +303,23 @@ impl Analyzer {
         self.counters.inc("frames");
         self.counters.add("bytes_read", data.len() as u64);
         let mut out = Vec::new();
-        if let Some(pkt) = decode_link(linktype, ts_ns, n, data, &mut self.counters) {
+        if let Some(pkt) = decoder.decode_link(linktype, ts_ns, n, data, &mut self.counters) {
             if let Some(session) = self.session.as_mut() {
                 session.packet(&pkt, &mut self.counters, &mut out);
             }
         }
+        *self.source_mut() = source;
         self.consume_here(out)
     }
 
     /// End the open source (live: open requests become unanswered).
     fn finish(&mut self) -> PyResult<()> {
         let mut out = Vec::new();
+        let mut source = self.source_mut().take();
+        if let Some(Source::Live { decoder, .. }) = source.as_mut() {
+            decoder.finish(&mut self.counters);
+        }
+        *self.source_mut() = source;
         if let Some(session) = self.session.as_mut() {
             session.finish(&mut self.counters, &mut out);
         }
