@@ -427,11 +427,27 @@ def _numbers(name: str, column: pa.ChunkedArray, dtype_name: str) -> Any:
 
     dtype = pd.api.types.pandas_dtype(dtype_name)
     if isinstance(dtype, pd.ArrowDtype):
-        typed = column if column.type == dtype.pyarrow_dtype else column.cast(dtype.pyarrow_dtype)
+        typed = column if column.type == dtype.pyarrow_dtype else _saturated(column, dtype)
         return pd.arrays.ArrowExtensionArray(typed)
     if column.null_count:
         raise ValueError(f"column {name!r} holds nulls, its dtype {dtype_name} has none")
     return column.cast(pa.from_numpy_dtype(dtype)).to_numpy()
+
+
+def _saturated(column: pa.ChunkedArray, dtype: pd.ArrowDtype) -> pa.ChunkedArray:
+    """Cast to a narrower integer type, values past its range held at its bounds: only a
+    hostile frame gets there (record counts summed from forged batch headers, already
+    flagged in decode_error), and one such pair must not fail the whole table."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    target = dtype.pyarrow_dtype
+    if pa.types.is_integer(target) and pa.types.is_integer(column.type):
+        info = np.iinfo(target.to_pandas_dtype())
+        low = pc.max_element_wise(column, int(info.min), skip_nulls=False)  # nulls stay null
+        column = pc.min_element_wise(low, int(info.max), skip_nulls=False)
+    return column.cast(target)
 
 
 def _category(column: pa.ChunkedArray) -> pd.Categorical:
