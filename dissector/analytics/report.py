@@ -919,27 +919,29 @@ def partition_throughput(parts: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def lag_summary(parts: pd.DataFrame) -> pd.DataFrame:
-    """``partitions.consumer_lag`` per (capture, group, client, partition): the lag at
-    the latest Fetch, the largest lag in offsets and in time, and how many Fetches."""
-    import pandas as pd
+NO_GROUP_OFFSETS = (
+    "No consumer group offsets (OffsetCommit, OffsetFetch, TxnOffsetCommit) in this capture."
+)
 
-    from dissector.analytics.partitions import consumer_lag
 
-    lag = consumer_lag(parts)
-    keys = ["capture", "group_id", "client_id", "topic", "partition"]
-    if lag.empty:
-        return pd.DataFrame(
-            columns=[*keys, "fetches", "latest_lag_offsets", "max_lag_offsets", "max_lag_ms"]
-        )
-    grouped = lag.sort_values("time").groupby(keys, dropna=False, sort=True)
-    out = grouped.agg(
-        fetches=("lag_offsets", "size"),
-        latest_lag_offsets=("lag_offsets", "last"),
-        max_lag_offsets=("lag_offsets", "max"),
-        max_lag_ms=("lag_ms", "max"),
-    ).reset_index()
-    return out.sort_values(["max_lag_offsets", *keys], ascending=[False, *[True] * len(keys)])
+def lag_summary(parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = None) -> pd.DataFrame:
+    """``lag.lag_at_end``: committed lag per (capture, group, topic, partition) at the end
+    of the capture (``end`` per capture), the largest first and unknown lag last."""
+    from dissector.analytics.lag import GROUP_KEYS, lag_at_end
+
+    out = lag_at_end(parts, end)
+    return out.sort_values(
+        ["lag", "time_lag_ms", *GROUP_KEYS],
+        ascending=[False, False, *[True] * len(GROUP_KEYS)],
+        na_position="last",
+        kind="stable",
+    )
+
+
+def _capture_ends(df: pd.DataFrame) -> dict[str, pd.Timestamp]:
+    """The latest request or response time of each capture's pairs."""
+    latest = df[["request_time", "response_time"]].max(axis=1)
+    return {str(k): v for k, v in latest.groupby(df["capture"]).max().dropna().items()}
 
 
 def produce_to_fetch_summary(parts: pd.DataFrame) -> pd.DataFrame:
@@ -979,15 +981,15 @@ def _partitions(df: pd.DataFrame) -> Section:
     empty_parts = pd.DataFrame(columns=["capture", "topic", "partition"])
     none = NOT_COLLECTED if parts is None else None
     traffic = partition_throughput(parts) if parts is not None else empty_parts
-    lag = lag_summary(parts) if parts is not None else empty_parts
+    lag = lag_summary(parts, _capture_ends(df)) if parts is not None else empty_parts
     p2f = produce_to_fetch_summary(parts) if parts is not None else empty_parts
     return Section(
         id="partitions",
         title="Partitions",
         intro="From the decoded bodies of Produce, Fetch, ShareFetch, ListOffsets, "
         "OffsetCommit and OffsetFetch (dissector.partitions, one row per pair and "
-        "partition); the tables below are its throughput, consumer_lag and "
-        "produce_to_fetch.",
+        "partition); the tables below are its throughput, the consumer lag of "
+        "dissector.analytics.lag and produce_to_fetch.",
         blocks=(
             frame_table(
                 "partition-throughput",
@@ -1013,25 +1015,37 @@ def _partitions(df: pd.DataFrame) -> Section:
             ),
             frame_table(
                 "consumer-lag",
-                "Consumer lag per client and partition",
+                "Consumer lag per group and partition, at the end of the capture",
                 lag,
                 (
                     *_capture_column(lag),
                     ("group_id", "group id", fmt_text, False),
-                    ("client_id", "client id", fmt_text, False),
                     ("topic", "topic", fmt_text, False),
                     ("partition", "partition", fmt_int, True),
-                    ("fetches", "fetches", fmt_int, True),
-                    ("latest_lag_offsets", "latest lag (offsets)", fmt_int, True),
-                    ("max_lag_offsets", "max lag (offsets)", fmt_int, True),
-                    ("max_lag_ms", "max lag ms", fmt_ms, True),
+                    ("lag", "lag (offsets)", fmt_int, True),
+                    ("time_lag_ms", "time lag ms", fmt_ms, True),
+                    ("committed_offset", "committed", fmt_int, True),
+                    ("committed_age_ms", "commit age ms", fmt_ms, True),
+                    ("log_end_offset", "log end", fmt_int, True),
+                    ("log_end_age_ms", "log-end age ms", fmt_ms, True),
+                    ("position_lag", "position lag", fmt_int, True),
+                    ("position_age_ms", "fetch age ms", fmt_ms, True),
+                    ("note", "note", fmt_text, False),
                 ),
-                empty=none or "No Fetch with a fetch offset and high watermark in this capture.",
+                empty=none or NO_GROUP_OFFSETS,
                 limit=PER_API_ROW_LIMIT,
-                note="Lag at each Fetch: high watermark minus fetch offset (offsets), and the "
-                "Fetch's time minus the time of the Produce that wrote the fetch offset (ms; "
-                "– when that Produce is not in the capture). latest: at the client's last "
-                "Fetch. group id: the group the client's own offset commits/fetches name.",
+                note="Largest lag first. lag: what kafka-consumer-groups --describe calls "
+                "LAG, the partition's log-end offset minus the group's committed offset, "
+                "each the newest seen (log end: Produce response's last offset + 1, Fetch "
+                "high watermark, ListOffsets latest; committed: OffsetCommit answered "
+                "without error, OffsetFetch response, TxnOffsetCommit once its "
+                "transaction committed). time lag: age of the oldest unconsumed record, "
+                "since the Produce that wrote the record at the committed offset (–: not "
+                "in the capture). ages: how old each input is at the end of the capture. "
+                "position lag: at the group's latest Fetch of the partition, the high "
+                "watermark minus the consumer's position after that response (the "
+                "consumer's records-lag); it goes stale while a consumer fetches nothing, "
+                "e.g. working through prefetched records.",
             ),
             frame_table(
                 "produce-to-fetch",
