@@ -11,8 +11,8 @@ Entries are found generically: an array whose items name a topic (``name``,
 ``topic``, ``topic_name`` or ``topic_id``) and hold an array whose name mentions
 partitions; the partition index is the entry itself (an int) or its
 ``partition_index``/``partition``/``index`` field. Field names are Apache's
-(snake_case). From the table: consumer lag, produce-to-fetch latency and
-per-partition throughput; consumer lag is in ``dissector.analytics.lag``.
+(snake_case). From the table: produce-to-fetch latency and per-partition
+throughput here; consumer lag in ``dissector.analytics.lag``.
 """
 
 from __future__ import annotations
@@ -94,9 +94,9 @@ PARTITION_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("client_id", "string", "client_id from the request header"),
     ("request_time", "datetime64[ns, UTC]", "request complete"),
     ("response_time", "datetime64[ns, UTC]", "response complete (null: no response)"),
-    ("api_name", "string", "Produce, Fetch, ShareFetch, ListOffsets, OffsetCommit, OffsetFetch"),
+    ("api_name", "string", f"one of {', '.join(PARTITION_APIS)}"),
     ("api_version", "Int64", "API version of the request"),
-    ("group_id", "string", "consumer/share group (OffsetCommit, OffsetFetch, ShareFetch)"),
+    ("group_id", "string", "group (OffsetCommit, OffsetFetch, TxnOffsetCommit, ShareFetch)"),
     ("member_id", "string", "group member id where the API carries one"),
     ("member_epoch", "Int64", "generation id or member epoch where the API carries one"),
     ("acks", "Int64", "Produce: acks of the request (0: no response expected)"),
@@ -451,7 +451,8 @@ def partitions(
     specs: Iterable[str | os.PathLike[str]] = (),
 ) -> pd.DataFrame:
     """One row per (pair, topic, partition) of Produce, Fetch, ShareFetch, ListOffsets,
-    OffsetCommit and OffsetFetch. ``df.attrs["counters"]`` counts pairs, decode errors
+    OffsetCommit, OffsetFetch and TxnOffsetCommit, and one per EndTxn pair.
+    ``df.attrs["counters"]`` counts pairs, decode errors
     and entries without a partition index."""
     counters: Counter[str] = Counter()
     rows: list[dict[str, Any]] = []

@@ -987,9 +987,9 @@ def _partitions(df: pd.DataFrame) -> Section:
         id="partitions",
         title="Partitions",
         intro="From the decoded bodies of Produce, Fetch, ShareFetch, ListOffsets, "
-        "OffsetCommit and OffsetFetch (dissector.partitions, one row per pair and "
-        "partition); the tables below are its throughput, the consumer lag of "
-        "dissector.analytics.lag and produce_to_fetch.",
+        "OffsetCommit, OffsetFetch, TxnOffsetCommit and EndTxn (dissector.partitions, one "
+        "row per pair and partition); the tables below are its throughput, the consumer "
+        "lag of dissector.analytics.lag and produce_to_fetch.",
         blocks=(
             frame_table(
                 "partition-throughput",
