@@ -248,30 +248,31 @@ def _plain_keys(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def _produced_at(parts: pd.DataFrame, frame: pd.DataFrame, offsets: str) -> pd.Series:
     """Per row of ``frame``: the request time of the Produce (answered without error)
     whose written range holds the row's ``offsets`` value, NaT when none in the capture."""
+    import numpy as np
     import pandas as pd
 
-    result = pd.Series(pd.NaT, index=range(len(frame)), dtype=_TIME)
+    naive = np.full(len(frame), np.datetime64("NaT", "ns"))
     produced = parts[parts["api_name"].eq("Produce") & parts["first_offset"].notna()]
     wanted = frame[PARTITION_KEYS].assign(offset=frame[offsets].to_numpy(), row=range(len(frame)))
     wanted = wanted[wanted["offset"].notna()]
-    if produced.empty or wanted.empty:
-        return result
-    ranges = produced[[*PARTITION_KEYS, "first_offset", "last_offset", "request_time"]]
-    ranges = _plain_keys(ranges, PARTITION_KEYS).astype(
-        {"first_offset": "int64", "last_offset": "int64"}
-    )
-    wanted = _plain_keys(wanted, PARTITION_KEYS).astype({"offset": "int64"})
-    found = pd.merge_asof(
-        wanted.sort_values("offset"),
-        ranges.sort_values("first_offset"),
-        left_on="offset",
-        right_on="first_offset",
-        by=PARTITION_KEYS,
-        direction="backward",
-    )
-    found = found[found["last_offset"].ge(found["offset"]).fillna(False)]
-    result.iloc[found["row"].to_numpy()] = found["request_time"].to_numpy()
-    return result
+    if len(produced) and len(wanted):
+        ranges = produced[[*PARTITION_KEYS, "first_offset", "last_offset", "request_time"]]
+        ranges = _plain_keys(ranges, PARTITION_KEYS).astype(
+            {"first_offset": "int64", "last_offset": "int64"}
+        )
+        wanted = _plain_keys(wanted, PARTITION_KEYS).astype({"offset": "int64"})
+        found = pd.merge_asof(
+            wanted.sort_values("offset"),
+            ranges.sort_values("first_offset"),
+            left_on="offset",
+            right_on="first_offset",
+            by=PARTITION_KEYS,
+            direction="backward",
+        )
+        found = found[found["last_offset"].ge(found["offset"]).fillna(False)]
+        # numpy's naive UTC times: a tz-aware column would go through one object per row
+        naive[found["row"].to_numpy()] = found["request_time"].dt.tz_convert(None).to_numpy()
+    return pd.Series(naive, index=frame.index).dt.tz_localize("UTC")
 
 
 def _as_of(frame: pd.DataFrame, events: pd.DataFrame, keys: list[str], at: str) -> pd.DataFrame:
@@ -289,7 +290,6 @@ def _measures(frame: pd.DataFrame, parts: pd.DataFrame, at: pd.Series) -> pd.Dat
     committed, log_end = frame["committed_offset"], frame["log_end_offset"]
     lag = (log_end - committed).where((log_end >= committed).fillna(False).astype(bool))
     produced = _produced_at(parts, frame, "committed_offset")
-    produced.index = frame.index
     waited = _ms(at - produced).clip(lower=0)
     caught_up = lag.eq(0).fillna(False).astype(bool)
     time_lag = waited.mask(caught_up, 0.0).where(lag.notna())
