@@ -1,4 +1,8 @@
-"""Consumer lag against Kafka's own account of it, on a live broker (marker ``broker``).
+"""Consumer lag against Kafka's own account of it.
+
+Two cases run the same checks: ``recorded``, the committed captures/kafka-4-lag.pcapng
+with what the clients and Kafka's tools said then (captures/kafka-4-lag.json), and
+``live`` (marker ``broker``), the same scenario run now on the test bed broker.
 
 scripts/testbed/lag_scenario.py runs a producer and four consumer groups (caught up,
 lagging with a prefetch, new from the earliest offset, committing in transactions with
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -33,15 +38,26 @@ from dissector.analytics.lag import (
 )
 from scripts.testbed.lag_scenario import PLAINTEXT_PORT, SASL_PORT, LagRun, run_lag_scenario
 
-pytestmark = [pytest.mark.broker]
+RECORDED = Path(__file__).resolve().parents[1] / "captures" / "kafka-4-lag.json"
 
 
-@pytest.fixture(scope="module")
-def run(kafka_broker: None, tmp_path_factory: pytest.TempPathFactory) -> LagRun:
-    out = tmp_path_factory.mktemp("lag")
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param("recorded", id="recorded"),
+        pytest.param("live", marks=pytest.mark.broker, id="live"),
+    ],
+)
+def run(request: pytest.FixtureRequest) -> LagRun:
+    """The scenario's record, its ``capture`` the capture file's path."""
+    if request.param == "recorded":
+        recorded = LagRun.from_json(RECORDED.read_text())
+        return replace(recorded, capture=str(RECORDED.parent / recorded.capture))
+    request.getfixturevalue("kafka_broker")
+    out = request.getfixturevalue("tmp_path_factory").mktemp("lag")
     result = run_lag_scenario(out, f"lag{os.getpid()}")
     assert result.errors == []
-    return result
+    return replace(result, capture=str(out / result.capture))
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +196,10 @@ def test_a_new_group_has_no_offset_and_earliest_is_not_the_log_end(
 
 
 @pytest.mark.parametrize("capture", ["clients_only", "with_tools"])
-def test_no_negative_lag_anywhere(capture: str, request: pytest.FixtureRequest) -> None:
-    parts = request.getfixturevalue(capture)
+def test_no_negative_lag_anywhere(
+    run: LagRun, capture: str, request: pytest.FixtureRequest
+) -> None:
+    parts = request.getfixturevalue(capture)  # of ``run``
     checks = {
         "series": (committed_lag(parts), ("lag", "time_lag_ms", "committed_age_ms",
                                           "log_end_age_ms")),

@@ -22,8 +22,11 @@ plaintext port alone holds only the clients' traffic, and one of both ports hold
 the tools' requests too.
 
     scripts/kafka-broker start
-    python -m scripts.testbed.lag_scenario --out-dir /tmp/lag
+    python -m scripts.testbed.lag_scenario --out-dir captures --name kafka-4-lag --prefix lag
     scripts/kafka-broker stop
+
+writes ``<name>.pcapng`` and ``<name>.json`` (``LagRun``: what the clients and the tools
+said) into the output directory.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ class DescribeRow:
 class LagRun:
     """What the scenario did and what Kafka's tools said at its end."""
 
-    capture: str
+    capture: str  # file name, beside the JSON document
     topic: str
     groups: dict[str, str]  # role -> group id
     clients: dict[str, str]  # role -> client id
@@ -347,15 +350,20 @@ def _produce(topic: str, client_id: str, on_progress: Callable[[int], None]) -> 
 # ---------------------------------------------------------------- the scenario
 
 
-def run_lag_scenario(out_dir: Path, prefix: str) -> LagRun:
-    """Run the scenario while capturing both listeners into ``out_dir/<prefix>.pcapng``."""
+def run_lag_scenario(out_dir: Path, prefix: str, name: str | None = None) -> LagRun:
+    """Run the scenario while capturing both listeners into ``out_dir/<name>.pcapng``
+    (``name`` defaults to ``prefix``, which starts every topic, group and client id)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "admin.properties"
+        config.write_text(ADMIN_CONFIG)
+        return _scenario(out_dir / f"{name or prefix}.pcapng", prefix, config)
+
+
+def _scenario(capture: Path, prefix: str, config: Path) -> LagRun:
     topic, out_topic = f"{prefix}-in", f"{prefix}-out"
     groups = {role: f"{prefix}-{role}" for role in GROUPS}
     clients = {role: f"{prefix}-{role}-client" for role in (*GROUPS, "producer", "txn-producer")}
-    capture = out_dir / f"{prefix}.pcapng"
-    config = out_dir / "admin.properties"
-    config.write_text(ADMIN_CONFIG)
     _create_topics((topic, PARTITIONS), (out_topic, 1))
     t0 = time.time()
     timeline: dict[str, float] = {}
@@ -433,7 +441,7 @@ def run_lag_scenario(out_dir: Path, prefix: str) -> LagRun:
         produced[m.partition] = produced.get(m.partition, 0) + 1
         create_ms.setdefault(m.partition, {})[m.offset] = m.timestamp
     return LagRun(
-        capture=str(capture),
+        capture=capture.name,
         topic=topic,
         groups=groups,
         clients=clients,
@@ -450,10 +458,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out-dir", type=Path, default=Path(tempfile.gettempdir()) / "lag")
     parser.add_argument("--prefix", default=f"lag{os.getpid()}")
+    parser.add_argument("--name", help="file name stem (default: the prefix)")
     args = parser.parse_args()
-    run = run_lag_scenario(args.out_dir, args.prefix)
-    (args.out_dir / f"{args.prefix}.json").write_text(run.to_json())
-    print(run.to_json())
+    name = args.name or args.prefix
+    run = run_lag_scenario(args.out_dir, args.prefix, name)
+    out = args.out_dir / f"{name}.json"
+    out.write_text(run.to_json() + "\n")
+    print(f"wrote {args.out_dir / run.capture} and {out}; errors: {run.errors or 'none'}")
 
 
 if __name__ == "__main__":
