@@ -254,6 +254,25 @@ def test_position_lag_at_the_response_time_is_never_negative() -> None:
     assert row.position_age_ms == pytest.approx(1000 + 1 - 41)
 
 
+def test_rows_missing_their_keys_or_times_are_left_out() -> None:
+    """What a damaged capture gives: entries without a partition index, responses whose
+    request was not captured (no request time, no request fields)."""
+    parts = _df([
+        _produce(0, 9, 0),
+        _produce(10, 19, S, partition=None),
+        _commit(4, 2 * S),
+        _commit(6, 3 * S, partition=None),
+        _fetch(0, 30, 4 * S, partition=None, first_offset=0, last_offset=9),
+        _row(api_name="OffsetFetch", request_time=None, response_time=5 * S,
+             committed_offset=7),  # orphan response: no group
+        _row(api_name="EndTxn", topic=None, partition=None, request_time=None,
+             response_time=6 * S, txn_committed=None),
+    ])  # fmt: skip
+    row = _one(lag_at_end(parts))
+    assert (row.committed_offset, row.log_end_offset, row.lag) == (4, 10, 6)
+    assert len(committed_lag(parts)) == 1 and position_lag(parts).empty
+
+
 def test_empty_input_keeps_the_columns() -> None:
     empty = table([], PARTITION_COLUMNS)
     for frame, columns in (

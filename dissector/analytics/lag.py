@@ -168,7 +168,7 @@ def log_end_events(parts: pd.DataFrame) -> pd.DataFrame:
     """Every log-end offset the capture tells, in time order (``LOG_END_COLUMNS``)."""
     import pandas as pd
 
-    ok, api = _ok(parts), parts["api_name"]
+    ok, api = _ok(parts) & parts["partition"].notna(), parts["api_name"]
     produce = parts[ok & api.eq("Produce") & parts["last_offset"].notna()]
     fetch = parts[ok & api.eq("Fetch") & parts["high_watermark"].ge(0).fillna(False)]
     latest = parts[
@@ -218,6 +218,7 @@ def _transaction_commits(offsets: pd.DataFrame, parts: pd.DataFrame) -> pd.DataF
     ends = parts[
         parts["api_name"].eq("EndTxn")
         & _ok(parts)
+        & parts["request_time"].notna()
         & parts["transactional_id"].notna()
         & parts["txn_committed"].notna()
     ]
@@ -429,6 +430,7 @@ def position_lag(parts: pd.DataFrame) -> pd.DataFrame:
     fetch = parts[
         parts["api_name"].eq("Fetch")
         & _ok(parts)
+        & parts["partition"].notna()
         & parts["fetch_offset"].ge(0).fillna(False)
         & parts["high_watermark"].ge(0).fillna(False)
     ]
