@@ -85,9 +85,12 @@ def test_lag_at_end_is_log_end_minus_commit_with_ages_and_time_lag() -> None:
     # the oldest unconsumed record, offset 5, was sent at 2 s
     assert row.time_lag_ms == pytest.approx(8000)
     assert pd.isna(row.note)
-    # an explicit end time
+    # an explicit end time; an earlier one leaves out what came after it
     later = _one(lag_at_end(parts, end={"c": pd.Timestamp(20 * S, tz="UTC")}))
     assert later.time_lag_ms == pytest.approx(18000)
+    before = _one(lag_at_end(parts, end={"c": pd.Timestamp(3 * S + MS, tz="UTC")}))
+    assert (before.lag, before.committed_age_ms, before.log_end_age_ms) == (5, 0, 1000)
+    assert lag_at_end(parts, end={"c": pd.Timestamp(2 * S + MS, tz="UTC")}).empty
 
 
 def test_newest_input_wins_and_caught_up_is_zero() -> None:

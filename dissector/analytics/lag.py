@@ -351,12 +351,19 @@ def lag_at_end(parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = Non
     """Committed lag per group and partition at the end of each capture (``LAG_COLUMNS``),
     with the inputs' ages and the group's latest position lag on the partition.
 
-    ``end``: evaluation time per capture; by default (and for captures it does not
-    name) the latest request or response time of the capture's partition rows.
+    ``end``: evaluation time per capture, inputs after it left out (so an earlier time
+    gives the lag as of then); by default, and for captures it does not name, the latest
+    request or response time of the capture's partition rows.
     """
     import pandas as pd
 
-    commits, ends = commit_events(parts), log_end_events(parts)
+    chosen = {**_capture_ends(parts).to_dict(), **dict(end or {})}
+
+    def until_end(events: pd.DataFrame) -> pd.DataFrame:
+        limit = pd.to_datetime(events["capture"].map(chosen).astype(object), utc=True)
+        return events[events["time"].le(limit).fillna(False).astype(bool)]
+
+    commits, ends = until_end(commit_events(parts)), until_end(log_end_events(parts))
     if commits.empty:
         return _typed(commits.iloc[:0], LAG_COLUMNS)
     last = commits.drop_duplicates(GROUP_KEYS, keep="last").rename(
@@ -368,18 +375,15 @@ def lag_at_end(parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = Non
     out = last.drop(columns="client_id").merge(
         newest.drop(columns="client_id"), on=PARTITION_KEYS, how="left"
     )
-    ends_by_capture = _capture_ends(parts)
-    chosen = {**ends_by_capture.to_dict(), **dict(end or {})}
     out["end_time"] = pd.to_datetime(out["capture"].map(chosen).astype(object), utc=True)
-    out = _measures(out.reset_index(drop=True), parts, out["end_time"].reset_index(drop=True))
-    out = _with_position(out, parts)
+    out = _measures(out, parts, out["end_time"])
+    out = _with_position(out, until_end(position_lag(parts)))
     out["note"] = [_note(row) for row in out.itertuples(index=False)]
     return _typed(out.sort_values(GROUP_KEYS, kind="stable"), LAG_COLUMNS)
 
 
-def _with_position(out: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
+def _with_position(out: pd.DataFrame, positions: pd.DataFrame) -> pd.DataFrame:
     """The group's latest position lag on each partition, with its age."""
-    positions = position_lag(parts)
     positions = positions[positions["group_id"].notna()]
     latest = positions.drop_duplicates(GROUP_KEYS, keep="last")[
         [*GROUP_KEYS, "client_id", "position_lag", "time"]
