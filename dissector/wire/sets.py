@@ -176,6 +176,15 @@ def _time_order(facts: Sequence[FileFacts]) -> list[FileFacts]:
     )
 
 
+def _preference(last: FileFacts, f: FileFacts) -> tuple[bool, tuple[object, ...], int]:
+    """How well ``f`` continues a set ending with ``last``: the file numbered just
+    before it first (the closest name before it in natural order), then the set that
+    ended latest."""
+    key = natural_key(last.name)
+    before = key < natural_key(f.name)
+    return before, key if before else (), last.max_ns or 0
+
+
 def group_sets(facts: Sequence[FileFacts], rule: ChainRule = DEFAULT_RULE) -> list[CaptureSet]:
     """The capture sets the files form under ``rule`` (see the module docstring), in
     order of their first file's earliest packet. Pure: it reads only the facts."""
@@ -190,24 +199,37 @@ def group_sets(facts: Sequence[FileFacts], rule: ChainRule = DEFAULT_RULE) -> li
         if not open_chains:
             chains.append([f])
             continue
-        # Name order first (the file numbered just before), then the latest end.
-        best = max(
-            open_chains,
-            key=lambda c: (natural_key(c[-1].name) < natural_key(f.name), c[-1].max_ns or 0),
-        )
+        best = max(open_chains, key=lambda c: _preference(c[-1], f))
         best.append(f)
     return [CaptureSet(tuple(f.source for f in chain)) for chain in chains]
 
 
-def capture_sets(sources: Iterable[AnySource], rule: ChainRule = DEFAULT_RULE) -> list[CaptureSet]:
+def capture_sets(
+    sources: Iterable[AnySource],
+    rule: ChainRule = DEFAULT_RULE,
+    *,
+    failures: list[tuple[str, str]] | None = None,
+) -> list[CaptureSet]:
     """``sources`` as capture sets under ``rule``: a ``CaptureSet`` given is kept as it
     is (the caller's grouping wins), the other files are grouped by ``group_sets``.
-    One file alone is not read ahead (single-file analysis costs nothing more)."""
+    One file alone is not read ahead (single-file analysis costs nothing more).
+
+    A file that cannot be read raises, or with ``failures`` is added there as (name,
+    reason) and left out (the other files are still grouped)."""
     given = list(sources)
     loose = [s for s in given if not isinstance(s, CaptureSet)]
     if len(loose) <= 1 or rule.mode == "none":
         return [s if isinstance(s, CaptureSet) else CaptureSet((s,)) for s in given]
-    grouped = group_sets([file_facts(s) for s in loose], rule)
+    facts = []
+    for source in loose:
+        try:
+            facts.append(file_facts(source))
+        except (CaptureError, OSError) as exc:
+            if failures is None:
+                raise
+            failures.append((source_name(source), str(exc)))
+    given = [s for s in given if isinstance(s, CaptureSet) or any(f.source is s for f in facts)]
+    grouped = group_sets(facts, rule)
     # Captures come out in the order given (a set where its first-given file was).
     where = {id(s): i for i, s in enumerate(given)}
     placed = [(min(where[id(f)] for f in cs.files), cs) for cs in grouped]
