@@ -10,6 +10,7 @@ captures/README.md).
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -166,6 +167,22 @@ def test_report_reads_the_parts_as_one_capture(tmp_path) -> None:
     assert f"{len(files)} files read as one capture" in html
     ok = int((want["status"] == "ok").sum())
     assert re.search(rf"ok {ok:,}\b", html), "the report's status counts are the whole file's"
+
+
+@needs_editcap
+def test_decode_reads_the_parts_as_one_capture(tmp_path) -> None:
+    files = _editcap(["-c", "180"], MIXED, tmp_path / "cut" / "d.pcapng")
+    runner = CliRunner()
+    lines = []
+    for src in ([str(MIXED)], files):
+        result = runner.invoke(main, ["decode", *src])
+        assert result.exit_code == 0, result.output
+        decoded = [json.loads(line) for line in result.stdout.splitlines()]
+        for d in decoded:
+            d.pop("capture")
+        lines.append(decoded)
+    assert len(lines[0]) == len(lines[1]) > 400
+    assert lines[0] == lines[1]
 
 
 @needs_editcap
