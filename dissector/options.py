@@ -6,6 +6,7 @@ import the pure-Python stages just to read the defaults.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -89,9 +90,14 @@ class CaptureSet:
     file of a rotated recording continues the TCP connections, frames and open
     requests of the one before. Rows carry ``name``, the first file's name; a
     one-file set is that file. Built by ``dissector.wire.sets.capture_sets`` (the
-    chain rule), or by hand to override it."""
+    chain rule), or by hand to override it.
 
-    files: tuple[CaptureSource, ...]
+    ``files`` is a tuple, or any sequence: the core takes each file only when the one
+    before has ended, so a sequence whose items fetch their bytes on access (a
+    distributed task reading a set) holds one file in memory at a time (``file_names``
+    reads each item once more, for its name)."""
+
+    files: Sequence[CaptureSource]
 
     def __post_init__(self) -> None:
         if not self.files:

@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +23,7 @@ from click.testing import CliRunner
 
 import dissector
 from dissector.cli import main
-from dissector.options import CaptureSet, ChainRule
+from dissector.options import CaptureBytes, CaptureSet, ChainRule
 from dissector.wire.sets import (
     FileFacts,
     Interface,
@@ -203,6 +204,29 @@ def test_a_frame_cut_by_the_file_boundary_is_read_whole(tmp_path, whole) -> None
     apart = dissector.analyze([str(a), str(b)], chain="none")
     statuses = apart["status"].value_counts().to_dict()
     assert statuses != whole[LONGPOLL]["status"].value_counts().to_dict()
+
+
+@needs_editcap
+def test_a_set_held_in_memory_is_handed_to_the_core_file_by_file(parts, whole) -> None:
+    """A lazy sequence of in-memory files (what a distributed task can hand over): the
+    core asks for each file when the one before has ended, in order, once."""
+    capture, files = parts
+    asked: list[int] = []
+
+    class Lazy(Sequence[CaptureBytes]):
+        def __len__(self) -> int:
+            return len(files)
+
+        def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+            if not 0 <= i < len(files):
+                raise IndexError(i)
+            asked.append(i)
+            return CaptureBytes(f"mem:{i}", Path(files[i]).read_bytes())
+
+    got = dissector.analyze([CaptureSet(Lazy())])
+    assert_same_rows(got, whole[capture])
+    assert asked[: len(files)] == list(range(len(files)))  # the run: each file once, in order
+    assert set(got["capture"].astype(str)) == {"mem:0"}
 
 
 # ---------------------------------------------------------------- hosts apart

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -169,31 +169,43 @@ def open_capture(analyzer: Analyzer, path: AnySource) -> None:
     one continuous capture); a file that is not a capture raises ``CaptureError``."""
     if isinstance(path, CaptureSet):
         _open_file(analyzer, path.files[0])
-        for more in path.files[1:]:
-            _open_file(analyzer, more, chain=True)
+        if len(path.files) > 1:
+            analyzer.chain_next(_NextFiles(path.files))
         return
     _open_file(analyzer, path)
 
 
-def _open_file(analyzer: Analyzer, path: CaptureSource, *, chain: bool = False) -> None:
-    """Start a capture file, or with ``chain`` queue it to continue the open one."""
+class _NextFiles:
+    """A set's further files, handed to the core one at a time when the file before
+    ends (``Analyzer.chain_next``): a set held as bytes is copied into the core one
+    file at a time, and a lazy sequence (``CaptureSet.files``) is read only then. A
+    file that cannot be read raises from ``Analyzer.run``: ``OSError`` naming a path,
+    ``ValueError`` naming bytes."""
+
+    def __init__(self, files: Sequence[CaptureSource]) -> None:
+        self.files = files
+        self.at = 1
+
+    def __call__(self) -> tuple[str, str | bytes] | None:
+        if self.at >= len(self.files):
+            return None
+        f = self.files[self.at]
+        self.at += 1
+        if isinstance(f, CaptureBytes):
+            return f.name, bytes(f.data)
+        return f, f
+
+
+def _open_file(analyzer: Analyzer, path: CaptureSource) -> None:
+    """Start a capture file."""
     if isinstance(path, CaptureBytes):
-        if chain:
-            try:
-                analyzer.chain_bytes(path.name, bytes(path.data))
-            except ValueError as exc:
-                raise CaptureError(f"{path.name}: {exc}") from None
-            return
         try:
             analyzer.open_bytes(path.name, bytes(path.data))
         except ValueError as exc:
             raise CaptureError(f"{path.name}: {exc}") from None
         return
     try:
-        if chain:
-            analyzer.chain_path(path, path)
-        else:
-            analyzer.open_path(path, path)
+        analyzer.open_path(path, path)
     except OSError as exc:
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such file") from None

@@ -805,10 +805,14 @@ impl PacketReader {
             max_ts_ns: None,
             damaged: false,
         };
+        // A set: a hostile file may cycle through thousands of link types.
+        let mut link_types = std::collections::BTreeSet::new();
+        let mut last_linktype = None;
         while let Some(rec) = self.next_record(&mut counters) {
             facts.records += 1;
-            if !facts.link_types.contains(&rec.linktype) {
-                facts.link_types.push(rec.linktype);
+            if last_linktype != Some(rec.linktype) {
+                link_types.insert(rec.linktype);
+                last_linktype = Some(rec.linktype);
             }
             let Some(ts) = rec.ts_ns else { continue };
             facts.first_ts_ns.get_or_insert(ts);
@@ -817,7 +821,7 @@ impl PacketReader {
             facts.max_ts_ns = Some(facts.max_ts_ns.map_or(ts, |m| m.max(ts)));
         }
         self.finish(&mut counters);
-        facts.link_types.sort_unstable();
+        facts.link_types = link_types.into_iter().collect();
         facts.damaged = ["truncated_file", "bad_record", "read_error"]
             .iter()
             .any(|c| counters.get(c) > 0);

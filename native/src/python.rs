@@ -48,10 +48,12 @@ enum Source {
 }
 
 /// A file queued to continue the open capture (`chain_path`, `chain_bytes`): opened
-/// only when the previous one ends, so a long set holds one reader at a time.
+/// only when the previous one ends, so a long set holds one reader at a time; or a
+/// Python callable that hands the next files over one by one (`chain_next`).
 enum ChainedInput {
     Path(String),
     Bytes(Vec<u8>),
+    Next(Py<PyAny>),
 }
 
 struct ChainedFile {
@@ -70,8 +72,26 @@ impl ChainedFile {
                 PacketReader::new(source)
                     .map_err(|e| PyValueError::new_err(format!("{}: {e}", self.name)))
             }
+            ChainedInput::Next(_) => Err(PyRuntimeError::new_err("not a file")),
         }
     }
+}
+
+/// What a `chain_next` callable returns: the next file (a path, or a capture's bytes)
+/// and its name, or None when the set has no more files.
+fn next_from(py: Python<'_>, next: &Py<PyAny>) -> PyResult<Option<ChainedFile>> {
+    let got = next.call0(py)?;
+    let got = got.bind(py);
+    if got.is_none() {
+        return Ok(None);
+    }
+    let (name, what): (String, Bound<'_, PyAny>) = got.extract()?;
+    let input = if let Ok(data) = what.cast::<PyBytes>() {
+        ChainedInput::Bytes(data.as_bytes().to_vec())
+    } else {
+        ChainedInput::Path(what.extract()?)
+    };
+    Ok(Some(ChainedFile { name, input }))
 }
 
 /// Options of one analysis run, as `pipeline.Options` gives them.
@@ -244,6 +264,18 @@ impl Analyzer {
         Ok(())
     }
 
+    /// Files that continue the open capture, handed over one at a time by
+    /// `next() -> (name, path or bytes) | None` when the file before ends: a long set
+    /// costs the memory of one file.
+    fn chain_next(&mut self, next: Py<PyAny>) -> PyResult<()> {
+        self.check_open()?;
+        self.chained.push_back(ChainedFile {
+            name: String::new(),
+            input: ChainedInput::Next(next),
+        });
+        Ok(())
+    }
+
     /// `chain_path` for a capture held in memory.
     fn chain_bytes(&mut self, name: String, data: Vec<u8>) -> PyResult<()> {
         self.check_open()?;
@@ -265,15 +297,26 @@ impl Analyzer {
     /// the capture ends; returns False once it has ended (and was finished).
     fn run(&mut self, py: Python<'_>, max_rows: usize) -> PyResult<bool> {
         loop {
+            let finished = self.chained.is_empty();
             if !self.run_file(py, max_rows)? {
                 return Ok(true); // rows to take first
             }
             // The file ended: the next one of the set continues the capture.
-            let Some(next) = self.chained.pop_front() else {
-                self.end_capture();
-                return Ok(false);
-            };
-            self.next_file(next)?;
+            match self.next_chained(py)? {
+                Some(next) => self.next_file(next)?,
+                None => {
+                    if !finished {
+                        // A `chain_next` had no more: the state ends here.
+                        let mut out = Vec::new();
+                        if let Some(session) = self.session.as_mut() {
+                            session.finish(&mut self.counters, &mut out);
+                        }
+                        self.consume_here(out)?;
+                    }
+                    self.end_capture();
+                    return Ok(false);
+                }
+            }
             if self.sink.waiting() >= max_rows {
                 return Ok(true);
             }
@@ -494,6 +537,20 @@ impl Analyzer {
         self.absorb_counters();
         result?;
         Ok(ended)
+    }
+
+    /// The next file queued, asking a `chain_next` callable (kept while it gives files).
+    fn next_chained(&mut self, py: Python<'_>) -> PyResult<Option<ChainedFile>> {
+        while let Some(file) = self.chained.pop_front() {
+            let ChainedInput::Next(next) = &file.input else {
+                return Ok(Some(file));
+            };
+            if let Some(got) = next_from(py, next)? {
+                self.chained.push_front(file);
+                return Ok(Some(got));
+            }
+        }
+        Ok(None)
     }
 
     /// Continue the open capture with the next file of its set.
