@@ -94,7 +94,7 @@ fn next_from(py: Python<'_>, next: &Py<PyAny>) -> PyResult<Option<ChainedFile>> 
     Ok(Some(ChainedFile { name, input }))
 }
 
-/// Options of one analysis run, as `pipeline.Options` gives them.
+/// Options of one analysis run, as `dissector.options.Options` gives them.
 #[derive(Clone)]
 struct RunOptions {
     session: SessionConfig,
@@ -353,7 +353,7 @@ impl Analyzer {
     }
 
     /// Rows built so far as column buffers (then forgotten): name -> tuple, see
-    /// `dissector/core.py`.
+    /// `dissector/wire/core.py`.
     fn take_columns<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let out = PyDict::new(py);
         let r = &self.sink.rows;
@@ -400,7 +400,7 @@ impl Analyzer {
     }
 
     /// Exchanges kept so far (exchanges mode), then forgotten: tuples, see
-    /// `dissector/core.py`.
+    /// `dissector/wire/core.py`.
     fn take_exchanges<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
         for (capture, ex) in self.sink.exchanges.drain(..) {
