@@ -26,6 +26,7 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dissector.options import AnySource
 from dissector.protocol.errors import error_name
 from dissector.protocol.pairs import DecodedExchange
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
     from dissector.stages import Exchange
 
-Source = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
+Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
 
 # The APIs this table covers, by Kafka's names, and the role each plays for the
 # derived quantities (throughput, lag, produce-to-fetch latency).

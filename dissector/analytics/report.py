@@ -33,6 +33,8 @@ from dissector.protocol.notes import GROUP_MEMBERSHIP_APIS, NotingDecoder, note_
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.options import CaptureSet, ChainRule
+
 TABLE_ROW_LIMIT = 50
 """Longer tables are cut (the note says how many rows were left out)."""
 SLOWEST_N = 20
@@ -449,6 +451,9 @@ def _capture(df: pd.DataFrame) -> Section:
         (f"API versions seen ({len(facts.api_versions)})", ", ".join(facts.api_versions) or "–"),
         ("versions newer than the specs", _newer_versions_text(df)),
     ]
+    sets_text = _capture_sets_text(df)
+    if sets_text:
+        rows.append(("capture sets", sets_text))
     if tls:
         rows.append(("TLS (not decoded)", _tls_text(tls)))
     if counters:
@@ -474,6 +479,21 @@ def _capture(df: pd.DataFrame) -> Section:
             ),
         )
     return Section(id="capture", title="Capture", facts=tuple(rows), blocks=blocks)
+
+
+def _capture_sets_text(df: pd.DataFrame) -> str:
+    """The files read as one continuous capture (rows carry the first file's name)."""
+    from dissector.table.analysis import CAPTURE_SETS_ATTR
+
+    parts = []
+    for entry in df.attrs.get(CAPTURE_SETS_ATTR) or []:
+        files = entry["files"]
+        if len(files) > 1:
+            parts.append(
+                f"{Path(entry['capture']).name}: {len(files)} files read as one capture "
+                f"({Path(files[0]).name} to {Path(files[-1]).name})"
+            )
+    return "; ".join(parts)
 
 
 def _timeline_note(capture: str) -> str:
@@ -1307,6 +1327,7 @@ def analyze(
     *,
     ports: frozenset[int] | None = None,
     failures: list[tuple[str, str]] | None = None,
+    chain: ChainRule | None = None,
 ) -> pd.DataFrame:
     """``dissector.analyze`` plus ``df.attrs["client_software"]`` and
     ``df.attrs["groups"]`` (see ``NotingDecoder``), in one pass, and
@@ -1316,12 +1337,16 @@ def analyze(
     read, and the report covers the others; without it the first such capture raises.
     """
     from dissector import protocol
-    from dissector.options import Options
+    from dissector.options import ChainRule, Options
     from dissector.protocol.messages import settle_assumed
     from dissector.stages import CaptureError
+    from dissector.table.analysis import CAPTURE_SETS_ATTR, set_listing
+    from dissector.wire.sets import capture_sets
 
     decoder = NotingDecoder(protocol, missing_client=stats.MISSING_LABEL)
-    sources = [str(p) for p in paths]
+    options = Options(ports=ports, chain=chain or ChainRule())
+    # Files of one rotated recording are one capture (``chain``, see wire.sets).
+    sets = capture_sets([str(p) for p in paths], options.chain, failures=failures)
 
     # The native core summarises pairs without Python; the few APIs whose bodies the
     # report reads beyond the pairs table are handed over in the same pass.
@@ -1341,27 +1366,28 @@ def analyze(
             )
 
     keys = {ApiKey.API_VERSIONS, *GROUP_MEMBERSHIP_APIS}
-    readable = []
+    readable: list[CaptureSet] = []
     frames = []
-    for source in sources:
+    for source in sets:
         try:
-            frames.append(_run_one(source, Options(ports=ports), (keys, observe)))
+            frames.append(_run_one(source, options, (keys, observe)))
         except (CaptureError, OSError) as exc:
             if failures is None:
                 raise
-            failures.append((source, str(exc)))
+            failures.append((source.name, str(exc)))
             continue
         readable.append(source)
     df = _combined(frames)
     df.attrs[TABLES_ATTR] = analytics_tables(readable, ports=ports)
     df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
-    df.attrs[CAPTURES_ATTR] = readable
+    df.attrs[CAPTURES_ATTR] = [name for s in readable for name in s.file_names]
+    df.attrs[CAPTURE_SETS_ATTR] = set_listing(readable)
     df.attrs[GROUPS_ATTR] = decoder.group_notes()
     return df
 
 
 def analytics_tables(
-    sources: Sequence[str], *, ports: frozenset[int] | None = None
+    sources: Sequence[str | CaptureSet], *, ports: frozenset[int] | None = None
 ) -> AnalyticsTables:
     """The partition table and the version-skew view of the readable ``sources``:
     each a pass of its own over the captures (full decode of the APIs it reads)."""
@@ -1373,7 +1399,7 @@ def analytics_tables(
     return AnalyticsTables(partitions(sources, ports=ports), versions(sources, ports=ports))
 
 
-def _run_one(source: str, options: Any, observe: Any) -> pd.DataFrame:
+def _run_one(source: CaptureSet, options: Any, observe: Any) -> pd.DataFrame:
     from dissector.table.analysis import run_analysis
 
     return run_analysis([source], options, observe=observe)
@@ -1396,7 +1422,14 @@ def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
             counters[name] = counters.get(name, 0) + n
         tls.extend(df.attrs.get("tls_streams") or [])
     combined = pd.concat(frames, ignore_index=True)
-    combined.attrs = {"counters": dict(sorted(counters.items())), "tls_streams": tls}
+    from dissector.table.analysis import CAPTURE_SETS_ATTR
+
+    sets = [entry for df in frames for entry in df.attrs.get(CAPTURE_SETS_ATTR) or []]
+    combined.attrs = {
+        "counters": dict(sorted(counters.items())),
+        "tls_streams": tls,
+        CAPTURE_SETS_ATTR: sets,
+    }
     return combined
 
 
@@ -1407,11 +1440,12 @@ def report_file(
     ports: frozenset[int] | None = None,
     title: str | None = None,
     failures: list[tuple[str, str]] | None = None,
+    chain: ChainRule | None = None,
 ) -> Path:
-    """Analyse ``paths`` and write their report to ``output`` (``failures``: see
-    ``analyze``)."""
+    """Analyse ``paths`` and write their report to ``output`` (``failures``, ``chain``:
+    see ``analyze``)."""
     sources = [str(p) for p in paths]
-    df = analyze(sources, ports=ports, failures=failures)
+    df = analyze(sources, ports=ports, failures=failures, chain=chain)
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if ports:
         command += " --ports " + ",".join(str(p) for p in sorted(ports))
