@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
-from dissector.options import AnySource, CaptureBytes, CaptureSet, CaptureSource
+from dissector.options import AnySource, CaptureBytes, CaptureSet, CaptureSource, source_name
 from dissector.schema import COLUMNS, arrow_type, frame_dtype
 from dissector.stages import CaptureError
 
@@ -193,7 +193,7 @@ class _NextFiles:
         self.at += 1
         if isinstance(f, CaptureBytes):
             return f.name, bytes(f.data)
-        return f, f
+        return source_name(f), f
 
 
 def _open_file(analyzer: Analyzer, path: CaptureSource) -> None:
@@ -204,15 +204,17 @@ def _open_file(analyzer: Analyzer, path: CaptureSource) -> None:
         except ValueError as exc:
             raise CaptureError(f"{path.name}: {exc}") from None
         return
+    name = source_name(path)  # errors name the file as its rows would
     try:
-        analyzer.open_path(path, path)
+        analyzer.open_path(name, path)
     except OSError as exc:
         if not os.path.exists(path):
-            raise FileNotFoundError(f"{path}: no such file") from None
+            raise FileNotFoundError(f"{name}: no such file") from None
         if os.path.isdir(path):
-            raise IsADirectoryError(f"{path}: is a directory") from None
-        text = str(exc)
-        raise CaptureError(text if text.startswith(path) else f"{path}: {text}") from None
+            raise IsADirectoryError(f"{name}: is a directory") from None
+        # the core shows the name with U+FFFD for bytes that are not UTF-8: its words follow
+        shown, text = os.fsencode(path).decode("utf-8", "replace") + ": ", str(exc)
+        raise CaptureError(f"{name}: {text.removeprefix(shown)}") from None
 
 
 # ---------------------------------------------------------------- rows -> Arrow

@@ -886,7 +886,7 @@ fn describe_idb(body: &[u8], big: bool) -> InterfaceFacts {
 }
 
 /// The facts of a capture file (see `PacketReader::scan_facts`).
-pub fn scan_path(path: &str) -> Result<FileFacts, CaptureError> {
+pub fn scan_path(path: impl AsRef<std::path::Path>) -> Result<FileFacts, CaptureError> {
     Ok(open_path(path)?.scan_facts())
 }
 
@@ -1036,10 +1036,15 @@ pub fn check_bytes(data: &[u8]) -> Result<(), CaptureError> {
 }
 
 /// Open a capture file (gzip-compressed or not, told by magic).
-pub fn open_path(path: &str) -> Result<PacketReader, CaptureError> {
-    let file =
-        std::fs::File::open(path).map_err(|e| CaptureError(format!("{path}: cannot open: {e}")))?;
-    PacketReader::new(Box::new(file)).map_err(|e| CaptureError(format!("{path}: {}", e.0)))
+///
+/// Any name the OS gives works (on Unix, any bytes); errors show it with the bytes
+/// that are not UTF-8 replaced.
+pub fn open_path(path: impl AsRef<std::path::Path>) -> Result<PacketReader, CaptureError> {
+    let path = path.as_ref();
+    let shown = path.display();
+    let file = std::fs::File::open(path)
+        .map_err(|e| CaptureError(format!("{shown}: cannot open: {e}")))?;
+    PacketReader::new(Box::new(file)).map_err(|e| CaptureError(format!("{shown}: {}", e.0)))
 }
 
 impl PacketReader {

@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::io::Read;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
@@ -51,7 +52,7 @@ enum Source {
 /// only when the previous one ends, so a long set holds one reader at a time; or a
 /// Python callable that hands the next files over one by one (`chain_next`).
 enum ChainedInput {
-    Path(String),
+    Path(PathBuf),
     Bytes(Vec<u8>),
     Next(Py<PyAny>),
 }
@@ -235,7 +236,9 @@ impl Analyzer {
     }
 
     /// Start a capture file (pcap/pcapng, optionally gzip-compressed).
-    fn open_path(&mut self, name: String, path: &str) -> PyResult<()> {
+    /// `path` is taken as the OS gives it (a `str` with surrogate escapes, bytes or a
+    /// `PathLike`): a name that is not UTF-8 opens all the same.
+    fn open_path(&mut self, name: String, path: PathBuf) -> PyResult<()> {
         let reader = open_path(path).map_err(|e| PyOSError::new_err(e.to_string()))?;
         self.start(name, Source::Reader(reader));
         Ok(())
@@ -254,7 +257,7 @@ impl Analyzer {
     /// it and frame numbers run on; rows keep the open capture's name (`name` only
     /// names the file in errors). The header is checked now; the file is opened when
     /// the one before it ends.
-    fn chain_path(&mut self, name: String, path: String) -> PyResult<()> {
+    fn chain_path(&mut self, name: String, path: PathBuf) -> PyResult<()> {
         self.check_open()?;
         open_path(&path).map_err(|e| PyOSError::new_err(e.to_string()))?;
         self.chained.push_back(ChainedFile {
@@ -1086,7 +1089,7 @@ fn facts_object(py: Python<'_>, f: FileFacts) -> PyResult<CaptureFacts> {
 
 /// The facts of a capture file: every record header is read, no packet decoded.
 #[pyfunction]
-fn scan_facts(py: Python<'_>, path: &str) -> PyResult<CaptureFacts> {
+fn scan_facts(py: Python<'_>, path: PathBuf) -> PyResult<CaptureFacts> {
     let facts = py
         .detach(|| scan_path(path))
         .map_err(|e| PyOSError::new_err(e.to_string()))?;
