@@ -334,3 +334,18 @@ def test_full_decode_of_millions_of_empty_topics_is_bounded(tmp_path: Path) -> N
     assert got["rows"] == 1
     assert any("topics" in e and "decode limit" in e for e in got["errors"]), got["errors"]
     assert got["peak_rss"] < 600 * 2**20
+
+
+def test_a_string_length_below_minus_one_is_a_decode_error(
+    tmp_path: Path, baseline: dict[str, Any]
+) -> None:
+    """-1 is null; -2 is no length at all: Kafka's readers refuse it, so does the row
+    (it used to read as null and pass without a decode_error)."""
+    req, resp = produce_v3(1, "neg", [v2_batch(tiny_records(3), 3)])
+    null_tid = struct.pack(">h", -1)
+    at = 4 + 2 + 2 + 4 + 2 + len("hostile-producer")  # size, key, version, id, client_id
+    assert req[at : at + 2] == null_tid  # transactional_id: null
+    req = req[:at] + struct.pack(">h", -2) + req[at + 2 :]
+    conv = Conversation(t_ns=_t()).handshake().pair(req, resp).close()
+    stats = _check(write_pcap(tmp_path / "neg.pcap", sandwich(conv.frames)), baseline)
+    assert any("length -2" in e for e in stats["decode_errors"]), stats["decode_errors"]
