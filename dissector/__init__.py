@@ -71,6 +71,7 @@ def analyze(
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
     options: Options | None = None,
+    tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
 ) -> pd.DataFrame:
     """Every Kafka request/response pair in the capture(s), one row each.
 
@@ -78,13 +79,18 @@ def analyze(
     jars, for versions newer than the installed specs.
     ``df.attrs["counters"]`` holds what the stages counted (packets, gaps, frames
     that were not Kafka, ...), ``df.attrs["tls_streams"]`` the connections found to
-    carry TLS.
+    carry TLS not decrypted, ``df.attrs["tls"]`` the TLS connections by version, cipher
+    suite and outcome.
+    ``tls_keylog``: NSS key log file(s) to decrypt Kafka over TLS with (``SSLKEYLOGFILE``
+    is read too when set); rows of decrypted connections carry the ``tls`` flag.
     """
     from dissector.options import Options, capture_paths
     from dissector.table.analysis import run_analysis
 
     if options is None:
-        options = Options(ports=frozenset(ports) if ports is not None else None)
+        options = Options(
+            ports=frozenset(ports) if ports is not None else None, tls=_key_logs(tls_keylog)
+        )
     return run_analysis(capture_paths(source), options, decoder=_decoder(specs))
 
 
@@ -141,6 +147,15 @@ def decode(
     from dissector.wire.full_decode import iter_decoded
 
     return iter_decoded(source, api=api, records=records, specs=specs, ports=ports)
+
+
+def _key_logs(given: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Any:
+    import os
+
+    from dissector.tls import key_logs
+
+    paths = [given] if isinstance(given, str | os.PathLike) else list(given)
+    return key_logs(paths)
 
 
 def _decoder(specs: Iterable[str | os.PathLike[str]]) -> Any:

@@ -7,6 +7,10 @@ import the pure-Python stages just to read the defaults.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dissector.tls import KeyLogs
 
 DEFAULT_BROKER_PORTS: frozenset[int] = frozenset(
     {9092, 9093, 9094, 9095, 9096, 9097, 9098, 9099, 19092, 29092, 39092}
@@ -22,6 +26,8 @@ class Options:
     # Close connections silent this long (live capture: connections that never
     # FIN/RST would otherwise be held for the whole run). None: the core's default.
     idle_timeout_s: float | None = None
+    # TLS secrets to decrypt Kafka over TLS with (``dissector.tls.key_logs``).
+    tls: KeyLogs | None = None
 
     @property
     def broker_ports(self) -> frozenset[int]:

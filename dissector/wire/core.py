@@ -15,6 +15,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
@@ -152,6 +153,11 @@ def new_analyzer(
     model = _model(decoder)
     _core = native()
     idle = options.idle_timeout_s
+    tls_keys = None
+    if options.tls:
+        from dissector.tls import native_key_log
+
+        tls_keys = native_key_log(options.tls)
     return _core.Analyzer(
         model.native,
         sorted(options.broker_ports),
@@ -161,6 +167,7 @@ def new_analyzer(
         _Fallback(decoder, model.extracts),
         exchanges=exchanges,
         keep_keys=list(keep_keys),
+        tls_keys=tls_keys,
     )
 
 
@@ -264,6 +271,7 @@ class Run:
     counters: Counters
     tls_streams: list[int]
     schema: pa.Schema
+    tls: list[dict[str, object]] = dataclass_field(default_factory=list)
 
 
 @dataclass
@@ -368,6 +376,21 @@ def _merge_counters(counters: Counters, analyzer: Analyzer) -> None:
     for name, n in analyzer.counters().items():
         counters.add(name, n)
     counters.tls_streams = [s for _, s in analyzer.tls_streams()]  # type: ignore[attr-defined]
+    counters.tls = tls_table(analyzer)  # type: ignore[attr-defined]
+
+
+def tls_table(analyzer: Analyzer) -> list[dict[str, object]]:
+    """The run's TLS connections by capture, version, cipher suite and outcome."""
+    return [
+        {
+            "capture": t.capture,
+            "version": t.version,
+            "cipher_suite": t.cipher_suite,
+            "outcome": t.outcome,
+            "connections": t.connections,
+        }
+        for t in analyzer.tls_connections()
+    ]
 
 
 def analyze_table(
@@ -394,7 +417,7 @@ def analyze_table(
     schema = arrow_schema()
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     tls = getattr(counters, "tls_streams", [])
-    return table, Run(counters, tls, schema)
+    return table, Run(counters, tls, schema, getattr(counters, "tls", []))
 
 
 def table_to_frame(table: pa.Table) -> pd.DataFrame:

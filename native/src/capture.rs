@@ -80,6 +80,11 @@ const BT_PB: u32 = 2; // obsolete Packet Block
 const BT_SPB: u32 = 3;
 const BT_EPB: u32 = 6;
 const BT_SHB: u32 = 0x0A0D0D0A;
+/// Decryption Secrets Block, and its secrets type for a TLS key log ("TLSK").
+const BT_DSB: u32 = 0x0A;
+const DSB_TLS_KEY_LOG: u32 = 0x544C_534B;
+/// Key log text kept from Decryption Secrets Blocks not taken yet.
+const MAX_SECRETS_BYTES: usize = 64 << 20;
 const OPT_IF_TSRESOL: u16 = 9;
 const OPT_IF_TSOFFSET: u16 = 14;
 
@@ -562,6 +567,7 @@ pub struct PacketReader {
     pending_frames: u64,
     pending_tcp: u64,
     oversize: u64,
+    secrets: Vec<String>, // TLS key logs of Decryption Secrets Blocks, until taken
 }
 
 /// Read until `out` is full or the source ends; Interrupted is retried.
@@ -673,7 +679,13 @@ impl PacketReader {
             pending_frames: 0,
             pending_tcp: 0,
             oversize: 0,
+            secrets: Vec::new(),
         })
+    }
+
+    /// TLS key log texts of the Decryption Secrets Blocks read since the last call.
+    pub fn take_secrets(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.secrets)
     }
 
     /// Bytes consumed from the underlying source so far (compressed bytes for gzip).
@@ -945,6 +957,7 @@ impl PacketReader {
                         counters.inc("pcapng_interface_limit");
                     }
                 }
+                BT_DSB => self.secrets_block(p, blen, big, counters),
                 // Other blocks (name resolution, statistics, custom, ...) carry no packets.
                 _ => {}
             }
@@ -952,6 +965,31 @@ impl PacketReader {
                 return None;
             }
         }
+    }
+
+    /// A Decryption Secrets Block at `p` (whole block in the buffer): a TLS key log is
+    /// kept for the TLS stage, other kinds of secrets are not used.
+    fn secrets_block(&mut self, p: usize, blen: usize, big: bool, counters: &mut Counters) {
+        let block = &self.buf[p..p + blen];
+        let (Some(kind), Some(len)) = (rd32(block, 8, big), rd32(block, 12, big)) else {
+            counters.inc("bad_record");
+            return;
+        };
+        let end = 16usize.saturating_add(len as usize);
+        let Some(text) = block.get(16..end).filter(|_| end + 4 <= blen) else {
+            counters.inc("bad_record");
+            return;
+        };
+        if kind != DSB_TLS_KEY_LOG {
+            return;
+        }
+        let held: usize = self.secrets.iter().map(String::len).sum();
+        if held + text.len() > MAX_SECRETS_BYTES {
+            counters.inc("tls_secrets_limit");
+            return;
+        }
+        self.secrets
+            .push(String::from_utf8_lossy(text).into_owned());
     }
 
     /// EPB or obsolete PB at `p` (whole block in the buffer, >= 32 bytes) -> its record,
