@@ -101,6 +101,7 @@ def iter_pairs(
     specs: Iterable[str | os.PathLike[str]] = (),
     options: Options | None = None,
     counters: Counters | None = None,
+    tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
 ) -> Iterator[PairRecord]:
     """Stream the pair records of one or many captures (the DataFrame's rows); memory
     stays flat in the capture length."""
@@ -108,7 +109,9 @@ def iter_pairs(
     from dissector.wire import core
 
     if options is None:
-        options = Options(ports=frozenset(ports) if ports is not None else None)
+        options = Options(
+            ports=frozenset(ports) if ports is not None else None, tls=_key_logs(tls_keylog)
+        )
     return core.iter_pairs(
         capture_paths(source), options, decoder=_decoder(specs), counters=counters
     )
@@ -121,13 +124,16 @@ def iter_exchanges(
     specs: Iterable[str | os.PathLike[str]] = (),
     options: Options | None = None,
     counters: Counters | None = None,
+    tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
 ) -> Iterator[tuple[str, Exchange]]:
     """(capture path, exchange) for every request/response exchange, with raw payloads."""
     from dissector.options import Options, capture_paths
     from dissector.wire import core
 
     if options is None:
-        options = Options(ports=frozenset(ports) if ports is not None else None)
+        options = Options(
+            ports=frozenset(ports) if ports is not None else None, tls=_key_logs(tls_keylog)
+        )
     return core.iter_exchanges(
         capture_paths(source), options, decoder=_decoder(specs), counters=counters
     )
@@ -140,13 +146,16 @@ def decode(
     records: bool = False,
     specs: Iterable[str | os.PathLike[str]] = (),
     ports: Iterable[int] | None = None,
+    tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
 ) -> Iterator[dict[str, Any]]:
     """Every pair fully decoded: request and response headers and bodies as nested
     dicts (Apache's field names in snake_case), one dict per pair, streaming.
     ``records=True`` expands record batches into records."""
     from dissector.wire.full_decode import iter_decoded
 
-    return iter_decoded(source, api=api, records=records, specs=specs, ports=ports)
+    return iter_decoded(
+        source, api=api, records=records, specs=specs, ports=ports, tls=_key_logs(tls_keylog)
+    )
 
 
 def _key_logs(given: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Any:

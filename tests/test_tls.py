@@ -319,3 +319,76 @@ def test_a_capture_starting_after_the_handshakes(tmp_path: Path) -> None:
 def test_a_missing_key_log_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(KeyLogError, match="no such file"):
         dissector.analyze(TLS / "tls13-kafka-python.pcapng", tls_keylog=tmp_path / "nope.keys")
+
+
+# ------------------------------------------------------------------ the commands
+
+
+def test_every_command_takes_tls_keylog(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dissector.cli import main
+
+    name = "tls13-aes128-aiokafka"
+    cap, keys = str(TLS / f"{name}.pcapng"), str(TLS / f"{name}.keys")
+    runner = CliRunner()
+    analyzed = runner.invoke(
+        main, ["analyze", cap, "--tls-keylog", keys, "-o", str(tmp_path / "p.csv")]
+    )
+    assert analyzed.exit_code == 0, analyzed.output
+    assert "TLS 1.3 TLS_AES_128_GCM_SHA256: decrypted 7" in analyzed.output
+    decoded = runner.invoke(main, ["decode", cap, "--tls-keylog", keys, "--api", "Produce"])
+    assert decoded.exit_code == 0, decoded.output
+    lines = [json.loads(line) for line in decoded.output.splitlines()]
+    assert len(lines) == 1 and lines[0]["request"]["header"]["client_id"] == f"{name}-producer"
+    report = tmp_path / "r.html"
+    reported = runner.invoke(main, ["report", cap, "--tls-keylog", keys, "-o", str(report)])
+    assert reported.exit_code == 0, reported.output
+    assert "TLS 1.3 TLS_AES_128_GCM_SHA256: decrypted 7" in report.read_text()
+    missing = runner.invoke(main, ["analyze", cap, "--tls-keylog", str(tmp_path / "nope.keys")])
+    assert missing.exit_code == 1
+    assert missing.output.strip().splitlines() == [
+        f"Error: TLS key log {tmp_path / 'nope.keys'}: no such file"
+    ]
+
+
+def _link_frames(path: Path) -> list[tuple[int, int, bytes]]:
+    from scapy.utils import RawPcapNgReader
+
+    out = []
+    with RawPcapNgReader(str(path)) as reader:
+        for data, meta in reader:
+            ts = (meta.tshigh << 32 | meta.tslow) * 10**9 // meta.tsresol
+            out.append((meta.linktype, ts, data))
+    return out
+
+
+def test_live_reads_a_growing_key_log(tmp_path: Path) -> None:
+    """As in a live run the client writes its key log line while the handshake goes by:
+    the key log starts empty and gets its lines halfway through the packets; held
+    records are read again once they are there, and every connection is decrypted."""
+    from dissector.options import Options
+    from dissector.tls import key_logs
+    from dissector.wire.core import LiveSession
+
+    name = "tls13-kafka-python"
+    keys = tmp_path / "live.keys"
+    keys.write_text("")
+    frames = _link_frames(TLS / f"{name}.pcapng")
+    session = LiveSession(Options(tls=key_logs([keys], follow=True)), None, "live:test")
+    half = len(frames) // 2
+    rows = []
+    for linktype, ts, data in frames[:half]:
+        session.feed(linktype, ts, data)
+        rows += session.records()
+    keys.write_text((TLS / f"{name}.keys").read_text())
+    for linktype, ts, data in frames[half:]:
+        session.feed(linktype, ts, data)
+        rows += session.records()
+    rows += session.finish()
+    offline = dissector.analyze(TLS / f"{name}.pcapng", tls_keylog=TLS / f"{name}.keys")
+    c = session.counters()
+    assert c["tls_decrypted_connections"] == c["tls_connections"] == 7
+    assert sorted((r.stream, r.correlation_id, r.api_key) for r in rows) == sorted(
+        zip(offline["stream"], offline["correlation_id"], offline["api_key"], strict=True)
+    )

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from dissector.stages import Exchange
+    from dissector.tls import KeyLogs
 
 Source = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
@@ -112,6 +113,7 @@ def decoded_exchanges(
     specs: Iterable[str | os.PathLike[str]] = (),
     expand: Collection[str] = (),
     counters: Counter[str] | None = None,
+    tls: KeyLogs | None = None,
 ) -> Iterator[tuple[DecodedExchange, Any]]:
     """(decoded exchange, the capture's TopicNames) for every exchange of ``apis``
     (``wire.full_decode``). ``expand``: APIs whose responses' record batches are expanded
@@ -124,7 +126,9 @@ def decoded_exchanges(
     def expanded(api: str, request: bool) -> bool:
         return not request and api in expand
 
-    return decoded(source, wanted, ports=ports, specs=specs, expand=expanded, counts=counters)
+    return decoded(
+        source, wanted, ports=ports, specs=specs, expand=expanded, counts=counters, tls=tls
+    )
 
 
 # ----------------------------------------------------------------- partition entries
@@ -401,6 +405,7 @@ def partitions(
     *,
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
+    tls: KeyLogs | None = None,
 ) -> pd.DataFrame:
     """One row per (pair, topic, partition) of Produce, Fetch, ShareFetch, ListOffsets,
     OffsetCommit and OffsetFetch. ``df.attrs["counters"]`` counts pairs, decode errors
@@ -411,6 +416,7 @@ def partitions(
         source,
         PARTITION_APIS,
         ports=ports,
+        tls=tls,
         specs=specs,
         expand=_EXPAND_RESPONSES,
         counters=counters,

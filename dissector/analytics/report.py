@@ -33,6 +33,8 @@ from dissector.protocol.notes import GROUP_MEMBERSHIP_APIS, NotingDecoder, note_
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.tls import KeyLogs
+
 TABLE_ROW_LIMIT = 50
 """Longer tables are cut (the note says how many rows were left out)."""
 SLOWEST_N = 20
@@ -449,6 +451,11 @@ def _capture(df: pd.DataFrame) -> Section:
         (f"API versions seen ({len(facts.api_versions)})", ", ".join(facts.api_versions) or "–"),
         ("versions newer than the specs", _newer_versions_text(df)),
     ]
+    from dissector.analytics.summary_table import tls_lines
+
+    decrypted = tls_lines(df.attrs.get("tls") or [])
+    if decrypted:
+        rows.append(("TLS connections", "; ".join(decrypted)))
     if tls:
         rows.append(("TLS (not decoded)", _tls_text(tls)))
     if counters:
@@ -1293,6 +1300,7 @@ def analyze(
     *,
     ports: frozenset[int] | None = None,
     failures: list[tuple[str, str]] | None = None,
+    tls: KeyLogs | None = None,
 ) -> pd.DataFrame:
     """``dissector.analyze`` plus ``df.attrs["client_software"]`` and
     ``df.attrs["groups"]`` (see ``NotingDecoder``), in one pass, and
@@ -1331,7 +1339,7 @@ def analyze(
     frames = []
     for source in sources:
         try:
-            frames.append(_run_one(source, Options(ports=ports), (keys, observe)))
+            frames.append(_run_one(source, Options(ports=ports, tls=tls), (keys, observe)))
         except (CaptureError, OSError) as exc:
             if failures is None:
                 raise
@@ -1339,7 +1347,7 @@ def analyze(
             continue
         readable.append(source)
     df = _combined(frames)
-    df.attrs[TABLES_ATTR] = analytics_tables(readable, ports=ports)
+    df.attrs[TABLES_ATTR] = analytics_tables(readable, ports=ports, tls=tls)
     df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
     df.attrs[CAPTURES_ATTR] = readable
     df.attrs[GROUPS_ATTR] = decoder.group_notes()
@@ -1347,7 +1355,7 @@ def analyze(
 
 
 def analytics_tables(
-    sources: Sequence[str], *, ports: frozenset[int] | None = None
+    sources: Sequence[str], *, ports: frozenset[int] | None = None, tls: KeyLogs | None = None
 ) -> AnalyticsTables:
     """The partition table and the version-skew view of the readable ``sources``:
     each a pass of its own over the captures (full decode of the APIs it reads)."""
@@ -1356,7 +1364,9 @@ def analytics_tables(
 
     if not sources:
         return AnalyticsTables(table([], PARTITION_COLUMNS), table([], VERSION_COLUMNS))
-    return AnalyticsTables(partitions(sources, ports=ports), versions(sources, ports=ports))
+    return AnalyticsTables(
+        partitions(sources, ports=ports, tls=tls), versions(sources, ports=ports, tls=tls)
+    )
 
 
 def _run_one(source: str, options: Any, observe: Any) -> pd.DataFrame:
@@ -1377,12 +1387,18 @@ def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
         return frames[0]
     counters: dict[str, int] = {}
     tls: list[int] = []
+    tls_table: list[dict[str, object]] = []
     for df in frames:
         for name, n in (df.attrs.get("counters") or {}).items():
             counters[name] = counters.get(name, 0) + n
         tls.extend(df.attrs.get("tls_streams") or [])
+        tls_table.extend(df.attrs.get("tls") or [])
     combined = pd.concat(frames, ignore_index=True)
-    combined.attrs = {"counters": dict(sorted(counters.items())), "tls_streams": tls}
+    combined.attrs = {
+        "counters": dict(sorted(counters.items())),
+        "tls_streams": tls,
+        "tls": tls_table,
+    }
     return combined
 
 
@@ -1393,12 +1409,15 @@ def report_file(
     ports: frozenset[int] | None = None,
     title: str | None = None,
     failures: list[tuple[str, str]] | None = None,
+    tls: KeyLogs | None = None,
 ) -> Path:
     """Analyse ``paths`` and write their report to ``output`` (``failures``: see
     ``analyze``)."""
     sources = [str(p) for p in paths]
-    df = analyze(sources, ports=ports, failures=failures)
+    df = analyze(sources, ports=ports, failures=failures, tls=tls)
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if ports:
         command += " --ports " + ",".join(str(p) for p in sorted(ports))
+    if tls:
+        command += "".join(f" --tls-keylog {p}" for p in tls.paths)
     return write_report(df, output, title=title, command=command)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import functools
 import gc
 import os
@@ -23,6 +24,8 @@ from dissector.cli.common import (
     make_parent_dirs,
     parse_ports,
     report_failures,
+    tls_key_logs,
+    tls_keylog_option,
     warn_damage,
 )
 
@@ -112,6 +115,7 @@ def one_shot(command: Callable[..., None]) -> Callable[..., None]:
     help="also write the groups table (one row per group-membership call)",
 )
 @click.option("--quiet", is_flag=True, help="no summary table (warnings and errors still show)")
+@tls_keylog_option
 @one_shot
 def analyze(
     paths: tuple[str, ...],
@@ -122,6 +126,7 @@ def analyze(
     quiet: bool,
     partitions_out: str | None = None,
     groups_out: str | None = None,
+    tls_keylog: tuple[str, ...] = (),
 ) -> None:
     """Decode every Kafka request/response pair in PATHS (pcap or pcapng, maybe gzipped).
 
@@ -131,9 +136,9 @@ def analyze(
 
     if output:
         check_output_format(output, TABLE_FORMATS)
-    opts = Options(ports=parse_ports(ports))
+    opts = Options(ports=parse_ports(ports), tls=tls_key_logs(tls_keylog))
     if max_frame is not None:
-        opts = Options(ports=opts.ports, max_frame=max_frame)
+        opts = dataclasses.replace(opts, max_frame=max_frame)
     decoder = load_decoder(specs) if specs else None
     result, failures = analyze_each(
         list(paths), opts, show=sys.stderr.isatty() and not quiet, decoder=decoder
@@ -144,7 +149,7 @@ def analyze(
         _write(result, output, quiet)
     readable = [p for p in paths if p not in {f for f, _ in failures}]
     if readable:
-        _write_tables(readable, opts.ports, specs, partitions_out, groups_out, quiet)
+        _write_tables(readable, opts, specs, partitions_out, groups_out, quiet)
     report_failures(failures, len(paths))
 
 
@@ -157,6 +162,7 @@ class Analysed:
     table: pa.Table
     counters: dict[str, int]
     tls_streams: list[int]
+    tls: list[dict[str, object]]
     _frame: pd.DataFrame | None = None
 
     def frame(self) -> pd.DataFrame:
@@ -164,7 +170,11 @@ class Analysed:
             from dissector.wire.core import table_to_frame
 
             self._frame = table_to_frame(self.table)
-            self._frame.attrs = {"counters": self.counters, "tls_streams": self.tls_streams}
+            self._frame.attrs = {
+                "counters": self.counters,
+                "tls_streams": self.tls_streams,
+                "tls": self.tls,
+            }
         return self._frame
 
 
@@ -184,6 +194,7 @@ def analyze_each(
     tables: list[pa.Table] = []
     counters: dict[str, int] = {}
     tls: list[int] = []
+    tls_table: list[dict[str, object]] = []
     failures: list[tuple[str, str]] = []
     for path in paths:
         problem = capture_problem(path)
@@ -200,11 +211,12 @@ def analyze_each(
         for name, n in seen.items():
             counters[name] = counters.get(name, 0) + n
         tls.extend(run.tls_streams)
+        tls_table.extend(run.tls)
         tables.append(table)
     import pyarrow as pa
 
     table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
-    return Analysed(table, dict(sorted(counters.items())), tls), failures
+    return Analysed(table, dict(sorted(counters.items())), tls, tls_table), failures
 
 
 def _write(result: Analysed, output: str, quiet: bool) -> None:
@@ -224,7 +236,7 @@ def _write(result: Analysed, output: str, quiet: bool) -> None:
 
 def _write_tables(
     paths: list[str],
-    ports: frozenset[int] | None,
+    opts: Options,
     specs: tuple[str, ...],
     partitions_out: str | None,
     groups_out: str | None,
@@ -241,7 +253,7 @@ def _write_tables(
         if not out.lower().endswith(TABLE_FORMATS):
             raise click.ClickException(f"{out}: use one of {', '.join(TABLE_FORMATS)}")
     for build, out in wanted:
-        table = build(paths, ports=ports, specs=specs)
+        table = build(paths, ports=opts.ports, specs=specs, tls=opts.tls)
         export_table(table, out)
         if not quiet:
             click.echo(f"wrote {len(table)} rows to {out}")

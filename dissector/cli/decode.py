@@ -11,7 +11,14 @@ from typing import Any, TextIO
 import click
 
 from dissector.accounting import Counters
-from dissector.cli.common import capture_problem, parse_ports, report_failures, warn_damage
+from dissector.cli.common import (
+    capture_problem,
+    parse_ports,
+    report_failures,
+    tls_key_logs,
+    tls_keylog_option,
+    warn_damage,
+)
 from dissector.json_values import jsonable
 from dissector.protocol import Registry, get_registry, supported_apis
 from dissector.protocol.names import version_ranges
@@ -63,16 +70,19 @@ def load_registry(spec_dirs: Iterable[str]) -> Registry:
     "or a kafka-clients jar; repeatable",
 )
 @click.option("--ports", help="broker ports and ranges, e.g. 9092,9094-9096")
+@tls_keylog_option
 def decode_command(
     paths: tuple[str, ...],
     api: str | None,
     records: bool,
     spec_dirs: tuple[str, ...],
     ports: str | None,
+    tls_keylog: tuple[str, ...] = (),
 ) -> None:
     """Decode every request/response pair of the captures as JSON lines."""
     key = parse_api(api, load_registry(spec_dirs))
     port_set = parse_ports(ports)
+    tls = tls_key_logs(tls_keylog)
     failures: list[tuple[str, str]] = []
     for path in paths:
         problem = capture_problem(path)
@@ -81,7 +91,13 @@ def decode_command(
             continue
         counters = Counters()
         items = iter_decoded(
-            [path], api=key, records=records, specs=spec_dirs, ports=port_set, counters=counters
+            [path],
+            api=key,
+            records=records,
+            specs=spec_dirs,
+            ports=port_set,
+            counters=counters,
+            tls=tls,
         )
         try:
             _write_lines(items, sys.stdout)

@@ -52,6 +52,8 @@ LIVE_IDLE_TIMEOUT_S = 600.0
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from dissector.tls import KeyLogs
 DEFAULT_INTERVAL = 1.0
 POLL_S = 0.1  # longest wait for packets before checking stop conditions
 # Safety bound on reading what was buffered before a stop. The drain ends by itself at
@@ -84,6 +86,8 @@ class LiveOptions:
     write_pcap: str | None = None
     snaplen: int = DEFAULT_SNAPLEN
     buffer_mib: int = DEFAULT_BUFFER_MIB
+    # TLS key logs, read on as they grow (``dissector.tls.key_logs(..., follow=True)``).
+    tls: KeyLogs | None = None
 
     @property
     def filter(self) -> str:
@@ -127,7 +131,7 @@ class LiveCapture:
         except LiveError:
             self.source.close()
             raise
-        options = Options(ports=opts.ports, idle_timeout_s=LIVE_IDLE_TIMEOUT_S)
+        options = Options(ports=opts.ports, idle_timeout_s=LIVE_IDLE_TIMEOUT_S, tls=opts.tls)
         self.label = f"live:{opts.iface}"
         self.session = LiveSession(options, self.decoder, self.label)
         self.stop_reason: str | None = None

@@ -110,7 +110,12 @@ impl Session {
             self.event(ev, counters, out);
         }
         self.events = events;
-        self.tls.finish(counters);
+        let mut plain = std::mem::take(&mut self.plain);
+        self.tls.finish(counters, &mut plain);
+        for p in plain.drain(..) {
+            self.frame_chunk(p, true, counters, out);
+        }
+        self.plain = plain;
         self.note_undecoded(counters);
         let mut streams: Vec<u32> = self.framers.keys().copied().collect();
         streams.sort_unstable();
@@ -126,7 +131,12 @@ impl Session {
             Event::Chunk(ch) => self.chunk(ch, counters, out),
             Event::Open(open) => self.corr.open(&open),
             Event::Close(close) => {
-                self.tls.close(close.stream, counters);
+                let mut plain = std::mem::take(&mut self.plain);
+                self.tls.close(close.stream, counters, &mut plain);
+                for p in plain.drain(..) {
+                    self.frame_chunk(p, true, counters, out);
+                }
+                self.plain = plain;
                 self.note_undecoded(counters);
                 self.close_framers(close.stream, counters);
                 self.corr.close(close.stream, counters, out);

@@ -183,6 +183,9 @@ pub struct Fed {
 
 pub struct Conn {
     pub client: Endpoint,
+    pub server: Endpoint,
+    /// Capture time and frame of the connection's latest chunk.
+    pub last: (crate::types::Ts, u64),
     pub client_hello: Option<handshake::ClientHello>,
     pub server_hello: Option<ServerHello>,
     pub suite: Option<Suite>,
@@ -215,9 +218,11 @@ pub fn starts_client_hello(data: &[u8]) -> bool {
 }
 
 impl Conn {
-    pub fn new(client: Endpoint) -> Self {
+    pub fn new(client: Endpoint, server: Endpoint) -> Self {
         Conn {
             client,
+            server,
+            last: (0, 0),
             client_hello: None,
             server_hello: None,
             suite: None,

@@ -156,7 +156,7 @@ impl TlsStage {
                 counters.inc("tls_connections");
                 let slot = slots
                     .entry(ch.stream)
-                    .or_insert_with(|| Slot::Tls(Box::new(Conn::new(ch.src))));
+                    .or_insert_with(|| Slot::Tls(Box::new(Conn::new(ch.src, ch.dst))));
                 let Slot::Tls(conn) = slot else {
                     return Some(ch);
                 };
@@ -164,7 +164,8 @@ impl TlsStage {
             }
         };
         let client = conn.client;
-        let server = if ch.src == client { ch.dst } else { ch.src };
+        let server = conn.server;
+        conn.last = (ch.ts_ns, ch.frame);
         let d = usize::from(ch.src != client);
         let before = conn.buffered();
         if !conn.seen(d) {
@@ -250,7 +251,9 @@ impl TlsStage {
     }
 
     /// The connection closed: its outcome, if not counted yet.
-    pub fn close(&mut self, stream: u32, counters: &mut Counters) {
+    /// A connection still waiting for its secret (live) reads the key logs once more
+    /// first: the plaintext that frees goes onto `plain`.
+    pub fn close(&mut self, stream: u32, counters: &mut Counters, plain: &mut Vec<Chunk>) {
         let Some(slot) = self.slots.remove(&stream) else {
             return;
         };
@@ -258,6 +261,42 @@ impl TlsStage {
             return;
         };
         self.buffered = self.buffered.saturating_sub(conn.buffered());
+        if conn.holding() && conn.outcome.is_none() && !self.tails.is_empty() {
+            self.last_read = None;
+            let now = conn.last.0;
+            reread(&mut self.tails, &mut self.extra, &mut self.generation, &mut self.last_read, now);
+            let env = Env {
+                keys: &self.keys,
+                extra: &self.extra,
+                sessions: &self.sessions,
+                may_wait: true,
+                generation: self.generation,
+            };
+            for d in 0..2 {
+                let mut o = Vec::new();
+                let fed = conn.retry(d, &env, &mut o);
+                conn.read += fed.read;
+                count(counters, fed);
+                if !o.is_empty() {
+                    counters.add("tls_plaintext_bytes", o.len() as u64);
+                    let (src, dst) = if d == 0 {
+                        (conn.client, conn.server)
+                    } else {
+                        (conn.server, conn.client)
+                    };
+                    plain.push(Chunk {
+                        stream,
+                        src,
+                        dst,
+                        data: o,
+                        ts_ns: now,
+                        frame: conn.last.1,
+                        resync: false,
+                        lost: 0,
+                    });
+                }
+            }
+        }
         let (o, dropped) = conn.close();
         count(counters, Fed { read: 0, dropped });
         if !conn.reported {
@@ -285,11 +324,11 @@ impl TlsStage {
     }
 
     /// The end of the capture: every connection still open gets its outcome.
-    pub fn finish(&mut self, counters: &mut Counters) {
+    pub fn finish(&mut self, counters: &mut Counters, plain: &mut Vec<Chunk>) {
         let mut streams: Vec<u32> = self.slots.keys().copied().collect();
         streams.sort_unstable();
         for s in streams {
-            self.close(s, counters);
+            self.close(s, counters, plain);
         }
     }
 }
