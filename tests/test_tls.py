@@ -12,6 +12,7 @@ capture, a capture cut after the handshakes).
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -73,11 +74,12 @@ def _run(args: list[str]) -> str:
     return subprocess.run(args, check=True, capture_output=True, text=True, timeout=120).stdout
 
 
+@functools.cache
 def tshark_pairs(
     name: str, keys: Path
 ) -> tuple[Counter[tuple[int, int, int, int]], set[tuple[int, int]], int]:
     """tshark's Kafka over TLS: (stream, api key, version, correlation id) of every
-    request, the (stream, correlation id) answered, and the TCP connections."""
+    request, the (stream, correlation id) answered, and the connections."""
     fields = ["tcp.stream", "kafka.request_key", "kafka.api_version", "kafka.correlation_id"]
     out = _run(
         [
@@ -97,16 +99,20 @@ def tshark_pairs(
                 requests[(int(stream), int(k), int(v), int(c))] += 1
         else:
             answered |= {(int(stream), int(c)) for c in corrs.split("|") if c}
-    streams = _run(
-        [_tshark(), "-r", str(TLS / f"{name}.pcapng"), "-T", "fields", "-e", "tcp.stream"]
-    )
-    return requests, answered, len({s for s in streams.split() if s})
+    # Every connection of these captures carries Kafka: tshark's Kafka streams are all.
+    return requests, answered, len({key[0] for key in requests})
+
+
+@functools.cache
+def decrypted(name: str, suffix: str) -> Any:
+    """The capture analysed with one of its key logs (once per test session)."""
+    return dissector.analyze(TLS / f"{name}.pcapng", tls_keylog=TLS / f"{name}.{suffix}")
 
 
 @pytest.mark.parametrize("name,suffix,version,suite", CASES, ids=lambda v: str(v))
 def test_decrypted_pairs_equal_tsharks(name: str, suffix: str, version: str, suite: str) -> None:
     keys = TLS / f"{name}.{suffix}"
-    df = dissector.analyze(TLS / f"{name}.pcapng", tls_keylog=keys)
+    df = decrypted(name, suffix)
     requests, answered, connections = tshark_pairs(name, keys)
     assert len(requests) > 20  # the comparison is not vacuous
     mine = Counter(
@@ -138,8 +144,7 @@ def test_decrypted_pairs_equal_tsharks(name: str, suffix: str, version: str, sui
 
 @pytest.mark.parametrize("name", sorted({c[0] for c in CASES}))
 def test_decrypted_rows_match_the_clients_ledger(name: str) -> None:
-    suffix = "broker.keys" if name == "tls13-confluent" else "keys"
-    df = dissector.analyze(TLS / f"{name}.pcapng", tls_keylog=TLS / f"{name}.{suffix}")
+    df = decrypted(name, "broker.keys" if name == "tls13-confluent" else "keys")
     for op in _ledger(name)["operations"]:
         rows = df[df["client_id"] == op["client_id"]]
         for api in op["apis"]:
@@ -168,8 +173,7 @@ def test_api_versions_are_those_of_the_plaintext_run() -> None:
     plain = dissector.analyze(TLS / "plaintext-kafka-python.pcapng")
     assert plain.attrs["counters"].get("tls_connections", 0) == 0
     for name in ("tls13-kafka-python", "tls12-kafka-python", "tls13-chacha-kafka-python"):
-        df = dissector.analyze(TLS / f"{name}.pcapng", tls_keylog=TLS / f"{name}.keys")
-        assert used(df) == used(plain), name
+        assert used(decrypted(name, "keys")) == used(plain), name
 
 
 def test_without_a_key_log_connections_are_counted_not_decoded() -> None:
@@ -195,7 +199,7 @@ def test_a_partial_key_log_decodes_the_connections_it_covers() -> None:
     """confluent-kafka writes no key log: the client key log of this capture covers only
     the kafka-python admin that made the topic; the broker's covers every connection."""
     cap = TLS / "tls13-confluent.pcapng"
-    full = dissector.analyze(cap, tls_keylog=TLS / "tls13-confluent.broker.keys")
+    full = decrypted("tls13-confluent", "broker.keys")
     part = dissector.analyze(cap, tls_keylog=TLS / "tls13-confluent.keys")
     covered = set(part["stream"])
     c = part.attrs["counters"]
@@ -213,7 +217,7 @@ def test_key_log_lines_from_several_files_combine(tmp_path: Path) -> None:
     half = len(lines) // 2
     (tmp_path / "a.keys").write_text("\n".join(lines[:half]) + "\n")
     (tmp_path / "b.keys").write_text("\n".join(lines[half:]) + "\n")
-    full = dissector.analyze(TLS / f"{name}.pcapng", tls_keylog=TLS / f"{name}.broker.keys")
+    full = decrypted(name, "broker.keys")
     both = dissector.analyze(
         TLS / f"{name}.pcapng", tls_keylog=[tmp_path / "a.keys", tmp_path / "b.keys"]
     )
@@ -236,7 +240,7 @@ def test_secrets_injected_into_the_capture_are_used(tmp_path: Path) -> None:
         ]
     )
     df = dissector.analyze(out)
-    ref = dissector.analyze(TLS / f"{name}.pcapng", tls_keylog=TLS / f"{name}.keys")
+    ref = decrypted(name, "keys")
     assert len(df) == len(ref) > 0
     assert (
         df.attrs["counters"]["tls_decrypted_connections"]
@@ -306,7 +310,7 @@ def test_a_capture_starting_after_the_handshakes(tmp_path: Path) -> None:
     out = tmp_path / "late.pcapng"
     _run([_tshark(), "-r", str(cap), "-Y", f"frame.number >= {start}", "-w", str(out)])
     df = dissector.analyze(out, tls_keylog=TLS / f"{name}.keys")
-    full = dissector.analyze(cap, tls_keylog=TLS / f"{name}.keys")
+    full = decrypted(name, "keys")
     c = df.attrs["counters"]
     assert start < cut_at
     assert c["tls_no_handshake"] >= 1
@@ -386,9 +390,31 @@ def test_live_reads_a_growing_key_log(tmp_path: Path) -> None:
         session.feed(linktype, ts, data)
         rows += session.records()
     rows += session.finish()
-    offline = dissector.analyze(TLS / f"{name}.pcapng", tls_keylog=TLS / f"{name}.keys")
+    offline = decrypted(name, "keys")
     c = session.counters()
     assert c["tls_decrypted_connections"] == c["tls_connections"] == 7
     assert sorted((r.stream, r.correlation_id, r.api_key) for r in rows) == sorted(
         zip(offline["stream"], offline["correlation_id"], offline["api_key"], strict=True)
     )
+
+
+def test_spark_tasks_decrypt_with_the_key_log_content(tmp_path: Path) -> None:
+    """``spark --tls-keylog`` ships the key log's content in the options to the tasks,
+    which read the capture from memory: no file of the driver is opened there."""
+    import pickle
+
+    from dissector.cli.common import tls_key_logs
+    from dissector.options import Options
+    from dissector.spark.tasks import rows_from_bytes
+
+    name = "tls12-chacha-kafka-python"
+    keys = tmp_path / "driver-only.keys"
+    keys.write_text((TLS / f"{name}.keys").read_text())
+    options = pickle.loads(pickle.dumps(Options(tls=tls_key_logs([str(keys)], ship=True))))
+    keys.unlink()  # a task on another machine does not have the file
+    assert options.tls is not None and options.tls.paths == ()
+    data = (TLS / f"{name}.pcapng").read_bytes()
+    records = list(rows_from_bytes("mem.pcapng", data, options=options))
+    offline = decrypted(name, "keys")
+    assert len(records) == len(offline) > 0
+    assert all("tls" in r.flags for r in records)

@@ -170,9 +170,11 @@ def tls_lines(table: list[dict[str, object]]) -> list[str]:
     """One line per TLS version and cipher suite: connections by outcome."""
     by_suite: dict[str, dict[str, int]] = {}
     for t in table:
-        label = " ".join(str(t[k]) for k in ("version", "cipher_suite") if t.get(k)) or "TLS, version unknown"
+        shown = [str(t[k]) for k in ("version", "cipher_suite") if t.get(k)]
+        label = " ".join(shown) or "TLS, version unknown"
         outcomes = by_suite.setdefault(label, {})
-        outcomes[str(t["outcome"])] = outcomes.get(str(t["outcome"]), 0) + int(t["connections"])  # type: ignore[call-overload]
+        outcome, n = str(t["outcome"]), t["connections"]
+        outcomes[outcome] = outcomes.get(outcome, 0) + (n if isinstance(n, int) else 0)
     return [
         f"{label}: " + ", ".join(f"{k} {n}" for k, n in sorted(o.items()))
         for label, o in sorted(by_suite.items())

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import ssl
 import time
 from pathlib import Path
@@ -66,6 +67,17 @@ class Workload:
                 sasl_plain_password="bob-secret",
             )
         return kw
+
+    @property
+    def records(self) -> int:
+        return int(self.args.records)
+
+    def value(self, i: int) -> bytes:
+        """Record i: its number, padded to --record-size (random bytes: gzip cannot shrink
+        the bulk capture of the benchmark)."""
+        head = b"record-%d" % i
+        size = int(self.args.record_size)
+        return head + os.urandom(max(size - len(head), 0))
 
     def op(self, op: str, client_id: str, apis: list[str], **kw: Any) -> Operation:
         return self.ledger.add(
@@ -173,8 +185,8 @@ class Workload:
         op = self.op("produce", prod_id, ["Produce"], topic=self.topic, codec="gzip")
         with Timed(op):
             producer = KafkaProducer(client_id=prod_id, compression_type="gzip", **self.settings())
-            acked = [producer.send(self.topic, b"record-%d" % i) for i in range(RECORDS)]
-            producer.flush(30)
+            acked = [producer.send(self.topic, self.value(i)) for i in range(self.records)]
+            producer.flush(120)
             op.records = sum(1 for f in acked if f.succeeded())
             producer.close(10)
         cons_id = f"{self.args.name}-consumer"
@@ -193,7 +205,7 @@ class Workload:
             got = 0
             for _ in consumer:
                 got += 1
-                if got >= RECORDS:
+                if got >= self.records:
                     break
             consumer.commit()
             consumer.close()
@@ -257,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cafile", help="the test bed's CA (default: from kafka-broker env)")
     parser.add_argument("--port", type=int, help="broker port (default: SSL 9095, SASL_SSL 9096)")
     parser.add_argument("--plaintext", action="store_true", help="no TLS: the plaintext oracle")
+    parser.add_argument("--records", type=int, default=RECORDS, help="records (kafka-python)")
+    parser.add_argument("--record-size", type=int, default=0, help="pad records to this many bytes")
     args = parser.parse_args(argv)
     env = broker_env()
     if args.port is None:
