@@ -1,7 +1,7 @@
 """Whole-pipeline throughput against tshark, timed in one run with contenders alternating.
 
     python benchmarks/throughput.py [CAPTURE] [--repeat N] [--runs R] [--port P]
-    python benchmarks/throughput.py TLS_CAPTURE --tls-keylog KEYS --port P   # decryption
+    python benchmarks/throughput.py TLS_CAPTURE --tls-keylog KEYS --port P [--mss 1448]
 
 Contenders, each run R times in turn (A B C A B C ...), min and median reported:
 
@@ -66,6 +66,41 @@ def enlarge(src: Path, copies: int, dst: Path, port: int) -> int:
         for k in range(copies):
             for ts, buf in frames:
                 writer.writepkt(_shift_client_port(buf, k, port), ts + k * span)
+                n += 1
+    return n
+
+
+def resegment(src: Path, mss: int, dst: Path) -> int:
+    """Write ``src`` with every TCP payload longer than ``mss`` cut into ``mss``-byte
+    segments (consecutive sequence numbers, 1 ns apart): a loopback capture (64 KiB
+    segments) as a 1500-byte-MTU network carries it. Returns the packets written."""
+    import dpkt
+
+    with open(src, "rb") as fh:
+        reader = dpkt.pcapng.Reader(fh) if src.suffix == ".pcapng" else dpkt.pcap.Reader(fh)
+        frames = [(float(ts), bytes(buf)) for ts, buf in reader]
+    n = 0
+    with open(dst, "wb") as out:
+        writer = dpkt.pcap.Writer(out, nano=True)
+        for ts, buf in frames:
+            eth = dpkt.ethernet.Ethernet(buf)
+            ip, tcp = eth.data, getattr(eth.data, "data", None)
+            if not isinstance(ip, dpkt.ip.IP) or not isinstance(tcp, dpkt.tcp.TCP):
+                writer.writepkt(buf, ts)
+                n += 1
+                continue
+            payload = bytes(tcp.data)
+            for i, at in enumerate(range(0, max(len(payload), 1), mss)):
+                piece = payload[at : at + mss]
+                seg = dpkt.tcp.TCP(bytes(tcp))
+                seg.seq = (tcp.seq + at) & 0xFFFFFFFF
+                seg.data, seg.sum = piece, 0
+                part = dpkt.ip.IP(bytes(ip))
+                part.data, part.sum = seg, 0
+                part.len = part.__hdr_len__ + len(part.opts) + len(bytes(seg))
+                frame = dpkt.ethernet.Ethernet(bytes(eth))
+                frame.data = part
+                writer.writepkt(bytes(frame), ts + i * 1e-9)
                 n += 1
     return n
 
@@ -143,6 +178,7 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=9092, help="broker port for tshark")
     ap.add_argument("--no-tshark", action="store_true")
     ap.add_argument("--tls-keylog", type=Path, help="the capture is TLS: decrypt with this key log")
+    ap.add_argument("--mss", type=int, help="cut TCP payloads to this size first (e.g. 1448)")
     args = ap.parse_args()
     capture = args.capture or (LONGPOLL if LONGPOLL.exists() else SHARED)
     if not capture.exists():
@@ -153,6 +189,10 @@ def main() -> int:
         if args.repeat > 1:
             path = Path(tmp) / "bench.pcap"
             enlarge(capture, args.repeat, path, args.port)
+        if args.mss:
+            cut = Path(tmp) / "mss.pcap"
+            resegment(path, args.mss, cut)
+            path = cut
         out = Path(tmp) / "pairs.parquet"
         size = os.path.getsize(path)
         keylog = args.tls_keylog
@@ -164,6 +204,7 @@ def main() -> int:
         times: dict[str, list[float]] = {"cli": [], "api": [], "tshark": []}
         cli_rss: list[int] = []
         cli_cpu: list[float] = []
+        tshark_cpu: list[float] = []
         rows = packets = 0
         per_pair = 0.0
         plain = 0
@@ -175,7 +216,9 @@ def main() -> int:
             took, rows, packets, per_pair, plain = run_api(path, keylog)
             times["api"].append(took)
             if ts_cmd is not None:
-                times["tshark"].append(_child(ts_cmd)[0])
+                took, _, cpu = _child(ts_cmd)
+                times["tshark"].append(took)
+                tshark_cpu.append(cpu)
         api_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before
 
     print(f"capture: {capture.name} x{args.repeat}: {packets:,} packets, {rows:,} pairs, "
@@ -193,7 +236,9 @@ def main() -> int:
           f"{max(api_rss, 0) / 2**20:.0f} MiB; DataFrame {per_pair:.0f} bytes/pair")  # fmt: skip
     if times["tshark"]:
         ts = times["tshark"]
-        print(f"tshark  {_stats(ts)}")
+        print(f"tshark  {_stats(ts)}; CPU {_stats(tshark_cpu)}")
+        print(f"ratio tshark/cli CPU time: min-to-min {min(tshark_cpu) / min(cli_cpu):.1f}x, "
+              f"median {statistics.median(tshark_cpu) / statistics.median(cli_cpu):.1f}x")  # fmt: skip
         for name in ("cli", "api"):
             t = times[name]
             print(f"ratio tshark/{name}: min-to-min {min(ts) / min(t):.1f}x, "

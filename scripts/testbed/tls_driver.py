@@ -182,9 +182,14 @@ class Workload:
                 op.detail["error"] = type(exc).__name__
         admin.close()
         prod_id = f"{self.args.name}-producer"
-        op = self.op("produce", prod_id, ["Produce"], topic=self.topic, codec="gzip")
+        codec = self.args.codec
+        op = self.op("produce", prod_id, ["Produce"], topic=self.topic, codec=codec)
         with Timed(op):
-            producer = KafkaProducer(client_id=prod_id, compression_type="gzip", **self.settings())
+            producer = KafkaProducer(
+                client_id=prod_id,
+                compression_type=None if codec == "none" else codec,
+                **self.settings(),
+            )
             acked = [producer.send(self.topic, self.value(i)) for i in range(self.records)]
             producer.flush(120)
             op.records = sum(1 for f in acked if f.succeeded())
@@ -271,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plaintext", action="store_true", help="no TLS: the plaintext oracle")
     parser.add_argument("--records", type=int, default=RECORDS, help="records (kafka-python)")
     parser.add_argument("--record-size", type=int, default=0, help="pad records to this many bytes")
+    parser.add_argument("--codec", default="gzip", help="kafka-python's producer compression")
     args = parser.parse_args(argv)
     env = broker_env()
     if args.port is None:
