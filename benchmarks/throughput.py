@@ -237,8 +237,9 @@ def main() -> int:
     if times["tshark"]:
         ts = times["tshark"]
         print(f"tshark  {_stats(ts)}; CPU {_stats(tshark_cpu)}")
+        cpu_med = statistics.median(tshark_cpu) / statistics.median(cli_cpu)
         print(f"ratio tshark/cli CPU time: min-to-min {min(tshark_cpu) / min(cli_cpu):.1f}x, "
-              f"median {statistics.median(tshark_cpu) / statistics.median(cli_cpu):.1f}x")  # fmt: skip
+              f"median {cpu_med:.1f}x")  # fmt: skip
         for name in ("cli", "api"):
             t = times[name]
             print(f"ratio tshark/{name}: min-to-min {min(ts) / min(t):.1f}x, "
