@@ -82,7 +82,9 @@ fn run(stage: &mut TlsStage, chunks: Vec<Chunk>) -> (Counters, usize, u64) {
         if !streams.contains(&ch.stream) {
             streams.push(ch.stream);
         }
-        assert!(stage.chunk(ch, || true, &mut counters, &mut plain).is_none());
+        assert!(stage
+            .chunk(ch, || true, &mut counters, &mut plain)
+            .is_none());
     }
     for s in streams {
         stage.close(s, &mut counters, &mut plain);
@@ -167,7 +169,11 @@ fn random_bytes_after_a_valid_handshake() {
     );
     assert_eq!(plain, 0);
     assert_eq!(c.get("tls_connections"), 1);
-    assert_eq!(c.get("tls_bad_record") + c.get("tls_decrypt_failed"), 1, "{c:?}");
+    assert_eq!(
+        c.get("tls_bad_record") + c.get("tls_decrypt_failed"),
+        1,
+        "{c:?}"
+    );
     accounted(&c, fed);
 }
 

@@ -264,7 +264,13 @@ impl TlsStage {
         if conn.holding() && conn.outcome.is_none() && !self.tails.is_empty() {
             self.last_read = None;
             let now = conn.last.0;
-            reread(&mut self.tails, &mut self.extra, &mut self.generation, &mut self.last_read, now);
+            reread(
+                &mut self.tails,
+                &mut self.extra,
+                &mut self.generation,
+                &mut self.last_read,
+                now,
+            );
             let env = Env {
                 keys: &self.keys,
                 extra: &self.extra,
