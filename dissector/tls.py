@@ -14,10 +14,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from dissector._core import KeyLog
 
 ENV_VAR = "SSLKEYLOGFILE"
 
@@ -48,12 +44,14 @@ def key_logs(
 ) -> KeyLogs | None:
     """The key logs of a run: ``paths``, then ``SSLKEYLOGFILE`` when set (and not given
     already); None when there is none. A path that is not a readable file raises
-    ``KeyLogError``; ``SSLKEYLOGFILE`` naming a file not there yet is taken only when
-    following (a client may create it later), else left out."""
+    ``KeyLogError``, except that a file not there yet is taken when following (a client
+    creates its key log at its first handshake); ``SSLKEYLOGFILE`` naming a file not
+    there is left out unless following."""
     env = os.environ if environ is None else environ
     given = [os.fspath(p) for p in paths]
     for p in given:
-        _check(p)
+        if not (follow and not os.path.lexists(p)):
+            _check(p)
     from_env = env.get(ENV_VAR)
     if from_env and from_env not in given and (follow or os.path.isfile(from_env)):
         given.append(from_env)
@@ -78,13 +76,3 @@ def read_texts(paths: Iterable[str]) -> tuple[str, ...]:
         with open(p, encoding="utf-8", errors="replace") as f:
             out.append(f.read())
     return tuple(out)
-
-
-def native_key_log(logs: KeyLogs) -> KeyLog:
-    """The core's parsed key log (read now: a file changed since an earlier run counts)."""
-    from dissector.wire.core import native
-
-    try:
-        return native().KeyLog(list(logs.paths), list(logs.texts), logs.follow)
-    except OSError as exc:
-        raise KeyLogError(f"TLS {exc}") from None

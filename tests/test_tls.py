@@ -369,15 +369,15 @@ def _link_frames(path: Path) -> list[tuple[int, int, bytes]]:
 
 def test_live_reads_a_growing_key_log(tmp_path: Path) -> None:
     """As in a live run the client writes its key log line while the handshake goes by:
-    the key log starts empty and gets its lines halfway through the packets; held
-    records are read again once they are there, and every connection is decrypted."""
+    the key log is not there at the start (a client creates it at its first handshake)
+    and gets its lines halfway through the packets; held records are read again once
+    they are there, and every connection is decrypted."""
     from dissector.options import Options
     from dissector.tls import key_logs
     from dissector.wire.core import LiveSession
 
     name = "tls13-kafka-python"
     keys = tmp_path / "live.keys"
-    keys.write_text("")
     frames = _link_frames(TLS / f"{name}.pcapng")
     session = LiveSession(Options(tls=key_logs([keys], follow=True)), None, "live:test")
     half = len(frames) // 2
@@ -399,22 +399,26 @@ def test_live_reads_a_growing_key_log(tmp_path: Path) -> None:
 
 
 def test_spark_tasks_decrypt_with_the_key_log_content(tmp_path: Path) -> None:
-    """``spark --tls-keylog`` ships the key log's content in the options to the tasks,
-    which read the capture from memory: no file of the driver is opened there."""
+    """``spark --tls-keylog FOLDER`` ships the contents of the key logs in it, in the
+    options, to the tasks, which read the capture from memory: no file of the driver is
+    opened there."""
     import pickle
 
     from dissector.cli.common import tls_key_logs
     from dissector.options import Options
     from dissector.spark.tasks import rows_from_bytes
 
-    name = "tls12-chacha-kafka-python"
-    keys = tmp_path / "driver-only.keys"
-    keys.write_text((TLS / f"{name}.keys").read_text())
-    options = pickle.loads(pickle.dumps(Options(tls=tls_key_logs([str(keys)], ship=True))))
-    keys.unlink()  # a task on another machine does not have the file
+    name = "tls13-confluent"  # the client's and the broker's key logs, in one folder
+    folder = tmp_path / "keys"
+    folder.mkdir()
+    for suffix in ("keys", "broker.keys"):
+        (folder / suffix).write_text((TLS / f"{name}.{suffix}").read_text())
+    shipped = Options(tls=tls_key_logs([str(folder)], ship=True))
+    options = pickle.loads(pickle.dumps(shipped))
+    shutil.rmtree(folder)  # a task on another machine does not have the files
     assert options.tls is not None and options.tls.paths == ()
     data = (TLS / f"{name}.pcapng").read_bytes()
     records = list(rows_from_bytes("mem.pcapng", data, options=options))
-    offline = decrypted(name, "keys")
+    offline = decrypted(name, "broker.keys")
     assert len(records) == len(offline) > 0
     assert all("tls" in r.flags for r in records)

@@ -139,9 +139,14 @@ def tls_keylog_option(command: Any) -> Any:
 
 def tls_key_logs(paths: Sequence[str], *, follow: bool = False, ship: bool = False) -> Any:
     """The run's key logs (``dissector.tls.key_logs``), or one clear error line.
-    ``ship``: their contents instead of their paths (Spark tasks run elsewhere)."""
+    ``ship``: their contents instead of their paths (Spark tasks run elsewhere), and a
+    folder stands for the files in it."""
     from dissector.tls import KeyLogError, KeyLogs, key_logs, read_texts
 
+    if ship:  # a folder of key logs (one per broker, say): every file in it
+        paths = [
+            str(f) for p in paths for f in (sorted(Path(p).iterdir()) if Path(p).is_dir() else [p])
+        ]
     try:
         logs = key_logs(paths, follow=follow)
         if ship and logs is not None:

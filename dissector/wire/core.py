@@ -27,9 +27,10 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector._core import Analyzer, Model
+    from dissector._core import Analyzer, KeyLog, Model
     from dissector.options import Options
     from dissector.stages import Exchange
+    from dissector.tls import KeyLogs
 
 BATCH_ROWS = 65_536
 """Rows per Arrow batch: memory of a streaming run is bounded by this, not the capture."""
@@ -153,11 +154,7 @@ def new_analyzer(
     model = _model(decoder)
     _core = native()
     idle = options.idle_timeout_s
-    tls_keys = None
-    if options.tls:
-        from dissector.tls import native_key_log
-
-        tls_keys = native_key_log(options.tls)
+    tls_keys = native_key_log(options.tls) if options.tls else None
     return _core.Analyzer(
         model.native,
         sorted(options.broker_ports),
@@ -169,6 +166,16 @@ def new_analyzer(
         keep_keys=list(keep_keys),
         tls_keys=tls_keys,
     )
+
+
+def native_key_log(logs: KeyLogs) -> KeyLog:
+    """The core's parsed key log (read now: a file changed since an earlier run counts)."""
+    from dissector.tls import KeyLogError
+
+    try:
+        return native().KeyLog(list(logs.paths), list(logs.texts), logs.follow)
+    except OSError as exc:
+        raise KeyLogError(f"TLS {exc}") from None
 
 
 def open_capture(analyzer: Analyzer, path: CaptureSource) -> None:

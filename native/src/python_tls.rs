@@ -26,10 +26,16 @@ impl KeyLog {
             let mut log = Log::default();
             for path in &paths {
                 let mut tail = KeyLogTail::new(PathBuf::from(path));
-                tail.read_new(&mut log).map_err(|e| {
-                    PyOSError::new_err(format!("{path}: cannot read the key log: {e}"))
-                })?;
-                tail.finish(&mut log);
+                match tail.read_new(&mut log) {
+                    Ok(()) => tail.finish(&mut log),
+                    // Followed (live): a client creates its key log at its first handshake.
+                    Err(e) if follow && e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(PyOSError::new_err(format!(
+                            "{path}: cannot read the key log: {e}"
+                        )))
+                    }
+                }
             }
             for text in &texts {
                 log.add_text(text);

@@ -392,10 +392,10 @@ impl Conn {
         match kind {
             HANDSHAKE => self.plain_handshake(d, fragment),
             CHANGE_CIPHER_SPEC => match version {
-                // TLS 1.3 sends it only for middleboxes (RFC 8446 D.4).
-                Some(TLS13) => Step::Next,
+                // TLS 1.3 sends it only for middleboxes (RFC 8446 D.4), the client's even
+                // before the ServerHello when a HelloRetryRequest came first.
+                Some(TLS13) | None => Step::Next,
                 Some(_) => self.change_cipher_spec(d, env),
-                None => Step::Fail(Outcome::NoHandshake),
             },
             APPLICATION_DATA => match version {
                 Some(TLS13) => {
