@@ -422,3 +422,49 @@ def test_spark_tasks_decrypt_with_the_key_log_content(tmp_path: Path) -> None:
     offline = decrypted(name, "broker.keys")
     assert len(records) == len(offline) > 0
     assert all("tls" in r.flags for r in records)
+
+
+@pytest.mark.parametrize("name", sorted({c[0] for c in CASES}))
+def test_pairs_equal_the_brokers_request_log(name: str) -> None:
+    """The broker's own account of the same run (its request logger, recorded with the
+    capture: ``NAME.requests.jsonl``): every request it completed on the TLS listener,
+    by client port and correlation id, with api key, version, client id and the error
+    codes of its response, is a row of ours with the same values; and every answered row
+    of ours is in the log, but for what a SASL listener answers before authentication."""
+    import pandas as pd
+
+    suffix = "broker.keys" if name == "tls13-confluent" else "keys"
+    df = decrypted(name, suffix)
+    logged = [
+        json.loads(line) for line in (TLS / f"{name}.requests.jsonl").read_text().splitlines()
+    ]
+    assert len(logged) > 15
+
+    def key(client_port: Any, correlation_id: Any) -> tuple[int, int]:
+        return int(client_port), int(correlation_id)
+
+    mine = {
+        key(r.client_port, r.correlation_id): r
+        for r in df.itertuples()
+        if r.correlation_id is not None
+    }
+    for entry in logged:
+        row = mine.get(key(entry["client_port"], entry["correlation_id"]))
+        assert row is not None, entry
+        fields = ["api_key", "api_version", "client_id", "error_code", "error_count"]
+        if row.status == "unanswered":
+            # The broker logs a request whose connection closed before the response
+            # went out too (a consumer's last long poll); tshark sees no response either
+            # (test_decrypted_pairs_equal_tsharks).
+            fields = fields[:3]
+        got = tuple(None if pd.isna(v := getattr(row, f)) else v for f in fields)
+        assert got == tuple(entry[f] for f in fields), entry
+    extra = {
+        r.api_name
+        for k, r in mine.items()
+        if k not in {key(e["client_port"], e["correlation_id"]) for e in logged}
+    }
+    # A SASL listener answers ApiVersions and the SASL exchanges of a connection before
+    # it is authenticated itself, outside the request channel the logger sees.
+    sasl = {e["listener"] for e in logged} == {"SASL_SSL"}
+    assert extra <= ({"ApiVersions", "SaslHandshake", "SaslAuthenticate"} if sasl else set())

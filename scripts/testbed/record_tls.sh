@@ -14,19 +14,25 @@ mkdir -p "$OUT"
 WORK="$(mktemp -d)"
 trap 'scripts/kafka-broker stop >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
 export KAFKA_BROKER_DIR="$WORK/broker" KAFKA_PLAINTEXT_PORT=29092 KAFKA_CONTROLLER_PORT=29093 \
-    KAFKA_SASL_PORT=39092 KAFKA_SSL_PORT=9095 KAFKA_SASL_SSL_PORT=9096
+    KAFKA_SASL_PORT=39092 KAFKA_SSL_PORT=9095 KAFKA_SASL_SSL_PORT=9096 KAFKA_REQUEST_LOG=1
 BROKER_KEYS="$WORK/broker-keys.log"
 export KAFKA_TLS_KEYLOG="$BROKER_KEYS"
 
-# One capture; the broker's key log lines written meanwhile go to NAME.broker.keys.
+# One capture; the broker's key log lines written meanwhile go to NAME.broker.keys, its
+# request log's account of the capture's port to NAME.requests.jsonl (the oracle).
 record() {
     local name="$1"
     shift
-    local before=0
+    local before=0 requests_before=0 log="$KAFKA_BROKER_DIR/request.log"
     [[ -f "$BROKER_KEYS" ]] && before=$(stat -c %s "$BROKER_KEYS")
+    [[ -f "$log" ]] && requests_before=$(stat -c %s "$log")
     python -m scripts.testbed.tls_driver --name "$name" --out-dir "$OUT" "$@"
     sleep 1
     tail -c +"$((before + 1))" "$BROKER_KEYS" >"$OUT/$name.broker.keys"
+    tail -c +"$((requests_before + 1))" "$log" >"$WORK/requests.log"
+    python -m scripts.testbed.request_log "$WORK/requests.log" --jsonl \
+        --port "$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['operations'][0]['port'])" "$OUT/$name.drivers.json")" \
+        >"$OUT/$name.requests.jsonl"
 }
 
 run_broker() {
