@@ -38,6 +38,9 @@ CASES = [
     ("tls12-kafka-python", "broker.keys", "TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"),
     ("sasl-ssl-aiokafka", "keys", "TLS 1.3", "TLS_AES_256_GCM_SHA384"),
     ("tls13-confluent", "broker.keys", "TLS 1.3", "TLS_AES_256_GCM_SHA384"),
+    # the Java client's own key log (the same agent, client side: RSA Session-ID lines)
+    ("tls12-java", "keys", "TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"),
+    ("tls12-java", "broker.keys", "TLS 1.2", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"),
     ("tls13-aes128-aiokafka", "keys", "TLS 1.3", "TLS_AES_128_GCM_SHA256"),
     ("tls13-chacha-kafka-python", "keys", "TLS 1.3", "TLS_CHACHA20_POLY1305_SHA256"),
     (

@@ -45,6 +45,7 @@ record tls13-kafka-python
 record tls12-kafka-python --tls 1.2
 record sasl-ssl-aiokafka --client aiokafka --sasl
 record tls13-confluent --client confluent-kafka
+record tls12-java --client java --tls 1.2
 record plaintext-kafka-python --plaintext
 rm -f "$OUT/plaintext-kafka-python.keys" "$OUT/plaintext-kafka-python.broker.keys"
 

@@ -91,9 +91,74 @@ class Workload:
             self.kafka_python()
         elif self.client == "aiokafka":
             asyncio.run(self.aiokafka())
+        elif self.client == "java":
+            self.java()
         else:
             self.confluent()
         return self.ledger
+
+    def java(self) -> None:
+        """Kafka's console producer and consumer (the Java client), their TLS secrets
+        written by the extract-tls-secrets javaagent (JAVA_TOOL_OPTIONS) into the key log."""
+        from scripts.testbed.java_driver import run_tool
+
+        env = broker_env()
+        props = Path(self.args.out_dir) / f"{self.args.name}.client.properties"
+        lines = [
+            f"security.protocol={self.protocol}",
+            f"ssl.truststore.location={env['KAFKA_TLS_TRUSTSTORE']}",
+            f"ssl.truststore.password={env['KAFKA_TLS_PASSWORD']}",
+            "ssl.truststore.type=PKCS12",
+            "ssl.endpoint.identification.algorithm=",
+        ]
+        if self.args.tls == "1.2":
+            lines += ["ssl.protocol=TLSv1.2", "ssl.enabled.protocols=TLSv1.2"]
+        props.write_text("\n".join(lines) + "\n")
+        server = ["--bootstrap-server", f"127.0.0.1:{self.args.port}"]
+        try:
+            prod_id = f"{self.args.name}-producer"
+            op = self.op("produce", prod_id, ["Produce"], topic=self.topic, codec="none")
+            with Timed(op):
+                lines_in = "".join(f"record-{i}\n" for i in range(self.records))
+                done = run_tool(
+                    "org.apache.kafka.tools.ConsoleProducer",
+                    [
+                        *server,
+                        "--topic",
+                        self.topic,
+                        "--command-config",
+                        str(props),
+                        "--producer-property",
+                        f"client.id={prod_id}",
+                    ],
+                    stdin=lines_in,
+                )
+                op.ok = done.returncode == 0
+                op.records = self.records if op.ok else 0
+            cons_id = f"{self.args.name}-consumer"
+            group = f"{self.args.name}-group"
+            op = self.op("consume", cons_id, ["Fetch"], topic=self.topic, group_id=group)
+            with Timed(op):
+                done = run_tool(
+                    "org.apache.kafka.tools.consumer.ConsoleConsumer",
+                    [
+                        *server,
+                        "--topic",
+                        self.topic,
+                        "--from-beginning",
+                        "--group",
+                        group,
+                        "--max-messages",
+                        str(self.records),
+                        "--command-config",
+                        str(props),
+                        "--consumer-property",
+                        f"client.id={cons_id}",
+                    ],
+                )
+                op.records = sum(1 for ln in done.stdout.splitlines() if ln.startswith("record-"))
+        finally:
+            props.unlink()
 
     def confluent(self) -> None:
         """librdkafka has no key log of its own: decoded with the broker-side key log."""
@@ -263,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--name", required=True)
     parser.add_argument(
-        "--client", choices=("kafka-python", "aiokafka", "confluent-kafka"), default="kafka-python"
+        "--client",
+        choices=("kafka-python", "aiokafka", "confluent-kafka", "java"),
+        default="kafka-python",
     )
     parser.add_argument(
         "--ciphers", default="ECDHE+AESGCM", help="OpenSSL cipher list for --tls 1.2"
@@ -294,13 +361,18 @@ def main(argv: list[str] | None = None) -> int:
     keylog.unlink(missing_ok=True)
     ctx = None if args.plaintext else tls_context(cafile, keylog, args.tls, args.ciphers)
     work = Workload(args, ctx)
-    if args.client == "confluent-kafka" and not args.plaintext:
+    own_admin = args.client in ("confluent-kafka", "java") and not args.plaintext
+    if own_admin:
         # The topic is made first by kafka-python over the same listener (its own
         # connections are in the capture too, with their key log lines).
         admin = Workload(argparse.Namespace(**{**vars(args), "client": "kafka-python"}), ctx)
         work.ledger = admin.ledger
+    if args.client == "java":
+        # The agent appends the Java client's secrets to the same key log.
+        agent = next(Path(env["KAFKA_TLS_AGENT_DIR"]).glob("extract-tls-secrets-*.jar"))
+        os.environ["JAVA_TOOL_OPTIONS"] = f"-javaagent:{agent}={keylog.resolve()}"
     with Capture(out / f"{args.name}.pcapng", ports=(args.port,)):
-        if args.client == "confluent-kafka" and not args.plaintext:
+        if own_admin:
             admin.create_topic()
         ledger = work.run()
     ledger.clients = client_versions(args.client)
@@ -320,6 +392,8 @@ def broker_env() -> dict[str, str]:
 def client_versions(client: str) -> dict[str, str]:
     from importlib.metadata import version
 
+    if client == "java":
+        return {"kafka-tools": broker_env()["KAFKA_TOOLS_VERSION"]}
     dist = {
         "kafka-python": "kafka-python",
         "aiokafka": "aiokafka",

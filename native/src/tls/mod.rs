@@ -11,7 +11,7 @@
 //! `tls_*` counter and in `summary()` with version and cipher suite; bytes are counted
 //! as read through (`tls_record_bytes`) or given up (`tls_bytes`). A connection that
 //! is TLS but whose handshake the capture missed is found by framing's TLS detection
-//! instead and counted by the session (`note_tls_without_handshake`).
+//! instead and counted here when the session says so (`note_without_handshake`).
 
 pub mod cipher;
 pub mod conn;
@@ -97,8 +97,10 @@ impl TlsStage {
     /// Secrets found inside the capture (pcapng Decryption Secrets Blocks).
     pub fn add_secrets(&mut self, text: &str, counters: &mut Counters) {
         let mut log = KeyLog::parse(text);
-        counters.add("tls_keylog_bad_lines", log.bad_lines);
-        log.bad_lines = 0;
+        if log.bad_lines > 0 {
+            counters.add("tls_keylog_bad_lines", log.bad_lines);
+            log.bad_lines = 0;
+        }
         self.extra.merge(&log);
         self.generation += 1;
     }
