@@ -331,6 +331,7 @@ def live(
     snaplen: int = DEFAULT_SNAPLEN,
     buffer_mib: int = DEFAULT_BUFFER_MIB,
     stop: threading.Event | None = None,
+    tls_keylog: Iterable[str | os.PathLike[str]] = (),
 ) -> Iterator[PairRecord] | Iterator[pd.DataFrame]:
     """Capture Kafka traffic on ``iface`` and yield pair records as they complete.
 
@@ -339,7 +340,10 @@ def live(
     Stops after ``duration`` seconds, after ``count`` complete request/response pairs,
     when ``stop`` is set, or on Ctrl-C; requests still open are then yielded as
     ``unanswered`` rows. Errors opening the capture raise ``LiveError`` at the call.
+    ``tls_keylog``: key logs to decrypt Kafka over TLS with, read on as they grow.
     """
+    from dissector.tls import key_logs
+
     opts = LiveOptions(
         iface=iface,
         bpf=bpf,
@@ -350,6 +354,8 @@ def live(
         write_pcap=os.fspath(write_pcap) if write_pcap is not None else None,
         snaplen=snaplen,
         buffer_mib=buffer_mib,
+        # TLS key logs are read on as they grow (a client appends a line per handshake).
+        tls=key_logs(tls_keylog, follow=True),
     )
     cap = LiveCapture(opts)
     if stop is not None:
