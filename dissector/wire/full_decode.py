@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
-from dissector.options import Options, capture_paths
+from dissector.options import AnySource, Options, capture_paths
 from dissector.protocol.pairs import (
     DecodedExchange,
     Expand,
@@ -26,7 +26,7 @@ from dissector.wire.core import iter_exchanges
 if TYPE_CHECKING:
     from dissector.tls import KeyLogs
 
-Source = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
+Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
 
 
 def _never(_api: str, _request: bool) -> bool:
