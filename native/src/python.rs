@@ -20,11 +20,13 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::capture::{open_path, scan_path, FileFacts, LinkDecoder, PacketReader};
 use crate::model::Model as SpecModel;
+use crate::python_tls::{summary_lines, KeyLog, TlsConnections};
 use crate::queueing::{LongPollRule, Queued, Queueing, Timing};
 use crate::records::Budget;
 use crate::rows::{Dict, DictList, Nullable, RowBuilder, SummaryColumns};
 use crate::session::{Session, SessionConfig};
 use crate::summary::{summarize, TopicNames};
+use crate::tls::{KeySource, Summary as TlsSummary};
 use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame, Ts};
 
 #[pyclass(frozen, module = "dissector._core")]
@@ -99,6 +101,7 @@ fn next_from(py: Python<'_>, next: &Py<PyAny>) -> PyResult<Option<ChainedFile>> 
 #[derive(Clone)]
 struct RunOptions {
     session: SessionConfig,
+    tls: KeySource,
 }
 
 #[pyclass(module = "dissector._core")]
@@ -116,6 +119,7 @@ pub struct Analyzer {
     bytes_done: u64,
     session: Option<Session>,
     tls: Vec<(String, u32)>,
+    tls_table: Vec<(String, TlsSummary)>,
     summaries: Summaries,
     sink: RowSink,
 }
@@ -177,7 +181,7 @@ impl Analyzer {
     /// `fallback(api_key, api_version, request, response, capture)` returns the summary
     /// columns of a pair the native interpreter deferred (see `summary_from_python`).
     #[new]
-    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32))]
+    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32, tls_keys=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         model: &Model,
@@ -190,6 +194,7 @@ impl Analyzer {
         keep_keys: Vec<i16>,
         frame_budget: u64,
         capture_budget: u64,
+        tls_keys: Option<PyRef<'_, KeyLog>>,
     ) -> Self {
         let m = model.inner.clone();
         let session = SessionConfig {
@@ -205,7 +210,10 @@ impl Analyzer {
         rows.long_poll = LongPollRule::from_model(&m);
         Analyzer {
             model: m.clone(),
-            opts: RunOptions { session },
+            opts: RunOptions {
+                session,
+                tls: tls_keys.map(|k| k.source.clone()).unwrap_or_default(),
+            },
             counters: Counters::default(),
             capture: String::new(),
             source: std::sync::Mutex::new(None),
@@ -213,6 +221,7 @@ impl Analyzer {
             bytes_done: 0,
             session: None,
             tls: Vec::new(),
+            tls_table: Vec::new(),
             summaries: Summaries {
                 model: m,
                 frame_budget,
@@ -450,6 +459,18 @@ impl Analyzer {
         all
     }
 
+    /// TLS connections by capture, version, cipher suite and outcome.
+    fn tls_connections(&self) -> Vec<TlsConnections> {
+        let mut out = Vec::new();
+        for (capture, summary) in &self.tls_table {
+            out.extend(summary_lines(capture, summary));
+        }
+        if let Some(session) = self.session.as_ref() {
+            out.extend(summary_lines(&self.capture, session.tls_summary()));
+        }
+        out
+    }
+
     /// Requests waiting for a response now, by api_key (live views).
     fn open_requests(&self) -> Vec<(i16, u64)> {
         self.session
@@ -507,6 +528,11 @@ impl Analyzer {
                     let tx = tx;
                     let mut out = Vec::with_capacity(BATCH);
                     loop {
+                        // Secrets the capture carries (pcapng Decryption Secrets Blocks)
+                        // precede the connections they are for.
+                        for text in reader.take_secrets() {
+                            session.add_secrets(&text, &mut wire_counters);
+                        }
                         let ended = match reader.next_packet(&mut wire_counters) {
                             Some(pkt) => {
                                 session.packet(&pkt, &mut wire_counters, &mut out);
@@ -609,7 +635,9 @@ impl Analyzer {
         *self.source_mut() = Some(source);
         self.chained.clear();
         self.bytes_done = 0;
-        self.session = Some(Session::new(self.opts.session.clone(), self.model.clone()));
+        let mut session = Session::new(self.opts.session.clone(), self.model.clone());
+        session.set_keys(&self.opts.tls);
+        self.session = Some(session);
         // Captures are independent: topic ids, budgets and queues start afresh.
         self.summaries.start(&self.capture);
         self.sink.start(&self.capture);
@@ -633,6 +661,10 @@ impl Analyzer {
                 .add("queueing_connections_dropped", bounded.connections_dropped);
         }
         if let Some(session) = self.session.take() {
+            if !session.tls_summary().is_empty() {
+                self.tls_table
+                    .push((self.capture.clone(), session.tls_summary().clone()));
+            }
             self.tls.extend(
                 session
                     .tls_streams()
@@ -1109,6 +1141,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Model>()?;
     m.add_class::<Analyzer>()?;
+    m.add_class::<KeyLog>()?;
+    m.add_class::<TlsConnections>()?;
     m.add_class::<CaptureFacts>()?;
     m.add_class::<InterfaceFacts>()?;
     m.add_function(wrap_pyfunction!(scan_facts, m)?)?;
