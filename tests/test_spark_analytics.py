@@ -19,13 +19,8 @@ import pyarrow as pa
 import pytest
 
 import dissector
-from dissector.spark.analytics import (
-    ANALYTICS_TABLES,
-    AnalyticsConfig,
-    arrow_schema,
-    capture_batches,
-    parse_tables,
-)
+from dissector.options import CaptureBytes, Options
+from dissector.spark.analytics import ANALYTICS_TABLES, arrow_schema, parse_tables
 
 REPO = Path(__file__).resolve().parent.parent
 OWN = REPO / "captures"
@@ -83,20 +78,30 @@ def test_tables_option_parses_names() -> None:
 
 @pytest.mark.parametrize("name", ANALYTICS_TABLES)
 def test_task_rows_equal_the_pandas_function(name: str) -> None:
+    from dissector.spark.tasks import DecodeConfig, RowOutput, decode_units
+
     path = _captures()[0]
-    batches = list(capture_batches("cap-uri", path.read_bytes(), AnalyticsConfig((name,))))
-    table = pa.Table.from_batches(batches)
-    rows = pa.Table.from_arrays(
-        table.column(name).combine_chunks().flatten(), schema=arrow_schema(name)
-    )
     want = _pandas(name, path, "cap-uri")
-    assert rows.schema.names == list(want.columns)
     assert len(want) > 0, f"{path.name} has no {name} rows: pick another capture"
-    assert _canonical(rows.to_pandas()) == _canonical(want)
+    for content in (path.read_bytes(), None):  # bytes Spark read, or the local file
+        uri = "cap-uri" if content is not None else f"file:{path}"
+        config = DecodeConfig(tables=(name,))
+        out = RowOutput(config.tables, config.spark_batch_rows)
+        table = pa.Table.from_batches(list(decode_units([([uri], content)], config, out)))
+        mine = table.filter(pa.compute.equal(table.column("_table"), name))
+        rows = pa.Table.from_arrays(
+            mine.column(f"_{name}").combine_chunks().flatten(), schema=arrow_schema(name)
+        )
+        assert rows.schema.names == list(want.columns)
+        want["capture"] = uri
+        assert _canonical(rows.to_pandas()) == _canonical(want)
 
 
 def test_task_skips_a_capture_that_is_not_one() -> None:
-    assert list(capture_batches("junk", b"not a capture", AnalyticsConfig())) == []
+    from dissector.spark.analytics import capture_tables
+
+    junk = CaptureBytes("junk", b"not a capture")
+    assert list(capture_tables(junk, "junk", ANALYTICS_TABLES, Options())) == []
 
 
 @pytest.mark.spark

@@ -34,6 +34,20 @@ BROKER_KEYS: tuple[str, ...] = ("broker_ip", "broker_port")
 CLIENT_KEYS: tuple[str, ...] = ("client_id",)
 TOPIC_KEYS: tuple[str, ...] = ("topic",)
 DEFAULT_WINDOW = "1 minute"
+SUMMARY_TABLES: tuple[str, ...] = (
+    "latency_by_api",
+    "latency_by_broker",
+    "latency_by_client",
+    "latency_by_topic",
+    "errors_by_api",
+    "errors_by_broker",
+    "top_errors",
+    "unanswered_requests",
+    "unanswered_summary",
+    "throughput",
+    "throughput_by_broker",
+)
+"""The tables ``summaries`` returns, in order."""
 DEFAULT_TOP = 20
 
 

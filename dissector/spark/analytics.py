@@ -1,37 +1,28 @@
-"""The analytics tables (partitions, groups, versions) on Spark, one capture per task.
+"""The analytics tables (partitions, groups, versions) on Spark: their contracts as
+Arrow, and their rows for one capture, made inside the task that decodes its pairs.
 
-Each task runs the pandas functions themselves (``dissector.partitions``,
-``dissector.groups``, ``dissector.versions``) on a ``binaryFile`` row's bytes
-(``options.CaptureBytes``: read in place, no temporary file), so the Spark tables are
-the pandas tables: same column names, in order, and the same values; times are
-floored to microseconds (Spark's unit), as in the pairs table.
-
-One ``mapInArrow`` pass reads each capture once for all the tables asked for: its
-rows carry one struct column per table, exactly one of them set, and
-``analytics_tables`` splits them into one DataFrame per table.
+The rows are the pandas functions' own (``dissector.partitions``, ``groups``,
+``versions``) run on the capture the task holds (a local path, or the bytes Spark
+read: ``options.CaptureBytes``), so the Spark tables are the pandas tables: same
+column names, in order, and the same values; times are floored to microseconds
+(Spark's unit), as in the pairs table.
 
 A capture the pairs pass could not decode yields no rows here; the ``captures``
-table already says why. Needs pyarrow and pandas in the workers, never pyspark
-outside the driver functions.
+table already says why. Needs pyarrow and pandas, never pyspark.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator
-from dataclasses import dataclass, field
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from dissector.options import CaptureBytes, Options
-from dissector.spark.read import DEFAULT_GLOB, read_binary, resolve_paths
-from dissector.spark.tasks import capture_files
+from dissector.options import CaptureSource, Options
 from dissector.spark.typemap import ARROW_TIMESTAMP
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame, SparkSession
 
 ANALYTICS_TABLES: tuple[str, ...] = ("partitions", "groups", "versions")
 """Output names (folders under the job's output directory), in writing order."""
@@ -97,9 +88,15 @@ def arrow_schema(name: str) -> pa.Schema:
     return pa.schema(fields)
 
 
-def combined_arrow_schema(names: Iterable[str]) -> pa.Schema:
-    """The pass's output: one nullable struct column per table."""
-    return pa.schema([pa.field(n, pa.struct(list(arrow_schema(n)))) for n in names])
+def struct_column(name: str) -> str:
+    """The struct column holding a table's rows among the rows handed to Spark (not the
+    table's name: the pairs have a ``partitions`` column)."""
+    return f"_{name}"
+
+
+def struct_fields(names: Iterable[str]) -> list[pa.Field]:
+    """One struct column per table, for rows handed to Spark (``typemap.decoded_arrow_schema``)."""
+    return [pa.field(struct_column(n), pa.struct(list(arrow_schema(n)))) for n in names]
 
 
 def parse_tables(text: str) -> tuple[str, ...]:
@@ -125,83 +122,20 @@ def to_arrow(df: pd.DataFrame, name: str) -> pa.Table:
     return table.cast(schema, safe=False).replace_schema_metadata(None)
 
 
-@dataclass(frozen=True, slots=True)
-class AnalyticsConfig:
-    """What every task needs; pickled into the tasks, so only plain data."""
+def capture_tables(
+    source: CaptureSource, capture: str, names: Iterable[str], options: Options
+) -> Iterator[tuple[str, pa.Table]]:
+    """(name, rows) of each analytics table of one capture that has rows, ``capture``
+    in the ``capture`` column (a path read here is renamed to its URI).
 
-    tables: tuple[str, ...] = ANALYTICS_TABLES
-    options: Options = field(default_factory=Options)
-
-
-def capture_batches(capture: str, data: bytes, config: AnalyticsConfig) -> Iterator[pa.RecordBatch]:
-    """Batches of one capture: each table's rows under its struct column."""
-    schema = combined_arrow_schema(config.tables)
-    for name in config.tables:
+    A capture that cannot be read yields nothing: the pairs pass reports why.
+    """
+    for name in names:
         try:
-            df = _function(name)(CaptureBytes(capture, data), ports=config.options.ports)
+            df = _function(name)(source, ports=options.ports)
         except Exception:  # a capture that cannot be read is reported in captures/
             continue
-        table = to_arrow(df, name)
-        if table.num_rows == 0:
+        if df.empty:
             continue
-        structs = pa.StructArray.from_arrays(
-            [c.combine_chunks() for c in table.columns], fields=list(table.schema)
-        )
-        columns = [
-            structs if other == name else pa.nulls(table.num_rows, schema.field(other).type)
-            for other in config.tables
-        ]
-        yield pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
-def analytics_batches(
-    batches: Iterable[pa.RecordBatch], config: AnalyticsConfig
-) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function: binaryFile batches (path, content) -> table rows."""
-    for path, data in capture_files(batches):
-        yield from capture_batches(path, bytes(data), config)
-
-
-@dataclass(frozen=True)
-class Analytics:
-    """The analytics tables of a run (cached until ``unpersist``)."""
-
-    tables: dict[str, DataFrame]
-    cached: DataFrame | None = None
-
-    def unpersist(self) -> None:
-        if self.cached is not None:
-            self.cached.unpersist()
-
-
-def spark_schema(names: Collection[str]) -> Any:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(combined_arrow_schema(names))
-
-
-def load_analytics(
-    spark: SparkSession,
-    paths: Iterable[str],
-    names: Collection[str],
-    *,
-    options: Options | None = None,
-    recursive: bool = False,
-    glob: str | None = DEFAULT_GLOB,
-    skip_missing: bool = False,
-) -> Analytics:
-    """The analytics tables ``names`` of the captures under ``paths`` (as ``read.load``
-    selects them), one DataFrame each, columns as the pandas functions return them."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    wanted = tuple(n for n in ANALYTICS_TABLES if n in names)
-    if not wanted:
-        return Analytics({})
-    targets = resolve_paths(spark, list(paths), skip_missing=skip_missing)
-    binary = read_binary(spark, targets, recursive=recursive, glob=glob)
-    config = AnalyticsConfig(tables=wanted, options=options or Options())
-    rows = binary.mapInArrow(partial(analytics_batches, config=config), spark_schema(wanted))
-    cached = rows.persist(StorageLevel.MEMORY_AND_DISK)
-    tables = {n: cached.where(F.col(n).isNotNull()).select(f"{n}.*") for n in wanted}
-    return Analytics(tables, cached)
+        df["capture"] = capture
+        yield name, to_arrow(df, name)
