@@ -752,12 +752,15 @@ def test_cli_writes_parquet_tables(
     chosen = [*good_captures[:3], broken_captures[0]]
     want_pairs = sum(len(dissector.analyze(str(p))) for p in good_captures[:3])
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        spark_command,
-        [*map(str, chosen), "--master", "local[2]", "-o", str(out), "--window", "10 seconds"],
-    )
+    args = [*map(str, chosen), "--master", "local[2]", "-o", str(out), "--window", "10 seconds"]
+    result = CliRunner().invoke(spark_command, [*args, "--progress-every", "0.1"])
     assert result.exit_code == 0, result.output
     assert f"{len(chosen)} captures (1 failed to decode), {want_pairs} pairs" in result.output
+    # A long run shows progress; it ends with every file and byte counted.
+    size = sum(p.stat().st_size for p in chosen) / 1e6
+    assert f"decoding: {len(chosen)} of {len(chosen)} files, {size:.1f} of {size:.1f} MB" in (
+        result.output
+    )
     pairs = pd.read_parquet(out / "pairs")
     assert list(pairs.columns) == list(COLUMN_NAMES)
     assert len(pairs) == want_pairs + 1  # plus the row flagging the broken capture
@@ -939,3 +942,60 @@ def test_counts_agree_with_the_offline_report(
     )
     assert sum(v[1] for v in want.values()) > 0
     _assert_tables_equal(got, want)
+
+
+@pytest.mark.spark
+def test_job_tables_are_the_fleets(
+    spark: Any,
+    fleet: Any,
+    summaries: dict[str, Any],
+    spark_pairs: list[Row],
+    all_paths: list[str],
+    tmp_path: Path,
+) -> None:
+    """The job's tasks write the pairs, Spark summarises the Parquet they wrote: every
+    table equals the one computed from the rows held by Spark (checked against the
+    oracle above), and the progress counts every file and byte."""
+    from datetime import datetime
+
+    import pyarrow.parquet as pq
+
+    from dissector.spark.job import ProgressState, run_job
+
+    seen: list[ProgressState] = []
+    out = tmp_path / "out"
+    report = run_job(
+        spark, all_paths, str(out), analytics=(), on_progress=seen.append, progress_every=0.05
+    )
+    assert seen and seen[-1].files_done == seen[-1].files == len(all_paths)
+    assert seen[-1].bytes_done == seen[-1].bytes == sum(os.path.getsize(p) for p in all_paths)
+    pairs = _pandas_rows(pd.read_parquet(out / "pairs"))
+    for r in pairs:
+        r["capture"] = _local(r["capture"])
+    assert sorted(pairs, key=_row_key) == sorted(spark_pairs, key=_row_key)
+    assert report.tables["pairs"] == len(pairs)
+
+    def capture_row(r: Row) -> Row:
+        plain = {k: _norm(k, v) for k, v in r.items() if k not in ("counters", "decode_seconds")}
+        return {**plain, "counters": {k: int(v) for k, v in dict(r["counters"]).items()}}
+
+    want_caps = {_local(r["capture"]): capture_row(r.asDict()) for r in fleet.captures.collect()}
+    got_frame = pd.read_parquet(out / "captures")
+    got_caps = {_local(r["capture"]): capture_row(r) for r in got_frame.to_dict(orient="records")}
+    assert got_caps == want_caps
+    assert report.failed == len([r for r in got_caps.values() if r["failed"]]) > 0
+    for name, df in summaries.items():
+        want_rows = _spark_rows(df)
+        got_rows = [
+            {k: _norm(k, pd.Timestamp(v) if isinstance(v, datetime) else v) for k, v in r.items()}
+            for r in pq.read_table(out / name).to_pylist()
+        ]
+        assert report.tables[name] == len(got_rows) == len(want_rows), name
+        assert sorted(map(_rounded, got_rows), key=repr) == sorted(
+            map(_rounded, want_rows), key=repr
+        ), name
+
+
+def _rounded(row: Row) -> Row:
+    """Floats to 10 significant digits: sums over rows in another order differ in the last."""
+    return {k: float(f"{v:.10g}") if isinstance(v, float) else v for k, v in row.items()}

@@ -460,10 +460,9 @@ def _run_direct(
     filesystem, base = filesystem_for(location)
     token = uuid.uuid4().hex[:12]  # this job's files, told apart from an appended job's
     written = (PAIRS_TABLE, CAPTURES_TABLE, UNANSWERED_TABLE, *settings.analytics)
-    for name in written:
-        if settings.mode == "overwrite":
+    if settings.mode == "overwrite":  # the tasks create the folders they write in
+        for name in written:
             filesystem.delete_dir_contents(f"{base}/{name}", missing_dir_ok=True)
-        filesystem.create_dir(f"{base}/{name}", recursive=True)
     progress = new_progress(spark)
     config = DecodeConfig(
         options=settings.options,
@@ -476,6 +475,8 @@ def _run_direct(
         trailers = decode_frame(spark, plan, config).toArrow()
     import pyarrow as pa
 
+    for name in written:
+        filesystem.create_dir(f"{base}/{name}", recursive=True)
     flags, refused = refused_tables(plan.refused)
     captures = pa.concat_tables([trailers.cast(captures_arrow_schema()), refused])
     if flags.num_rows:

@@ -270,6 +270,7 @@ class ParquetOutput:
             from dissector.table.frame import open_pairs_parquet
 
             where = self._temporary(table)
+            self.filesystem.create_dir(f"{self.base}/{table}", recursive=True)
             if table in (PAIRS_TABLE, UNANSWERED_TABLE):
                 writer = open_pairs_parquet(where, filesystem=self.filesystem)
             else:
