@@ -1,11 +1,12 @@
-"""The analytics tables (partitions, groups, versions) on Spark: their contracts as
-Arrow, and their rows for one capture, made inside the task that decodes its pairs.
+"""The analytics tables (partitions, groups, versions, lag) on Spark: their contracts
+as Arrow, and their rows for one capture, made inside the task that decodes its pairs.
 
 The rows are the pandas functions' own (``dissector.partitions``, ``groups``,
-``versions``) run on the capture the task holds (a local path, or the bytes Spark
-read: ``options.CaptureBytes``), so the Spark tables are the pandas tables: same
-column names, in order, and the same values; times are floored to microseconds
-(Spark's unit), as in the pairs table.
+``versions``; ``lag``: ``analytics.lag.lag_at_end`` of the capture's partitions) run on
+the capture the task holds (a local path, or the bytes Spark read:
+``options.CaptureBytes``), so the Spark tables are the pandas tables: same column names,
+in order, and the same values; times are floored to microseconds (Spark's unit), as in
+the pairs table.
 
 A capture the pairs pass could not decode yields no rows here; the ``captures``
 table already says why. Needs pyarrow and pandas, never pyspark.
@@ -14,7 +15,7 @@ table already says why. Needs pyarrow and pandas, never pyspark.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -24,7 +25,7 @@ from dissector.spark.typemap import ARROW_TIMESTAMP
 if TYPE_CHECKING:
     import pandas as pd
 
-ANALYTICS_TABLES: tuple[str, ...] = ("partitions", "groups", "versions")
+ANALYTICS_TABLES: tuple[str, ...] = ("partitions", "groups", "versions", "lag")
 """Output names (folders under the job's output directory), in writing order."""
 
 # The contracts' pandas dtypes as Arrow types. ``object`` columns are lists of ints
@@ -57,6 +58,10 @@ def _contract(name: str) -> tuple[tuple[str, str, str], ...]:
         from dissector.analytics.versions import VERSION_COLUMNS
 
         return VERSION_COLUMNS
+    if name == "lag":
+        from dissector.analytics.lag import LAG_COLUMNS
+
+        return LAG_COLUMNS
     raise ValueError(f"unknown analytics table {name!r}; one of {', '.join(ANALYTICS_TABLES)}")
 
 
@@ -70,9 +75,20 @@ def _function(name: str) -> Callable[..., pd.DataFrame]:
         from dissector.analytics.groups import groups
 
         return groups
+    if name == "lag":
+        return capture_lag
     from dissector.analytics.versions import versions
 
     return versions
+
+
+def capture_lag(source: Any, *, ports: Iterable[int] | None = None) -> pd.DataFrame:
+    """Committed lag at the end of one capture (``lag.lag_at_end`` of its partitions);
+    ``source`` as ``dissector.partitions`` takes it (a ``CaptureBytes`` in the tasks)."""
+    from dissector.analytics.lag import lag_at_end
+    from dissector.analytics.partitions import partitions
+
+    return lag_at_end(partitions(source, ports=ports))
 
 
 def arrow_schema(name: str) -> pa.Schema:

@@ -385,7 +385,7 @@ def run_job(
     progress_every: float = 10.0,
 ) -> JobReport:
     """Decode the captures once, with the ``analytics`` tables (partitions, groups,
-    versions; ``()`` skips them) in the same pass; write pairs, captures, the summaries
+    versions, lag; ``()`` skips them) in the same pass; write pairs, captures, the summaries
     and the analytics tables as Parquet under ``out_dir``.
 
     Where pyarrow can write ``out_dir`` (``write.python_writable``) the tasks write the

@@ -1,5 +1,5 @@
 //! Stage 3: in-order chunks of one direction -> size-prefixed Kafka frames.
-//! Port of `dissector/framing.py` (resync, TLS detection). OWNER: framing/correlate helper.
+//! Its Python twin, the test oracle, is `tests/oracle/framing.py` (resync, TLS detection).
 //!
 //! Every Kafka message is a big-endian int32 size and that many bytes. Losing sync is
 //! the hard part: after a TCP gap, or when the capture starts mid-connection, the next
@@ -125,6 +125,8 @@ pub struct Framer {
     fed: u64,
     framed: bool,
     own: Vec<(&'static str, u64)>,
+    /// This direction's bytes are TLS plaintext (its frames carry the `tls` flag).
+    pub decrypted: bool,
 }
 
 /// Counts by which a direction shows that its bytes were tried as frames and refused.
@@ -157,6 +159,7 @@ impl Framer {
             fed: 0,
             framed: false,
             own: Vec::new(),
+            decrypted: false,
         }
     }
 
@@ -290,6 +293,7 @@ impl Framer {
             first_frame: chunk.frame,
             last_frame: chunk.frame,
             after_gap: self.after_gap,
+            tls: self.decrypted,
         };
         self.after_gap = false;
         self.framed = true;
@@ -438,6 +442,7 @@ impl Framer {
                 first_frame: self.first_frame,
                 last_frame: frame_no,
                 after_gap: self.after_gap,
+                tls: self.decrypted,
             });
             self.after_gap = false;
             self.framed = true;
