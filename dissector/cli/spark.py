@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dissector.cli.common import parse_ports, tls_key_logs, tls_keylog_option
+from dissector.cli.common import (
+    chain_options,
+    chain_rule,
+    parse_ports,
+    tls_key_logs,
+    tls_keylog_option,
+)
 from dissector.options import Options
 from dissector.spark.aggregate import DEFAULT_TOP, DEFAULT_WINDOW, summaries
 from dissector.spark.analytics import ANALYTICS_TABLES, parse_tables
@@ -69,6 +75,13 @@ def _echo_report(report: JobReport, out_dir: str | None) -> None:
         click.echo(f"  failed: {capture}: {error}", err=True)
     for path in report.missing:
         click.echo(f"  skipped (no such file or directory): {path}", err=True)
+    if report.sets:
+        files = sum(len(s) for s in report.sets)
+        click.echo(
+            f"note: {files} files read as {len(report.sets)} captures (capture sets: the "
+            "captures table lists their files; --no-chain reads them apart)",
+            err=True,
+        )
     for name, rows in report.tables.items():
         where = f" -> {join_path(out_dir, name)}" if out_dir else ""
         click.echo(f"  {name}: {rows} rows{where}")
@@ -157,6 +170,7 @@ def _check_all_failed(report: JobReport) -> None:
 )
 @click.option("-v", "--verbose", is_flag=True, help="Spark's own log (WARN), traces, progress bars")
 @tls_keylog_option
+@chain_options
 def spark_command(
     paths: tuple[str, ...],
     master: str | None,
@@ -172,6 +186,9 @@ def spark_command(
     progress_every: float | None,
     verbose: bool,
     tls_keylog: tuple[str, ...] = (),
+    chain: str = "auto",
+    no_chain: bool = False,
+    chain_gap: float = 3600.0,
 ) -> None:
     """Decode PATHS (capture files, directories or globs on any Hadoop path) on Spark.
 
@@ -194,7 +211,11 @@ def spark_command(
         tables = parse_tables(analytics)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--analytics") from None
-    options = Options(ports=parse_ports(ports), tls=tls_key_logs(tls_keylog, ship=True))
+    options = Options(
+        ports=parse_ports(ports),
+        tls=tls_key_logs(tls_keylog, ship=True),
+        chain=chain_rule(chain, no_chain, chain_gap),
+    )
     if progress_every is None and sys.stderr.isatty():
         progress_every = PROGRESS_EVERY
     job = _Job(
@@ -297,6 +318,7 @@ def _print_summary(spark: SparkSession, paths: tuple[str, ...], job: _Job) -> No
         with watching(progress, fleet.plan, show, job.progress_every or PROGRESS_EVERY):
             report = collect_report(fleet)  # the first action: decodes into the cache
         report.missing = list(fleet.missing)
+        report.sets = list(fleet.plan.sets)
         report.seconds = time.monotonic() - started
         _echo_report(report, None)
         _check_all_failed(report)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from dissector.options import CaptureSource, Options
+from dissector.options import AnySource, Options
 from dissector.spark.typemap import ARROW_TIMESTAMP
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ def to_arrow(df: pd.DataFrame, name: str) -> pa.Table:
 
 
 def capture_tables(
-    source: CaptureSource, capture: str, names: Iterable[str], options: Options
+    source: AnySource, capture: str, names: Iterable[str], options: Options
 ) -> Iterator[tuple[str, pa.Table]]:
     """(name, rows) of each analytics table of one capture that has rows, ``capture``
     in the ``capture`` column (a path read here is renamed to its URI).

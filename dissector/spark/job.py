@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dissector.options import Options
@@ -24,6 +25,7 @@ from dissector.spark.read import (
     Fleet,
     MissingPathError,
     Plan,
+    capture_groups,
     decode_frame,
     list_captures,
     load,
@@ -243,6 +245,7 @@ class JobReport:
     missing: list[str] = field(default_factory=list)  # paths skipped: matched nothing
     tables: dict[str, int] = field(default_factory=dict)  # output name -> rows
     seconds: float = 0.0
+    sets: list[tuple[str, ...]] = field(default_factory=list)  # files read as one capture
 
 
 def collect_report(fleet: Fleet, max_failures: int = 20) -> JobReport:
@@ -436,6 +439,7 @@ def plan_job(
         spark_budget=spark_read_budget(spark),
         max_bytes=settings.max_bytes,
         local_reads=settings.local_reads,
+        group=partial(capture_groups, spark, rule=settings.options.chain),
     )
     return plan, targets.missing
 
@@ -489,6 +493,7 @@ def _run_direct(
     _schema_files(filesystem, base, token, settings.analytics)
     report = report_from_captures(captures)
     report.missing = list(missing)
+    report.sets = list(plan.sets)
     pairs = spark.read.parquet(f"{location}/{PAIRS_TABLE}/part-*-{token}.parquet")
     tables = summaries(pairs, window=settings.window, top=settings.top)
     del tables[UNANSWERED_TABLE]  # written by the tasks, beside the pairs
@@ -589,6 +594,7 @@ def _run_through_spark(
         with watching(progress, fleet.plan, on_progress, every):
             report = collect_report(fleet)  # the first action: decodes into the cache
         report.missing = list(fleet.missing)
+        report.sets = list(fleet.plan.sets)
         tables: dict[str, DataFrame] = {PAIRS_TABLE: fleet.pairs, CAPTURES_TABLE: fleet.captures}
         tables.update(summaries(fleet.pairs, window=settings.window, top=settings.top))
         tables.update(fleet.tables)

@@ -25,7 +25,7 @@ the pandas rows.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -33,14 +33,17 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 
-from dissector.options import Options
+from dissector.options import ChainRule, Options
 from dissector.spark.tasks import (
+    FACTS_SCHEMA,
     UNIT_SCHEMA,
     CaptureResult,
     DecodeConfig,
     Progress,
     RowOutput,
     decode_partition,
+    facts_from_rows,
+    facts_partition,
     flag_table,
     local_path,
     output_arrow_schema,
@@ -182,6 +185,11 @@ class Plan:
     refused: tuple[tuple[str, int, str], ...] = ()
 
     @property
+    def sets(self) -> tuple[tuple[str, ...], ...]:
+        """The units of several files: capture sets, each read as one capture."""
+        return tuple(tuple(f.uri for f in u) for u in self.local_units if len(u) > 1)
+
+    @property
     def files(self) -> int:
         units = sum(len(u) for u in self.local_units)
         return units + len(self.spark_reads) + len(self.refused)
@@ -204,33 +212,70 @@ class Budget:
         return f"{why}; raise {self.setting}" if self.setting else why
 
 
+Grouping = Callable[[Sequence[CaptureFile]], Sequence[Sequence[str]]]
+"""Local files -> the URIs of each capture set, in reading order (``capture_groups``)."""
+
+
 def plan_units(
     files: Sequence[CaptureFile],
     *,
     spark_budget: Budget,
     max_bytes: int | None = None,
     local_reads: bool = True,
+    group: Grouping | None = None,
 ) -> Plan:
     """Sort the files into local units, Spark reads and refusals.
 
     ``max_bytes`` (given) refuses larger files of any kind; Spark reads are refused over
-    ``spark_budget``. ``local_reads`` False has Spark read local files too.
+    ``spark_budget``. ``local_reads`` False has Spark read local files too. ``group``
+    forms the capture sets among the local files (None: one file per unit); each set is
+    one unit, read by one task as one capture.
     """
-    units: list[tuple[CaptureFile, ...]] = []
+    local: list[CaptureFile] = []
     reads: list[CaptureFile] = []
     refused: list[tuple[str, int, str]] = []
     for f in files:
-        local = local_reads and local_path(f.uri) is not None
+        is_local = local_reads and local_path(f.uri) is not None
         if max_bytes is not None and f.size > max_bytes:
             refused.append((f.uri, f.size, Budget(max_bytes).refusal(f.size)))
-        elif not local and f.size > spark_budget.max_bytes:
+        elif not is_local and f.size > spark_budget.max_bytes:
             refused.append((f.uri, f.size, spark_budget.refusal(f.size)))
-        elif local:
-            units.append((f,))  # one file per unit until capture sets chain files
+        elif is_local:
+            local.append(f)
         else:
             reads.append(f)
+    by_uri = {f.uri: f for f in local}
+    groups = group(local) if group is not None and len(local) > 1 else [[f.uri] for f in local]
+    units = [tuple(by_uri[uri] for uri in members) for members in groups]
+    if sorted(f.uri for u in units for f in u) != sorted(by_uri):
+        raise RuntimeError("capture sets must hold every local file exactly once")
     units.sort(key=lambda u: -sum(f.size for f in u))  # largest first: no long tail
     return Plan(tuple(units), tuple(reads), tuple(refused))
+
+
+def capture_groups(
+    spark: SparkSession, files: Sequence[CaptureFile], rule: ChainRule
+) -> list[tuple[str, ...]]:
+    """The capture sets among local ``files`` under ``rule`` (``dissector.wire.sets``):
+    a Spark job reads each file's facts (a native walk over its record headers, where the
+    file is), the driver groups them (``group_sets``, a pure function of the facts).
+    A file whose facts cannot be read stands alone (decoding it says why)."""
+    from dissector.wire.sets import group_sets
+
+    uris = [f.uri for f in files]
+    if rule.mode == "none" or len(uris) < 2:
+        return [(uri,) for uri in uris]
+    slices = min(len(uris), max(spark.sparkContext.defaultParallelism * 2, 1))
+    rows = spark.sparkContext.parallelize([(uri,) for uri in uris], slices)
+    facts_rows = (
+        spark.createDataFrame(rows, "uri string")
+        .mapInArrow(facts_partition, spark_schema(FACTS_SCHEMA))
+        .toArrow()
+        .to_pylist()
+    )
+    facts, unread = facts_from_rows(facts_rows)
+    sets = group_sets(facts, rule)
+    return [tuple(str(f) for f in s.files) for s in sets] + [(uri,) for uri in unread]
 
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
@@ -349,7 +394,8 @@ def refused_frame(spark: SparkSession, plan: Plan, config: DecodeConfig) -> Data
     batches: list[pa.RecordBatch] = []
     for capture, size, why in plan.refused:
         batches += out.pairs(flag_table(capture, why))
-        batches += out.trailer(capture, CaptureResult(size_bytes=size, failed=True, error=why))
+        result = CaptureResult([capture], size, failed=True, error=why)
+        batches += out.trailer(capture, result)
     table = pa.Table.from_batches(batches, schema=out.schema)
     return spark.createDataFrame(table, spark_schema(out.schema))
 
@@ -390,10 +436,16 @@ def load(
     if not targets.files and not targets.directories:
         raise MissingPathError(", ".join(targets.missing))
     files = list_captures(spark, targets, recursive=recursive, glob=glob)
-    budget = spark_read_budget(spark)
-    plan = plan_units(files, spark_budget=budget, max_bytes=max_bytes, local_reads=local_reads)
+    options = options or Options()
+    plan = plan_units(
+        files,
+        spark_budget=spark_read_budget(spark),
+        max_bytes=max_bytes,
+        local_reads=local_reads,
+        group=partial(capture_groups, spark, rule=options.chain),
+    )
     wanted = tuple(n for n in ANALYTICS_TABLES if n in set(tables))
-    config = DecodeConfig(options=options or Options(), tables=wanted, progress=progress)
+    config = DecodeConfig(options=options, tables=wanted, progress=progress)
     decoded = decode_frame(spark, plan, config)
     cached = decoded.persist(storage if storage is not None else StorageLevel.MEMORY_AND_DISK)
     refused = refused_frame(spark, plan, config)

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from dissector.accounting import Counters
-from dissector.options import CaptureBytes, CaptureSource, Options
+from dissector.options import AnySource, CaptureBytes, CaptureSet, Options
 from dissector.schema import Status
 from dissector.spark.analytics import arrow_schema, capture_tables, struct_column, struct_fields
 from dissector.spark.typemap import (
@@ -92,8 +92,9 @@ class Progress:
 
 @dataclass(slots=True)
 class CaptureResult:
-    """How one capture went; becomes its trailer (``captures``) row."""
+    """How one capture (a file, or a capture set) went; becomes its ``captures`` row."""
 
+    files: list[str]
     size_bytes: int
     pairs: int = 0
     failed: bool = False
@@ -143,7 +144,8 @@ def refused_tables(captures: Iterable[tuple[str, int, str]]) -> tuple[pa.Table, 
     flags, trailers = [], []
     for capture, size_bytes, why in captures:
         flags.append(flag_table(capture, why))
-        trailers.append((capture, CaptureResult(size_bytes=size_bytes, failed=True, error=why)))
+        result = CaptureResult([capture], size_bytes, failed=True, error=why)
+        trailers.append((capture, result))
     from dissector.table.frame import pairs_arrow_schema
 
     pairs = pa.concat_tables(flags) if flags else pairs_arrow_schema().empty_table()
@@ -315,6 +317,91 @@ class ParquetOutput:
                 pass
 
 
+# ---------------------------------------------------------------- capture sets
+
+FACTS_SCHEMA = pa.schema(
+    [
+        pa.field("uri", pa.string()),
+        pa.field("error", pa.string()),
+        pa.field("format", pa.string()),
+        pa.field("link_types", pa.list_(pa.int64())),
+        pa.field(
+            "interfaces",
+            pa.list_(
+                pa.struct(
+                    [
+                        pa.field("linktype", pa.int64()),
+                        pa.field("snaplen", pa.int64()),
+                        pa.field("name", pa.string()),
+                    ]
+                )
+            ),
+        ),
+        pa.field("records", pa.int64()),
+        pa.field("first_ns", pa.int64()),
+        pa.field("last_ns", pa.int64()),
+        pa.field("min_ns", pa.int64()),
+        pa.field("max_ns", pa.int64()),
+        pa.field("damaged", pa.bool_()),
+    ]
+)
+"""One row per file of the facts stage: ``wire.sets.FileFacts`` (named by URI), or the
+error that kept the file from being read."""
+
+
+def facts_row(uri: str) -> dict[str, Any]:
+    """The facts of a local capture file as a ``FACTS_SCHEMA`` row (a native walk over
+    its record headers: no packet decoded)."""
+    from dataclasses import asdict
+
+    from dissector.wire.sets import file_facts
+
+    path = local_path(uri)
+    try:
+        if path is None:
+            raise CaptureFailed(f"not a local file: {uri}")
+        facts = file_facts(path)
+    except Exception as exc:  # such a file stands alone; decoding it says why
+        return {"uri": uri, "error": describe_error(exc)}
+    row = {f.name: getattr(facts, f.name) for f in FACTS_SCHEMA if hasattr(facts, f.name)}
+    row["interfaces"] = [asdict(i) for i in facts.interfaces]
+    row["link_types"] = list(facts.link_types)
+    return {**row, "uri": uri, "error": None}
+
+
+def facts_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: rows of ``uri`` -> ``FACTS_SCHEMA`` rows."""
+    for batch in batches:
+        rows = [facts_row(uri) for uri in batch.column("uri").to_pylist()]
+        yield pa.RecordBatch.from_pylist(rows, schema=FACTS_SCHEMA)
+
+
+def facts_from_rows(rows: Iterable[dict[str, Any]]) -> tuple[list[Any], list[str]]:
+    """``FACTS_SCHEMA`` rows -> (``FileFacts`` with the URI as source, URIs without facts)."""
+    from dissector.wire.sets import FileFacts, Interface
+
+    facts, unread = [], []
+    for row in rows:
+        if row["error"] is not None:
+            unread.append(row["uri"])
+            continue
+        facts.append(
+            FileFacts(
+                source=row["uri"],
+                format=row["format"],
+                link_types=tuple(row["link_types"]),
+                interfaces=tuple(Interface(**i) for i in row["interfaces"]),
+                records=row["records"],
+                first_ns=row["first_ns"],
+                last_ns=row["last_ns"],
+                min_ns=row["min_ns"],
+                max_ns=row["max_ns"],
+                damaged=row["damaged"],
+            )
+        )
+    return facts, unread
+
+
 # ---------------------------------------------------------------- decoding
 
 
@@ -332,33 +419,44 @@ def local_path(uri: str) -> str | None:
     return rest
 
 
-def capture_source(uri: str, content: Any) -> tuple[CaptureSource, int]:
-    """What the core reads for one file, and the file's size in bytes.
+def capture_source(uris: list[str], content: Any) -> tuple[AnySource, int, dict[str, str]]:
+    """What the core reads for one unit, its size in bytes, and the names to give its
+    rows (the local paths the core opens -> their URIs).
 
-    ``content`` (bytes Spark read) wins; else the file must be local to this node.
+    ``content`` (the bytes Spark read for a one-file unit) wins; else the files must be
+    local to this node. Several files are one capture set, read in the order given.
     """
     if content is not None:
         data = memoryview(content)
-        return CaptureBytes(uri, data), data.nbytes
-    path = local_path(uri)
-    if path is None:
-        raise CaptureFailed(f"not a local file and no content read by Spark: {uri}")
-    try:
-        size = os.path.getsize(path)
-    except OSError as exc:
-        raise CaptureFailed(f"{type(exc).__name__}: {uri}: {exc.strerror or exc}") from None
-    return path, size
+        return CaptureBytes(uris[0], data), data.nbytes, {}
+    paths = []
+    size = 0
+    for uri in uris:
+        path = local_path(uri)
+        if path is None:
+            raise CaptureFailed(f"not a local file and no content read by Spark: {uri}")
+        try:
+            size += os.path.getsize(path)
+        except OSError as exc:
+            raise CaptureFailed(f"{type(exc).__name__}: {uri}: {exc.strerror or exc}") from None
+        paths.append(path)
+    names = dict(zip(paths, uris, strict=True))
+    source: AnySource = paths[0] if len(paths) == 1 else CaptureSet(tuple(paths))
+    return source, size, names
 
 
 def _decoded(
-    uri: str, source: CaptureSource, config: DecodeConfig, counters: Counters, result: CaptureResult
+    source: AnySource,
+    names: dict[str, str],
+    config: DecodeConfig,
+    counters: Counters,
+    result: CaptureResult,
 ) -> Iterator[pa.Table]:
-    """The core's pair tables of one capture, ``capture`` named ``uri``; an error that
-    stops decoding ends them and is noted in ``result`` (only the decoding's errors:
-    the caller's, e.g. writing, propagate)."""
+    """The core's pair tables of one unit, ``capture`` renamed by ``names``; an error
+    that stops decoding ends them and is noted in ``result`` (only the decoding's
+    errors: the caller's, e.g. writing, propagate)."""
     from dissector.wire.core import iter_tables
 
-    names = {source: uri} if isinstance(source, str) else {}
     try:
         if result.size_bytes == 0:
             raise CaptureFailed(EMPTY_ERROR)
@@ -373,32 +471,35 @@ def _decoded(
 
 
 def decode_capture(
-    uri: str, content: Any, config: DecodeConfig, out: Output
+    uris: list[str], content: Any, config: DecodeConfig, out: Output
 ) -> Iterator[pa.RecordBatch]:
-    """Every table of one capture file into ``out``; yields what goes to Spark."""
+    """Every table of one unit (a capture file, or the files of a capture set read as
+    one capture) into ``out``; yields what goes to Spark."""
     started = time.monotonic()
     counters = Counters()
-    result = CaptureResult(size_bytes=0)
+    capture = uris[0]  # a set's rows carry its first file's name
+    result = CaptureResult(files=list(uris), size_bytes=0)
+    source: AnySource | None = None
+    names: dict[str, str] = {}
     try:
-        source, result.size_bytes = capture_source(uri, content)
+        source, result.size_bytes, names = capture_source(uris, content)
     except CaptureFailed as exc:
-        source = None
         result.failed, result.error = True, describe_error(exc)
     if source is not None:
-        for table in _decoded(uri, source, config, counters, result):
+        for table in _decoded(source, names, config, counters, result):
             result.pairs += table.num_rows
             yield from out.pairs(table)
     if result.failed:
-        yield from out.pairs(flag_table(uri, result.error or ""))
+        yield from out.pairs(flag_table(capture, result.error or ""))
     elif source is not None and config.tables:
-        for name, rows in capture_tables(source, uri, config.tables, config.options):
+        for name, rows in capture_tables(source, capture, config.tables, config.options):
             yield from out.table(name, rows)
     result.decode_seconds = time.monotonic() - started
     result.counters = counters.as_dict()
     if config.progress is not None:
-        config.progress.files.add(1)
+        config.progress.files.add(len(uris))
         config.progress.bytes.add(result.size_bytes)
-    yield from out.trailer(uri, result)
+    yield from out.trailer(capture, result)
 
 
 def unit_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[list[str], Any]]:
@@ -426,12 +527,11 @@ def open_output(config: DecodeConfig) -> Output:
 def decode_units(
     units: Iterable[tuple[list[str], Any]], config: DecodeConfig, out: Output
 ) -> Iterator[pa.RecordBatch]:
-    """Every unit's tables into ``out``; the files of a unit are decoded in order (one
-    capture each, until the core chains a capture set)."""
+    """Every unit's tables into ``out``: a unit of several files is a capture set, read
+    by the core as one continuous capture."""
     try:
         for files, content in units:
-            for uri in files:
-                yield from decode_capture(uri, content if len(files) == 1 else None, config, out)
+            yield from decode_capture(files, content, config, out)
     except BaseException:
         out.abort()
         raise

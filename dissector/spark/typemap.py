@@ -36,7 +36,8 @@ ARROW_TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
 CAPTURE_INFO: tuple[Column, ...] = (
-    Column("size_bytes", "int", "bytes of the capture file"),
+    Column("files", "str_list", "the files read as this capture, in order (a capture set)"),
+    Column("size_bytes", "int", "bytes of the capture's files"),
     Column("pairs", "int", "pair rows decoded from it"),
     Column("failed", "bool", "decoding stopped with an error"),
     Column("error", "str", "why, when failed"),

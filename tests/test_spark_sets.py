@@ -1,0 +1,98 @@
+"""Capture sets on Spark: a real capture cut into rotated files (``editcap -c``, Wireshark's
+own cutter) and read by the ``spark`` job as one capture gives exactly the whole file's
+rows, pair by pair; a capture of another recording beside them stays apart.
+
+The oracle is the whole original capture analysed offline (``dissector.analyze``). The
+capture is ``kafka-4-longpoll-rotation`` (57 connections of a long-poll workload: many
+pairs cross each boundary; captures/README.md).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+import dissector
+from dissector.options import ChainRule, Options
+from tests.test_spark import _local, _pandas_rows, _row_key, _spark_rows
+
+REPO = Path(__file__).resolve().parent.parent
+LONGPOLL = REPO / "captures" / "kafka-4-longpoll-rotation.pcapng"
+OTHER = REPO / "captures" / "kafka-4-mixed.pcapng"
+EDITCAP = shutil.which("editcap")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if EDITCAP is None:
+        pytest.skip("editcap (Wireshark) is not installed: scripts/run-tests installs it")
+    where = tmp_path_factory.mktemp("ring")
+    subprocess.run(
+        [EDITCAP, "-c", "600", str(LONGPOLL), str(where / "ring.pcapng")],
+        check=True,
+        capture_output=True,
+    )
+    assert len(list(where.glob("ring*"))) >= 10
+    shutil.copyfile(OTHER, where / "other-host.pcapng")
+    return where
+
+
+def _parts(folder: Path) -> list[str]:
+    return sorted(str(p) for p in folder.glob("ring*"))
+
+
+def _without_capture(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(({**r, "capture": None} for r in rows), key=_row_key)
+
+
+@pytest.mark.spark
+def test_rotated_files_are_one_capture_on_spark(spark: Any, folder: Path, tmp_path: Path) -> None:
+    from dissector.spark.job import run_job
+
+    parts = _parts(folder)
+    out = tmp_path / "out"
+    report = run_job(spark, [str(folder)], str(out), analytics=())
+    assert report.sets == [tuple(f"file:{p}" for p in parts)]
+    got = _pandas_rows(pd.read_parquet(out / "pairs"))
+    ring = [r for r in got if r["capture"] == f"file:{parts[0]}"]
+    other = [r for r in got if r["capture"] == f"file:{folder / 'other-host.pcapng'}"]
+    assert len(ring) + len(other) == len(got)
+    assert _without_capture(ring) == _without_capture(
+        _pandas_rows(dissector.analyze(str(LONGPOLL)))
+    )
+    assert _without_capture(other) == _without_capture(_pandas_rows(dissector.analyze(str(OTHER))))
+    captures = {r["capture"]: r for r in pq.read_table(out / "captures").to_pylist()}
+    assert set(captures) == {f"file:{parts[0]}", f"file:{folder / 'other-host.pcapng'}"}
+    assert captures[f"file:{parts[0]}"]["files"] == [f"file:{p}" for p in parts]
+    assert captures[f"file:{parts[0]}"]["size_bytes"] == sum(Path(p).stat().st_size for p in parts)
+    assert dict(captures[f"file:{parts[0]}"]["counters"])["chained_files"] == len(parts) - 1
+    assert report.captures == 2 and report.failed == 0
+
+
+@pytest.mark.spark
+def test_without_chaining_the_boundaries_break_pairs(spark: Any, folder: Path) -> None:
+    """Rows held by Spark, every file a capture of its own: the offline pipeline's rows
+    for the files read apart, with pairs broken at the boundaries (the proof that the
+    test above stitched something)."""
+    from dissector.spark import load
+
+    parts = _parts(folder)
+    fleet = load(spark, parts, options=Options(chain=ChainRule(mode="none")))
+    try:
+        assert fleet.plan.sets == ()
+        got = _spark_rows(fleet.pairs)
+    finally:
+        fleet.unpersist()
+    for r in got:
+        r["capture"] = _local(r["capture"])
+    want = _pandas_rows(dissector.analyze(parts, chain="none"))
+    assert sorted(got, key=_row_key) == sorted(want, key=_row_key)
+    broken = sum(r["status"] in ("unanswered", "orphan_response") for r in got)
+    whole = dissector.analyze(str(LONGPOLL))
+    assert broken > int((whole["status"] == "unanswered").sum()) + len(parts)
