@@ -96,3 +96,22 @@ def test_without_chaining_the_boundaries_break_pairs(spark: Any, folder: Path) -
     broken = sum(r["status"] in ("unanswered", "orphan_response") for r in got)
     whole = dissector.analyze(str(LONGPOLL))
     assert broken > int((whole["status"] == "unanswered").sum()) + len(parts)
+
+
+def test_facts_rows_group_as_the_offline_rule(folder: Path) -> None:
+    """The facts stage's rows (as a cluster's tasks make them) rebuild the facts the
+    offline rule groups: the same capture sets as ``capture_sets`` on the paths."""
+    import pyarrow as pa
+
+    from dissector.spark.tasks import FACTS_SCHEMA, facts_from_rows, facts_partition
+    from dissector.wire.sets import capture_sets, group_sets
+
+    paths = [*_parts(folder), str(folder / "other-host.pcapng"), str(folder / "missing.pcap")]
+    batch = pa.RecordBatch.from_pylist([{"uri": f"file:{p}"} for p in paths])
+    (rows,) = list(facts_partition([batch]))
+    assert rows.schema.equals(FACTS_SCHEMA)
+    facts, unread = facts_from_rows(rows.to_pylist())
+    assert unread == [f"file:{folder / 'missing.pcap'}"]
+    got = [[str(f).removeprefix("file:") for f in s.files] for s in group_sets(facts)]
+    want = [list(s.files) for s in capture_sets(paths[:-1])]
+    assert sorted(got) == sorted(want) and len(want) == 2

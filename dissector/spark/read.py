@@ -44,6 +44,7 @@ from dissector.spark.tasks import (
     decode_partition,
     facts_from_rows,
     facts_partition,
+    facts_row,
     flag_table,
     local_path,
     output_arrow_schema,
@@ -257,22 +258,30 @@ def capture_groups(
     spark: SparkSession, files: Sequence[CaptureFile], rule: ChainRule
 ) -> list[tuple[str, ...]]:
     """The capture sets among local ``files`` under ``rule`` (``dissector.wire.sets``):
-    a Spark job reads each file's facts (a native walk over its record headers, where the
-    file is), the driver groups them (``group_sets``, a pure function of the facts).
-    A file whose facts cannot be read stands alone (decoding it says why)."""
+    each file's facts are read where the file is (a native walk over its record headers:
+    by a Spark job on a cluster, by the driver's threads in local mode, where the driver
+    is the one node), the driver groups them (``group_sets``, a pure function of the
+    facts). A file whose facts cannot be read stands alone (decoding it says why)."""
     from dissector.wire.sets import group_sets
 
     uris = [f.uri for f in files]
     if rule.mode == "none" or len(uris) < 2:
         return [(uri,) for uri in uris]
-    slices = min(len(uris), max(spark.sparkContext.defaultParallelism * 2, 1))
-    rows = spark.sparkContext.parallelize([(uri,) for uri in uris], slices)
-    facts_rows = (
-        spark.createDataFrame(rows, "uri string")
-        .mapInArrow(facts_partition, spark_schema(FACTS_SCHEMA))
-        .toArrow()
-        .to_pylist()
-    )
+    cores = max(spark.sparkContext.defaultParallelism, 1)
+    if (spark.sparkContext.master or "").startswith("local"):
+        from concurrent.futures import ThreadPoolExecutor
+
+        # The core's scan runs without the GIL: the threads read files in parallel.
+        with ThreadPoolExecutor(max_workers=cores) as pool:
+            facts_rows = list(pool.map(facts_row, uris))
+    else:
+        rows = spark.sparkContext.parallelize([(uri,) for uri in uris], min(len(uris), cores * 2))
+        facts_rows = (
+            spark.createDataFrame(rows, "uri string")
+            .mapInArrow(facts_partition, spark_schema(FACTS_SCHEMA))
+            .toArrow()
+            .to_pylist()
+        )
     facts, unread = facts_from_rows(facts_rows)
     sets = group_sets(facts, rule)
     return [tuple(str(f) for f in s.files) for s in sets] + [(uri,) for uri in unread]
