@@ -17,6 +17,7 @@ import pytest
 
 from tests.hostile.build import (
     ACK,
+    PEAK_RSS,
     PSH,
     RST,
     SYN,
@@ -308,14 +309,17 @@ def test_backwards_timestamps_are_flagged(tmp_path: Path, baseline: dict[str, An
     assert "negative_latency" in stats["flags"]
 
 
-DECODE = """
-import json, resource, sys
+DECODE = (
+    PEAK_RSS
+    + """
+import json, sys
 import dissector
 rows = list(dissector.decode(sys.argv[1]))
 errors = sorted({str(r.get("request", {}).get("error")) for r in rows if r.get("request")})
 print(json.dumps({"rows": len(rows), "errors": errors,
-                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+                  "peak_rss": peak_rss()}))
 """
+)
 
 
 def test_full_decode_of_millions_of_empty_topics_is_bounded(tmp_path: Path) -> None:
