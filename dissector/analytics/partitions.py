@@ -1,16 +1,12 @@
 """The partition table: one row per (pair, topic, partition) of the data-path APIs.
 
-Produce, Fetch, ShareFetch, ListOffsets, OffsetCommit and OffsetFetch name the
-partitions they touch; this module decodes their full bodies and lays out what
-each partition entry says (offsets, watermarks, committed offsets, records), with
-request and response entries of one pair merged by (group, topic, partition).
-
-Entries are found generically: an array whose items name a topic (``name``,
-``topic``, ``topic_name`` or ``topic_id``) and hold an array whose name mentions
-partitions; the partition index is the entry itself (an int) or its
-``partition_index``/``partition``/``index`` field. Field names are Apache's
-(snake_case). From the table: consumer lag, produce-to-fetch latency and
-per-partition throughput.
+Produce, Fetch, ShareFetch, ShareAcknowledge, ListOffsets, OffsetCommit and
+OffsetFetch name the partitions they touch; the table lays out what each partition
+entry says (offsets, watermarks, committed offsets, records), with request and
+response entries of one pair merged by (group, topic, partition). Which fields play
+which role is declared once, in ``dissector.protocol.tables``; the native core reads
+them in its one pass over each capture (``dissector.wire.tables``). From the table:
+consumer lag, produce-to-fetch latency and per-partition throughput.
 """
 
 from __future__ import annotations
@@ -20,323 +16,54 @@ import os
 import sys
 import types
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from dissector.protocol.errors import error_name
 from dissector.protocol.pairs import DecodedExchange
+from dissector.protocol.tables import (
+    ENTRY_COLUMNS,
+    EXPAND_RESPONSES,
+    PARTITION_APIS,
+    Names,
+    partition_entries,
+    partition_facts,
+)
+from dissector.tables_schema import PARTITION_COLUMNS, names
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dissector.stages import Exchange
-
 Source = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
-# The APIs this table covers, by Kafka's names, and the role each plays for the
-# derived quantities (throughput, lag, produce-to-fetch latency).
-PARTITION_APIS: dict[str, str] = {
-    "Produce": "produce",
-    "Fetch": "fetch",
-    "ShareFetch": "fetch",
-    "ListOffsets": "offsets",
-    "OffsetCommit": "commit",
-    "OffsetFetch": "commit",
-}
-# Responses whose record batches are expanded: the delivered offset range needs the
-# offsets of the records, which the counting parse does not keep.
-_EXPAND_RESPONSES = frozenset({"Fetch", "ShareFetch"})
-_TOPIC_KEYS = ("topic", "topic_name", "name")
-_PARTITION_KEYS = ("partition_index", "partition", "index")
-# Scalars of enclosing structs that every partition entry below them inherits.
-_CONTEXT_KEYS = ("group_id", "member_id", "member_epoch", "generation_id_or_member_epoch", "acks")
-_MAX_DEPTH = 8  # bodies nest a few levels; a walk never goes deeper
-_REQ, _RESP = 0, 1
+__all__ = [
+    "EXPAND_RESPONSES",
+    "PARTITION_APIS",
+    "PARTITION_COLUMNS",
+    "PARTITION_COLUMN_NAMES",
+    "consumer_lag",
+    "export_table",
+    "partition_entries",
+    "partition_rows",
+    "partitions",
+    "produce_to_fetch",
+    "table",
+    "throughput",
+]
 
-# column -> (direction looked at first, field names in Apache's specs, first found wins)
-_ENTRY_FIELDS: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
-    "fetch_offset": ((_REQ,), ("fetch_offset",)),
-    "base_offset": ((_RESP,), ("base_offset",)),
-    "high_watermark": ((_RESP,), ("high_watermark",)),
-    "last_stable_offset": ((_RESP,), ("last_stable_offset",)),
-    # the request's log_start_offset is a follower's own; only the broker's is kept
-    "log_start_offset": ((_RESP,), ("log_start_offset",)),
-    "offset": ((_RESP,), ("offset",)),
-    "committed_offset": ((_RESP, _REQ), ("committed_offset",)),
-    "leader_epoch": (
-        (_RESP, _REQ),
-        ("leader_epoch", "committed_leader_epoch", "current_leader_epoch"),
-    ),
-}
-
-# (name, pandas dtype, meaning): the table's contract, documented in README.md.
-PARTITION_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("capture", "string", "path of the capture file"),
-    ("stream", "Int64", "TCP connection index within the capture"),
-    ("correlation_id", "Int64", "correlation id of the pair"),
-    ("client_id", "string", "client_id from the request header"),
-    ("request_time", "datetime64[ns, UTC]", "request complete"),
-    ("response_time", "datetime64[ns, UTC]", "response complete (null: no response)"),
-    ("api_name", "string", "Produce, Fetch, ShareFetch, ListOffsets, OffsetCommit, OffsetFetch"),
-    ("api_version", "Int64", "API version of the request"),
-    ("group_id", "string", "consumer/share group (OffsetCommit, OffsetFetch, ShareFetch)"),
-    ("member_id", "string", "group member id where the API carries one"),
-    ("member_epoch", "Int64", "generation id or member epoch where the API carries one"),
-    ("acks", "Int64", "Produce: acks of the request (0: no response expected)"),
-    ("topic", "string", "topic name (the topic id when no name for it was seen)"),
-    ("topic_id", "string", "topic id (Fetch v13+, Produce v13+, ShareFetch)"),
-    ("partition", "Int64", "partition index"),
-    ("error_code", "Int64", "partition error code, else the response's top-level one"),
-    ("error_name", "string", "Kafka's name for error_code"),
-    ("records", "Int64", "records carried (Produce request, Fetch/ShareFetch response)"),
-    ("record_bytes", "Int64", "bytes of the record batches carried"),
-    ("first_offset", "Int64", "first offset written (Produce) or delivered (Fetch, ShareFetch)"),
-    ("last_offset", "Int64", "last offset written (Produce) or delivered (Fetch, ShareFetch)"),
-    *(
-        (name, "Int64", f"{name} of the partition entry ({', '.join(fields)})")
-        for name, (_, fields) in _ENTRY_FIELDS.items()
-    ),
-)
-PARTITION_COLUMN_NAMES: tuple[str, ...] = tuple(c[0] for c in PARTITION_COLUMNS)
-
-
-# ----------------------------------------------------------------- decoded exchanges
-
-
-def decoded_exchanges(
-    source: Source,
-    apis: Collection[str],
-    *,
-    ports: Iterable[int] | None = None,
-    specs: Iterable[str | os.PathLike[str]] = (),
-    expand: Collection[str] = (),
-    counters: Counter[str] | None = None,
-) -> Iterator[tuple[DecodedExchange, Any]]:
-    """(decoded exchange, the capture's TopicNames) for every exchange of ``apis``
-    (``wire.full_decode``). ``expand``: APIs whose responses' record batches are expanded
-    into records."""
-    from dissector.wire.full_decode import decoded_exchanges as decoded
-
-    def wanted(_ex: Exchange, api: str | None) -> bool:
-        return api in apis
-
-    def expanded(api: str, request: bool) -> bool:
-        return not request and api in expand
-
-    return decoded(source, wanted, ports=ports, specs=specs, expand=expanded, counts=counters)
-
-
-# ----------------------------------------------------------------- partition entries
-
-
-@dataclass(slots=True)
-class _Entry:
-    context: dict[str, Any]
-    topic: str | None
-    topic_id: str | None
-    partition: int | None
-    sides: list[dict[str, Any] | None] = field(default_factory=lambda: [None, None])
-
-
-def _topic_of(item: dict[str, Any]) -> tuple[str | None, str | None] | None:
-    """(topic name, topic id) an array item names, or None if it names no topic."""
-    name = next((v for k in _TOPIC_KEYS if isinstance(v := item.get(k), str) and v), None)
-    tid = item.get("topic_id")
-    tid = tid if isinstance(tid, str) else None
-    if name is None and tid is None:
-        return None
-    return name, tid
-
-
-def _partition_array(item: dict[str, Any]) -> list[Any] | None:
-    for key, value in item.items():
-        if "partition" in key and isinstance(value, list):
-            return value
-    return None
-
-
-def _partition_index(p: Any) -> tuple[int | None, dict[str, Any]]:
-    if type(p) is int:  # arrays of bare indexes (OffsetFetch request, forgotten topics)
-        return p, {}
-    if not isinstance(p, dict):
-        return None, {}
-    for key in _PARTITION_KEYS:
-        value = p.get(key)
-        if type(value) is int:
-            return value, p
-    return None, p
-
-
-def _context_of(body: dict[str, Any], outer: dict[str, Any]) -> dict[str, Any]:
-    ctx = dict(outer)
-    for key in _CONTEXT_KEYS:
-        value = body.get(key)
-        if isinstance(value, str | int) and not isinstance(value, bool):
-            ctx[key] = value
-    return ctx
-
-
-def partition_entries(
-    body: dict[str, Any] | None, context: dict[str, Any] | None = None, depth: int = 0
-) -> Iterator[tuple[dict[str, Any], tuple[str | None, str | None], int | None, dict[str, Any]]]:
-    """(context, (topic, topic_id), partition, entry) for every partition entry of a body.
-
-    ``context`` holds the group/member fields of the structs that enclose the entry.
-    Arrays named ``forgotten_*`` (partitions leaving a fetch session) are not
-    entries of the pair.
-    """
-    if not isinstance(body, dict) or depth > _MAX_DEPTH:
-        return
-    ctx = _context_of(body, context or {})
-    for key, value in body.items():
-        if not isinstance(value, list) or key.startswith("forgotten"):
-            continue
-        for item in value:
-            if not isinstance(item, dict):
-                continue
-            topic = _topic_of(item)
-            parts = _partition_array(item) if topic is not None else None
-            if parts is None or topic is None:
-                yield from partition_entries(item, ctx, depth + 1)
-                continue
-            for p in parts:
-                if type(p) is int or isinstance(p, dict):
-                    index, entry = _partition_index(p)
-                    yield ctx, topic, index, entry
-
-
-def _merge(request: dict[str, Any], response: dict[str, Any], names: Any) -> list[_Entry]:
-    """Request and response entries of one pair, joined by (group, topic, partition)."""
-    merged: dict[tuple[Any, ...], _Entry] = {}
-    # Responses rarely repeat the request's group: its top-level fields apply to both.
-    pair_context = _context_of(request, {})
-    for side, body in ((_REQ, request), (_RESP, response)):
-        for ctx, (name, tid), index, entry in partition_entries(body, pair_context):
-            topic = name or (names.name(tid) if tid is not None else None) or tid
-            key = (ctx.get("group_id"), topic, index)
-            row = merged.get(key)
-            if row is None:
-                row = merged[key] = _Entry(dict(ctx), topic, tid, index)
-            else:
-                row.context.update(ctx)
-                row.topic_id = row.topic_id or tid
-            row.sides[side] = entry
-    return list(merged.values())
-
-
-# ----------------------------------------------------------------- rows
-
-
-def _records(entry: dict[str, Any] | None) -> tuple[int | None, int | None, list[int]]:
-    """(records, bytes, offsets of delivered data records) of an entry's record sets."""
-    if not entry:
-        return None, None, []
-    count: int | None = None
-    size: int | None = None
-    offsets: list[int] = []
-    for value in entry.values():
-        if hasattr(value, "codecs") and hasattr(value, "records"):
-            count = (count or 0) + int(value.records)
-            size = (size or 0) + int(value.bytes)
-            offsets.extend(_record_offsets(value.items))
-        elif isinstance(value, dict) and "size" in value and set(value) <= {"size", "error"}:
-            size = (size or 0) + int(value["size"])  # records the parser could not read
-    return count, size, offsets
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _record_offsets(items: list[dict[str, Any]] | None) -> Iterator[int]:
-    for batch in items or ():
-        if not isinstance(batch, dict) or batch.get("is_control"):
-            continue  # transaction markers are written by the coordinator, not produced
-        for record in _list(batch.get("records")):
-            offset = record.get("offset") if isinstance(record, dict) else None
-            if type(offset) is int:
-                yield offset
-
-
-def _field(entry: _Entry, directions: tuple[int, ...], names: tuple[str, ...]) -> int | None:
-    for side in directions:
-        values = entry.sides[side]
-        if not values:
-            continue
-        for name in names:
-            value = values.get(name)
-            if type(value) is int:
-                return value
-        leader = values.get("current_leader")  # ShareFetch nests the leader epoch
-        if isinstance(leader, dict) and "leader_epoch" in names:
-            value = leader.get("leader_epoch")
-            if type(value) is int:
-                return value
-    return None
-
-
-def _offset_range(
-    role: str, entry: _Entry, records: int | None, offsets: list[int], values: dict[str, Any]
-) -> tuple[int | None, int | None]:
-    if role == "produce":
-        base = values["base_offset"]
-        if base is None or base < 0 or not records or values["error_code"]:
-            return None, None
-        return base, base + records - 1
-    if role != "fetch":
-        return None, None
-    acquired = _acquired(entry.sides[_RESP])
-    if acquired:  # ShareFetch: the records this member acquired
-        return min(a for a, _ in acquired), max(b for _, b in acquired)
-    start = values["fetch_offset"]
-    delivered = [o for o in offsets if start is None or o >= start]
-    if not delivered:
-        return None, None
-    return min(delivered), max(delivered)
-
-
-def _acquired(entry: dict[str, Any] | None) -> list[tuple[int, int]]:
-    out = []
-    for r in _list((entry or {}).get("acquired_records")):
-        if isinstance(r, dict) and type(r.get("first_offset")) is int:
-            last = r.get("last_offset")
-            out.append((r["first_offset"], last if type(last) is int else r["first_offset"]))
-    return out
-
-
-def _error(entry: _Entry, top: Any) -> int | None:
-    values = entry.sides[_RESP]
-    code = values.get("error_code") if values else None
-    if type(code) is int and code:
-        return code
-    if type(top) is int and top:
-        return top
-    return code if type(code) is int else (top if type(top) is int else None)
+PARTITION_COLUMN_NAMES: tuple[str, ...] = names(PARTITION_COLUMNS)
 
 
 def partition_rows(
-    dx: DecodedExchange, names: Any, counters: Counter[str] | None = None
+    dx: DecodedExchange, topic_names: Names, counters: Counter[str] | None = None
 ) -> list[dict[str, Any]]:
-    """The partition rows of one decoded pair (column order: ``PARTITION_COLUMN_NAMES``)."""
+    """The partition rows of one decoded pair (column order: ``PARTITION_COLUMN_NAMES``),
+    read by the Python decoder: the test oracle of the native pass."""
     ex = dx.exchange
-    request, response = dx.request_body(), dx.response_body()
-    role = PARTITION_APIS.get(dx.api_name or "", "")
     rows = []
-    for entry in _merge(request, response, names):
-        if entry.partition is None and counters is not None:
+    for f in partition_facts(dx.api_name or "", dx.request_body(), dx.response_body(), topic_names):
+        if f.partition is None and counters is not None:
             counters["entries_without_partition"] += 1
-        values: dict[str, Any] = {
-            name: _field(entry, dirs, fields) for name, (dirs, fields) in _ENTRY_FIELDS.items()
-        }
-        code = _error(entry, response.get("error_code"))
-        values["error_code"] = code
-        req_n, req_b, _ = _records(entry.sides[_REQ])
-        resp_n, resp_b, offsets = _records(entry.sides[_RESP])
-        records = _add(req_n, resp_n)
-        first, last = _offset_range(role, entry, records, offsets, values)
-        ctx = entry.context
-        epoch = ctx.get("member_epoch", ctx.get("generation_id_or_member_epoch"))
         rows.append(
             {
                 "capture": dx.capture,
@@ -347,31 +74,23 @@ def partition_rows(
                 "response_time": ex.response.last_ts_ns if ex.response is not None else None,
                 "api_name": dx.api_name,
                 "api_version": ex.api_version,
-                "group_id": _str(ctx.get("group_id")),
-                "member_id": _str(ctx.get("member_id")),
-                "member_epoch": epoch if type(epoch) is int else None,
-                "acks": ctx.get("acks") if type(ctx.get("acks")) is int else None,
-                "topic": entry.topic,
-                "topic_id": entry.topic_id,
-                "partition": entry.partition,
-                "error_code": code,
-                "error_name": error_name(code) if code is not None else None,
-                "records": records,
-                "record_bytes": _add(req_b, resp_b),
-                "first_offset": first,
-                "last_offset": last,
-                **values,
+                "group_id": f.group_id,
+                "member_id": f.member_id,
+                "member_epoch": f.member_epoch,
+                "acks": f.acks,
+                "topic": f.topic,
+                "topic_id": f.topic_id,
+                "partition": f.partition,
+                "error_code": f.error_code,
+                "error_name": error_name(f.error_code) if f.error_code is not None else None,
+                "records": f.records,
+                "record_bytes": f.record_bytes,
+                "first_offset": f.first_offset,
+                "last_offset": f.last_offset,
+                **{c.column: v for c, v in zip(ENTRY_COLUMNS, f.entry_values, strict=True)},
             }
         )
     return rows
-
-
-def _add(a: int | None, b: int | None) -> int | None:
-    return None if a is None and b is None else (a or 0) + (b or 0)
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def table(
@@ -402,23 +121,13 @@ def partitions(
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
 ) -> pd.DataFrame:
-    """One row per (pair, topic, partition) of Produce, Fetch, ShareFetch, ListOffsets,
-    OffsetCommit and OffsetFetch. ``df.attrs["counters"]`` counts pairs, decode errors
-    and entries without a partition index."""
-    counters: Counter[str] = Counter()
-    rows: list[dict[str, Any]] = []
-    for dx, names in decoded_exchanges(
-        source,
-        PARTITION_APIS,
-        ports=ports,
-        specs=specs,
-        expand=_EXPAND_RESPONSES,
-        counters=counters,
-    ):
-        rows.extend(partition_rows(dx, names, counters))
-    df = table(rows, PARTITION_COLUMNS)
-    df.attrs["counters"] = dict(counters)
-    return df
+    """One row per (pair, topic, partition) of Produce, Fetch, ShareFetch,
+    ShareAcknowledge, ListOffsets, OffsetCommit and OffsetFetch, from the native core's
+    pass over the captures. ``df.attrs["counters"]`` counts pairs, decode errors and
+    entries without a partition index."""
+    from dissector.analytics.frames import tables_of
+
+    return tables_of(source, ports=ports, specs=specs).partitions
 
 
 # ----------------------------------------------------------------- derived quantities

@@ -23,6 +23,9 @@ use crate::records::Budget;
 use crate::rows::{Dict, DictList, Nullable, RowBuilder, SummaryColumns};
 use crate::session::{Session, SessionConfig};
 use crate::summary::{summarize, TopicNames};
+use crate::tables::{
+    Column, GroupFacts, Negotiation, Observed, PairFacts, PartitionFacts, TableColumns, TableSink,
+};
 use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame, Ts};
 
 #[pyclass(frozen, module = "dissector._core")]
@@ -79,6 +82,10 @@ struct Summaries {
     fallback: Option<Py<PyAny>>,
     capture: String,
     counters: Counters,
+    /// The analytics tables, when asked for; `tables_fallback` gives the facts of the
+    /// pairs the native reading leaves to the Python decoder.
+    tables: Option<TableSink>,
+    tables_fallback: Option<Py<PyAny>>,
 }
 
 /// A pair and what the summary stage made of it: the row's API name and columns (None
@@ -124,7 +131,11 @@ impl Analyzer {
     /// `fallback(api_key, api_version, request, response, capture)` returns the summary
     /// columns of a pair the native interpreter deferred (see `summary_from_python`).
     #[new]
-    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32))]
+    ///
+    /// `tables`: also build the partitions, groups and versions tables (`take_tables`);
+    /// `tables_fallback(api_key, api_version, request, response, topic_names)` returns the
+    /// `protocol.tables.PairFacts` of a pair the native reading leaves to Python.
+    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32, tables=false, tables_fallback=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         model: &Model,
@@ -137,7 +148,9 @@ impl Analyzer {
         keep_keys: Vec<i16>,
         frame_budget: u64,
         capture_budget: u64,
-    ) -> Self {
+        tables: bool,
+        tables_fallback: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
         let m = model.inner.clone();
         let session = SessionConfig {
             broker_ports,
@@ -150,7 +163,13 @@ impl Analyzer {
         let extracts = m.extracts.len();
         let mut rows = RowBuilder::new(extracts);
         rows.long_poll = LongPollRule::from_model(&m);
-        Analyzer {
+        let tables = match tables {
+            false => None,
+            true => Some(TableSink::new(m.clone()).ok_or_else(|| {
+                PyValueError::new_err("the spec model has no tables section (an older export)")
+            })?),
+        };
+        Ok(Analyzer {
             model: m.clone(),
             opts: RunOptions { session },
             counters: Counters::default(),
@@ -167,6 +186,8 @@ impl Analyzer {
                 fallback,
                 capture: String::new(),
                 counters: Counters::default(),
+                tables,
+                tables_fallback,
             },
             sink: RowSink {
                 exchanges_mode: exchanges,
@@ -177,7 +198,7 @@ impl Analyzer {
                 queueing: Queueing::default(),
                 ready: Vec::new(),
             },
-        }
+        })
     }
 
     /// Start a capture file (pcap/pcapng, optionally gzip-compressed).
@@ -262,7 +283,7 @@ impl Analyzer {
                             .batch(batch, exchanges_mode)
                             .map(|b| sink.consume(b));
                     }
-                    if result.is_err() || sink.waiting() >= max_rows {
+                    if result.is_err() || sink.waiting() + summaries.tables_waiting() >= max_rows {
                         stop.store(true, Ordering::Relaxed);
                     }
                 }
@@ -359,6 +380,35 @@ impl Analyzer {
         Ok(out)
     }
 
+    /// Analytics table rows built so far (then forgotten): {table: {column: buffer,
+    /// "__len__": rows}}, and "__counters__": {table: {name: n}} with "deferred" (pairs
+    /// whose facts came from the Python decoder). Versions rows come when a capture ends.
+    fn take_tables<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        let Some(sink) = self.summaries.tables.as_mut() else {
+            return Ok(out);
+        };
+        for (name, table) in sink.take() {
+            out.set_item(name, table_dict(py, &table)?)?;
+        }
+        let c = std::mem::take(&mut sink.counters);
+        let counters = PyDict::new(py);
+        for (name, map) in [
+            ("partitions", &c.partitions),
+            ("groups", &c.groups),
+            ("versions", &c.versions),
+        ] {
+            let d = PyDict::new(py);
+            for (k, v) in map {
+                d.set_item(*k, *v)?;
+            }
+            counters.set_item(name, d)?;
+        }
+        counters.set_item("deferred", c.deferred)?;
+        out.set_item("__counters__", counters)?;
+        Ok(out)
+    }
+
     /// Exchanges kept so far (exchanges mode), then forgotten: tuples, see
     /// `dissector/core.py`.
     fn take_exchanges<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
@@ -432,6 +482,9 @@ impl Analyzer {
     fn end_capture(&mut self) {
         // Rows still waiting for an earlier request that never came: taken as they are.
         self.sink.take_all_held();
+        if let Some(tables) = self.summaries.tables.as_mut() {
+            tables.end_capture();
+        }
         // The bounds that made queue_ms/inflight approximate, counted per run.
         let bounded = std::mem::take(&mut self.sink.queueing.bounded);
         if bounded.rows_forced > 0 {
@@ -479,6 +532,48 @@ impl Summaries {
         self.capture = capture.to_owned();
         self.topics = TopicNames::default();
         self.capture_budget_left = self.capture_budget;
+        if let Some(tables) = self.tables.as_mut() {
+            tables.start(capture);
+        }
+    }
+
+    fn tables_waiting(&self) -> usize {
+        self.tables.as_ref().map_or(0, TableSink::waiting)
+    }
+
+    /// The tables' view of one exchange, after its summary (which learnt topic names).
+    fn observe_tables(&mut self, ex: &Exchange) -> PyResult<()> {
+        let Some(tables) = self.tables.as_mut() else {
+            return Ok(());
+        };
+        if let Observed::Defer = tables.observe(ex, &self.topics) {
+            let facts = self.facts_from_python(ex)?;
+            if let Some(tables) = self.tables.as_mut() {
+                tables.apply(ex, facts);
+            }
+        }
+        Ok(())
+    }
+
+    /// The Python decoder's facts of one pair the native reading left to it.
+    fn facts_from_python(&self, ex: &Exchange) -> PyResult<PairFacts> {
+        let (Some(key), Some(version), Some(cb)) =
+            (ex.api_key, ex.api_version, self.tables_fallback.as_ref())
+        else {
+            return Ok(PairFacts::default());
+        };
+        // Runs with the GIL released (see `run`): take it back for this one call.
+        Python::attach(|py| {
+            let req = ex.request.as_ref().map(|f| PyBytes::new(py, &f.payload));
+            let resp = ex.response.as_ref().map(|f| PyBytes::new(py, &f.payload));
+            let names = PyDict::new(py);
+            for (id, name) in self.topics.iter() {
+                names.set_item(id, name)?;
+            }
+            let got = cb.call1(py, (key, version, req, resp, names))?;
+            let facts: PyPairFacts = got.bind(py).extract()?;
+            Ok(facts.into())
+        })
     }
 
     /// The summaries of a batch of exchanges, in order (none in exchanges mode).
@@ -488,7 +583,9 @@ impl Summaries {
             let (api_name, columns) = if exchanges_mode {
                 (None, None)
             } else {
-                self.summarise(&ex)?
+                let summarised = self.summarise(&ex)?;
+                self.observe_tables(&ex)?;
+                summarised
             };
             out.push(Summarised {
                 ex,
@@ -688,6 +785,144 @@ impl RowSink {
             self.take_held(stream, true);
         }
     }
+}
+
+/// `protocol.tables.PartitionFacts`, read by attribute.
+#[derive(FromPyObject)]
+struct PyPartitionFacts {
+    group_id: Option<String>,
+    member_id: Option<String>,
+    member_epoch: Option<i64>,
+    acks: Option<i64>,
+    topic: Option<String>,
+    topic_id: Option<String>,
+    partition: Option<i64>,
+    error_code: Option<i64>,
+    records: Option<i64>,
+    record_bytes: Option<i64>,
+    first_offset: Option<i64>,
+    last_offset: Option<i64>,
+    entry_values: Vec<Option<i64>>,
+}
+
+/// `protocol.tables.GroupFacts`.
+#[derive(FromPyObject)]
+struct PyGroupFacts {
+    group_id: Option<String>,
+    member_id: Option<String>,
+    group_instance_id: Option<String>,
+    request_generation: Option<i64>,
+    generation: Option<i64>,
+    protocol_type: Option<String>,
+    protocol_name: Option<String>,
+    leader: Option<String>,
+    members: Option<i64>,
+    assignment_bytes: Option<i64>,
+    assigned_partitions: Option<i64>,
+    error_code: Option<i64>,
+}
+
+/// `protocol.tables.Negotiation`.
+#[derive(FromPyObject)]
+struct PyNegotiation {
+    software: Option<(Option<String>, Option<String>)>,
+    advertised: Option<std::collections::HashMap<i64, (i64, i64)>>,
+    error: Option<String>,
+}
+
+/// `protocol.tables.PairFacts`.
+#[derive(FromPyObject)]
+struct PyPairFacts {
+    partitions: Vec<PyPartitionFacts>,
+    group: Option<PyGroupFacts>,
+    negotiation: Option<PyNegotiation>,
+    decode_errors: u32,
+}
+
+impl From<PyPairFacts> for PairFacts {
+    fn from(f: PyPairFacts) -> Self {
+        PairFacts {
+            partitions: f
+                .partitions
+                .into_iter()
+                .map(|p| PartitionFacts {
+                    group_id: p.group_id,
+                    member_id: p.member_id,
+                    member_epoch: p.member_epoch,
+                    acks: p.acks,
+                    topic: p.topic,
+                    topic_id: p.topic_id,
+                    partition: p.partition,
+                    error_code: p.error_code,
+                    records: p.records,
+                    record_bytes: p.record_bytes,
+                    first_offset: p.first_offset,
+                    last_offset: p.last_offset,
+                    entry_values: p.entry_values,
+                })
+                .collect(),
+            group: f.group.map(|g| GroupFacts {
+                group_id: g.group_id,
+                member_id: g.member_id,
+                group_instance_id: g.group_instance_id,
+                request_generation: g.request_generation,
+                generation: g.generation,
+                protocol_type: g.protocol_type,
+                protocol_name: g.protocol_name,
+                leader: g.leader,
+                members: g.members,
+                assignment_bytes: g.assignment_bytes,
+                assigned_partitions: g.assigned_partitions,
+                error_code: g.error_code,
+            }),
+            negotiation: f.negotiation.map(|n| Negotiation {
+                software: n.software,
+                advertised: n
+                    .advertised
+                    .map(|a| a.into_iter().map(|(k, (lo, hi))| (k, lo, hi)).collect()),
+                error: n.error,
+            }),
+            decode_errors: f.decode_errors,
+        }
+    }
+}
+
+/// One table's columns as a dict of column buffers (and "__len__").
+fn table_dict<'py>(py: Python<'py>, table: &TableColumns) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    out.set_item("__len__", table.len)?;
+    for (name, column) in &table.columns {
+        match column {
+            Column::I64(c) => put_i64(py, &out, name, c)?,
+            Column::F64(c) => put_f64(py, &out, name, c)?,
+            Column::Str(c) => put_dict(py, &out, name, c)?,
+            Column::Bool(c) => {
+                let mut bits = vec![0u8; c.values.len().div_ceil(8)];
+                for (i, _) in c.values.iter().enumerate().filter(|(_, v)| **v) {
+                    bits[i / 8] |= 1 << (i % 8);
+                }
+                let (valid, nulls) = validity(&c.valid);
+                let t = (
+                    "bool",
+                    PyBytes::new(py, &bits),
+                    bitmap(py, valid),
+                    nulls,
+                    c.values.len(),
+                );
+                out.set_item(name, t)?;
+            }
+            Column::I64List { offsets, values } => {
+                let values: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let t = (
+                    "i64list",
+                    PyBytes::new(py, &i32_bytes(offsets.iter().copied())),
+                    PyBytes::new(py, &values),
+                );
+                out.set_item(name, t)?;
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Arrow's validity bitmap (bit i of byte i/8 set when row i is valid, least
