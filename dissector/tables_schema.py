@@ -119,12 +119,13 @@ def names(contract: Contract) -> tuple[str, ...]:
     return tuple(c[0] for c in contract)
 
 
-def arrow_type(dtype: str) -> pa.DataType:
-    """A contract's pandas dtype as Arrow (``object`` columns are lists of ints)."""
+def arrow_type(dtype: str, *, dictionary: bool = False) -> pa.DataType:
+    """A contract's pandas dtype as Arrow (``object`` columns are lists of ints);
+    ``dictionary``: strings dictionary-encoded (int32 codes), as the core builds them."""
     import pyarrow as pa
 
     types = {
-        "string": pa.string(),
+        "string": pa.dictionary(pa.int32(), pa.string()) if dictionary else pa.string(),
         "Int64": pa.int64(),
         "Float64": pa.float64(),
         "boolean": pa.bool_(),
@@ -134,7 +135,10 @@ def arrow_type(dtype: str) -> pa.DataType:
     return types[dtype]
 
 
-def arrow_schema(contract: Contract) -> pa.Schema:
+def arrow_schema(contract: Contract, *, dictionary: bool = False) -> pa.Schema:
     import pyarrow as pa
 
-    return pa.schema([pa.field(name, arrow_type(dtype)) for name, dtype, _ in contract])
+    fields = [
+        pa.field(name, arrow_type(dtype, dictionary=dictionary)) for name, dtype, _ in contract
+    ]
+    return pa.schema(fields)

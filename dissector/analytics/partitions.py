@@ -29,7 +29,8 @@ from dissector.protocol.tables import (
     partition_entries,
     partition_facts,
 )
-from dissector.tables_schema import PARTITION_COLUMNS, names
+from dissector.table.frame import ParquetTableWriter, contract_frame
+from dissector.tables_schema import PARTITION_COLUMNS, Contract, names
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,6 +42,7 @@ __all__ = [
     "PARTITION_APIS",
     "PARTITION_COLUMNS",
     "PARTITION_COLUMN_NAMES",
+    "ParquetTableWriter",
     "consumer_lag",
     "export_table",
     "partition_entries",
@@ -93,26 +95,9 @@ def partition_rows(
     return rows
 
 
-def table(
-    rows: Iterable[dict[str, Any]], columns: tuple[tuple[str, str, str], ...]
-) -> pd.DataFrame:
-    """Rows (dicts) -> a DataFrame typed by a column contract; empty input keeps every column."""
-    import pandas as pd
-
-    data: dict[str, list[Any]] = {name: [] for name, _, _ in columns}
-    for row in rows:
-        for name in data:
-            data[name].append(row.get(name))
-    out = {}
-    for name, dtype, _ in columns:
-        values = data[name]
-        if dtype.startswith("datetime64"):
-            out[name] = pd.to_datetime(pd.array(values, dtype="Int64"), unit="ns", utc=True)
-        elif dtype == "object":
-            out[name] = pd.Series(values, dtype="object")
-        else:
-            out[name] = pd.array(values, dtype=dtype)
-    return pd.DataFrame(out, columns=[c[0] for c in columns])
+def table(rows: Iterable[dict[str, Any]], columns: Contract) -> pd.DataFrame:
+    """Rows (dicts) -> a DataFrame typed by a column contract (``table.frame.contract_frame``)."""
+    return contract_frame(rows, columns)
 
 
 def partitions(

@@ -882,7 +882,7 @@ NOT_COLLECTED = "Not collected: make the report with kafka-dissector report or r
 
 @dataclass(frozen=True, eq=False)
 class AnalyticsTables:
-    """``dissector.partitions`` and ``dissector.versions`` of the report's captures.
+    """``dissector.partitions``, ``groups`` and ``versions`` of the report's captures.
 
     Kept in ``df.attrs``: pandas deep-copies attrs on every derived frame and compares
     them on concat, so the holder copies as itself and compares by identity (the frames
@@ -890,6 +890,7 @@ class AnalyticsTables:
 
     partitions: pd.DataFrame
     versions: pd.DataFrame
+    groups: pd.DataFrame | None = None
 
     def __deepcopy__(self, memo: dict[int, object]) -> AnalyticsTables:
         return self
@@ -1293,10 +1294,12 @@ def analyze(
     *,
     ports: frozenset[int] | None = None,
     failures: list[tuple[str, str]] | None = None,
+    show: bool = False,
 ) -> pd.DataFrame:
     """``dissector.analyze`` plus ``df.attrs["client_software"]`` and
-    ``df.attrs["groups"]`` (see ``NotingDecoder``), in one pass, and
-    ``df.attrs["tables"]`` (``analytics_tables``: the partition and versions tables).
+    ``df.attrs["groups"]`` (see ``NotingDecoder``) and ``df.attrs["tables"]``
+    (``AnalyticsTables``: the partitions, groups and versions tables), all in one pass
+    over each capture; ``show``: a progress bar per capture (as ``analyze`` shows).
 
     ``failures``, when given, receives (capture, reason) for each capture that cannot be
     read, and the report covers the others; without it the first such capture raises.
@@ -1305,6 +1308,7 @@ def analyze(
     from dissector.options import Options
     from dissector.protocol.messages import settle_assumed
     from dissector.stages import CaptureError
+    from dissector.wire.tables import TableCollector
 
     decoder = NotingDecoder(protocol, missing_client=stats.MISSING_LABEL)
     sources = [str(p) for p in paths]
@@ -1329,40 +1333,33 @@ def analyze(
     keys = {ApiKey.API_VERSIONS, *GROUP_MEMBERSHIP_APIS}
     readable = []
     frames = []
+    collected = TableCollector()
     for source in sources:
+        analytics = TableCollector()
         try:
-            frames.append(_run_one(source, Options(ports=ports), (keys, observe)))
+            frames.append(_run_one(source, Options(ports=ports), (keys, observe), analytics, show))
         except (CaptureError, OSError) as exc:
             if failures is None:
                 raise
             failures.append((source, str(exc)))
             continue
         readable.append(source)
+        collected.merge(analytics)
     df = _combined(frames)
-    df.attrs[TABLES_ATTR] = analytics_tables(readable, ports=ports)
+    tables = collected.result()
+    df.attrs[TABLES_ATTR] = AnalyticsTables(
+        tables.frame("partitions"), tables.frame("versions"), tables.frame("groups")
+    )
     df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
     df.attrs[CAPTURES_ATTR] = readable
     df.attrs[GROUPS_ATTR] = decoder.group_notes()
     return df
 
 
-def analytics_tables(
-    sources: Sequence[str], *, ports: frozenset[int] | None = None
-) -> AnalyticsTables:
-    """The partition table and the version-skew view of the readable ``sources``:
-    each a pass of its own over the captures (full decode of the APIs it reads)."""
-    from dissector.analytics.partitions import PARTITION_COLUMNS, partitions, table
-    from dissector.analytics.versions import VERSION_COLUMNS, versions
-
-    if not sources:
-        return AnalyticsTables(table([], PARTITION_COLUMNS), table([], VERSION_COLUMNS))
-    return AnalyticsTables(partitions(sources, ports=ports), versions(sources, ports=ports))
-
-
-def _run_one(source: str, options: Any, observe: Any) -> pd.DataFrame:
+def _run_one(source: str, options: Any, observe: Any, analytics: Any, show: bool) -> pd.DataFrame:
     from dissector.table.analysis import run_analysis
 
-    return run_analysis([source], options, observe=observe)
+    return run_analysis([source], options, observe=observe, analytics=analytics, show=show)
 
 
 def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -1393,11 +1390,12 @@ def report_file(
     ports: frozenset[int] | None = None,
     title: str | None = None,
     failures: list[tuple[str, str]] | None = None,
+    show: bool = False,
 ) -> Path:
-    """Analyse ``paths`` and write their report to ``output`` (``failures``: see
-    ``analyze``)."""
+    """Analyse ``paths`` and write their report to ``output`` (``failures``, ``show``:
+    see ``analyze``)."""
     sources = [str(p) for p in paths]
-    df = analyze(sources, ports=ports, failures=failures)
+    df = analyze(sources, ports=ports, failures=failures, show=show)
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if ports:
         command += " --ports " + ",".join(str(p) for p in sorted(ports))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from dissector.analytics.report import report_file
@@ -26,7 +28,14 @@ def report_command(
     """Write one self-contained HTML report (charts, tables, capture facts) for PATHS."""
     failures: list[tuple[str, str]] = []
     if len(failures) < len(paths):
-        path = report_file(paths, output, ports=parse_ports(ports), title=title, failures=failures)
+        path = report_file(
+            paths,
+            output,
+            ports=parse_ports(ports),
+            title=title,
+            failures=failures,
+            show=sys.stderr.isatty(),
+        )
         if len(failures) < len(paths):
             click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")
         else:

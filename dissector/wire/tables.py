@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -98,8 +98,10 @@ class CaptureTables:
     """The analytics tables of one pass (one capture, or several in a row) as Arrow.
 
     ``partitions``, ``groups`` and ``versions`` follow ``dissector.tables_schema``'s
-    contracts (column names in order; strings, int64, float64, bool, list<int64>,
-    timestamps in ns UTC). ``counters`` holds each table's counters (what
+    contracts (column names in order; int64, float64, bool, list<int64>, timestamps in
+    ns UTC, strings dictionary-encoded as the core built them: ``dictionary<int32,
+    string>``, one dictionary per chunk; ``tables_schema.arrow_schema(contract)`` gives
+    the plain-string schema to cast to). ``counters`` holds each table's counters (what
     ``df.attrs["counters"]`` of ``dissector.partitions`` ... holds); ``deferred_pairs``
     how many pairs the core left to the Python decoder (malformed bodies).
     """
@@ -126,8 +128,11 @@ class CaptureTables:
 
 
 def to_frame(table: pa.Table, contract: Contract) -> pd.DataFrame:
+    """A table of the core as the pandas frame of its contract."""
     import pandas as pd
     import pyarrow as pa
+
+    from dissector.arrow_cast import retype_column
 
     mapper = {
         pa.string(): pd.StringDtype(),
@@ -138,6 +143,8 @@ def to_frame(table: pa.Table, contract: Contract) -> pd.DataFrame:
     data: dict[str, Any] = {}
     for name, dtype, _ in contract:
         column = table.column(name)
+        if pa.types.is_dictionary(column.type):
+            column = retype_column(column, pa.string())
         if dtype == "object":
             data[name] = pd.Series(column.to_pylist(), dtype="object")
         else:
@@ -145,27 +152,50 @@ def to_frame(table: pa.Table, contract: Contract) -> pd.DataFrame:
     return pd.DataFrame(data, columns=[c[0] for c in contract])
 
 
+TableWriter = Callable[["pa.Table"], None]
+"""Takes the batches of one table as they come (a Parquet writer), instead of a
+collector keeping them."""
+
+
 @dataclass
 class TableCollector:
     """Takes the core's table buffers batch by batch (``Batch.tables``) and gives the
-    pass's ``CaptureTables``."""
+    pass's ``CaptureTables``. A table with a writer in ``writers`` is handed over
+    batch by batch and not kept (its rows in ``written``): memory stays flat."""
 
+    writers: dict[str, TableWriter] = field(default_factory=dict)
     parts: dict[str, list[pa.Table]] = field(default_factory=lambda: {n: [] for n in CONTRACTS})
     counters: dict[str, Counter[str]] = field(
         default_factory=lambda: {n: Counter() for n in CONTRACTS}
     )
+    written: Counter[str] = field(default_factory=Counter)
     deferred: int = 0
 
     def add(self, taken: dict[str, Any]) -> None:
         """One ``Analyzer.take_tables()`` result."""
         for name, contract in CONTRACTS.items():
             columns = taken.get(name)
-            if columns and columns["__len__"]:
-                self.parts[name].append(_arrow(columns, contract, name))
+            if not columns or not columns["__len__"]:
+                continue
+            batch = _arrow(columns, contract, name)
+            writer = self.writers.get(name)
+            if writer is not None:
+                writer(batch)
+                self.written[name] += batch.num_rows
+            else:
+                self.parts[name].append(batch)
         counted = taken.get("__counters__") or {}
         for name in CONTRACTS:
             self.counters[name].update(counted.get(name) or {})
         self.deferred += int(counted.get("deferred") or 0)
+
+    def merge(self, other: TableCollector) -> None:
+        """Add the tables another collector took (a capture read on its own)."""
+        for name in CONTRACTS:
+            self.parts[name].extend(other.parts[name])
+            self.counters[name].update(other.counters[name])
+        self.written.update(other.written)
+        self.deferred += other.deferred
 
     def rows(self) -> int:
         return sum(t.num_rows for parts in self.parts.values() for t in parts)
@@ -176,7 +206,7 @@ class TableCollector:
         tables = {}
         for name, contract in CONTRACTS.items():
             parts = self.parts[name]
-            schema = arrow_schema(contract)
+            schema = arrow_schema(contract, dictionary=True)
             tables[name] = pa.concat_tables(parts) if parts else schema.empty_table()
         return CaptureTables(
             partitions=tables["partitions"],
@@ -199,10 +229,10 @@ def _arrow(columns: dict[str, Any], contract: Contract, name: str) -> pa.Table:
     if given != expected:  # the core and the contract must agree, in order
         raise RuntimeError(f"{name} table: the core gave columns {given}, expected {expected}")
     arrays = [
-        retype_array(_arrow_column(columns[column]), arrow_type(dtype))
+        retype_array(_arrow_column(columns[column]), arrow_type(dtype, dictionary=True))
         for column, dtype, _ in contract
     ]
-    return pa.Table.from_arrays(arrays, schema=arrow_schema(contract))
+    return pa.Table.from_arrays(arrays, schema=arrow_schema(contract, dictionary=True))
 
 
 def capture_tables(

@@ -208,6 +208,8 @@ pub struct Node {
     pub facts: u32,
     /// This field or one inside it has table roles: the tables' walk reads it.
     pub tables: bool,
+    /// Members of a struct the tables' walk reads (`tables` set): what it keeps of one.
+    pub table_members: u16,
 }
 
 /// One step over a struct's plain members, compiled once (`Model::compile_steps`) so
@@ -575,10 +577,11 @@ impl Builder<'_> {
             }
             None => NO_FACTS,
         };
-        let tables = facts != NO_FACTS
-            || member_ids
-                .iter()
-                .any(|(_, id)| self.nodes[*id as usize].tables);
+        let table_members = member_ids
+            .iter()
+            .filter(|(_, id)| self.nodes[*id as usize].tables)
+            .count();
+        let tables = facts != NO_FACTS || table_members > 0;
         let plain_fixed = if kind == Kind::Struct {
             self.plain_fixed(plain_start, tagged_start)
         } else {
@@ -606,6 +609,7 @@ impl Builder<'_> {
             skip: (0, 0),
             facts,
             tables,
+            table_members: u16::try_from(table_members).unwrap_or(u16::MAX),
         });
         Ok((self.nodes.len() - 1) as u32)
     }

@@ -7,6 +7,7 @@
 //! interpreter cannot finish cleanly are summarised by a Python callback (the full
 //! decoder), so decode-error wording lives in one place.
 
+use std::borrow::Cow;
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
@@ -556,7 +557,7 @@ impl Summaries {
     }
 
     /// The Python decoder's facts of one pair the native reading left to it.
-    fn facts_from_python(&self, ex: &Exchange) -> PyResult<PairFacts> {
+    fn facts_from_python(&self, ex: &Exchange) -> PyResult<PairFacts<'static>> {
         let (Some(key), Some(version), Some(cb)) =
             (ex.api_key, ex.api_version, self.tables_fallback.as_ref())
         else {
@@ -839,19 +840,19 @@ struct PyPairFacts {
     decode_errors: u32,
 }
 
-impl From<PyPairFacts> for PairFacts {
+impl From<PyPairFacts> for PairFacts<'static> {
     fn from(f: PyPairFacts) -> Self {
         PairFacts {
             partitions: f
                 .partitions
                 .into_iter()
                 .map(|p| PartitionFacts {
-                    group_id: p.group_id,
-                    member_id: p.member_id,
+                    group_id: p.group_id.map(Cow::Owned),
+                    member_id: p.member_id.map(Cow::Owned),
                     member_epoch: p.member_epoch,
                     acks: p.acks,
-                    topic: p.topic,
-                    topic_id: p.topic_id,
+                    topic: p.topic.map(Cow::Owned),
+                    topic_id: p.topic_id.map(Cow::Owned),
                     partition: p.partition,
                     error_code: p.error_code,
                     records: p.records,
@@ -912,11 +913,10 @@ fn table_dict<'py>(py: Python<'py>, table: &TableColumns) -> PyResult<Bound<'py,
                 out.set_item(name, t)?;
             }
             Column::I64List { offsets, values } => {
-                let values: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
                 let t = (
                     "i64list",
                     PyBytes::new(py, &i32_bytes(offsets.iter().copied())),
-                    PyBytes::new(py, &values),
+                    le_bytes(py, values, i64::to_le_bytes)?,
                 );
                 out.set_item(name, t)?;
             }
@@ -943,18 +943,29 @@ fn bitmap<'py>(py: Python<'py>, bits: Option<Vec<u8>>) -> Option<Bound<'py, PyBy
     bits.map(|b| PyBytes::new(py, &b))
 }
 
+/// Values as one bytes object of their little-endian bytes, written in place (one copy).
+fn le_bytes<'py, T: Copy>(
+    py: Python<'py>,
+    values: &[T],
+    bytes: impl Fn(T) -> [u8; 8],
+) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, values.len() * 8, |buf| {
+        for (chunk, v) in buf.chunks_exact_mut(8).zip(values) {
+            chunk.copy_from_slice(&bytes(*v));
+        }
+        Ok(())
+    })
+}
+
 fn put_i64(
     py: Python<'_>,
     out: &Bound<'_, PyDict>,
     name: &str,
     col: &Nullable<i64>,
 ) -> PyResult<()> {
-    let values: Vec<u8> = col.values.iter().flat_map(|v| v.to_le_bytes()).collect();
     let (bits, nulls) = validity(&col.valid);
-    out.set_item(
-        name,
-        ("i64", PyBytes::new(py, &values), bitmap(py, bits), nulls),
-    )
+    let values = le_bytes(py, &col.values, i64::to_le_bytes)?;
+    out.set_item(name, ("i64", values, bitmap(py, bits), nulls))
 }
 
 fn put_f64(
@@ -963,12 +974,9 @@ fn put_f64(
     name: &str,
     col: &Nullable<f64>,
 ) -> PyResult<()> {
-    let values: Vec<u8> = col.values.iter().flat_map(|v| v.to_le_bytes()).collect();
     let (bits, nulls) = validity(&col.valid);
-    out.set_item(
-        name,
-        ("f64", PyBytes::new(py, &values), bitmap(py, bits), nulls),
-    )
+    let values = le_bytes(py, &col.values, f64::to_le_bytes)?;
+    out.set_item(name, ("f64", values, bitmap(py, bits), nulls))
 }
 
 fn i32_bytes(values: impl Iterator<Item = i32>) -> Vec<u8> {

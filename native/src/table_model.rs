@@ -14,6 +14,13 @@ use crate::model::{Direction, SmallKeyMap};
 /// A node without table roles (`Node::facts`).
 pub const NO_FACTS: u32 = u32::MAX;
 
+/// The most value slots a partition entry has (`tables.VALUE_FIELDS`): an entry's values
+/// are gathered into an array of this size. A model with more is refused at load.
+pub const MAX_VALUE_SLOTS: usize = 16;
+
+/// The most context slots (`tables.CONTEXT_NAMES`): a context is an array of this size.
+pub const MAX_CONTEXT_SLOTS: usize = 8;
+
 /// Role of a field in ShareFetch's acquired offset ranges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acquired {
@@ -162,6 +169,9 @@ impl Facts {
             Some("last") => Some(Acquired::Last),
             Some(other) => return Err(format!("unknown acquired role {other:?}")),
         };
+        if j.value.is_some_and(|v| usize::from(v) >= MAX_VALUE_SLOTS) {
+            return Err(format!("value slot past {MAX_VALUE_SLOTS}"));
+        }
         Ok(Facts {
             context: j.context,
             entries: j.entries,

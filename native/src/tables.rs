@@ -21,7 +21,10 @@ use crate::summary::{
     is_assumed, lossy, request_start, response_start, skip_elements, skip_field, skip_value,
     uuid_text, Cur, Start, Stop, TopicNames, R, SHORT,
 };
-use crate::table_model::{Acquired, Facts, GroupRole, PartitionRole, TablesModel, VersionRole};
+use crate::table_model::{
+    Acquired, Facts, GroupRole, PartitionRole, TablesModel, VersionRole, MAX_CONTEXT_SLOTS,
+    MAX_VALUE_SLOTS,
+};
 use crate::types::Exchange;
 
 // ------------------------------------------------------------------ sparse bodies
@@ -119,7 +122,7 @@ impl<'m> Sparse<'m> {
         let model = self.model;
         let plain = model.plain(n);
         let mut d = Dict {
-            members: Vec::new(),
+            members: Vec::with_capacity(usize::from(n.table_members)),
             nonempty: !plain.is_empty(),
         };
         for &id in plain {
@@ -372,15 +375,16 @@ fn decode_pair<'a>(
 
 // ------------------------------------------------------------------ facts
 
-/// One partitions-table row as a pair's bodies give it (`tables.PartitionFacts`).
+/// One partitions-table row as a pair's bodies give it (`tables.PartitionFacts`); its
+/// texts borrowed from the bodies where they can be (rows are many, and short-lived).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PartitionFacts {
-    pub group_id: Option<String>,
-    pub member_id: Option<String>,
+pub struct PartitionFacts<'t> {
+    pub group_id: Option<Cow<'t, str>>,
+    pub member_id: Option<Cow<'t, str>>,
     pub member_epoch: Option<i64>,
     pub acks: Option<i64>,
-    pub topic: Option<String>,
-    pub topic_id: Option<String>,
+    pub topic: Option<Cow<'t, str>>,
+    pub topic_id: Option<Cow<'t, str>>,
     pub partition: Option<i64>,
     pub error_code: Option<i64>,
     pub records: Option<i64>,
@@ -419,8 +423,8 @@ pub struct Negotiation {
 
 /// Everything the tables take from one pair (`tables.PairFacts`).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PairFacts {
-    pub partitions: Vec<PartitionFacts>,
+pub struct PairFacts<'t> {
+    pub partitions: Vec<PartitionFacts<'t>>,
     pub group: Option<GroupFacts>,
     pub negotiation: Option<Negotiation>,
     pub decode_errors: u32,
@@ -433,7 +437,7 @@ enum CtxVal<'t> {
     Int(i64),
 }
 
-type Context<'t> = Vec<Option<CtxVal<'t>>>;
+type Context<'t> = [Option<CtxVal<'t>>; MAX_CONTEXT_SLOTS];
 
 /// One partition entry found in a body (`tables.partition_entries`).
 struct Found<'t, 'a> {
@@ -448,10 +452,24 @@ struct Found<'t, 'a> {
 /// Request and response entries merged by (group, topic, partition) (`tables._merge`).
 struct Merged<'t, 'a> {
     ctx: Context<'t>,
-    topic: String,
+    topic: &'t str,
     tid: Option<&'t str>,
     partition: Option<i64>,
     sides: [Option<&'t Dict<'a>>; 2],
+}
+
+/// Most pairs name a few partitions: their merge keys are compared in a scan, and an
+/// index is only built past this many.
+const SMALL_MERGE: usize = 32;
+
+/// What the rows read of one side's entry, gathered in one look at its members.
+#[derive(Default)]
+struct EntryView<'t> {
+    values: [Option<i64>; MAX_VALUE_SLOTS],
+    records: Option<i64>,
+    bytes: Option<i64>,
+    offsets: Vec<&'t [i64]>,
+    acquired: Option<(i64, i64)>,
 }
 
 const REQ: usize = 0;
@@ -476,7 +494,7 @@ impl<'m> Reader<'m> {
     }
 
     fn context_of<'t>(&self, body: &'t Dict<'_>, outer: &Context<'t>) -> Context<'t> {
-        let mut ctx = outer.clone();
+        let mut ctx = *outer;
         for (id, v) in &body.members {
             let Some(slot) = self.facts(*id).context else {
                 continue;
@@ -566,7 +584,7 @@ impl<'m> Reader<'m> {
                         _ => continue,
                     };
                     out.push(Found {
-                        ctx: ctx.clone(),
+                        ctx,
                         name,
                         tid,
                         index,
@@ -581,31 +599,53 @@ impl<'m> Reader<'m> {
         &self,
         request: &'t Dict<'a>,
         response: &'t Dict<'a>,
-        names: &TopicNames,
+        names: &'t TopicNames,
     ) -> Vec<Merged<'t, 'a>> {
-        let empty: Context<'t> = vec![None; self.tables.context_slots];
+        type Key<'t> = (Option<CtxVal<'t>>, &'t str, Option<i64>);
+        let g = self.tables.group_key_slot;
+        let empty: Context<'t> = [None; MAX_CONTEXT_SLOTS];
         let pair_context = self.context_of(request, &empty);
         let mut merged: Vec<Merged<'t, 'a>> = Vec::new();
-        let mut index: HashMap<(Option<CtxVal<'t>>, String, Option<i64>), usize> = HashMap::new();
+        let mut index: Option<HashMap<Key<'t>, usize>> = None;
+        let mut found = Vec::new();
         for (side, body) in [(REQ, request), (RESP, response)] {
-            let mut found = Vec::new();
+            found.clear();
             self.entries(body, &pair_context, 0, &mut found);
-            for f in found {
+            for f in found.drain(..) {
                 let learnt = f.tid.and_then(|t| names.name(t)).filter(|n| !n.is_empty());
-                let topic = f.name.or(learnt).or(f.tid).unwrap_or_default().to_owned();
-                let group = f.ctx.get(self.tables.group_key_slot).copied().flatten();
-                let at = *index
-                    .entry((group, topic.clone(), f.index))
-                    .or_insert_with(|| {
+                let topic: &'t str = f.name.or(learnt).or(f.tid).unwrap_or_default();
+                let group = f.ctx.get(g).copied().flatten();
+                let key = (group, topic, f.index);
+                let known = match &index {
+                    Some(index) => index.get(&key).copied(),
+                    None => merged.iter().position(|m| {
+                        m.partition == f.index
+                            && m.topic == topic
+                            && m.ctx.get(g).copied().flatten() == group
+                    }),
+                };
+                let at = match known {
+                    Some(at) => at,
+                    None => {
                         merged.push(Merged {
-                            ctx: f.ctx.clone(),
+                            ctx: f.ctx,
                             topic,
                             tid: f.tid,
                             partition: f.index,
                             sides: [None, None],
                         });
-                        merged.len() - 1
-                    });
+                        let at = merged.len() - 1;
+                        if let Some(index) = index.as_mut() {
+                            index.insert(key, at);
+                        } else if merged.len() > SMALL_MERGE {
+                            let keyed = merged.iter().enumerate().map(|(i, m)| {
+                                ((m.ctx.get(g).copied().flatten(), m.topic, m.partition), i)
+                            });
+                            index = Some(keyed.collect());
+                        }
+                        at
+                    }
+                };
                 let row = &mut merged[at];
                 for (mine, theirs) in row.ctx.iter_mut().zip(&f.ctx) {
                     if theirs.is_some() {
@@ -621,33 +661,69 @@ impl<'m> Reader<'m> {
         merged
     }
 
-    fn entry_value(&self, m: &Merged<'_, '_>, column: usize) -> Option<i64> {
-        let c = &self.tables.entry_columns[column];
-        for &side in &c.sides {
-            let Some(d) = m.sides[side_index(side)] else {
-                continue;
-            };
-            for &slot in &c.slots {
-                if let Some(v) = d.int(self.model, |f| f.value == Some(slot)) {
-                    return Some(v);
-                }
+    /// One side's entry as the rows read it (None: no entry, or an empty one).
+    fn view<'t>(&self, side: Option<&'t Dict<'_>>) -> Option<EntryView<'t>> {
+        let d = side?;
+        let mut v = EntryView::default();
+        let mut value = |slot: Option<u16>, i: i64| {
+            if let Some(slot) = slot.map(usize::from).filter(|&s| s < MAX_VALUE_SLOTS) {
+                v.values[slot].get_or_insert(i);
             }
-            if let Some(nested) = c.nested {
-                for (id, v) in &d.members {
-                    if let (true, Val::Dict(inner)) = (self.facts(*id).nested, v) {
-                        if let Some(v) = inner.int(self.model, |f| f.value == Some(nested)) {
-                            return Some(v);
+        };
+        for (id, member) in &d.members {
+            let f = self.facts(*id);
+            match member {
+                Val::Int(i) => value(f.value, *i),
+                Val::Dict(inner) if f.nested => {
+                    for (id, member) in &inner.members {
+                        if let Val::Int(i) = member {
+                            value(self.facts(*id).value, *i);
                         }
                     }
+                }
+                _ => {}
+            }
+        }
+        for (id, member) in &d.members {
+            match member {
+                Val::Records {
+                    records,
+                    bytes,
+                    offsets,
+                } => {
+                    v.records = Some(v.records.unwrap_or(0).saturating_add(*records as i64));
+                    v.bytes = Some(v.bytes.unwrap_or(0).saturating_add(*bytes as i64));
+                    v.offsets.push(offsets);
+                }
+                Val::List(ranges) if self.facts(*id).acquired == Some(Acquired::Array) => {
+                    v.acquired = self.acquired(ranges);
+                }
+                _ => {}
+            }
+        }
+        Some(v)
+    }
+
+    fn entry_value(&self, views: &[Option<EntryView<'_>>; 2], column: usize) -> Option<i64> {
+        let c = &self.tables.entry_columns[column];
+        for &side in &c.sides {
+            let Some(v) = &views[side_index(side)] else {
+                continue;
+            };
+            for slot in c.slots.iter().copied().chain(c.nested).map(usize::from) {
+                if let Some(value) = v.values.get(slot).copied().flatten() {
+                    return Some(value);
                 }
             }
         }
         None
     }
 
-    fn entry_error(&self, m: &Merged<'_, '_>, top: Option<i64>) -> Option<i64> {
-        let slot = self.tables.entry_error_slot;
-        let code = m.sides[RESP].and_then(|d| d.int(self.model, |f| f.value == Some(slot)));
+    fn entry_error(&self, views: &[Option<EntryView<'_>>; 2], top: Option<i64>) -> Option<i64> {
+        let slot = usize::from(self.tables.entry_error_slot);
+        let code = views[RESP]
+            .as_ref()
+            .and_then(|v| v.values.get(slot).copied().flatten());
         match (code, top) {
             (Some(c), _) if c != 0 => Some(c),
             (_, Some(t)) if t != 0 => Some(t),
@@ -655,37 +731,7 @@ impl<'m> Reader<'m> {
         }
     }
 
-    /// (records, bytes) of an entry's records fields, and their data records' offsets.
-    fn records_of(
-        &self,
-        side: Option<&Dict<'_>>,
-        offsets: &mut Vec<i64>,
-    ) -> (Option<i64>, Option<i64>) {
-        let Some(d) = side else {
-            return (None, None);
-        };
-        let (mut count, mut size) = (None, None);
-        for (_, v) in &d.members {
-            if let Val::Records {
-                records,
-                bytes,
-                offsets: found,
-            } = v
-            {
-                count = Some(count.unwrap_or(0i64).saturating_add(*records as i64));
-                size = Some(size.unwrap_or(0i64).saturating_add(*bytes as i64));
-                offsets.extend_from_slice(found);
-            }
-        }
-        (count, size)
-    }
-
-    fn acquired(&self, side: Option<&Dict<'_>>) -> Option<(i64, i64)> {
-        let d = side?;
-        let Some(Val::List(ranges)) = d.find(self.model, |f| f.acquired == Some(Acquired::Array))
-        else {
-            return None;
-        };
+    fn acquired(&self, ranges: &[Val<'_>]) -> Option<(i64, i64)> {
         let mut span: Option<(i64, i64)> = None;
         for r in ranges {
             let Val::Dict(r) = r else { continue };
@@ -706,9 +752,8 @@ impl<'m> Reader<'m> {
     fn offset_range(
         &self,
         role: PartitionRole,
-        m: &Merged<'_, '_>,
+        views: &[Option<EntryView<'_>>; 2],
         records: Option<i64>,
-        offsets: &[i64],
         values: &[Option<i64>],
         code: Option<i64>,
     ) -> (Option<i64>, Option<i64>) {
@@ -727,30 +772,36 @@ impl<'m> Reader<'m> {
                 }
             }
             PartitionRole::Fetch => {
-                if let Some((first, last)) = self.acquired(m.sides[RESP]) {
+                let resp = views[RESP].as_ref();
+                if let Some((first, last)) = resp.and_then(|v| v.acquired) {
                     return (Some(first), Some(last)); // ShareFetch: what the member acquired
                 }
                 let start = values[self.tables.fetch_start_column];
-                let delivered = offsets.iter().filter(|&&o| start.is_none_or(|s| o >= s));
-                let (lo, hi) =
-                    delivered.fold((None, None), |(lo, hi): (Option<i64>, Option<i64>), &o| {
-                        (
-                            Some(lo.map_or(o, |l| l.min(o))),
-                            Some(hi.map_or(o, |h| h.max(o))),
-                        )
-                    });
-                (lo, hi)
+                let offsets = resp
+                    .into_iter()
+                    .flat_map(|v| v.offsets.iter().copied().flatten());
+                let delivered = offsets.filter(|&&o| start.is_none_or(|s| o >= s));
+                delivered.fold((None, None), |(lo, hi): (Option<i64>, Option<i64>), &o| {
+                    (
+                        Some(lo.map_or(o, |l| l.min(o))),
+                        Some(hi.map_or(o, |h| h.max(o))),
+                    )
+                })
             }
             PartitionRole::Other => (None, None),
         }
     }
 
-    fn context_column(&self, ctx: &Context<'_>, column: usize) -> (Option<String>, Option<i64>) {
+    fn context_column<'t>(
+        &self,
+        ctx: &Context<'t>,
+        column: usize,
+    ) -> (Option<&'t str>, Option<i64>) {
         let c = &self.tables.context[column];
         for &slot in &c.slots {
             if let Some(Some(v)) = ctx.get(usize::from(slot)) {
                 return match (c.text, v) {
-                    (true, CtxVal::Text(t)) => (Some((*t).to_owned()), None),
+                    (true, CtxVal::Text(t)) => (Some(t), None),
                     (false, CtxVal::Int(i)) => (None, Some(*i)),
                     _ => (None, None),
                 };
@@ -759,27 +810,31 @@ impl<'m> Reader<'m> {
         (None, None)
     }
 
-    fn partitions(
+    fn partitions<'t>(
         &self,
         role: PartitionRole,
-        request: &Dict<'_>,
-        response: &Dict<'_>,
-        names: &TopicNames,
-    ) -> Vec<PartitionFacts> {
+        request: &'t Dict<'_>,
+        response: &'t Dict<'_>,
+        names: &'t TopicNames,
+    ) -> Vec<PartitionFacts<'t>> {
         let top = response.int(self.model, |f| f.top_error);
         let columns = self.tables.entry_columns.len();
-        let mut out = Vec::new();
-        for m in self.merge(request, response, names) {
-            let values: Vec<Option<i64>> = (0..columns).map(|c| self.entry_value(&m, c)).collect();
-            let code = self.entry_error(&m, top);
-            let mut offsets = Vec::new();
-            let (req_n, req_b) = self.records_of(m.sides[REQ], &mut Vec::new());
-            let (resp_n, resp_b) = self.records_of(m.sides[RESP], &mut offsets);
+        let merged = self.merge(request, response, names);
+        let mut out = Vec::with_capacity(merged.len());
+        for m in merged {
+            let views = [self.view(m.sides[REQ]), self.view(m.sides[RESP])];
+            let values: Vec<Option<i64>> =
+                (0..columns).map(|c| self.entry_value(&views, c)).collect();
+            let code = self.entry_error(&views, top);
+            let counted = |v: &Option<EntryView<'_>>| {
+                v.as_ref().map_or((None, None), |v| (v.records, v.bytes))
+            };
+            let ((req_n, req_b), (resp_n, resp_b)) = (counted(&views[REQ]), counted(&views[RESP]));
             let records = add(req_n, resp_n);
-            let (first, last) = self.offset_range(role, &m, records, &offsets, &values, code);
+            let (first, last) = self.offset_range(role, &views, records, &values, code);
             let mut facts = PartitionFacts {
-                topic: Some(m.topic),
-                topic_id: m.tid.map(str::to_owned),
+                topic: Some(Cow::Borrowed(m.topic)),
+                topic_id: m.tid.map(Cow::Borrowed),
                 partition: m.partition,
                 error_code: code,
                 records,
@@ -792,8 +847,8 @@ impl<'m> Reader<'m> {
             for (i, c) in self.tables.context.iter().enumerate() {
                 let (text, int) = self.context_column(&m.ctx, i);
                 match c.column.as_str() {
-                    "group_id" => facts.group_id = text,
-                    "member_id" => facts.member_id = text,
+                    "group_id" => facts.group_id = text.map(Cow::Borrowed),
+                    "member_id" => facts.member_id = text.map(Cow::Borrowed),
                     "member_epoch" => facts.member_epoch = int,
                     "acks" => facts.acks = int,
                     _ => {}
@@ -1028,20 +1083,33 @@ fn add(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     }
 }
 
-/// The facts of one pair read natively; Err: leave the pair to the Python decoder.
-pub fn pair_facts(
+/// The sides of one pair a table reads, decoded for the tables (the trees its facts
+/// borrow from); Err: leave the pair to the Python decoder.
+pub fn decode_for_tables<'a>(
     model: &Model,
-    names: &TopicNames,
     api_key: i16,
     api_version: i16,
-    request: Option<&[u8]>,
-    response: Option<&[u8]>,
-) -> Result<PairFacts, Stop> {
+    request: Option<&'a [u8]>,
+    response: Option<&'a [u8]>,
+) -> Result<[Side<'a>; 2], Stop> {
     let tables = model.tables.as_ref().ok_or(Stop("no tables"))?;
-    let [req, resp] = decode_pair(model, tables, api_key, api_version, request, response)?;
+    decode_pair(model, tables, api_key, api_version, request, response)
+}
+
+/// The facts of one pair, read from its decoded sides (`decode_for_tables`).
+pub fn pair_facts<'t>(
+    model: &Model,
+    names: &'t TopicNames,
+    api_key: i16,
+    sides: &'t [Side<'_>; 2],
+) -> PairFacts<'t> {
+    let Some(tables) = model.tables.as_ref() else {
+        return PairFacts::default();
+    };
+    let [req, resp] = sides;
     let reader = Reader { model, tables };
     let mut facts = PairFacts {
-        decode_errors: [&req, &resp].iter().filter(|s| s.error().is_some()).count() as u32,
+        decode_errors: sides.iter().filter(|s| s.error().is_some()).count() as u32,
         ..Default::default()
     };
     if let Some(&role) = tables.partition_apis.get(&api_key) {
@@ -1052,9 +1120,9 @@ pub fn pair_facts(
         facts.group = Some(reader.group(api_key, req.body(), resp.body(), answered));
     }
     if tables.negotiation_key == Some(api_key) {
-        facts.negotiation = Some(reader.negotiation(&req, &resp));
+        facts.negotiation = Some(reader.negotiation(req, resp));
     }
-    Ok(facts)
+    facts
 }
 
 // ------------------------------------------------------------------ columns
@@ -1315,8 +1383,10 @@ impl TableSink {
         }
         let request = ex.request.as_ref().map(|f| f.payload.as_slice());
         let response = ex.response.as_ref().map(|f| f.payload.as_slice());
-        match pair_facts(&self.model, names, api_key, api_version, request, response) {
-            Ok(facts) => {
+        let model = Arc::clone(&self.model);
+        match decode_for_tables(&model, api_key, api_version, request, response) {
+            Ok(sides) => {
+                let facts = pair_facts(&model, names, api_key, &sides);
                 self.apply(ex, facts);
                 Observed::Done
             }
@@ -1328,7 +1398,7 @@ impl TableSink {
     }
 
     /// The facts of one observed pair (read natively, or by the Python decoder).
-    pub fn apply(&mut self, ex: &Exchange, facts: PairFacts) {
+    pub fn apply(&mut self, ex: &Exchange, facts: PairFacts<'_>) {
         let (Some(api_key), Some(api_version)) = (ex.api_key, ex.api_version) else {
             return;
         };
