@@ -141,8 +141,11 @@ def throughput(parts: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
     """
     import pandas as pd
 
-    role = parts["api_name"].map(PARTITION_APIS)
-    data = parts.assign(role=role)
+    # only the columns read: a long capture's table has hundreds of thousands of rows
+    columns = ["capture", "topic", "partition", "api_name", "records", "record_bytes"]
+    columns += ["request_time", "response_time", "error_code", "acks"]
+    data = parts[columns]
+    data = data.assign(role=data["api_name"].map(PARTITION_APIS))
     data = data[data["role"].isin(("produce", "fetch")) & data["records"].notna() & _landed(data)]
     data = data.assign(
         time=data["request_time"].where(data["role"] == "produce", data["response_time"])
@@ -190,72 +193,99 @@ def consumer_lag(parts: pd.DataFrame) -> pd.DataFrame:
     (high_watermark - fetch_offset, at least 0) and in time (the Fetch request time
     minus the time of the Produce that wrote fetch_offset, when that Produce is in
     the capture; 0 when caught up). ``group_id`` is the group the client's own
-    OffsetCommit/OffsetFetch name (null when none or several)."""
+    OffsetCommit/OffsetFetch name (null when none or several).
+
+    The Produce that wrote an offset is the latest-starting range of written offsets
+    that starts at or before it, if it reaches that far: one join by partition, not a
+    lookup per Fetch (a long capture holds hundreds of thousands of Fetch entries)."""
     import pandas as pd
 
-    fetches = parts[
+    wanted = (
         (parts["api_name"] == "Fetch")
         & parts["fetch_offset"].notna()
         & parts["high_watermark"].notna()
         & _ok(parts)
-    ].sort_values("request_time")
+    )
+    read = ["capture", "request_time", "client_id", "topic", "partition", "fetch_offset"]
+    fetches = parts.loc[wanted, [*read, "high_watermark"]].sort_values("request_time")
     groups = _groups_by_client(parts)
-    index = _ProduceIndex(_produced_ranges(parts))
-    rows = []
-    for f in fetches.itertuples(index=False):
-        lag = max(0, int(f.high_watermark) - int(f.fetch_offset))
-        lag_ms: float | None = 0.0
-        if lag:
-            t = index.time_of(f.capture, f.topic, f.partition, int(f.fetch_offset))
-            lag_ms = (f.request_time - t).total_seconds() * 1000 if t is not None else None
-        rows.append(
-            {
-                "capture": f.capture,
-                "time": f.request_time,
-                "client_id": f.client_id,
-                "group_id": groups.get((f.capture, f.client_id)),
-                "topic": f.topic,
-                "partition": f.partition,
-                "fetch_offset": f.fetch_offset,
-                "high_watermark": f.high_watermark,
-                "lag_offsets": lag,
-                "lag_ms": lag_ms,
-            }
-        )
-    columns = [
-        "capture", "time", "client_id", "group_id", "topic", "partition",
-        "fetch_offset", "high_watermark", "lag_offsets", "lag_ms",
-    ]  # fmt: skip
-    out = pd.DataFrame(rows, columns=columns)
-    out["lag_ms"] = out["lag_ms"].astype("Float64")
-    return out
+    offsets = fetches["fetch_offset"].astype("int64").to_numpy()
+    lag = (fetches["high_watermark"].astype("int64").to_numpy() - offsets).clip(min=0)
+    written = _written_at(fetches, offsets, _produced_ranges(parts))
+    lag_ms = (fetches["request_time"] - written).dt.total_seconds() * 1000
+    lag_ms = lag_ms.astype("Float64").where(pd.Series(lag > 0, index=fetches.index), 0.0)
+    keys = zip(fetches["capture"].tolist(), fetches["client_id"].tolist(), strict=True)
+    columns = {
+        "capture": _inferred(fetches["capture"]),
+        "time": _inferred(fetches["request_time"]),
+        "client_id": _inferred(fetches["client_id"]),
+        "group_id": [groups.get(key) for key in keys],
+        "topic": _inferred(fetches["topic"]),
+        "partition": _inferred(fetches["partition"]),
+        "fetch_offset": _inferred(fetches["fetch_offset"]),
+        "high_watermark": _inferred(fetches["high_watermark"]),
+        "lag_offsets": lag,
+        "lag_ms": lag_ms.array,
+    }
+    return pd.DataFrame(columns, columns=list(columns))
 
 
-class _ProduceIndex:
-    """Offset ranges written by the Produce rows, per (capture, topic, partition)."""
+def _inferred(column: pd.Series) -> Any:
+    """The column as pandas would infer it from its values as Python objects (what a
+    frame built from row dicts holds), without making those objects when nothing is
+    missing: text as ``str``, ints as int64, times as they are."""
+    import pandas as pd
 
-    def __init__(self, produced: pd.DataFrame) -> None:
-        self._ranges: dict[tuple[Any, ...], list[tuple[int, int, Any]]] = {}
-        for p in produced.itertuples(index=False):
-            key = (p.capture, p.topic, p.partition)
-            self._ranges.setdefault(key, []).append(
-                (int(p.first_offset), int(p.last_offset), p.request_time)
-            )
-        for ranges in self._ranges.values():
-            ranges.sort(key=lambda r: r[0])
-        self._starts = {k: [r[0] for r in v] for k, v in self._ranges.items()}
+    if column.isna().any():
+        return column.tolist()  # pandas decides what a missing value makes of it
+    dtype = column.dtype
+    if isinstance(dtype, pd.DatetimeTZDtype):
+        return column.array
+    if pd.api.types.is_integer_dtype(dtype):
+        return column.to_numpy(dtype="int64")
+    if pd.api.types.is_string_dtype(dtype):
+        return column.astype("str").array
+    return column.tolist()
 
-    def time_of(self, capture: str, topic: str, partition: int, offset: int) -> Any:
-        """Request time of the (latest-starting) Produce whose range holds ``offset``."""
-        key = (capture, topic, partition)
-        starts = self._starts.get(key)
-        if not starts:
-            return None
-        i = bisect.bisect_right(starts, offset) - 1
-        if i < 0:
-            return None
-        first, last, time = self._ranges[key][i]
-        return time if first <= offset <= last else None
+
+_NO_PARTITION = -(1 << 62)  # the join key of entries without a partition index
+
+
+def _join_keys(frame: pd.DataFrame, offsets: Any) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "capture": frame["capture"].astype(object).to_numpy(),
+            "topic": frame["topic"].astype(object).to_numpy(),
+            "partition": frame["partition"].fillna(_NO_PARTITION).astype("int64").to_numpy(),
+            "offset": offsets,
+        }
+    )
+
+
+def _written_at(fetches: pd.DataFrame, offsets: Any, produced: pd.DataFrame) -> pd.Series:
+    """Per Fetch row: the request time of the Produce whose written range holds its
+    fetch offset (the latest-starting range that starts at or before it), else NaT."""
+    import pandas as pd
+
+    left = _join_keys(fetches, offsets).assign(row=range(len(fetches)))
+    # ranges by start; among equal starts, in the order of their Produce requests
+    ranges = produced.sort_values("first_offset", kind="stable")
+    right = _join_keys(ranges, ranges["first_offset"].astype("int64").to_numpy()).assign(
+        last=ranges["last_offset"].astype("int64").to_numpy(),
+        time=ranges["request_time"].array,
+    )
+    joined = pd.merge_asof(
+        left.sort_values("offset", kind="stable"),
+        right,
+        on="offset",
+        by=["capture", "topic", "partition"],
+        direction="backward",
+    ).sort_values("row")
+    held = (joined["offset"] <= joined["last"]).fillna(False).to_numpy(dtype=bool)
+    times = pd.Series(joined["time"].array, index=fetches.index)
+    return times.where(held)
 
 
 def produce_to_fetch(parts: pd.DataFrame) -> pd.DataFrame:
@@ -290,33 +320,37 @@ def produce_to_fetch(parts: pd.DataFrame) -> pd.DataFrame:
 
 def _match_deliveries(batches: pd.DataFrame, fetches: pd.DataFrame, consumer: Any) -> list[dict]:
     """Walk one consumer's fetch responses in time order; each delivers the pending
-    batches (produced before it) whose first offset lies in its delivered range."""
+    batches (produced before it) whose first offset lies in its delivered range.
+    Columns are read as lists first: iterating Arrow-backed rows costs far more."""
     pending: list[tuple[int, int]] = []  # (first offset, batch row number), sorted
     rows = []
-    batch_rows = list(batches.itertuples(index=False))
+    produced_at = batches["request_time"].tolist()
+    firsts = batches["first_offset"].tolist()
+    captures, topics = batches["capture"].tolist(), batches["topic"].tolist()
+    partitions, records = batches["partition"].tolist(), batches["records"].tolist()
+    producers = batches["client_id"].tolist()
+    answered = fetches["response_time"].tolist()
+    starts, ends = fetches["first_offset"].tolist(), fetches["last_offset"].tolist()
     next_batch = 0
-    for f in fetches.itertuples(index=False):
-        while next_batch < len(batch_rows) and batch_rows[next_batch].request_time <= (
-            f.response_time
-        ):
-            bisect.insort(pending, (int(batch_rows[next_batch].first_offset), next_batch))
+    for fetch_time, start, end in zip(answered, starts, ends, strict=True):
+        while next_batch < len(produced_at) and produced_at[next_batch] <= fetch_time:
+            bisect.insort(pending, (int(firsts[next_batch]), next_batch))
             next_batch += 1
-        lo = bisect.bisect_left(pending, (int(f.first_offset), -1))
-        hi = bisect.bisect_right(pending, (int(f.last_offset), len(batch_rows)))
+        lo = bisect.bisect_left(pending, (int(start), -1))
+        hi = bisect.bisect_right(pending, (int(end), len(produced_at)))
         for offset, i in pending[lo:hi]:
-            b = batch_rows[i]
             rows.append(
                 {
-                    "capture": b.capture,
-                    "topic": b.topic,
-                    "partition": b.partition,
+                    "capture": captures[i],
+                    "topic": topics[i],
+                    "partition": partitions[i],
                     "offset": offset,
-                    "records": b.records,
-                    "producer_client_id": b.client_id,
+                    "records": records[i],
+                    "producer_client_id": producers[i],
                     "consumer_client_id": consumer if isinstance(consumer, str) else None,
-                    "produce_time": b.request_time,
-                    "fetch_time": f.response_time,
-                    "latency_ms": (f.response_time - b.request_time).total_seconds() * 1000,
+                    "produce_time": produced_at[i],
+                    "fetch_time": fetch_time,
+                    "latency_ms": (fetch_time - produced_at[i]).total_seconds() * 1000,
                 }
             )
         del pending[lo:hi]
