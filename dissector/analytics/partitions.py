@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 Source = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
 __all__ = [
+    "DERIVED_COLUMNS",
     "EXPAND_RESPONSES",
     "PARTITION_APIS",
     "PARTITION_COLUMNS",
@@ -54,6 +55,14 @@ __all__ = [
 ]
 
 PARTITION_COLUMN_NAMES: tuple[str, ...] = names(PARTITION_COLUMNS)
+
+DERIVED_COLUMNS: tuple[str, ...] = (
+    "capture", "client_id", "request_time", "response_time", "api_name", "group_id", "acks",
+    "topic", "partition", "error_code", "records", "record_bytes", "first_offset",
+    "last_offset", "fetch_offset", "high_watermark",
+)  # fmt: skip
+"""The columns ``throughput``, ``consumer_lag`` and ``produce_to_fetch`` read: a frame of
+these alone is enough for them."""
 
 
 def partition_rows(
@@ -248,39 +257,31 @@ def _inferred(column: pd.Series) -> Any:
     return column.tolist()
 
 
-_NO_PARTITION = -(1 << 62)  # the join key of entries without a partition index
-
-
-def _join_keys(frame: pd.DataFrame, offsets: Any) -> pd.DataFrame:
-    import pandas as pd
-
-    return pd.DataFrame(
-        {
-            "capture": frame["capture"].astype(object).to_numpy(),
-            "topic": frame["topic"].astype(object).to_numpy(),
-            "partition": frame["partition"].fillna(_NO_PARTITION).astype("int64").to_numpy(),
-            "offset": offsets,
-        }
-    )
-
-
 def _written_at(fetches: pd.DataFrame, offsets: Any, produced: pd.DataFrame) -> pd.Series:
     """Per Fetch row: the request time of the Produce whose written range holds its
     fetch offset (the latest-starting range that starts at or before it), else NaT."""
     import pandas as pd
 
-    left = _join_keys(fetches, offsets).assign(row=range(len(fetches)))
     # ranges by start; among equal starts, in the order of their Produce requests
     ranges = produced.sort_values("first_offset", kind="stable")
-    right = _join_keys(ranges, ranges["first_offset"].astype("int64").to_numpy()).assign(
-        last=ranges["last_offset"].astype("int64").to_numpy(),
-        time=ranges["request_time"].array,
+    # (capture, topic, partition) as one int on both sides: no Python object per row
+    keys = ["capture", "topic", "partition"]
+    both = pd.concat([fetches[keys], ranges[keys]], ignore_index=True)
+    key = both.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    left = pd.DataFrame({"key": key[: len(fetches)], "offset": offsets, "row": range(len(fetches))})
+    right = pd.DataFrame(
+        {
+            "key": key[len(fetches) :],
+            "offset": ranges["first_offset"].astype("int64").to_numpy(),
+            "last": ranges["last_offset"].astype("int64").to_numpy(),
+            "time": ranges["request_time"].array,
+        }
     )
     joined = pd.merge_asof(
         left.sort_values("offset", kind="stable"),
         right,
         on="offset",
-        by=["capture", "topic", "partition"],
+        by="key",
         direction="backward",
     ).sort_values("row")
     held = (joined["offset"] <= joined["last"]).fillna(False).to_numpy(dtype=bool)

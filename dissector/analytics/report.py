@@ -33,6 +33,8 @@ from dissector.protocol.notes import GROUP_MEMBERSHIP_APIS, NotingDecoder, note_
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.wire.tables import CaptureTables
+
 TABLE_ROW_LIMIT = 50
 """Longer tables are cut (the note says how many rows were left out)."""
 SLOWEST_N = 20
@@ -882,15 +884,34 @@ NOT_COLLECTED = "Not collected: make the report with kafka-dissector report or r
 
 @dataclass(frozen=True, eq=False)
 class AnalyticsTables:
-    """``dissector.partitions``, ``groups`` and ``versions`` of the report's captures.
+    """``dissector.partitions``, ``groups`` and ``versions`` of the report's captures,
+    from the same pass as the pairs: kept as the core's Arrow tables
+    (``wire.tables.CaptureTables``), each frame built when asked for (the partitions
+    table of a long capture has hundreds of thousands of rows).
 
     Kept in ``df.attrs``: pandas deep-copies attrs on every derived frame and compares
-    them on concat, so the holder copies as itself and compares by identity (the frames
+    them on concat, so the holder copies as itself and compares by identity (the tables
     are never changed after ``analyze``)."""
 
-    partitions: pd.DataFrame
-    versions: pd.DataFrame
-    groups: pd.DataFrame | None = None
+    arrow: CaptureTables
+
+    @property
+    def partitions(self) -> pd.DataFrame:
+        return self.arrow.frame("partitions")
+
+    @property
+    def groups(self) -> pd.DataFrame:
+        return self.arrow.frame("groups")
+
+    @property
+    def versions(self) -> pd.DataFrame:
+        return self.arrow.frame("versions")
+
+    def derived_partitions(self) -> pd.DataFrame:
+        """The partitions table with the columns its derived tables read (less memory)."""
+        from dissector.analytics.partitions import DERIVED_COLUMNS
+
+        return self.arrow.frame("partitions", DERIVED_COLUMNS)
 
     def __deepcopy__(self, memo: dict[int, object]) -> AnalyticsTables:
         return self
@@ -976,7 +997,7 @@ def _partitions(df: pd.DataFrame) -> Section:
     import pandas as pd
 
     tables = _tables(df)
-    parts = tables.partitions if tables is not None else None
+    parts = tables.derived_partitions() if tables is not None else None
     empty_parts = pd.DataFrame(columns=["capture", "topic", "partition"])
     none = NOT_COLLECTED if parts is None else None
     traffic = partition_throughput(parts) if parts is not None else empty_parts
@@ -1346,10 +1367,7 @@ def analyze(
         readable.append(source)
         collected.merge(analytics)
     df = _combined(frames)
-    tables = collected.result()
-    df.attrs[TABLES_ATTR] = AnalyticsTables(
-        tables.frame("partitions"), tables.frame("versions"), tables.frame("groups")
-    )
+    df.attrs[TABLES_ATTR] = AnalyticsTables(collected.result())
     df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
     df.attrs[CAPTURES_ATTR] = readable
     df.attrs[GROUPS_ATTR] = decoder.group_notes()

@@ -301,7 +301,12 @@ class ParquetTableWriter:
         self.rows = 0
 
     def __call__(self, batch: pa.Table) -> None:
-        self._writer.write_table(batch.cast(self.schema))
+        import pyarrow as pa
+
+        from dissector.arrow_cast import retype_column
+
+        columns = [retype_column(batch.column(f.name), f.type) for f in self.schema]
+        self._writer.write_table(pa.Table.from_arrays(columns, schema=self.schema))
         self.rows += batch.num_rows
 
     def close(self) -> None:

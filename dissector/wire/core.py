@@ -149,9 +149,10 @@ def new_analyzer(
     exchanges: bool = False,
     keep_keys: Iterable[int] = (),
     tables: bool = False,
+    pairs: bool = True,
 ) -> Analyzer:
     """The core for one run; ``tables``: also build the analytics tables
-    (``wire.tables``)."""
+    (``wire.tables``); ``pairs``: build the pairs' rows (off: the tables alone)."""
     decoder = decoder or _default_decoder()
     model = _model(decoder)
     _core = native()
@@ -172,6 +173,7 @@ def new_analyzer(
         keep_keys=list(keep_keys),
         tables=tables,
         tables_fallback=fallback,
+        pairs=pairs,
     )
 
 
@@ -372,15 +374,19 @@ def iter_tables(
     on_batch: Any = None,
     keep_keys: Iterable[int] = (),
     tables: TableCollector | None = None,
+    pairs: bool = True,
 ) -> Iterator[pa.Table]:
     """Arrow tables of the pairs of each capture, in capture order, ``batch_rows`` at a
     time. Counters (and TLS connections, as ``counters.tls_streams``) are filled as it
     goes; ``on_batch(batch)`` sees each ``Batch`` (progress displays, observers of the
     kept exchanges); ``tables`` (a ``wire.tables.TableCollector``) receives the
-    analytics tables built in the same pass."""
+    analytics tables built in the same pass; ``pairs=False`` builds no pairs (the
+    tables alone: nothing is yielded)."""
     decoder = decoder or _default_decoder()
     counters = counters if counters is not None else Counters()
-    analyzer = new_analyzer(options, decoder, keep_keys=keep_keys, tables=tables is not None)
+    analyzer = new_analyzer(
+        options, decoder, keep_keys=keep_keys, tables=tables is not None, pairs=pairs
+    )
     try:
         for path in paths:
             open_capture(analyzer, path)

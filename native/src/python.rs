@@ -101,6 +101,8 @@ struct Summarised {
 /// request of its connection has been (`queueing`); or the exchanges themselves.
 struct RowSink {
     exchanges_mode: bool,
+    /// Rows mode builds the pairs' rows (not when only the tables are wanted).
+    rows_mode: bool,
     /// Rows mode: exchanges of these API keys are kept too (the report's notes).
     keep_keys: Vec<i16>,
     rows: RowBuilder,
@@ -135,8 +137,9 @@ impl Analyzer {
     ///
     /// `tables`: also build the partitions, groups and versions tables (`take_tables`);
     /// `tables_fallback(api_key, api_version, request, response, topic_names)` returns the
-    /// `protocol.tables.PairFacts` of a pair the native reading leaves to Python.
-    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32, tables=false, tables_fallback=None))]
+    /// `protocol.tables.PairFacts` of a pair the native reading leaves to Python;
+    /// `pairs`: build the pairs' rows (off when only the tables are wanted).
+    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32, tables=false, tables_fallback=None, pairs=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         model: &Model,
@@ -151,6 +154,7 @@ impl Analyzer {
         capture_budget: u64,
         tables: bool,
         tables_fallback: Option<Py<PyAny>>,
+        pairs: bool,
     ) -> PyResult<Self> {
         let m = model.inner.clone();
         let session = SessionConfig {
@@ -192,6 +196,7 @@ impl Analyzer {
             },
             sink: RowSink {
                 exchanges_mode: exchanges,
+                rows_mode: pairs,
                 keep_keys,
                 rows,
                 exchanges: Vec::new(),
@@ -720,7 +725,9 @@ impl RowSink {
                 self.exchanges.push((self.capture.clone(), ex));
                 continue;
             }
-            self.emit(&ex, api_name, columns);
+            if self.rows_mode {
+                self.emit(&ex, api_name, columns);
+            }
             if ex.api_key.is_some_and(|k| self.keep_keys.contains(&k)) {
                 self.exchanges.push((self.capture.clone(), ex));
             }
