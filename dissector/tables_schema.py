@@ -26,13 +26,17 @@ PARTITION_COLUMNS: Contract = (
     (
         "api_name",
         "string",
-        "Produce, Fetch, ShareFetch, ShareAcknowledge, ListOffsets, OffsetCommit, OffsetFetch",
+        "one of Produce, Fetch, ShareFetch, ShareAcknowledge, ListOffsets, OffsetCommit, "
+        "OffsetFetch, TxnOffsetCommit, EndTxn",
     ),
     ("api_version", "Int64", "API version of the request"),
-    ("group_id", "string", "consumer/share group (OffsetCommit, OffsetFetch, ShareFetch)"),
+    ("group_id", "string", "group (OffsetCommit, OffsetFetch, TxnOffsetCommit, ShareFetch)"),
     ("member_id", "string", "group member id where the API carries one"),
     ("member_epoch", "Int64", "generation id or member epoch where the API carries one"),
     ("acks", "Int64", "Produce: acks of the request (0: no response expected)"),
+    ("transactional_id", "string", "Produce, TxnOffsetCommit, EndTxn: the transactional id"),
+    ("isolation_level", "Int64", "Fetch, ListOffsets: 0 read_uncommitted, 1 read_committed"),
+    ("txn_committed", "boolean", "EndTxn: true commits the transaction, false aborts it"),
     ("topic", "string", "topic name (the topic id when no name for it was seen)"),
     ("topic_id", "string", "topic id (Fetch v13+, Produce v13+, ShareFetch)"),
     ("partition", "Int64", "partition index"),
@@ -59,6 +63,7 @@ PARTITION_COLUMNS: Contract = (
         "leader_epoch of the partition entry (leader_epoch, committed_leader_epoch, "
         "current_leader_epoch, current_leader.leader_epoch)",
     ),
+    ("timestamp", "Int64", "timestamp of the partition entry (timestamp)"),
 )
 
 GROUP_COLUMNS: Contract = (

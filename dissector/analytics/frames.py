@@ -7,12 +7,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dissector.options import AnySource
+
 if TYPE_CHECKING:
     import pandas as pd
 
     from dissector.wire.tables import CaptureTables
 
-Source = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
+Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
 
 
 @dataclass(frozen=True)
@@ -34,8 +36,9 @@ def tables_of(
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
 ) -> AnalyticsFrames:
-    """The three tables of ``source`` (one path, or several read in a row), in one pass
-    of the native core. A capture that cannot be read raises, as ``analyze`` does."""
+    """The three tables of ``source`` (one path, or several read in a row; files of one
+    rotated recording read as one capture, as by ``analyze``), in one pass of the native
+    core. A capture that cannot be read raises, as ``analyze`` does."""
     from dissector.options import Options
     from dissector.protocol.pairs import decoder_for_specs
     from dissector.wire.tables import capture_tables

@@ -1,12 +1,14 @@
 """The partition table: one row per (pair, topic, partition) of the data-path APIs.
 
-Produce, Fetch, ShareFetch, ShareAcknowledge, ListOffsets, OffsetCommit and
-OffsetFetch name the partitions they touch; the table lays out what each partition
-entry says (offsets, watermarks, committed offsets, records), with request and
-response entries of one pair merged by (group, topic, partition). Which fields play
-which role is declared once, in ``dissector.protocol.tables``; the native core reads
-them in its one pass over each capture (``dissector.wire.tables``). From the table:
-consumer lag, produce-to-fetch latency and per-partition throughput.
+Produce, Fetch, ShareFetch, ShareAcknowledge, ListOffsets, OffsetCommit, OffsetFetch
+and TxnOffsetCommit name the partitions they touch; the table lays out what each
+partition entry says (offsets, watermarks, committed offsets, records), with request
+and response entries of one pair merged by (group, topic, partition). EndTxn names no
+partition: each of its pairs is one row without topic and partition, saying whether the
+transaction's offsets were committed. Which fields play which role is declared once, in
+``dissector.protocol.tables``; the native core reads them in its one pass over each
+capture (``dissector.wire.tables``). From the table: produce-to-fetch latency and
+per-partition throughput here; consumer lag in ``dissector.analytics.lag``.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from dissector.options import AnySource
 from dissector.protocol.errors import error_name
 from dissector.protocol.pairs import DecodedExchange
 from dissector.protocol.tables import (
     ENTRY_COLUMNS,
     EXPAND_RESPONSES,
+    PAIR_ROW_APIS,
     PARTITION_APIS,
     Names,
     partition_entries,
@@ -35,16 +39,14 @@ from dissector.tables_schema import PARTITION_COLUMNS, Contract, names
 if TYPE_CHECKING:
     import pandas as pd
 
-Source = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
+Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
 
 __all__ = [
-    "DERIVED_COLUMNS",
     "EXPAND_RESPONSES",
     "PARTITION_APIS",
     "PARTITION_COLUMNS",
     "PARTITION_COLUMN_NAMES",
     "ParquetTableWriter",
-    "consumer_lag",
     "export_table",
     "partition_entries",
     "partition_rows",
@@ -56,14 +58,6 @@ __all__ = [
 
 PARTITION_COLUMN_NAMES: tuple[str, ...] = names(PARTITION_COLUMNS)
 
-DERIVED_COLUMNS: tuple[str, ...] = (
-    "capture", "client_id", "request_time", "response_time", "api_name", "group_id", "acks",
-    "topic", "partition", "error_code", "records", "record_bytes", "first_offset",
-    "last_offset", "fetch_offset", "high_watermark",
-)  # fmt: skip
-"""The columns ``throughput``, ``consumer_lag`` and ``produce_to_fetch`` read: a frame of
-these alone is enough for them."""
-
 
 def partition_rows(
     dx: DecodedExchange, topic_names: Names, counters: Counter[str] | None = None
@@ -72,8 +66,9 @@ def partition_rows(
     read by the Python decoder: the test oracle of the native pass."""
     ex = dx.exchange
     rows = []
+    pair_row = dx.api_name in PAIR_ROW_APIS  # its one row has no partition: not counted
     for f in partition_facts(dx.api_name or "", dx.request_body(), dx.response_body(), topic_names):
-        if f.partition is None and counters is not None:
+        if f.partition is None and counters is not None and not pair_row:
             counters["entries_without_partition"] += 1
         rows.append(
             {
@@ -89,6 +84,9 @@ def partition_rows(
                 "member_id": f.member_id,
                 "member_epoch": f.member_epoch,
                 "acks": f.acks,
+                "transactional_id": f.transactional_id,
+                "isolation_level": f.isolation_level,
+                "txn_committed": f.txn_committed,
                 "topic": f.topic,
                 "topic_id": f.topic_id,
                 "partition": f.partition,
@@ -116,19 +114,16 @@ def partitions(
     specs: Iterable[str | os.PathLike[str]] = (),
 ) -> pd.DataFrame:
     """One row per (pair, topic, partition) of Produce, Fetch, ShareFetch,
-    ShareAcknowledge, ListOffsets, OffsetCommit and OffsetFetch, from the native core's
-    pass over the captures. ``df.attrs["counters"]`` counts pairs, decode errors and
-    entries without a partition index."""
+    ShareAcknowledge, ListOffsets, OffsetCommit, OffsetFetch and TxnOffsetCommit, and one
+    per EndTxn pair, from the native core's pass over the captures.
+    ``df.attrs["counters"]`` counts pairs, decode errors and entries without a partition
+    index."""
     from dissector.analytics.frames import tables_of
 
     return tables_of(source, ports=ports, specs=specs).partitions
 
 
 # ----------------------------------------------------------------- derived quantities
-
-
-def _ok(df: pd.DataFrame) -> pd.Series:
-    return df["error_code"].fillna(0).eq(0)
 
 
 def _landed(df: pd.DataFrame) -> pd.Series:
@@ -184,109 +179,6 @@ def throughput(parts: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
 def _produced_ranges(parts: pd.DataFrame) -> pd.DataFrame:
     produced = parts[(parts["api_name"].map(PARTITION_APIS) == "produce")]
     return produced[produced["first_offset"].notna()].sort_values("request_time")
-
-
-def _groups_by_client(parts: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """(capture, client_id) -> the group its commits name, when it names exactly one."""
-    named = parts[parts["group_id"].notna() & parts["client_id"].notna()]
-    out: dict[tuple[str, str], str] = {}
-    for (capture, client), groups in named.groupby(["capture", "client_id"])["group_id"]:
-        unique = groups.unique()
-        if len(unique) == 1:
-            out[(capture, client)] = unique[0]
-    return out
-
-
-def consumer_lag(parts: pd.DataFrame) -> pd.DataFrame:
-    """Consumer lag per client and partition at every Fetch: in offsets
-    (high_watermark - fetch_offset, at least 0) and in time (the Fetch request time
-    minus the time of the Produce that wrote fetch_offset, when that Produce is in
-    the capture; 0 when caught up). ``group_id`` is the group the client's own
-    OffsetCommit/OffsetFetch name (null when none or several).
-
-    The Produce that wrote an offset is the latest-starting range of written offsets
-    that starts at or before it, if it reaches that far: one join by partition, not a
-    lookup per Fetch (a long capture holds hundreds of thousands of Fetch entries)."""
-    import pandas as pd
-
-    wanted = (
-        (parts["api_name"] == "Fetch")
-        & parts["fetch_offset"].notna()
-        & parts["high_watermark"].notna()
-        & _ok(parts)
-    )
-    read = ["capture", "request_time", "client_id", "topic", "partition", "fetch_offset"]
-    fetches = parts.loc[wanted, [*read, "high_watermark"]].sort_values("request_time")
-    groups = _groups_by_client(parts)
-    offsets = fetches["fetch_offset"].astype("int64").to_numpy()
-    lag = (fetches["high_watermark"].astype("int64").to_numpy() - offsets).clip(min=0)
-    written = _written_at(fetches, offsets, _produced_ranges(parts))
-    lag_ms = (fetches["request_time"] - written).dt.total_seconds() * 1000
-    lag_ms = lag_ms.astype("Float64").where(pd.Series(lag > 0, index=fetches.index), 0.0)
-    keys = zip(fetches["capture"].tolist(), fetches["client_id"].tolist(), strict=True)
-    columns = {
-        "capture": _inferred(fetches["capture"]),
-        "time": _inferred(fetches["request_time"]),
-        "client_id": _inferred(fetches["client_id"]),
-        "group_id": [groups.get(key) for key in keys],
-        "topic": _inferred(fetches["topic"]),
-        "partition": _inferred(fetches["partition"]),
-        "fetch_offset": _inferred(fetches["fetch_offset"]),
-        "high_watermark": _inferred(fetches["high_watermark"]),
-        "lag_offsets": lag,
-        "lag_ms": lag_ms.array,
-    }
-    return pd.DataFrame(columns, columns=list(columns))
-
-
-def _inferred(column: pd.Series) -> Any:
-    """The column as pandas would infer it from its values as Python objects (what a
-    frame built from row dicts holds), without making those objects when nothing is
-    missing: text as ``str``, ints as int64, times as they are."""
-    import pandas as pd
-
-    if column.isna().any():
-        return column.tolist()  # pandas decides what a missing value makes of it
-    dtype = column.dtype
-    if isinstance(dtype, pd.DatetimeTZDtype):
-        return column.array
-    if pd.api.types.is_integer_dtype(dtype):
-        return column.to_numpy(dtype="int64")
-    if pd.api.types.is_string_dtype(dtype):
-        return column.astype("str").array
-    return column.tolist()
-
-
-def _written_at(fetches: pd.DataFrame, offsets: Any, produced: pd.DataFrame) -> pd.Series:
-    """Per Fetch row: the request time of the Produce whose written range holds its
-    fetch offset (the latest-starting range that starts at or before it), else NaT."""
-    import pandas as pd
-
-    # ranges by start; among equal starts, in the order of their Produce requests
-    ranges = produced.sort_values("first_offset", kind="stable")
-    # (capture, topic, partition) as one int on both sides: no Python object per row
-    keys = ["capture", "topic", "partition"]
-    both = pd.concat([fetches[keys], ranges[keys]], ignore_index=True)
-    key = both.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
-    left = pd.DataFrame({"key": key[: len(fetches)], "offset": offsets, "row": range(len(fetches))})
-    right = pd.DataFrame(
-        {
-            "key": key[len(fetches) :],
-            "offset": ranges["first_offset"].astype("int64").to_numpy(),
-            "last": ranges["last_offset"].astype("int64").to_numpy(),
-            "time": ranges["request_time"].array,
-        }
-    )
-    joined = pd.merge_asof(
-        left.sort_values("offset", kind="stable"),
-        right,
-        on="offset",
-        by="key",
-        direction="backward",
-    ).sort_values("row")
-    held = (joined["offset"] <= joined["last"]).fillna(False).to_numpy(dtype=bool)
-    times = pd.Series(joined["time"].array, index=fetches.index)
-    return times.where(held)
 
 
 def produce_to_fetch(parts: pd.DataFrame) -> pd.DataFrame:

@@ -381,6 +381,7 @@ def _tables_section(registry: _messages.Registry) -> dict[str, Any]:
     negotiation = _keys_named(registry, {t.NEGOTIATION_API: True})
     return {
         "partition_apis": _keys_named(registry, t.PARTITION_APIS),
+        "pair_row_apis": [int(k) for k in _keys_named(registry, dict.fromkeys(t.PAIR_ROW_APIS))],
         "expand_responses": [
             int(k) for k in _keys_named(registry, dict.fromkeys(t.EXPAND_RESPONSES))
         ],

@@ -32,9 +32,17 @@ PARTITION_APIS: Mapping[str, str] = {
     "ListOffsets": "offsets",
     "OffsetCommit": "commit",
     "OffsetFetch": "commit",
+    "TxnOffsetCommit": "commit",
+    "EndTxn": "transaction",
 }
 """The APIs of the partitions table, by Kafka's names, and the role each plays for the
 derived quantities (``produce``: offsets written; ``fetch``: offsets delivered)."""
+
+PAIR_ROW_APIS = frozenset({"EndTxn"})
+"""APIs whose pair is one row of its own: their bodies name no partition. The row has
+the request's context fields, the response's error_code and ``TXN_COMMITTED_FIELD``."""
+TXN_COMMITTED_FIELD = "committed"
+"""EndTxn request: true commits the transaction, false aborts it."""
 
 EXPAND_RESPONSES = frozenset({"Fetch", "ShareFetch"})
 """Responses whose record batches are expanded: the delivered offset range needs the
@@ -58,10 +66,12 @@ CONTEXT_FIELDS: Mapping[str, tuple[str, ...]] = {
     # the generation id or member epoch; member_epoch wins wherever it is given
     "member_epoch": ("member_epoch", "generation_id_or_member_epoch"),
     "acks": ("acks",),
+    "transactional_id": ("transactional_id",),
+    "isolation_level": ("isolation_level",),
 }
 """Scalars of the structs that enclose an entry, inherited by it (the innermost given
 wins), by column; text columns keep text values, the others int values."""
-TEXT_CONTEXT = frozenset({"group_id", "member_id"})
+TEXT_CONTEXT = frozenset({"group_id", "member_id", "transactional_id"})
 CONTEXT_NAMES: tuple[str, ...] = tuple(n for names in CONTEXT_FIELDS.values() for n in names)
 GROUP_KEY_CONTEXT = "group_id"
 """The context field that, with topic and partition, merges request and response
@@ -96,6 +106,8 @@ ENTRY_COLUMNS: tuple[EntryColumn, ...] = (
         # ShareFetch and ShareAcknowledge nest the leader epoch
         nested=("current_leader", "leader_epoch"),
     ),
+    # ListOffsets: what was asked for (-1 latest, -2 earliest, else a time in ms)
+    EntryColumn("timestamp", (REQUEST,), ("timestamp",)),
 )
 ENTRY_ERROR_FIELD = "error_code"
 """The partition's error, in the response entry; else the response's own."""
@@ -192,6 +204,9 @@ class PartitionFacts:
     member_id: str | None
     member_epoch: int | None
     acks: int | None
+    transactional_id: str | None
+    isolation_level: int | None
+    txn_committed: bool | None
     topic: str | None
     topic_id: str | None
     partition: int | None
@@ -450,6 +465,8 @@ def partition_facts(
     api_name: str, request: dict[str, Any], response: dict[str, Any], names: Names
 ) -> list[PartitionFacts]:
     """The partitions-table rows of one pair's bodies ({} where a side is absent)."""
+    if api_name in PAIR_ROW_APIS:
+        return [_pair_row(request, response)]
     role = PARTITION_APIS.get(api_name, "")
     out = []
     for entry in _merge(request, response, names):
@@ -467,6 +484,9 @@ def partition_facts(
                 member_id=_context_value(ctx, "member_id"),
                 member_epoch=_context_value(ctx, "member_epoch"),
                 acks=_context_value(ctx, "acks"),
+                transactional_id=_context_value(ctx, "transactional_id"),
+                isolation_level=_context_value(ctx, "isolation_level"),
+                txn_committed=None,
                 topic=entry.topic,
                 topic_id=entry.topic_id,
                 partition=entry.partition,
@@ -479,6 +499,31 @@ def partition_facts(
             )
         )
     return out
+
+
+def _pair_row(request: dict[str, Any], response: dict[str, Any]) -> PartitionFacts:
+    """The one row of a pair that names no partition (EndTxn)."""
+    ctx = _context_of(request, {})
+    code = _int(response.get(TOP_ERROR_FIELD))
+    committed = request.get(TXN_COMMITTED_FIELD)
+    return PartitionFacts(
+        group_id=_context_value(ctx, "group_id"),
+        member_id=_context_value(ctx, "member_id"),
+        member_epoch=_context_value(ctx, "member_epoch"),
+        acks=_context_value(ctx, "acks"),
+        transactional_id=_context_value(ctx, "transactional_id"),
+        isolation_level=_context_value(ctx, "isolation_level"),
+        txn_committed=committed if isinstance(committed, bool) else None,
+        topic=None,
+        topic_id=None,
+        partition=None,
+        error_code=code,
+        records=None,
+        record_bytes=None,
+        first_offset=None,
+        last_offset=None,
+        entry_values=[None] * len(ENTRY_COLUMNS),
+    )
 
 
 def _context_value(ctx: dict[str, Any], column: str) -> Any:
@@ -899,6 +944,10 @@ def layout_roles(layout: Layout, api_name: str) -> dict[Path, Roles]:
     out = _Roles()
     if api_name in PARTITION_APIS:
         _partition_roles(layout.fields, (), 0, out)
+        if api_name in PAIR_ROW_APIS and layout.direction == REQUEST:
+            for i, m in enumerate(layout.fields):
+                if m.name == TXN_COMMITTED_FIELD and m.type == "bool" and not m.array:
+                    out.add((i,), committed=True)
         if layout.direction == RESPONSE:
             for i, m in enumerate(layout.fields):
                 if m.name == TOP_ERROR_FIELD and _is_int(m):

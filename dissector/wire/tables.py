@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dissector.options import CaptureSource, Options
+from dissector.options import AnySource, Options
 from dissector.protocol.tables import PairFacts, pair_facts
 from dissector.tables_schema import CONTRACTS, Contract, arrow_schema, arrow_type
 
@@ -203,7 +203,9 @@ class TableCollector:
         self.deferred += other.deferred
 
     def rows(self) -> int:
-        return sum(t.num_rows for parts in self.parts.values() for t in parts)
+        """Rows taken so far, kept or handed to a writer."""
+        kept = sum(t.num_rows for parts in self.parts.values() for t in parts)
+        return kept + sum(self.written.values())
 
     def result(self) -> CaptureTables:
         import pyarrow as pa
@@ -241,16 +243,18 @@ def _arrow(columns: dict[str, Any], contract: Contract, name: str) -> pa.Table:
 
 
 def capture_tables(
-    sources: CaptureSource | os.PathLike[str] | Iterable[CaptureSource | os.PathLike[str]],
+    sources: AnySource | os.PathLike[str] | Iterable[AnySource | os.PathLike[str]],
     options: Options | None = None,
     *,
     decoder: Any = None,
     counters: Counters | None = None,
 ) -> CaptureTables:
-    """The partitions, groups and versions tables of a capture (a path, or
-    ``options.CaptureBytes`` held in memory, read in place), in one pass of the native
-    core, as Arrow (see ``CaptureTables``). Several sources are read in a row into the
-    same tables, as ``dissector.partitions([...])`` does.
+    """The partitions, groups and versions tables of a capture (a path, an
+    ``options.CaptureBytes`` held in memory and read in place, or an ``options.CaptureSet``
+    of rotated files read as one capture), in one pass of the native core, as Arrow (see
+    ``CaptureTables``). Several sources are read in a row into the same tables, as
+    ``dissector.partitions([...])`` does (files of one rotated recording chained by
+    ``options.chain``, as ``analyze`` chains them).
 
     ``options``: ports and limits (``Options()`` when None); ``decoder``: a spec set
     (``protocol.decoder_for(--specs)``), the installed specs when None; ``counters``:

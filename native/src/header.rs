@@ -1,5 +1,5 @@
 //! Kafka request/response header peeks used by framing resync and correlation.
-//! Port of `dissector/kafka_header.py`. OWNER: framing/correlate helper.
+//! Its Python twin, the test oracle, is `tests/oracle/kafka_header.py`.
 //!
 //! Correlation needs api_key, api_version, correlation_id and client_id, which sit at
 //! the same offsets in request header v1 and v2 (client_id stays a classic nullable
@@ -162,8 +162,8 @@ fn response_start(probe: &[u8], full: &[u8], max_frame: u32) -> bool {
         return false;
     }
     let end = 4 + size as usize;
-    // The next prefix is read from everything buffered: Python reads it from the
-    // probe window only and raises when it lies beyond (a frame over ~508 bytes).
+    // The next prefix is read from everything buffered, not only the probe window (a
+    // frame over ~508 bytes has it beyond); tests/oracle/kafka_header.py does the same.
     match be_i32(full, end) {
         Some(next) => sane(next),
         None => true, // ends at (or just before) the data we have: nothing to check

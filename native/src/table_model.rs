@@ -19,7 +19,7 @@ pub const NO_FACTS: u32 = u32::MAX;
 pub const MAX_VALUE_SLOTS: usize = 16;
 
 /// The most context slots (`tables.CONTEXT_NAMES`): a context is an array of this size.
-pub const MAX_CONTEXT_SLOTS: usize = 8;
+pub const MAX_CONTEXT_SLOTS: usize = 16;
 
 /// Role of a field in ShareFetch's acquired offset ranges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +118,8 @@ pub struct Facts {
     pub acquired: Option<Acquired>,
     /// The response's own error code.
     pub top_error: bool,
+    /// A pair-row API's request flag: its transaction commits (true) or aborts.
+    pub committed: bool,
     pub group: Option<GroupRole>,
     /// Precedence of a group role among the fields that play it (0 first).
     pub rank: u8,
@@ -150,6 +152,8 @@ pub(crate) struct JFacts {
     acquired: Option<String>,
     #[serde(default)]
     top_error: bool,
+    #[serde(default)]
+    committed: bool,
     #[serde(default)]
     group: Option<String>,
     #[serde(default)]
@@ -184,6 +188,7 @@ impl Facts {
             nested: j.nested,
             acquired,
             top_error: j.top_error,
+            committed: j.committed,
             group: j.group.as_deref().map(GroupRole::parse).transpose()?,
             rank: j.rank,
             version: j.version.as_deref().map(VersionRole::parse).transpose()?,
@@ -233,6 +238,8 @@ struct JEntryColumn {
 #[derive(Deserialize)]
 pub(crate) struct JTables {
     partition_apis: HashMap<String, String>,
+    #[serde(default)]
+    pair_row_apis: Vec<i16>,
     expand_responses: Vec<i16>,
     context: Vec<ContextColumn>,
     group_key_slot: u8,
@@ -265,6 +272,8 @@ pub struct NegotiationTexts {
 #[derive(Debug, Clone)]
 pub struct TablesModel {
     pub partition_apis: SmallKeyMap<i16, PartitionRole>,
+    /// APIs whose pair is one row of its own (`tables.PAIR_ROW_APIS`: EndTxn).
+    pub pair_row_keys: Vec<i16>,
     pub expand_responses: Vec<i16>,
     pub context: Vec<ContextColumn>,
     pub context_slots: usize,
@@ -361,6 +370,7 @@ impl TablesModel {
         }
         Ok(TablesModel {
             partition_apis,
+            pair_row_keys: j.pair_row_apis,
             expand_responses: j.expand_responses,
             context: j.context,
             context_slots,

@@ -48,7 +48,8 @@ pub enum Val<'a> {
     /// An array of values no table reads one by one (strings, bytes...): its length.
     Items(u64),
     Dict(Dict<'a>),
-    /// Another kind of value (bool, float).
+    Bool(bool),
+    /// Another kind of value (float).
     Other,
 }
 
@@ -205,6 +206,7 @@ impl<'m> Sparse<'m> {
                 Some(raw) => Val::Bytes(raw.len()),
             },
             k if k.is_int() => Val::Int(i64::try_from(cur.int(k)?).map_err(|_| Stop("int_range"))?),
+            Kind::Bool => Val::Bool(cur.u8()? != 0),
             _ => {
                 skip_value(self.model, m, cur, self.flexible, depth)?;
                 Val::Other
@@ -383,6 +385,9 @@ pub struct PartitionFacts<'t> {
     pub member_id: Option<Cow<'t, str>>,
     pub member_epoch: Option<i64>,
     pub acks: Option<i64>,
+    pub transactional_id: Option<Cow<'t, str>>,
+    pub isolation_level: Option<i64>,
+    pub txn_committed: Option<bool>,
     pub topic: Option<Cow<'t, str>>,
     pub topic_id: Option<Cow<'t, str>>,
     pub partition: Option<i64>,
@@ -844,19 +849,45 @@ impl<'m> Reader<'m> {
                 entry_values: values,
                 ..Default::default()
             };
-            for (i, c) in self.tables.context.iter().enumerate() {
-                let (text, int) = self.context_column(&m.ctx, i);
-                match c.column.as_str() {
-                    "group_id" => facts.group_id = text.map(Cow::Borrowed),
-                    "member_id" => facts.member_id = text.map(Cow::Borrowed),
-                    "member_epoch" => facts.member_epoch = int,
-                    "acks" => facts.acks = int,
-                    _ => {}
-                }
-            }
+            self.fill_context(&mut facts, &m.ctx);
             out.push(facts);
         }
         out
+    }
+
+    /// The context columns of a row, from the context its entry inherited.
+    fn fill_context<'t>(&self, facts: &mut PartitionFacts<'t>, ctx: &Context<'t>) {
+        for (i, c) in self.tables.context.iter().enumerate() {
+            let (text, int) = self.context_column(ctx, i);
+            match c.column.as_str() {
+                "group_id" => facts.group_id = text.map(Cow::Borrowed),
+                "member_id" => facts.member_id = text.map(Cow::Borrowed),
+                "member_epoch" => facts.member_epoch = int,
+                "acks" => facts.acks = int,
+                "transactional_id" => facts.transactional_id = text.map(Cow::Borrowed),
+                "isolation_level" => facts.isolation_level = int,
+                _ => {}
+            }
+        }
+    }
+
+    /// The one row of a pair that names no partition (`tables._pair_row`: EndTxn): the
+    /// request's context fields, the response's error code, the commit flag.
+    fn pair_row<'t>(&self, request: &'t Dict<'_>, response: &'t Dict<'_>) -> PartitionFacts<'t> {
+        let empty: Context<'t> = [None; MAX_CONTEXT_SLOTS];
+        let ctx = self.context_of(request, &empty);
+        let committed = match request.find(self.model, |f| f.committed) {
+            Some(Val::Bool(b)) => Some(*b),
+            _ => None,
+        };
+        let mut facts = PartitionFacts {
+            error_code: response.int(self.model, |f| f.top_error),
+            txn_committed: committed,
+            entry_values: vec![None; self.tables.entry_columns.len()],
+            ..Default::default()
+        };
+        self.fill_context(&mut facts, &ctx);
+        facts
     }
 
     // --- membership calls
@@ -1112,7 +1143,9 @@ pub fn pair_facts<'t>(
         decode_errors: sides.iter().filter(|s| s.error().is_some()).count() as u32,
         ..Default::default()
     };
-    if let Some(&role) = tables.partition_apis.get(&api_key) {
+    if tables.pair_row_keys.contains(&api_key) {
+        facts.partitions = vec![reader.pair_row(req.body(), resp.body())];
+    } else if let Some(&role) = tables.partition_apis.get(&api_key) {
         facts.partitions = reader.partitions(role, req.body(), resp.body(), names);
     }
     if tables.group_apis.contains_key(&api_key) {
@@ -1197,6 +1230,9 @@ struct PartitionColumns {
     member_id: Words,
     member_epoch: Nullable<i64>,
     acks: Nullable<i64>,
+    transactional_id: Words,
+    isolation_level: Nullable<i64>,
+    txn_committed: Nullable<bool>,
     topic: Words,
     topic_id: Words,
     partition: Nullable<i64>,
@@ -1409,8 +1445,10 @@ impl TableSink {
         if tables.partition_apis.contains_key(&api_key) {
             count(&mut self.counters.partitions, "pairs", 1);
             count(&mut self.counters.partitions, "decode_errors", errors);
+            // a pair row has no partition by design: not an entry without one
+            let pair_row = tables.pair_row_keys.contains(&api_key);
             for f in &facts.partitions {
-                if f.partition.is_none() {
+                if f.partition.is_none() && !pair_row {
                     count(
                         &mut self.counters.partitions,
                         "entries_without_partition",
@@ -1453,6 +1491,9 @@ impl TableSink {
         p.member_id.push(f.member_id.as_deref());
         p.member_epoch.push(f.member_epoch);
         p.acks.push(f.acks);
+        p.transactional_id.push(f.transactional_id.as_deref());
+        p.isolation_level.push(f.isolation_level);
+        p.txn_committed.push(f.txn_committed);
         p.topic.push(f.topic.as_deref());
         p.topic_id.push(f.topic_id.as_deref());
         p.partition.push(f.partition);
@@ -1583,6 +1624,10 @@ impl TableSink {
         cols.push(("member_id".into(), str_col(&mut p.member_id)));
         cols.push(("member_epoch".into(), int_col(&mut p.member_epoch)));
         cols.push(("acks".into(), int_col(&mut p.acks)));
+        cols.push(("transactional_id".into(), str_col(&mut p.transactional_id)));
+        cols.push(("isolation_level".into(), int_col(&mut p.isolation_level)));
+        let committed = Column::Bool(std::mem::take(&mut p.txn_committed));
+        cols.push(("txn_committed".into(), committed));
         cols.push(("topic".into(), str_col(&mut p.topic)));
         cols.push(("topic_id".into(), str_col(&mut p.topic_id)));
         cols.push(("partition".into(), int_col(&mut p.partition)));
