@@ -9,7 +9,9 @@ __all__ = [
     "Analyzer",
     "CaptureFacts",
     "InterfaceFacts",
+    "KeyLog",
     "Model",
+    "TlsConnections",
     "__version__",
     "scan_facts",
     "scan_facts_bytes",
@@ -57,6 +59,33 @@ class Model:
     def __new__(cls, json: str) -> Self: ...
 
 @final
+class KeyLog:
+    """NSS key log files and texts (native/src/python_tls.rs), parsed once for a run."""
+
+    def __new__(
+        cls, paths: list[str] = ..., texts: list[str] = ..., follow: bool = False
+    ) -> Self: ...
+    @property
+    def entries(self) -> int: ...
+    @property
+    def bad_lines(self) -> int: ...
+
+@final
+class TlsConnections:
+    """TLS connections of a capture by version, cipher suite and outcome."""
+
+    @property
+    def capture(self) -> str: ...
+    @property
+    def version(self) -> str | None: ...
+    @property
+    def cipher_suite(self) -> str | None: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def connections(self) -> int: ...
+
+@final
 class Analyzer:
     def __new__(
         cls,
@@ -70,6 +99,7 @@ class Analyzer:
         keep_keys: list[int] = ...,
         frame_budget: int = ...,
         capture_budget: int = ...,
+        tls_keys: KeyLog | None = None,
         tables: bool = False,
         tables_fallback: _TablesFallback | None = None,
         pairs: bool = True,
@@ -88,6 +118,7 @@ class Analyzer:
     def take_exchanges(self) -> list[_ExchangeTuple]: ...
     def counters(self) -> dict[str, int]: ...
     def tls_streams(self) -> list[tuple[str, int]]: ...
+    def tls_connections(self) -> list[TlsConnections]: ...
     def open_requests(self) -> list[tuple[int, int]]: ...
     def rows_waiting(self) -> int: ...
     def bytes_read(self) -> int: ...

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from dissector.tls import KeyLogs
 
 DEFAULT_BROKER_PORTS: frozenset[int] = frozenset(
     {9092, 9093, 9094, 9095, 9096, 9097, 9098, 9099, 19092, 29092, 39092}
@@ -53,6 +56,8 @@ class Options:
     # Close connections silent this long (live capture: connections that never
     # FIN/RST would otherwise be held for the whole run). None: the core's default.
     idle_timeout_s: float | None = None
+    # TLS secrets to decrypt Kafka over TLS with (``dissector.tls.key_logs``).
+    tls: KeyLogs | None = None
     # How several capture files group into continuous captures (capture sets).
     chain: ChainRule = field(default_factory=ChainRule)
 

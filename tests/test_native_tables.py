@@ -21,6 +21,7 @@ import pytest
 from dissector.options import Options
 from dissector.protocol import api_name
 from dissector.protocol.tables import GROUP_APIS, NEGOTIATION_API, PARTITION_APIS
+from dissector.tls import KeyLogs, key_logs
 from dissector.wire.core import iter_exchanges
 from dissector.wire.tables import CaptureTables, capture_tables
 from tests.hostile.build import ACK, PSH, tcp_frame, write_pcap
@@ -34,9 +35,9 @@ ORACLES = {"partitions": python_partitions, "groups": python_groups, "versions":
 TABLE_APIS = {*PARTITION_APIS, *GROUP_APIS, NEGOTIATION_API}
 
 
-def assert_same_tables(native: CaptureTables, source: object) -> None:
+def assert_same_tables(native: CaptureTables, source: object, tls: KeyLogs | None = None) -> None:
     for name, oracle in ORACLES.items():
-        expected = oracle(source)
+        expected = oracle(source, tls=tls)
         got = native.frame(name)
         pd.testing.assert_frame_equal(got, expected, check_dtype=True, obj=name)
         assert got.attrs == expected.attrs, name
@@ -57,6 +58,20 @@ def test_shared_capture_tables_equal_the_python_decoders(capture: Path) -> None:
     native = capture_tables(str(capture))
     assert_same_tables(native, str(capture))
     assert native.deferred_pairs == 0
+
+
+TLS_DIR = ROOT / "captures" / "tls"
+TLS = sorted(p for p in TLS_DIR.glob("*.pcapng") if p.with_suffix(".keys").exists())
+
+
+@pytest.mark.parametrize("capture", TLS, ids=lambda p: p.name)
+def test_decrypted_capture_tables_equal_the_python_decoders(capture: Path) -> None:
+    """Kafka over TLS, decrypted with the client's key log: the same one pass."""
+    keys = key_logs([str(capture.with_suffix(".keys"))])
+    native = capture_tables(str(capture), Options(tls=keys))
+    assert_same_tables(native, str(capture), keys)
+    assert native.deferred_pairs == 0
+    assert native.versions.num_rows > 0  # decrypted: Kafka requests were read
 
 
 def test_several_captures_in_a_row_equal_the_python_decoders() -> None:

@@ -12,6 +12,7 @@ from dissector.options import AnySource
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.tls import KeyLogs
     from dissector.wire.tables import CaptureTables
 
 Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
@@ -35,6 +36,7 @@ def tables_of(
     *,
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
+    tls: KeyLogs | None = None,
 ) -> AnalyticsFrames:
     """The three tables of ``source`` (one path, or several read in a row; files of one
     rotated recording read as one capture, as by ``analyze``), in one pass of the native
@@ -43,6 +45,6 @@ def tables_of(
     from dissector.protocol.pairs import decoder_for_specs
     from dissector.wire.tables import capture_tables
 
-    options = Options(ports=frozenset(ports) if ports is not None else None)
+    options = Options(ports=frozenset(ports) if ports is not None else None, tls=tls)
     tables = capture_tables(source, options, decoder=decoder_for_specs(specs))
     return AnalyticsFrames.of(tables)

@@ -25,6 +25,8 @@ from dissector.tables_schema import GROUP_COLUMNS, names
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.tls import KeyLogs
+
 __all__ = [
     "FENCING_ERRORS",
     "GROUP_APIS",
@@ -81,14 +83,15 @@ def groups(
     *,
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
+    tls: KeyLogs | None = None,
 ) -> pd.DataFrame:
     """One row per group-membership call (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
     ConsumerGroupHeartbeat, ShareGroupHeartbeat, StreamsGroupHeartbeat), from the native
-    core's pass over the captures. ``df.attrs["counters"]`` counts the pairs and decode
-    errors."""
+    core's pass over the captures (``tls``: key logs for Kafka over TLS).
+    ``df.attrs["counters"]`` counts the pairs and decode errors."""
     from dissector.analytics.frames import tables_of
 
-    return tables_of(source, ports=ports, specs=specs).groups
+    return tables_of(source, ports=ports, specs=specs, tls=tls).groups
 
 
 # ----------------------------------------------------------------- rebalance timeline

@@ -39,6 +39,8 @@ from dissector.tables_schema import PARTITION_COLUMNS, Contract, names
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.tls import KeyLogs
+
 Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
 
 __all__ = [
@@ -112,15 +114,16 @@ def partitions(
     *,
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
+    tls: KeyLogs | None = None,
 ) -> pd.DataFrame:
     """One row per (pair, topic, partition) of Produce, Fetch, ShareFetch,
     ShareAcknowledge, ListOffsets, OffsetCommit, OffsetFetch and TxnOffsetCommit, and one
-    per EndTxn pair, from the native core's pass over the captures.
-    ``df.attrs["counters"]`` counts pairs, decode errors and entries without a partition
-    index."""
+    per EndTxn pair, from the native core's pass over the captures (``tls``: key logs for
+    Kafka over TLS). ``df.attrs["counters"]`` counts pairs, decode errors and entries
+    without a partition index."""
     from dissector.analytics.frames import tables_of
 
-    return tables_of(source, ports=ports, specs=specs).partitions
+    return tables_of(source, ports=ports, specs=specs, tls=tls).partitions
 
 
 # ----------------------------------------------------------------- derived quantities

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from dissector.options import CaptureSet, ChainRule
+    from dissector.tls import KeyLogs
     from dissector.wire.tables import CaptureTables
 
 TABLE_ROW_LIMIT = 50
@@ -455,6 +456,11 @@ def _capture(df: pd.DataFrame) -> Section:
     sets_text = _capture_sets_text(df)
     if sets_text:
         rows.append(("capture sets", sets_text))
+    from dissector.analytics.summary_table import tls_lines
+
+    decrypted = tls_lines(df.attrs.get("tls") or [])
+    if decrypted:
+        rows.append(("TLS connections", "; ".join(decrypted)))
     if tls:
         rows.append(("TLS (not decoded)", _tls_text(tls)))
     if counters:
@@ -1343,6 +1349,7 @@ def analyze(
     ports: frozenset[int] | None = None,
     failures: list[tuple[str, str]] | None = None,
     chain: ChainRule | None = None,
+    tls: KeyLogs | None = None,
     show: bool = False,
 ) -> pd.DataFrame:
     """``dissector.analyze`` plus ``df.attrs["client_software"]`` and
@@ -1363,7 +1370,7 @@ def analyze(
     from dissector.wire.tables import TableCollector
 
     decoder = NotingDecoder(protocol, missing_client=stats.MISSING_LABEL)
-    options = Options(ports=ports, chain=chain or ChainRule())
+    options = Options(ports=ports, chain=chain or ChainRule(), tls=tls)
     # Files of one rotated recording are one capture (``chain``, see wire.sets).
     sets = capture_sets([str(p) for p in paths], options.chain, failures=failures)
 
@@ -1428,10 +1435,12 @@ def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
         return frames[0]
     counters: dict[str, int] = {}
     tls: list[int] = []
+    tls_table: list[dict[str, object]] = []
     for df in frames:
         for name, n in (df.attrs.get("counters") or {}).items():
             counters[name] = counters.get(name, 0) + n
         tls.extend(df.attrs.get("tls_streams") or [])
+        tls_table.extend(df.attrs.get("tls") or [])
     combined = pd.concat(frames, ignore_index=True)
     from dissector.table.analysis import CAPTURE_SETS_ATTR
 
@@ -1439,6 +1448,7 @@ def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
     combined.attrs = {
         "counters": dict(sorted(counters.items())),
         "tls_streams": tls,
+        "tls": tls_table,
         CAPTURE_SETS_ATTR: sets,
     }
     return combined
@@ -1452,13 +1462,16 @@ def report_file(
     title: str | None = None,
     failures: list[tuple[str, str]] | None = None,
     chain: ChainRule | None = None,
+    tls: KeyLogs | None = None,
     show: bool = False,
 ) -> Path:
     """Analyse ``paths`` and write their report to ``output`` (``failures``, ``chain``,
     ``show``: see ``analyze``)."""
     sources = [str(p) for p in paths]
-    df = analyze(sources, ports=ports, failures=failures, chain=chain, show=show)
+    df = analyze(sources, ports=ports, failures=failures, chain=chain, tls=tls, show=show)
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if ports:
         command += " --ports " + ",".join(str(p) for p in sorted(ports))
+    if tls:
+        command += "".join(f" --tls-keylog {p}" for p in tls.paths)
     return write_report(df, output, title=title, command=command)

@@ -23,6 +23,8 @@ from dissector.tables_schema import VERSION_COLUMNS, names
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.tls import KeyLogs
+
 __all__ = ["NEGOTIATION_API", "VERSION_COLUMNS", "VERSION_COLUMN_NAMES", "versions"]
 
 VERSION_COLUMN_NAMES: tuple[str, ...] = names(VERSION_COLUMNS)
@@ -33,13 +35,15 @@ def versions(
     *,
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
+    tls: KeyLogs | None = None,
 ) -> pd.DataFrame:
     """The version-skew view: one row per (capture, connection, api_key) used, from the
     native core's pass over the captures. ``df.attrs["counters"]`` counts exchanges
-    without an API (SASL tokens, orphan responses), which have no version to compare."""
+    without an API (SASL tokens, orphan responses), which have no version to compare.
+    ``tls``: key logs for Kafka over TLS."""
     from dissector.analytics.frames import tables_of
 
-    return tables_of(source, ports=ports, specs=specs).versions
+    return tables_of(source, ports=ports, specs=specs, tls=tls).versions
 
 
 # ``dissector.analytics.versions`` is both this module and the function users call (see partitions).

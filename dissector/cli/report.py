@@ -7,7 +7,14 @@ import sys
 import click
 
 from dissector.analytics.report import report_file
-from dissector.cli.common import chain_options, chain_rule, parse_ports, report_failures
+from dissector.cli.common import (
+    chain_options,
+    chain_rule,
+    parse_ports,
+    report_failures,
+    tls_key_logs,
+    tls_keylog_option,
+)
 
 
 @click.command("report")
@@ -23,6 +30,7 @@ from dissector.cli.common import chain_options, chain_rule, parse_ports, report_
 @click.option("--ports", help="broker ports, comma-separated (default: usual ports + heuristic)")
 @click.option("--title", help="page title (default: names the capture files)")
 @chain_options
+@tls_keylog_option
 def report_command(
     paths: tuple[str, ...],
     output: str,
@@ -31,12 +39,14 @@ def report_command(
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
+    tls_keylog: tuple[str, ...] = (),
 ) -> None:
     """Write one self-contained HTML report (charts, tables, capture facts) for PATHS.
 
     Files of one rotated recording are read as one capture (--chain)."""
     failures: list[tuple[str, str]] = []
     rule = chain_rule(chain, no_chain, chain_gap)
+    tls = tls_key_logs(tls_keylog)
     if len(failures) < len(paths):
         path = report_file(
             paths,
@@ -45,6 +55,7 @@ def report_command(
             title=title,
             failures=failures,
             chain=rule,
+            tls=tls,
             show=sys.stderr.isatty(),
         )
         if len(failures) < len(paths):

@@ -15,6 +15,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
@@ -26,9 +27,10 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector._core import Analyzer, Model
+    from dissector._core import Analyzer, KeyLog, Model
     from dissector.options import Options
     from dissector.stages import Exchange
+    from dissector.tls import KeyLogs
     from dissector.wire.tables import TableCollector
 
 BATCH_ROWS = 65_536
@@ -157,6 +159,7 @@ def new_analyzer(
     model = _model(decoder)
     _core = native()
     idle = options.idle_timeout_s
+    tls_keys = native_key_log(options.tls) if options.tls else None
     fallback = None
     if tables:
         from dissector.wire.tables import TablesFallback
@@ -171,10 +174,21 @@ def new_analyzer(
         _Fallback(decoder, model.extracts),
         exchanges=exchanges,
         keep_keys=list(keep_keys),
+        tls_keys=tls_keys,
         tables=tables,
         tables_fallback=fallback,
         pairs=pairs,
     )
+
+
+def native_key_log(logs: KeyLogs) -> KeyLog:
+    """The core's parsed key log (read now: a file changed since an earlier run counts)."""
+    from dissector.tls import KeyLogError
+
+    try:
+        return native().KeyLog(list(logs.paths), list(logs.texts), logs.follow)
+    except OSError as exc:
+        raise KeyLogError(f"TLS {exc}") from None
 
 
 def open_capture(analyzer: Analyzer, path: AnySource) -> None:
@@ -322,6 +336,7 @@ class Run:
     tls_streams: list[int]
     schema: pa.Schema
     sets: list[CaptureSet]  # the captures read, each a set of files (most of one file)
+    tls: list[dict[str, object]] = dataclass_field(default_factory=list)
 
 
 @dataclass
@@ -443,6 +458,21 @@ def _merge_counters(counters: Counters, analyzer: Analyzer) -> None:
     for name, n in analyzer.counters().items():
         counters.add(name, n)
     counters.tls_streams = [s for _, s in analyzer.tls_streams()]  # type: ignore[attr-defined]
+    counters.tls = tls_table(analyzer)  # type: ignore[attr-defined]
+
+
+def tls_table(analyzer: Analyzer) -> list[dict[str, object]]:
+    """The run's TLS connections by capture, version, cipher suite and outcome."""
+    return [
+        {
+            "capture": t.capture,
+            "version": t.version,
+            "cipher_suite": t.cipher_suite,
+            "outcome": t.outcome,
+            "connections": t.connections,
+        }
+        for t in analyzer.tls_connections()
+    ]
 
 
 def analyze_table(
@@ -474,7 +504,7 @@ def analyze_table(
     schema = arrow_schema()
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     tls = getattr(counters, "tls_streams", [])
-    return table, Run(counters, tls, schema, sets)
+    return table, Run(counters, tls, schema, sets, getattr(counters, "tls", []))
 
 
 def table_to_frame(table: pa.Table) -> pd.DataFrame:

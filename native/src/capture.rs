@@ -80,6 +80,15 @@ const BT_PB: u32 = 2; // obsolete Packet Block
 const BT_SPB: u32 = 3;
 const BT_EPB: u32 = 6;
 const BT_SHB: u32 = 0x0A0D0D0A;
+/// Decryption Secrets Block, and its secrets type for a TLS key log ("TLSK").
+const BT_DSB: u32 = 0x0A;
+const DSB_TLS_KEY_LOG: u32 = 0x544C_534B;
+/// Key log text kept from Decryption Secrets Blocks not taken yet.
+const MAX_SECRETS_BYTES: usize = 64 << 20;
+
+/// Key log texts of Decryption Secrets Blocks (`PacketReader::take_secrets`).
+#[derive(Debug, Default)]
+struct Secrets(Vec<String>);
 const OPT_IF_TSRESOL: u16 = 9;
 const OPT_IF_TSOFFSET: u16 = 14;
 
@@ -640,6 +649,9 @@ pub struct PacketReader {
     pending_frames: u64,
     pending_tcp: u64,
     oversize: u64,
+    // TLS key logs of Decryption Secrets Blocks, until taken (boxed: most captures have
+    // none, and the reader is moved around by value).
+    secrets: Option<Box<Secrets>>,
     /// The interfaces' descriptions, kept only by `scan_facts` (None: not collected).
     described: Option<Vec<InterfaceFacts>>,
 }
@@ -769,8 +781,14 @@ impl PacketReader {
             pending_frames: 0,
             pending_tcp: 0,
             oversize: 0,
+            secrets: None,
             described: None,
         })
+    }
+
+    /// TLS key log texts of the Decryption Secrets Blocks read since the last call.
+    pub fn take_secrets(&mut self) -> Vec<String> {
+        self.secrets.take().map(|s| s.0).unwrap_or_default()
     }
 
     /// Number packets after `frames_before` (the frames of the earlier files of a
@@ -1117,6 +1135,7 @@ impl PacketReader {
                         counters.inc("pcapng_interface_limit");
                     }
                 }
+                BT_DSB => self.secrets_block(p, blen, big, counters),
                 // Other blocks (name resolution, statistics, custom, ...) carry no packets.
                 _ => {}
             }
@@ -1124,6 +1143,32 @@ impl PacketReader {
                 return None;
             }
         }
+    }
+
+    /// A Decryption Secrets Block at `p` (whole block in the buffer): a TLS key log is
+    /// kept for the TLS stage, other kinds of secrets are not used.
+    fn secrets_block(&mut self, p: usize, blen: usize, big: bool, counters: &mut Counters) {
+        let block = &self.buf[p..p + blen];
+        let (Some(kind), Some(len)) = (rd32(block, 8, big), rd32(block, 12, big)) else {
+            counters.inc("bad_record");
+            return;
+        };
+        let end = 16usize.saturating_add(len as usize);
+        let Some(text) = block.get(16..end).filter(|_| end + 4 <= blen) else {
+            counters.inc("bad_record");
+            return;
+        };
+        if kind != DSB_TLS_KEY_LOG {
+            return;
+        }
+        let text = String::from_utf8_lossy(text).into_owned();
+        let secrets = self.secrets.get_or_insert_with(Box::default);
+        let held: usize = secrets.0.iter().map(String::len).sum();
+        if held + text.len() > MAX_SECRETS_BYTES {
+            counters.inc("tls_secrets_limit");
+            return;
+        }
+        secrets.0.push(text);
     }
 
     /// EPB or obsolete PB at `p` (whole block in the buffer, >= 32 bytes) -> its record,

@@ -20,6 +20,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::capture::{decode_link, open_path, scan_path, FileFacts, PacketReader};
 use crate::model::Model as SpecModel;
+use crate::python_tls::{summary_lines, KeyLog, TlsConnections};
 use crate::queueing::{LongPollRule, Queued, Queueing, Timing};
 use crate::records::Budget;
 use crate::rows::{Dict, DictList, Nullable, RowBuilder, SummaryColumns};
@@ -28,6 +29,7 @@ use crate::summary::{summarize, TopicNames};
 use crate::tables::{
     Column, GroupFacts, Negotiation, Observed, PairFacts, PartitionFacts, TableColumns, TableSink,
 };
+use crate::tls::{KeySource, Summary as TlsSummary};
 use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame, Ts};
 
 #[pyclass(frozen, module = "dissector._core")]
@@ -102,6 +104,7 @@ fn next_from(py: Python<'_>, next: &Py<PyAny>) -> PyResult<Option<ChainedFile>> 
 #[derive(Clone)]
 struct RunOptions {
     session: SessionConfig,
+    tls: KeySource,
 }
 
 #[pyclass(module = "dissector._core")]
@@ -119,6 +122,7 @@ pub struct Analyzer {
     bytes_done: u64,
     session: Option<Session>,
     tls: Vec<(String, u32)>,
+    tls_table: Vec<(String, TlsSummary)>,
     summaries: Summaries,
     sink: RowSink,
 }
@@ -191,7 +195,7 @@ impl Analyzer {
     /// `tables_fallback(api_key, api_version, request, response, topic_names)` returns the
     /// `protocol.tables.PairFacts` of a pair the native reading leaves to Python;
     /// `pairs`: build the pairs' rows (off when only the tables are wanted).
-    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32, tables=false, tables_fallback=None, pairs=true))]
+    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32, tls_keys=None, tables=false, tables_fallback=None, pairs=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         model: &Model,
@@ -204,6 +208,7 @@ impl Analyzer {
         keep_keys: Vec<i16>,
         frame_budget: u64,
         capture_budget: u64,
+        tls_keys: Option<PyRef<'_, KeyLog>>,
         tables: bool,
         tables_fallback: Option<Py<PyAny>>,
         pairs: bool,
@@ -228,7 +233,10 @@ impl Analyzer {
         };
         Ok(Analyzer {
             model: m.clone(),
-            opts: RunOptions { session },
+            opts: RunOptions {
+                session,
+                tls: tls_keys.map(|k| k.source.clone()).unwrap_or_default(),
+            },
             counters: Counters::default(),
             capture: String::new(),
             source: std::sync::Mutex::new(None),
@@ -236,6 +244,7 @@ impl Analyzer {
             bytes_done: 0,
             session: None,
             tls: Vec::new(),
+            tls_table: Vec::new(),
             summaries: Summaries {
                 model: m,
                 frame_budget,
@@ -487,6 +496,18 @@ impl Analyzer {
         all
     }
 
+    /// TLS connections by capture, version, cipher suite and outcome.
+    fn tls_connections(&self) -> Vec<TlsConnections> {
+        let mut out = Vec::new();
+        for (capture, summary) in &self.tls_table {
+            out.extend(summary_lines(capture, summary));
+        }
+        if let Some(session) = self.session.as_ref() {
+            out.extend(summary_lines(&self.capture, session.tls_summary()));
+        }
+        out
+    }
+
     /// Requests waiting for a response now, by api_key (live views).
     fn open_requests(&self) -> Vec<(i16, u64)> {
         self.session
@@ -544,6 +565,11 @@ impl Analyzer {
                     let tx = tx;
                     let mut out = Vec::with_capacity(BATCH);
                     loop {
+                        // Secrets the capture carries (pcapng Decryption Secrets Blocks)
+                        // precede the connections they are for.
+                        for text in reader.take_secrets() {
+                            session.add_secrets(&text, &mut wire_counters);
+                        }
                         let ended = match reader.next_packet(&mut wire_counters) {
                             Some(pkt) => {
                                 session.packet(&pkt, &mut wire_counters, &mut out);
@@ -646,7 +672,9 @@ impl Analyzer {
         *self.source_mut() = Some(source);
         self.chained.clear();
         self.bytes_done = 0;
-        self.session = Some(Session::new(self.opts.session.clone(), self.model.clone()));
+        let mut session = Session::new(self.opts.session.clone(), self.model.clone());
+        session.set_keys(&self.opts.tls);
+        self.session = Some(session);
         // Captures are independent: topic ids, budgets and queues start afresh.
         self.summaries.start(&self.capture);
         self.sink.start(&self.capture);
@@ -673,6 +701,10 @@ impl Analyzer {
                 .add("queueing_connections_dropped", bounded.connections_dropped);
         }
         if let Some(session) = self.session.take() {
+            if !session.tls_summary().is_empty() {
+                self.tls_table
+                    .push((self.capture.clone(), session.tls_summary().clone()));
+            }
             self.tls.extend(
                 session
                     .tls_streams()
@@ -1346,6 +1378,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Model>()?;
     m.add_class::<Analyzer>()?;
+    m.add_class::<KeyLog>()?;
+    m.add_class::<TlsConnections>()?;
     m.add_class::<CaptureFacts>()?;
     m.add_class::<InterfaceFacts>()?;
     m.add_function(wrap_pyfunction!(scan_facts, m)?)?;

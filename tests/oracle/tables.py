@@ -32,9 +32,14 @@ from dissector.protocol.tables import (
 )
 from dissector.stages import Exchange
 from dissector.tables_schema import GROUP_COLUMNS, PARTITION_COLUMNS, VERSION_COLUMNS
+from dissector.tls import KeyLogs
 from dissector.wire.core import iter_exchanges
 
 Source = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
+
+
+def _options(ports: Iterable[int] | None, tls: KeyLogs | None) -> Options:
+    return Options(ports=frozenset(ports) if ports is not None else None, tls=tls)
 
 
 def _decoded(
@@ -44,10 +49,11 @@ def _decoded(
     specs: Iterable[str | os.PathLike[str]],
     counters: Counter[str],
     expand: frozenset[str] = frozenset(),
+    tls: KeyLogs | None = None,
 ) -> Iterator[tuple[DecodedExchange, Any]]:
     wanted_apis = frozenset(apis)
     decoder = decoder_for_specs(specs)
-    options = Options(ports=frozenset(ports) if ports is not None else None)
+    options = _options(ports, tls)
     exchanges = iter_exchanges(capture_paths(source), options, decoder=decoder)
 
     def wanted(_ex: Exchange, api: str | None) -> bool:
@@ -60,11 +66,16 @@ def _decoded(
 
 
 def python_partitions(
-    source: Source, *, ports: Iterable[int] | None = None, specs: Iterable[str] = ()
+    source: Source,
+    *,
+    ports: Iterable[int] | None = None,
+    specs: Iterable[str] = (),
+    tls: KeyLogs | None = None,
 ) -> pd.DataFrame:
     counters: Counter[str] = Counter()
     rows: list[dict[str, Any]] = []
-    for dx, names in _decoded(source, PARTITION_APIS, ports, specs, counters, EXPAND_RESPONSES):
+    expand = EXPAND_RESPONSES
+    for dx, names in _decoded(source, PARTITION_APIS, ports, specs, counters, expand, tls):
         rows.extend(partition_rows(dx, names, counters))
     df = table(rows, PARTITION_COLUMNS)
     df.attrs["counters"] = dict(counters)
@@ -72,10 +83,15 @@ def python_partitions(
 
 
 def python_groups(
-    source: Source, *, ports: Iterable[int] | None = None, specs: Iterable[str] = ()
+    source: Source,
+    *,
+    ports: Iterable[int] | None = None,
+    specs: Iterable[str] = (),
+    tls: KeyLogs | None = None,
 ) -> pd.DataFrame:
     counters: Counter[str] = Counter()
-    rows = [group_row(dx) for dx, _ in _decoded(source, GROUP_APIS, ports, specs, counters)]
+    decoded = _decoded(source, GROUP_APIS, ports, specs, counters, tls=tls)
+    rows = [group_row(dx) for dx, _ in decoded]
     df = table(rows, GROUP_COLUMNS)
     df.attrs["counters"] = dict(counters)
     return df
@@ -94,12 +110,16 @@ class _Connection:
 
 
 def python_versions(
-    source: Source, *, ports: Iterable[int] | None = None, specs: Iterable[str] = ()
+    source: Source,
+    *,
+    ports: Iterable[int] | None = None,
+    specs: Iterable[str] = (),
+    tls: KeyLogs | None = None,
 ) -> pd.DataFrame:
     decoder = decoder_for_specs(specs)
     counters: Counter[str] = Counter()
     conns: dict[tuple[str, int], _Connection] = {}
-    options = Options(ports=frozenset(ports) if ports is not None else None)
+    options = _options(ports, tls)
     for path, ex in iter_exchanges(capture_paths(source), options, decoder=decoder):
         if ex.api_key is None or ex.api_version is None:
             counters["exchanges_without_api"] += 1
