@@ -51,6 +51,9 @@ class Contender:
     name: str
     cmd: list[str]
     env: dict[str, str]
+    # `python -m` puts the working directory first on sys.path: run elsewhere than a
+    # checkout, so that PYTHONPATH names the package measured
+    cwd: str
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)
@@ -58,7 +61,11 @@ class Contender:
     def run(self) -> None:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
-            self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=self.env
+            self.cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=self.env,
+            cwd=self.cwd,
         )
         assert proc.stderr is not None
         err = proc.stderr.read()
@@ -91,6 +98,15 @@ def environment(package: Path, cache: Path) -> dict[str, str]:
     return env
 
 
+def imported(c: Contender) -> str:
+    """Where the package a contender runs is imported from (the check that PYTHONPATH
+    took effect)."""
+    probe = [sys.executable, "-c", "import dissector; print(dissector.__file__)"]
+    with tempfile.TemporaryDirectory() as cwd:
+        out = subprocess.run(probe, env=c.env, cwd=cwd, capture_output=True, text=True)
+    return out.stdout.strip() or out.stderr.strip()
+
+
 def _stats(xs: list[float], unit: str = "s") -> str:
     return f"min {min(xs):6.2f} {unit}, median {statistics.median(xs):6.2f} {unit}"
 
@@ -120,6 +136,7 @@ def main() -> int:
     if not capture.exists():
         print(f"capture not found: {capture}", file=sys.stderr)
         return 2
+    capture = capture.resolve()
     packages = {"this": REPO}
     if args.baseline is not None:
         packages["baseline"] = args.baseline.resolve()
@@ -130,7 +147,7 @@ def main() -> int:
             out.mkdir()
             env = environment(package, Path(tmp) / f"cache-{label}")
             cmds = commands(capture, out)
-            runs[label] = {name: Contender(name, cmds[name], env) for name in COMMANDS}
+            runs[label] = {name: Contender(name, cmds[name], env, tmp) for name in COMMANDS}
         for contenders in runs.values():  # warm the page cache and each start-up cache
             for c in contenders.values():
                 c.run()
@@ -143,7 +160,7 @@ def main() -> int:
     print(f"capture: {capture.name}, {size:.1f} MB; {args.runs} runs each, alternating; "
           f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     for label, contenders in runs.items():
-        report(f"{label} ({packages[label]})", contenders)
+        report(f"{label} ({imported(contenders['analyze'])})", contenders)
     return 0
 
 

@@ -10,6 +10,7 @@ __all__ = [
     "CaptureFacts",
     "InterfaceFacts",
     "KeyLog",
+    "KnownTopics",
     "Model",
     "TlsConnections",
     "__version__",
@@ -48,9 +49,15 @@ _Fallback = Callable[[int, int, bytes | None, bytes | None, str], tuple[Any, ...
 """(api_key, api_version, request, response, capture) -> the summary columns of a pair
 the native interpreter deferred."""
 
-_TablesFallback = Callable[[int, int, bytes | None, bytes | None, dict[str, str]], Any]
+_TablesFallback = Callable[[int, int, bytes | None, bytes | None, KnownTopics], Any]
 """(api_key, api_version, request, response, topic names learnt) -> the
 ``protocol.tables.PairFacts`` of a pair the native reading of the tables left to Python."""
+
+@final
+class KnownTopics:
+    """The topic names the core learnt so far in a capture (``protocol.tables.Names``)."""
+
+    def name(self, topic_id: str) -> str | None: ...
 
 @final
 class Model:

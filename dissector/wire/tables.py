@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dissector.options import AnySource, Options
-from dissector.protocol.tables import PairFacts, pair_facts
+from dissector.protocol.tables import Names, PairFacts, pair_facts
 from dissector.tables_schema import CONTRACTS, Contract, arrow_schema, arrow_type
 
 if TYPE_CHECKING:
@@ -33,16 +33,6 @@ TABLE_NAMES: tuple[str, ...] = tuple(CONTRACTS)
 """partitions, groups, versions: the tables a pass builds, in that order."""
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-class _Known:
-    """The topic names the core learnt so far, as ``protocol.tables.Names``."""
-
-    def __init__(self, names: dict[str, str]) -> None:
-        self._names = names
-
-    def name(self, topic_id: str) -> str | None:
-        return self._names.get(topic_id)
 
 
 def _int64(value: Any) -> Any:
@@ -74,9 +64,9 @@ class TablesFallback:
         api_version: int,
         request: bytes | None,
         response: bytes | None,
-        names: dict[str, str],
+        names: Names,
     ) -> PairFacts:
-        facts = pair_facts(self.decoder, api_key, api_version, request, response, _Known(names))
+        facts = pair_facts(self.decoder, api_key, api_version, request, response, names)
         negotiation = facts.negotiation
         if negotiation is not None and negotiation.advertised is not None:
             advertised = {

@@ -26,8 +26,10 @@ use crate::records::Budget;
 use crate::rows::{Dict, DictList, Nullable, RowBuilder, SummaryColumns};
 use crate::session::{Session, SessionConfig};
 use crate::summary::{summarize, TopicNames};
+use crate::table_model::MAX_ENTRY_COLUMNS;
 use crate::tables::{
-    Column, GroupFacts, Negotiation, Observed, PairFacts, PartitionFacts, TableColumns, TableSink,
+    Column, EntryValues, GroupFacts, Negotiation, Observed, PairFacts, PartitionFacts,
+    TableColumns, TableSink,
 };
 use crate::tls::{KeySource, Summary as TlsSummary};
 use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame, Ts};
@@ -135,7 +137,9 @@ struct Summaries {
     frame_budget: u64,
     capture_budget: u64,
     capture_budget_left: u64,
-    topics: TopicNames,
+    /// Shared with the `KnownTopics` a Python fallback call holds (copied on the next
+    /// change only if it is kept past the call).
+    topics: Arc<TopicNames>,
     fallback: Option<Py<PyAny>>,
     capture: String,
     counters: Counters,
@@ -250,7 +254,7 @@ impl Analyzer {
                 frame_budget,
                 capture_budget,
                 capture_budget_left: capture_budget,
-                topics: TopicNames::default(),
+                topics: Arc::default(),
                 fallback,
                 capture: String::new(),
                 counters: Counters::default(),
@@ -735,7 +739,7 @@ const BATCH: usize = 256;
 impl Summaries {
     fn start(&mut self, capture: &str) {
         self.capture = capture.to_owned();
-        self.topics = TopicNames::default();
+        self.topics = Arc::default();
         self.capture_budget_left = self.capture_budget;
         if let Some(tables) = self.tables.as_mut() {
             tables.start(capture);
@@ -771,10 +775,9 @@ impl Summaries {
         Python::attach(|py| {
             let req = ex.request.as_ref().map(|f| PyBytes::new(py, &f.payload));
             let resp = ex.response.as_ref().map(|f| PyBytes::new(py, &f.payload));
-            let names = PyDict::new(py);
-            for (id, name) in self.topics.iter() {
-                names.set_item(id, name)?;
-            }
+            let names = KnownTopics {
+                names: Arc::clone(&self.topics),
+            };
             let got = cb.call1(py, (key, version, req, resp, names))?;
             let facts: PyPairFacts = got.bind(py).extract()?;
             Ok(facts.into())
@@ -822,7 +825,7 @@ impl Summaries {
         let before = budget.remaining;
         let s = summarize(
             &self.model,
-            &mut self.topics,
+            Arc::make_mut(&mut self.topics),
             key,
             version,
             request,
@@ -994,6 +997,21 @@ impl RowSink {
     }
 }
 
+/// The topic names learnt so far in the capture, for a pair the tables' native reading
+/// leaves to Python (`protocol.tables.Names`): shared, not copied.
+#[pyclass(frozen, module = "dissector._core")]
+pub struct KnownTopics {
+    names: Arc<TopicNames>,
+}
+
+#[pymethods]
+impl KnownTopics {
+    /// The name learnt for a topic id, if any.
+    fn name(&self, topic_id: &str) -> Option<String> {
+        self.names.name(topic_id).map(str::to_owned)
+    }
+}
+
 /// `protocol.tables.PartitionFacts`, read by attribute.
 #[derive(FromPyObject)]
 struct PyPartitionFacts {
@@ -1049,6 +1067,16 @@ struct PyPairFacts {
     decode_errors: u32,
 }
 
+/// The entry columns' values as the core keeps them (a list past the model's columns
+/// could only come from a model this build refused).
+fn entry_values(values: &[Option<i64>]) -> EntryValues {
+    let mut out: EntryValues = [None; MAX_ENTRY_COLUMNS];
+    for (o, v) in out.iter_mut().zip(values) {
+        *o = *v;
+    }
+    out
+}
+
 impl From<PyPairFacts> for PairFacts<'static> {
     fn from(f: PyPairFacts) -> Self {
         PairFacts {
@@ -1071,7 +1099,7 @@ impl From<PyPairFacts> for PairFacts<'static> {
                     record_bytes: p.record_bytes,
                     first_offset: p.first_offset,
                     last_offset: p.last_offset,
-                    entry_values: p.entry_values,
+                    entry_values: entry_values(&p.entry_values),
                 })
                 .collect(),
             group: f.group.map(|g| GroupFacts {
@@ -1378,6 +1406,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Model>()?;
     m.add_class::<Analyzer>()?;
+    m.add_class::<KnownTopics>()?;
     m.add_class::<KeyLog>()?;
     m.add_class::<TlsConnections>()?;
     m.add_class::<CaptureFacts>()?;

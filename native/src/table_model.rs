@@ -19,7 +19,7 @@ pub const NO_FACTS: u32 = u32::MAX;
 pub const MAX_VALUE_SLOTS: usize = 16;
 
 /// The most context slots (`tables.CONTEXT_NAMES`): a context is an array of this size.
-pub const MAX_CONTEXT_SLOTS: usize = 16;
+pub const MAX_CONTEXT_SLOTS: usize = 8;
 
 /// Role of a field in ShareFetch's acquired offset ranges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,7 +215,42 @@ pub struct ContextColumn {
     pub column: String,
     pub text: bool,
     pub slots: Vec<u8>,
+    /// Which column of the table it fills (from `column`, at load).
+    #[serde(skip)]
+    pub fills: ContextFills,
 }
+
+/// The partitions-table column a context column fills.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ContextFills {
+    GroupId,
+    MemberId,
+    MemberEpoch,
+    Acks,
+    TransactionalId,
+    IsolationLevel,
+    /// A column this build has no place for.
+    #[default]
+    Nothing,
+}
+
+impl ContextFills {
+    fn of(column: &str) -> Self {
+        match column {
+            "group_id" => ContextFills::GroupId,
+            "member_id" => ContextFills::MemberId,
+            "member_epoch" => ContextFills::MemberEpoch,
+            "acks" => ContextFills::Acks,
+            "transactional_id" => ContextFills::TransactionalId,
+            "isolation_level" => ContextFills::IsolationLevel,
+            _ => ContextFills::Nothing,
+        }
+    }
+}
+
+/// The most entry columns (`tables.ENTRY_COLUMNS`): a row's entry values are an array of
+/// this size. A model with more is refused at load.
+pub const MAX_ENTRY_COLUMNS: usize = 16;
 
 /// An entry column (`tables.ENTRY_COLUMNS`): the first int among `slots` (then `nested`)
 /// on the first side of `sides` with a non-empty entry.
@@ -368,11 +403,32 @@ impl TablesModel {
         {
             return Err("tables: offset-range column out of range".to_owned());
         }
+        if context_slots > MAX_CONTEXT_SLOTS {
+            return Err(format!(
+                "tables: more than {MAX_CONTEXT_SLOTS} context slots"
+            ));
+        }
+        if entry_columns.len() > MAX_ENTRY_COLUMNS {
+            return Err(format!(
+                "tables: more than {MAX_ENTRY_COLUMNS} entry columns"
+            ));
+        }
+        let slots = entry_columns
+            .iter()
+            .flat_map(|c| c.slots.iter().copied().chain(c.nested))
+            .chain([j.entry_error_slot]);
+        if slots.map(usize::from).any(|s| s >= MAX_VALUE_SLOTS) {
+            return Err(format!("tables: a value slot past {MAX_VALUE_SLOTS}"));
+        }
+        let mut context = j.context;
+        for c in &mut context {
+            c.fills = ContextFills::of(&c.column);
+        }
         Ok(TablesModel {
             partition_apis,
             pair_row_keys: j.pair_row_apis,
             expand_responses: j.expand_responses,
-            context: j.context,
+            context,
             context_slots,
             group_key_slot: usize::from(j.group_key_slot),
             entry_columns,

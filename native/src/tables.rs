@@ -22,8 +22,8 @@ use crate::summary::{
     uuid_text, Cur, Start, Stop, TopicNames, R, SHORT,
 };
 use crate::table_model::{
-    Acquired, Facts, GroupRole, PartitionRole, TablesModel, VersionRole, MAX_CONTEXT_SLOTS,
-    MAX_VALUE_SLOTS,
+    Acquired, ContextFills, Facts, GroupRole, PartitionRole, TablesModel, VersionRole,
+    MAX_CONTEXT_SLOTS, MAX_ENTRY_COLUMNS, MAX_VALUE_SLOTS,
 };
 use crate::types::Exchange;
 
@@ -396,9 +396,12 @@ pub struct PartitionFacts<'t> {
     pub record_bytes: Option<i64>,
     pub first_offset: Option<i64>,
     pub last_offset: Option<i64>,
-    /// One per `TablesModel::entry_columns`.
-    pub entry_values: Vec<Option<i64>>,
+    /// One per `TablesModel::entry_columns` (the rest None).
+    pub entry_values: EntryValues,
 }
+
+/// The entry columns' values of a row, by `TablesModel::entry_columns`.
+pub type EntryValues = [Option<i64>; MAX_ENTRY_COLUMNS];
 
 /// One groups-table row as a membership call's bodies give it (`tables.GroupFacts`).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -470,11 +473,27 @@ const SMALL_MERGE: usize = 32;
 /// What the rows read of one side's entry, gathered in one look at its members.
 #[derive(Default)]
 struct EntryView<'t> {
-    values: [Option<i64>; MAX_VALUE_SLOTS],
+    /// By value slot; `present` says which are set (kept small: two per row).
+    values: [i64; MAX_VALUE_SLOTS],
+    present: u32,
     records: Option<i64>,
     bytes: Option<i64>,
     offsets: Vec<&'t [i64]>,
     acquired: Option<(i64, i64)>,
+}
+
+impl EntryView<'_> {
+    fn value(&self, slot: usize) -> Option<i64> {
+        (slot < MAX_VALUE_SLOTS && self.present & (1 << slot) != 0).then(|| self.values[slot])
+    }
+
+    /// Keep the first value a slot is given (`dict.get` finds a name's one value).
+    fn set(&mut self, slot: usize, value: i64) {
+        if slot < MAX_VALUE_SLOTS && self.present & (1 << slot) == 0 {
+            self.values[slot] = value;
+            self.present |= 1 << slot;
+        }
+    }
 }
 
 const REQ: usize = 0;
@@ -672,7 +691,7 @@ impl<'m> Reader<'m> {
         let mut v = EntryView::default();
         let mut value = |slot: Option<u16>, i: i64| {
             if let Some(slot) = slot.map(usize::from).filter(|&s| s < MAX_VALUE_SLOTS) {
-                v.values[slot].get_or_insert(i);
+                v.set(slot, i);
             }
         };
         for (id, member) in &d.members {
@@ -716,7 +735,7 @@ impl<'m> Reader<'m> {
                 continue;
             };
             for slot in c.slots.iter().copied().chain(c.nested).map(usize::from) {
-                if let Some(value) = v.values.get(slot).copied().flatten() {
+                if let Some(value) = v.value(slot) {
                     return Some(value);
                 }
             }
@@ -726,9 +745,7 @@ impl<'m> Reader<'m> {
 
     fn entry_error(&self, views: &[Option<EntryView<'_>>; 2], top: Option<i64>) -> Option<i64> {
         let slot = usize::from(self.tables.entry_error_slot);
-        let code = views[RESP]
-            .as_ref()
-            .and_then(|v| v.values.get(slot).copied().flatten());
+        let code = views[RESP].as_ref().and_then(|v| v.value(slot));
         match (code, top) {
             (Some(c), _) if c != 0 => Some(c),
             (_, Some(t)) if t != 0 => Some(t),
@@ -815,21 +832,24 @@ impl<'m> Reader<'m> {
         (None, None)
     }
 
+    /// The rows of one pair, each handed to `emit` as it is made (a long Fetch response
+    /// has thousands: they are not collected).
     fn partitions<'t>(
         &self,
         role: PartitionRole,
         request: &'t Dict<'_>,
         response: &'t Dict<'_>,
         names: &'t TopicNames,
-    ) -> Vec<PartitionFacts<'t>> {
+        emit: &mut dyn FnMut(&PartitionFacts<'t>),
+    ) {
         let top = response.int(self.model, |f| f.top_error);
         let columns = self.tables.entry_columns.len();
-        let merged = self.merge(request, response, names);
-        let mut out = Vec::with_capacity(merged.len());
-        for m in merged {
+        for m in self.merge(request, response, names) {
             let views = [self.view(m.sides[REQ]), self.view(m.sides[RESP])];
-            let values: Vec<Option<i64>> =
-                (0..columns).map(|c| self.entry_value(&views, c)).collect();
+            let mut values: EntryValues = [None; MAX_ENTRY_COLUMNS];
+            for (c, v) in values.iter_mut().enumerate().take(columns) {
+                *v = self.entry_value(&views, c);
+            }
             let code = self.entry_error(&views, top);
             let counted = |v: &Option<EntryView<'_>>| {
                 v.as_ref().map_or((None, None), |v| (v.records, v.bytes))
@@ -850,23 +870,22 @@ impl<'m> Reader<'m> {
                 ..Default::default()
             };
             self.fill_context(&mut facts, &m.ctx);
-            out.push(facts);
+            emit(&facts);
         }
-        out
     }
 
     /// The context columns of a row, from the context its entry inherited.
     fn fill_context<'t>(&self, facts: &mut PartitionFacts<'t>, ctx: &Context<'t>) {
         for (i, c) in self.tables.context.iter().enumerate() {
             let (text, int) = self.context_column(ctx, i);
-            match c.column.as_str() {
-                "group_id" => facts.group_id = text.map(Cow::Borrowed),
-                "member_id" => facts.member_id = text.map(Cow::Borrowed),
-                "member_epoch" => facts.member_epoch = int,
-                "acks" => facts.acks = int,
-                "transactional_id" => facts.transactional_id = text.map(Cow::Borrowed),
-                "isolation_level" => facts.isolation_level = int,
-                _ => {}
+            match c.fills {
+                ContextFills::GroupId => facts.group_id = text.map(Cow::Borrowed),
+                ContextFills::MemberId => facts.member_id = text.map(Cow::Borrowed),
+                ContextFills::MemberEpoch => facts.member_epoch = int,
+                ContextFills::Acks => facts.acks = int,
+                ContextFills::TransactionalId => facts.transactional_id = text.map(Cow::Borrowed),
+                ContextFills::IsolationLevel => facts.isolation_level = int,
+                ContextFills::Nothing => {}
             }
         }
     }
@@ -883,7 +902,7 @@ impl<'m> Reader<'m> {
         let mut facts = PartitionFacts {
             error_code: response.int(self.model, |f| f.top_error),
             txn_committed: committed,
-            entry_values: vec![None; self.tables.entry_columns.len()],
+            entry_values: [None; MAX_ENTRY_COLUMNS],
             ..Default::default()
         };
         self.fill_context(&mut facts, &ctx);
@@ -1127,12 +1146,14 @@ pub fn decode_for_tables<'a>(
     decode_pair(model, tables, api_key, api_version, request, response)
 }
 
-/// The facts of one pair, read from its decoded sides (`decode_for_tables`).
+/// The facts of one pair, read from its decoded sides (`decode_for_tables`); its
+/// partitions-table rows are handed to `emit` as they are made, not collected.
 pub fn pair_facts<'t>(
     model: &Model,
     names: &'t TopicNames,
     api_key: i16,
     sides: &'t [Side<'_>; 2],
+    emit: &mut dyn FnMut(&PartitionFacts<'t>),
 ) -> PairFacts<'t> {
     let Some(tables) = model.tables.as_ref() else {
         return PairFacts::default();
@@ -1144,9 +1165,9 @@ pub fn pair_facts<'t>(
         ..Default::default()
     };
     if tables.pair_row_keys.contains(&api_key) {
-        facts.partitions = vec![reader.pair_row(req.body(), resp.body())];
+        emit(&reader.pair_row(req.body(), resp.body()));
     } else if let Some(&role) = tables.partition_apis.get(&api_key) {
-        facts.partitions = reader.partitions(role, req.body(), resp.body(), names);
+        reader.partitions(role, req.body(), resp.body(), names, emit);
     }
     if tables.group_apis.contains_key(&api_key) {
         let answered = !matches!(resp, Side::Absent);
@@ -1422,7 +1443,9 @@ impl TableSink {
         let model = Arc::clone(&self.model);
         match decode_for_tables(&model, api_key, api_version, request, response) {
             Ok(sides) => {
-                let facts = pair_facts(&model, names, api_key, &sides);
+                let api_name = model.api_name(api_key);
+                let mut row = |f: &PartitionFacts<'_>| self.partition_row(ex, &api_name, f);
+                let facts = pair_facts(&model, names, api_key, &sides, &mut row);
                 self.apply(ex, facts);
                 Observed::Done
             }
@@ -1445,17 +1468,8 @@ impl TableSink {
         if tables.partition_apis.contains_key(&api_key) {
             count(&mut self.counters.partitions, "pairs", 1);
             count(&mut self.counters.partitions, "decode_errors", errors);
-            // a pair row has no partition by design: not an entry without one
-            let pair_row = tables.pair_row_keys.contains(&api_key);
             for f in &facts.partitions {
-                if f.partition.is_none() && !pair_row {
-                    count(
-                        &mut self.counters.partitions,
-                        "entries_without_partition",
-                        1,
-                    );
-                }
-                self.push_partition(ex, &api_name, api_version, f);
+                self.partition_row(ex, &api_name, f);
             }
         }
         if let Some(protocol) = tables.group_apis.get(&api_key) {
@@ -1479,6 +1493,27 @@ impl TableSink {
             }
             conn.negotiation_error = n.error.clone();
         }
+    }
+
+    /// One partitions-table row of an exchange (a partition API's, with its version).
+    fn partition_row(&mut self, ex: &Exchange, api_name: &str, f: &PartitionFacts<'_>) {
+        let (Some(api_key), Some(version)) = (ex.api_key, ex.api_version) else {
+            return;
+        };
+        let tables = self
+            .model
+            .tables
+            .as_ref()
+            .expect("TableSink::new checked it");
+        // a pair row has no partition by design: not an entry without one
+        if f.partition.is_none() && !tables.pair_row_keys.contains(&api_key) {
+            count(
+                &mut self.counters.partitions,
+                "entries_without_partition",
+                1,
+            );
+        }
+        self.push_partition(ex, api_name, version, f);
     }
 
     fn push_partition(&mut self, ex: &Exchange, api_name: &str, version: i16, f: &PartitionFacts) {
