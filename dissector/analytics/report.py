@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from dissector.options import CaptureSet, ChainRule
     from dissector.tls import KeyLogs
+    from dissector.wire.tables import CaptureTables
 
 TABLE_ROW_LIMIT = 50
 """Longer tables are cut (the note says how many rows were left out)."""
@@ -908,14 +909,28 @@ NOT_COLLECTED = "Not collected: make the report with kafka-dissector report or r
 
 @dataclass(frozen=True, eq=False)
 class AnalyticsTables:
-    """``dissector.partitions`` and ``dissector.versions`` of the report's captures.
+    """``dissector.partitions``, ``groups`` and ``versions`` of the report's captures,
+    from the same pass as the pairs: kept as the core's Arrow tables
+    (``wire.tables.CaptureTables``), each frame built when asked for (the partitions
+    table of a long capture has hundreds of thousands of rows).
 
     Kept in ``df.attrs``: pandas deep-copies attrs on every derived frame and compares
-    them on concat, so the holder copies as itself and compares by identity (the frames
+    them on concat, so the holder copies as itself and compares by identity (the tables
     are never changed after ``analyze``)."""
 
-    partitions: pd.DataFrame
-    versions: pd.DataFrame
+    arrow: CaptureTables
+
+    @property
+    def partitions(self) -> pd.DataFrame:
+        return self.arrow.frame("partitions")
+
+    @property
+    def groups(self) -> pd.DataFrame:
+        return self.arrow.frame("groups")
+
+    @property
+    def versions(self) -> pd.DataFrame:
+        return self.arrow.frame("versions")
 
     def __deepcopy__(self, memo: dict[int, object]) -> AnalyticsTables:
         return self
@@ -1339,13 +1354,16 @@ def analyze(
     failures: list[tuple[str, str]] | None = None,
     chain: ChainRule | None = None,
     tls: KeyLogs | None = None,
+    show: bool = False,
 ) -> pd.DataFrame:
     """``dissector.analyze`` plus ``df.attrs["client_software"]`` and
-    ``df.attrs["groups"]`` (see ``NotingDecoder``), in one pass, and
-    ``df.attrs["tables"]`` (``analytics_tables``: the partition and versions tables).
+    ``df.attrs["groups"]`` (see ``NotingDecoder``) and ``df.attrs["tables"]``
+    (``AnalyticsTables``: the partitions, groups and versions tables), all in one pass
+    over each capture; ``show``: a progress bar per capture (as ``analyze`` shows).
 
     ``failures``, when given, receives (capture, reason) for each capture that cannot be
     read, and the report covers the others; without it the first such capture raises.
+    ``chain``: which files of ``paths`` are read as one capture (``wire.sets``).
     """
     from dissector import protocol
     from dissector.options import ChainRule, Options
@@ -1353,6 +1371,7 @@ def analyze(
     from dissector.stages import CaptureError
     from dissector.table.analysis import CAPTURE_SETS_ATTR, set_listing
     from dissector.wire.sets import capture_sets
+    from dissector.wire.tables import TableCollector
 
     decoder = NotingDecoder(protocol, missing_client=stats.MISSING_LABEL)
     options = Options(ports=ports, chain=chain or ChainRule(), tls=tls)
@@ -1379,17 +1398,20 @@ def analyze(
     keys = {ApiKey.API_VERSIONS, *GROUP_MEMBERSHIP_APIS}
     readable: list[CaptureSet] = []
     frames = []
+    collected = TableCollector()
     for source in sets:
+        analytics = TableCollector()
         try:
-            frames.append(_run_one(source, options, (keys, observe)))
+            frames.append(_run_one(source, options, (keys, observe), analytics, show))
         except (CaptureError, OSError) as exc:
             if failures is None:
                 raise
             failures.append((source.name, str(exc)))
             continue
         readable.append(source)
+        collected.merge(analytics)
     df = _combined(frames)
-    df.attrs[TABLES_ATTR] = analytics_tables(readable, ports=ports, tls=tls)
+    df.attrs[TABLES_ATTR] = AnalyticsTables(collected.result())
     df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
     df.attrs[CAPTURES_ATTR] = [name for s in readable for name in s.file_names]
     df.attrs[CAPTURE_SETS_ATTR] = set_listing(readable)
@@ -1397,28 +1419,12 @@ def analyze(
     return df
 
 
-def analytics_tables(
-    sources: Sequence[str | CaptureSet],
-    *,
-    ports: frozenset[int] | None = None,
-    tls: KeyLogs | None = None,
-) -> AnalyticsTables:
-    """The partition table and the version-skew view of the readable ``sources``:
-    each a pass of its own over the captures (full decode of the APIs it reads)."""
-    from dissector.analytics.partitions import PARTITION_COLUMNS, partitions, table
-    from dissector.analytics.versions import VERSION_COLUMNS, versions
-
-    if not sources:
-        return AnalyticsTables(table([], PARTITION_COLUMNS), table([], VERSION_COLUMNS))
-    return AnalyticsTables(
-        partitions(sources, ports=ports, tls=tls), versions(sources, ports=ports, tls=tls)
-    )
-
-
-def _run_one(source: CaptureSet, options: Any, observe: Any) -> pd.DataFrame:
+def _run_one(
+    source: CaptureSet, options: Any, observe: Any, analytics: Any, show: bool
+) -> pd.DataFrame:
     from dissector.table.analysis import run_analysis
 
-    return run_analysis([source], options, observe=observe)
+    return run_analysis([source], options, observe=observe, analytics=analytics, show=show)
 
 
 def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -1461,11 +1467,12 @@ def report_file(
     failures: list[tuple[str, str]] | None = None,
     chain: ChainRule | None = None,
     tls: KeyLogs | None = None,
+    show: bool = False,
 ) -> Path:
-    """Analyse ``paths`` and write their report to ``output`` (``failures``, ``chain``:
-    see ``analyze``)."""
+    """Analyse ``paths`` and write their report to ``output`` (``failures``, ``chain``,
+    ``show``: see ``analyze``)."""
     sources = [str(p) for p in paths]
-    df = analyze(sources, ports=ports, failures=failures, chain=chain, tls=tls)
+    df = analyze(sources, ports=ports, failures=failures, chain=chain, tls=tls, show=show)
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if ports:
         command += " --ports " + ",".join(str(p) for p in sorted(ports))
