@@ -1,32 +1,40 @@
 """The analytics tables (partitions, groups, versions, lag) on Spark: their contracts
-as Arrow, and their rows for one capture, made inside the task that decodes its pairs.
+as Arrow in Spark's units, and their rows for one capture, made inside the task that
+decodes its pairs, in the same pass of the native core.
 
-The rows are the pandas functions' own (``dissector.partitions``, ``groups``,
-``versions``; ``lag``: ``analytics.lag.lag_at_end`` of the capture's partitions) run on
-the capture the task holds (a local path, or the bytes Spark read:
-``options.CaptureBytes``), so the Spark tables are the pandas tables: same column names,
-in order, and the same values; times are floored to microseconds (Spark's unit), as in
-the pairs table.
+The core builds the partitions, groups and versions rows beside the pairs
+(``dissector.wire.tables``: the rows ``dissector.partitions``, ``groups`` and
+``versions`` give); ``PassTables`` takes its batches as they come and casts them to
+Spark's units (dictionaries -> strings, nanoseconds floored to microseconds, as in the
+pairs table). ``lag`` is ``analytics.lag.lag_at_end`` of the capture's partitions rows,
+which ``PassTables`` keeps (as the core's compact Arrow) only when ``lag`` is asked for.
+So the Spark tables are the pandas tables: same column names, in order, and the same
+values.
 
-A capture the pairs pass could not decode yields no rows here; the ``captures``
-table already says why. Needs pyarrow and pandas, never pyspark.
+Needs pyarrow and pandas, never pyspark.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from dissector.options import AnySource, Options
 from dissector.spark.typemap import ARROW_TIMESTAMP
+from dissector.tables_schema import CONTRACTS, Contract
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.wire.tables import TableCollector
+
 ANALYTICS_TABLES: tuple[str, ...] = ("partitions", "groups", "versions", "lag")
 """Output names (folders under the job's output directory), in writing order."""
+
+PASS_TABLES: tuple[str, ...] = tuple(CONTRACTS)
+"""The tables the core builds in the pairs' pass (``lag`` is derived from partitions)."""
 
 # The contracts' pandas dtypes as Arrow types. ``object`` columns are lists of ints
 # (versions_used, unknown_versions): named one by one, so a new object column fails
@@ -44,51 +52,15 @@ _OBJECT_COLUMNS: dict[str, pa.DataType] = {
 }
 
 
-def _contract(name: str) -> tuple[tuple[str, str, str], ...]:
+def _contract(name: str) -> Contract:
     """The column contract (name, pandas dtype, meaning) of one analytics table."""
-    if name == "partitions":
-        from dissector.analytics.partitions import PARTITION_COLUMNS
-
-        return PARTITION_COLUMNS
-    if name == "groups":
-        from dissector.analytics.groups import GROUP_COLUMNS
-
-        return GROUP_COLUMNS
-    if name == "versions":
-        from dissector.analytics.versions import VERSION_COLUMNS
-
-        return VERSION_COLUMNS
+    if name in CONTRACTS:
+        return CONTRACTS[name]
     if name == "lag":
         from dissector.analytics.lag import LAG_COLUMNS
 
         return LAG_COLUMNS
     raise ValueError(f"unknown analytics table {name!r}; one of {', '.join(ANALYTICS_TABLES)}")
-
-
-def _function(name: str) -> Callable[..., pd.DataFrame]:
-    """The pandas function that builds one table (``dissector.<name>``)."""
-    if name == "partitions":
-        from dissector.analytics.partitions import partitions
-
-        return partitions
-    if name == "groups":
-        from dissector.analytics.groups import groups
-
-        return groups
-    if name == "lag":
-        return capture_lag
-    from dissector.analytics.versions import versions
-
-    return versions
-
-
-def capture_lag(source: Any, *, ports: Iterable[int] | None = None) -> pd.DataFrame:
-    """Committed lag at the end of one capture (``lag.lag_at_end`` of its partitions);
-    ``source`` as ``dissector.partitions`` takes it (a ``CaptureBytes`` in the tasks)."""
-    from dissector.analytics.lag import lag_at_end
-    from dissector.analytics.partitions import partitions
-
-    return lag_at_end(partitions(source, ports=ports))
 
 
 def arrow_schema(name: str) -> pa.Schema:
@@ -138,20 +110,79 @@ def to_arrow(df: pd.DataFrame, name: str) -> pa.Table:
     return table.cast(schema, safe=False).replace_schema_metadata(None)
 
 
-def capture_tables(
-    source: AnySource, capture: str, names: Iterable[str], options: Options
-) -> Iterator[tuple[str, pa.Table]]:
-    """(name, rows) of each analytics table of one capture that has rows, ``capture``
-    in the ``capture`` column (a path read here is renamed to its URI).
+def to_spark(table: pa.Table, name: str) -> pa.Table:
+    """A table of the core (``wire.tables``: dictionary strings, nanosecond times) in
+    ``arrow_schema(name)``: strings decoded, times floored to microseconds."""
+    from dissector.arrow_cast import retype_column
 
-    A capture that cannot be read yields nothing: the pairs pass reports why.
-    """
-    for name in names:
-        try:
-            df = _function(name)(source, ports=options.ports)
-        except Exception:  # a capture that cannot be read is reported in captures/
-            continue
-        if df.empty:
-            continue
-        df["capture"] = capture
-        yield name, to_arrow(df, name)
+    schema = arrow_schema(name)
+    columns = [
+        retype_column(table.column(f.name), f.type, safe=not pa.types.is_timestamp(f.type))
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def lag_table(partitions: list[pa.Table]) -> pa.Table:
+    """``lag.lag_at_end`` of one capture's partitions rows (the core's Arrow batches),
+    in ``arrow_schema("lag")``."""
+    from dissector.analytics.lag import lag_at_end
+    from dissector.tables_schema import PARTITION_COLUMNS
+    from dissector.wire.tables import to_frame
+
+    if not partitions:
+        return arrow_schema("lag").empty_table()
+    frame = to_frame(pa.concat_tables(partitions), PARTITION_COLUMNS)
+    return to_arrow(lag_at_end(frame), "lag")
+
+
+Rename = Callable[[pa.Table], pa.Table]
+
+
+@dataclass
+class PassTables:
+    """Takes the analytics tables of one capture's pass as the core builds them
+    (``wire.tables.TableCollector`` writers): each batch of a wanted table, renamed
+    by ``rename`` (the ``capture`` column: local paths -> URIs) and cast to Spark's
+    units, waits in ``pending`` until the task hands it on (``drain``): memory holds
+    one core batch, not the capture. The partitions batches are also kept when
+    ``lag`` is wanted: the lag table needs the whole capture's rows (``finish``)."""
+
+    wanted: tuple[str, ...]
+    rename: Rename
+    pending: list[tuple[str, pa.Table]] = field(default_factory=list)
+    kept: list[pa.Table] = field(default_factory=list)
+
+    def collector(self) -> TableCollector:
+        """The ``TableCollector`` to hand the pass (``wire.core.iter_tables``)."""
+        from dissector.wire.tables import TableCollector
+
+        return TableCollector(writers={n: self._writer(n) for n in PASS_TABLES})
+
+    def _writer(self, name: str) -> Callable[[pa.Table], None]:
+        def take(batch: pa.Table) -> None:
+            if name not in self.wanted and not (name == "partitions" and self.keeps):
+                return
+            batch = self.rename(batch)
+            if name in self.wanted:
+                self.pending.append((name, to_spark(batch, name)))
+            if name == "partitions" and self.keeps:
+                self.kept.append(batch)
+
+        return take
+
+    @property
+    def keeps(self) -> bool:
+        return "lag" in self.wanted
+
+    def drain(self) -> list[tuple[str, pa.Table]]:
+        """The batches taken since the last call, in order."""
+        pending, self.pending = self.pending, []
+        return pending
+
+    def finish(self) -> Iterator[tuple[str, pa.Table]]:
+        """What is left: the pending batches, then the lag table."""
+        yield from self.drain()
+        if self.keeps:
+            kept, self.kept = self.kept, []
+            yield "lag", lag_table(kept)

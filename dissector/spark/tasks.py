@@ -13,7 +13,9 @@ bytes Spark read for a one-file unit, or null.
   that buffer (``options.CaptureBytes``): no temporary file.
 * **Rows.** The core's Arrow batches, cast by Arrow to Spark's units
   (``dissector.table.frame.pairs_table``: dictionaries -> strings, ns -> us): no Python
-  object per pair.
+  object per pair. The analytics tables (partitions, groups, versions) come from the
+  same pass of the core, batch by batch beside the pairs (``spark.analytics.PassTables``;
+  lag from the capture's partitions rows at its end): each capture is read once.
 * **Where they go.** With ``DecodeConfig.output`` (a directory pyarrow can write), the
   task writes each table's rows to its own Parquet file there (``ParquetOutput``; the
   pairs with frame's writer, as ``analyze -o``) and hands Spark only the trailer rows:
@@ -40,7 +42,7 @@ import pyarrow as pa
 from dissector.accounting import Counters
 from dissector.options import AnySource, CaptureBytes, CaptureSet, Options
 from dissector.schema import Status
-from dissector.spark.analytics import arrow_schema, capture_tables, struct_column, struct_fields
+from dissector.spark.analytics import PassTables, arrow_schema, struct_column, struct_fields
 from dissector.spark.typemap import (
     CAPTURE_INFO,
     CAPTURES_TABLE,
@@ -451,30 +453,47 @@ def _decoded(
     config: DecodeConfig,
     counters: Counters,
     result: CaptureResult,
-) -> Iterator[pa.Table]:
-    """The core's pair tables of one unit, ``capture`` renamed by ``names``; an error
-    that stops decoding ends them and is noted in ``result`` (only the decoding's
-    errors: the caller's, e.g. writing, propagate)."""
+) -> Iterator[tuple[str, pa.Table]]:
+    """(table name, rows) of one unit as the core's pass gives them: the pairs
+    (``PAIRS_TABLE``, the core's Arrow) and, in the same pass, the analytics tables of
+    ``config.tables`` (Spark's units); ``capture`` renamed by ``names``. An error that
+    stops decoding ends them and is noted in ``result`` (only the decoding's errors: the
+    caller's, e.g. writing, propagate); the rows before it stay, as for ``analyze``.
+    """
     from dissector.wire.core import iter_tables
 
+    def rename(table: pa.Table) -> pa.Table:
+        return with_capture_names(table, names) if names else table
+
+    analytics = PassTables(config.tables, rename) if config.tables else None
     try:
         if result.size_bytes == 0:
             raise CaptureFailed(EMPTY_ERROR)
         tables = iter_tables(
-            [source], config.options, counters=counters, batch_rows=config.batch_rows
+            [source],
+            config.options,
+            counters=counters,
+            batch_rows=config.batch_rows,
+            tables=analytics.collector() if analytics is not None else None,
         )
         for table in tables:
-            yield with_capture_names(table, names) if names else table
+            if analytics is not None:
+                yield from analytics.drain()
+            yield PAIRS_TABLE, rename(table)
+        if analytics is not None:
+            yield from analytics.finish()
     except Exception as exc:  # one bad capture must not fail the fleet job
         result.failed = True
         result.error = describe_error(exc)
+    if result.failed and analytics is not None:
+        yield from analytics.drain()  # what the pass built before the error
 
 
 def decode_capture(
     uris: list[str], content: Any, config: DecodeConfig, out: Output
 ) -> Iterator[pa.RecordBatch]:
     """Every table of one unit (a capture file, or the files of a capture set read as
-    one capture) into ``out``; yields what goes to Spark."""
+    one capture) into ``out``, from one pass of the core; yields what goes to Spark."""
     started = time.monotonic()
     counters = Counters()
     capture = uris[0]  # a set's rows carry its first file's name
@@ -486,14 +505,14 @@ def decode_capture(
     except CaptureFailed as exc:
         result.failed, result.error = True, describe_error(exc)
     if source is not None:
-        for table in _decoded(source, names, config, counters, result):
-            result.pairs += table.num_rows
-            yield from out.pairs(table)
+        for name, table in _decoded(source, names, config, counters, result):
+            if name == PAIRS_TABLE:
+                result.pairs += table.num_rows
+                yield from out.pairs(table)
+            else:
+                yield from out.table(name, table)
     if result.failed:
         yield from out.pairs(flag_table(capture, result.error or ""))
-    elif source is not None and config.tables:
-        for name, rows in capture_tables(source, capture, config.tables, config.options):
-            yield from out.table(name, rows)
     result.decode_seconds = time.monotonic() - started
     result.counters = counters.as_dict()
     if config.progress is not None:
