@@ -165,3 +165,25 @@ def test_damaged_pairs_give_the_python_decoders_tables(tmp_path: Path) -> None:
     # both roads are taken, many times: the native reading and the Python fallback
     assert native.deferred_pairs > 200, native.deferred_pairs
     assert read - native.deferred_pairs > 200, (read, native.deferred_pairs)
+
+
+# ----------------------------------------------------------------- consumer lag
+
+LAG_CAPTURES = [p for p in BUNDLED if p.name in {"kafka-4-lag.pcapng", "kafka-4-mixed.pcapng"}]
+
+
+@pytest.mark.parametrize("capture", LAG_CAPTURES, ids=lambda p: p.name)
+def test_lag_tables_from_the_native_pass_equal_the_python_decoders(capture: Path) -> None:
+    """The lag tables (``analytics.lag``) read the partitions table of the native pass
+    (``dissector.partitions``, as the report and ``analyze`` give it): equal to those
+    computed from the Python full decoder's partitions table."""
+    from dissector.analytics.lag import committed_lag, lag_at_end, position_lag
+    from dissector.analytics.partitions import partitions
+
+    native = partitions(str(capture))
+    python = python_partitions(str(capture))
+    assert len(native) > 100 and native.attrs == python.attrs
+    for measure in (lag_at_end, committed_lag, position_lag):
+        got, expected = measure(native), measure(python)
+        assert len(got) > 0, measure.__name__
+        pd.testing.assert_frame_equal(got, expected, check_dtype=True, obj=measure.__name__)
