@@ -154,7 +154,7 @@ def _ms(delta: pd.Series) -> pd.Series:
     return (delta.dt.total_seconds() * 1000).astype("Float64")
 
 
-_INPUTS = (
+INPUTS = (
     *PARTITION_KEYS, "api_name", "client_id", "group_id", "request_time", "response_time",
     "error_code", "first_offset", "last_offset", "fetch_offset", "high_watermark", "offset",
     "timestamp", "isolation_level", "committed_offset", "transactional_id", "txn_committed",
@@ -163,11 +163,11 @@ _INPUTS = (
 
 
 def _inputs(parts: pd.DataFrame) -> pd.DataFrame:
-    """``parts`` with only the columns read (``_INPUTS``): the filters and sorts below
+    """``parts`` with only the columns read (``INPUTS``): the filters and sorts below
     then copy a third of a long capture's table, not all of it."""
-    if list(parts.columns) == list(_INPUTS):
+    if list(parts.columns) == list(INPUTS):
         return parts
-    return parts[list(_INPUTS)]
+    return parts[list(INPUTS)]
 
 
 def _limits(events: pd.DataFrame, chosen: Mapping[str, Any]) -> Any:
