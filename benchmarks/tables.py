@@ -14,12 +14,13 @@ reported:
 
 Printed per contender: wall time, CPU time (user + system of the child: less sensitive
 than wall time to other work on the machine; the load average is printed too) and peak
-RSS (``ru_maxrss`` of the child); then ``tables`` and ``report`` as ratios of ``analyze``
-(median wall and median CPU).
+RSS (the child's own ``VmHWM``, read at its exit: ``ru_maxrss`` survives exec on Linux
+and can report the parent's peak); then ``tables`` and ``report`` as ratios of
+``analyze`` (median wall and median CPU).
 
 ``--baseline DIR``: the same three commands also run on the package in DIR (a checkout's
 ``dissector`` folder's parent, with its native core built in), e.g. the main branch
-before a change, alternating with this one's. Commands run as ``python -m dissector.cli``
+before a change, alternating with this one's. Commands run the package's ``dissector.cli``
 with ``PYTHONPATH`` naming the package, each with a start-up cache of its own, warmed by
 one untimed run.
 
@@ -44,6 +45,21 @@ REPO = Path(__file__).resolve().parent.parent
 LONGPOLL = REPO / "out" / "longpoll.pcapng"
 SHARED = REPO.parent / "shared" / "captures" / "local-tansu-confluent-kafka.pcapng"
 COMMANDS = ("analyze", "pairs", "tables", "report")
+# Runs `python -m dissector.cli ARGS` in this process and, at its exit, writes the
+# process's own peak RSS (VmHWM, KiB) to the file named by KD_BENCH_HWM.
+CLI = """
+import atexit, os, runpy, sys
+
+def hwm():
+    with open("/proc/self/status") as status:
+        kib = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    with open(os.environ["KD_BENCH_HWM"], "w") as out:
+        out.write(kib)
+
+atexit.register(hwm)
+sys.argv = ["kafka-dissector", *sys.argv[1:]]
+runpy.run_module("dissector.cli", run_name="__main__", alter_sys=True)
+"""
 
 
 @dataclass
@@ -59,12 +75,14 @@ class Contender:
     rss: list[int] = field(default_factory=list)
 
     def run(self) -> None:
+        hwm = Path(self.cwd) / f"hwm-{self.name}"
+        hwm.unlink(missing_ok=True)
         t0 = time.perf_counter()
         proc = subprocess.Popen(
             self.cmd,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            env=self.env,
+            env={**self.env, "KD_BENCH_HWM": str(hwm)},
             cwd=self.cwd,
         )
         assert proc.stderr is not None
@@ -75,11 +93,11 @@ class Contender:
             raise SystemExit(f"failed: {' '.join(self.cmd)}\n{err.decode(errors='replace')}")
         self.wall.append(took)
         self.cpu.append(usage.ru_utime + usage.ru_stime)
-        self.rss.append(usage.ru_maxrss * 1024)
+        self.rss.append(int(hwm.read_text()) * 1024)
 
 
 def commands(capture: Path, out: Path) -> dict[str, list[str]]:
-    cli = [sys.executable, "-m", "dissector.cli"]
+    cli = [sys.executable, "-c", CLI]
     return {
         "analyze": [*cli, "analyze", str(capture), "--quiet"],
         "pairs": [*cli, "analyze", str(capture), "--quiet", "-o", str(out / "pairs.parquet")],

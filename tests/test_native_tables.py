@@ -14,6 +14,7 @@ import random
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -165,3 +166,68 @@ def test_damaged_pairs_give_the_python_decoders_tables(tmp_path: Path) -> None:
     # both roads are taken, many times: the native reading and the Python fallback
     assert native.deferred_pairs > 200, native.deferred_pairs
     assert read - native.deferred_pairs > 200, (read, native.deferred_pairs)
+
+
+# ----------------------------------------------------------------- consumer lag
+
+LAG_CAPTURES = [p for p in BUNDLED if p.name in {"kafka-4-lag.pcapng", "kafka-4-mixed.pcapng"}]
+
+
+@pytest.mark.parametrize("capture", LAG_CAPTURES, ids=lambda p: p.name)
+def test_lag_tables_from_the_native_pass_equal_the_python_decoders(capture: Path) -> None:
+    """The lag tables (``analytics.lag``) read the partitions table of the native pass
+    (``dissector.partitions``, as the report and ``analyze`` give it): equal to those
+    computed from the Python full decoder's partitions table."""
+    from dissector.analytics.lag import committed_lag, lag_at_end, position_lag
+    from dissector.analytics.partitions import partitions
+
+    native = partitions(str(capture))
+    python = python_partitions(str(capture))
+    assert len(native) > 100 and native.attrs == python.attrs
+    for measure in (lag_at_end, committed_lag, position_lag):
+        got, expected = measure(native), measure(python)
+        assert len(got) > 0, measure.__name__
+        pd.testing.assert_frame_equal(got, expected, check_dtype=True, obj=measure.__name__)
+
+
+# ----------------------------------------------------------------- the report's notes
+
+
+def _python_notes(sources: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The report's group notes and client software as the Python full decoder reads
+    them (``protocol.notes.NotingDecoder``) from every exchange of ``sources``."""
+    from dissector import protocol
+    from dissector.analytics.stats import MISSING_LABEL
+    from dissector.protocol.notes import GROUP_MEMBERSHIP_APIS, NotingDecoder, note_group_call
+
+    decoder = NotingDecoder(protocol, missing_client=MISSING_LABEL)
+    for _, ex in iter_exchanges(sources, Options()):
+        if ex.api_key is None or ex.api_version is None:
+            continue
+        request = decoder.decode_request(ex.request.payload) if ex.request else None
+        response = (
+            decoder.decode_response(ex.response.payload, ex.api_key, ex.api_version)
+            if ex.response is not None
+            else None
+        )
+        if ex.api_key in GROUP_MEMBERSHIP_APIS:
+            name = protocol.api_name(ex.api_key)
+            note_group_call(decoder.groups, ex.api_key, name, request, response)
+    return decoder.group_notes(), decoder.software()
+
+
+def test_report_notes_from_the_native_tables_equal_the_python_decoders() -> None:
+    """The report's groups table and client software (``df.attrs``) come from the
+    native pass's groups and versions tables and the pairs: equal to what the Python
+    decoder reads from every membership call and ApiVersions request."""
+    from dissector.analytics import report
+
+    sources = [str(p) for p in BUNDLED + SHARED]
+    df = report.analyze(sources)
+    groups, software = _python_notes(sources)
+    assert df.attrs[report.GROUPS_ATTR] == groups
+    assert df.attrs[report.CLIENT_SOFTWARE_ATTR] == software
+    # not vacuous: the bundled captures have classic, consumer and share groups, and
+    # a Java client whose SASL handshake's ApiVersions has an empty client id
+    assert {n["protocol"] for n in groups.values()} >= {"classic", "consumer", "share"}
+    assert "adminclient-1" in software["apache-kafka-java 4.3.1"]

@@ -32,6 +32,7 @@ __all__ = [
     "GROUP_APIS",
     "GROUP_COLUMNS",
     "GROUP_COLUMN_NAMES",
+    "group_notes",
     "group_row",
     "groups",
     "rebalances",
@@ -92,6 +93,47 @@ def groups(
     from dissector.analytics.frames import tables_of
 
     return tables_of(source, ports=ports, specs=specs, tls=tls).groups
+
+
+def group_notes(calls: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per group of the groups table ``calls``, in group order: its protocol (of its
+    first call), members (distinct member ids), generations (classic: of JoinGroup
+    responses without error; consumer, share and streams groups: member epochs above 0
+    answered without error), calls per API and calls answered with an error. The
+    report's groups table; ``protocol.notes.NotingDecoder`` reads the same from the
+    Python decoder's bodies (its test oracle)."""
+    import pandas as pd
+
+    notes: dict[str, dict[str, Any]] = {}
+    rows = calls[["group_id", "group_protocol", "api_name", "member_id", "response_time"]]
+    rows = rows.assign(error_code=calls["error_code"], generation=calls["generation"])
+    for row in rows.itertuples(index=False):
+        if not isinstance(row.group_id, str):
+            continue  # a request whose group the decoder could not read
+        note = notes.setdefault(
+            row.group_id,
+            {"protocol": row.group_protocol, "members": set(), "generations": set(),
+             "calls": {}, "errors": 0},
+        )  # fmt: skip
+        note["calls"][row.api_name] = note["calls"].get(row.api_name, 0) + 1
+        if isinstance(row.member_id, str) and row.member_id:
+            note["members"].add(row.member_id)
+        if not pd.isna(row.error_code) and row.error_code != 0:
+            note["errors"] += 1
+        elif not pd.isna(row.response_time) and not pd.isna(row.generation):
+            classic_join = row.api_name == "JoinGroup" and row.generation >= 0
+            epoch = row.group_protocol != "classic" and row.generation > 0
+            if classic_join or epoch:
+                note["generations"].add(int(row.generation))
+    return {
+        group: note
+        | {
+            "members": len(note["members"]),
+            "generations": sorted(note["generations"]),
+            "calls": dict(sorted(note["calls"].items())),
+        }
+        for group, note in sorted(notes.items())
+    }
 
 
 # ----------------------------------------------------------------- rebalance timeline

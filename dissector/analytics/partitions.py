@@ -179,8 +179,12 @@ def throughput(parts: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
     return out
 
 
+def _apis_of(role: str) -> list[str]:
+    return [api for api, r in PARTITION_APIS.items() if r == role]
+
+
 def _produced_ranges(parts: pd.DataFrame) -> pd.DataFrame:
-    produced = parts[(parts["api_name"].map(PARTITION_APIS) == "produce")]
+    produced = parts[parts["api_name"].isin(_apis_of("produce"))]
     return produced[produced["first_offset"].notna()].sort_values("request_time")
 
 
@@ -192,7 +196,7 @@ def produce_to_fetch(parts: pd.DataFrame) -> pd.DataFrame:
 
     produced = _produced_ranges(parts)
     fetched = parts[
-        (parts["api_name"].map(PARTITION_APIS) == "fetch") & parts["first_offset"].notna()
+        parts["api_name"].isin(_apis_of("fetch")) & parts["first_offset"].notna()
     ].sort_values("response_time")
     rows = []
     by_partition = produced.groupby(["capture", "topic", "partition"], sort=False)

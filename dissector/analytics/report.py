@@ -27,8 +27,7 @@ from markupsafe import Markup, escape
 # matplotlib, jinja2) then surfaces as the CLI's clear message, not a traceback.
 from dissector import __version__, schema
 from dissector.analytics import plots, stats
-from dissector.protocol.keys import ApiKey
-from dissector.protocol.notes import GROUP_MEMBERSHIP_APIS, NotingDecoder, note_group_call
+from dissector.analytics.lag import INPUTS as LAG_INPUTS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -924,6 +923,11 @@ class AnalyticsTables:
     def partitions(self) -> pd.DataFrame:
         return self.arrow.frame("partitions")
 
+    def partitions_of(self, columns: Iterable[str]) -> pd.DataFrame:
+        """The partitions table with only ``columns``: a third of the memory and time
+        of the whole frame for the report's derived tables."""
+        return self.arrow.frame("partitions", columns)
+
     @property
     def groups(self) -> pd.DataFrame:
         return self.arrow.frame("groups")
@@ -1014,11 +1018,18 @@ def produce_to_fetch_summary(parts: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*columns, "p99_ms", "max_ms"])
 
 
+PARTITION_INPUTS = (
+    *LAG_INPUTS, "records", "record_bytes", "acks"
+)  # fmt: skip
+"""The partitions table's columns the section's tables read: the lag's inputs, and
+throughput's and produce_to_fetch's."""
+
+
 def _partitions(df: pd.DataFrame) -> Section:
     import pandas as pd
 
     tables = _tables(df)
-    parts = tables.partitions if tables is not None else None
+    parts = tables.partitions_of(PARTITION_INPUTS) if tables is not None else None
     empty_parts = pd.DataFrame(columns=["capture", "topic", "partition"])
     none = NOT_COLLECTED if parts is None else None
     traffic = partition_throughput(parts) if parts is not None else empty_parts
@@ -1356,53 +1367,34 @@ def analyze(
     tls: KeyLogs | None = None,
     show: bool = False,
 ) -> pd.DataFrame:
-    """``dissector.analyze`` plus ``df.attrs["client_software"]`` and
-    ``df.attrs["groups"]`` (see ``NotingDecoder``) and ``df.attrs["tables"]``
-    (``AnalyticsTables``: the partitions, groups and versions tables), all in one pass
-    over each capture; ``show``: a progress bar per capture (as ``analyze`` shows).
+    """``dissector.analyze`` plus ``df.attrs["tables"]`` (``AnalyticsTables``: the
+    partitions, groups and versions tables), ``df.attrs["client_software"]``
+    (``versions.client_software``) and ``df.attrs["groups"]`` (``groups.group_notes``),
+    all from one native pass over each capture; ``show``: a progress bar per capture
+    (as ``analyze`` shows).
 
     ``failures``, when given, receives (capture, reason) for each capture that cannot be
     read, and the report covers the others; without it the first such capture raises.
     ``chain``: which files of ``paths`` are read as one capture (``wire.sets``).
     """
-    from dissector import protocol
+    from dissector.analytics.groups import group_notes
+    from dissector.analytics.versions import client_software
     from dissector.options import ChainRule, Options
-    from dissector.protocol.messages import settle_assumed
     from dissector.stages import CaptureError
     from dissector.table.analysis import CAPTURE_SETS_ATTR, set_listing
     from dissector.wire.sets import capture_sets
     from dissector.wire.tables import TableCollector
 
-    decoder = NotingDecoder(protocol, missing_client=stats.MISSING_LABEL)
     options = Options(ports=ports, chain=chain or ChainRule(), tls=tls)
     # Files of one rotated recording are one capture (``chain``, see wire.sets).
     sets = capture_sets([str(p) for p in paths], options.chain, failures=failures)
-
-    # The native core summarises pairs without Python; the few APIs whose bodies the
-    # report reads beyond the pairs table are handed over in the same pass.
-    def observe(_capture: str, ex: Any) -> None:
-        if ex.api_key is None or ex.api_version is None:
-            return
-        request = decoder.decode_request(ex.request.payload) if ex.request is not None else None
-        response = (
-            decoder.decode_response(ex.response.payload, ex.api_key, ex.api_version)
-            if ex.response is not None
-            else None
-        )
-        settle_assumed(request, response)  # a version newer than the specs: both or neither
-        if ex.api_key in GROUP_MEMBERSHIP_APIS:
-            note_group_call(
-                decoder.groups, ex.api_key, protocol.api_name(ex.api_key), request, response
-            )
-
-    keys = {ApiKey.API_VERSIONS, *GROUP_MEMBERSHIP_APIS}
     readable: list[CaptureSet] = []
     frames = []
     collected = TableCollector()
     for source in sets:
         analytics = TableCollector()
         try:
-            frames.append(_run_one(source, options, (keys, observe), analytics, show))
+            frames.append(_run_one(source, options, analytics, show))
         except (CaptureError, OSError) as exc:
             if failures is None:
                 raise
@@ -1411,20 +1403,19 @@ def analyze(
         readable.append(source)
         collected.merge(analytics)
     df = _combined(frames)
-    df.attrs[TABLES_ATTR] = AnalyticsTables(collected.result())
-    df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
+    tables = AnalyticsTables(collected.result())
+    df.attrs[TABLES_ATTR] = tables
+    df.attrs[CLIENT_SOFTWARE_ATTR] = client_software(df, tables.versions, stats.MISSING_LABEL)
     df.attrs[CAPTURES_ATTR] = [name for s in readable for name in s.file_names]
     df.attrs[CAPTURE_SETS_ATTR] = set_listing(readable)
-    df.attrs[GROUPS_ATTR] = decoder.group_notes()
+    df.attrs[GROUPS_ATTR] = group_notes(tables.groups)
     return df
 
 
-def _run_one(
-    source: CaptureSet, options: Any, observe: Any, analytics: Any, show: bool
-) -> pd.DataFrame:
+def _run_one(source: CaptureSet, options: Any, analytics: Any, show: bool) -> pd.DataFrame:
     from dissector.table.analysis import run_analysis
 
-    return run_analysis([source], options, observe=observe, analytics=analytics, show=show)
+    return run_analysis([source], options, analytics=analytics, show=show)
 
 
 def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:

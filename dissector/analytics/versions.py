@@ -25,7 +25,13 @@ if TYPE_CHECKING:
 
     from dissector.tls import KeyLogs
 
-__all__ = ["NEGOTIATION_API", "VERSION_COLUMNS", "VERSION_COLUMN_NAMES", "versions"]
+__all__ = [
+    "NEGOTIATION_API",
+    "VERSION_COLUMNS",
+    "VERSION_COLUMN_NAMES",
+    "client_software",
+    "versions",
+]
 
 VERSION_COLUMN_NAMES: tuple[str, ...] = names(VERSION_COLUMNS)
 
@@ -53,3 +59,44 @@ class _CallableModule(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _CallableModule
+
+
+def client_software(
+    pairs: pd.DataFrame, table: pd.DataFrame, missing: str = "(none)"
+) -> dict[str, list[str]]:
+    """Client software (KIP-511: ApiVersions v3+ names it) -> the client ids that
+    named it, sorted: the software of each connection of the versions ``table``, with
+    the client ids of the connection's ApiVersions requests in the pairs table
+    ``pairs``: those not empty (a Java client's SASL handshake sends its first
+    ApiVersions with an empty client id), else ``missing``."""
+    import pandas as pd
+
+    named = table[table["client_software_name"].fillna("").ne("")]
+    named = named.drop_duplicates(["capture", "stream"])
+    if named.empty:
+        return {}
+    software = [
+        f"{name} {version if isinstance(version, str) else ''}".strip()
+        for name, version in zip(
+            named["client_software_name"], named["client_software_version"], strict=True
+        )
+    ]
+    connections = pd.DataFrame(
+        {"capture": named["capture"].astype(object), "stream": named["stream"].astype("int64"),
+         "software": software}
+    )  # fmt: skip
+    asked = pairs[pairs["api_name"].astype(object).eq(NEGOTIATION_API)]
+    asked = pd.DataFrame(
+        {"capture": asked["capture"].astype(object), "stream": asked["stream"].astype("int64"),
+         "client": asked["client_id"].astype(object)}
+    )  # fmt: skip
+    seen: set[tuple[str, str]] = set()
+    for (_, _, name), clients in connections.merge(asked, on=["capture", "stream"]).groupby(
+        ["capture", "stream", "software"]
+    )["client"]:
+        given = {c for c in clients if isinstance(c, str) and c}
+        seen.update((name, c) for c in given or {missing})
+    out: dict[str, list[str]] = {}
+    for name, client in sorted(seen):
+        out.setdefault(name, []).append(client)
+    return out
