@@ -88,20 +88,38 @@ def make_copies(capture: Path, n: int, folder: Path) -> Path:
 
 @dataclass
 class PeakMemory:
-    """Peak resident memory (VmHWM, bytes) seen per kind of process of one job."""
+    """Peak resident memory (VmHWM, bytes) seen per kind of process of one job, and
+    the CPU time (user + system, seconds) each kind used: on a shared machine the wall
+    time depends on the other work, the CPU time much less."""
 
     driver: int = 0
     jvm: int = 0
     worker: int = 0  # the largest single Python worker
     workers: set[int] = field(default_factory=set)
+    cpu: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> (kind, s)
+
+    def cpu_of(self, kind: str) -> float:
+        return sum(s for k, s in self.cpu.values() if k == kind)
 
     def line(self) -> str:
         mb = 1 << 20
         return (
             f"peak RSS: driver {self.driver / mb:.0f} MB, JVM {self.jvm / mb:.0f} MB, "
             f"largest Python worker {self.worker / mb:.0f} MB "
-            f"({len(self.workers)} worker processes)"
+            f"({len(self.workers)} worker processes); CPU: driver "
+            f"{self.cpu_of('driver'):.1f} s, JVM {self.cpu_of('jvm'):.1f} s, "
+            f"Python workers {self.cpu_of('worker'):.1f} s"
         )
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (its own threads, not its children)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _status(pid: int) -> tuple[int, int] | None:
@@ -144,15 +162,23 @@ def watch_memory(root: int, peak: PeakMemory, stop: threading.Event, every: floa
                     grew = True
         for pid in tree:
             size = hwm.get(pid, 0)
+            cpu = _cpu_seconds(pid)
             if pid == root:
                 peak.driver = max(peak.driver, size)
-                continue
-            command = _cmdline(pid)
-            if "java" in command.split(" ", 1)[0]:
-                peak.jvm = max(peak.jvm, size)
-            elif "pyspark" in command or "python" in command:
-                peak.workers.add(pid)
-                peak.worker = max(peak.worker, size)
+                kind = "driver"
+            else:
+                command = _cmdline(pid)
+                if "java" in command.split(" ", 1)[0]:
+                    peak.jvm = max(peak.jvm, size)
+                    kind = "jvm"
+                elif "pyspark" in command or "python" in command:
+                    peak.workers.add(pid)
+                    peak.worker = max(peak.worker, size)
+                    kind = "worker"
+                else:
+                    kind = "other"
+            if cpu is not None:
+                peak.cpu[pid] = (kind, cpu)
         stop.wait(every)
 
 
@@ -168,6 +194,11 @@ class JobRun:
     code: int
     peak: PeakMemory
     stderr: str
+
+    @property
+    def peak_cpu(self) -> float:
+        """CPU seconds of every process of the job."""
+        return sum(s for _, s in self.peak.cpu.values())
 
 
 def spark_command() -> list[str]:
@@ -204,12 +235,13 @@ def run_spark_job(
     return JobRun(seconds, job, pairs, captures, proc.returncode, peak, stderr)
 
 
-def offline_seconds(folder: Path) -> tuple[float, int]:
-    """``dissector.analyze`` of every capture in ``folder``, serially, in this process."""
+def offline_seconds(folder: Path) -> tuple[float, int, float]:
+    """``dissector.analyze`` of every capture in ``folder``, serially, in this process:
+    (wall seconds, pairs, CPU seconds of every thread of this process)."""
     paths = sorted(str(p) for p in folder.iterdir())
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     pairs = sum(len(dissector.analyze(p)) for p in paths)
-    return time.perf_counter() - started, pairs
+    return time.perf_counter() - started, pairs, time.process_time() - cpu
 
 
 def _summary(values: list[float]) -> str:
@@ -221,12 +253,17 @@ def job_report(folder: Path, copies: list[int], args: argparse.Namespace) -> int
     largest = max(copies)
     dissector.analyze(str(WARMUP))  # imports and the spec model are not the point
     offline: list[float] = []
+    offline_cpu: list[float] = []
     offline_pairs = 0
     jobs: dict[int, list[JobRun]] = {n: [] for n in copies}
     for r in range(args.runs):
-        seconds, offline_pairs = offline_seconds(folders[largest])
+        seconds, offline_pairs, cpu = offline_seconds(folders[largest])
         offline.append(seconds)
-        print(f"run {r + 1}: dissector.analyze x{largest}: {seconds:.2f} s", flush=True)
+        offline_cpu.append(cpu)
+        print(
+            f"run {r + 1}: dissector.analyze x{largest}: {seconds:.2f} s, CPU {cpu:.2f} s",
+            flush=True,
+        )
         for n in copies:
             run = run_spark_job(folders[n], folder / f"out-{n}", args.master, args.analytics)
             jobs[n].append(run)
@@ -257,11 +294,11 @@ def job_report(folder: Path, copies: list[int], args: argparse.Namespace) -> int
     extra = jobs[big][0].pairs - jobs[small][0].pairs
     # Each run's x8 minus its own x1 (run one after the other, on the same machine load),
     # for the whole command and for the job after the JVM started; min and median.
-    for label, seconds in (
+    for label, measure in (
         ("wall", lambda j: j.seconds),
         ("after the JVM started", lambda j: j.job_seconds),
     ):
-        deltas = [seconds(b) - seconds(s) for b, s in zip(jobs[big], jobs[small], strict=True)]
+        deltas = [measure(b) - measure(s) for b, s in zip(jobs[big], jobs[small], strict=True)]
         for how, pick in (("min", min), ("median", statistics.median)):
             delta = pick(deltas)
             offline_rate = offline_pairs / pick(offline)
@@ -271,6 +308,22 @@ def job_report(folder: Path, copies: list[int], args: argparse.Namespace) -> int
                 f" {marginal:,.0f} pairs/s = {marginal / offline_rate:.2f}x offline"
                 f" ({offline_rate:,.0f} pairs/s)"
             )
+    # CPU time: what the machine's load does not change much. Each x8 minus its x1.
+    cpu_deltas = [b.peak_cpu - s.peak_cpu for b, s in zip(jobs[big], jobs[small], strict=True)]
+    per_pair = min(offline_cpu) / offline_pairs
+    cpu_delta = statistics.median(cpu_deltas)
+    ratio = per_pair * extra / cpu_delta if cpu_delta > 0 else math.inf
+    print(
+        f"marginal CPU (x{big} - x{small}, median of {len(cpu_deltas)}): {cpu_delta:.1f} s for "
+        f"{extra} pairs = {cpu_delta / extra * 1e6:.1f} us/pair against "
+        f"{per_pair * 1e6:.1f} us/pair offline: {ratio:.2f}x offline per CPU second"
+    )
+    for n in copies:
+        j = jobs[n][0]
+        print(
+            f"  x{n} CPU by process: driver {j.peak.cpu_of('driver'):.1f} s, JVM "
+            f"{j.peak.cpu_of('jvm'):.1f} s, Python workers {j.peak.cpu_of('worker'):.1f} s"
+        )
     if args.oom_copies:
         oom_in = make_copies(args.capture, args.oom_copies, folder / f"in-{args.oom_copies}")
         out = folder / f"out-{args.oom_copies}"
@@ -297,7 +350,7 @@ def decode_scaling(folder: Path, copies: int, args: argparse.Namespace) -> int:
 
     paths = [str(p) for p in sorted(make_copies(args.capture, copies, folder / "in").iterdir())]
     dissector.analyze(str(WARMUP))
-    serial, rows = offline_seconds(folder / "in")
+    serial, rows, _ = offline_seconds(folder / "in")
     print(f"offline pipeline, serial: {serial:.2f} s, {rows} pairs")
     results = {}
     for cores in (1, 2):

@@ -1,6 +1,7 @@
-"""Capture sets on Spark: a real capture cut into rotated files (``editcap -c``, Wireshark's
-own cutter) and read by the ``spark`` job as one capture gives exactly the whole file's
-rows, pair by pair; a capture of another recording beside them stays apart.
+"""Capture sets on Spark: a real capture cut into rotated files (``editcap -c`` by packet
+count and ``editcap -i`` by time, Wireshark's own cutter) and read by the ``spark`` job as
+one capture gives exactly the whole file's rows, pair by pair, and its partitions rows; a
+capture of another recording beside them stays apart.
 
 The oracle is the whole original capture analysed offline (``dissector.analyze``). The
 capture is ``kafka-4-longpoll-rotation`` (57 connections of a long-poll workload: many
@@ -21,6 +22,7 @@ import pytest
 import dissector
 from dissector.options import ChainRule, Options
 from tests.test_spark import _local, _pandas_rows, _row_key, _spark_rows
+from tests.test_spark_analytics import _canonical, _pandas
 
 REPO = Path(__file__).resolve().parent.parent
 LONGPOLL = REPO / "captures" / "kafka-4-longpoll-rotation.pcapng"
@@ -51,13 +53,24 @@ def _without_capture(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(({**r, "capture": None} for r in rows), key=_row_key)
 
 
+def _partitions_without_capture(df: pd.DataFrame) -> list[tuple[Any, ...]]:
+    return _canonical(df.assign(capture=None))
+
+
+def _whole_partitions() -> list[tuple[Any, ...]]:
+    """``dissector.partitions`` of the whole original capture, in Spark's units."""
+    want = _pandas("partitions", LONGPOLL, "whole")
+    assert len(want) > 1000, "the long-poll capture should have many partitions rows"
+    return _partitions_without_capture(want)
+
+
 @pytest.mark.spark
 def test_rotated_files_are_one_capture_on_spark(spark: Any, folder: Path, tmp_path: Path) -> None:
     from dissector.spark.job import run_job
 
     parts = _parts(folder)
     out = tmp_path / "out"
-    report = run_job(spark, [str(folder)], str(out), analytics=())
+    report = run_job(spark, [str(folder)], str(out), analytics=("partitions",))
     assert report.sets == [tuple(f"file:{p}" for p in parts)]
     got = _pandas_rows(pd.read_parquet(out / "pairs"))
     ring = [r for r in got if r["capture"] == f"file:{parts[0]}"]
@@ -67,6 +80,9 @@ def test_rotated_files_are_one_capture_on_spark(spark: Any, folder: Path, tmp_pa
         _pandas_rows(dissector.analyze(str(LONGPOLL)))
     )
     assert _without_capture(other) == _without_capture(_pandas_rows(dissector.analyze(str(OTHER))))
+    parts_rows = pd.read_parquet(out / "partitions")
+    ring_parts = parts_rows[parts_rows["capture"] == f"file:{parts[0]}"]
+    assert _partitions_without_capture(ring_parts) == _whole_partitions()
     captures = {r["capture"]: r for r in pq.read_table(out / "captures").to_pylist()}
     assert set(captures) == {f"file:{parts[0]}", f"file:{folder / 'other-host.pcapng'}"}
     assert captures[f"file:{parts[0]}"]["files"] == [f"file:{p}" for p in parts]
@@ -115,3 +131,40 @@ def test_facts_rows_group_as_the_offline_rule(folder: Path) -> None:
     got = [[str(f).removeprefix("file:") for f in s.files] for s in group_sets(facts)]
     want = [list(s.files) for s in capture_sets(paths[:-1])]
     assert sorted(got) == sorted(want) and len(want) == 2
+
+
+@pytest.mark.spark
+def test_spark_dir_of_files_cut_by_time_gives_the_whole_files_rows(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``kafka-dissector spark DIR`` on the capture cut every second (``editcap -i 1``):
+    one capture set, every pair and every status count of the whole file, and its
+    partitions rows."""
+    from click.testing import CliRunner
+
+    from dissector.cli.spark import spark_command
+
+    if EDITCAP is None:
+        pytest.skip("editcap (Wireshark) is not installed: scripts/run-tests installs it")
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    subprocess.run(
+        [EDITCAP, "-i", "1", str(LONGPOLL), str(ring / "cut.pcapng")],
+        check=True,
+        capture_output=True,
+    )
+    parts = sorted(ring.iterdir())
+    assert len(parts) >= 10
+    out = tmp_path / "out"
+    args = [str(ring), "--master", "local[2]", "-o", str(out), "--analytics", "partitions"]
+    result = CliRunner().invoke(spark_command, args)
+    assert result.exit_code == 0, result.output
+    got = _pandas_rows(pd.read_parquet(out / "pairs"))
+    whole = dissector.analyze(str(LONGPOLL))
+    assert {r["capture"] for r in got} == {f"file:{parts[0]}"}
+    assert _without_capture(got) == _without_capture(_pandas_rows(whole))
+    statuses = pd.read_parquet(out / "pairs")["status"].value_counts().to_dict()
+    assert statuses == whole["status"].value_counts().to_dict()
+    assert _partitions_without_capture(pd.read_parquet(out / "partitions")) == _whole_partitions()
+    (set_row,) = pq.read_table(out / "captures").to_pylist()
+    assert set_row["files"] == [f"file:{p}" for p in parts]

@@ -7,7 +7,8 @@ The core builds the partitions, groups and versions rows beside the pairs
 ``versions`` give); ``PassTables`` takes its batches as they come and casts them to
 Spark's units (dictionaries -> strings, nanoseconds floored to microseconds, as in the
 pairs table). ``lag`` is ``analytics.lag.lag_at_end`` of the capture's partitions rows,
-which ``PassTables`` keeps (as the core's compact Arrow) only when ``lag`` is asked for.
+of which ``PassTables`` keeps the columns lag reads (``lag.INPUTS``, as the core's
+compact Arrow) only when ``lag`` is asked for.
 So the Spark tables are the pandas tables: same column names, in order, and the same
 values.
 
@@ -123,16 +124,25 @@ def to_spark(table: pa.Table, name: str) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def lag_table(partitions: list[pa.Table]) -> pa.Table:
-    """``lag.lag_at_end`` of one capture's partitions rows (the core's Arrow batches),
-    in ``arrow_schema("lag")``."""
-    from dissector.analytics.lag import lag_at_end
+def lag_inputs(partitions: pa.Table) -> pa.Table:
+    """The columns of a partitions batch that ``lag.lag_at_end`` reads
+    (``lag.INPUTS``): what a task keeps of a capture for its lag table."""
+    from dissector.analytics.lag import INPUTS
+
+    return partitions.select(list(INPUTS))
+
+
+def lag_table(inputs: list[pa.Table]) -> pa.Table:
+    """``lag.lag_at_end`` of one capture's partitions rows (``lag_inputs`` of the
+    core's Arrow batches), in ``arrow_schema("lag")``."""
+    from dissector.analytics.lag import INPUTS, lag_at_end
     from dissector.tables_schema import PARTITION_COLUMNS
     from dissector.wire.tables import to_frame
 
-    if not partitions:
+    if not inputs:
         return arrow_schema("lag").empty_table()
-    frame = to_frame(pa.concat_tables(partitions), PARTITION_COLUMNS)
+    contract = {c[0]: c for c in PARTITION_COLUMNS}
+    frame = to_frame(pa.concat_tables(inputs), tuple(contract[n] for n in INPUTS))
     return to_arrow(lag_at_end(frame), "lag")
 
 
@@ -167,7 +177,7 @@ class PassTables:
             if name in self.wanted:
                 self.pending.append((name, to_spark(batch, name)))
             if name == "partitions" and self.keeps:
-                self.kept.append(batch)
+                self.kept.append(lag_inputs(batch))
 
         return take
 
