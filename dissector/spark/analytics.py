@@ -132,6 +132,23 @@ def lag_inputs(partitions: pa.Table) -> pa.Table:
     return partitions.select(list(INPUTS))
 
 
+COMMIT_APIS = frozenset(("OffsetCommit", "OffsetFetch", "TxnOffsetCommit"))
+"""The partitions rows ``lag.commit_events`` reads commits from: a capture without any
+has no lag rows (``lag_at_end`` of it is empty), so its lag is not computed."""
+
+
+def may_commit(partitions: pa.Table) -> bool:
+    """Whether a partitions batch may hold a commit (``COMMIT_APIS``): its ``api_name``
+    dictionaries name one (a dictionary may name more than its rows use: never a
+    commit missed)."""
+    column = partitions.column("api_name")
+    for chunk in column.chunks:
+        values = chunk.dictionary if pa.types.is_dictionary(chunk.type) else chunk
+        if COMMIT_APIS.intersection(v for v in values.to_pylist() if v is not None):
+            return True
+    return False
+
+
 def lag_table(inputs: list[pa.Table]) -> pa.Table:
     """``lag.lag_at_end`` of one capture's partitions rows (``lag_inputs`` of the
     core's Arrow batches), in ``arrow_schema("lag")``."""
@@ -162,6 +179,7 @@ class PassTables:
     rename: Rename
     pending: list[tuple[str, pa.Table]] = field(default_factory=list)
     kept: list[pa.Table] = field(default_factory=list)
+    commits: bool = False  # a kept batch may hold a commit (``may_commit``)
 
     def collector(self) -> TableCollector:
         """The ``TableCollector`` to hand the pass (``wire.core.iter_tables``)."""
@@ -178,6 +196,7 @@ class PassTables:
                 self.pending.append((name, to_spark(batch, name)))
             if name == "partitions" and self.keeps:
                 self.kept.append(lag_inputs(batch))
+                self.commits = self.commits or may_commit(batch)
 
         return take
 
@@ -195,4 +214,4 @@ class PassTables:
         yield from self.drain()
         if self.keeps:
             kept, self.kept = self.kept, []
-            yield "lag", lag_table(kept)
+            yield "lag", lag_table(kept if self.commits else [])
