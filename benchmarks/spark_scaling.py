@@ -41,6 +41,7 @@ import argparse
 import math
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -98,7 +99,14 @@ class PeakMemory:
     workers: set[int] = field(default_factory=set)
     cpu: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> (kind, s)
 
+    total_cpu: float = 0.0  # every process of the job, once all were reaped (rusage)
+
     def cpu_of(self, kind: str) -> float:
+        """CPU seconds of one kind, as last sampled (a process that ends between two
+        samples loses its last fraction of a second: Python workers are short-lived,
+        so theirs is the total less the driver and the JVM)."""
+        if kind == "worker":
+            return max(0.0, self.total_cpu - self.cpu_of("driver") - self.cpu_of("jvm"))
         return sum(s for k, s in self.cpu.values() if k == kind)
 
     def line(self) -> str:
@@ -106,7 +114,7 @@ class PeakMemory:
         return (
             f"peak RSS: driver {self.driver / mb:.0f} MB, JVM {self.jvm / mb:.0f} MB, "
             f"largest Python worker {self.worker / mb:.0f} MB "
-            f"({len(self.workers)} worker processes); CPU: driver "
+            f"({len(self.workers)} worker processes); CPU {self.total_cpu:.1f} s: driver "
             f"{self.cpu_of('driver'):.1f} s, JVM {self.cpu_of('jvm'):.1f} s, "
             f"Python workers {self.cpu_of('worker'):.1f} s"
         )
@@ -198,7 +206,7 @@ class JobRun:
     @property
     def peak_cpu(self) -> float:
         """CPU seconds of every process of the job."""
-        return sum(s for _, s in self.peak.cpu.values())
+        return self.peak.total_cpu
 
 
 def spark_command() -> list[str]:
@@ -216,6 +224,9 @@ def run_spark_job(
     peak = PeakMemory()
     stop = threading.Event()
     started = time.perf_counter()
+    # Each process of the job is reaped by its parent (the JVM by the driver, the Python
+    # workers by pyspark's daemon...), so this process's children's CPU counts them all.
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=out.parent
@@ -224,6 +235,8 @@ def run_spark_job(
         sampler.start()
         stdout, _ = proc.communicate()
         seconds = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        peak.total_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         stop.set()
         sampler.join()
         err.seek(0)
