@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,46 +89,151 @@ def assumed_rows(df: pd.DataFrame) -> pd.Series:
     return df["assumed_version"].notna().astype(bool)
 
 
+@dataclass(frozen=True, slots=True)
+class SummaryColumn:
+    """One column of the printed table, with what it may shrink to on a narrow terminal."""
+
+    name: str
+    short: str  # the header when space is short
+    cells: tuple[str, ...]
+    justify: str = "right"
+    # Order in which columns leave a narrow terminal (lower first); None: never.
+    drop_rank: int | None = None
+    width: int | None = None  # fixed width when fitted (text cut with an ellipsis)
+    abbreviated: bool = False  # shown under ``short``
+
+    @property
+    def header(self) -> str:
+        return self.short if self.abbreviated else self.name
+
+    @property
+    def natural(self) -> int:
+        return max(len(self.header), *(len(c) for c in self.cells), 0)
+
+    @property
+    def all_zero(self) -> bool:
+        return bool(self.cells) and all(c == "0" for c in self.cells)
+
+
+# A rich table's frame: one space of padding on each side of a cell and a rule
+# between and around cells.
+_CELL_FRAME = 3
+_MIN_NAME = 12  # an API name cut shorter than this stops being recognisable
+
+
+def table_width(columns: list[SummaryColumn]) -> int:
+    widths = [c.width if c.width is not None else c.natural for c in columns]
+    return sum(widths) + _CELL_FRAME * len(columns) + 1
+
+
+@dataclass(frozen=True, slots=True)
+class FittedTable:
+    columns: list[SummaryColumn]
+    left_out: list[str]  # columns dropped for width (their full names)
+
+
+def fit_columns(columns: list[SummaryColumn], width: int | None) -> FittedTable:
+    """The columns that fit ``width`` terminal cells, in steps that lose least first:
+    columns of nothing but zeros, short headers, API names cut with an ellipsis (not
+    below 12 cells), then whole columns by ``drop_rank``. Numbers are never cut and
+    no column is squeezed to nothing. ``width`` None (piped output): all, full width.
+    """
+    if width is None or table_width(columns) <= width:
+        return FittedTable(columns, [])
+    cols = list(columns)
+    left_out: list[str] = []
+    droppable = sorted((c for c in cols if c.drop_rank is not None), key=lambda c: c.drop_rank or 0)
+    for col in droppable:
+        if table_width(cols) <= width:
+            break
+        if col.all_zero:
+            cols = [c for c in cols if c.drop_rank != col.drop_rank]
+            left_out.append(col.name)
+    if table_width(cols) > width:
+        cols = [replace(c, abbreviated=c.short != c.name) for c in cols]
+    excess = table_width(cols) - width
+    if excess > 0:
+        text = cols[0]
+        shrunk = max(_MIN_NAME, min(text.natural, text.natural - excess))
+        cols[0] = replace(text, width=shrunk)
+    for col in droppable:
+        if table_width(cols) <= width:
+            break
+        kept = [c for c in cols if c.drop_rank != col.drop_rank]
+        if len(kept) < len(cols):
+            cols = kept
+            left_out.append(col.name)
+    return FittedTable(cols, left_out)
+
+
+def summary_columns(df: pd.DataFrame) -> list[SummaryColumn]:
+    """The table's columns, most important first to stay (API, version, count, p99)."""
+    rows = list(api_summary(df).itertuples(index=False))
+
+    def cells(fn: Callable[[Any], str]) -> tuple[str, ...]:
+        return tuple(fn(r) for r in rows)
+
+    return [
+        SummaryColumn("API", "API", cells(lambda r: str(r.api_name)), justify="left"),
+        SummaryColumn(
+            "ver",
+            "v",
+            cells(lambda r: "" if _missing(r.api_version) else str(int(r.api_version))),
+        ),
+        SummaryColumn("count", "n", cells(lambda r: str(r.count))),
+        SummaryColumn("errors", "err", cells(lambda r: str(int(r.errors))), drop_rank=6),
+        SummaryColumn("unanswered", "unans", cells(lambda r: str(int(r.unanswered))), drop_rank=4),
+        SummaryColumn(
+            "unsupported", "unsup", cells(lambda r: str(int(r.unsupported))), drop_rank=2
+        ),
+        SummaryColumn("assumed", "asm", cells(lambda r: str(int(r.assumed))), drop_rank=1),
+        SummaryColumn("long polls", "polls", cells(lambda r: str(int(r.long_polls))), drop_rank=3),
+        SummaryColumn("p50 ms", "p50 ms", cells(lambda r: _fmt_ms(r.p50_ms)), drop_rank=5),
+        SummaryColumn("p99 ms", "p99 ms", cells(lambda r: _fmt_ms(r.p99_ms))),
+    ]
+
+
 def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
     out = file if file is not None else sys.stdout
-    console = Console(file=out, width=None if out.isatty() else _FILE_WIDTH)
+    tty = out.isatty()
+    console = Console(file=out, width=None if tty else _FILE_WIDTH)
+    # In a terminal the notes wrap at its width; piped, each stays one line.
+    soft = not tty
+    fitted = fit_columns(summary_columns(df), console.width if tty else None)
     table = Table(title=f"Kafka pairs: {len(df)} rows")
-    for name, justify in (
-        ("API", "left"),
-        ("ver", "right"),
-        ("count", "right"),
-        ("errors", "right"),
-        ("unanswered", "right"),
-        ("unsupported", "right"),
-        ("assumed", "right"),
-        ("long polls", "right"),
-        ("p50 ms", "right"),
-        ("p99 ms", "right"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for row in api_summary(df).itertuples(index=False):
-        table.add_row(
-            str(row.api_name),
-            "" if _missing(row.api_version) else str(int(row.api_version)),
-            str(row.count),
-            str(int(row.errors)),
-            str(int(row.unanswered)),
-            str(int(row.unsupported)),
-            str(int(row.assumed)),
-            str(int(row.long_polls)),
-            _fmt_ms(row.p50_ms),
-            _fmt_ms(row.p99_ms),
+    for col in fitted.columns:
+        table.add_column(
+            col.header,
+            justify=col.justify,  # type: ignore[arg-type]
+            no_wrap=True,
+            overflow="ellipsis",
+            width=col.width,
+            # numbers keep their whole width: rich may only ever cut the API name
+            min_width=col.natural if col.width is None else col.width,
         )
+    for i in range(len(fitted.columns[0].cells)):
+        table.add_row(*(col.cells[i] for col in fitted.columns))
     console.print(table)
+    short = [f"{c.short}: {c.name}" for c in fitted.columns if c.abbreviated]
+    if short:
+        console.print("; ".join(short), highlight=False, soft_wrap=soft)
+    if fitted.left_out:
+        console.print(
+            f"left out for the terminal's width ({console.width} columns): "
+            + ", ".join(fitted.left_out)
+            + " (piped or with a wider terminal the table is whole)",
+            highlight=False,
+            soft_wrap=soft,
+        )
     if not df.empty:
         console.print(
             "p50/p99: service latency (Fetch/ShareFetch long polls without their wait on the "
             "broker; empty polls counted under 'long polls')",
             highlight=False,
-            soft_wrap=True,
+            soft_wrap=soft,
         )
         statuses = df["status"].value_counts().to_dict()
         console.print("status: " + ", ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
@@ -137,7 +244,7 @@ def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
                 "specs that does not fit the newest known layout: bodies not decoded "
                 "(add newer specs with --specs)",
                 highlight=False,
-                soft_wrap=True,
+                soft_wrap=soft,
             )
         assumed = int(assumed_rows(df).sum())
         if assumed:
@@ -146,19 +253,19 @@ def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
                 "decoded with the newest known layout, which fits exactly "
                 "(column assumed_version; --specs with newer specs decodes them as sent)",
                 highlight=False,
-                soft_wrap=True,
+                soft_wrap=soft,
             )
     counters = df.attrs.get("counters") or {}
     if counters:
         console.print(
             "counters: " + ", ".join(f"{k}={v}" for k, v in counters.items()),
             highlight=False,
-            soft_wrap=True,
+            soft_wrap=soft,
         )
     tls = df.attrs.get("tls_streams") or []
     if tls:
         console.print(
-            f"TLS detected (not decoded) on streams: {', '.join(map(str, tls))}", soft_wrap=True
+            f"TLS detected (not decoded) on streams: {', '.join(map(str, tls))}", soft_wrap=soft
         )
 
 
