@@ -27,6 +27,7 @@ from markupsafe import Markup, escape
 # matplotlib, jinja2) then surfaces as the CLI's clear message, not a traceback.
 from dissector import __version__, schema
 from dissector.analytics import plots, stats
+from dissector.analytics.no_kafka import no_kafka
 from dissector.protocol.keys import ApiKey
 from dissector.protocol.notes import GROUP_MEMBERSHIP_APIS, NotingDecoder, note_group_call
 
@@ -1195,7 +1196,39 @@ def _definitions(command: str) -> Section:
     return Section(id="definitions", title="Definitions", facts=tuple(facts))
 
 
-def sections(df: pd.DataFrame, command: str) -> list[Section]:
+NO_KAFKA_SECTION_IDS: tuple[str, ...] = ("overview", "capture")
+"""A capture without one Kafka pair gets these: what it held instead, not empty charts."""
+
+
+def _no_kafka_overview(df: pd.DataFrame, ports: frozenset[int] | None) -> Section:
+    counters = df.attrs.get("counters") or {}
+    absent = no_kafka(0, counters, df.attrs.get("tls_streams") or (), ports)
+    assert absent is not None
+    return Section(
+        id="overview",
+        title="No Kafka in this capture",
+        intro=absent.sentence(),
+        facts=tuple(("held", phrase) for phrase in absent.held),
+    )
+
+
+def _no_kafka_capture(df: pd.DataFrame, command: str) -> Section:
+    counters = df.attrs.get("counters") or {}
+    tls = df.attrs.get("tls_streams") or []
+    rows: list[tuple[str, str]] = [("capture files", ", ".join(capture_names(df)) or "–")]
+    if tls:
+        rows.append(("TLS (not decoded)", _tls_text(tls)))
+    if counters:
+        rows.append(("stage counters", ", ".join(f"{k} {v:,}" for k, v in counters.items())))
+    rows.append(("regenerate", command))
+    return Section(id="capture", title="Capture", facts=tuple(rows))
+
+
+def sections(
+    df: pd.DataFrame, command: str, *, ports: frozenset[int] | None = None
+) -> list[Section]:
+    if df.empty:
+        return [_no_kafka_overview(df, ports), _no_kafka_capture(df, command)]
     out = [
         _overview(df),
         _capture(df),
@@ -1253,19 +1286,29 @@ def breakable(text: str) -> Markup:
     return Markup(re.sub(r"([_/])", r"\1<wbr>", str(escape(_visible(str(text))))))
 
 
-def render(df: pd.DataFrame, *, title: str | None = None, command: str = "") -> str:
-    """The report of the pairs frame ``df`` as one HTML document."""
+def render(
+    df: pd.DataFrame,
+    *,
+    title: str | None = None,
+    command: str = "",
+    ports: frozenset[int] | None = None,
+) -> str:
+    """The report of the pairs frame ``df`` as one HTML document (``ports``: the
+    ``--ports`` the pairs were found with, for the no-Kafka page's hint)."""
     facts = stats.capture_facts(df)
     names = ", ".join(Path(c).name for c in capture_names(df)) or "no capture"
-    subtitle = (
-        f"{fmt_int(len(df))} Kafka request/response pairs from {names}; "
-        f"{fmt_time(facts.first)} to {fmt_time(facts.last)}"
-    )
+    if df.empty:
+        subtitle = f"No Kafka request/response pairs in {names}"
+    else:
+        subtitle = (
+            f"{fmt_int(len(df))} Kafka request/response pairs from {names}; "
+            f"{fmt_time(facts.first)} to {fmt_time(facts.last)}"
+        )
     command = command or "kafka-dissector report " + " ".join(capture_names(df))
     return _template().render(
         title=title or f"Kafka traffic report: {names}",
         subtitle=subtitle,
-        sections=sections(df, command),
+        sections=sections(df, command, ports=ports),
         version=__version__,
         command=command,
     )
@@ -1277,10 +1320,11 @@ def write_report(
     *,
     title: str | None = None,
     command: str = "",
+    ports: frozenset[int] | None = None,
 ) -> Path:
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(df, title=title, command=command), encoding="utf-8")
+    path.write_text(render(df, title=title, command=command, ports=ports), encoding="utf-8")
     return path
 
 
@@ -1401,4 +1445,4 @@ def report_file(
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if ports:
         command += " --ports " + ",".join(str(p) for p in sorted(ports))
-    return write_report(df, output, title=title, command=command)
+    return write_report(df, output, title=title, command=command, ports=ports)

@@ -193,9 +193,17 @@ def summary_columns(df: pd.DataFrame) -> list[SummaryColumn]:
     ]
 
 
-def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
+def print_summary(
+    df: pd.DataFrame, file: TextIO | None = None, *, ports: frozenset[int] | None = None
+) -> None:
+    """The table (or, with no pair, why not), notes, statuses and counters.
+
+    ``ports``: the ``--ports`` given, for the no-Kafka sentence's hint.
+    """
     from rich.console import Console
     from rich.table import Table
+
+    from dissector.analytics.no_kafka import no_kafka
 
     out = file if file is not None else sys.stdout
     tty = out.isatty()
@@ -216,7 +224,14 @@ def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
         )
     for i in range(len(fitted.columns[0].cells)):
         table.add_row(*(col.cells[i] for col in fitted.columns))
-    console.print(table)
+    absent = no_kafka(
+        len(df), df.attrs.get("counters") or {}, df.attrs.get("tls_streams") or (), ports
+    )
+    if absent is not None:
+        # Not an empty table that reads like an answer: what the capture held instead.
+        console.print(absent.sentence(), highlight=False, soft_wrap=soft)
+    else:
+        console.print(table)
     short = [f"{c.short}: {c.name}" for c in fitted.columns if c.abbreviated]
     if short:
         console.print("; ".join(short), highlight=False, soft_wrap=soft)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from dissector.analytics.no_kafka import no_kafka
 from dissector.analytics.summary_table import print_summary
 from dissector.cli.common import (
     TABLE_FORMATS,
@@ -21,6 +22,7 @@ from dissector.cli.common import (
     check_output_format,
     load_decoder,
     make_parent_dirs,
+    outputs,
     parse_ports,
     report_failures,
     warn_damage,
@@ -74,7 +76,9 @@ def one_shot(command: Callable[..., None]) -> Callable[..., None]:
 
 
 @click.command("analyze")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+# readable=False: an unreadable capture is skipped like a missing one (capture_problem),
+# not a usage error that stops the others.
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False))
 @click.option(
     "-o",
     "--output",
@@ -139,7 +143,7 @@ def analyze(
         list(paths), opts, show=sys.stderr.isatty() and not quiet, decoder=decoder
     )
     if not quiet:
-        print_summary(result.frame())
+        print_summary(result.frame(), ports=opts.ports)
     if output and len(failures) < len(paths):
         _write(result, output, quiet)
     readable = [p for p in paths if p not in {f for f, _ in failures}]
@@ -197,6 +201,10 @@ def analyze_each(
             continue
         seen = run.counters.as_dict()
         warn_damage(path, seen)
+        absent = no_kafka(table.num_rows, seen, run.tls_streams, options.ports)
+        if absent is not None and len(paths) > 1:
+            # The table covers them all: say which capture held none.
+            click.echo(f"note: {path}: {absent.sentence()}", err=True)
         for name, n in seen.items():
             counters[name] = counters.get(name, 0) + n
         tls.extend(run.tls_streams)
@@ -211,6 +219,8 @@ def _write(result: Analysed, output: str, quiet: bool) -> None:
     from dissector.table.frame import export, write_pairs_parquet
 
     make_parent_dirs(output)
+    done = outputs()
+    done.writing = output
     try:
         if output.lower().endswith(".parquet"):
             write_pairs_parquet(result.table, output)
@@ -218,6 +228,8 @@ def _write(result: Analysed, output: str, quiet: bool) -> None:
             export(result.frame(), output)
     except OSError as exc:
         raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc
+    done.writing = None
+    done.written.append(output)
     if not quiet:
         click.echo(f"wrote {result.table.num_rows} rows to {output}")
 
@@ -240,8 +252,12 @@ def _write_tables(
     for _, out in wanted:  # checked before the tables are built: a typo must not cost their passes
         if not out.lower().endswith(TABLE_FORMATS):
             raise click.ClickException(f"{out}: use one of {', '.join(TABLE_FORMATS)}")
+    done = outputs()
     for build, out in wanted:
         table = build(paths, ports=ports, specs=specs)
+        done.writing = out
         export_table(table, out)
+        done.writing = None
+        done.written.append(out)
         if not quiet:
             click.echo(f"wrote {len(table)} rows to {out}")

@@ -11,7 +11,13 @@ from typing import Any, TextIO
 import click
 
 from dissector.accounting import Counters
-from dissector.cli.common import capture_problem, parse_ports, report_failures, warn_damage
+from dissector.cli.common import (
+    capture_problem,
+    outputs,
+    parse_ports,
+    report_failures,
+    warn_damage,
+)
 from dissector.json_values import jsonable
 from dissector.protocol import Registry, get_registry, supported_apis
 from dissector.protocol.names import version_ranges
@@ -51,7 +57,7 @@ def load_registry(spec_dirs: Iterable[str]) -> Registry:
 
 
 @click.command("decode")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False))
 @click.option("--api", "api", help="only this API: a key number or a name such as Fetch")
 @click.option("--records", is_flag=True, help="expand record batches into records")
 @click.option(
@@ -94,9 +100,11 @@ def decode_command(
 
 
 def _write_lines(items: Iterable[dict[str, Any]], out: TextIO) -> None:
+    done = outputs()
     for item in items:
         out.write(json.dumps(item, default=jsonable, ensure_ascii=False))
         out.write("\n")
+        done.lines += 1
 
 
 @click.command("apis")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import click
 
 from dissector.analytics.report import report_file
-from dissector.cli.common import parse_ports, report_failures
+from dissector.cli.common import capture_problem, outputs, parse_ports, report_failures
 
 
 @click.command("report")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+# Not checked by click: a missing or unreadable capture is skipped (capture_problem), the
+# report made of the others, and the exit status says so, as in analyze and decode.
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False))
 @click.option(
     "-o",
     "--output",
@@ -24,10 +26,19 @@ def report_command(
     paths: tuple[str, ...], output: str, ports: str | None, title: str | None
 ) -> None:
     """Write one self-contained HTML report (charts, tables, capture facts) for PATHS."""
+    port_set = parse_ports(ports)
     failures: list[tuple[str, str]] = []
-    if len(failures) < len(paths):
-        path = report_file(paths, output, ports=parse_ports(ports), title=title, failures=failures)
+    readable = []
+    for capture in paths:
+        problem = capture_problem(capture)
+        if problem is None:
+            readable.append(capture)
+        else:
+            failures.append((capture, problem))
+    if readable:
+        path = report_file(readable, output, ports=port_set, title=title, failures=failures)
         if len(failures) < len(paths):
+            outputs().written.append(output)
             click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")
         else:
             path.unlink(missing_ok=True)  # no capture could be read: no report of nothing
