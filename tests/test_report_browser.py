@@ -33,9 +33,24 @@ SHOTS = Path(tempfile.gettempdir()) / "kafka-dissector-report-shots"
 """Screenshots are left here for a person to look at (CI keeps none)."""
 
 OVERFLOW_PROBE = """
-return [...document.querySelectorAll('div.scroll')].map(box => ({
-  table: (box.previousElementSibling || {}).id || '',
-  scroll: box.scrollWidth, client: box.clientWidth}));
+document.querySelectorAll('details').forEach(d => { d.open = true; });
+return [...document.querySelectorAll('div.scroll')].map(box => {
+  const folded = box.parentElement.tagName === 'DETAILS';
+  const heading = folded ? box.parentElement.previousElementSibling : box.previousElementSibling;
+  return {table: (heading || {}).id || '', scroll: box.scrollWidth, client: box.clientWidth};
+});
+"""
+
+LAYOUT_PROBE = """
+const top = id => document.getElementById(id).getBoundingClientRect().top + window.scrollY;
+const overview = document.getElementById('overview').getBoundingClientRect();
+return {
+  page: document.scrollingElement.scrollWidth, inner: window.innerWidth,
+  overviewBottom: overview.bottom + window.scrollY, trouble: top('trouble'),
+  troubleErrors: top('table-trouble-errors'), errors: top('errors'),
+  height: document.scrollingElement.scrollHeight,
+  folded: [...document.querySelectorAll('details')].filter(d => !d.open).length,
+};
 """
 
 SORT_PROBE = """
@@ -153,7 +168,8 @@ def test_tables_sort_when_a_header_is_clicked(
     # wrong; column 0 is the API name (text).
     header = parse(pages["bundled"].read_text(encoding="utf-8")).tables["table-per-api"][0]
     assert header[11] == "bytes in" and header[0] == "API"
-    scripts = [("#table-per-api + div table", [11]), ("#table-per-api + div table", [0])]
+    # a long table starts folded (<details>) under its heading
+    scripts = [("#table-per-api + details table", [11]), ("#table-per-api + details table", [0])]
     results, _, _ = _in_browser(
         browser, pages["bundled"], 1400, [(SORT_PROBE, list(a)) for a in scripts]
     )
@@ -165,3 +181,18 @@ def test_tables_sort_when_a_header_is_clicked(
     assert numbers["second"][0] == float(sizes.max())
     assert names["first"] == sorted(names["first"], key=str.casefold)  # as a reader sorts
     assert names["sort"] == "descending"
+
+
+@pytest.mark.parametrize("width", [800, 1400, 1920])
+def test_trouble_leads_and_the_page_fits_the_window(
+    browser: str, pages: dict[str, Path], width: int
+) -> None:
+    """At every width the Trouble section follows the overview, its first table is in
+    the first screens, long lists start folded, and nothing widens the page itself (a
+    wide table scrolls inside its own box)."""
+    (layout,), inner, _ = _in_browser(browser, pages["bundled"], width, [(LAYOUT_PROBE, [])])
+    assert layout["page"] <= layout["inner"] == inner
+    assert 0 <= layout["trouble"] - layout["overviewBottom"] < 60
+    assert layout["troubleErrors"] < {800: 2000, 1400: 1000, 1920: 1000}[width]
+    assert layout["troubleErrors"] < layout["errors"]
+    assert layout["folded"] >= 3  # API versions seen, per API, versions...

@@ -211,7 +211,11 @@ def print_summary(
     # In a terminal the notes wrap at its width; piped, each stays one line.
     soft = not tty
     fitted = fit_columns(summary_columns(df), console.width if tty else None)
-    table = Table(title=f"Kafka pairs: {len(df)} rows")
+    applied = df.attrs.get("filter")  # (text, rows before) when --filter was given
+    title = f"Kafka pairs: {len(df)} rows"
+    if applied:
+        title = f"Kafka pairs: {len(df)} of {applied[1]} rows matching {applied[0]!r}"
+    table = Table(title=title)
     for col in fitted.columns:
         table.add_column(
             col.header,
@@ -224,10 +228,12 @@ def print_summary(
         )
     for i in range(len(fitted.columns[0].cells)):
         table.add_row(*(col.cells[i] for col in fitted.columns))
-    absent = no_kafka(
-        len(df), df.attrs.get("counters") or {}, df.attrs.get("tls_streams") or (), ports
-    )
-    if absent is not None:
+    counters = df.attrs.get("counters") or {}
+    rows_seen = applied[1] if applied else len(df)
+    absent = no_kafka(rows_seen, counters, df.attrs.get("tls_streams") or (), ports)
+    if applied and df.empty:
+        console.print(f"no row matches {applied[0]!r} ({applied[1]} rows before the filter)")
+    elif absent is not None:
         # Not an empty table that reads like an answer: what the capture held instead.
         console.print(absent.sentence(), highlight=False, soft_wrap=soft)
     else:
@@ -251,7 +257,8 @@ def print_summary(
             soft_wrap=soft,
         )
         statuses = df["status"].value_counts().to_dict()
-        console.print("status: " + ", ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
+        shown = sorted((k, v) for k, v in statuses.items() if v)  # categories never seen: no
+        console.print("status: " + ", ".join(f"{k}={v}" for k, v in shown))
         unsupported = int(unsupported_rows(df).sum())
         if unsupported:
             console.print(

@@ -17,6 +17,7 @@ import click
 from dissector.analytics.no_kafka import no_kafka
 from dissector.analytics.summary_table import print_summary
 from dissector.cli.common import (
+    FILTER_HELP,
     TABLE_FORMATS,
     capture_problem,
     check_output_format,
@@ -24,6 +25,7 @@ from dissector.cli.common import (
     make_parent_dirs,
     outputs,
     parse_ports,
+    parse_row_filter,
     report_failures,
     warn_damage,
 )
@@ -115,6 +117,7 @@ def one_shot(command: Callable[..., None]) -> Callable[..., None]:
     type=click.Path(dir_okay=False),
     help="also write the groups table (one row per group-membership call)",
 )
+@click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
 @click.option("--quiet", is_flag=True, help="no summary table (warnings and errors still show)")
 @one_shot
 def analyze(
@@ -126,6 +129,7 @@ def analyze(
     quiet: bool,
     partitions_out: str | None = None,
     groups_out: str | None = None,
+    row_filter: str | None = None,
 ) -> None:
     """Decode every Kafka request/response pair in PATHS (pcap or pcapng, maybe gzipped).
 
@@ -135,6 +139,7 @@ def analyze(
 
     if output:
         check_output_format(output, TABLE_FORMATS)
+    wanted = parse_row_filter(row_filter)
     opts = Options(ports=parse_ports(ports))
     if max_frame is not None:
         opts = Options(ports=opts.ports, max_frame=max_frame)
@@ -142,6 +147,8 @@ def analyze(
     result, failures = analyze_each(
         list(paths), opts, show=sys.stderr.isatty() and not quiet, decoder=decoder
     )
+    if wanted is not None:
+        result = result.filtered(wanted)
     if not quiet:
         print_summary(result.frame(), ports=opts.ports)
     if output and len(failures) < len(paths):
@@ -163,13 +170,33 @@ class Analysed:
     tls_streams: list[int]
     _frame: pd.DataFrame | None = None
 
+    filter_text: str | None = None
+    rows_before_filter: int | None = None
+
     def frame(self) -> pd.DataFrame:
         if self._frame is None:
             from dissector.wire.core import table_to_frame
 
             self._frame = table_to_frame(self.table)
             self._frame.attrs = {"counters": self.counters, "tls_streams": self.tls_streams}
+            if self.filter_text is not None:
+                self._frame.attrs["filter"] = (self.filter_text, self.rows_before_filter)
         return self._frame
+
+    def filtered(self, wanted: Any) -> Analysed:
+        """Only the rows ``wanted`` (a ``row_filter.Filter``) matches; counters stay the
+        capture's (they account for every packet, not for the rows shown)."""
+        import pyarrow as pa
+
+        mask = wanted.mask(self.frame())
+        table = self.table.filter(pa.array(mask.to_numpy()))
+        return Analysed(
+            table,
+            self.counters,
+            self.tls_streams,
+            filter_text=wanted.text,
+            rows_before_filter=self.table.num_rows,
+        )
 
 
 def analyze_each(

@@ -220,3 +220,23 @@ def interrupted(done: Outputs) -> NoReturn:
             message += f"; {done.writing} was cut off while being written: removed"
     click.echo(message, err=True)
     sys.exit(EXIT_INTERRUPTED)
+
+
+# ---------------------------------------------------------------- --filter
+
+FILTER_HELP = (
+    "only rows matching EXPR, e.g. 'api == Fetch and latency > 100', 'error', "
+    "'client contains cons or topic == orders' (syntax: README, Filtering)"
+)
+
+
+def parse_row_filter(text: str | None) -> Any:
+    """``--filter``: the parsed filter, or a usage error naming what is wrong."""
+    if text is None:
+        return None
+    from dissector.table.row_filter import FilterError, parse_filter
+
+    try:
+        return parse_filter(text)
+    except FilterError as exc:
+        raise click.BadParameter(str(exc), param_hint="--filter") from None

@@ -12,9 +12,11 @@ import click
 
 from dissector.accounting import Counters
 from dissector.cli.common import (
+    FILTER_HELP,
     capture_problem,
     outputs,
     parse_ports,
+    parse_row_filter,
     report_failures,
     warn_damage,
 )
@@ -69,16 +71,22 @@ def load_registry(spec_dirs: Iterable[str]) -> Registry:
     "or a kafka-clients jar; repeatable",
 )
 @click.option("--ports", help="broker ports and ranges, e.g. 9092,9094-9096")
+@click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
 def decode_command(
     paths: tuple[str, ...],
     api: str | None,
     records: bool,
     spec_dirs: tuple[str, ...],
     ports: str | None,
+    row_filter: str | None = None,
 ) -> None:
-    """Decode every request/response pair of the captures as JSON lines."""
+    """Decode every request/response pair of the captures as JSON lines.
+
+    Each line carries the pair's times, latency and status as the pairs table has them.
+    """
     key = parse_api(api, load_registry(spec_dirs))
     port_set = parse_ports(ports)
+    wanted = parse_row_filter(row_filter)
     failures: list[tuple[str, str]] = []
     for path in paths:
         problem = capture_problem(path)
@@ -89,6 +97,8 @@ def decode_command(
         items = iter_decoded(
             [path], api=key, records=records, specs=spec_dirs, ports=port_set, counters=counters
         )
+        if wanted is not None:
+            items = (item for item in items if wanted.matches(decode_row(item)))
         try:
             _write_lines(items, sys.stdout)
         except CaptureError as exc:
@@ -97,6 +107,16 @@ def decode_command(
             continue
         warn_damage(path, counters.as_dict())
     report_failures(failures, len(paths))
+
+
+def decode_row(item: dict[str, Any]) -> dict[str, Any]:
+    """A decode line as the pairs table's columns, for ``--filter``."""
+    row = {k: v for k, v in item.items() if k not in ("request", "response", "summary")}
+    for side in ("client", "broker"):
+        ip, _, port = str(item[side]).rpartition(":")
+        row[f"{side}_ip"], row[f"{side}_port"] = ip, int(port) if port.isdigit() else None
+    row.update(item.get("summary") or {})
+    return row
 
 
 def _write_lines(items: Iterable[dict[str, Any]], out: TextIO) -> None:

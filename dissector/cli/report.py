@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+from typing import Any
+
 import click
 
-from dissector.analytics.report import report_file
-from dissector.cli.common import capture_problem, outputs, parse_ports, report_failures
+from dissector.analytics import report
+from dissector.cli.common import (
+    FILTER_HELP,
+    capture_problem,
+    outputs,
+    parse_ports,
+    parse_row_filter,
+    report_failures,
+)
 
 
 @click.command("report")
@@ -22,11 +33,17 @@ from dissector.cli.common import capture_problem, outputs, parse_ports, report_f
 )
 @click.option("--ports", help="broker ports, comma-separated (default: usual ports + heuristic)")
 @click.option("--title", help="page title (default: names the capture files)")
+@click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
 def report_command(
-    paths: tuple[str, ...], output: str, ports: str | None, title: str | None
+    paths: tuple[str, ...],
+    output: str,
+    ports: str | None,
+    title: str | None,
+    row_filter: str | None = None,
 ) -> None:
     """Write one self-contained HTML report (charts, tables, capture facts) for PATHS."""
     port_set = parse_ports(ports)
+    wanted = parse_row_filter(row_filter)
     failures: list[tuple[str, str]] = []
     readable = []
     for capture in paths:
@@ -36,10 +53,33 @@ def report_command(
         else:
             failures.append((capture, problem))
     if readable:
-        path = report_file(readable, output, ports=port_set, title=title, failures=failures)
+        path = _write(readable, output, port_set, title, wanted, failures)
         if len(failures) < len(paths):
             outputs().written.append(output)
             click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")
         else:
             path.unlink(missing_ok=True)  # no capture could be read: no report of nothing
     report_failures(failures, len(paths))
+
+
+def _write(
+    paths: list[str],
+    output: str,
+    ports: frozenset[int] | None,
+    title: str | None,
+    wanted: Any,
+    failures: list[tuple[str, str]],
+) -> Path:
+    """``report.report_file``, with the rows ``wanted`` (a ``row_filter.Filter``) only."""
+    if wanted is None:
+        return report.report_file(paths, output, ports=ports, title=title, failures=failures)
+    df = report.analyze(paths, ports=ports, failures=failures)
+    before = len(df)
+    df = df[wanted.mask(df)]
+    df.attrs[report.FILTER_ATTR] = (wanted.text, before)
+    command = " ".join(
+        ["kafka-dissector report", *map(shlex.quote, paths), "-o", shlex.quote(output)]
+        + (["--ports", ",".join(map(str, sorted(ports)))] if ports else [])
+        + ["--filter", shlex.quote(wanted.text)]
+    )
+    return report.write_report(df, output, title=title, command=command, ports=ports)
