@@ -107,3 +107,22 @@ def test_table_fits_the_terminal_and_keeps_numbers_whole(
         assert headers == full_headers and rows == full_rows
     if columns == 80:
         assert any("…" in r[0] for r in rows)  # long API names cut, not the numbers
+
+
+@pytest.mark.parametrize("width", [30, 50, 60])
+def test_very_narrow_terminals_keep_the_core_columns_whole(width: int) -> None:
+    """Narrower than the fitting can reach: API, version, count and p99 stay, numbers whole
+    (the table is then wider than the terminal rather than cut), no column empty."""
+    import dissector
+    from dissector.analytics.summary_table import fit_columns, summary_columns
+
+    columns = summary_columns(dissector.analyze(str(CAPTURE)))
+    fitted = fit_columns(columns, width)
+    names = [c.name for c in fitted.columns]
+    assert names[:3] == ["API", "ver", "count"] and names[-1] == "p99 ms"
+    for col in fitted.columns:
+        shown = col.width if col.width is not None else col.natural
+        assert shown >= 1 and col.header
+        if col.name != "API":
+            assert col.width is None  # numbers keep their natural width
+    assert set(fitted.left_out) == {c.name for c in columns} - set(names)
