@@ -20,12 +20,14 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from dissector.accounting import Counters
-    from dissector.options import Options
+    from dissector.options import ChainRule, Options
     from dissector.stages import Exchange, PairRecord
 
 __all__ = [
     "COLUMNS",
     "COLUMN_NAMES",
+    "CaptureSet",
+    "ChainRule",
     "Counters",
     "Options",
     "PairRecord",
@@ -43,6 +45,8 @@ __version__ = "0.1.0"
 
 # Imported on first use so that ``import dissector`` stays cheap for Spark workers.
 _LAZY = {
+    "CaptureSet": "dissector.options",
+    "ChainRule": "dissector.options",
     "Counters": "dissector.accounting",
     "Options": "dissector.options",
     "PairRecord": "dissector.stages",
@@ -71,20 +75,29 @@ def analyze(
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
     options: Options | None = None,
+    chain: str | ChainRule = "auto",
+    tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
 ) -> pd.DataFrame:
     """Every Kafka request/response pair in the capture(s), one row each.
 
     ``specs``: extra Apache Kafka JSON message-spec directories or kafka-clients
     jars, for versions newer than the installed specs.
+    ``chain``: how several files group into continuous captures ("auto": the files
+    of one rotated recording are one capture, "none", "all", or a ``ChainRule``;
+    a ``CaptureSet`` in ``source`` is read as given); ``df.attrs["capture_sets"]``
+    lists each capture's files.
     ``df.attrs["counters"]`` holds what the stages counted (packets, gaps, frames
     that were not Kafka, ...), ``df.attrs["tls_streams"]`` the connections found to
-    carry TLS.
+    carry TLS not decrypted, ``df.attrs["tls"]`` the TLS connections by version, cipher
+    suite and outcome.
+    ``tls_keylog``: NSS key log file(s) to decrypt Kafka over TLS with (``SSLKEYLOGFILE``
+    is read too when set); rows of decrypted connections carry the ``tls`` flag.
     """
-    from dissector.options import Options, capture_paths
+    from dissector.options import capture_paths
     from dissector.table.analysis import run_analysis
 
     if options is None:
-        options = Options(ports=frozenset(ports) if ports is not None else None)
+        options = _options(ports, chain, tls_keylog)
     return run_analysis(capture_paths(source), options, decoder=_decoder(specs))
 
 
@@ -95,14 +108,16 @@ def iter_pairs(
     specs: Iterable[str | os.PathLike[str]] = (),
     options: Options | None = None,
     counters: Counters | None = None,
+    chain: str | ChainRule = "auto",
+    tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
 ) -> Iterator[PairRecord]:
     """Stream the pair records of one or many captures (the DataFrame's rows); memory
-    stays flat in the capture length."""
-    from dissector.options import Options, capture_paths
+    stays flat in the capture length. ``chain``: see ``analyze``."""
+    from dissector.options import capture_paths
     from dissector.wire import core
 
     if options is None:
-        options = Options(ports=frozenset(ports) if ports is not None else None)
+        options = _options(ports, chain, tls_keylog)
     return core.iter_pairs(
         capture_paths(source), options, decoder=_decoder(specs), counters=counters
     )
@@ -115,13 +130,16 @@ def iter_exchanges(
     specs: Iterable[str | os.PathLike[str]] = (),
     options: Options | None = None,
     counters: Counters | None = None,
+    chain: str | ChainRule = "auto",
+    tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
 ) -> Iterator[tuple[str, Exchange]]:
-    """(capture path, exchange) for every request/response exchange, with raw payloads."""
-    from dissector.options import Options, capture_paths
+    """(capture path, exchange) for every request/response exchange, with raw payloads.
+    ``chain``: see ``analyze``."""
+    from dissector.options import capture_paths
     from dissector.wire import core
 
     if options is None:
-        options = Options(ports=frozenset(ports) if ports is not None else None)
+        options = _options(ports, chain, tls_keylog)
     return core.iter_exchanges(
         capture_paths(source), options, decoder=_decoder(specs), counters=counters
     )
@@ -134,13 +152,37 @@ def decode(
     records: bool = False,
     specs: Iterable[str | os.PathLike[str]] = (),
     ports: Iterable[int] | None = None,
+    tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
 ) -> Iterator[dict[str, Any]]:
     """Every pair fully decoded: request and response headers and bodies as nested
     dicts (Apache's field names in snake_case), one dict per pair, streaming.
     ``records=True`` expands record batches into records."""
     from dissector.wire.full_decode import iter_decoded
 
-    return iter_decoded(source, api=api, records=records, specs=specs, ports=ports)
+    return iter_decoded(
+        source, api=api, records=records, specs=specs, ports=ports, tls=_key_logs(tls_keylog)
+    )
+
+
+def _key_logs(given: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Any:
+    import os
+
+    from dissector.tls import key_logs
+
+    paths = [given] if isinstance(given, str | os.PathLike) else list(given)
+    return key_logs(paths)
+
+
+def _options(
+    ports: Iterable[int] | None,
+    chain: str | ChainRule,
+    tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
+) -> Options:
+    from dissector.options import ChainRule, Options
+
+    rule = chain if isinstance(chain, ChainRule) else ChainRule(mode=chain)  # type: ignore[arg-type]
+    ports_set = frozenset(ports) if ports is not None else None
+    return Options(ports=ports_set, chain=rule, tls=_key_logs(tls_keylog))
 
 
 def _decoder(specs: Iterable[str | os.PathLike[str]]) -> Any:

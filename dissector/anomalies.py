@@ -45,6 +45,7 @@ class Stage(StrEnum):
 
     CAPTURE = "capture"
     TCP = "tcp"
+    TLS = "tls"
     FRAMING = "framing"
     CORRELATE = "correlate"
     PROTOCOL = "protocol"
@@ -70,6 +71,7 @@ class Anomaly:
 _C, _D, _R, _F, _N = Kind.COUNTER, Kind.DECODE_ERROR, Kind.RECORD_ERROR, Kind.FLAG, Kind.NOTE
 _I, _W, _E = Severity.INFO, Severity.WARNING, Severity.ERROR
 _CAP, _TCP, _FRM, _COR = Stage.CAPTURE, Stage.TCP, Stage.FRAMING, Stage.CORRELATE
+_TLS = Stage.TLS
 _PRO, _REC, _SUM, _ROW = Stage.PROTOCOL, Stage.RECORDS, Stage.SUMMARY, Stage.ROWS
 
 # (name, kind, stage, severity, description)
@@ -77,6 +79,13 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
     # ---- capture: the file and the link/IP/TCP headers
     ("bytes_read", _C, _CAP, _I, "bytes read from the capture file (after gunzip)"),
     ("frames", _C, _CAP, _I, "packet records read from the capture"),
+    (
+        "chained_files",
+        _C,
+        _CAP,
+        _I,
+        "files read as the continuation of the capture before them (a capture set)",
+    ),
     ("tcp_packets", _C, _CAP, _I, "TCP segments handed to reassembly"),
     ("truncated_file", _C, _CAP, _E, "the file ends inside a record; reading stopped there"),
     ("bad_record", _C, _CAP, _E, "a record or block of impossible length; reading stopped"),
@@ -125,6 +134,21 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
     ("tcp_retransmission", _C, _TCP, _I, "segments resent with bytes already delivered"),
     ("tcp_overlap", _C, _TCP, _I, "segments overlapping bytes already delivered"),
     ("tcp_overlap_conflict", _C, _TCP, _W, "overlapping bytes that differ; the first copy kept"),
+    # ---- tls: decryption of connections whose handshake is captured (one outcome each)
+    ("tls_connections", _C, _TLS, _I, "TLS connections (handshake captured or not)"),
+    ("tls_decrypted_connections", _C, _TLS, _I, "TLS connections decrypted to the end"),
+    ("tls_no_secret", _C, _TLS, _W, "TLS connections with no key log secret for them"),
+    ("tls_no_handshake", _C, _TLS, _W, "TLS connections whose handshake the capture lacks"),
+    ("tls_unsupported_version", _C, _TLS, _W, "TLS connections of a version not decrypted"),
+    ("tls_unsupported_suite", _C, _TLS, _W, "TLS connections of a cipher suite not decrypted"),
+    ("tls_decrypt_failed", _C, _TLS, _E, "TLS connections a record of failed to decrypt"),
+    ("tls_capture_gap", _C, _TLS, _W, "TLS connections that lost bytes; decryption stopped"),
+    ("tls_bad_record", _C, _TLS, _E, "TLS connections with an impossible record or hello"),
+    ("tls_buffer_limit", _C, _TLS, _W, "TLS connections that held too much; given up"),
+    ("tls_record_bytes", _C, _TLS, _I, "TLS record bytes read (hellos, decrypted records)"),
+    ("tls_plaintext_bytes", _C, _TLS, _I, "plaintext bytes decrypted and passed to framing"),
+    ("tls_keylog_bad_lines", _C, _TLS, _W, "key log lines in the capture that fit no form"),
+    ("tls_secrets_limit", _C, _CAP, _W, "Decryption Secrets Blocks past the bound; ignored"),
     # ---- framing: 4-byte size prefixes, resync, TLS
     ("kafka_frames", _C, _FRM, _I, "size-prefixed frames cut from the streams"),
     ("bad_frame_size", _C, _FRM, _E, "a size prefix that cannot be a Kafka frame"),
@@ -136,7 +160,7 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
     ("non_kafka_bytes", _C, _FRM, _I, "bytes of directions that never made a Kafka frame"),
     ("non_kafka_directions", _C, _FRM, _I, "connection directions that are not Kafka"),
     ("tls_connections_directions", _C, _FRM, _I, "connection directions carrying TLS"),
-    ("tls_bytes", _C, _FRM, _I, "bytes of TLS directions (not decodable)"),
+    ("tls_bytes", _C, _FRM, _I, "bytes of TLS not decrypted"),
     ("tls_false_alarm", _C, _FRM, _I, "bytes that looked like TLS and were not"),
     # ---- correlate: requests to responses
     ("non_kafka_frames", _C, _COR, _I, "frames of connections not taken for Kafka"),
@@ -244,6 +268,7 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
     # ---- rows
     ("capture_gap", _F, _ROW, _W, "bytes before this pair were lost (or the capture began late)"),
     ("negative_latency", _F, _ROW, _W, "capture timestamps ran backwards across the pair"),
+    ("tls", _F, _ROW, _I, "the pair was decrypted from a TLS connection"),
 )
 
 ANOMALIES: Final[tuple[Anomaly, ...]] = tuple(Anomaly(*row) for row in _TABLE)

@@ -28,8 +28,14 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BUNDLED = "captures/kafka-4-mixed.pcapng"
 TIMEOUT_S = 300
 
+TLS_CAPTURE = "captures/tls/tls12-chacha-kafka-python"
 # Placeholders of the usage lines -> what the test runs.
 PLACEHOLDERS = {
+    "capture.pcapng": f"{TLS_CAPTURE}.pcapng",
+    # a shell glob of rotated files: here the bundled recording they were cut from
+    "ring_*.pcapng": "captures/kafka-4-longpoll-rotation.pcapng",
+    "broker-keys.log": f"{TLS_CAPTURE}.broker.keys",
+    "keys.log": f"{TLS_CAPTURE}.keys",
     "CAPTURE.pcapng": BUNDLED,
     "CAPTURE...": BUNDLED,
     "CAPTURE": BUNDLED,
@@ -186,6 +192,16 @@ def test_example(example: Example, scratch: Path) -> None:
             if re.match(rf"(\S*/)?{re.escape(prefix)}", command):
                 pytest.skip(f"not run: {why}")
     args = _dissector_args(command)
+    if args is not None and args and "|" in args[0]:
+        # "decode|report|live|spark ... OPTIONS": each command, "..." a capture
+        for name in args[0].split("|"):
+            one = command.replace(args[0], name, 1).replace(" ... ", f" {TLS_CAPTURE}.pcapng ")
+            _shell_example(example, one, _dissector_args(one) or [], scratch)
+        return
+    _shell_example(example, command, args, scratch)
+
+
+def _shell_example(example: Example, command: str, args: list[str] | None, scratch: Path) -> None:
     if args is not None and args and args[0] in RUN:
         after = re.split(r"(?:^|\s)(?:\S*/)?kafka-dissector\s", command, maxsplit=1)[1]
         for variant in _variants(after):
@@ -222,6 +238,10 @@ def _python_example(example: Example, scratch: Path) -> None:
     if "dissector.spark" in code:
         pytest.skip("not run: needs a Spark cluster's paths (tests/test_spark.py runs these calls)")
     code = code.replace('"a.pcap"', f'"{BUNDLED}"').replace('"b.pcapng"', f'"{BUNDLED}"')
+    code = code.replace('"capture.pcapng"', f'"{TLS_CAPTURE}.pcapng"')
+    code = code.replace('"keys.log"', f'"{TLS_CAPTURE}.keys"')
+    if "import dissector" not in code:  # a snippet that continues the one before it
+        code = "import dissector\n" + code
     proc = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -19,14 +19,19 @@ from dissector.analytics.summary_table import print_summary
 from dissector.cli.common import (
     FILTER_HELP,
     TABLE_FORMATS,
-    capture_problem,
+    chain_options,
+    chain_rule,
     check_output_format,
+    group_captures,
     load_decoder,
     make_parent_dirs,
+    note_sets,
     outputs,
     parse_ports,
     parse_row_filter,
     report_failures,
+    tls_key_logs,
+    tls_keylog_option,
     warn_damage,
 )
 
@@ -34,7 +39,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector.options import Options
+    from dissector.options import CaptureSet, Options
     from dissector.stages import Decoder
 
 
@@ -119,6 +124,8 @@ def one_shot(command: Callable[..., None]) -> Callable[..., None]:
 )
 @click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
 @click.option("--quiet", is_flag=True, help="no summary table (warnings and errors still show)")
+@chain_options
+@tls_keylog_option
 @one_shot
 def analyze(
     paths: tuple[str, ...],
@@ -130,19 +137,27 @@ def analyze(
     partitions_out: str | None = None,
     groups_out: str | None = None,
     row_filter: str | None = None,
+    chain: str = "auto",
+    no_chain: bool = False,
+    chain_gap: float = 3600.0,
+    tls_keylog: tuple[str, ...] = (),
 ) -> None:
     """Decode every Kafka request/response pair in PATHS (pcap or pcapng, maybe gzipped).
 
+    Files of one rotated recording are read as one capture (--chain).
     Without -o nothing is written: the summary table is the output.
     """
-    from dissector.options import Options
+    from dissector.options import DEFAULT_MAX_FRAME, Options
 
     if output:
         check_output_format(output, TABLE_FORMATS)
     wanted = parse_row_filter(row_filter)
-    opts = Options(ports=parse_ports(ports))
-    if max_frame is not None:
-        opts = Options(ports=opts.ports, max_frame=max_frame)
+    opts = Options(
+        ports=parse_ports(ports),
+        max_frame=max_frame if max_frame is not None else DEFAULT_MAX_FRAME,
+        chain=chain_rule(chain, no_chain, chain_gap),
+        tls=tls_key_logs(tls_keylog),
+    )
     decoder = load_decoder(specs) if specs else None
     result, failures = analyze_each(
         list(paths), opts, show=sys.stderr.isatty() and not quiet, decoder=decoder
@@ -153,9 +168,8 @@ def analyze(
         print_summary(result.frame(), ports=opts.ports)
     if output and len(failures) < len(paths):
         _write(result, output, quiet)
-    readable = [p for p in paths if p not in {f for f, _ in failures}]
-    if readable:
-        _write_tables(readable, opts.ports, specs, partitions_out, groups_out, quiet)
+    if result.sets:
+        _write_tables(result.sets, opts, specs, partitions_out, groups_out, quiet)
     report_failures(failures, len(paths))
 
 
@@ -168,6 +182,8 @@ class Analysed:
     table: pa.Table
     counters: dict[str, int]
     tls_streams: list[int]
+    sets: list[CaptureSet]  # the captures read, each from one or more files
+    tls: list[dict[str, object]]
     _frame: pd.DataFrame | None = None
 
     filter_text: str | None = None
@@ -175,10 +191,16 @@ class Analysed:
 
     def frame(self) -> pd.DataFrame:
         if self._frame is None:
+            from dissector.table.analysis import CAPTURE_SETS_ATTR, set_listing
             from dissector.wire.core import table_to_frame
 
             self._frame = table_to_frame(self.table)
-            self._frame.attrs = {"counters": self.counters, "tls_streams": self.tls_streams}
+            self._frame.attrs = {
+                "counters": self.counters,
+                "tls_streams": self.tls_streams,
+                CAPTURE_SETS_ATTR: set_listing(self.sets),
+                "tls": self.tls,
+            }
             if self.filter_text is not None:
                 self._frame.attrs["filter"] = (self.filter_text, self.rows_before_filter)
         return self._frame
@@ -194,6 +216,8 @@ class Analysed:
             table,
             self.counters,
             self.tls_streams,
+            self.sets,
+            self.tls,
             filter_text=wanted.text,
             rows_before_filter=self.table.num_rows,
         )
@@ -204,7 +228,8 @@ def analyze_each(
 ) -> tuple[Analysed, list[tuple[str, str]]]:
     """The pairs of every readable capture, and (path, reason) for each unreadable one.
 
-    Captures are independent, so one bad file costs only its own rows.
+    Files are grouped into capture sets first (``options.chain``); captures are
+    independent, so one bad file costs only its own rows (a set: its own).
     """
     # pyarrow is imported after the first capture started: the import then overlaps
     # the native core's work (it releases the GIL), a third of a second saved.
@@ -215,31 +240,33 @@ def analyze_each(
     tables: list[pa.Table] = []
     counters: dict[str, int] = {}
     tls: list[int] = []
+    tls_table: list[dict[str, object]] = []
     failures: list[tuple[str, str]] = []
-    for path in paths:
-        problem = capture_problem(path)
-        if problem is not None:
-            failures.append((path, problem))
-            continue
+    sets = group_captures(paths, options.chain, failures)
+    note_sets(sets)
+    done: list[CaptureSet] = []
+    for capture_set in sets:
         try:
-            table, run = run_table([path], options, show=show, decoder=decoder)
+            table, run = run_table([capture_set], options, show=show, decoder=decoder)
         except (CaptureError, OSError) as exc:
-            failures.append((path, str(exc)))
+            failures.append((capture_set.name, str(exc)))
             continue
+        done.append(capture_set)
         seen = run.counters.as_dict()
-        warn_damage(path, seen)
+        warn_damage(capture_set.name, seen)
         absent = no_kafka(table.num_rows, seen, run.tls_streams, options.ports)
-        if absent is not None and len(paths) > 1:
+        if absent is not None and len(sets) > 1:
             # The table covers them all: say which capture held none.
-            click.echo(f"note: {path}: {absent.sentence()}", err=True)
+            click.echo(f"note: {capture_set.name}: {absent.sentence()}", err=True)
         for name, n in seen.items():
             counters[name] = counters.get(name, 0) + n
         tls.extend(run.tls_streams)
+        tls_table.extend(run.tls)
         tables.append(table)
     import pyarrow as pa
 
     table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
-    return Analysed(table, dict(sorted(counters.items())), tls), failures
+    return Analysed(table, dict(sorted(counters.items())), tls, done, tls_table), failures
 
 
 def _write(result: Analysed, output: str, quiet: bool) -> None:
@@ -262,8 +289,8 @@ def _write(result: Analysed, output: str, quiet: bool) -> None:
 
 
 def _write_tables(
-    paths: list[str],
-    ports: frozenset[int] | None,
+    paths: list[CaptureSet],
+    opts: Options,
     specs: tuple[str, ...],
     partitions_out: str | None,
     groups_out: str | None,
@@ -281,7 +308,7 @@ def _write_tables(
             raise click.ClickException(f"{out}: use one of {', '.join(TABLE_FORMATS)}")
     done = outputs()
     for build, out in wanted:
-        table = build(paths, ports=ports, specs=specs)
+        table = build(paths, ports=opts.ports, specs=specs, tls=opts.tls)
         done.writing = out
         export_table(table, out)
         done.writing = None

@@ -8,9 +8,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from dissector.options import CaptureSet, ChainRule
 
 # Top-level module of an optional dependency -> the extra of pyproject.toml installing it.
 _EXTRAS = {
@@ -134,6 +139,37 @@ def _port_range(item: str, whole: str) -> range:
     return range(first, last + 1)
 
 
+def tls_keylog_option(command: Any) -> Any:
+    """``--tls-keylog FILE`` (repeatable): NSS key logs to decrypt Kafka over TLS with."""
+    return click.option(
+        "--tls-keylog",
+        "tls_keylog",
+        multiple=True,
+        metavar="FILE",
+        help="NSS key log (SSLKEYLOGFILE format) to decrypt TLS with; repeatable "
+        "(SSLKEYLOGFILE is read too when set)",
+    )(command)
+
+
+def tls_key_logs(paths: Sequence[str], *, follow: bool = False, ship: bool = False) -> Any:
+    """The run's key logs (``dissector.tls.key_logs``), or one clear error line.
+    ``ship``: their contents instead of their paths (Spark tasks run elsewhere), and a
+    folder stands for the files in it."""
+    from dissector.tls import KeyLogError, KeyLogs, key_logs, read_texts
+
+    if ship:  # a folder of key logs (one per broker, say): every file in it
+        paths = [
+            str(f) for p in paths for f in (sorted(Path(p).iterdir()) if Path(p).is_dir() else [p])
+        ]
+    try:
+        logs = key_logs(paths, follow=follow)
+        if ship and logs is not None:
+            return KeyLogs(texts=read_texts(logs.paths))
+    except KeyLogError as exc:
+        raise click.ClickException(str(exc)) from None
+    return logs
+
+
 def capture_problem(path: str) -> str | None:
     """Why ``path`` cannot be read as a capture before analysing it, or None.
 
@@ -240,3 +276,65 @@ def parse_row_filter(text: str | None) -> Any:
         return parse_filter(text)
     except FilterError as exc:
         raise click.BadParameter(str(exc), param_hint="--filter") from None
+
+
+def chain_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--chain``, ``--no-chain`` and ``--chain-gap``: how several files group into
+    continuous captures (``dissector.wire.sets``); read by ``chain_rule``."""
+    command = click.option(
+        "--chain-gap",
+        type=click.FloatRange(min=0),
+        default=3600.0,
+        show_default=True,
+        help="seconds of silence between two files beyond which they are not chained",
+    )(command)
+    command = click.option(
+        "--no-chain", is_flag=True, help="read every file as a capture of its own (--chain none)"
+    )(command)
+    return click.option(
+        "--chain",
+        type=click.Choice(["auto", "none", "all"]),
+        default="auto",
+        show_default=True,
+        help="files of one rotated recording (same name pattern, link types and interfaces, "
+        "one after the other in time) are read as one capture; none: each file alone; "
+        "all: the files are one capture, in time order",
+    )(command)
+
+
+def chain_rule(chain: str, no_chain: bool, chain_gap: float) -> ChainRule:
+    from dissector.options import ChainRule
+
+    if no_chain and chain != "auto":
+        raise click.UsageError("--no-chain and --chain: give one of them")
+    return ChainRule(mode="none" if no_chain else chain, max_gap_s=chain_gap)  # type: ignore[arg-type]
+
+
+def group_captures(
+    paths: Sequence[str], rule: ChainRule, failures: list[tuple[str, str]]
+) -> list[CaptureSet]:
+    """The readable ``paths`` as capture sets; each file that cannot be read is added
+    to ``failures`` (path, reason) and left out."""
+    from dissector.wire.sets import capture_sets
+
+    readable = []
+    for path in paths:
+        problem = capture_problem(path)
+        if problem is not None:
+            failures.append((path, problem))
+        else:
+            readable.append(path)
+    return capture_sets(readable, rule, failures=failures)
+
+
+def note_sets(sets: Sequence[CaptureSet]) -> None:
+    """Say on stderr which files were read as one capture (a note, not a warning: the
+    user should know the rows' ``capture`` names the first file of each)."""
+    for s in sets:
+        if len(s.files) > 1:
+            rest = s.file_names[-1]
+            click.echo(
+                f"note: {len(s.files)} files read as one capture {s.name} (to {rest}; "
+                "--no-chain reads them apart)",
+                err=True,
+            )

@@ -13,11 +13,16 @@ import click
 from dissector.accounting import Counters
 from dissector.cli.common import (
     FILTER_HELP,
-    capture_problem,
+    chain_options,
+    chain_rule,
+    group_captures,
+    note_sets,
     outputs,
     parse_ports,
     parse_row_filter,
     report_failures,
+    tls_key_logs,
+    tls_keylog_option,
     warn_damage,
 )
 from dissector.json_values import jsonable
@@ -72,6 +77,8 @@ def load_registry(spec_dirs: Iterable[str]) -> Registry:
 )
 @click.option("--ports", help="broker ports and ranges, e.g. 9092,9094-9096")
 @click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
+@chain_options
+@tls_keylog_option
 def decode_command(
     paths: tuple[str, ...],
     api: str | None,
@@ -79,23 +86,32 @@ def decode_command(
     spec_dirs: tuple[str, ...],
     ports: str | None,
     row_filter: str | None = None,
+    chain: str = "auto",
+    no_chain: bool = False,
+    chain_gap: float = 3600.0,
+    tls_keylog: tuple[str, ...] = (),
 ) -> None:
     """Decode every request/response pair of the captures as JSON lines.
 
     Each line carries the pair's times, latency and status as the pairs table has them.
-    """
+    Files of one rotated recording are read as one capture (--chain)."""
     key = parse_api(api, load_registry(spec_dirs))
     port_set = parse_ports(ports)
     wanted = parse_row_filter(row_filter)
+    tls = tls_key_logs(tls_keylog)
     failures: list[tuple[str, str]] = []
-    for path in paths:
-        problem = capture_problem(path)
-        if problem is not None:
-            failures.append((path, problem))
-            continue
+    sets = group_captures(paths, chain_rule(chain, no_chain, chain_gap), failures)
+    note_sets(sets)
+    for capture_set in sets:
         counters = Counters()
         items = iter_decoded(
-            [path], api=key, records=records, specs=spec_dirs, ports=port_set, counters=counters
+            [capture_set],
+            api=key,
+            records=records,
+            specs=spec_dirs,
+            ports=port_set,
+            counters=counters,
+            tls=tls,
         )
         if wanted is not None:
             items = (item for item in items if wanted.matches(decode_row(item)))
@@ -103,9 +119,9 @@ def decode_command(
             _write_lines(items, sys.stdout)
         except CaptureError as exc:
             # lines of this capture already written stay: they are complete pairs
-            failures.append((path, str(exc)))
+            failures.append((capture_set.name, str(exc)))
             continue
-        warn_damage(path, counters.as_dict())
+        warn_damage(capture_set.name, counters.as_dict())
     report_failures(failures, len(paths))
 
 

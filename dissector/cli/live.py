@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from dissector.cli.common import parse_ports
+from dissector.cli.common import parse_ports, tls_key_logs, tls_keylog_option
 from dissector.live.loop import DEFAULT_INTERVAL, LiveCapture, LiveOptions, Tick
 from dissector.live.sinks import open_sink
 from dissector.live.source import DEFAULT_BUFFER_MIB, DEFAULT_SNAPLEN, LiveError
@@ -169,6 +169,7 @@ def _final_summary(cap: LiveCapture, output: str | None) -> None:
     show_default=True,
     help="live view: rich table on a terminal, plain lines otherwise",
 )
+@tls_keylog_option
 def live_command(
     iface: str,
     bpf: str | None,
@@ -181,6 +182,7 @@ def live_command(
     snaplen: int,
     buffer_mib: int,
     view: str,
+    tls_keylog: tuple[str, ...] = (),
 ) -> None:
     """Watch Kafka requests, latency and errors on an interface as they happen.
 
@@ -199,6 +201,8 @@ def live_command(
         write_pcap=write_pcap,
         snaplen=snaplen,
         buffer_mib=buffer_mib,
+        # A client appends a line per handshake: the key logs are read on as they grow.
+        tls=tls_key_logs(tls_keylog, follow=True),
     )
     try:
         cap = run_cli(opts, output, view)

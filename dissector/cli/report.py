@@ -12,10 +12,14 @@ from dissector.analytics import report
 from dissector.cli.common import (
     FILTER_HELP,
     capture_problem,
+    chain_options,
+    chain_rule,
     outputs,
     parse_ports,
     parse_row_filter,
     report_failures,
+    tls_key_logs,
+    tls_keylog_option,
 )
 
 
@@ -34,16 +38,26 @@ from dissector.cli.common import (
 @click.option("--ports", help="broker ports, comma-separated (default: usual ports + heuristic)")
 @click.option("--title", help="page title (default: names the capture files)")
 @click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
+@chain_options
+@tls_keylog_option
 def report_command(
     paths: tuple[str, ...],
     output: str,
     ports: str | None,
     title: str | None,
     row_filter: str | None = None,
+    chain: str = "auto",
+    no_chain: bool = False,
+    chain_gap: float = 3600.0,
+    tls_keylog: tuple[str, ...] = (),
 ) -> None:
-    """Write one self-contained HTML report (charts, tables, capture facts) for PATHS."""
+    """Write one self-contained HTML report (charts, tables, capture facts) for PATHS.
+
+    Files of one rotated recording are read as one capture (--chain)."""
     port_set = parse_ports(ports)
     wanted = parse_row_filter(row_filter)
+    rule = chain_rule(chain, no_chain, chain_gap)
+    tls = tls_key_logs(tls_keylog)
     failures: list[tuple[str, str]] = []
     readable = []
     for capture in paths:
@@ -53,7 +67,8 @@ def report_command(
         else:
             failures.append((capture, problem))
     if readable:
-        path = _write(readable, output, port_set, title, wanted, failures)
+        settings = {"ports": port_set, "failures": failures, "chain": rule, "tls": tls}
+        path = _write(readable, output, title, wanted, settings)
         if len(failures) < len(paths):
             outputs().written.append(output)
             click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")
@@ -63,20 +78,16 @@ def report_command(
 
 
 def _write(
-    paths: list[str],
-    output: str,
-    ports: frozenset[int] | None,
-    title: str | None,
-    wanted: Any,
-    failures: list[tuple[str, str]],
+    paths: list[str], output: str, title: str | None, wanted: Any, settings: dict[str, Any]
 ) -> Path:
     """``report.report_file``, with the rows ``wanted`` (a ``row_filter.Filter``) only."""
     if wanted is None:
-        return report.report_file(paths, output, ports=ports, title=title, failures=failures)
-    df = report.analyze(paths, ports=ports, failures=failures)
+        return report.report_file(paths, output, title=title, **settings)
+    df = report.analyze(paths, **settings)
     before = len(df)
     df = df[wanted.mask(df)]
     df.attrs[report.FILTER_ATTR] = (wanted.text, before)
+    ports = settings["ports"]
     command = " ".join(
         ["kafka-dissector report", *map(shlex.quote, paths), "-o", shlex.quote(output)]
         + (["--ports", ",".join(map(str, sorted(ports)))] if ports else [])

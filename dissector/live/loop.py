@@ -52,6 +52,8 @@ LIVE_IDLE_TIMEOUT_S = 600.0
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from dissector.tls import KeyLogs
 DEFAULT_INTERVAL = 1.0
 POLL_S = 0.1  # longest wait for packets before checking stop conditions
 # Safety bound on reading what was buffered before a stop. The drain ends by itself at
@@ -84,6 +86,8 @@ class LiveOptions:
     write_pcap: str | None = None
     snaplen: int = DEFAULT_SNAPLEN
     buffer_mib: int = DEFAULT_BUFFER_MIB
+    # TLS key logs, read on as they grow (``dissector.tls.key_logs(..., follow=True)``).
+    tls: KeyLogs | None = None
 
     @property
     def filter(self) -> str:
@@ -127,7 +131,7 @@ class LiveCapture:
         except LiveError:
             self.source.close()
             raise
-        options = Options(ports=opts.ports, idle_timeout_s=LIVE_IDLE_TIMEOUT_S)
+        options = Options(ports=opts.ports, idle_timeout_s=LIVE_IDLE_TIMEOUT_S, tls=opts.tls)
         self.label = f"live:{opts.iface}"
         self.session = LiveSession(options, self.decoder, self.label)
         self.stop_reason: str | None = None
@@ -327,6 +331,7 @@ def live(
     snaplen: int = DEFAULT_SNAPLEN,
     buffer_mib: int = DEFAULT_BUFFER_MIB,
     stop: threading.Event | None = None,
+    tls_keylog: Iterable[str | os.PathLike[str]] = (),
 ) -> Iterator[PairRecord] | Iterator[pd.DataFrame]:
     """Capture Kafka traffic on ``iface`` and yield pair records as they complete.
 
@@ -335,7 +340,10 @@ def live(
     Stops after ``duration`` seconds, after ``count`` complete request/response pairs,
     when ``stop`` is set, or on Ctrl-C; requests still open are then yielded as
     ``unanswered`` rows. Errors opening the capture raise ``LiveError`` at the call.
+    ``tls_keylog``: key logs to decrypt Kafka over TLS with, read on as they grow.
     """
+    from dissector.tls import key_logs
+
     opts = LiveOptions(
         iface=iface,
         bpf=bpf,
@@ -346,6 +354,8 @@ def live(
         write_pcap=os.fspath(write_pcap) if write_pcap is not None else None,
         snaplen=snaplen,
         buffer_mib=buffer_mib,
+        # TLS key logs are read on as they grow (a client appends a line per handshake).
+        tls=key_logs(tls_keylog, follow=True),
     )
     cap = LiveCapture(opts)
     if stop is not None:

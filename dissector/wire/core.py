@@ -13,12 +13,13 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
-from dissector.options import CaptureBytes, CaptureSource
+from dissector.options import AnySource, CaptureBytes, CaptureSet, CaptureSource
 from dissector.schema import COLUMNS, arrow_type, frame_dtype
 from dissector.stages import CaptureError
 
@@ -26,9 +27,10 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector._core import Analyzer, Model
+    from dissector._core import Analyzer, KeyLog, Model
     from dissector.options import Options
     from dissector.stages import Exchange
+    from dissector.tls import KeyLogs
 
 BATCH_ROWS = 65_536
 """Rows per Arrow batch: memory of a streaming run is bounded by this, not the capture."""
@@ -152,6 +154,7 @@ def new_analyzer(
     model = _model(decoder)
     _core = native()
     idle = options.idle_timeout_s
+    tls_keys = native_key_log(options.tls) if options.tls else None
     return _core.Analyzer(
         model.native,
         sorted(options.broker_ports),
@@ -161,12 +164,54 @@ def new_analyzer(
         _Fallback(decoder, model.extracts),
         exchanges=exchanges,
         keep_keys=list(keep_keys),
+        tls_keys=tls_keys,
     )
 
 
-def open_capture(analyzer: Analyzer, path: CaptureSource) -> None:
-    """Start a capture file (or ``options.CaptureBytes``); a file that is not a capture
-    raises ``CaptureError``."""
+def native_key_log(logs: KeyLogs) -> KeyLog:
+    """The core's parsed key log (read now: a file changed since an earlier run counts)."""
+    from dissector.tls import KeyLogError
+
+    try:
+        return native().KeyLog(list(logs.paths), list(logs.texts), logs.follow)
+    except OSError as exc:
+        raise KeyLogError(f"TLS {exc}") from None
+
+
+def open_capture(analyzer: Analyzer, path: AnySource) -> None:
+    """Start a capture file (or ``options.CaptureBytes``, or a ``CaptureSet`` read as
+    one continuous capture); a file that is not a capture raises ``CaptureError``."""
+    if isinstance(path, CaptureSet):
+        _open_file(analyzer, path.files[0])
+        if len(path.files) > 1:
+            analyzer.chain_next(_NextFiles(path.files))
+        return
+    _open_file(analyzer, path)
+
+
+class _NextFiles:
+    """A set's further files, handed to the core one at a time when the file before
+    ends (``Analyzer.chain_next``): a set held as bytes is copied into the core one
+    file at a time, and a lazy sequence (``CaptureSet.files``) is read only then. A
+    file that cannot be read raises from ``Analyzer.run``: ``OSError`` naming a path,
+    ``ValueError`` naming bytes."""
+
+    def __init__(self, files: Sequence[CaptureSource]) -> None:
+        self.files = files
+        self.at = 1
+
+    def __call__(self) -> tuple[str, str | bytes] | None:
+        if self.at >= len(self.files):
+            return None
+        f = self.files[self.at]
+        self.at += 1
+        if isinstance(f, CaptureBytes):
+            return f.name, bytes(f.data)
+        return f, f
+
+
+def _open_file(analyzer: Analyzer, path: CaptureSource) -> None:
+    """Start a capture file."""
     if isinstance(path, CaptureBytes):
         try:
             analyzer.open_bytes(path.name, bytes(path.data))
@@ -264,6 +309,8 @@ class Run:
     counters: Counters
     tls_streams: list[int]
     schema: pa.Schema
+    sets: list[CaptureSet]  # the captures read, each a set of files (most of one file)
+    tls: list[dict[str, object]] = dataclass_field(default_factory=list)
 
 
 @dataclass
@@ -334,7 +381,7 @@ def _batches(
 
 
 def iter_tables(
-    paths: Iterable[CaptureSource],
+    paths: Iterable[AnySource],
     options: Options,
     *,
     decoder: Any = None,
@@ -344,14 +391,18 @@ def iter_tables(
     keep_keys: Iterable[int] = (),
 ) -> Iterator[pa.Table]:
     """Arrow tables of the pairs of each capture, in capture order, ``batch_rows`` at a
-    time. Counters (and TLS connections, as ``counters.tls_streams``) are filled as it
-    goes; ``on_batch(batch)`` sees each ``Batch`` (progress displays, observers of the
-    kept exchanges)."""
+    time; several files are grouped into capture sets first (``options.chain``, see
+    ``sets``). Counters (and TLS connections, as ``counters.tls_streams``) are filled
+    as it goes; ``on_batch(batch)`` sees each ``Batch`` (progress displays, observers
+    of the kept exchanges)."""
+    from dissector.wire.sets import capture_sets
+
     decoder = decoder or _default_decoder()
     counters = counters if counters is not None else Counters()
+    sources = capture_sets(paths, options.chain)
     analyzer = new_analyzer(options, decoder, keep_keys=keep_keys)
     try:
-        for path in paths:
+        for path in sources:
             open_capture(analyzer, path)
             # pyarrow (0.15 s to import) is imported while the core reads the capture.
             for batch in _batches(analyzer, batch_rows, meanwhile=arrow_schema):
@@ -368,20 +419,38 @@ def _merge_counters(counters: Counters, analyzer: Analyzer) -> None:
     for name, n in analyzer.counters().items():
         counters.add(name, n)
     counters.tls_streams = [s for _, s in analyzer.tls_streams()]  # type: ignore[attr-defined]
+    counters.tls = tls_table(analyzer)  # type: ignore[attr-defined]
+
+
+def tls_table(analyzer: Analyzer) -> list[dict[str, object]]:
+    """The run's TLS connections by capture, version, cipher suite and outcome."""
+    return [
+        {
+            "capture": t.capture,
+            "version": t.version,
+            "cipher_suite": t.cipher_suite,
+            "outcome": t.outcome,
+            "connections": t.connections,
+        }
+        for t in analyzer.tls_connections()
+    ]
 
 
 def analyze_table(
-    paths: list[CaptureSource],
+    paths: list[AnySource],
     options: Options,
     *,
     decoder: Any = None,
     on_batch: Any = None,
     keep_keys: Iterable[int] = (),
 ) -> tuple[pa.Table, Run]:
+    from dissector.wire.sets import capture_sets
+
     counters = Counters()
+    sets = capture_sets(paths, options.chain)
     tables = list(
         iter_tables(
-            paths,
+            sets,
             options,
             decoder=decoder,
             counters=counters,
@@ -394,7 +463,7 @@ def analyze_table(
     schema = arrow_schema()
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     tls = getattr(counters, "tls_streams", [])
-    return table, Run(counters, tls, schema)
+    return table, Run(counters, tls, schema, sets, getattr(counters, "tls", []))
 
 
 def table_to_frame(table: pa.Table) -> pd.DataFrame:
@@ -473,18 +542,23 @@ def _frame(stream: int, t: tuple[Any, ...]) -> Any:
 
 
 def iter_exchanges(
-    paths: Iterable[CaptureSource],
+    paths: Iterable[AnySource],
     options: Options,
     *,
     decoder: Any = None,
     counters: Counters | None = None,
     batch: int = 4096,
 ) -> Iterator[tuple[str, Exchange]]:
-    """(capture path, exchange) for every exchange, for the full-body decoder."""
+    """(capture path, exchange) for every exchange, for the full-body decoder; several
+    files are grouped into capture sets as by ``iter_tables`` (a set's exchanges carry
+    its first file's path)."""
+    from dissector.wire.sets import capture_sets
+
     counters = counters if counters is not None else Counters()
+    sources = capture_sets(paths, options.chain)
     analyzer = new_analyzer(options, decoder, exchanges=True)
     try:
-        for path in paths:
+        for path in sources:
             open_capture(analyzer, path)
             for b in _batches(analyzer, batch):
                 for t in b.exchanges:
@@ -513,7 +587,7 @@ def _exchange(t: tuple[Any, ...]) -> Exchange:
 
 
 def iter_pairs(
-    paths: Iterable[CaptureSource],
+    paths: Iterable[AnySource],
     options: Options,
     *,
     decoder: Any = None,
