@@ -85,8 +85,22 @@ CaptureSource = str | CaptureBytes
 
 
 def source_name(source: CaptureSource) -> str:
-    """The name a capture's rows carry: its path, or ``CaptureBytes.name``."""
-    return source.name if isinstance(source, CaptureBytes) else source
+    """The name a capture's rows carry: its path (``text_path``), or ``CaptureBytes.name``."""
+    return source.name if isinstance(source, CaptureBytes) else text_path(source)
+
+
+def text_path(path: str) -> str:
+    """A file name as rows, outputs and messages carry it: as it is, or, when the OS
+    gave bytes that are not UTF-8 (a ``str`` holding surrogate escapes, which Arrow,
+    Parquet and JSON cannot store), those bytes written ``\\xNN``, as Python's
+    ``backslashreplace`` does (``caf\\xe9.pcap``). Valid UTF-8 names are unchanged."""
+    import os
+
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    return path
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +140,7 @@ def capture_paths(source: object) -> list[AnySource]:
     kept as they are)."""
     import os
 
-    if isinstance(source, str | os.PathLike | CaptureBytes | CaptureSet):
+    if isinstance(source, str | bytes | os.PathLike | CaptureBytes | CaptureSet):
         source = [source]
-    return [p if isinstance(p, CaptureBytes | CaptureSet) else os.fspath(p) for p in source]  # type: ignore[attr-defined]
+    # fsdecode: a bytes path (any name the OS gives) becomes the str os.open takes back
+    return [p if isinstance(p, CaptureBytes | CaptureSet) else os.fsdecode(p) for p in source]  # type: ignore[attr-defined]

@@ -1693,7 +1693,11 @@ def write_report(
 ) -> Path:
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(df, title=title, command=command, ports=ports), encoding="utf-8")
+    html = render(df, title=title, command=command, ports=ports)
+    # The command line may hold file names the OS gave as bytes that are not UTF-8:
+    # shown as \xNN, as the capture column shows them (options.text_path).
+    html = html.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    path.write_text(html, encoding="utf-8")
     return path
 
 

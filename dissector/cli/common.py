@@ -193,8 +193,11 @@ def report_failures(failures: list[tuple[str, str]], total: int) -> None:
     """Name each capture that could not be read; exit non-zero when there is one."""
     if not failures:
         return
+    from dissector.options import text_path
+
     for path, reason in failures:
-        line = reason if reason.startswith(path) else f"{path}: {reason}"
+        name = text_path(path)  # a name of bytes that are not UTF-8 shown as \xNN
+        line = reason if reason.startswith((path, name)) else f"{name}: {reason}"
         click.echo(f"error: {line}", err=True)
     raise click.ClickException(f"{len(failures)} of {total} captures failed")
 

@@ -19,7 +19,7 @@ from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
-from dissector.options import AnySource, CaptureBytes, CaptureSet, CaptureSource
+from dissector.options import AnySource, CaptureBytes, CaptureSet, CaptureSource, source_name
 from dissector.schema import COLUMNS, arrow_type, frame_dtype
 from dissector.stages import CaptureError
 
@@ -207,7 +207,7 @@ class _NextFiles:
         self.at += 1
         if isinstance(f, CaptureBytes):
             return f.name, bytes(f.data)
-        return f, f
+        return source_name(f), f
 
 
 def _open_file(analyzer: Analyzer, path: CaptureSource) -> None:
@@ -218,15 +218,17 @@ def _open_file(analyzer: Analyzer, path: CaptureSource) -> None:
         except ValueError as exc:
             raise CaptureError(f"{path.name}: {exc}") from None
         return
+    name = source_name(path)  # errors name the file as its rows would
     try:
-        analyzer.open_path(path, path)
+        analyzer.open_path(name, path)
     except OSError as exc:
         if not os.path.exists(path):
-            raise FileNotFoundError(f"{path}: no such file") from None
+            raise FileNotFoundError(f"{name}: no such file") from None
         if os.path.isdir(path):
-            raise IsADirectoryError(f"{path}: is a directory") from None
-        text = str(exc)
-        raise CaptureError(text if text.startswith(path) else f"{path}: {text}") from None
+            raise IsADirectoryError(f"{name}: is a directory") from None
+        # the core shows the name with U+FFFD for bytes that are not UTF-8: its words follow
+        shown, text = os.fsencode(path).decode("utf-8", "replace") + ": ", str(exc)
+        raise CaptureError(f"{name}: {text.removeprefix(shown)}") from None
 
 
 # ---------------------------------------------------------------- rows -> Arrow
@@ -496,11 +498,27 @@ def _numbers(name: str, column: pa.ChunkedArray, dtype_name: str) -> Any:
 
     dtype = pd.api.types.pandas_dtype(dtype_name)
     if isinstance(dtype, pd.ArrowDtype):
-        typed = column if column.type == dtype.pyarrow_dtype else column.cast(dtype.pyarrow_dtype)
+        typed = column if column.type == dtype.pyarrow_dtype else _saturated(column, dtype)
         return pd.arrays.ArrowExtensionArray(typed)
     if column.null_count:
         raise ValueError(f"column {name!r} holds nulls, its dtype {dtype_name} has none")
     return column.cast(pa.from_numpy_dtype(dtype)).to_numpy()
+
+
+def _saturated(column: pa.ChunkedArray, dtype: pd.ArrowDtype) -> pa.ChunkedArray:
+    """Cast to a narrower integer type, values past its range held at its bounds: only a
+    hostile frame gets there (record counts summed from forged batch headers, already
+    flagged in decode_error), and one such pair must not fail the whole table."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    target = dtype.pyarrow_dtype
+    if pa.types.is_integer(target) and pa.types.is_integer(column.type):
+        info = np.iinfo(target.to_pandas_dtype())
+        low = pc.max_element_wise(column, int(info.min), skip_nulls=False)  # nulls stay null
+        column = pc.min_element_wise(low, int(info.max), skip_nulls=False)
+    return column.cast(target)
 
 
 def _category(column: pa.ChunkedArray) -> pd.Categorical:

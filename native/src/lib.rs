@@ -5,6 +5,7 @@
 
 pub mod capture;
 pub mod correlate;
+pub mod defrag;
 pub mod framing;
 pub mod header;
 pub mod model;

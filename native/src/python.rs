@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::io::Read;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-use crate::capture::{decode_link, open_path, scan_path, FileFacts, PacketReader};
+use crate::capture::{open_path, scan_path, FileFacts, LinkDecoder, PacketReader};
 use crate::model::Model as SpecModel;
 use crate::python_tls::{summary_lines, KeyLog, TlsConnections};
 use crate::queueing::{LongPollRule, Queued, Queueing, Timing};
@@ -46,14 +47,14 @@ impl Model {
 
 enum Source {
     Reader(PacketReader),
-    Live { frame: u64 },
+    Live { frame: u64, decoder: LinkDecoder },
 }
 
 /// A file queued to continue the open capture (`chain_path`, `chain_bytes`): opened
 /// only when the previous one ends, so a long set holds one reader at a time; or a
 /// Python callable that hands the next files over one by one (`chain_next`).
 enum ChainedInput {
-    Path(String),
+    Path(PathBuf),
     Bytes(Vec<u8>),
     Next(Py<PyAny>),
 }
@@ -244,7 +245,9 @@ impl Analyzer {
     }
 
     /// Start a capture file (pcap/pcapng, optionally gzip-compressed).
-    fn open_path(&mut self, name: String, path: &str) -> PyResult<()> {
+    /// `path` is taken as the OS gives it (a `str` with surrogate escapes, bytes or a
+    /// `PathLike`): a name that is not UTF-8 opens all the same.
+    fn open_path(&mut self, name: String, path: PathBuf) -> PyResult<()> {
         let reader = open_path(path).map_err(|e| PyOSError::new_err(e.to_string()))?;
         self.start(name, Source::Reader(reader));
         Ok(())
@@ -263,7 +266,7 @@ impl Analyzer {
     /// it and frame numbers run on; rows keep the open capture's name (`name` only
     /// names the file in errors). The header is checked now; the file is opened when
     /// the one before it ends.
-    fn chain_path(&mut self, name: String, path: String) -> PyResult<()> {
+    fn chain_path(&mut self, name: String, path: PathBuf) -> PyResult<()> {
         self.check_open()?;
         open_path(&path).map_err(|e| PyOSError::new_err(e.to_string()))?;
         self.chained.push_back(ChainedFile {
@@ -299,7 +302,13 @@ impl Analyzer {
 
     /// Start a live source: frames arrive through `feed_link`.
     fn open_live(&mut self, name: String) {
-        self.start(name, Source::Live { frame: 0 });
+        self.start(
+            name,
+            Source::Live {
+                frame: 0,
+                decoder: LinkDecoder::default(),
+            },
+        );
     }
 
     /// Run the open capture until at least `max_rows` rows (or exchanges) are waiting or
@@ -334,7 +343,11 @@ impl Analyzer {
 
     /// One link-layer frame of a live source (pcapy's header time and bytes).
     fn feed_link(&mut self, linktype: u32, ts_ns: Ts, data: &[u8]) -> PyResult<()> {
-        let Some(Source::Live { frame }) = self.source_mut().as_mut() else {
+        // Taken out while the frame is decoded: its packet may borrow the decoder's
+        // reassembled datagram while the session and counters are used.
+        let mut source = self.source_mut().take();
+        let Some(Source::Live { frame, decoder }) = source.as_mut() else {
+            *self.source_mut() = source;
             return Err(PyRuntimeError::new_err("no live source is open"));
         };
         *frame += 1;
@@ -342,17 +355,23 @@ impl Analyzer {
         self.counters.inc("frames");
         self.counters.add("bytes_read", data.len() as u64);
         let mut out = Vec::new();
-        if let Some(pkt) = decode_link(linktype, ts_ns, n, data, &mut self.counters) {
+        if let Some(pkt) = decoder.decode_link(linktype, ts_ns, n, data, &mut self.counters) {
             if let Some(session) = self.session.as_mut() {
                 session.packet(&pkt, &mut self.counters, &mut out);
             }
         }
+        *self.source_mut() = source;
         self.consume_here(out)
     }
 
     /// End the open source (live: open requests become unanswered).
     fn finish(&mut self) -> PyResult<()> {
         let mut out = Vec::new();
+        let mut source = self.source_mut().take();
+        if let Some(Source::Live { decoder, .. }) = source.as_mut() {
+            decoder.finish(&mut self.counters);
+        }
+        *self.source_mut() = source;
         if let Some(session) = self.session.as_mut() {
             session.finish(&mut self.counters, &mut out);
         }
@@ -1102,7 +1121,7 @@ fn facts_object(py: Python<'_>, f: FileFacts) -> PyResult<CaptureFacts> {
 
 /// The facts of a capture file: every record header is read, no packet decoded.
 #[pyfunction]
-fn scan_facts(py: Python<'_>, path: &str) -> PyResult<CaptureFacts> {
+fn scan_facts(py: Python<'_>, path: PathBuf) -> PyResult<CaptureFacts> {
     let facts = py
         .detach(|| scan_path(path))
         .map_err(|e| PyOSError::new_err(e.to_string()))?;
