@@ -6,13 +6,16 @@ shipped set: the assumed-v4 decode must then agree field by field with the v5 de
 Apache's own spec gives. Real v5 exchanges relabelled v6 (a version no spec knows) fit
 v5's layout and are decoded as v5; bytes that do not fit the newest layout exactly (a
 response cut short or with a byte too many, the capture's hand-written v4-shaped v99
-request) keep ``unsupported_version``, in the native core and the Python decoder alike.
+request when no broker refused it) keep ``unsupported_version``, in the native core and the
+Python decoder alike. The capture's v99, which the broker refused (KIP-511), is
+``version_refused``: no specs would decode it.
 (tshark 4.0 on this machine does not know ApiVersions v5, so it cannot serve.)
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
 import struct
 from pathlib import Path
@@ -23,6 +26,7 @@ from test_cli_counters import Conversation, write_capture
 
 import dissector
 from dissector.analytics import stats
+from dissector.analytics.summary_table import unsupported_rows as stats_unsupported
 from dissector.options import Options
 from dissector.protocol import get_registry, messages
 from dissector.protocol.export import model_dict
@@ -81,21 +85,35 @@ def _exchanges(version: int) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def test_kafka_4_4_v5_decodes_as_sent_and_the_v4_shaped_v99_stays_unsupported(
+def test_kafka_4_4_v5_decodes_as_sent_and_the_v4_shaped_v99_is_refused(
     installed: pd.DataFrame,
 ) -> None:
     """The shipped specs know v5. The capture's deliberate v99 request is v4-shaped:
     KIP-1242 gave v5 requests two plain (untagged) fields, ClusterId and NodeId, which
-    it lacks, so v5's layout does not fit and the pair stays unsupported_version."""
+    it lacks, so v5's layout does not fit. The broker refused v99 (error 35 in the v0
+    layout, read here from the response bytes and the raw driver's ledger), so the row
+    says version_refused, not unsupported_version: no newer specs would decode it."""
     v5 = _v5(installed)
     assert len(v5) == len(_exchanges(5)) > 0
     assert v5["assumed_version"].isna().all() and v5["decode_error"].isna().all()
     [v99] = installed[installed["api_version"] == 99].itertuples()
-    assert pd.isna(v99.assumed_version) and v99.decode_error.startswith(
-        "request: unsupported_version: "
+    assert pd.isna(v99.assumed_version)
+    assert v99.decode_error == (
+        "request: version_refused: api_key 18 version 99 is refused by the broker too "
+        "(error 35 answered in the v0 layout, KIP-511), which reads no body of it; not decoded"
     )
     assert v99.status == "error" and v99.error_name == "UNSUPPORTED_VERSION"
-    [(request, _)] = _exchanges(99)
+    assert not stats_unsupported(installed).any()
+    [(request, response)] = _exchanges(99)
+    assert struct.unpack_from(">h", response, 4) == (35,)  # the broker's own answer
+    ledger = json.loads(CAPTURE.with_suffix(".drivers.json").read_text(encoding="utf-8"))
+    refused = [
+        op
+        for driver in ledger["drivers"]
+        for op in driver["operations"]
+        if op["op"] == "api_versions_unsupported_version"
+    ]
+    assert [op["detail"]["response_error_code"] for op in refused] == [35]
     as_v4 = messages.decode_request(_relabelled(request, 4))
     assert as_v4.error is None and as_v4.trailing == 0  # v4's layout, exactly
     v5_fields = {f.name for f in get_registry().layout(API_VERSIONS, 5, REQUEST).fields}
@@ -178,6 +196,36 @@ def test_pairs_that_fit_decode_and_the_others_stay_unsupported(tmp_path: Path) -
     assert dissector.analyze(str(cap)).attrs["counters"]["assumed_version_pairs"] == 1
 
 
+def test_only_a_broker_refusal_makes_an_unknown_version_refused(tmp_path: Path) -> None:
+    """The capture's v99 request, answered by the broker's real refusal (error 35 in the
+    v0 layout), is version_refused with the broker's error as its status; the same
+    request unanswered, or answered by a real v5 response (no refusal), keeps
+    unsupported_version: only the broker's answer says newer specs would not help. The
+    native core and the Python pipeline agree."""
+    request, refusal = _exchanges(99)[0]
+    _, v5_response = _exchanges(5)[0]
+    corr = request[4:8]
+    answered = corr + v5_response[4:]  # a normal answer under the v99 request's id
+    cap = write_capture(
+        tmp_path / "v99.pcap",
+        [Conversation(40000, 9092, [(_framed(request), _framed(refusal))]),
+         Conversation(40001, 9092, [(_framed(request), b"")]),
+         Conversation(40002, 9092, [(_framed(request), _framed(answered))])],
+    )  # fmt: skip
+    native, oracle = _rows(cap)
+    for df in (native, oracle):
+        refused, unanswered, normal = (df.iloc[i] for i in range(3))
+        assert refused["decode_error"].startswith("request: version_refused: api_key 18 ")
+        assert (refused["status"], refused["error_name"]) == ("error", "UNSUPPORTED_VERSION")
+        assert unanswered["status"] == "unanswered"
+        assert unanswered["decode_error"].startswith("request: unsupported_version: ")
+        parts = [p.split(": ")[:2] for p in normal["decode_error"].split("; ")]
+        assert parts == [[side, "unsupported_version"] for side in ("request", "response")]
+        assert normal["status"] == "ok"
+    for column in ("status", "error_name", "decode_error", "api_version"):
+        assert _values(native[column]) == _values(oracle[column]), column
+
+
 def test_a_pair_is_assumed_whole_or_not_at_all() -> None:
     request, response = _exchanges(5)[0]
     good = messages.decode_request(_relabelled(request, 6))
@@ -220,9 +268,10 @@ def test_cli_table_counts_assumed_rows_apart_from_unsupported() -> None:
         values = [c.strip() for c in line.strip("│").split("│")]
         if len(values) == len(cells) and values[0] == "ApiVersions":
             rows[int(values[1])] = dict(zip(cells, values, strict=True))
-    assert (rows[99]["assumed"], rows[99]["unsupported"]) == ("0", "1")
+    assert (rows[99]["assumed"], rows[99]["unsupported"]) == ("0", "0")
     assert (rows[5]["assumed"], rows[5]["unsupported"]) == ("0", "0")
-    assert "unsupported: 1 row with an API version newer than the installed specs" in proc.stdout
+    assert "unsupported:" not in proc.stdout  # the shipped specs know every version sent
+    assert "refused: 1 row asking for an ApiVersions version the broker does not" in proc.stdout
     assert "assumed_version_pairs" not in proc.stdout
 
 
@@ -233,5 +282,5 @@ def test_report_names_the_newer_versions_and_how_they_were_decoded(
     from dissector.analytics.report import _newer_versions_text
 
     text = _newer_versions_text(installed)
-    assert text == "ApiVersions v99 (1 not decoded)"
+    assert text == "ApiVersions v99 (1 refused by the broker too)"
     assert _newer_versions_text(installed[installed["api_version"] < 99]) == "none"

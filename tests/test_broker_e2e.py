@@ -286,14 +286,18 @@ def _decode_problems(run: Run) -> pd.DataFrame:
 
 def test_no_row_is_malformed(run: Run) -> None:
     """Nothing is malformed; the only decode notes allowed say a version is newer than the
-    dissector knows (what Wireshark calls an unsupported version)."""
+    dissector knows (what Wireshark calls an unsupported version), or that the broker
+    refused it too (KIP-511)."""
     malformed = run.df[run.df["status"] == "malformed"]
     assert malformed[["client_id", "api_name", "api_version"]].to_dict("records") == []
     notes = _decode_problems(run)["decode_error"]
     other = [
         note
         for note in notes
-        if not all(": unsupported_version: " in part for part in str(note).split("; "))
+        if not all(
+            ": unsupported_version: " in part or ": version_refused: " in part
+            for part in str(note).split("; ")
+        )
     ]
     assert other == []
 
@@ -309,12 +313,14 @@ def test_with_the_shipped_specs_only_the_deliberate_future_version_is_undecoded(
     # The shipped specs are Kafka 4.4's (the test bed's release): ApiVersions v5 of the
     # broker's own inter-broker clients decodes. v99 is the deliberate one, written in
     # v4's shape: v5's layout (two more plain fields, ClusterId and NodeId) does not fit
-    # it, so it stays unsupported_version (messages.ASSUMED_VERSION_RULE), the broker's
-    # UNSUPPORTED_VERSION answer read in the v0 layout.
+    # it (messages.ASSUMED_VERSION_RULE), and the broker refused it (UNSUPPORTED_VERSION
+    # in the v0 layout, KIP-511), so the row is version_refused, no unsupported_version.
     assert _undecoded(run.df) == {("ApiVersions", 99)}
     v99 = run.df[run.df["api_version"] == 99]
     assert len(v99) and v99["assumed_version"].isna().all()
     assert (v99["error_name"] == "UNSUPPORTED_VERSION").all()
+    assert v99["decode_error"].str.startswith("request: version_refused: ").all()
+    assert not run.df["decode_error"].str.contains("unsupported_version", na=False).any()
 
 
 @pytest.fixture(scope="session")

@@ -70,7 +70,8 @@ class Pair:
 
 # A side no layout describes is settled by the native summary itself, in the decoder's
 # words (export.py hands them over); any other problem defers to the Python decoder.
-NO_SPEC = ("unsupported_version:", "unknown_api_key:")
+# (A request the broker refused too, messages.settle_refused, is one of those.)
+NO_SPEC = ("unsupported_version:", "unknown_api_key:", "version_refused:")
 
 
 def _no_spec_only(*decoded: Any) -> bool:
@@ -308,7 +309,8 @@ def test_export_honours_extra_spec_directories(tmp_path: Path) -> None:
 @needs_cargo
 def test_kafka_4_4_api_versions_reach_the_native_summary(tmp_path: Path) -> None:
     """ApiVersions v5 (Kafka 4.4), known to the shipped specs, is summarised natively and
-    equal to Python's; the capture's v4-shaped v99 stays unsupported_version in both."""
+    equal to Python's; the capture's v99, which the broker refused (KIP-511), is
+    version_refused in both."""
     capture = ROOT / "captures" / "kafka-4-mixed.pcapng"
     installed = decoder_for()
     pairs = [p for p in collect([capture], installed) if p.api_key == 18]
@@ -324,7 +326,7 @@ def test_kafka_4_4_api_versions_reach_the_native_summary(tmp_path: Path) -> None
         if p.api_version == 99:
             assert p.no_spec_only and not n["defer"]
             assert n["decode_error"] == p.summary_error, _label(p)
-            assert n["decode_error"].startswith("request: unsupported_version")
+            assert n["decode_error"].startswith("request: version_refused: ")
     assert seen
 
 

@@ -564,12 +564,14 @@ def _newer_versions_text(df: pd.DataFrame) -> str:
     """Which API versions the specs do not know, and how their pairs were decoded
     (``messages.ASSUMED_VERSION_RULE``); the full view per connection is
     ``dissector.versions``."""
-    from dissector.analytics.summary_table import assumed_rows, unsupported_rows
+    from dissector.analytics.summary_table import assumed_rows, refused_rows, unsupported_rows
 
     if df.empty:
         return "none"
-    undecoded, assumed = unsupported_rows(df), assumed_rows(df)
-    newer = df.assign(_undecoded=undecoded, _assumed=assumed)[undecoded | assumed]
+    undecoded, assumed, refused = unsupported_rows(df), assumed_rows(df), refused_rows(df)
+    newer = df.assign(_undecoded=undecoded, _assumed=assumed, _refused=refused)[
+        undecoded | assumed | refused
+    ]
     if newer.empty:
         return "none"
     parts = []
@@ -578,6 +580,8 @@ def _newer_versions_text(df: pd.DataFrame) -> str:
         how = []
         if int(g["_undecoded"].sum()):
             how.append(f"{int(g['_undecoded'].sum()):,} not decoded")
+        if int(g["_refused"].sum()):
+            how.append(f"{int(g['_refused'].sum()):,} refused by the broker too")
         if int(g["_assumed"].sum()):
             layout = int(g["assumed_version"].dropna().iloc[0])
             how.append(f"{int(g['_assumed'].sum()):,} decoded as v{layout}")

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 # A row whose request version is newer than the installed specs keeps status ok
 # (the bytes are fine); its decode_error says so with this prefix.
 UNSUPPORTED_VERSION = "unsupported_version: no "
+# A request version the broker refused too (messages.settle_refused): the status is the
+# broker's error, and no specs would decode the body.
+VERSION_REFUSED = "version_refused: "
 
 # Piped or redirected output is read by programs and wide terminals later: no
 # 80-column cut. Wide enough for any table this prints.
@@ -77,6 +80,13 @@ def unsupported_rows(df: pd.DataFrame) -> pd.Series:
     """Rows whose API version the installed specs do not know (bodies not decoded)."""
     errors = df["decode_error"].astype("string")
     return errors.str.contains(UNSUPPORTED_VERSION, regex=False).fillna(False).astype(bool)
+
+
+def refused_rows(df: pd.DataFrame) -> pd.Series:
+    """ApiVersions rows of a version the broker refused too (KIP-511): body not decoded,
+    by the broker either; newer specs would not change that."""
+    errors = df["decode_error"].astype("string")
+    return errors.str.contains(VERSION_REFUSED, regex=False).fillna(False).astype(bool)
 
 
 def assumed_rows(df: pd.DataFrame) -> pd.Series:
@@ -265,6 +275,15 @@ def print_summary(
                 f"unsupported: {_rows(unsupported)} with an API version newer than the installed "
                 "specs that does not fit the newest known layout: bodies not decoded "
                 "(add newer specs with --specs)",
+                highlight=False,
+                soft_wrap=soft,
+            )
+        refused = int(refused_rows(df).sum())
+        if refused:
+            console.print(
+                f"refused: {_rows(refused)} asking for an ApiVersions version the broker does "
+                "not support either, answered UNSUPPORTED_VERSION in the v0 layout (KIP-511); "
+                "the request body is not read, by the broker or here",
                 highlight=False,
                 soft_wrap=soft,
             )
