@@ -100,7 +100,8 @@ def test_kafka_4_4_v5_decodes_as_sent_and_the_v4_shaped_v99_is_refused(
     assert pd.isna(v99.assumed_version)
     assert v99.decode_error == (
         "request: version_refused: api_key 18 version 99 is refused by the broker too "
-        "(error 35 answered in the v0 layout, KIP-511), which reads no body of it; not decoded"
+        "(error 35 answered in the v0 layout, KIP-511): it reads no body of it, nor does the "
+        "dissector"
     )
     assert v99.status == "error" and v99.error_name == "UNSUPPORTED_VERSION"
     assert not stats_unsupported(installed).any()

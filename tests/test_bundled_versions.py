@@ -53,6 +53,7 @@ def test_no_bundled_row_needs_newer_specs(capture: Path) -> None:
         [row] = refused[refused["client_id"] == op["client_id"]].itertuples()
         assert row.api_version == op["detail"]["request_version"]
         assert row.status == "error" and row.error_name == "UNSUPPORTED_VERSION"
+        assert row.decode_error.split("; ") == [row.decode_error]  # one part: the request's
         assert op["detail"]["response_error_code"] == 35
 
 

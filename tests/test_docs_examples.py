@@ -4,24 +4,36 @@ The examples are read out of the documents (fenced ``bash``/``sh``/``python`` bl
 inline `kafka-dissector ...` spans), not copied here, so an example that is edited or
 added is tested as written. ``kafka-dissector`` commands that read captures run on the
 bundled ones (placeholders such as ``CAPTURE.pcapng`` stand for them, each optional
-``[...]`` part is run once with and once without) in a scratch directory, and must exit 0.
+``[...]`` part is run once with and once without, each of its ``a|.b`` alternatives in
+turn) in a scratch directory, must exit 0, and must write each output file they name.
 Commands that need what a test run does not have (an interface and root for ``live``, a
 Spark cluster, Maven and a JDK, the broker test bed) are checked against their own
 ``--help``: each option an example uses must exist. The rest (installs, the test runner)
 are listed below with why; an example of none of these kinds fails the test.
+
+Fast by sharing: the ``kafka-dissector`` commands run in this process through click's
+test runner (one import of the package and its plotting, not one per command), each
+distinct command line once however many examples show it; the Python examples run in a
+child each (they are whole scripts).
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+
+from dissector.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -39,9 +51,14 @@ PLACEHOLDERS = {
     "CAPTURE.pcapng": BUNDLED,
     "CAPTURE...": BUNDLED,
     "CAPTURE": BUNDLED,
-    "reports/NAME.html": "reports/name.html",
-    "OUT": "out.parquet",
+    # the report the README shows is the one made from the bundled capture
+    "reports/NAME.html": "reports/kafka-4-mixed.html",
 }
+# Output placeholders, by the option that names them.
+OUTPUT_PLACEHOLDERS = {"--partitions OUT": "--partitions partitions.parquet",
+                       "--groups OUT": "--groups groups.parquet"}  # fmt: skip
+# Options whose value is a file the command must write.
+OUTPUT_OPTIONS = ("-o", "--output", "--partitions", "--groups", "--write-pcap")
 # Commands that read captures and write only under the current directory: run.
 RUN = ("analyze", "decode", "apis", "report", "anomalies", "codegen")
 # Commands whose options are checked against --help, and why they are not run.
@@ -119,31 +136,77 @@ EXAMPLES = examples()
 
 
 def _substitute(command: str) -> str:
+    for placeholder, value in OUTPUT_PLACEHOLDERS.items():
+        command = command.replace(placeholder, value)
     for placeholder, value in PLACEHOLDERS.items():
         command = re.sub(rf"(?<![\w/.]){re.escape(placeholder)}(?![\w.])", value, command)
     return command
 
 
+def _alternatives(part: str) -> list[str]:
+    """``-o pairs.parquet|.csv|.jsonl`` -> the part with each alternative in turn; an
+    alternative that starts with a dot replaces the first one's extension."""
+    match = re.search(r"(\S+?)((?:\|\S+)+)", part)
+    if match is None:
+        return [part]
+    first = match.group(1)
+    out = []
+    for alt in [first, *match.group(2).split("|")[1:]]:
+        chosen = Path(first).with_suffix(alt).as_posix() if alt.startswith(".") else alt
+        out.append(part[: match.start()] + chosen + part[match.end() :])
+    return out
+
+
 def _variants(command: str) -> list[str]:
-    """The command without its optional ``[...]`` parts, then with each in turn (of
-    ``a|b`` alternatives, the first)."""
+    """The command without its optional ``[...]`` parts, then with each in turn (each
+    of its alternatives)."""
     optional = re.findall(r"\[([^\]]+)\]", command)
     bare = re.sub(r"\s*\[[^\]]+\]", "", command)
     out = [bare]
     for part in optional:
-        chosen = re.sub(r"(\S+)\|\S+", r"\1", part)
-        out.append(command.replace(f"[{part}]", chosen).replace("[", "").replace("]", ""))
-    return [re.sub(r"\s*\[[^\]]+\]", "", v) for v in out]
+        for chosen in _alternatives(part):
+            one = command.replace(f"[{part}]", chosen)
+            out.append(re.sub(r"\s*\[[^\]]+\]", "", one))
+    return list(dict.fromkeys(out))
 
 
-def _cli() -> list[str]:
-    return [sys.executable, "-m", "dissector.cli"]
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int
+    stdout: str
+    stderr: str
+    error: str | None  # an exception other than the exit, with its type
 
 
-def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=cwd, check=False
-    )
+class Runner:
+    """Runs ``kafka-dissector`` argument lists in ``scratch``, each distinct one once."""
+
+    def __init__(self, scratch: Path) -> None:
+        self.scratch = scratch
+        self._runs: dict[tuple[str, ...], Outcome] = {}
+
+    def run(self, args: list[str]) -> Outcome:
+        key = tuple(args)
+        if key not in self._runs:
+            for output in _outputs(args):
+                (self.scratch / output).unlink(missing_ok=True)
+            with contextlib.chdir(self.scratch):
+                result = CliRunner().invoke(main, args, catch_exceptions=True)
+            error = None
+            if result.exception is not None and not isinstance(result.exception, SystemExit):
+                error = f"{type(result.exception).__name__}: {result.exception}"
+            self._runs[key] = Outcome(result.exit_code, result.stdout, result.stderr, error)
+        return self._runs[key]
+
+    def help_text(self, args: list[str]) -> str:
+        outcome = self.run([*args, "--help"])
+        assert outcome.exit_code == 0, outcome.stderr[-2000:]
+        return outcome.stdout
+
+
+def _outputs(args: list[str]) -> list[str]:
+    """The files an argument list asks to be written."""
+    return [value for option, value in itertools.pairwise(args) if option in OUTPUT_OPTIONS]
 
 
 def _dissector_args(command: str) -> list[str] | None:
@@ -159,17 +222,20 @@ def _options(words: list[str]) -> list[str]:
     return sorted({w.split("=")[0] for w in words if w.startswith("--")})
 
 
-def _help_text(args: list[str], cwd: Path) -> str:
-    proc = _run([*args, "--help"], cwd)
+def _help_text(argv: list[str]) -> str:
+    proc = subprocess.run(
+        [*argv, "--help"], capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
 
-@pytest.fixture
-def scratch(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runner]:
     """A working directory with the bundled captures, so outputs land in tmp."""
-    (tmp_path / "captures").symlink_to(ROOT / "captures")
-    return tmp_path
+    scratch = tmp_path_factory.mktemp("docs-examples")
+    (scratch / "captures").symlink_to(ROOT / "captures")
+    yield Runner(scratch)
 
 
 def test_the_documents_have_examples() -> None:
@@ -178,10 +244,22 @@ def test_the_documents_have_examples() -> None:
     assert len(EXAMPLES) > 25
 
 
+def test_alternatives_and_placeholders_expand_as_a_reader_would() -> None:
+    command = "analyze CAPTURE.pcapng [-o pairs.parquet|.csv|.jsonl|.json] [--ports 9092]"
+    assert _variants(_substitute(command)) == [
+        f"analyze {BUNDLED}",
+        *(f"analyze {BUNDLED} -o pairs.{ext}" for ext in ("parquet", "csv", "jsonl", "json")),
+        f"analyze {BUNDLED} --ports 9092",
+    ]
+    assert _substitute("analyze CAPTURE --partitions OUT --groups OUT") == (
+        f"analyze {BUNDLED} --partitions partitions.parquet --groups groups.parquet"
+    )
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.where for e in EXAMPLES])
-def test_example(example: Example, scratch: Path) -> None:
+def test_example(example: Example, runner: Runner) -> None:
     if example.kind == "python":
-        _python_example(example, scratch)
+        _python_example(example, runner.scratch)
         return
     command = _substitute(example.text)
     if command.startswith("python3 -m venv") and "kafka-dissector analyze" in command:
@@ -196,24 +274,30 @@ def test_example(example: Example, scratch: Path) -> None:
         # "decode|report|live|spark ... OPTIONS": each command, "..." a capture
         for name in args[0].split("|"):
             one = command.replace(args[0], name, 1).replace(" ... ", f" {TLS_CAPTURE}.pcapng ")
-            _shell_example(example, one, _dissector_args(one) or [], scratch)
+            _shell_example(example, one, _dissector_args(one) or [], runner)
         return
-    _shell_example(example, command, args, scratch)
+    _shell_example(example, command, args, runner)
 
 
-def _shell_example(example: Example, command: str, args: list[str] | None, scratch: Path) -> None:
+def _shell_example(example: Example, command: str, args: list[str] | None, runner: Runner) -> None:
     if args is not None and args and args[0] in RUN:
         after = re.split(r"(?:^|\s)(?:\S*/)?kafka-dissector\s", command, maxsplit=1)[1]
         for variant in _variants(after):
-            proc = _run(_cli() + shlex.split(variant), scratch)
-            assert proc.returncode == 0, f"{example.where}: {variant}\n{proc.stderr[-3000:]}"
-            assert "Traceback" not in proc.stderr
+            words = shlex.split(variant)
+            outcome = runner.run(words)
+            assert outcome.error is None, f"{example.where}: {variant}\n{outcome.error}"
+            assert outcome.exit_code == 0, f"{example.where}: {variant}\n{outcome.stderr[-3000:]}"
+            for output in _outputs(words):
+                written = runner.scratch / output
+                assert written.is_file() and written.stat().st_size > 0, (
+                    f"{example.where}: {variant} wrote no {output}"
+                )
         return
     if args is not None and args and args[0] in HELP_ONLY:
         if args[0] == "spark":
             pytest.importorskip("pyspark", reason="the spark command's --help needs pyspark")
         words = shlex.split(re.sub(r"\[[^\]]*\]", "", " ".join(shlex.quote(a) for a in args)))
-        usage = _help_text([*_cli(), args[0]], scratch)
+        usage = runner.help_text([args[0]])
         for option in _options(words):
             assert option in usage, f"{example.where}: {option} is not an option of {args[0]}"
         return
@@ -221,12 +305,12 @@ def _shell_example(example: Example, command: str, args: list[str] | None, scrat
         return  # the command named in prose
     words = shlex.split(re.sub(r"\[[^\]]*\]", "", command))
     if words[:2] == ["python", "-m"] and words[2] in HELP_ONLY:
-        usage = _help_text([sys.executable, "-m", words[2]], ROOT)
+        usage = _help_text([sys.executable, "-m", words[2]])
         for option in _options(words):
             assert option in usage, f"{example.where}: {option} is not an option of {words[2]}"
         return
     if words[0] == "python" and words[1].startswith("benchmarks/"):
-        usage = _help_text([sys.executable, str(ROOT / words[1])], ROOT)
+        usage = _help_text([sys.executable, str(ROOT / words[1])])
         for option in _options(words):
             assert option in usage, f"{example.where}: {option} is not an option of {words[1]}"
         return

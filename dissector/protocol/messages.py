@@ -435,10 +435,12 @@ UNSUPPORTED_VERSION_TEXT = (
     "(known {lowest}-{highest})"
 )
 UNKNOWN_API_KEY_TEXT = "unknown_api_key: no {direction} spec for api_key {api_key}"
-# An ApiVersions request the broker refused (``settle_refused``).
+# An ApiVersions request the broker refused (``settle_refused``). One part of a
+# decode_error, whose parts are joined by "; ": none inside.
 VERSION_REFUSED_TEXT = (
     "version_refused: api_key {api_key} version {version} is refused by the broker too "
-    "(error 35 answered in the v0 layout, KIP-511), which reads no body of it; not decoded"
+    "(error 35 answered in the v0 layout, KIP-511): it reads no body of it, nor does the "
+    "dissector"
 )
 
 
