@@ -6,6 +6,7 @@ The captures are made here with scapy (an independent writer): HTTP on the Kafka
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,45 @@ def test_analyze_of_several_names_the_capture_without_kafka(udp: Path, tmp_path:
 def test_with_ports_the_hint_names_them(http: Path, tmp_path: Path) -> None:
     proc = _cli("analyze", str(http), "--ports", "9092", cwd=tmp_path)
     assert "Only ports 9092 were taken for Kafka (--ports)" in " ".join(proc.stdout.split())
+
+
+def test_with_ports_the_other_ports_bytes_are_named(tmp_path: Path) -> None:
+    """The bundled capture's Kafka is on 19192; with --ports 9092 its three connections
+    are not read, and the sentence says what they carried: the TCP payload bytes tshark
+    counts, retransmissions left out (18,487)."""
+    capture = ROOT / "captures" / "heuristic-port-19192.pcapng"
+    proc = _cli("analyze", str(capture), "--ports", "9092", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    payload = _tshark_payload_bytes(capture)
+    assert (
+        f"No Kafka found: the capture held 3 TCP connections carrying {payload:,} bytes on "
+        "ports not taken for Kafka." in out
+    )
+    assert "Only ports 9092 were taken for Kafka (--ports)" in out
+
+
+def _tshark_payload_bytes(capture: Path) -> int:
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark is not installed (the oracle for the payload bytes)")
+    proc = subprocess.run(
+        ["tshark", "-r", str(capture), "-Y", "tcp.len > 0 and not tcp.analysis.retransmission",
+         "-T", "fields", "-e", "tcp.len"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return sum(int(line) for line in proc.stdout.split())
+
+
+def test_tls_without_keys_says_how_to_give_them(tmp_path: Path) -> None:
+    capture = ROOT / "captures" / "tls-on-kafka-port.pcapng"
+    proc = _cli("analyze", str(capture), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert (
+        "No Kafka found: the capture held 1 TCP connection; TLS on 2 connection directions "
+        "without its session keys." in out
+    )
+    assert "--tls-keylog" in out.split("No Kafka found", 1)[1]
 
 
 @pytest.mark.parametrize("which", ["http", "udp"])

@@ -49,17 +49,21 @@ def no_kafka(
     if streams:
         phrase = _n(streams, "TCP connection")
         other = counters.get("non_kafka_directions", 0)
+        skipped = counters.get("non_kafka_bytes", 0)
         if other:
             phrase += (
-                f" whose traffic was not Kafka ({_n(counters.get('non_kafka_bytes', 0), 'byte')}"
+                f" whose traffic was not Kafka ({_n(skipped, 'byte')}"
                 f" on {_n(other, 'direction')} that never made a Kafka frame)"
             )
+        elif skipped:
+            # --ports: connections on other ports are not read at all, only counted
+            phrase += f" carrying {_n(skipped, 'byte')} on ports not taken for Kafka"
         elif not counters.get("kafka_frames", 0) and not tls_streams:
             phrase += " without payload to read"
         held.append(phrase)
     tls = counters.get("tls_connections_directions", 0)
     if tls:
-        held.append(f"TLS on {_n(tls, 'connection direction')} (encrypted: not decodable)")
+        held.append(f"TLS on {_n(tls, 'connection direction')} without its session keys")
     non_tcp = counters.get("non_tcp", 0)
     if non_tcp:
         verb = "is" if non_tcp == 1 else "are"
@@ -70,7 +74,11 @@ def no_kafka(
             f"{_n(non_ip, 'packet')} that {'is' if non_ip == 1 else 'are'} not IP (ARP, LLDP...)"
         )
     if tls:
-        hint = "Kafka over TLS cannot be decoded from the capture alone."
+        hint = (
+            "Kafka over TLS is decrypted with the session keys: give the client's or the "
+            "broker's key log (SSLKEYLOGFILE format) with --tls-keylog, or a pcapng that "
+            "carries them (Decryption Secrets Block)."
+        )
     elif ports:
         listed = ",".join(str(p) for p in sorted(ports))
         hint = (
