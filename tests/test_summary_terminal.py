@@ -101,8 +101,12 @@ def test_table_fits_the_terminal_and_keeps_numbers_whole(
         assert legend.replace(" ", "") in text.replace("\n", "").replace(" ", "")
     if left_out:
         assert "left out for the terminal's width" in text
+        note = " ".join(text.split("left out for the terminal's width")[1].split())
         for name in left_out:
-            assert name in text.split("left out for the terminal's width")[1]
+            assert name in note
+            column = [full[full_headers.index(name)] for full in full_rows]
+            # a column of zeros says so: it left for the width but hid nothing
+            assert (f"{name} (all 0)" in note) == all(cell == "0" for cell in column), name
     if columns == 200:  # wide enough: the piped table as it is
         assert headers == full_headers and rows == full_rows
     if columns == 80:

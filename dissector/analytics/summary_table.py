@@ -140,6 +140,7 @@ def table_width(columns: list[SummaryColumn]) -> int:
 class FittedTable:
     columns: list[SummaryColumn]
     left_out: list[str]  # columns dropped for width (their full names)
+    zero: frozenset[str] = frozenset()  # those of left_out that held nothing but zeros
 
 
 def fit_columns(columns: list[SummaryColumn], width: int | None) -> FittedTable:
@@ -173,7 +174,8 @@ def fit_columns(columns: list[SummaryColumn], width: int | None) -> FittedTable:
         if len(kept) < len(cols):
             cols = kept
             left_out.append(col.name)
-    return FittedTable(cols, left_out)
+    zero = frozenset(c.name for c in columns if c.all_zero and c.name in left_out)
+    return FittedTable(cols, left_out, zero)
 
 
 def summary_columns(df: pd.DataFrame) -> list[SummaryColumn]:
@@ -254,7 +256,7 @@ def print_summary(
     if fitted.left_out:
         console.print(
             f"left out for the terminal's width ({console.width} columns): "
-            + ", ".join(fitted.left_out)
+            + ", ".join(f"{n} (all 0)" if n in fitted.zero else n for n in fitted.left_out)
             + " (piped or with a wider terminal the table is whole)",
             highlight=False,
             soft_wrap=soft,
