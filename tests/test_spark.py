@@ -603,8 +603,12 @@ def test_cli_writes_parquet_tables(
         spark_command,
         [*map(str, chosen), "--master", "local[2]", "-o", str(out), "--window", "10 seconds"],
     )
-    assert result.exit_code == 0, result.output
+    # the failure rule (issue #22): the broken capture is named, the rest written, exit 1
+    assert result.exit_code == 1, result.output
     assert f"{len(chosen)} captures (1 failed to decode), {want_pairs} pairs" in result.output
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"Error: 1 of {len(chosen)} captures failed to decode (flagged in pairs and captures)"
+    )
     pairs = pd.read_parquet(out / "pairs")
     assert list(pairs.columns) == list(COLUMN_NAMES)
     assert len(pairs) == want_pairs + 1  # plus the row flagging the broken capture
