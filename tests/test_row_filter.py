@@ -174,3 +174,35 @@ def test_report_shows_the_filter_and_only_its_rows(tmp_path: Path) -> None:
     text = " ".join(out.read_text().split())
     assert "api == Fetch (13 of 427 rows;" in text
     assert "--filter &#39;api == Fetch&#39;" in text or "--filter 'api == Fetch'" in text
+
+
+def test_names_no_row_has_are_said_when_nothing_matches(df: pd.DataFrame) -> None:
+    """A misspelt API or error name matches nothing, like a name that is real but absent
+    from the capture; the empty result says which names no row has (caseless)."""
+    wanted = parse_filter("api == Fecth or api == 3 or error == unknown_topic or api == fetch")
+    assert wanted.names == (
+        ("api_name", "Fecth"),
+        ("error_name", "unknown_topic"),
+        ("api_name", "fetch"),
+    )
+    assert wanted.absent(df) == ("no API named 'Fecth'", "no error named 'unknown_topic'")
+    assert parse_filter("api != Fecth and error == 35").names == ()  # only == by name
+
+
+def test_analyze_and_report_say_which_names_no_row_has(tmp_path: Path) -> None:
+    typo = "api == Fecth"
+    proc = _cli("analyze", str(CAPTURE), "--filter", typo, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        f"no row matches {typo!r} (427 rows before the filter: no API named 'Fecth' among them)"
+        in " ".join(proc.stdout.split())
+    )
+    real = "api == Fetch and error == UNKNOWN_TOPIC_OR_PARTITION"  # both names exist
+    proc = _cli("analyze", str(CAPTURE), "--filter", real, cwd=tmp_path)
+    assert f"no row matches {real!r} (427 rows before the filter)" in proc.stdout
+    pytest.importorskip("jinja2")
+    out = tmp_path / "r.html"
+    proc = _cli("report", str(CAPTURE), "--filter", typo, "-o", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(out.read_text().split())
+    assert "matched none of the 427 rows (no API named &#39;Fecth&#39; among them)." in text

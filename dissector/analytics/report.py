@@ -1567,10 +1567,14 @@ def _filter_text(df: pd.DataFrame) -> str | None:
 def _no_kafka_overview(df: pd.DataFrame, ports: frozenset[int] | None) -> Section:
     applied = df.attrs.get(FILTER_ATTR)
     if applied:
+        from dissector.analytics.summary_table import FILTER_ABSENT_ATTR
+
+        unknown = "; ".join(df.attrs.get(FILTER_ABSENT_ATTR) or ())
         return Section(
             id="overview",
             title="No row matches the filter",
-            intro=f"The filter {applied[0]!r} matched none of the {fmt_int(applied[1])} rows.",
+            intro=f"The filter {applied[0]!r} matched none of the {fmt_int(applied[1])} rows"
+            + (f" ({unknown} among them)." if unknown else "."),
         )
     counters = df.attrs.get("counters") or {}
     absent = no_kafka(0, counters, df.attrs.get("tls_streams") or (), ports)

@@ -17,6 +17,10 @@ UNSUPPORTED_VERSION = "unsupported_version: no "
 # broker's error, and no specs would decode the body.
 VERSION_REFUSED = "version_refused: "
 
+# df.attrs key beside "filter": row_filter.Filter.absent when no row matched, e.g.
+# ("no API named 'Fecth'",): said with the empty result, since a typo reads like an answer.
+FILTER_ABSENT_ATTR = "filter_absent"
+
 # Piped or redirected output is read by programs and wide terminals later: no
 # 80-column cut. Wide enough for any table this prints.
 _FILE_WIDTH = 1000
@@ -244,7 +248,13 @@ def print_summary(
     rows_seen = applied[1] if applied else len(df)
     absent = no_kafka(rows_seen, counters, df.attrs.get("tls_streams") or (), ports)
     if applied and df.empty:
-        console.print(f"no row matches {applied[0]!r} ({applied[1]} rows before the filter)")
+        unknown = "; ".join(df.attrs.get(FILTER_ABSENT_ATTR) or ())
+        console.print(
+            f"no row matches {applied[0]!r} ({applied[1]} rows before the filter"
+            + (f": {unknown} among them)" if unknown else ")"),
+            highlight=False,
+            soft_wrap=soft,
+        )
     elif absent is not None:
         # Not an empty table that reads like an answer: what the capture held instead.
         console.print(absent.sentence(), highlight=False, soft_wrap=soft)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dissector.analytics.no_kafka import no_kafka
-from dissector.analytics.summary_table import print_summary
+from dissector.analytics.summary_table import FILTER_ABSENT_ATTR, print_summary
 from dissector.cli.common import (
     FILTER_HELP,
     TABLE_FORMATS,
@@ -188,6 +188,7 @@ class Analysed:
 
     filter_text: str | None = None
     rows_before_filter: int | None = None
+    filter_absent: tuple[str, ...] = ()  # Filter.absent when no row matched
 
     def frame(self) -> pd.DataFrame:
         if self._frame is None:
@@ -203,6 +204,7 @@ class Analysed:
             }
             if self.filter_text is not None:
                 self._frame.attrs["filter"] = (self.filter_text, self.rows_before_filter)
+                self._frame.attrs[FILTER_ABSENT_ATTR] = self.filter_absent
         return self._frame
 
     def filtered(self, wanted: Any) -> Analysed:
@@ -212,6 +214,7 @@ class Analysed:
 
         mask = wanted.mask(self.frame())
         table = self.table.filter(pa.array(mask.to_numpy()))
+        absent = () if mask.any() else wanted.absent(self.frame())
         return Analysed(
             table,
             self.counters,
@@ -220,6 +223,7 @@ class Analysed:
             self.tls,
             filter_text=wanted.text,
             rows_before_filter=self.table.num_rows,
+            filter_absent=absent,
         )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from dissector.analytics import report
+from dissector.analytics.summary_table import FILTER_ABSENT_ATTR
 from dissector.cli.common import (
     FILTER_HELP,
     capture_problem,
@@ -85,8 +86,11 @@ def _write(
         return report.report_file(paths, output, title=title, **settings)
     df = report.analyze(paths, **settings)
     before = len(df)
-    df = df[wanted.mask(df)]
+    mask = wanted.mask(df)
+    absent = () if mask.any() else wanted.absent(df)
+    df = df[mask]
     df.attrs[report.FILTER_ATTR] = (wanted.text, before)
+    df.attrs[FILTER_ABSENT_ATTR] = absent
     ports = settings["ports"]
     command = " ".join(
         ["kafka-dissector report", *map(shlex.quote, paths), "-o", shlex.quote(output)]

@@ -117,9 +117,22 @@ class Filter:
     text: str
     test: Callable[[Row], bool]
     columns: tuple[str, ...]  # the row columns it reads
+    # (column, value) of each API or error compared by name (``api == Fecth``)
+    names: tuple[tuple[str, str], ...] = ()
 
     def matches(self, row: Row) -> bool:
         return self.test(row)
+
+    def absent(self, df: pd.DataFrame) -> tuple[str, ...]:
+        """The API and error names the filter asks for that no row of ``df`` has (a
+        typo reads like an answer otherwise): ``no API named 'Fecth'``."""
+        out: list[str] = []
+        for column, value in self.names:
+            present = df[column].dropna().astype(str).str.casefold() if column in df else ()
+            if value.casefold() not in set(present):
+                what = "API" if column == "api_name" else "error"
+                out.append(f"no {what} named {value!r}")
+        return tuple(dict.fromkeys(out))
 
     def mask(self, df: pd.DataFrame) -> pd.Series:
         import pandas as pd
@@ -257,6 +270,7 @@ class _Parser:
         self.tokens = _tokens(text)
         self.i = 0
         self.columns: list[str] = []
+        self.names: list[tuple[str, str]] = []
 
     def peek(self) -> _Token | None:
         return self.tokens[self.i] if self.i < len(self.tokens) else None
@@ -338,6 +352,10 @@ class _Parser:
                 raise FilterError(f"bad regular expression {values[0]!r}: {exc}") from None
         test, columns = _field_test(name, op, values)
         self.columns.extend(columns)
+        by_name = {"api": "api_name", "api_name": "api_name", "error": "error_name"}
+        if op == "==" and name in (*by_name, "error_name"):
+            column = by_name.get(name, name)
+            self.names.extend((column, v) for v in values if _number(v) is None)
         return test
 
     def value(self) -> str:
@@ -351,4 +369,9 @@ def parse_filter(text: str) -> Filter:
     """``text`` as a ``Filter``; ``FilterError`` says what is wrong and where."""
     parser = _Parser(text)
     test = parser.parse()
-    return Filter(text=text, test=test, columns=tuple(dict.fromkeys(parser.columns)))
+    return Filter(
+        text=text,
+        test=test,
+        columns=tuple(dict.fromkeys(parser.columns)),
+        names=tuple(dict.fromkeys(parser.names)),
+    )
