@@ -231,6 +231,13 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
         "version newer than the specs, not decodable by the newest layout; status kept",
     ),
     (
+        "version_refused",
+        _D,
+        _PRO,
+        _I,
+        "ApiVersions version the broker refused too (KIP-511); body unread by both",
+    ),
+    (
         "unsupported_version",
         _N,
         _PRO,

@@ -53,3 +53,13 @@ def _pandas_missing(value: Any) -> bool:
     loaded, so it is not imported here: the decode command never needs it."""
     pd = sys.modules.get("pandas")
     return pd is not None and bool(pd.api.types.is_scalar(value)) and bool(pd.isna(value))
+
+
+def iso_ns(ns: int | None) -> str | None:
+    """Nanoseconds since the epoch as ISO 8601 UTC with all nine digits, the way the
+    pairs table's JSON output writes its times (``2026-11-22T15:54:08.648165829+00:00``)."""
+    if ns is None:
+        return None
+    seconds, fraction = divmod(ns, 1_000_000_000)
+    moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{fraction:09d}+00:00"

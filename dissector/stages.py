@@ -152,7 +152,8 @@ TLS = RowFlag.TLS.value
 
 # A version newer than our specs is not broken bytes: the row keeps its status and
 # says why it is not decoded in decode_error (like Wireshark's "unsupported version").
-NOT_MALFORMED_PREFIXES = ("unsupported_version",)
+# Nor is a version the broker refused (messages.settle_refused).
+NOT_MALFORMED_PREFIXES = ("unsupported_version", "version_refused")
 
 
 def is_fatal(*decoded: Any) -> bool:

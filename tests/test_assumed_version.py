@@ -1,18 +1,22 @@
 """Versions newer than the specs, decoded with the newest known layout (issue #13 §5).
 
-The bundled capture holds real Kafka 4.4 ApiVersions v5 exchanges, a version the
-installed specs (Kafka 4.2's generation) stop before. The oracle is the same capture
-decoded with Kafka 4.4's own specs (its kafka-clients jar, which knows v5): the
-assumed-v4 decode must agree with it field by field. Bytes that do not fit the newest
-layout exactly (a response cut short or with a byte too many) keep
-``unsupported_version``, in the native core and in the Python decoder alike.
-(tshark 4.0 on this machine does not know ApiVersions v5 either, so it cannot serve.)
+The bundled capture holds real Kafka 4.4 ApiVersions v5 exchanges, the newest version
+the shipped specs (Kafka 4.4) know. Specs that lag are made by taking v5 out of the
+shipped set: the assumed-v4 decode must then agree field by field with the v5 decode
+Apache's own spec gives. Real v5 exchanges relabelled v6 (a version no spec knows) fit
+v5's layout and are decoded as v5; bytes that do not fit the newest layout exactly (a
+response cut short or with a byte too many, the capture's hand-written v4-shaped v99
+request when no broker refused it) keep ``unsupported_version``, in the native core and the
+Python decoder alike. The capture's v99, which the broker refused (KIP-511), is
+``version_refused``: no specs would decode it.
+(tshark 4.0 on this machine does not know ApiVersions v5, so it cannot serve.)
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import math
-import os
 import struct
 from pathlib import Path
 
@@ -22,6 +26,7 @@ from test_cli_counters import Conversation, write_capture
 
 import dissector
 from dissector.analytics import stats
+from dissector.analytics.summary_table import unsupported_rows as stats_unsupported
 from dissector.options import Options
 from dissector.protocol import get_registry, messages
 from dissector.protocol.export import model_dict
@@ -36,19 +41,12 @@ CAPTURE = ROOT / "captures" / "kafka-4-mixed.pcapng"
 API_VERSIONS = 18
 
 
-def _jar(version: str) -> Path | None:
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    jar = root / "kafka-dissector/m2/org/apache/kafka/kafka-clients" / version
-    jar = jar / f"kafka-clients-{version}.jar"
-    return jar if jar.is_file() else None
-
-
-@pytest.fixture(scope="module")
-def jar() -> Path:
-    found = _jar("4.4.0")
-    if found is None:
-        pytest.skip("kafka-clients-4.4.0.jar absent (scripts/kafka-broker fetch)")
-    return found
+def _lagging_registry() -> messages.Registry:
+    """The shipped specs without ApiVersions v5: a decoder one Kafka release behind."""
+    specs = copy.deepcopy(get_registry().specs)
+    for direction in (REQUEST, RESPONSE):
+        del specs.layouts[(API_VERSIONS, direction)][5]
+    return messages.Registry(specs)
 
 
 @pytest.fixture(scope="module")
@@ -87,35 +85,49 @@ def _exchanges(version: int) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def test_kafka_4_4_v5_requests_do_not_fit_v4_so_their_rows_stay_unsupported(
-    installed: pd.DataFrame, jar: Path
+def test_kafka_4_4_v5_decodes_as_sent_and_the_v4_shaped_v99_is_refused(
+    installed: pd.DataFrame,
 ) -> None:
-    """KIP-1242 gave ApiVersions v5 requests two plain (untagged) fields, ClusterId and
-    NodeId: v4's layout leaves them over, so the rule must not decode these pairs."""
+    """The shipped specs know v5. The capture's deliberate v99 request is v4-shaped:
+    KIP-1242 gave v5 requests two plain (untagged) fields, ClusterId and NodeId, which
+    it lacks, so v5's layout does not fit. The broker refused v99 (error 35 in the v0
+    layout, read here from the response bytes and the raw driver's ledger), so the row
+    says version_refused, not unsupported_version: no newer specs would decode it."""
     v5 = _v5(installed)
     assert len(v5) == len(_exchanges(5)) > 0
-    assert v5["assumed_version"].isna().all()
-    for note in v5["decode_error"]:
-        assert note.startswith("request: unsupported_version: ")
-        assert "; response: unsupported_version: " in note
-    v4_fields = {f.name for f in get_registry().layout(API_VERSIONS, 4, REQUEST).fields}
-    newer = get_registry([str(jar)])
-    for request, _ in _exchanges(5):
-        body = messages.decode_request(request, registry=newer).body
-        assert set(body) - v4_fields == {"cluster_id", "node_id"}
-    # the deliberate v99 request of the capture is v4-shaped: decoded (answered with
-    # UNSUPPORTED_VERSION in the v0 layout) and the only assumed pair
+    assert v5["assumed_version"].isna().all() and v5["decode_error"].isna().all()
     [v99] = installed[installed["api_version"] == 99].itertuples()
-    assert v99.assumed_version == 4 and pd.isna(v99.decode_error)
+    assert pd.isna(v99.assumed_version)
+    assert v99.decode_error == (
+        "request: version_refused: api_key 18 version 99 is refused by the broker too "
+        "(error 35 answered in the v0 layout, KIP-511): it reads no body of it, nor does the "
+        "dissector"
+    )
     assert v99.status == "error" and v99.error_name == "UNSUPPORTED_VERSION"
-    assert installed.attrs["counters"]["assumed_version_pairs"] == 1
+    assert not stats_unsupported(installed).any()
+    [(request, response)] = _exchanges(99)
+    assert struct.unpack_from(">h", response, 4) == (35,)  # the broker's own answer
+    ledger = json.loads(CAPTURE.with_suffix(".drivers.json").read_text(encoding="utf-8"))
+    refused = [
+        op
+        for driver in ledger["drivers"]
+        for op in driver["operations"]
+        if op["op"] == "api_versions_unsupported_version"
+    ]
+    assert [op["detail"]["response_error_code"] for op in refused] == [35]
+    as_v4 = messages.decode_request(_relabelled(request, 4))
+    assert as_v4.error is None and as_v4.trailing == 0  # v4's layout, exactly
+    v5_fields = {f.name for f in get_registry().layout(API_VERSIONS, 5, REQUEST).fields}
+    assert v5_fields - set(as_v4.body) == {"cluster_id", "node_id"}
+    assert "assumed_version_pairs" not in installed.attrs["counters"]
+    assert installed.attrs["counters"]["unsupported_version_requests"] == 1
 
 
-def test_v5_responses_decode_as_v4_field_by_field_like_kafka_4_4(jar: Path) -> None:
-    newer = get_registry([str(jar)])
+def test_v5_responses_decode_as_v4_field_by_field_like_kafka_4_4() -> None:
+    lagging = _lagging_registry()
     for _, response in _exchanges(5):
-        mine = messages.decode_response(response, API_VERSIONS, 5)
-        theirs = messages.decode_response(response, API_VERSIONS, 5, registry=newer)
+        mine = messages.decode_response(response, API_VERSIONS, 5, registry=lagging)
+        theirs = messages.decode_response(response, API_VERSIONS, 5)
         assert mine.error is None and theirs.error is None
         assert mine.assumed_version == 4 and theirs.assumed_version is None
         assert mine.trailing == theirs.trailing == 0
@@ -153,11 +165,11 @@ def _values(column: pd.Series) -> list[object]:
 
 
 def test_pairs_that_fit_decode_and_the_others_stay_unsupported(tmp_path: Path) -> None:
-    """A real v4 exchange sent as v6 (a version no spec knows) fits v4's layout: its row
-    equals the v4 row but for the version columns. The same with a response one byte
+    """A real v5 exchange sent as v6 (a version no spec knows) fits v5's layout: its row
+    equals the v5 row but for the version columns. The same with a response one byte
     longer or shorter does not fit: the pair keeps unsupported_version, in the native
     core and the Python pipeline alike."""
-    request, response = _exchanges(4)[0]
+    request, response = _exchanges(5)[0]
     newer = _relabelled(request, 6)
     cap = write_capture(
         tmp_path / "v6.pcap",
@@ -172,8 +184,8 @@ def test_pairs_that_fit_decode_and_the_others_stay_unsupported(tmp_path: Path) -
     same = [c for c in same if c not in ("latency_ms", "first_byte_ms", "request_size")]
     for df in (native, oracle):
         original, fits, longer, shorter = (df.iloc[i] for i in range(4))
-        assert pd.isna(original["assumed_version"]) and original["api_version"] == 4
-        assert fits["assumed_version"] == 4 and fits["api_version"] == 6
+        assert pd.isna(original["assumed_version"]) and original["api_version"] == 5
+        assert fits["assumed_version"] == 5 and fits["api_version"] == 6
         for column in same:
             assert str(fits[column]) == str(original[column]), column
         for bad in (longer, shorter):
@@ -185,10 +197,40 @@ def test_pairs_that_fit_decode_and_the_others_stay_unsupported(tmp_path: Path) -
     assert dissector.analyze(str(cap)).attrs["counters"]["assumed_version_pairs"] == 1
 
 
+def test_only_a_broker_refusal_makes_an_unknown_version_refused(tmp_path: Path) -> None:
+    """The capture's v99 request, answered by the broker's real refusal (error 35 in the
+    v0 layout), is version_refused with the broker's error as its status; the same
+    request unanswered, or answered by a real v5 response (no refusal), keeps
+    unsupported_version: only the broker's answer says newer specs would not help. The
+    native core and the Python pipeline agree."""
+    request, refusal = _exchanges(99)[0]
+    _, v5_response = _exchanges(5)[0]
+    corr = request[4:8]
+    answered = corr + v5_response[4:]  # a normal answer under the v99 request's id
+    cap = write_capture(
+        tmp_path / "v99.pcap",
+        [Conversation(40000, 9092, [(_framed(request), _framed(refusal))]),
+         Conversation(40001, 9092, [(_framed(request), b"")]),
+         Conversation(40002, 9092, [(_framed(request), _framed(answered))])],
+    )  # fmt: skip
+    native, oracle = _rows(cap)
+    for df in (native, oracle):
+        refused, unanswered, normal = (df.iloc[i] for i in range(3))
+        assert refused["decode_error"].startswith("request: version_refused: api_key 18 ")
+        assert (refused["status"], refused["error_name"]) == ("error", "UNSUPPORTED_VERSION")
+        assert unanswered["status"] == "unanswered"
+        assert unanswered["decode_error"].startswith("request: unsupported_version: ")
+        parts = [p.split(": ")[:2] for p in normal["decode_error"].split("; ")]
+        assert parts == [[side, "unsupported_version"] for side in ("request", "response")]
+        assert normal["status"] == "ok"
+    for column in ("status", "error_name", "decode_error", "api_version"):
+        assert _values(native[column]) == _values(oracle[column]), column
+
+
 def test_a_pair_is_assumed_whole_or_not_at_all() -> None:
-    request, response = _exchanges(4)[0]
+    request, response = _exchanges(5)[0]
     good = messages.decode_request(_relabelled(request, 6))
-    assert good.assumed_version == 4 and good.error is None and good.body
+    assert good.assumed_version == 5 and good.error is None and good.body
     bad = messages.decode_response(response + b"\x00", API_VERSIONS, 6)
     assert bad.assumed_version is None and bad.body is None
     assert bad.error.startswith("unsupported_version")
@@ -198,16 +240,16 @@ def test_a_pair_is_assumed_whole_or_not_at_all() -> None:
 
 
 def test_decode_command_marks_assumed_sides(tmp_path: Path) -> None:
-    request, response = _exchanges(4)[0]
+    request, response = _exchanges(5)[0]
     cap = write_capture(
         tmp_path / "v6.pcap",
         [Conversation(40001, 9092, [(_framed(_relabelled(request, 6)), _framed(response))])],
     )
     [item] = list(iter_decoded([str(cap)], api=API_VERSIONS))
-    assert item["request"]["assumed_version"] == item["response"]["assumed_version"] == 4
-    assert item["summary"]["assumed_version"] == 4
+    assert item["request"]["assumed_version"] == item["response"]["assumed_version"] == 5
+    assert item["summary"]["assumed_version"] == 5
     assert item["request"]["header"]["request_api_version"] == 6
-    assert item["response"]["body"] == messages.decode_response(response, API_VERSIONS, 4).body
+    assert item["response"]["body"] == messages.decode_response(response, API_VERSIONS, 5).body
 
 
 def test_cli_table_counts_assumed_rows_apart_from_unsupported() -> None:
@@ -227,10 +269,11 @@ def test_cli_table_counts_assumed_rows_apart_from_unsupported() -> None:
         values = [c.strip() for c in line.strip("│").split("│")]
         if len(values) == len(cells) and values[0] == "ApiVersions":
             rows[int(values[1])] = dict(zip(cells, values, strict=True))
-    assert (rows[99]["assumed"], rows[99]["unsupported"]) == ("1", "0")
-    assert (rows[5]["assumed"], rows[5]["unsupported"]) == ("0", str(len(_exchanges(5))))
-    assert "assumed: 1 row with an API version newer than the installed specs" in proc.stdout
-    assert "counters: assumed_version_pairs=1," in proc.stdout
+    assert (rows[99]["assumed"], rows[99]["unsupported"]) == ("0", "0")
+    assert (rows[5]["assumed"], rows[5]["unsupported"]) == ("0", "0")
+    assert "unsupported:" not in proc.stdout  # the shipped specs know every version sent
+    assert "refused: 1 row asking for an ApiVersions version the broker does not" in proc.stdout
+    assert "assumed_version_pairs" not in proc.stdout
 
 
 def test_report_names_the_newer_versions_and_how_they_were_decoded(
@@ -240,7 +283,5 @@ def test_report_names_the_newer_versions_and_how_they_were_decoded(
     from dissector.analytics.report import _newer_versions_text
 
     text = _newer_versions_text(installed)
-    assert text == (
-        f"ApiVersions v5 ({len(_exchanges(5))} not decoded); ApiVersions v99 (1 decoded as v4)"
-    )
-    assert _newer_versions_text(installed[installed["api_version"] < 5]) == "none"
+    assert text == "ApiVersions v99 (1 refused by the broker too)"
+    assert _newer_versions_text(installed[installed["api_version"] < 99]) == "none"

@@ -135,15 +135,15 @@ def test_unknown_error_codes_stay_numbers() -> None:
 
 
 def test_unknown_api_key_and_version_decode_the_header_only() -> None:
-    out = decode_request(struct.pack(">hhih", 4, 1, 7, 2) + b"id" + b"\x00" * 10)
+    out = decode_request(struct.pack(">hhih", 1000, 1, 7, 2) + b"id" + b"\x00" * 10)
     assert out.header == {
-        "request_api_key": 4,
+        "request_api_key": 1000,
         "request_api_version": 1,
         "correlation_id": 7,
         "client_id": "id",
     }
     assert out.body is None
-    assert out.error == "unknown_api_key: no request spec for api_key 4"
+    assert out.error == "unknown_api_key: no request spec for api_key 1000"
     assert api_name(4) == "LeaderAndIsr"
     assert api_name(7) == "ControlledShutdown"
     assert api_name(1000) == "Unknown(1000)"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from dissector.protocol import diskcache
-from dissector.protocol.sources import kafka_api_names, load_specs
+from dissector.protocol.bundled import bundled_api_names
+from dissector.protocol.sources import load_specs
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def test_cached_specs_equal_a_fresh_build(cache_home: Path) -> None:
     again = diskcache.load_or_build("specs", lambda: pytest.fail("should load, not build"))
     fresh = load_specs()
     assert again.layouts == fresh.layouts == first.layouts
-    assert again.names == fresh.names == kafka_api_names()
+    assert again.names == fresh.names == bundled_api_names()
 
 
 def test_second_call_loads_instead_of_building(cache_home: Path) -> None:

@@ -1,7 +1,9 @@
-"""The combined spec set is complete, and its sources agree with each other."""
+"""The shipped spec set is complete, faithful to Apache's jars, and agrees with the
+client libraries' own readings of the protocol (kio, kafka-python: dev extras)."""
 
 from __future__ import annotations
 
+import json
 import os
 import zipfile
 from pathlib import Path
@@ -9,26 +11,44 @@ from pathlib import Path
 import pytest
 
 from dissector.protocol import api_name, get_registry, supported_apis
-from dissector.protocol.sources import (
+from dissector.protocol.bundled import bundled_layers, bundled_release
+from dissector.protocol.sources import load_specs, parse_versions, snake, strip_json_comments
+from dissector.protocol.spec import REQUEST, RESPONSE, Field
+from tests.oracle.spec_libraries import (
     iter_kafka_python_specs,
     iter_kio_layouts,
     iter_old_layouts,
-    load_specs,
-    parse_versions,
-    snake,
+    kafka_api_names,
 )
-from dissector.protocol.spec import REQUEST, RESPONSE, Field
 
 kio_index = pytest.importorskip("kio.schema.index")
 
-# Versions that existed but that no installed package describes: the v0 of the
-# delegation-token APIs (removed in Kafka 4.0), AlterPartition v0-1 (inter-broker)
-# and the early-access v0 of the share-group APIs (Kafka 4.0). --specs DIR with an
-# older Apache spec set fills them.
-NOT_DESCRIBED = {(k, 0) for k in (38, 39, 40, 41, 76, 77, 78, 79)} | {(56, 0), (56, 1)}
-
-
 Combo = tuple[int, int, str]
+
+
+def _kafka_clients_jar(version: str) -> Path | None:
+    """kafka-clients from Maven Central, where scripts/kafka-broker's cache keeps it."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    jar = root.joinpath(
+        "kafka-dissector", "m2", "org", "apache", "kafka", "kafka-clients", version
+    ) / (f"kafka-clients-{version}.jar")
+    return jar if jar.is_file() else None
+
+
+def _jar_combinations(jar: Path) -> set[Combo]:
+    """validVersions of every message spec in a jar, read with zipfile and json only."""
+    out: set[Combo] = set()
+    with zipfile.ZipFile(jar) as archive:
+        for name in archive.namelist():
+            if not (name.startswith("common/message/") and name.endswith(".json")):
+                continue
+            spec = json.loads(strip_json_comments(archive.read(name).decode()))
+            if spec.get("type") not in (REQUEST, RESPONSE) or spec["validVersions"] == "none":
+                continue
+            low, _, high = spec["validVersions"].partition("-")
+            for v in range(int(low), int(high or low) + 1):
+                out.add((int(spec["apiKey"]), v, spec["type"]))
+    return out
 
 
 def _kio_combinations() -> set[Combo]:
@@ -52,68 +72,106 @@ def _json_combinations() -> set[Combo]:
     return out
 
 
-def _expected_combinations() -> set[Combo]:
-    """Every (key, version, direction) the libraries know of, plus the removed versions.
+def test_shipped_layers_hold_exactly_what_their_jars_describe() -> None:
+    """Each layer's release: the union of the jars' validVersions is what we decode."""
+    expected: set[Combo] = set()
+    for layer in bundled_layers():
+        jar = _kafka_clients_jar(layer.release)
+        if jar is None:
+            pytest.skip(f"kafka-clients-{layer.release}.jar not cached (./scripts/run-tests)")
+        expected |= _jar_combinations(jar)
+    have = set(get_registry().specs.combinations())
+    assert sorted(expected ^ have) == []
 
-    Built from the libraries directly, not from our SpecSet: kio's version index,
-    kafka-python's validVersions, and versions 0..lowest-1 (every API began at 0).
-    """
-    versions: dict[int, set[int]] = {}
-    for key, v, _ in _kio_combinations() | _json_combinations():
-        versions.setdefault(key, set()).add(v)
-    out: set[Combo] = set()
-    for key, vs in versions.items():
-        for v in range(0, max(vs) + 1):
-            if (key, v) not in NOT_DESCRIBED:
-                out.update({(key, v, REQUEST), (key, v, RESPONSE)})
-    return out
+
+def test_layouts_equal_what_the_jar_gives_through_specs() -> None:
+    """The prose-free shipped copy decodes as the jar itself does (--specs JAR)."""
+    reg = get_registry()
+    for layer in bundled_layers():
+        jar = _kafka_clients_jar(layer.release)
+        if jar is None:
+            pytest.skip(f"kafka-clients-{layer.release}.jar not cached (./scripts/run-tests)")
+        from_jar = load_specs([jar])
+        for combo in {(s.api_key, s.direction) for s in layer.specs}:
+            for version, layout in from_jar.layouts.get(combo, {}).items():
+                if not layout.source.startswith("specs-dir:"):
+                    continue
+                ours = reg.specs.get(combo[0], version, combo[1])
+                if ours is not None and ours.source == f"kafka-clients-{layer.release}":
+                    assert ours.fields == layout.fields, (combo, version)
+                    assert ours.flexible == layout.flexible, (combo, version)
+
+
+def test_shipped_specs_cover_everything_the_client_libraries_know() -> None:
+    """kio (Kafka 4.2) and kafka-python's specs and hand-written schemas: all decodable."""
+    have = set(get_registry().specs.combinations())
+    old = {(lay.api_key, lay.version, lay.direction) for lay in iter_old_layouts()}
+    assert sorted((_kio_combinations() | _json_combinations() | old) - have) == []
+    assert bundled_release() == "4.4.0"
 
 
 def test_every_key_version_and_direction_is_decodable() -> None:
     reg = get_registry()
     have = set(reg.specs.combinations())
-    expected = _expected_combinations()
-    assert sorted(expected - have) == []
-    assert sorted(have - expected) == []
     keys = {k for k, _, _ in have}
-    assert keys == set(range(0, 4)) | set(range(8, 93))
+    # 4-7: the ZooKeeper-era inter-broker APIs, from the 3.9 layer
+    assert keys == set(range(0, 95))
     # spot checks from Apache's protocol history
-    history = {0: range(0, 14), 1: range(0, 19), 2: range(0, 12), 3: range(0, 14)}
+    history = {0: range(0, 14), 1: range(0, 19), 2: range(0, 12), 3: range(0, 14), 18: range(6)}
     for key, versions in history.items():
         for v in versions:
             assert (key, v, REQUEST) in have and (key, v, RESPONSE) in have
-    assert reg.compile_all() == len(expected)
+    # both directions of every version
+    assert {(k, v) for k, v, d in have if d == REQUEST} == {(k, v) for k, v, _ in have}
+    assert reg.compile_all() == len(have)
 
 
 def test_every_supported_api_has_a_name_including_removed_keys() -> None:
     table = {a.api_key: a for a in supported_apis()}
-    assert set(range(0, 93)) <= set(table)
-    for key in range(4, 8):
-        assert table[key].request_versions == ()
+    assert set(range(0, 95)) <= set(table)
+    assert table[4].name == "LeaderAndIsr" and table[4].request_versions == tuple(range(8))
     assert table[68].name == "ConsumerGroupHeartbeat"
     assert table[78].name == "ShareFetch"
-    assert table[78].request_versions == (1, 2)
-    assert all(not api_name(k).startswith("Unknown") for k in range(0, 93))
+    assert table[78].request_versions == (0, 1, 2)
+    assert all(not api_name(k).startswith("Unknown") for k in range(0, 95))
+    # kafka-python names every key it knows the same way
+    for key, name in kafka_api_names().items():
+        assert api_name(key) == name
 
 
 def _names(fields: tuple[Field, ...]) -> tuple[object, ...]:
     return tuple((f.name, _names(f.fields)) for f in fields)
 
 
+# Field names Apache changed after kio's generation (Kafka 4.2), the bytes unchanged:
+# TxnOffsetCommit's GenerationId became GenerationIdOrMemberEpoch (KIP-1251), kio spells
+# AssignReplicasToDirs' Id as id_ (a Python keyword guard), StreamsGroupHeartbeat's
+# AcceptableRecoveryLag became AcceptableRecoveryLagLegacy.
+RENAMED_SINCE_KIO = {
+    (28, 3, REQUEST),
+    (28, 4, REQUEST),
+    (28, 5, REQUEST),
+    (73, 0, REQUEST),
+    (73, 0, RESPONSE),
+    (88, 0, RESPONSE),
+}
+
+
 def test_kio_reflection_agrees_with_apache_json_for_every_shared_version() -> None:
     reg = get_registry()
     shared = 0
+    renamed = set()
     for layout in iter_kio_layouts():
         json_layout = reg.layout(layout.api_key, layout.version, layout.direction)
         assert json_layout is not None
-        if json_layout.source == "kio":
-            continue
         shared += 1
         where = (layout.api_key, layout.version, layout.direction)
         assert json_layout.wire() == layout.wire(), where
-        assert _names(json_layout.fields) == _names(layout.fields), where
-    # every version both kio and the JSON specs describe, and only those
-    assert shared == len(_kio_combinations() & _json_combinations())
+        if _names(json_layout.fields) != _names(layout.fields):
+            renamed.add(where)
+    assert renamed == RENAMED_SINCE_KIO
+    # every version kio describes
+    assert shared == len(_kio_combinations())
 
 
 # kafka-python's hand-written schemas disagree with Apache's spec here; checked by
@@ -177,28 +235,12 @@ def test_a_specs_directory_adds_versions(tmp_path) -> None:  # type: ignore[no-u
     assert out.body == {"message": "hi", "count": 42, "note": "ok"}
 
 
-def _kafka_clients_jar(version: str) -> Path | None:
-    """kafka-clients from Maven Central, where scripts/kafka-broker's cache keeps it."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    jar = (
-        root
-        / "kafka-dissector"
-        / "m2"
-        / "org"
-        / "apache"
-        / "kafka"
-        / "kafka-clients"
-        / version
-        / f"kafka-clients-{version}.jar"
-    )
-    return jar if jar.is_file() else None
-
-
 def test_a_jar_of_specs_is_read_like_a_directory(tmp_path: Path) -> None:
     # The layout of a kafka-clients jar: specs under common/message/, classes beside.
     from importlib import resources
 
     jar = tmp_path / "clients.jar"
+    # kafka-python's copy of the two specs: not the bundled data, to read them from a jar
     src = resources.files("kafka.protocol.schemas.resources")
     with zipfile.ZipFile(jar, "w") as archive:
         archive.writestr("org/apache/kafka/Some.class", b"\xca\xfe\xba\xbe")
@@ -210,43 +252,12 @@ def test_a_jar_of_specs_is_read_like_a_directory(tmp_path: Path) -> None:
     assert layout.wire() == load_specs().get(3, 12, REQUEST).wire()  # type: ignore[union-attr]
 
 
-def test_removed_versions_match_apache_3_9_specs() -> None:
-    """Kafka 3.9's own specs still list the versions 4.0 removed: every widened layout
-    must equal 3.9's, and 3.9 fills what no installed package describes."""
-    jar = _kafka_clients_jar("3.9.1")
-    if jar is None:
-        pytest.skip("kafka-clients-3.9.1.jar not in the cache (mvn dependency:get)")
-    base = get_registry().specs
-    old = load_specs([jar])
-    widened = [c for c in base.combinations() if base.get(*c).source.startswith("json-widened")]  # type: ignore[union-attr]
-    # What widening must cover, from the two spec sets alone: the versions 3.9 has and
-    # the installed packages lack, of the APIs they still have, less what no JSON
-    # spec describes.
-    installed = _kio_combinations() | _json_combinations()
-    keys = {k for k, _, _ in installed}
-    removed = {c for c in old.combinations() if old.get(*c).source.startswith("specs-dir:")}  # type: ignore[union-attr]
-    expected = {
-        c for c in removed - installed if c[0] in keys and (c[0], c[1]) not in NOT_DESCRIBED
-    }
-    assert sorted(widened) == sorted(expected)
-    for combo in widened:
-        native = old.get(*combo)
-        assert native is not None and native.source.startswith("specs-dir:"), combo
-        assert native.wire() == base.get(*combo).wire(), combo  # type: ignore[union-attr]
-    filled = {(k, v) for k, v, _ in set(old.combinations()) - set(base.combinations())}
-    assert {kv for kv in NOT_DESCRIBED if kv[0] in (38, 39, 40, 41, 56)} <= filled
-    assert {k for k, _ in filled} >= {4, 5, 6, 7}
-
-
-def test_a_newer_kafka_clients_jar_decodes_api_versions_v5() -> None:
-    """Kafka 4.4's ApiVersions v5, beyond the installed specs, in the committed capture."""
-    jar = _kafka_clients_jar("4.4.0")
+def test_kafka_4_4_api_versions_v5_decodes_without_specs() -> None:
+    """Kafka 4.4's ApiVersions v5 in the committed capture: the shipped specs know it."""
     capture = Path(__file__).resolve().parents[1] / "captures" / "kafka-4-mixed.pcapng"
-    if jar is None or not capture.is_file():
-        pytest.skip("kafka-clients-4.4.0.jar (scripts/kafka-broker fetch) or capture absent")
     from dissector.wire.full_decode import iter_decoded
 
-    rows = [r for r in iter_decoded([str(capture)], api=18, specs=[str(jar)])]
+    rows = [r for r in iter_decoded([str(capture)], api=18)]
     v5 = [r for r in rows if r["api_version"] == 5]
     assert v5
     for r in v5:
@@ -255,19 +266,20 @@ def test_a_newer_kafka_clients_jar_decodes_api_versions_v5() -> None:
         assert r["response"]["body"]["error_code"] == 0
 
 
-def test_a_bound_decoder_drives_the_pipeline_with_extra_specs() -> None:
-    jar = _kafka_clients_jar("4.4.0")
-    capture = Path(__file__).resolve().parents[1] / "captures" / "kafka-4-mixed.pcapng"
-    if jar is None or not capture.is_file():
-        pytest.skip("kafka-clients-4.4.0.jar (scripts/kafka-broker fetch) or capture absent")
+def test_a_bound_decoder_drives_the_pipeline_with_extra_specs(tmp_path: Path) -> None:
+    """--specs still adds what the shipped specs lack: a vendor API key of its own."""
     from dissector.protocol import decoder_for
-    from tests.oracle.pipeline import iter_pairs
 
-    rows = list(iter_pairs(str(capture), decoder=decoder_for([jar])))
-    undecoded = {(r.api_name, r.api_version) for r in rows if r.decode_error}
-    # only the driver's deliberate ApiVersions v99 stays undecoded with Kafka 4.4's specs
-    assert undecoded == {("ApiVersions", 99)}
-    assert any(r.api_name == "ApiVersions" and r.api_version == 5 for r in rows)
+    (tmp_path / "VendorPingRequest.json").write_text(
+        '{"apiKey": 1000, "type": "request", "name": "VendorPingRequest",'
+        ' "validVersions": "0", "flexibleVersions": "none",'
+        ' "fields": [{"name": "Message", "type": "string", "versions": "0+"}]}'
+    )
+    decoder = decoder_for([tmp_path])
+    frame = bytes.fromhex("03e8 0000 00000005 0001 61") + b"\x00\x02hi"
+    assert decoder.decode_request(frame).body == {"message": "hi"}
+    assert decoder.api_name(1000) == "VendorPing"
+    assert decoder_for().decode_request(frame).error is not None
 
 
 def test_a_bound_decoder_pickles_for_worker_processes() -> None:

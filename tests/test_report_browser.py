@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -33,9 +34,24 @@ SHOTS = Path(tempfile.gettempdir()) / "kafka-dissector-report-shots"
 """Screenshots are left here for a person to look at (CI keeps none)."""
 
 OVERFLOW_PROBE = """
-return [...document.querySelectorAll('div.scroll')].map(box => ({
-  table: (box.previousElementSibling || {}).id || '',
-  scroll: box.scrollWidth, client: box.clientWidth}));
+document.querySelectorAll('details').forEach(d => { d.open = true; });
+return [...document.querySelectorAll('div.scroll')].map(box => {
+  const folded = box.parentElement.tagName === 'DETAILS';
+  const heading = folded ? box.parentElement.previousElementSibling : box.previousElementSibling;
+  return {table: (heading || {}).id || '', scroll: box.scrollWidth, client: box.clientWidth};
+});
+"""
+
+LAYOUT_PROBE = """
+const top = id => document.getElementById(id).getBoundingClientRect().top + window.scrollY;
+const overview = document.getElementById('overview').getBoundingClientRect();
+return {
+  page: document.scrollingElement.scrollWidth, inner: window.innerWidth,
+  overviewBottom: overview.bottom + window.scrollY, trouble: top('trouble'),
+  troubleErrors: top('table-trouble-errors'), errors: top('errors'),
+  height: document.scrollingElement.scrollHeight,
+  folded: [...document.querySelectorAll('details')].filter(d => !d.open).length,
+};
 """
 
 SORT_PROBE = """
@@ -51,6 +67,33 @@ const first = values();
 header.click();
 return {first, second: values(), sort: header.getAttribute('aria-sort')};
 """
+
+
+# The box of an element's text itself (a block's own box spans the whole column).
+HEADING_PROBE = """
+const el = document.querySelector(arguments[0]);
+const range = document.createRange();
+range.selectNodeContents(el);
+const r = range.getBoundingClientRect();
+return {top: r.top, bottom: r.bottom, left: r.left, right: r.right, text: el.textContent};
+"""
+
+NO_KAFKA_PROBE = """
+return {page: document.scrollingElement.scrollWidth, inner: window.innerWidth,
+        height: document.scrollingElement.scrollHeight, images: document.images.length,
+        sections: [...document.querySelectorAll('section')].map(s => s.id),
+        text: document.body.innerText};
+"""
+
+
+def _ink(pixels: Any, box: dict[str, float]) -> float:
+    """Share of dark pixels (text) in ``box`` of a screenshot; the box must be in it."""
+    top, bottom = int(box["top"]), int(box["bottom"]) + 1
+    left, right = int(box["left"]), int(box["right"]) + 1
+    assert 0 <= top < bottom <= pixels.shape[0] and 0 <= left < right <= pixels.shape[1], box
+    grey = pixels[top:bottom, left:right, :3].mean(axis=2)
+    background = float(np.median(grey))
+    return float((grey < background - 0.25).mean())
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +196,8 @@ def test_tables_sort_when_a_header_is_clicked(
     # wrong; column 0 is the API name (text).
     header = parse(pages["bundled"].read_text(encoding="utf-8")).tables["table-per-api"][0]
     assert header[11] == "bytes in" and header[0] == "API"
-    scripts = [("#table-per-api + div table", [11]), ("#table-per-api + div table", [0])]
+    # a long table starts folded (<details>) under its heading
+    scripts = [("#table-per-api + details table", [11]), ("#table-per-api + details table", [0])]
     results, _, _ = _in_browser(
         browser, pages["bundled"], 1400, [(SORT_PROBE, list(a)) for a in scripts]
     )
@@ -165,3 +209,53 @@ def test_tables_sort_when_a_header_is_clicked(
     assert numbers["second"][0] == float(sizes.max())
     assert names["first"] == sorted(names["first"], key=str.casefold)  # as a reader sorts
     assert names["sort"] == "descending"
+
+
+@pytest.mark.parametrize("width", [800, 1400, 1920])
+def test_trouble_leads_and_the_page_fits_the_window(
+    browser: str, pages: dict[str, Path], width: int
+) -> None:
+    """At every width the Trouble section follows the overview, its first table is in
+    the first screens, long lists start folded, and nothing widens the page itself (a
+    wide table scrolls inside its own box)."""
+    (layout, heading), inner, shot = _in_browser(
+        browser, pages["bundled"], width, [(LAYOUT_PROBE, []), (HEADING_PROBE, ["#trouble h2"])]
+    )
+    assert layout["page"] <= layout["inner"] == inner
+    # The screenshot (the first screen, as a reader opens the page) shows the Trouble
+    # heading: its box is inside the shot and holds dark text on the light page.
+    pixels = plt_imread(shot)
+    assert pixels.shape[1] >= inner
+    assert _ink(pixels, heading) > 0.05, heading
+    assert 0 <= layout["trouble"] - layout["overviewBottom"] < 60
+    assert layout["troubleErrors"] < {800: 2000, 1400: 1000, 1920: 1000}[width]
+    assert layout["troubleErrors"] < layout["errors"]
+    assert layout["folded"] >= 3  # API versions seen, per API, versions...
+
+
+@pytest.fixture(scope="module")
+def no_kafka_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report of the bundled TLS capture without its keys: no Kafka pair."""
+    capture = BUNDLED.parent / "tls-on-kafka-port.pcapng"
+    path = tmp_path_factory.mktemp("reports") / "no-kafka.html"
+    report.write_report(report.analyze([capture]), path)
+    return path
+
+
+@pytest.mark.parametrize("width", [800, 1400, 1920])
+def test_no_kafka_page_is_one_screen_saying_why(
+    browser: str, no_kafka_page: Path, width: int
+) -> None:
+    """A capture without Kafka gets one short page: no chart frames, no empty tables, the
+    sentence saying what the capture held on the first screen (in the screenshot)."""
+    (page, sentence), inner, shot = _in_browser(
+        browser, no_kafka_page, width, [(NO_KAFKA_PROBE, []), (HEADING_PROBE, ["#overview p"])]
+    )
+    assert page["page"] <= page["inner"] == inner
+    assert page["images"] == 0 and page["sections"] == ["overview", "capture"]
+    assert page["height"] <= 1000  # the window's height: nothing to scroll for
+    text = " ".join(page["text"].split())
+    assert "No Kafka in this capture" in text
+    assert "TLS on 2 connection directions without its session keys" in text
+    assert "--tls-keylog" in sentence["text"]
+    assert _ink(plt_imread(shot), sentence) > 0.03, sentence

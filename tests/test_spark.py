@@ -756,8 +756,12 @@ def test_cli_writes_parquet_tables(
     out = tmp_path / "out"
     args = [*map(str, chosen), "--master", "local[2]", "-o", str(out), "--window", "10 seconds"]
     result = CliRunner().invoke(spark_command, [*args, "--progress-every", "0.1"])
-    assert result.exit_code == 0, result.output
+    # the failure rule (issue #22): the broken capture is named, the rest written, exit 1
+    assert result.exit_code == 1, result.output
     assert f"{len(chosen)} captures (1 failed to decode), {want_pairs} pairs" in result.output
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"Error: 1 of {len(chosen)} captures failed to decode (flagged in pairs and captures)"
+    )
     # A long run shows progress; it ends with every file and byte counted.
     size = sum(p.stat().st_size for p in chosen) / 1e6
     assert f"decoding: {len(chosen)} of {len(chosen)} files, {size:.1f} of {size:.1f} MB" in (

@@ -68,7 +68,8 @@ class Run:
     stdout: str
     stderr: str
     out: Path
-    captures: list[Path]  # the files that should have been read
+    captures: list[Path]  # the files that should have been read and decoded
+    broken: Path  # a file named on the command line that is not a capture
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +87,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     named = root / "named-capture.bin"
     shutil.copyfile(CAPTURES / "kafka-4-mixed.pcapng", named)
     read.append(named)
+    broken = root / "broken.pcap"
+    broken.write_bytes(b"this is not a capture file\n" * 4)
     missing = str(root / "nothing-here-*.pcap")
     out = root / "out"
-    args = [str(folder), str(named), missing, "--skip-missing", "--master", "local[2]"]
+    args = [str(folder), str(named), str(broken), missing, "--skip-missing", "--master", "local[2]"]
     done = subprocess.run(
         [*command(), "spark", *args, "-o", str(out)],
         capture_output=True,
@@ -98,15 +101,33 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
         env=env,
         check=False,
     )
-    return Run(done.returncode, done.stdout, done.stderr, out, read)
+    return Run(done.returncode, done.stdout, done.stderr, out, read, broken)
 
 
 @pytest.mark.spark
 @pytest.mark.slow
 def test_runs_from_a_virtualenv_that_is_not_activated(run: Run) -> None:
-    assert run.code == 0, run.stderr[-4000:]
+    assert run.code == 1, run.stderr[-4000:]  # the broken file (below)
     want = sum(len(dissector.analyze(str(p))) for p in run.captures)
-    assert f"{len(run.captures)} captures (0 failed to decode), {want} pairs" in run.stdout
+    total = len(run.captures) + 1
+    assert f"{total} captures (1 failed to decode), {want} pairs" in run.stdout
+    assert f"pairs: {want + 1} rows" in run.stdout  # and the broken file's flagged row
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_failed_capture_is_named_the_rest_written_and_the_exit_is_1(run: Run) -> None:
+    """The failure rule of analyze, decode and report (issue #22): a file that is not a
+    capture is named on stderr, the others are decoded and written, the exit status is 1."""
+    assert run.code == 1
+    assert f"failed: file:{run.broken}" in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == (
+        f"Error: 1 of {len(run.captures) + 1} captures failed to decode "
+        "(flagged in pairs and captures)"
+    )
+    pairs = pd.read_parquet(run.out / "pairs")
+    flagged = pairs[pairs["decode_error"].fillna("").str.startswith("capture_failed:")]
+    assert list(flagged["capture"]) == [f"file:{run.broken}"]
 
 
 @pytest.mark.spark
@@ -114,14 +135,16 @@ def test_runs_from_a_virtualenv_that_is_not_activated(run: Run) -> None:
 def test_directory_reads_captures_named_files_always(run: Run) -> None:
     captures = pd.read_parquet(run.out / "captures")
     read = sorted(Path(c.removeprefix("file:")).name for c in captures["capture"])
-    assert read == sorted(p.name for p in run.captures)  # no README.md, no notes.json
-    assert not captures["failed"].any()
+    named = [*run.captures, run.broken]
+    assert read == sorted(p.name for p in named)  # no README.md, no notes.json
+    failed = captures[captures["failed"]]["capture"]
+    assert list(failed) == [f"file:{run.broken}"]
 
 
 @pytest.mark.spark
 @pytest.mark.slow
 def test_skip_missing_names_the_skipped_glob(run: Run) -> None:
-    assert run.code == 0
+    assert run.code == 1  # the broken file; the skipped glob alone leaves 0
     assert "skipped (no such file or directory): " in run.stderr
     assert "nothing-here-*.pcap" in run.stderr
 
@@ -129,20 +152,21 @@ def test_skip_missing_names_the_skipped_glob(run: Run) -> None:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_quiet_by_default(run: Run) -> None:
-    assert run.code == 0
+    assert run.code == 1  # the broken file
     noises = ("Exception", "Traceback", "FutureWarning", "[Stage", " WARN ", "log4j", "log level")
     for noise in noises:
         assert noise not in run.stderr, (noise, run.stderr[-3000:])
     for noise in ("[Stage", "WARN"):
         assert noise not in run.stdout, noise
-    # Left: the JVM's own start-up line(s) and our skipped path; nothing per task.
-    assert len(run.stderr.splitlines()) <= 4, run.stderr
+    # Left: the JVM's own start-up line(s), our skipped path, the failed file and the
+    # closing error; nothing per task.
+    assert len(run.stderr.splitlines()) <= 6, run.stderr
 
 
 @pytest.mark.spark
 @pytest.mark.slow
 def test_pairs_parquet_is_analyzes_schema_and_rows(run: Run, tmp_path: Path) -> None:
-    assert run.code == 0
+    assert run.code == 1  # the broken file, whose flagged row is left out below
     want = pd.concat([dissector.analyze(str(p)) for p in run.captures], ignore_index=True)
     reference = tmp_path / "analyze.parquet"
     write_pairs_parquet(want, reference)  # what analyze -o writes (frame.export)
@@ -155,6 +179,7 @@ def test_pairs_parquet_is_analyzes_schema_and_rows(run: Run, tmp_path: Path) -> 
         assert table.equals(pq.read_schema(reference), check_metadata=True), name
 
     got = pd.read_parquet(run.out / "pairs")
+    got = got[got["capture"] != f"file:{run.broken}"]
     ref = pd.read_parquet(reference)
     assert got.dtypes.to_dict() == ref.dtypes.to_dict()
     # Same rows: captures named by their URI in Spark, by their path in analyze.
@@ -171,7 +196,7 @@ def test_pairs_parquet_is_analyzes_schema_and_rows(run: Run, tmp_path: Path) -> 
 @pytest.mark.spark
 @pytest.mark.slow
 def test_summary_tables_have_utc_microsecond_times(run: Run) -> None:
-    assert run.code == 0
+    assert run.code == 1  # the broken file; the tables are written all the same
     schema = pq.read_schema(next((run.out / "throughput").glob("*.parquet")))
     assert str(schema.field("window_start").type) == "timestamp[us, tz=UTC]"
     schema = pq.read_schema(next((run.out / "unanswered_summary").glob("*.parquet")))

@@ -277,9 +277,12 @@ def notable_apis(df: pd.DataFrame, limit: int = MAX_SERIES) -> list[str]:
     slowest = [str(n) for n, _ in sorted(p99.items(), key=lambda kv: (-kv[1], kv[0]))]
     busiest = _busiest(labels[timed], limit=len(df))
     picked: list[str] = []
-    for pair in zip(slowest[:LATENCY_PICKS], busiest, strict=False):
-        picked += [n for n in pair if n not in picked]
-    picked += [n for n in busiest if n not in picked]
+    # One name at a time: when the slowest API is also the busiest, a pair of the two
+    # would otherwise add it twice (a legend listing the same API twice).
+    alternated = [n for pair in zip(slowest[:LATENCY_PICKS], busiest, strict=False) for n in pair]
+    for name in [*alternated, *busiest]:
+        if name not in picked:
+            picked.append(name)
     return picked[:limit]
 
 
@@ -340,8 +343,23 @@ def latency_over_time(df: pd.DataFrame) -> Figure:
     ax.set_xlabel(_since_label(unit, start))
     ax.set_ylabel("latency (ms, log scale)")
     ax.set_title("Latency over time per API")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    legible_markers(ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0)))
     return fig
+
+
+LEGEND_MARKER_AREA = 40.0
+"""Scatter markers in a legend, points squared: the plot's own may be tiny and faint."""
+
+
+def legible_markers(legend: Any) -> None:
+    """Legend markers of scatter series drawn opaque and at one readable size, whatever
+    size and transparency a crowded plot gave its points."""
+    handles = getattr(legend, "legend_handles", None) or getattr(legend, "legendHandles", [])
+    for handle in handles:
+        if hasattr(handle, "set_sizes"):
+            handle.set_sizes([LEGEND_MARKER_AREA])
+        if hasattr(handle, "set_alpha"):
+            handle.set_alpha(1.0)
 
 
 def _stacked_step(

@@ -28,6 +28,7 @@ from markupsafe import Markup, escape
 from dissector import __version__, schema
 from dissector.analytics import plots, stats
 from dissector.analytics.lag import INPUTS as LAG_INPUTS
+from dissector.analytics.no_kafka import no_kafka
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,17 +87,44 @@ class Card:
 
 
 @dataclass(frozen=True, slots=True)
+class Folded:
+    """A long list in a fact: its first items shown, the whole list behind a <details>."""
+
+    short: str
+    full: str
+
+    def __str__(self) -> str:  # tests and text readers see the whole list
+        return self.full
+
+
+FOLD_ITEMS = 12
+"""A fact listing more items than this shows the first ones and folds the rest."""
+COLLAPSE_ROWS = 25
+"""A table longer than this starts collapsed (<details>): the page leads with trouble."""
+
+
+def listed(items: Sequence[str]) -> str | Folded:
+    """``items`` comma-separated; past ``FOLD_ITEMS`` folded behind "and N more"."""
+    full = ", ".join(items) or "–"
+    if len(items) <= FOLD_ITEMS:
+        return full
+    shown = FOLD_ITEMS // 2
+    return Folded(f"{', '.join(items[:shown])} and {len(items) - shown:,} more", full)
+
+
+@dataclass(frozen=True, slots=True)
 class Section:
     id: str
     title: str
     intro: str = ""
     cards: tuple[Card, ...] = ()
-    facts: tuple[tuple[str, str], ...] = ()
+    facts: tuple[tuple[str, str | Folded], ...] = ()
     blocks: tuple[Chart | TableBlock, ...] = field(default_factory=tuple)
 
 
 SECTION_IDS: tuple[str, ...] = (
     "overview",
+    "trouble",
     "capture",
     "latency",
     "queueing",
@@ -306,11 +334,13 @@ def fmt_capture(value: object) -> str:
 
 
 def fmt_status(value: object) -> str:
-    """``status`` and ``error_name`` (a tuple) in one cell: "error: NOT_COORDINATOR"."""
-    status, error = cast("tuple[object, object]", value)
-    if _missing(error) or error == "NONE":
-        return fmt_text(status)
-    return f"{status}: {error}"
+    """``status`` and ``error_name`` (a tuple) in one cell: "error: NOT_COORDINATOR";
+    a third item, a long poll's ``fetch_wait``, is marked: "ok, long poll (empty poll)"."""
+    status, error, *wait = cast("tuple[object, ...]", value)
+    text = fmt_text(status) if _missing(error) or error == "NONE" else f"{status}: {error}"
+    if wait and not _missing(wait[0]) and wait[0] != schema.FETCH_WAIT_DATA:
+        text += f", long poll ({str(wait[0]).replace('_', ' ')})"
+    return text
 
 
 def fmt_pair(value: object) -> str:
@@ -437,7 +467,7 @@ def _capture(df: pd.DataFrame) -> Section:
     facts = stats.capture_facts(df)
     counters = df.attrs.get("counters") or {}
     tls = df.attrs.get("tls_streams") or []
-    rows: list[tuple[str, str]] = [
+    rows: list[tuple[str, str | Folded]] = [
         ("capture files", ", ".join(capture_names(df)) or "–"),
         ("first packet", fmt_time(facts.first)),
         ("last packet", fmt_time(facts.last)),
@@ -445,13 +475,16 @@ def _capture(df: pd.DataFrame) -> Section:
         ("rows by status", ", ".join(f"{k} {v:,}" for k, v in facts.statuses.items()) or "–"),
         ("TCP connections", _connections_text(df, facts)),
         (f"brokers ({len(facts.brokers)})", ", ".join(facts.brokers) or "–"),
-        (f"client hosts ({len(facts.client_ips)})", ", ".join(facts.client_ips) or "–"),
-        (f"client ids ({len(facts.client_ids)})", ", ".join(facts.client_ids) or "–"),
+        (f"client hosts ({len(facts.client_ips)})", listed(facts.client_ips)),
+        (f"client ids ({len(facts.client_ids)})", listed(facts.client_ids)),
         ("Kafka version", _kafka_versions_text(facts)),
         ("client software", _software_text(df)),
-        (f"API versions seen ({len(facts.api_versions)})", ", ".join(facts.api_versions) or "–"),
+        (f"API versions seen ({len(facts.api_versions)})", listed(facts.api_versions)),
         ("versions newer than the specs", _newer_versions_text(df)),
     ]
+    filtered = _filter_text(df)
+    if filtered:
+        rows.insert(1, ("filter", filtered))
     sets_text = _capture_sets_text(df)
     if sets_text:
         rows.append(("capture sets", sets_text))
@@ -463,7 +496,7 @@ def _capture(df: pd.DataFrame) -> Section:
     if tls:
         rows.append(("TLS (not decoded)", _tls_text(tls)))
     if counters:
-        rows.append(("stage counters", ", ".join(f"{k} {v:,}" for k, v in counters.items())))
+        rows.append(("stage counters", listed([f"{k} {v:,}" for k, v in counters.items()])))
     alone = stats.timeline_capture(df)
     if alone is not None:
         rows.append(("time charts", _timeline_note(alone)))
@@ -531,12 +564,14 @@ def _newer_versions_text(df: pd.DataFrame) -> str:
     """Which API versions the specs do not know, and how their pairs were decoded
     (``messages.ASSUMED_VERSION_RULE``); the full view per connection is
     ``dissector.versions``."""
-    from dissector.analytics.summary_table import assumed_rows, unsupported_rows
+    from dissector.analytics.summary_table import assumed_rows, refused_rows, unsupported_rows
 
     if df.empty:
         return "none"
-    undecoded, assumed = unsupported_rows(df), assumed_rows(df)
-    newer = df.assign(_undecoded=undecoded, _assumed=assumed)[undecoded | assumed]
+    undecoded, assumed, refused = unsupported_rows(df), assumed_rows(df), refused_rows(df)
+    newer = df.assign(_undecoded=undecoded, _assumed=assumed, _refused=refused)[
+        undecoded | assumed | refused
+    ]
     if newer.empty:
         return "none"
     parts = []
@@ -545,6 +580,8 @@ def _newer_versions_text(df: pd.DataFrame) -> str:
         how = []
         if int(g["_undecoded"].sum()):
             how.append(f"{int(g['_undecoded'].sum()):,} not decoded")
+        if int(g["_refused"].sum()):
+            how.append(f"{int(g['_refused'].sum()):,} refused by the broker too")
         if int(g["_assumed"].sum()):
             layout = int(g["assumed_version"].dropna().iloc[0])
             how.append(f"{int(g['_assumed'].sum()):,} decoded as v{layout}")
@@ -769,22 +806,295 @@ def _errors(df: pd.DataFrame) -> Section:
     )
 
 
+def by_service_time(df: pd.DataFrame, n: int) -> pd.DataFrame:
+    """The ``n`` answered pairs with the longest service time (latency less a long
+    poll's wait on the broker, ``stats.SERVICE_LATENCY_RULE``), longest first, with
+    ``service_ms`` and ``fetch_wait`` beside the other columns."""
+    service = stats.service_latency(df)
+    ranked = df.assign(service_ms=service["service_ms"], fetch_wait=service["fetch_wait"])
+    ranked = ranked[stats.as_float(ranked["service_ms"]).notna()]
+    order = stats.as_float(ranked["service_ms"]).sort_values(ascending=False, kind="stable")
+    out = ranked.loc[order.index[:n]].copy()
+    out["broker"] = [
+        stats.broker_label(ip, port)
+        for ip, port in zip(out["broker_ip"], out["broker_port"], strict=True)
+    ]
+    return out.reset_index(drop=True)
+
+
+def fmt_ms_pair(value: object) -> str:
+    """Service and latency in one cell, "9.48 / 503" (sorts by the first)."""
+    first, second = cast("tuple[object, object]", value)
+    return f"{fmt_ms(first)} / {fmt_ms(second)}"
+
+
+def _service_pair_columns(df: pd.DataFrame) -> tuple[Column, ...]:
+    """The pair columns with the latency cell giving service time first: one cell, so
+    the table still fits a 1400 px window."""
+    service: Column = ("service_latency", "service / latency ms", fmt_ms_pair, True)
+    return tuple(service if c[0] == "latency_ms" else c for c in _pair_columns(df))
+
+
+def service_pair_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """``pair_table`` with each long poll marked in its status cell (it wraps there)."""
+    out = pair_table(rows)
+    out["status_error"] = list(
+        zip(rows["status"], rows["error_name"], rows["fetch_wait"], strict=True)
+    )
+    out["service_latency"] = list(zip(rows["service_ms"], rows["latency_ms"], strict=True))
+    return out
+
+
 def _slowest(df: pd.DataFrame) -> Section:
     return Section(
         id="slowest",
         title="Slowest requests",
-        intro="Find a pair in Wireshark with tcp.stream == stream and "
-        "kafka.correlation_id == corr id.",
+        intro="Ranked by service time: latency less the time a Fetch/ShareFetch long poll "
+        "waited on the broker for data (an empty long poll's long latency is the wait it "
+        "asked for, not slowness; its status says long poll). Find a pair in Wireshark with "
+        "tcp.stream == stream and kafka.correlation_id == corr id.",
         blocks=(
             frame_table(
                 "slowest",
-                f"The {SLOWEST_N} slowest request/response pairs",
-                pair_table(stats.slowest(df, SLOWEST_N)),
-                _pair_columns(df),
+                f"The {SLOWEST_N} slowest request/response pairs by service time",
+                service_pair_table(by_service_time(df, SLOWEST_N)),
+                _service_pair_columns(df),
                 empty="No answered requests.",
                 css="pairs",
             ),
         ),
+    )
+
+
+TROUBLE_ROWS = 10
+"""Rows per Trouble table: the worst; the sections below have the rest."""
+
+
+def errors_by_code_and_api(df: pd.DataFrame) -> pd.DataFrame:
+    """Error rows per (error name, or status when no Kafka error code; API)."""
+    import pandas as pd
+
+    rows = df[df["status"].isin(stats.ERROR_STATUSES).fillna(False).astype(bool)]
+    if rows.empty:
+        return pd.DataFrame(columns=["error", "api", "count", "clients", "first", "last"])
+    error = (
+        rows["error_name"]
+        .astype("object")
+        .where(
+            rows["error_name"].notna() & rows["error_name"].ne("NONE"),
+            rows["status"].astype("object"),
+        )
+    )
+    frame = pd.DataFrame(
+        {
+            "error": error,
+            "api": rows["api_name"].astype("object").fillna("(unknown)"),
+            "client": rows["client_id"].astype("object").fillna("(none)"),
+            "time": stats.event_time(rows),
+        }
+    )
+    grouped = frame.groupby(["error", "api"], sort=False)
+    out = grouped.agg(
+        count=("client", "size"),
+        clients=("client", lambda c: ", ".join(sorted(set(map(str, c))))),
+        first=("time", "min"),
+        last=("time", "max"),
+    ).reset_index()
+    return out.sort_values(["count", "error", "api"], ascending=[False, True, True])
+
+
+def unanswered_by_api(df: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
+
+    rows = df[df["status"].isin(stats.UNANSWERED_STATUSES).fillna(False).astype(bool)]
+    frame = pd.DataFrame(
+        {
+            "api": rows["api_name"].astype("object").fillna("(unknown)"),
+            "client": rows["client_id"].astype("object").fillna("(none)"),
+        }
+    )
+    out = frame.groupby("api", sort=False).agg(
+        count=("client", "size"),
+        clients=("client", lambda c: ", ".join(sorted(set(map(str, c))))),
+    )
+    return out.reset_index().sort_values(["count", "api"], ascending=[False, True])
+
+
+def throttling(df: pd.DataFrame) -> pd.DataFrame:
+    """Responses a broker quota delayed (throttle_ms > 0), per client and API."""
+    import pandas as pd
+
+    throttle = stats.as_float(df["throttle_ms"])
+    rows = df[(throttle > 0).fillna(False).astype(bool)]
+    frame = pd.DataFrame(
+        {
+            "client": rows["client_id"].astype("object").fillna("(none)"),
+            "api": rows["api_name"].astype("object").fillna("(unknown)"),
+            "throttle": throttle[rows.index],
+        }
+    )
+    out = frame.groupby(["client", "api"], sort=False).agg(
+        count=("throttle", "size"), max_ms=("throttle", "max"), total_ms=("throttle", "sum")
+    )
+    return out.reset_index().sort_values(["total_ms", "client"], ascending=[False, True])
+
+
+def hot_connections(df: pd.DataFrame) -> pd.DataFrame:
+    """Connections where requests queued behind others (head-of-line): requests, the
+    most in flight at once, requests that waited (queue_ms > 0), their total and longest
+    wait, and the p99 service time; most queueing first."""
+    import pandas as pd
+
+    queue = stats.as_float(df["queue_ms"]) if "queue_ms" in df else pd.Series(math.nan, df.index)
+    frame = pd.DataFrame(
+        {
+            "capture": df["capture"].astype("object"),
+            "stream": df["stream"],
+            "client": df["client_id"].astype("object").fillna("(none)"),
+            "broker": [
+                stats.broker_label(i, p)
+                for i, p in zip(df["broker_ip"], df["broker_port"], strict=True)
+            ],
+            "inflight": stats.as_float(df["inflight"]) if "inflight" in df else math.nan,
+            "queue": queue,
+            "queued": (queue > 0).fillna(False).astype(bool),
+            "service": stats.service_latency(df)["service_ms"],
+        }
+    )
+    grouped = frame.groupby(["capture", "stream"], sort=False)
+    out = grouped.agg(
+        client=("client", lambda c: ", ".join(sorted(set(map(str, c))))),
+        broker=("broker", "first"),
+        requests=("client", "size"),
+        max_inflight=("inflight", "max"),
+        queued=("queued", "sum"),
+        queue_total_ms=("queue", "sum"),
+        queue_max_ms=("queue", "max"),
+        service_p99_ms=(
+            "service",
+            lambda s: s.dropna().quantile(0.99) if s.notna().any() else math.nan,
+        ),
+    ).reset_index()
+    out = out[out["queued"] > 0]
+    return out.sort_values(["queue_total_ms", "stream"], ascending=[False, True])
+
+
+def _trouble(df: pd.DataFrame) -> Section:
+    """What needs a look first, each part ranked worst first (at most ``TROUBLE_ROWS``)."""
+    errors = errors_by_code_and_api(df)
+    missing = unanswered_by_api(df)
+    throttled = throttling(df)
+    slow = by_service_time(df, TROUBLE_ROWS)
+    hot = hot_connections(df)
+    when = _time_format(df)
+    n_errors, n_missing = int(errors["count"].sum()), int(missing["count"].sum())
+    n_throttled = int(throttled["count"].sum())
+    said = [
+        f"{n_errors:,} error rows"
+        + (f" ({len(errors)} kinds by error and API)" if n_errors else ""),
+        f"{n_missing:,} requests unanswered",
+        f"{n_throttled:,} responses throttled by a quota",
+        f"{len(hot):,} connections with head-of-line queueing",
+    ]
+    if not slow.empty:
+        top = slow.iloc[0]
+        said.append(
+            f"the slowest service time {fmt_ms(top['service_ms'])} ms ({fmt_text(top['api_name'])})"
+        )
+    blocks: list[TableBlock] = []
+    if n_errors:
+        blocks.append(
+            frame_table(
+                "trouble-errors",
+                "Errors by code and API",
+                errors,
+                (
+                    ("error", "error", fmt_text, False),
+                    ("api", "API", fmt_text, False),
+                    ("count", "rows", fmt_int, True),
+                    ("clients", "client ids", fmt_text, False),
+                    ("first", "first (UTC)", when, False),
+                    ("last", "last (UTC)", when, False),
+                ),
+                limit=TROUBLE_ROWS,
+                note="Every error row: section Errors.",
+            )
+        )
+    if n_missing:
+        blocks.append(
+            frame_table(
+                "trouble-unanswered",
+                "Unanswered requests by API",
+                missing,
+                (
+                    ("api", "API", fmt_text, False),
+                    ("count", "requests", fmt_int, True),
+                    ("clients", "client ids", fmt_text, False),
+                ),
+                limit=TROUBLE_ROWS,
+                note="Each of them: section Unanswered requests.",
+            )
+        )
+    if n_throttled:
+        blocks.append(
+            frame_table(
+                "trouble-throttled",
+                "Throttled responses by client and API",
+                throttled,
+                (
+                    ("client", "client id", fmt_text, False),
+                    ("api", "API", fmt_text, False),
+                    ("count", "responses", fmt_int, True),
+                    ("max_ms", "max throttle ms", fmt_ms, True),
+                    ("total_ms", "total throttle ms", fmt_ms, True),
+                ),
+                limit=TROUBLE_ROWS,
+            )
+        )
+    if not slow.empty:
+        blocks.append(
+            frame_table(
+                "trouble-slowest",
+                f"The {TROUBLE_ROWS} slowest by service time",
+                service_pair_table(slow),
+                _service_pair_columns(df),
+                css="pairs",
+                note="Long polls are ranked by their service time, not by the wait they asked "
+                "for; more in section Slowest requests.",
+            )
+        )
+    if not hot.empty:
+        several = len(set(df["capture"].dropna().astype(str))) > 1
+        capture: tuple[Column, ...] = (
+            (("capture", "capture", fmt_capture, False),) if several else ()
+        )
+        blocks.append(
+            frame_table(
+                "trouble-connections",
+                "Hot connections: requests queued behind others",
+                hot,
+                (
+                    *capture,
+                    ("stream", "tcp.stream", fmt_int, True),
+                    ("client", "client id", fmt_text, False),
+                    ("broker", "broker", fmt_text, False),
+                    ("requests", "requests", fmt_int, True),
+                    ("max_inflight", "max in flight", fmt_int, True),
+                    ("queued", "queued", fmt_int, True),
+                    ("queue_total_ms", "queue total ms", fmt_ms, True),
+                    ("queue_max_ms", "queue max ms", fmt_ms, True),
+                    ("service_p99_ms", "p99 service ms", fmt_ms, True),
+                ),
+                limit=TROUBLE_ROWS,
+                note="queue_ms: how long a request waited behind earlier ones on its "
+                "connection before the broker could start on it (section Pipelining).",
+            )
+        )
+    return Section(
+        id="trouble",
+        title="Trouble",
+        intro="; ".join(said) + ".",
+        blocks=tuple(blocks),
     )
 
 
@@ -1261,9 +1571,68 @@ def _definitions(command: str) -> Section:
     return Section(id="definitions", title="Definitions", facts=tuple(facts))
 
 
-def sections(df: pd.DataFrame, command: str) -> list[Section]:
+NO_KAFKA_SECTION_IDS: tuple[str, ...] = ("overview", "capture")
+"""A capture without one Kafka pair gets these: what it held instead, not empty charts."""
+
+
+FILTER_ATTR = "filter"
+"""``df.attrs`` key: (--filter text, rows before it) when the rows were filtered."""
+
+
+def _filter_text(df: pd.DataFrame) -> str | None:
+    applied = df.attrs.get(FILTER_ATTR)
+    if not applied:
+        return None
+    text, before = applied
+    return (
+        f"{text} ({fmt_int(len(df))} of {fmt_int(before)} rows; the partitions, groups and "
+        "versions tables are of every row)"
+    )
+
+
+def _no_kafka_overview(df: pd.DataFrame, ports: frozenset[int] | None) -> Section:
+    applied = df.attrs.get(FILTER_ATTR)
+    if applied:
+        from dissector.analytics.summary_table import FILTER_ABSENT_ATTR
+
+        unknown = "; ".join(df.attrs.get(FILTER_ABSENT_ATTR) or ())
+        return Section(
+            id="overview",
+            title="No row matches the filter",
+            intro=f"The filter {applied[0]!r} matched none of the {fmt_int(applied[1])} rows"
+            + (f" ({unknown} among them)." if unknown else "."),
+        )
+    counters = df.attrs.get("counters") or {}
+    absent = no_kafka(0, counters, df.attrs.get("tls_streams") or (), ports)
+    assert absent is not None
+    return Section(
+        id="overview",
+        title="No Kafka in this capture",
+        intro=absent.sentence(),
+        facts=tuple(("held", phrase) for phrase in absent.held),
+    )
+
+
+def _no_kafka_capture(df: pd.DataFrame, command: str) -> Section:
+    counters = df.attrs.get("counters") or {}
+    tls = df.attrs.get("tls_streams") or []
+    rows: list[tuple[str, str]] = [("capture files", ", ".join(capture_names(df)) or "–")]
+    if tls:
+        rows.append(("TLS (not decoded)", _tls_text(tls)))
+    if counters:
+        rows.append(("stage counters", ", ".join(f"{k} {v:,}" for k, v in counters.items())))
+    rows.append(("regenerate", command))
+    return Section(id="capture", title="Capture", facts=tuple(rows))
+
+
+def sections(
+    df: pd.DataFrame, command: str, *, ports: frozenset[int] | None = None
+) -> list[Section]:
+    if df.empty:
+        return [_no_kafka_overview(df, ports), _no_kafka_capture(df, command)]
     out = [
         _overview(df),
+        _trouble(df),
         _capture(df),
         _latency(df),
         _queueing(df),
@@ -1319,19 +1688,30 @@ def breakable(text: str) -> Markup:
     return Markup(re.sub(r"([_/])", r"\1<wbr>", str(escape(_visible(str(text))))))
 
 
-def render(df: pd.DataFrame, *, title: str | None = None, command: str = "") -> str:
-    """The report of the pairs frame ``df`` as one HTML document."""
+def render(
+    df: pd.DataFrame,
+    *,
+    title: str | None = None,
+    command: str = "",
+    ports: frozenset[int] | None = None,
+) -> str:
+    """The report of the pairs frame ``df`` as one HTML document (``ports``: the
+    ``--ports`` the pairs were found with, for the no-Kafka page's hint)."""
     facts = stats.capture_facts(df)
     names = ", ".join(Path(c).name for c in capture_names(df)) or "no capture"
-    subtitle = (
-        f"{fmt_int(len(df))} Kafka request/response pairs from {names}; "
-        f"{fmt_time(facts.first)} to {fmt_time(facts.last)}"
-    )
+    if df.empty:
+        subtitle = f"No Kafka request/response pairs in {names}"
+    else:
+        subtitle = (
+            f"{fmt_int(len(df))} Kafka request/response pairs from {names}; "
+            f"{fmt_time(facts.first)} to {fmt_time(facts.last)}"
+        )
     command = command or "kafka-dissector report " + " ".join(capture_names(df))
     return _template().render(
         title=title or f"Kafka traffic report: {names}",
         subtitle=subtitle,
-        sections=sections(df, command),
+        sections=sections(df, command, ports=ports),
+        collapse_rows=COLLAPSE_ROWS,
         version=__version__,
         command=command,
     )
@@ -1343,10 +1723,11 @@ def write_report(
     *,
     title: str | None = None,
     command: str = "",
+    ports: frozenset[int] | None = None,
 ) -> Path:
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
-    html = render(df, title=title, command=command)
+    html = render(df, title=title, command=command, ports=ports)
     # The command line may hold file names the OS gave as bytes that are not UTF-8:
     # shown as \xNN, as the capture column shows them (options.text_path).
     html = html.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
@@ -1469,4 +1850,4 @@ def report_file(
         command += " --ports " + ",".join(str(p) for p in sorted(ports))
     if tls:
         command += "".join(f" --tls-keylog {p}" for p in tls.paths)
-    return write_report(df, output, title=title, command=command)
+    return write_report(df, output, title=title, command=command, ports=ports)

@@ -1217,11 +1217,12 @@ def capture_facts(df: pd.DataFrame) -> CaptureFacts:
 
 
 def _release_table() -> Mapping[tuple[int, ...], Mapping[int, tuple[int, int]]]:
-    # kafka-python's table of the API version ranges each Apache Kafka release
-    # supports: an independent, maintained source (see BrokerVersionData).
-    from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
+    # The API version ranges each Apache Kafka release supports, shipped with the
+    # bundled specs (copied by scripts/specs/generate.py from kafka-python's
+    # maintained table, so the package needs no client library to read it).
+    from dissector.protocol.bundled import release_ranges
 
-    return BROKER_API_VERSIONS
+    return release_ranges()
 
 
 def kafka_release_floor(seen: Iterable[tuple[int, int]]) -> str | None:

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from dissector.analytics.summary_table import print_summary
+from dissector.analytics.no_kafka import no_kafka
+from dissector.analytics.summary_table import FILTER_ABSENT_ATTR, print_summary
 from dissector.cli.common import (
+    FILTER_HELP,
     TABLE_FORMATS,
     chain_options,
     chain_rule,
@@ -24,7 +26,9 @@ from dissector.cli.common import (
     load_decoder,
     make_parent_dirs,
     note_sets,
+    outputs,
     parse_ports,
+    parse_row_filter,
     report_failures,
     tls_key_logs,
     tls_keylog_option,
@@ -80,7 +84,9 @@ def one_shot(command: Callable[..., None]) -> Callable[..., None]:
 
 
 @click.command("analyze")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+# readable=False: an unreadable capture is skipped like a missing one (capture_problem),
+# not a usage error that stops the others.
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False))
 @click.option(
     "-o",
     "--output",
@@ -117,6 +123,7 @@ def one_shot(command: Callable[..., None]) -> Callable[..., None]:
     type=click.Path(dir_okay=False),
     help="also write the groups table (one row per group-membership call)",
 )
+@click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
 @click.option("--quiet", is_flag=True, help="no summary table (warnings and errors still show)")
 @chain_options
 @tls_keylog_option
@@ -130,6 +137,7 @@ def analyze(
     quiet: bool,
     partitions_out: str | None = None,
     groups_out: str | None = None,
+    row_filter: str | None = None,
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
@@ -151,6 +159,7 @@ def analyze(
             raise click.BadParameter(
                 f"{out!r}: use one of {', '.join(ANALYTICS_FORMATS)}", param_hint=f"--{name}"
             )
+    wanted = parse_row_filter(row_filter)
     opts = Options(
         ports=parse_ports(ports),
         max_frame=max_frame if max_frame is not None else DEFAULT_MAX_FRAME,
@@ -166,8 +175,10 @@ def analyze(
         decoder=decoder,
         analytics=tables.collector if tables is not None else None,
     )
+    if wanted is not None:
+        result = result.filtered(wanted)
     if not quiet:
-        print_summary(result.frame())
+        print_summary(result.frame(), ports=opts.ports)
     if output and len(failures) < len(paths):
         _write(result, output, quiet)
     if tables is not None:
@@ -214,12 +225,14 @@ class _AnalyticsOutputs:
             if any(name not in self.parquet for name in self.outputs)
             else None
         )
+        done = outputs()
         for name, out in self.outputs.items():
             writer = self.parquet.get(name)
             if writer is not None:
                 writer.close()
                 rows = writer.rows
             else:
+                done.writing = out
                 from dissector.analytics.partitions import export_table
 
                 assert tables is not None
@@ -231,6 +244,8 @@ class _AnalyticsOutputs:
                         f"cannot write {out}: {exc.strerror or exc}"
                     ) from exc
                 rows = len(frame)
+            done.writing = None
+            done.written.append(out)
             if not quiet:
                 click.echo(f"wrote {rows} rows to {out}")
 
@@ -248,6 +263,10 @@ class Analysed:
     tls: list[dict[str, object]]
     _frame: pd.DataFrame | None = None
 
+    filter_text: str | None = None
+    rows_before_filter: int | None = None
+    filter_absent: tuple[str, ...] = ()  # Filter.absent when no row matched
+
     def frame(self) -> pd.DataFrame:
         if self._frame is None:
             from dissector.table.analysis import CAPTURE_SETS_ATTR, set_listing
@@ -260,7 +279,29 @@ class Analysed:
                 CAPTURE_SETS_ATTR: set_listing(self.sets),
                 "tls": self.tls,
             }
+            if self.filter_text is not None:
+                self._frame.attrs["filter"] = (self.filter_text, self.rows_before_filter)
+                self._frame.attrs[FILTER_ABSENT_ATTR] = self.filter_absent
         return self._frame
+
+    def filtered(self, wanted: Any) -> Analysed:
+        """Only the rows ``wanted`` (a ``row_filter.Filter``) matches; counters stay the
+        capture's (they account for every packet, not for the rows shown)."""
+        import pyarrow as pa
+
+        mask = wanted.mask(self.frame())
+        table = self.table.filter(pa.array(mask.to_numpy()))
+        absent = () if mask.any() else wanted.absent(self.frame())
+        return Analysed(
+            table,
+            self.counters,
+            self.tls_streams,
+            self.sets,
+            self.tls,
+            filter_text=wanted.text,
+            rows_before_filter=self.table.num_rows,
+            filter_absent=absent,
+        )
 
 
 def analyze_each(
@@ -309,6 +350,10 @@ def analyze_each(
         done.append(capture_set)
         seen = run.counters.as_dict()
         warn_damage(capture_set.name, seen)
+        absent = no_kafka(table.num_rows, seen, run.tls_streams, options.ports)
+        if absent is not None and len(sets) > 1:
+            # The table covers them all: say which capture held none.
+            click.echo(f"note: {capture_set.name}: {absent.sentence()}", err=True)
         for name, n in seen.items():
             counters[name] = counters.get(name, 0) + n
         tls.extend(run.tls_streams)
@@ -324,6 +369,8 @@ def _write(result: Analysed, output: str, quiet: bool) -> None:
     from dissector.table.frame import export, write_pairs_parquet
 
     make_parent_dirs(output)
+    done = outputs()
+    done.writing = output
     try:
         if output.lower().endswith(".parquet"):
             write_pairs_parquet(result.table, output)
@@ -331,5 +378,7 @@ def _write(result: Analysed, output: str, quiet: bool) -> None:
             export(result.frame(), output)
     except OSError as exc:
         raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc
+    done.writing = None
+    done.written.append(output)
     if not quiet:
         click.echo(f"wrote {result.table.num_rows} rows to {output}")

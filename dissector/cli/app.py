@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import gc
 import importlib
 from typing import Any
 
@@ -23,9 +24,11 @@ from dissector.cli.common import (
     PCAP_FORMATS,
     TABLE_FORMATS,
     check_output_format,
+    interrupted,
     make_parent_dirs,
     missing_extra,
     os_error_line,
+    outputs,
     probe_writable,
     quiet_broken_pipe,
 )
@@ -75,6 +78,17 @@ class _LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return self._invoke(ctx)
+        except KeyboardInterrupt:
+            pass
+        # Outside the except block: the interrupted frames (and the native core's
+        # iterators they hold, whose threads must be joined before the interpreter
+        # shuts down) are released with the exception before the process exits.
+        gc.collect()
+        interrupted(outputs())
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except ImportError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -101,16 +102,24 @@ def probe_writable(path: str) -> None:
 
 
 def parse_ports(value: str | None) -> frozenset[int] | None:
-    """``--ports``: ports and ranges, comma-separated, e.g. ``9092,9094-9096``."""
+    """``--ports``: ports and ranges, comma-separated, e.g. ``9092,9094-9096``.
+
+    An empty item (``9092,,9093``, a trailing comma) is refused: it is most likely a
+    port lost from a script's variable, and quietly ignoring it would watch too few.
+    """
     if value is None:
         return None
+    if not value.strip():
+        raise click.BadParameter(f"no port given in {value!r}", param_hint="--ports")
     ports: set[int] = set()
     for item in value.split(","):
         item = item.strip()
-        if item:
-            ports.update(_port_range(item, value))
-    if not ports:
-        raise click.BadParameter(f"no port given in {value!r}", param_hint="--ports")
+        if not item:
+            raise click.BadParameter(
+                f"empty item in {value!r}: ports and ranges like 9092,9094-9096",
+                param_hint="--ports",
+            )
+        ports.update(_port_range(item, value))
     return frozenset(ports)
 
 
@@ -162,11 +171,21 @@ def tls_key_logs(paths: Sequence[str], *, follow: bool = False, ship: bool = Fal
 
 
 def capture_problem(path: str) -> str | None:
-    """Why ``path`` cannot be a capture before opening it, or None."""
+    """Why ``path`` cannot be read as a capture before analysing it, or None.
+
+    Missing, a directory, or not readable (permissions): the one rule of every command
+    that takes captures is to name such a file, skip it and go on with the others.
+    Whether the bytes are a capture is the reader's to say (``CaptureError``).
+    """
     if not os.path.exists(path):
         return "no such file"
     if os.path.isdir(path):
         return "is a directory, not a capture file"
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
     return None
 
 
@@ -199,6 +218,67 @@ def load_decoder(specs: tuple[str, ...]) -> Any:
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot load specs: {exc}") from exc
     return decoder
+
+
+# ---------------------------------------------------------------- Ctrl-C
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command Ctrl-C ended
+
+
+@dataclass
+class Outputs:
+    """What a command has written so far, so that Ctrl-C can say it (one per run)."""
+
+    written: list[str] = field(default_factory=list)
+    writing: str | None = None  # an output file being written now
+    lines: int = 0  # JSON lines written to stdout (decode)
+
+
+def outputs() -> Outputs:
+    """The running command's record of its outputs (kept in the click context)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return Outputs()
+    meta = ctx.find_root().meta
+    found = meta.get("kafka_dissector.outputs")
+    if not isinstance(found, Outputs):
+        found = meta["kafka_dissector.outputs"] = Outputs()
+    return found
+
+
+def interrupted(done: Outputs) -> NoReturn:
+    """Ctrl-C: say what was written (and remove a file cut off mid-write), exit 130."""
+    parts = list(done.written)
+    if done.lines:
+        parts.append(f"{done.lines} JSON lines to stdout")
+    message = "interrupted: " + (f"wrote {', '.join(parts)}" if parts else "nothing written")
+    if done.writing is not None:
+        with_cut = Path(done.writing)
+        if with_cut.is_file():
+            with_cut.unlink(missing_ok=True)
+            message += f"; {done.writing} was cut off while being written: removed"
+    click.echo(message, err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+# ---------------------------------------------------------------- --filter
+
+FILTER_HELP = (
+    "only rows matching EXPR, e.g. 'api == Fetch and latency > 100', 'error', "
+    "'client contains cons or topic == orders' (syntax: README, Filtering)"
+)
+
+
+def parse_row_filter(text: str | None) -> Any:
+    """``--filter``: the parsed filter, or a usage error naming what is wrong."""
+    if text is None:
+        return None
+    from dissector.table.row_filter import FilterError, parse_filter
+
+    try:
+        return parse_filter(text)
+    except FilterError as exc:
+        raise click.BadParameter(str(exc), param_hint="--filter") from None
 
 
 def chain_options(command: Callable[..., Any]) -> Callable[..., Any]:

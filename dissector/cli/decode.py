@@ -12,11 +12,14 @@ import click
 
 from dissector.accounting import Counters
 from dissector.cli.common import (
+    FILTER_HELP,
     chain_options,
     chain_rule,
     group_captures,
     note_sets,
+    outputs,
     parse_ports,
+    parse_row_filter,
     report_failures,
     tls_key_logs,
     tls_keylog_option,
@@ -61,7 +64,7 @@ def load_registry(spec_dirs: Iterable[str]) -> Registry:
 
 
 @click.command("decode")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False))
 @click.option("--api", "api", help="only this API: a key number or a name such as Fetch")
 @click.option("--records", is_flag=True, help="expand record batches into records")
 @click.option(
@@ -73,6 +76,7 @@ def load_registry(spec_dirs: Iterable[str]) -> Registry:
     "or a kafka-clients jar; repeatable",
 )
 @click.option("--ports", help="broker ports and ranges, e.g. 9092,9094-9096")
+@click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
 @chain_options
 @tls_keylog_option
 def decode_command(
@@ -81,6 +85,7 @@ def decode_command(
     records: bool,
     spec_dirs: tuple[str, ...],
     ports: str | None,
+    row_filter: str | None = None,
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
@@ -88,9 +93,11 @@ def decode_command(
 ) -> None:
     """Decode every request/response pair of the captures as JSON lines.
 
+    Each line carries the pair's times, latency and status as the pairs table has them.
     Files of one rotated recording are read as one capture (--chain)."""
     key = parse_api(api, load_registry(spec_dirs))
     port_set = parse_ports(ports)
+    wanted = parse_row_filter(row_filter)
     tls = tls_key_logs(tls_keylog)
     failures: list[tuple[str, str]] = []
     sets = group_captures(paths, chain_rule(chain, no_chain, chain_gap), failures)
@@ -106,6 +113,8 @@ def decode_command(
             counters=counters,
             tls=tls,
         )
+        if wanted is not None:
+            items = (item for item in items if wanted.matches(decode_row(item)))
         try:
             _write_lines(items, sys.stdout)
         except CaptureError as exc:
@@ -116,10 +125,22 @@ def decode_command(
     report_failures(failures, len(paths))
 
 
+def decode_row(item: dict[str, Any]) -> dict[str, Any]:
+    """A decode line as the pairs table's columns, for ``--filter``."""
+    row = {k: v for k, v in item.items() if k not in ("request", "response", "summary")}
+    for side in ("client", "broker"):
+        ip, _, port = str(item[side]).rpartition(":")
+        row[f"{side}_ip"], row[f"{side}_port"] = ip, int(port) if port.isdigit() else None
+    row.update(item.get("summary") or {})
+    return row
+
+
 def _write_lines(items: Iterable[dict[str, Any]], out: TextIO) -> None:
+    done = outputs()
     for item in items:
         out.write(json.dumps(item, default=jsonable, ensure_ascii=False))
         out.write("\n")
+        done.lines += 1
 
 
 @click.command("apis")

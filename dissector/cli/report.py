@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
+from pathlib import Path
+from typing import Any
 
 import click
 
-from dissector.analytics.report import report_file
+from dissector.analytics import report
+from dissector.analytics.summary_table import FILTER_ABSENT_ATTR
 from dissector.cli.common import (
+    FILTER_HELP,
+    capture_problem,
     chain_options,
     chain_rule,
+    outputs,
     parse_ports,
+    parse_row_filter,
     report_failures,
     tls_key_logs,
     tls_keylog_option,
@@ -18,7 +26,9 @@ from dissector.cli.common import (
 
 
 @click.command("report")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+# Not checked by click: a missing or unreadable capture is skipped (capture_problem), the
+# report made of the others, and the exit status says so, as in analyze and decode.
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False))
 @click.option(
     "-o",
     "--output",
@@ -29,6 +39,7 @@ from dissector.cli.common import (
 )
 @click.option("--ports", help="broker ports, comma-separated (default: usual ports + heuristic)")
 @click.option("--title", help="page title (default: names the capture files)")
+@click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
 @chain_options
 @tls_keylog_option
 def report_command(
@@ -36,6 +47,7 @@ def report_command(
     output: str,
     ports: str | None,
     title: str | None,
+    row_filter: str | None = None,
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
@@ -44,22 +56,52 @@ def report_command(
     """Write one self-contained HTML report (charts, tables, capture facts) for PATHS.
 
     Files of one rotated recording are read as one capture (--chain)."""
-    failures: list[tuple[str, str]] = []
+    port_set = parse_ports(ports)
+    wanted = parse_row_filter(row_filter)
     rule = chain_rule(chain, no_chain, chain_gap)
     tls = tls_key_logs(tls_keylog)
-    if len(failures) < len(paths):
-        path = report_file(
-            paths,
-            output,
-            ports=parse_ports(ports),
-            title=title,
-            failures=failures,
-            chain=rule,
-            tls=tls,
-            show=sys.stderr.isatty(),
-        )
+    failures: list[tuple[str, str]] = []
+    readable = []
+    for capture in paths:
+        problem = capture_problem(capture)
+        if problem is None:
+            readable.append(capture)
+        else:
+            failures.append((capture, problem))
+    if readable:
+        settings = {
+            "ports": port_set,
+            "failures": failures,
+            "chain": rule,
+            "tls": tls,
+            "show": sys.stderr.isatty(),
+        }
+        path = _write(readable, output, title, wanted, settings)
         if len(failures) < len(paths):
+            outputs().written.append(output)
             click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")
         else:
             path.unlink(missing_ok=True)  # no capture could be read: no report of nothing
     report_failures(failures, len(paths))
+
+
+def _write(
+    paths: list[str], output: str, title: str | None, wanted: Any, settings: dict[str, Any]
+) -> Path:
+    """``report.report_file``, with the rows ``wanted`` (a ``row_filter.Filter``) only."""
+    if wanted is None:
+        return report.report_file(paths, output, title=title, **settings)
+    df = report.analyze(paths, **settings)
+    before = len(df)
+    mask = wanted.mask(df)
+    absent = () if mask.any() else wanted.absent(df)
+    df = df[mask]
+    df.attrs[report.FILTER_ATTR] = (wanted.text, before)
+    df.attrs[FILTER_ABSENT_ATTR] = absent
+    ports = settings["ports"]
+    command = " ".join(
+        ["kafka-dissector report", *map(shlex.quote, paths), "-o", shlex.quote(output)]
+        + (["--ports", ",".join(map(str, sorted(ports)))] if ports else [])
+        + ["--filter", shlex.quote(wanted.text)]
+    )
+    return report.write_report(df, output, title=title, command=command, ports=ports)

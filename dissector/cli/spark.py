@@ -119,6 +119,17 @@ def _check_all_failed(report: JobReport) -> None:
         )
 
 
+def _check_failed(report: JobReport) -> None:
+    """The failure rule of the commands that take captures (analyze, decode, report): the
+    others are written and the run exits non-zero, the failed ones named above."""
+    _check_all_failed(report)
+    if report.failed:
+        raise click.ClickException(
+            f"{report.failed} of {report.captures} captures failed to decode "
+            "(flagged in pairs and captures)"
+        )
+
+
 @click.command("spark")
 @click.argument("paths", nargs=-1, required=True)
 @click.option(
@@ -283,7 +294,7 @@ def _run(spark: SparkSession, paths: tuple[str, ...], out_dir: str | None, job: 
             progress_every=job.progress_every or PROGRESS_EVERY,
         )
         _echo_report(report, out_dir)
-        _check_all_failed(report)
+        _check_failed(report)
     except MissingPathError as exc:
         raise click.ClickException(f"{exc} (--skip-missing skips such paths)") from exc
     except AnalysisException as exc:
@@ -326,6 +337,7 @@ def _print_summary(spark: SparkSession, paths: tuple[str, ...], job: _Job) -> No
         for name in ("latency_by_api", "latency_by_broker", "top_errors", "unanswered_summary"):
             df = _times_as_text(tables[name])
             _echo_table(name, df.limit(50).collect(), df.columns)
+        _check_failed(report)
     finally:
         fleet.unpersist()
 

@@ -16,9 +16,9 @@ sub-modules of this package):
 Decoding never raises on bad bytes: ``Decoded.error`` says which field failed at
 which offset and ``Decoded.body`` keeps what was decoded so far.
 
-How it works: ``sources`` reads Apache's JSON message specs (kafka-python's package
-data, plus ``--specs DIR``), kio's generated classes and kafka-python's hand-written
-schemas of removed versions into one model (``spec.Layout`` per api_key, version
+How it works: ``sources`` reads Apache's JSON message specs (``--specs DIR`` or jar, then
+the ones the package ships: ``bundled``, generated from kafka-clients jars by
+``scripts/specs/generate.py``) into one model (``spec.Layout`` per api_key, version
 and direction); ``compile`` turns a layout into a decoder (generated Python source,
 or closures for explaining failures); ``messages`` decodes whole frames (headers, then
 bodies) and caches the compiled decoders in a ``Registry``; ``bound_decoder`` binds all
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from dissector.protocol.summary import Summary, TopicNames, summarize
 
 # Loaded on first use: a run whose pairs the native core summarises never needs the
-# decoders, and importing them (with kafka-python and kio behind) costs start-up time.
+# decoders, and importing them costs start-up time.
 _HOME = {
     "Decoded": "messages",
     "Registry": "messages",

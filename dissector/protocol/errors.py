@@ -1,9 +1,9 @@
 """Kafka error code -> name, as Apache Kafka's ``Errors.java`` spells it.
 
-The table is not typed in here: it is read from kio's ``ErrorCode`` enum, which kio
-generates from Apache Kafka's sources. Enum members are lower snake case
-(``unknown_topic_or_partition``); upper-casing gives the Java constant names
-(``UNKNOWN_TOPIC_OR_PARTITION``, ``NONE``, ``UNKNOWN_SERVER_ERROR``).
+The table is not typed in here: it is the ``errors`` table of the bundled data
+(``bundled``), which ``scripts/specs/generate.py`` reads from the ``Errors`` enum of the
+newest kafka-clients jar: Java constant names (``UNKNOWN_TOPIC_OR_PARTITION``, ``NONE``,
+``UNKNOWN_SERVER_ERROR``) and whether each error's exception is retriable.
 """
 
 from __future__ import annotations
@@ -18,20 +18,20 @@ from dissector.protocol.diskcache import load_or_build
 __all__ = ["ERROR_NAMES", "error_name", "error_retriable"]
 
 
-def _from_kio() -> dict[int, tuple[str, bool]]:
-    from kio.schema.errors import ErrorCode
+def _from_bundled() -> dict[int, tuple[str, bool]]:
+    from dissector.protocol.bundled import bundled_errors
 
-    return {int(m.value): (m.name.upper(), bool(m.retriable)) for m in ErrorCode}
+    return {e.code: (e.name, e.retriable) for e in bundled_errors()}
 
 
 @cache
 def _table() -> MappingProxyType[int, tuple[str, bool]]:
-    # From the start-up cache: importing kio alone takes longer than a small capture.
-    return MappingProxyType(load_or_build("error-names", _from_kio))
+    # From the start-up cache: a run that finds it never reads the bundled data.
+    return MappingProxyType(load_or_build("error-names", _from_bundled))
 
 
 ERROR_NAMES: Final[MappingProxyType[int, tuple[str, bool]]] = _table()
-"""Read-only ``code -> (NAME, retriable)`` for every code kio defines."""
+"""Read-only ``code -> (NAME, retriable)`` for every code Kafka's ``Errors`` defines."""
 
 
 def error_name(code: int) -> str | None:

@@ -337,6 +337,8 @@ def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
         "unsupported": {
             "version_text": _messages.UNSUPPORTED_VERSION_TEXT,
             "unknown_key_text": _messages.UNKNOWN_API_KEY_TEXT,
+            # a request of a version the broker answered with the fallback (settle_refused)
+            "refused_text": _messages.VERSION_REFUSED_TEXT,
             "known": _known_versions(registry),
             "not_malformed": list(NOT_MALFORMED_PREFIXES),
         },

@@ -1,9 +1,9 @@
 """The API keys as one typed vocabulary: ``ApiKey``, an IntEnum built from the specs.
 
 Like franz-go's typed ``Key`` or Wireshark's ``kafka_apis[]``, but not kept by hand:
-the members are made at import from the key -> name table of the bundled spec
-generation (kafka-python's ``ApiKey`` list, which names every key Kafka ever assigned,
-the inter-broker keys 4-7 that Kafka 4.0 removed included). Member names are Apache's
+the members are made at import from the key -> name table of the bundled specs
+(every key the shipped kafka-clients layers describe, the inter-broker keys 4-7 that
+Kafka 4.0 removed included). Member names are Apache's
 CamelCase names in upper snake case, and ``api_name`` gives Apache's spelling back::
 
     ApiKey.SHARE_FETCH == 78
@@ -33,14 +33,14 @@ _WORD_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 def api_names() -> dict[int, str]:
     """api_key -> Apache's name, for every key of the bundled generation.
 
-    Kept in the start-up cache: importing kafka-python takes 0.2 s (and ``sources``,
-    imported only to build, about 10 ms more).
+    Kept in the start-up cache: reading the bundled data (and importing ``sources``,
+    needed only to build) is left to the first run.
     """
 
     def build() -> dict[int, str]:
-        from dissector.protocol.sources import kafka_api_names
+        from dissector.protocol.bundled import bundled_api_names
 
-        return kafka_api_names()
+        return bundled_api_names()
 
     return load_or_build("api-names", build)
 

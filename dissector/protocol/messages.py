@@ -42,6 +42,9 @@ class Decoded:
     # frame carries if the pair's assumption is taken back (``settle_assumed``).
     assumed_version: int | None = None
     unsupported: str | None = None
+    # Set on an ApiVersions response the broker wrote in this layout version instead of
+    # the request's, to refuse the request's version (KIP-511; ``settle_assumed``).
+    fallback_version: int | None = None
 
 
 def _records_hook(expand: bool) -> kc.RecordsHook:
@@ -318,6 +321,7 @@ def decode_response(
         and _I16(buf, 4)[0] == UNSUPPORTED_VERSION
     ):
         version = 0
+        out.fallback_version = version
         out.notes.append("unsupported_version: body decoded with the v0 layout")
     layout = reg.layout(api_key, version, RESPONSE)
     if layout is None:
@@ -387,18 +391,40 @@ def _assumed(
 def settle_assumed(*decoded: Decoded | None) -> int | None:
     """One pair's assumption, both sides or neither (ASSUMED_VERSION_RULE): when a side
     of a newer version could not be decoded, the sides that were are taken back to
-    unsupported_version too. Returns the layout version the pair was decoded with."""
+    unsupported_version too. Returns the layout version the pair was decoded with.
+    A request the broker refused (``settle_refused``) says so."""
     sides = [d for d in decoded if d is not None]
     assumed = [d for d in sides if d.assumed_version is not None]
     if not assumed:
+        settle_refused(sides)
         return None
     if any(d.error and d.error.startswith("unsupported_version") for d in sides):
         for d in assumed:
             d.body, d.error, d.layout = None, d.unsupported, None
             d.assumed_version = d.unsupported = None
             d.trailing = 0
+        settle_refused(sides)
         return None
     return assumed[0].assumed_version
+
+
+def settle_refused(sides: Iterable[Decoded]) -> None:
+    """An ApiVersions request of a version no spec knows, answered in the fallback layout
+    with UNSUPPORTED_VERSION: the broker does not know the version either and refused it
+    without reading the body (KIP-511: it parses no body of an unsupported version). Newer
+    specs would not help, so its error is VERSION_REFUSED_TEXT, not unsupported_version."""
+    sides = list(sides)
+    if not any(d.fallback_version is not None for d in sides):
+        return
+    for d in sides:
+        if (
+            d.api_key == ApiKey.API_VERSIONS
+            and d.api_version is not None
+            and d.fallback_version is None
+            and d.error is not None
+            and d.error.startswith("unsupported_version:")
+        ):
+            d.error = VERSION_REFUSED_TEXT.format(api_key=int(d.api_key), version=d.api_version)
 
 
 # The decode_error of a side no spec describes. Templates (not f-strings) because the
@@ -409,6 +435,13 @@ UNSUPPORTED_VERSION_TEXT = (
     "(known {lowest}-{highest})"
 )
 UNKNOWN_API_KEY_TEXT = "unknown_api_key: no {direction} spec for api_key {api_key}"
+# An ApiVersions request the broker refused (``settle_refused``). One part of a
+# decode_error, whose parts are joined by "; ": none inside.
+VERSION_REFUSED_TEXT = (
+    "version_refused: api_key {api_key} version {version} is refused by the broker too "
+    "(error 35 answered in the v0 layout, KIP-511): it reads no body of it, nor does the "
+    "dissector"
+)
 
 
 def _unsupported(reg: Registry, api_key: int, version: int, direction: str) -> str:

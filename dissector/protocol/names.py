@@ -5,24 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from dissector.protocol.diskcache import load_or_build
+from dissector.protocol.keys import api_names
 from dissector.protocol.messages import Registry, assumed_layout, get_registry
-from dissector.protocol.sources import kafka_api_names
 from dissector.protocol.spec import REQUEST, RESPONSE
 
 
 @cache
 def _names() -> dict[int, str]:
-    # kafka-python's ApiKey enum names every key Kafka ever assigned, including the
-    # inter-broker keys 4-7 that Kafka 4.0 removed and no spec describes any more.
-    # Kept in the start-up cache: importing kafka-python takes 0.2 s.
-    return load_or_build("api-names", kafka_api_names)
+    # Every key the bundled layers describe, the inter-broker keys 4-7 that Kafka 4.0
+    # removed included (their older layer describes them).
+    return api_names()
 
 
 def api_name(api_key: int, registry: Registry | None = None) -> str:
     """Kafka's name for an API key (e.g. ``Produce``), or ``Unknown(k)``.
 
-    With a registry built from ``--specs``, keys newer than kafka-python's list are
+    With a registry built from ``--specs``, keys newer than the bundled specs are
     named by their spec.
     """
     name = _names().get(api_key)

@@ -18,8 +18,21 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from dissector.json_values import iso_ns
 from dissector.protocol.messages import settle_assumed
-from dissector.stages import Exchange
+from dissector.schema import Status
+from dissector.stages import (
+    CAPTURE_GAP,
+    MALFORMED,
+    NEGATIVE_LATENCY,
+    NO_RESPONSE,
+    ORPHAN_RESPONSE,
+    PAIR,
+    SASL_TOKEN,
+    UNANSWERED,
+    Exchange,
+    is_fatal,
+)
 
 TOPIC_NAME_SOURCES = frozenset({"Metadata", "CreateTopics", "DescribeTopicPartitions"})
 """APIs whose responses map topic ids to names."""
@@ -124,6 +137,9 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
             if side is not None:
                 names.annotate(side.body)
         summary = dataclasses.asdict(s)
+    request, response = ex.request, ex.response
+    sent = request.last_ts_ns if request is not None else None
+    answered = response.last_ts_ns if response is not None else None
     return {
         "capture": dx.capture,
         "stream": ex.stream,
@@ -134,11 +150,58 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
         "api_name": dx.api_name,
         "api_version": ex.api_version,
         "correlation_id": ex.correlation_id,
+        "client_id": ex.client_id,
+        # The pair's times as in the pairs table: the packets completing each side.
+        "request_time": iso_ns(sent),
+        "response_time": iso_ns(answered),
+        "latency_ms": _ms(answered - sent) if sent is not None and answered is not None else None,
+        "first_byte_ms": _ms(response.first_ts_ns - sent)
+        if sent is not None and response is not None
+        else None,
+        "status": _status(ex.kind, summary, dx),
+        "flags": _flags(ex, sent, answered),
         "note": ex.note,
         "request": _side(dx.request),
         "response": _side(dx.response),
         "summary": summary,
     }
+
+
+def _flags(ex: Exchange, sent: int | None, answered: int | None) -> list[str]:
+    """The row flags of the pairs table (``stages.RowFlag``) for this exchange."""
+    flags = []
+    if any(f is not None and f.after_gap for f in (ex.request, ex.response)):
+        flags.append(CAPTURE_GAP)
+    if sent is not None and answered is not None and answered < sent:
+        flags.append(NEGATIVE_LATENCY)
+    return flags
+
+
+def _ms(ns: int) -> float:
+    return ns / 1_000_000
+
+
+# The status of a row by the kind of exchange, before its bodies are looked at; the
+# same rule as the pairs table's (native core: rows.rs).
+_KIND_STATUS = {
+    PAIR: Status.OK.value,
+    NO_RESPONSE: Status.NO_RESPONSE.value,
+    UNANSWERED: Status.UNANSWERED.value,
+    ORPHAN_RESPONSE: Status.ORPHAN_RESPONSE.value,
+    SASL_TOKEN: Status.OK.value,
+    MALFORMED: Status.MALFORMED.value,
+}
+
+
+def _status(kind: str, summary: dict[str, Any] | None, dx: DecodedExchange) -> str:
+    status = _KIND_STATUS.get(kind, Status.OK.value)
+    if summary is None:
+        return status
+    if summary.get("decode_error") and is_fatal(dx.request, dx.response):
+        return Status.MALFORMED.value
+    if status == Status.OK.value and summary.get("error_code"):
+        return Status.ERROR.value
+    return status
 
 
 def _side(decoded: Any) -> dict[str, Any] | None:

@@ -1,38 +1,26 @@
-"""Load protocol knowledge from installed packages into ``spec.SpecSet``.
+"""Load Apache Kafka's JSON message specs into ``spec.SpecSet``.
 
 Sources, in order of precedence for a given (api_key, version, direction):
 
 1. Apache Kafka JSON message specs given with ``--specs``: a directory of them, or
    a kafka-clients jar (Maven Central), which carries them as common/message/*.json.
-   A newer jar adds newer versions; an older one (3.x) adds versions 4.0 removed.
-2. Apache's JSON specs shipped as package data by kafka-python 3.x.
-3. kio's generated classes (the Kafka 4.2 generation): reflected dataclasses.
-4. Versions Kafka 4.0 removed (below a JSON spec's ``validVersions``): Apache kept
-   each field's ``versions`` range when it raised ``validVersions`` (ListOffsets
-   v0's MaxNumOffsets is still described as "0"), so the JSON spec is widened down
-   to version 0. Each widened layout is checked against kafka-python's
-   hand-written schema for that version (kafka/protocol/old) where one exists:
-   source ``json-widened-checked`` when they agree byte for byte,
-   ``json-widened-unverified`` when no hand-written schema exists or it disagrees
-   (the one disagreement, DescribeLogDirs v0 request, is a kafka-python defect:
-   it types the partition list as one int32). A hand-written schema is used only
-   for a removed version no JSON spec describes.
+   A newer jar adds newer versions; an older one adds versions later releases removed.
+2. The specs shipped with the package (``bundled``: the protocol facts of the newest
+   kafka-clients jar's specs, then of older releases for the versions Kafka removed),
+   each layer in turn.
 
-Nothing here is copied from those packages: their data is read at run time.
+Every layout is Apache's own description of that version; nothing is widened or
+guessed (the assumed-version rule for versions newer than all of them is
+``messages.ASSUMED_VERSION_RULE``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
-import pkgutil
 import re
-import types
-import typing
 import zipfile
-from collections.abc import Callable, Iterable, Iterator
-from importlib import resources
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -154,6 +142,11 @@ def parse_json_spec(text: str, origin: str) -> JsonSpec | None:
     data = json.loads(text)
     if not isinstance(data, dict):
         return None
+    return spec_from_dict(data, origin)
+
+
+def spec_from_dict(data: dict[str, Any], origin: str) -> JsonSpec | None:
+    """One spec file's JSON object; None for the files that are not messages (headers)."""
     if data.get("type") not in (REQUEST, RESPONSE) or "apiKey" not in data:
         return None
     return JsonSpec(
@@ -264,220 +257,28 @@ def iter_json_source(source: Path) -> Iterator[JsonSpec]:
         raise ValueError(f"{source}: neither a directory of JSON specs nor a jar")
 
 
-def iter_kafka_python_specs() -> Iterator[JsonSpec]:
-    root = resources.files("kafka.protocol.schemas.resources")
-    for entry in sorted(root.iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".json"):
-            spec = parse_json_spec(entry.read_text(encoding="utf-8"), entry.name)
-            if spec is not None:
-                yield spec
-
-
-# ---------------------------------------------------------------- kio classes
-
-# kio gives time fields richer Python types and drops Apache's "Ms" suffix from
-# their names; these are the wire types behind its kafka_type labels.
-_KIO_TYPES: dict[str, str] = {
-    "error_code": "int16",
-    "timedelta_i32": "int32",
-    "timedelta_i64": "int64",
-    "datetime_i64": "int64",
-}
-_KIO_TIME_TYPES = frozenset({"timedelta_i32", "timedelta_i64", "datetime_i64"})
-
-
-def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
-    if typing.get_origin(annotation) in (types.UnionType, typing.Union):
-        args = [a for a in typing.get_args(annotation) if a is not types.NoneType]
-        if len(args) == 1:
-            return args[0], True
-    return annotation, False
-
-
-def kio_fields(cls: type, depth: int = 0) -> tuple[Field, ...]:
-    if depth > 32:
-        raise ValueError(f"kio class {cls.__name__} nests too deep")
-    out: list[Field] = []
-    for f in dataclasses.fields(cls):
-        annotation, nullable = _unwrap_optional(f.type)
-        array = typing.get_origin(annotation) is tuple
-        if array:
-            annotation, _ = _unwrap_optional(typing.get_args(annotation)[0])
-        tag = f.metadata.get("tag")
-        name = f.name
-        if dataclasses.is_dataclass(annotation):
-            kind = "struct"
-            members = kio_fields(typing.cast(type, annotation), depth + 1)
-        else:
-            kafka_type = str(f.metadata["kafka_type"])
-            kind = _KIO_TYPES.get(kafka_type, kafka_type)
-            if kafka_type in _KIO_TIME_TYPES:
-                name += "_ms"
-            members = ()
-            if kind not in PRIMITIVES:
-                raise ValueError(f"kio {cls.__name__}.{f.name}: unknown type {kafka_type}")
-        out.append(
-            Field(
-                name=name,
-                type=kind,
-                array=array,
-                nullable=nullable,
-                tag=None if tag is None else int(tag),
-                fields=members,
-            )
-        )
-    return tuple(out)
-
-
-def iter_kio_layouts(
-    wanted: Callable[[int, int, str], bool] = lambda key, version, direction: True,
-) -> Iterator[Layout]:
-    """kio's classes reflected; ``wanted`` avoids importing modules we do not need."""
-    from kio.schema.index import api_key_map, schema_name_map
-    from kio.static.constants import EntityType
-
-    directions: dict[Any, str] = {EntityType.request: REQUEST, EntityType.response: RESPONSE}
-    for api_key, name in api_key_map.items():
-        for version, entities in schema_name_map[name].items():
-            for entity_type, direction in directions.items():
-                path = typing.cast(dict[Any, str], entities).get(entity_type)
-                if path is None or not wanted(int(api_key), int(version), direction):
-                    continue
-                cls = pkgutil.resolve_name(path)
-                yield Layout(
-                    api_key=int(api_key),
-                    version=int(version),
-                    direction=direction,
-                    flexible=bool(cls.__flexible__),
-                    fields=kio_fields(cls),
-                    source="kio",
-                )
-
-
-def kafka_api_names() -> dict[int, str]:
-    from kafka.protocol.api_key import ApiKey
-
-    return {int(k): k.name for k in ApiKey}
-
-
-# ---------------------------------------------------------------- kafka-python old schemas
-
-
-def _old_type(t: Any, name: str) -> tuple[str, bool, tuple[Field, ...]]:
-    from kafka.protocol.old import types as old
-
-    if isinstance(t, old.Array) and not isinstance(t, old.CompactArray):
-        kind, _, members = _old_type(t.array_of, name)
-        return kind, True, members
-    if isinstance(t, old.Schema):
-        return "struct", False, old_fields(t)
-    simple: dict[Any, str] = {
-        old.Int8: "int8",
-        old.Int16: "int16",
-        old.Int32: "int32",
-        old.Int64: "int64",
-        old.Float64: "float64",
-        old.Boolean: "bool",
-        old.UUID: "uuid",
-        old.Bytes: "bytes",
-    }
-    if t in simple:
-        kind = simple[t]
-        # kafka-python types message sets as plain bytes; Apache calls them records.
-        if kind == "bytes" and name in ("records", "message_set"):
-            kind = "records"
-        return kind, False, ()
-    if isinstance(t, old.String) and not isinstance(t, old.CompactString):
-        return "string", False, ()
-    raise ValueError(f"unsupported kafka-python type {t!r} for {name}")
-
-
-def old_fields(schema: Any) -> tuple[Field, ...]:
-    out: list[Field] = []
-    for name, t in zip(schema.names, schema.fields, strict=True):
-        kind, array, members = _old_type(t, name)
-        out.append(Field(name=name, type=kind, array=array, fields=members))
-    return tuple(out)
-
-
-def iter_old_layouts() -> Iterator[Layout]:
-    """kafka-python's hand-written non-flexible schemas, one per (key, version, direction)."""
-    import kafka.protocol.old as old_pkg
-    from kafka.protocol.old import types as old_types
-    from kafka.protocol.old.api import Request, Response
-
-    for info in pkgutil.iter_modules(old_pkg.__path__):
-        module = importlib.import_module(f"{old_pkg.__name__}.{info.name}")
-        for obj in vars(module).values():
-            if not (isinstance(obj, type) and obj.__module__ == module.__name__):
-                continue
-            if not issubclass(obj, Request | Response):
-                continue
-            if not isinstance(getattr(obj, "SCHEMA", None), old_types.Schema):
-                continue
-            if obj.__dict__.get("FLEXIBLE_VERSION") or getattr(obj, "FLEXIBLE_VERSION", False):
-                continue
-            cls: Any = obj  # a kafka-python Request/Response class
-            try:
-                fields = old_fields(cls.SCHEMA)
-            except ValueError:
-                continue  # flexible (compact) schemas: the JSON specs cover those
-            yield Layout(
-                api_key=int(cls.API_KEY),
-                version=int(cls.API_VERSION),
-                direction=REQUEST if issubclass(obj, Request) else RESPONSE,
-                flexible=False,
-                fields=fields,
-                source="kafka-python-old",
-            )
-
-
 # ---------------------------------------------------------------- combination
 
 
-def load_specs(spec_dirs: Iterable[str | Path] = ()) -> SpecSet:
-    """Combine every source into one SpecSet (see the module doc for precedence)."""
-    specs = SpecSet(names=kafka_api_names())
-    json_specs: dict[tuple[int, str], JsonSpec] = {}
-    for directory in spec_dirs:
-        for js in iter_json_source(Path(directory)):
-            json_specs.setdefault((js.api_key, js.direction), js)
-            # a key newer than kafka-python's enum is named by its spec
-            specs.names.setdefault(
-                js.api_key, js.name.removesuffix("Request").removesuffix("Response")
-            )
-            if js.valid is not None:
-                for v in range(js.valid[0], js.valid[1] + 1):
-                    specs.add(json_layout(js, v, f"specs-dir:{js.origin}"))
-    for js in iter_kafka_python_specs():
-        # Widening below starts from kafka-python's copy even when --specs gives
-        # another: the widening is checked against kafka-python's hand-written
-        # schemas, and Apache 4.0.0's own files dropped some v0-only fields.
-        json_specs[(js.api_key, js.direction)] = js
+def add_json_specs(specs: SpecSet, json_specs: Iterable[JsonSpec], source: str) -> None:
+    """Every valid version of each spec, unless an earlier source already gave it."""
+    for js in json_specs:
+        # a key the bundled names lack (a vendor's, or a newer Kafka's) is named by its spec
+        specs.names.setdefault(js.api_key, js.name.removesuffix("Request").removesuffix("Response"))
         if js.valid is not None:
             for v in range(js.valid[0], js.valid[1] + 1):
-                specs.add(json_layout(js, v, "kafka-python-json"))
-    for layout in iter_kio_layouts(lambda k, v, d: specs.get(k, v, d) is None):
-        specs.add(layout)
-    _add_removed_versions(specs, json_specs)
+                specs.add(json_layout(js, v, f"{source}:{js.origin}" if source else js.origin))
+
+
+def load_specs(spec_dirs: Iterable[str | Path] = ()) -> SpecSet:
+    """Combine ``--specs`` sources and the bundled layers into one SpecSet."""
+    from dissector.protocol.bundled import bundled_api_names, bundled_layers
+
+    layers = bundled_layers()
+    # Names from the bundled layers first, so --specs only adds new keys' names.
+    specs = SpecSet(names=bundled_api_names())
+    for directory in spec_dirs:
+        add_json_specs(specs, iter_json_source(Path(directory)), "specs-dir")
+    for layer in layers:
+        add_json_specs(specs, layer.specs, "")
     return specs
-
-
-def _add_removed_versions(specs: SpecSet, json_specs: dict[tuple[int, str], JsonSpec]) -> None:
-    old = {(lay.api_key, lay.version, lay.direction): lay for lay in iter_old_layouts()}
-    # Every Kafka API started at version 0, so a spec whose lowest valid version is
-    # above 0 had its older versions removed (KIP-896 did this in Kafka 4.0).
-    lowest = {key: min(specs.versions(*key)) for key in specs.layouts if specs.versions(*key)}
-    for (api_key, direction), low in lowest.items():
-        js = json_specs.get((api_key, direction))
-        for v in range(low):
-            hand = old.get((api_key, v, direction))
-            widened = json_layout(js, v, "json-widened") if js is not None else None
-            if widened is not None and not widened.fields:
-                widened = None
-            if widened is not None:
-                checked = hand is not None and hand.wire() == widened.wire()
-                source = "json-widened-checked" if checked else "json-widened-unverified"
-                specs.add(dataclasses.replace(widened, source=source))
-            elif hand is not None:
-                specs.add(hand)

@@ -320,6 +320,8 @@ pub struct NoSpec {
 pub struct Unsupported {
     version_text: String,
     unknown_key_text: String,
+    /// `messages.VERSION_REFUSED_TEXT` (`{api_key}`, `{version}`), when the model has it.
+    refused_text: Option<String>,
     known: SmallKeyMap<(i16, Direction), (i16, i16)>,
     not_malformed: Vec<String>,
 }
@@ -351,6 +353,15 @@ impl Unsupported {
                 .replace("{lowest}", &lowest.to_string())
                 .replace("{highest}", &highest.to_string()),
         }
+    }
+
+    /// The decode_error of a request the broker refused (`messages.settle_refused`).
+    pub fn refused(&self, api_key: i16, version: i16) -> Option<String> {
+        self.refused_text.as_ref().map(|template| {
+            template
+                .replace("{api_key}", &api_key.to_string())
+                .replace("{version}", &version.to_string())
+        })
     }
 
     /// Does this decode error make the row malformed?
@@ -396,6 +407,8 @@ struct JModel {
 struct JUnsupported {
     version_text: String,
     unknown_key_text: String,
+    #[serde(default)]
+    refused_text: Option<String>,
     /// [api_key, direction, lowest, highest]
     known: Vec<(i16, String, i16, i16)>,
     not_malformed: Vec<String>,
@@ -698,6 +711,7 @@ impl Model {
                 Some(Unsupported {
                     version_text: u.version_text,
                     unknown_key_text: u.unknown_key_text,
+                    refused_text: u.refused_text,
                     known,
                     not_malformed: u.not_malformed,
                 })

@@ -932,15 +932,7 @@ pub(crate) fn response_start<'m>(
 ) -> R<Start<'m>> {
     let mut cur = Cur::new(buf, 0);
     cur.skip(4)?; // correlation_id
-    let fb = model.fallback;
-    let mut version = api_version;
-    if api_key == fb.api_key && version > 0 {
-        if let Some(code) = buf.get(4..6) {
-            if i16::from_be_bytes([code[0], code[1]]) == fb.error_code {
-                version = fb.version;
-            }
-        }
-    }
+    let version = fallback_version(model, buf, api_key, api_version).unwrap_or(api_version);
     let found = model
         .layout(api_key, version, Direction::Response)
         .or_else(|| model.assumed_layout(api_key, version, Direction::Response));
@@ -960,6 +952,17 @@ pub(crate) fn response_start<'m>(
         at: cur.p,
         key: (api_key, api_version),
     })
+}
+
+/// The layout version of an ApiVersions response the broker wrote to refuse the request's
+/// version (error 35 in v0's layout, KIP-511), if this response is one.
+fn fallback_version(model: &Model, buf: &[u8], api_key: i16, api_version: i16) -> Option<i16> {
+    let fb = model.fallback;
+    let code = buf.get(4..6)?;
+    (api_key == fb.api_key
+        && api_version > 0
+        && i16::from_be_bytes([code[0], code[1]]) == fb.error_code)
+        .then_some(fb.version)
 }
 
 fn header_tags(cur: &mut Cur<'_>) -> R<()> {
@@ -1116,6 +1119,22 @@ pub fn summarize(
                 },
             });
             clear_extracts(model, dir, &mut extracts);
+        }
+    }
+    // settle_refused: a request version the broker refused too (KIP-511) says so.
+    let refused =
+        response.is_some_and(|buf| fallback_version(model, buf, api_key, api_version).is_some());
+    if refused {
+        if let Some(Outcome::Unsupported(no_spec)) = &mut req {
+            let refused_text = model.unsupported.as_ref().and_then(|u| {
+                no_spec
+                    .key_known
+                    .then(|| u.refused(api_key, api_version))
+                    .flatten()
+            });
+            if let Some(text) = refused_text {
+                no_spec.text = text;
+            }
         }
     }
     // Python learns from a response it decoded without error (trailing bytes are not one).

@@ -1,0 +1,205 @@
+"""One failure rule for every command that takes captures (analyze, decode, report),
+run as a user runs them: a subprocess each.
+
+Missing, unreadable, directory and non-capture inputs are named on stderr and skipped;
+the other captures are processed and written; the exit status is 1. Ctrl-C ends with
+status 130 after saying what was written. ``--ports`` refuses empty items.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import dissector
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTURE = ROOT / "captures" / "kafka-4-mixed.pcapng"
+TIMEOUT_S = 300
+
+
+def _cli(*args: str, cwd: Path, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "dissector.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def _without_root_reads() -> tuple[str, ...]:
+    """A prefix under which a mode-000 file cannot be read, even by root."""
+    if os.geteuid() != 0:
+        return ()
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv (util-linux): cannot make a file unreadable")
+    caps = "-dac_override,-dac_read_search"
+    return (setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}")
+
+
+@pytest.fixture
+def bad_inputs(tmp_path: Path) -> dict[str, str]:
+    """One input of each kind that is not a readable capture, with the words that name it."""
+    text = tmp_path / "notes.txt"
+    text.write_text("not a capture\n")
+    unreadable = tmp_path / "locked.pcapng"
+    shutil.copyfile(CAPTURE, unreadable)
+    unreadable.chmod(0)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    return {
+        str(tmp_path / "missing.pcap"): "no such file",
+        str(folder): "is a directory",
+        str(text): "not a pcap or pcapng capture",
+        str(unreadable): "cannot be read: Permission denied",
+    }
+
+
+def _assert_named(stderr: str, bad: dict[str, str]) -> None:
+    for path, words in bad.items():
+        line = next((ln for ln in stderr.splitlines() if path in ln), None)
+        assert line is not None and words in line, (path, stderr)
+    assert f"Error: {len(bad)} of {len(bad) + 1} captures failed" in stderr
+    assert "Traceback" not in stderr and "Usage:" not in stderr
+
+
+def test_analyze_skips_bad_inputs_writes_the_rest(tmp_path: Path, bad_inputs: dict) -> None:
+    out = tmp_path / "pairs.parquet"
+    parts = tmp_path / "parts.csv"
+    args = ["analyze", str(CAPTURE), *bad_inputs, "-o", str(out), "--partitions", str(parts)]
+    proc = _cli(*args, cwd=tmp_path, prefix=_without_root_reads())
+    assert proc.returncode == 1, proc.stderr
+    _assert_named(proc.stderr, bad_inputs)
+    assert len(pd.read_parquet(out)) == len(dissector.analyze(str(CAPTURE)))
+    assert parts.stat().st_size > 0
+    assert "ApiVersions" in proc.stdout  # the table of what was read
+
+
+def test_decode_skips_bad_inputs_writes_the_rest(tmp_path: Path, bad_inputs: dict) -> None:
+    proc = _cli("decode", *bad_inputs, str(CAPTURE), cwd=tmp_path, prefix=_without_root_reads())
+    assert proc.returncode == 1, proc.stderr
+    _assert_named(proc.stderr, bad_inputs)
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(lines) == len(dissector.analyze(str(CAPTURE)))
+
+
+def test_report_skips_bad_inputs_writes_the_rest(tmp_path: Path, bad_inputs: dict) -> None:
+    pytest.importorskip("jinja2")
+    out = tmp_path / "r.html"
+    args = ["report", str(CAPTURE), *bad_inputs, "-o", str(out)]
+    proc = _cli(*args, cwd=tmp_path, prefix=_without_root_reads())
+    assert proc.returncode == 1, proc.stderr
+    _assert_named(proc.stderr, bad_inputs)
+    assert f"wrote {out}" in proc.stdout
+    assert "ApiVersions" in out.read_text()
+
+
+@pytest.mark.parametrize("command", ["analyze", "decode", "report"])
+@pytest.mark.parametrize("ports", ["9092,,9093", "9092,", ",9092", " "])
+def test_empty_port_items_are_refused(tmp_path: Path, command: str, ports: str) -> None:
+    proc = _cli(command, str(CAPTURE), "--ports", ports, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "--ports" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def _interrupt_when(proc: subprocess.Popen[str], ready: Path, min_size: int = 1) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not (ready.is_file() and ready.stat().st_size >= min_size):
+        assert proc.poll() is None, "the command ended before it could be interrupted"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+
+
+def _interrupt_when_complete(proc: subprocess.Popen[str], parquet: Path) -> None:
+    """SIGINT once ``parquet`` is whole (its footer, written last, reads) and a moment on."""
+    import pyarrow.parquet as pq
+
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        assert proc.poll() is None, "the command ended before it could be interrupted"
+        assert time.monotonic() < deadline
+        try:
+            pq.read_metadata(parquet)
+            break
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+
+
+def test_ctrl_c_during_analysis_exits_130_saying_nothing_was_written(tmp_path: Path) -> None:
+    # Enough copies of the capture to be busy for a while; interrupted after start-up.
+    args = ["analyze", *[str(CAPTURE)] * 2000, "-o", str(tmp_path / "p.parquet"), "--quiet"]
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "dissector.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    # -X importtime prints each import to stderr: pyarrow's comes once capture work began
+    seen = ""
+    assert proc.stderr is not None
+    while "pyarrow" not in seen:
+        line = proc.stderr.readline()
+        assert line, "the command ended before it could be interrupted"
+        seen += line
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted: nothing written" in err
+    assert "Traceback" not in err and "FATAL" not in err and "Aborted" not in err
+    assert not (tmp_path / "p.parquet").exists()
+
+
+def test_ctrl_c_after_a_write_names_it(tmp_path: Path) -> None:
+    pairs = tmp_path / "p.parquet"
+    parts = tmp_path / "parts.parquet"
+    copies = [str(CAPTURE)] * 200  # the partitions pass, after -o is written, takes a while
+    args = ["analyze", *copies, "-o", str(pairs), "--partitions", str(parts), "--quiet"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dissector.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    _interrupt_when_complete(proc, pairs)
+    _, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 130, err[-2000:]
+    assert f"interrupted: wrote {pairs}" in err
+    assert len(pd.read_parquet(pairs)) == 200 * len(dissector.analyze(str(CAPTURE)))
+    assert not parts.exists()
+
+
+def test_ctrl_c_during_decode_counts_the_lines_written(tmp_path: Path) -> None:
+    out = tmp_path / "lines.jsonl"
+    with out.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dissector.cli", "decode", *[str(CAPTURE)] * 200],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        _interrupt_when(proc, out, min_size=100_000)
+        _, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 130, err[-2000:]
+    lines = out.read_text().splitlines()
+    assert f"interrupted: wrote {len(lines)} JSON lines to stdout" in err
+    for line in lines:
+        json.loads(line)  # whole lines only
