@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 import dissector
@@ -730,13 +731,10 @@ def test_view_counts_match_the_offline_frame(tansu_offline: pd.DataFrame) -> Non
     from dissector.live.view import CaptureHealth
 
     stats = LiveStats()
-    for row in tansu_offline.to_dict(orient="records"):
-        stats.add(
-            PairRecord(**{k: (None if _na(v) else v) for k, v in row.items()})  # type: ignore[arg-type]
-        )
+    stats.add_table(pa.Table.from_pandas(tansu_offline, preserve_index=False))
     snap = stats.snapshot(title="t", seconds=2.0, health=CaptureHealth(), whole_run=True)
     by_api = {r.api: r for r in snap.rows}
-    grouped = tansu_offline.groupby("api_name")
+    grouped = tansu_offline.groupby("api_name", observed=True)
     for api, group in grouped:
         lat = group["latency_ms"].astype("float64")
         row = by_api[str(api)]
@@ -745,12 +743,7 @@ def test_view_counts_match_the_offline_frame(tansu_offline: pd.DataFrame) -> Non
         assert row.p50_ms == pytest.approx(lat.quantile(0.5))
         assert row.p99_ms == pytest.approx(lat.quantile(0.99))
         assert row.errors == int(group["status"].isin(["error", "malformed"]).sum())
-
-
-def _na(value: object) -> bool:
-    if isinstance(value, list | tuple):
-        return False
-    return bool(pd.isna(value))
+    assert sum(r.requests for r in snap.rows) == len(tansu_offline)
 
 
 # ---------------------------------------------------------------- real broker
@@ -849,6 +842,19 @@ def test_live_against_real_broker(tshark: str, tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(a, b)
 
 
+def _latency_table(values: list[float], api: str = "Produce") -> pa.Table:
+    n = len(values)
+    return pa.table(
+        {
+            "api_name": pa.array([api] * n),
+            "status": pa.array(["ok"] * n),
+            "error_name": pa.array([None] * n, pa.string()),
+            "flags": pa.array([[]] * n, pa.list_(pa.string())),
+            "latency_ms": pa.array(values, pa.float64()),
+        }
+    )
+
+
 def test_view_latency_sample_is_bounded_and_representative() -> None:
     import random
     import statistics
@@ -856,18 +862,29 @@ def test_view_latency_sample_is_bounded_and_representative() -> None:
     from dissector.live.view import LATENCY_SAMPLE
 
     rng = random.Random(7)
-    values = [rng.expovariate(1.0) for _ in range(LATENCY_SAMPLE + 30_000)]
+    values = [rng.expovariate(1.0) for _ in range(LATENCY_SAMPLE + 130_000)]
     stats = LiveStats()
-    base = dict(capture="c", stream=0, client_ip="a", client_port=1, broker_ip="b",
-                broker_port=2, request_time=None, response_time=None, first_byte_ms=None,
-                api_key=0, api_name="Produce", api_version=9, correlation_id=1,
-                client_id=None, request_size=None, response_size=None, status="ok")  # fmt: skip
-    for v in values:
-        stats.add(PairRecord(latency_ms=v, **base))  # type: ignore[arg-type]
+    # In batches of uneven size, as the core hands them over.
+    at = 0
+    for size in [1, 999, 30_000, 20_000, 7, 64_000] * 10:
+        if at >= len(values):
+            break
+        stats.add_table(_latency_table(values[at : at + size]))
+        at += size
+    stats.add_table(_latency_table(values[at:]))
     window = stats.total["Produce"]
     assert window.requests == len(values)
     assert len(window.latencies) == LATENCY_SAMPLE
+    # A uniform sample of all the values, not the first ones: its median and p99 are
+    # those of the whole (an exponential distribution; the first 50,000 alone would
+    # match too, so the later values are made larger and must show up).
     assert statistics.median(window.latencies) == pytest.approx(statistics.median(values), rel=0.05)
+    late = LiveStats()
+    late.add_table(_latency_table(values[:LATENCY_SAMPLE]))
+    late.add_table(_latency_table([v + 100.0 for v in values[LATENCY_SAMPLE:]]))
+    kept_late = sum(1 for v in late.total["Produce"].latencies if v >= 100.0)
+    share = (len(values) - LATENCY_SAMPLE) / len(values)
+    assert kept_late / LATENCY_SAMPLE == pytest.approx(share, rel=0.03)
 
 
 def test_rendered_view_shows_rates_errors_and_drops(tansu_offline: pd.DataFrame) -> None:
@@ -876,10 +893,7 @@ def test_rendered_view_shows_rates_errors_and_drops(tansu_offline: pd.DataFrame)
     from dissector.live.view import CaptureHealth, plain_lines, render
 
     stats = LiveStats()
-    for row in tansu_offline.to_dict(orient="records"):
-        stats.add(
-            PairRecord(**{k: (None if _na(v) else v) for k, v in row.items()})  # type: ignore[arg-type]
-        )
+    stats.add_table(pa.Table.from_pandas(tansu_offline, preserve_index=False))
     health = CaptureHealth(packets=318, kernel_drops=5, interface_drops=0, tcp_gaps=2)
     snap = stats.snapshot(
         title="t", seconds=4.0, health=health, open_by_api={"Fetch": 2}, whole_run=True

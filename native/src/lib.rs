@@ -8,6 +8,8 @@ pub mod correlate;
 pub mod framing;
 pub mod header;
 pub mod model;
+pub mod pcap;
+pub mod pcapwrite;
 pub mod queueing;
 pub mod records;
 pub mod rows;
