@@ -147,11 +147,15 @@ def new_analyzer(
     *,
     exchanges: bool = False,
     keep_keys: Iterable[int] = (),
+    capture_budget: int | None = None,
 ) -> Analyzer:
+    """``capture_budget``: bytes one capture may decompress in all (None: the core's
+    default, 4 GiB)."""
     decoder = decoder or _default_decoder()
     model = _model(decoder)
     _core = native()
     idle = options.idle_timeout_s
+    budget = {"capture_budget": capture_budget} if capture_budget is not None else {}
     return _core.Analyzer(
         model.native,
         sorted(options.broker_ports),
@@ -161,6 +165,7 @@ def new_analyzer(
         _Fallback(decoder, model.extracts),
         exchanges=exchanges,
         keep_keys=list(keep_keys),
+        **budget,
     )
 
 
@@ -543,13 +548,19 @@ def _records(table: pa.Table) -> list[Any]:
     return out
 
 
+LIVE_CAPTURE_BUDGET = (1 << 64) - 1
+
+
 class LiveSession:
     """The native core set up for a live source; ``start`` hands it a libpcap handle
     and the core's own threads capture (``_core.LiveRun``)."""
 
     def __init__(self, options: Options, decoder: Any, label: str) -> None:
         self.decoder = decoder or _default_decoder()
-        self._analyzer = new_analyzer(options, self.decoder)
+        # A live run has no end: a total decompression budget would run out after hours
+        # and leave later record batches undecoded. The per-frame budget still bounds each
+        # pair (against decompression bombs).
+        self._analyzer = new_analyzer(options, self.decoder, capture_budget=LIVE_CAPTURE_BUDGET)
         self._analyzer.open_live(label)
         self._schema = arrow_schema()
 
