@@ -121,15 +121,36 @@ def _column(table: pa.Table, name: str) -> Any:
     return table.column(name).combine_chunks()
 
 
-def _strings(column: Any) -> Any:
-    import pyarrow as pa
+# Nothing below converts between Python and Arrow values (fill_null(False), pa.scalar,
+# pa.array of a list, to_numpy of a bit-packed or nullable array): pyarrow imports pandas
+# for those, a second of CPU in the middle of a capture. Arrays are read from their
+# buffers instead.
 
-    return column.cast(pa.string()) if pa.types.is_dictionary(column.type) else column
+
+def _bits(buffer: Any, offset: int, n: int) -> np.ndarray:
+    """Bits offset..offset+n of a bit-packed Arrow buffer (least significant first)."""
+    packed = np.frombuffer(buffer, dtype=np.uint8)
+    return np.unpackbits(packed, bitorder="little")[offset : offset + n].astype(bool)
+
+
+def _valid(values: Any) -> np.ndarray:
+    if not values.null_count:
+        return np.ones(len(values), dtype=bool)
+    return _bits(values.buffers()[0], values.offset, len(values))
 
 
 def _mask(values: Any) -> np.ndarray:
     """A boolean Arrow array as numpy, nulls as False."""
-    return np.asarray(values.fill_null(False), dtype=bool)
+    n = len(values)
+    if not n:
+        return np.zeros(0, dtype=bool)
+    return _bits(values.buffers()[1], values.offset, n) & _valid(values)
+
+
+def _numbers(values: Any, dtype: Any) -> np.ndarray:
+    """A fixed-width Arrow array as a numpy copy (null slots hold whatever is there)."""
+    raw = np.frombuffer(values.buffers()[1], dtype=dtype)
+    return raw[values.offset : values.offset + len(values)].copy()
 
 
 def complete_rows(table: pa.Table) -> np.ndarray:
@@ -152,30 +173,39 @@ def gap_rows(table: pa.Table) -> np.ndarray:
     mask = np.zeros(table.num_rows, dtype=bool)
     flat = pc.list_flatten(flags)
     if len(flat):
-        parents = np.asarray(pc.list_parent_indices(flags))
-        mask[parents[_mask(pc.equal(_strings(flat), CAPTURE_GAP_NOTE))]] = True
+        parents = _numbers(pc.list_parent_indices(flags), np.int64)
+        codes, words = _encoded(flat)
+        mask[parents[_words_mask(codes, words, frozenset({CAPTURE_GAP_NOTE}))]] = True
     return mask
 
 
-def _status_mask(status: Any, statuses: frozenset[str]) -> np.ndarray:
+def _encoded(column: Any) -> tuple[np.ndarray, list[str]]:
+    """A string column as dictionary codes (-1 for null) and its words. The core's
+    columns come dictionary-encoded: only the few words are Python strings."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    return _mask(pc.is_in(status, value_set=pa.array(sorted(statuses), pa.string())))
+    if not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column)
+    words = [str(w) for w in column.dictionary.to_pylist()]
+    indices = column.indices.cast(pa.int64())
+    codes = _numbers(indices, np.int64)
+    codes[~_valid(indices)] = -1
+    return codes, words
 
 
-def _labels(table: pa.Table, orphan: np.ndarray) -> tuple[np.ndarray, list[str]]:
+def _words_mask(codes: np.ndarray, words: list[str], chosen: frozenset[str]) -> np.ndarray:
+    """Rows whose word is in ``chosen`` (nulls never)."""
+    hit = np.array([w in chosen for w in words] + [False], dtype=bool)
+    return hit[codes]  # code -1 reads the trailing False
+
+
+def _labels(api: Any, orphan: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Each row's API label as a code into the returned names (API names, then the
     labels of rows without one)."""
-    import pyarrow.compute as pc
-
-    api = _column(table, "api_name")
-    if not hasattr(api, "indices"):
-        api = pc.dictionary_encode(api)
-    names = [str(w) for w in api.dictionary.to_pylist()]
-    codes = np.asarray(api.indices.fill_null(-1), dtype=np.int64)
-    if api.null_count:
-        unnamed = codes < 0
+    codes, names = _encoded(api)
+    unnamed = codes < 0
+    if unnamed.any():
         codes[unnamed & orphan] = len(names)
         codes[unnamed & ~orphan] = len(names) + 1
     return codes, [*names, ORPHAN_LABEL, UNKNOWN_LABEL]
@@ -196,21 +226,20 @@ class LiveStats:
     def add_table(self, table: pa.Table) -> None:
         """Count a table of pairs (the contract columns; strings plain or dictionary)."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         n = table.num_rows
         if not n:
             return
-        status = _strings(_column(table, "status"))
-        errors = _status_mask(status, ERROR_STATUSES)
-        unanswered = _status_mask(status, UNANSWERED_STATUSES)
+        status, statuses = _encoded(_column(table, "status"))
+        errors = _words_mask(status, statuses, ERROR_STATUSES)
+        unanswered = _words_mask(status, statuses, UNANSWERED_STATUSES)
+        orphan = _words_mask(status, statuses, frozenset({Status.ORPHAN_RESPONSE.value}))
         flagged = gap_rows(table)
-        orphan = _mask(pc.equal(status, Status.ORPHAN_RESPONSE.value))
-        codes, names = _labels(table, orphan)
-        latency = np.asarray(
-            _column(table, "latency_ms").cast(pa.float64()).fill_null(np.nan), dtype=np.float64
-        )
-        error_names = self._error_names(table, codes, names, errors, status)
+        codes, names = _labels(_column(table, "api_name"), orphan)
+        latency_ms = _column(table, "latency_ms").cast(pa.float64())
+        latency = _numbers(latency_ms, np.float64)
+        latency[~_valid(latency_ms)] = np.nan
+        error_names = self._error_names(table, codes, names, errors, status, statuses)
         self.pairs += n
         for code in np.unique(codes):
             label = names[code]
@@ -228,29 +257,26 @@ class LiveStats:
 
     @staticmethod
     def _error_names(
-        table: pa.Table, codes: np.ndarray, names: list[str], errors: np.ndarray, status: Any
+        table: pa.Table,
+        codes: np.ndarray,
+        names: list[str],
+        errors: np.ndarray,
+        status: np.ndarray,
+        statuses: list[str],
     ) -> dict[str, Counter[str]]:
         """Per API label, how often each error name (or status, when unnamed) occurs."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         if not errors.any():
             return {}
-        keep = pa.array(errors)
-        named = pc.coalesce(_strings(_column(table, "error_name")), status)
-        groups = (
-            pa.table({"code": pa.array(codes).filter(keep), "name": named.filter(keep)})
-            .group_by(["code", "name"])
-            .aggregate([([], "count_all")])
+        err, err_words = _encoded(_column(table, "error_name"))
+        # One code space for both: error names, then statuses (for unnamed errors).
+        named = np.where(err >= 0, err, len(err_words) + status)[errors]
+        words = [*err_words, *statuses]
+        pairs, counts = np.unique(
+            np.stack([codes[errors], named], axis=1), axis=0, return_counts=True
         )
         out: dict[str, Counter[str]] = {}
-        for code, name, count in zip(
-            groups.column("code").to_pylist(),
-            groups.column("name").to_pylist(),
-            groups.column("count_all").to_pylist(),
-            strict=True,
-        ):
-            out.setdefault(names[code], Counter())[str(name)] += int(count)
+        for (code, word), count in zip(pairs.tolist(), counts.tolist(), strict=True):
+            out.setdefault(names[code], Counter())[words[word]] += count
         return out
 
     def roll(self) -> None:
