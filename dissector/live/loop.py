@@ -201,16 +201,17 @@ class LiveCapture:
         """Pair records as they complete, and a ``Tick`` every interval and at the end."""
         from dissector.wire.core import table_records
 
-        for item in self.tables():
+        for item in self.tables(eager=True):
             if isinstance(item, Tick):
                 yield item
             else:
                 yield from table_records(item)
 
-    def tables(self) -> Iterator[pa.Table | Tick]:
-        """The pairs as Arrow tables (``wire.core.arrow_schema``) as the core builds
-        them, a ``Tick`` every interval and at the end; the view (``stats_view``) has
-        counted each table when it is yielded."""
+    def tables(self, *, eager: bool = False) -> Iterator[pa.Table | Tick]:
+        """The pairs as Arrow tables (``wire.core.arrow_schema``), a ``Tick`` every
+        interval and at the end; the view (``stats_view``) has counted each table when
+        it is yielded. Rows come in one table per interval (or per ``TABLE_ROWS``), or
+        with ``eager`` as soon as the core has built them (within ``POLL_S``)."""
         if self._ran:
             raise LiveError("a LiveCapture runs once: create a new one to capture again")
         self._ran = True
@@ -225,6 +226,7 @@ class LiveCapture:
         last_tick = start
         next_tick = start + opts.interval
         told_at: float | None = None  # when the core was asked to stop
+        eager = eager or opts.count is not None  # --count stops at an exact pair
         try:
             while True:
                 try:
@@ -247,7 +249,10 @@ class LiveCapture:
                     failure = run.error() or run.pcap_error()
                     if failure and not self._stop.is_set():
                         self.stop(failure)
-                    yield from self._take()
+                    # Rows go out at each tick in one table, or sooner when many wait,
+                    # or at once for record consumers and --count.
+                    if ended or eager or run.rows_waiting() >= TABLE_ROWS:
+                        yield from self._take()
                     if ended:
                         break
                     if told_at is not None and time.monotonic() - told_at > END_LIMIT_S:
