@@ -557,6 +557,62 @@ def test_cli_sigterm_writes_everything(
     assert_same_rows(dissector.analyze(raw, ports=[port]), expected)
 
 
+@pytest.mark.parametrize("ext", ["parquet", "csv", "jsonl"])
+def test_cli_outputs_equal_analyze_of_its_own_pcap(
+    ext: str,
+    tansu_streams: dict[int, list[Turn]],
+    tansu_offline: pd.DataFrame,
+    listener: socket.socket,
+    tmp_path: Path,
+) -> None:
+    """``live -o`` and ``analyze -o`` of the frames live saw write the same file: same
+    Parquet schema (and metadata), same CSV and JSON lines, row for row (all but the
+    ``capture`` column, which names the interface or the file)."""
+    import csv
+    import json
+
+    import pyarrow.parquet as pq
+
+    port = listener.getsockname()[1]
+    out, raw, offline = tmp_path / f"live.{ext}", tmp_path / "raw.pcapng", tmp_path / f"a.{ext}"
+    cli = Cli(
+        "-i", IFACE, "--ports", str(port), "--interval", "0.2", "-o", str(out),
+        "--write-pcap", str(raw), "--view", "none", "--duration", "60",
+    )  # fmt: skip
+    cli.wait_active()
+    replay(listener, tansu_streams, [0, 1, 2])
+    time.sleep(0.5)
+    cli.proc.send_signal(signal.SIGTERM)
+    code, _stdout, stderr = cli.finish()
+    assert code == 0, stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "analyze", str(raw), "--ports", str(port),
+         "-o", str(offline), "--quiet"],
+        cwd=REPO, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+    def rows(path: Path) -> list[dict[str, object]]:
+        if ext == "parquet":
+            got = pq.read_table(path).drop_columns(["capture"]).to_pylist()
+        elif ext == "csv":
+            with open(path, newline="", encoding="utf-8") as fh:
+                got = [dict(r) for r in csv.DictReader(fh)]
+        else:
+            got = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        for r in got:
+            r.pop("capture", None)
+        return sorted(got, key=lambda r: (int(str(r["stream"])), int(str(r["correlation_id"]))))
+
+    live_rows, offline_rows = rows(out), rows(offline)
+    # Every pair of the three connections (the recording's own analysis), then equal.
+    assert len(live_rows) == int(tansu_offline["stream"].isin([0, 1, 2]).sum()) > 0
+    assert live_rows == offline_rows
+    if ext == "parquet":
+        assert pq.read_schema(out).equals(pq.read_schema(offline), check_metadata=True)
+        assert pq.ParquetFile(out).num_row_groups >= 1
+
+
 def test_cli_ctrl_c_stops_cleanly(listener: socket.socket, tmp_path: Path) -> None:
     port = listener.getsockname()[1]
     out = tmp_path / "pairs.jsonl"
