@@ -1,5 +1,5 @@
 //! Stage 1: capture files (pcap, pcapng, gzip-compressed either) and link frames -> TCP packets.
-//! Port of `dissector/capture.py`. OWNER: capture helper.
+//! Its Python twin, the test oracle, is `tests/oracle/capture.py`.
 //!
 //! Contract:
 //! * `PacketReader::new(source)` sniffs the magic (gzip, pcap either byte order / us / ns,

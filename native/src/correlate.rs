@@ -1,5 +1,5 @@
 //! Stage 4: Kafka frames of a connection -> request/response exchanges.
-//! Port of `dissector/correlate.py`. OWNER: framing/correlate helper.
+//! Its Python twin, the test oracle, is `tests/oracle/correlate.py`.
 //!
 //! Which side is the broker: a port in `broker_ports` says so; otherwise (heuristic on)
 //! the frames settle it, once, for the whole connection (see `settle_role`): a frame

@@ -1,5 +1,5 @@
 //! Stage 3: in-order chunks of one direction -> size-prefixed Kafka frames.
-//! Port of `dissector/framing.py` (resync, TLS detection). OWNER: framing/correlate helper.
+//! Its Python twin, the test oracle, is `tests/oracle/framing.py` (resync, TLS detection).
 //!
 //! Every Kafka message is a big-endian int32 size and that many bytes. Losing sync is
 //! the hard part: after a TCP gap, or when the capture starts mid-connection, the next

@@ -1,5 +1,5 @@
 //! Kafka request/response header peeks used by framing resync and correlation.
-//! Port of `dissector/kafka_header.py`. OWNER: framing/correlate helper.
+//! Its Python twin, the test oracle, is `tests/oracle/kafka_header.py`.
 //!
 //! Correlation needs api_key, api_version, correlation_id and client_id, which sit at
 //! the same offsets in request header v1 and v2 (client_id stays a classic nullable

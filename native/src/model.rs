@@ -1,6 +1,6 @@
 //! The spec model as handed over by Python (`dissector/protocol/export.py`): layouts per
 //! (api_key, version, direction), header versions, API and error names, and the few
-//! protocol facts the wire stages need. OWNER: summary helper.
+//! protocol facts the wire stages need.
 //!
 //! `Model::from_json` compiles every layout's field tree once into flat nodes (children
 //! as index ranges, constant wire sizes precomputed), so the per-pair walk in

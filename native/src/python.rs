@@ -48,7 +48,7 @@ enum Source {
     Live { frame: u64 },
 }
 
-/// Options of one analysis run, as `pipeline.Options` gives them.
+/// Options of one analysis run, as `dissector.options.Options` gives them.
 #[derive(Clone)]
 struct RunOptions {
     session: SessionConfig,
@@ -315,7 +315,7 @@ impl Analyzer {
     }
 
     /// Rows built so far as column buffers (then forgotten): name -> tuple, see
-    /// `dissector/core.py`.
+    /// `dissector/wire/core.py`.
     fn take_columns<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let out = columns_dict(py, &self.sink.rows, &self.model)?;
         self.sink.rows.clear();
@@ -323,7 +323,7 @@ impl Analyzer {
     }
 
     /// Exchanges kept so far (exchanges mode), then forgotten: tuples, see
-    /// `dissector/core.py`.
+    /// `dissector/wire/core.py`.
     fn take_exchanges<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
         for (capture, ex) in self.sink.exchanges.drain(..) {

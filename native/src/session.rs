@@ -1,5 +1,5 @@
-//! One packet source through reassembly, framing and correlation (`pipeline.Session`).
-//! OWNER: framing/correlate helper.
+//! One packet source through reassembly, framing and correlation (its Python twin, the
+//! test oracle: `tests/oracle/pipeline.py`).
 //!
 //! Contract: `Session::new(cfg, versions)`; `packet(&pkt, counters, out)` pushes the
 //! exchanges that packet completes onto `out`; `event(ev, counters, out)` does the same

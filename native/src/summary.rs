@@ -1,5 +1,5 @@
 //! Stage 5 (summary only): a pair's bodies -> the analytics columns, by interpreting the
-//! exported layouts (`dissector/protocol/summary.py` semantics). OWNER: summary helper.
+//! exported layouts (`dissector/protocol/summary.py` semantics).
 //!
 //! One pass per frame, in wire order: every field moves the cursor (validated exactly as
 //! the Python decoder validates it), but only fields with a role are looked at, and

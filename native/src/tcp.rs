@@ -1,6 +1,6 @@
 //! Stage 2: TCP packets -> in-order byte chunks per connection direction.
-//! Port of `dissector/tcp.py` (its module docstring states the policies; they hold
-//! here with the same defaults and counter names). OWNER: tcp helper.
+//! Its Python twin, the test oracle, is `tests/oracle/tcp.py` (its module docstring
+//! states the policies; they hold here with the same defaults and counter names).
 //!
 //! Where this port differs from the Python stage, on purpose:
 //!
