@@ -107,6 +107,27 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds per thread name of a process (the core's threads are named
+    kd-capture and kd-rows; the Python main thread has the process's name)."""
+    out: dict[str, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as fh:
+                name = fh.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        out[name] = out.get(name, 0.0) + cpu
+    return out
+
+
 def all_proc_cpu() -> dict[int, tuple[str, float]]:
     out = {}
     for entry in os.listdir("/proc"):
@@ -283,6 +304,7 @@ class Run:
     matched: int = 0
     flagged: int = 0
     live_cpu_s: float = 0.0
+    threads: dict[str, float] = field(default_factory=dict)  # live's CPU s per thread
     replay_cpu_s: float = 0.0
     wall_s: float = 0.0
     rss_peak_mib: float = 0.0
@@ -376,6 +398,7 @@ def run_live(
     threads = [reader(live.stderr, err), reader(live.stdout, std)]
     wait_line(err, "capturing on", live)
     cpu0, procs0, live_cpu0 = cpu_times(), all_proc_cpu(), proc_cpu(live.pid)
+    threads0 = thread_cpu(live.pid)
     started = time.monotonic()
     sender = tcpreplay(copies, rate, loops)
     next_rss = started
@@ -394,6 +417,11 @@ def run_live(
     run.sent, run.reached_pps = replay_stats(output)
     time.sleep(1.0)  # the last frames through the ring
     run.live_cpu_s = proc_cpu(live.pid) - live_cpu0
+    run.threads = {
+        name: cpu - threads0.get(name, 0.0)
+        for name, cpu in thread_cpu(live.pid).items()
+        if cpu - threads0.get(name, 0.0) >= 0.05
+    }
     run.usage = measure_usage(cpu0, procs0, {live.pid, sender.pid, os.getpid()})
     live.send_signal(signal.SIGINT)
     try:
@@ -512,6 +540,15 @@ def report(r: Run) -> None:
         + ("  CLEAN" if r.clean else "  LOSS"),
         flush=True,
     )
+    if r.threads:
+        per_packet = {k: 1e6 * v / max(r.captured or r.sent, 1) for k, v in r.threads.items()}
+        print(
+            "         live threads: "
+            + ", ".join(
+                f"{name} {cpu:.1f} s ({per_packet[name]:.2f} us/packet)"
+                for name, cpu in sorted(r.threads.items())
+            )
+        )
     if r.rss:
         print("         RSS (s, MiB): " + ", ".join(f"{t:.0f}:{m:.0f}" for t, m in r.rss))
 

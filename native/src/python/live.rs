@@ -38,7 +38,7 @@ use crate::summary::TopicNames;
 use crate::types::{Counters, Exchange};
 
 pyo3::create_exception!(
-    _core,
+    dissector._core,
     CaptureError,
     PyException,
     "A live capture cannot start or go on: args are (kind, message), kind one of \
@@ -259,11 +259,12 @@ impl LiveRun {
         let rows_shared = shared.clone();
         let threads = vec![
             std::thread::Builder::new()
-                .name("kafka-dissector-capture".into())
+                // Thread names show in top/ps (15 characters at most there).
+                .name("kd-capture".into())
                 .spawn(move || capture.run())
                 .map_err(|e| PyOSError::new_err(e.to_string()))?,
             std::thread::Builder::new()
-                .name("kafka-dissector-rows".into())
+                .name("kd-rows".into())
                 .spawn(move || rows_loop(summaries, rx, &rows_shared))
                 .map_err(|e| PyOSError::new_err(e.to_string()))?,
         ];
