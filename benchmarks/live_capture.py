@@ -366,13 +366,23 @@ def reader(stream: Any, into: list[str]) -> threading.Thread:
 
 
 def run_live(
-    replay: Replay, rate: int, seconds: float, buffer_mib: int, work: Path, rss_every: float
+    replay: Replay,
+    rate: int,
+    seconds: float,
+    buffer_mib: int,
+    work: Path,
+    rss_every: float,
+    *,
+    drain: bool = False,
 ) -> Run:
+    """One live run at ``rate``; with ``drain`` live is stopped (SIGSTOP) while
+    tcpreplay fills the kernel ring as fast as it can, then continued: the rate at which
+    it empties the ring is live's own, whatever the sender reaches."""
     import pyarrow.parquet as pq
 
     copies = replay.copies_for(rate, min(seconds, SOAK_COPY_S))
     loops = max(1, math.ceil(seconds / SOAK_COPY_S))
-    run = Run("live", rate, seconds, len(copies) * loops)
+    run = Run("live-drain" if drain else "live", rate, seconds, len(copies) * loops)
     out = work / "live.parquet"
     cli = [
         sys.executable,
@@ -389,6 +399,8 @@ def run_live(
         "plain",
         "--buffer-size",
         str(buffer_mib),
+        "--interval",
+        "0.2" if drain else "1",
     ]
     live = subprocess.Popen(
         cli, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -399,6 +411,9 @@ def run_live(
     wait_line(err, "capturing on", live)
     cpu0, procs0, live_cpu0 = cpu_times(), all_proc_cpu(), proc_cpu(live.pid)
     threads0 = thread_cpu(live.pid)
+    if drain:
+        time.sleep(1.0)  # the first view lines are out
+        live.send_signal(signal.SIGSTOP)
     started = time.monotonic()
     sender = tcpreplay(copies, rate, loops)
     next_rss = started
@@ -415,6 +430,8 @@ def run_live(
     output = sender.communicate()[0]
     run.wall_s = time.monotonic() - started
     run.sent, run.reached_pps = replay_stats(output)
+    if drain:
+        run.note = drain_ring(live, err, run)
     time.sleep(1.0)  # the last frames through the ring
     run.live_cpu_s = proc_cpu(live.pid) - live_cpu0
     run.threads = {
@@ -447,6 +464,29 @@ def run_live(
         run.note = f"soak: {loops} rounds of {len(copies)} copies, pairs not compared"
     out.unlink()
     return run
+
+
+def drain_ring(live: subprocess.Popen[str], err: list[str], run: Run) -> str:
+    """Continue live and time how long its view takes to count every packet that was
+    sent (or, when the ring overflowed, until the count stops moving)."""
+    started = time.monotonic()
+    live.send_signal(signal.SIGCONT)
+    deadline = started + END_TIMEOUT_S
+    last, last_change = -1, started
+    while time.monotonic() < deadline:
+        counts = [int(m.group(1)) for m in map(PACKETS.search, list(err)[-60:]) if m]
+        now = time.monotonic()
+        if counts and counts[-1] != last:
+            last, last_change = counts[-1], now
+        if last >= run.sent or (last > 0 and now - last_change > 2.0):
+            run.wall_s = last_change - started
+            run.reached_pps = last / max(run.wall_s, 1e-9)  # live's own rate
+            return ""
+        time.sleep(0.02)
+    return "the ring was not drained in time"
+
+
+PACKETS = re.compile(r": packets (\d+) \|")
 
 
 def compare(run: Run, replay: Replay, table: Any, loops: int) -> None:
@@ -577,6 +617,12 @@ def main() -> None:
     ap.add_argument("--buffer-mib", type=int, default=64, help="kernel ring (live and tcpdump)")
     ap.add_argument("--tcpdump", action="store_true", help="also tcpdump at each rate")
     ap.add_argument("--rss", action="store_true", help="print live's RSS every 10 s")
+    ap.add_argument(
+        "--drain",
+        action="store_true",
+        help="live's own rate: the ring filled while live is stopped, then emptied "
+        "(use a --buffer-mib large enough for rate x seconds x ~330 bytes)",
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("capturing on lo needs root")
@@ -602,7 +648,13 @@ def main() -> None:
         for _ in range(args.repeat):
             for rate in rates:
                 r = run_live(
-                    replay, rate, args.seconds, args.buffer_mib, work, 10.0 if args.rss else 0.0
+                    replay,
+                    rate,
+                    args.seconds,
+                    args.buffer_mib,
+                    work,
+                    10.0 if args.rss else 0.0,
+                    drain=args.drain,
                 )
                 report(r)
                 live_runs.append(r)
