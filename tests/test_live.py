@@ -799,6 +799,11 @@ def test_view_counts_match_the_offline_frame(tansu_offline: pd.DataFrame) -> Non
         assert row.p50_ms == pytest.approx(lat.quantile(0.5))
         assert row.p99_ms == pytest.approx(lat.quantile(0.99))
         assert row.errors == int(group["status"].isin(["error", "malformed"]).sum())
+        assert row.unanswered == int((group["status"] == "unanswered").sum())
+        gaps = group["flags"].map(lambda f: f is not None and CAPTURE_GAP_NOTE in list(f))
+        assert row.flagged == int(gaps.sum())
+        named = group[group["status"] == "error"]["error_name"].value_counts()
+        assert dict(row.top_errors) == {str(k): int(v) for k, v in named.head(3).items() if v}
     assert sum(r.requests for r in snap.rows) == len(tansu_offline)
 
 

@@ -50,7 +50,8 @@ const BATCH: usize = 256;
 /// Frames per `pcap_dispatch` call: between calls the capture thread looks at stop
 /// requests and publishes its counters.
 const DISPATCH_FRAMES: i32 = 4096;
-/// Longest wait for frames before looking at a stop request again.
+/// Longest wait for frames before looking at a stop request again; as long as the
+/// handle's block timeout (`source.BLOCK_TIMEOUT_MS`), so a drain waits twice that.
 const POLL_MS: i32 = 50;
 /// How often counters, drop counts and open requests are published to Python.
 const PUBLISH_EVERY: Duration = Duration::from_millis(50);
@@ -487,7 +488,9 @@ impl CaptureThread {
             if n == 0 {
                 // A partly filled ring block is handed over after the handle's timeout:
                 // while draining, wait that long once more before calling it empty.
-                let waited = self.handle.wait(POLL_MS);
+                let waited = self
+                    .handle
+                    .wait(if stopping { 2 * POLL_MS } else { POLL_MS });
                 if stopping && !waited {
                     break;
                 }
