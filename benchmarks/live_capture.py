@@ -49,8 +49,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # run from a checkout
 
 PORT = 39392  # replayed broker port: unlikely to carry anything else on lo
-# Runs longer than this (soaks) loop over this many seconds of copies instead of making
-# more (a copy of a 33 MB capture is 33 MB on disk).
+# Runs longer than this (soaks) play rounds of this many seconds of copies, each round's
+# written while the one before plays and deleted once played (a copy is 35 MB on disk).
 SOAK_COPY_S = 30.0
 START_TIMEOUT_S = 60.0
 END_TIMEOUT_S = 120.0
@@ -188,6 +188,7 @@ def measure_usage(
 @dataclass
 class Replay:
     paths: list[Path]  # address-shifted copies of the capture, broker port PORT (pcap)
+    base: Path  # the capture with the broker port PORT, before any address shift
     packets: int  # packets of one copy
     oracle: Any  # pandas Series: count of each (copy, content row hash) offline
     pairs: int  # pairs of one copy
@@ -236,6 +237,19 @@ def copy_address(k: int) -> str:
     return f"127.{k // 250 + 1}.{k % 250}.0/24"
 
 
+def shifted_copies(base: Path, work: Path, numbers: range) -> list[Path]:
+    paths = []
+    for k in numbers:
+        path = work / f"copy-{k}.pcap"
+        subprocess.run(
+            ["tcprewrite", f"--pnat=127.0.0.0/24:{copy_address(k)}", "-i", str(base),
+             "-o", str(path)],
+            check=True,
+        )  # fmt: skip
+        paths.append(path)
+    return paths
+
+
 def prepare(capture: str, port: int | None, work: Path, copies: int) -> Replay:
     """The capture rewritten ``copies`` times: broker port PORT, loopback addresses
     127.0.0.x moved to a /24 of its own per copy (both directions alike, so every copy
@@ -255,15 +269,7 @@ def prepare(capture: str, port: int | None, work: Path, copies: int) -> Replay:
     )
     plain.unlink()
     packets = capture_packets(str(base))
-    paths = []
-    for k in range(1, copies + 1):
-        path = work / f"copy-{k}.pcap"
-        subprocess.run(
-            ["tcprewrite", f"--pnat=127.0.0.0/24:{copy_address(k)}", "-i", str(base),
-             "-o", str(path)],
-            check=True,
-        )  # fmt: skip
-        paths.append(path)
+    paths = shifted_copies(base, work, range(1, copies + 1))
     # The oracle: the offline analysis of the copies as replayed, one file (state such
     # as topic names learnt carries over from one copy to the next, as it does live).
     whole = work / "replayed.pcap"
@@ -275,7 +281,7 @@ def prepare(capture: str, port: int | None, work: Path, copies: int) -> Replay:
     offline.unlink()
     keys = pd.DataFrame({"copy": copy_of(table), "hash": content_hashes(table)})
     oracle = keys.groupby(["copy", "hash"]).size().rename("offline")
-    return Replay(paths, packets, oracle, table.num_rows // copies)
+    return Replay(paths, base, packets, oracle, table.num_rows // copies)
 
 
 def copy_of(table: Any) -> Any:
@@ -318,16 +324,15 @@ class Run:
 
     @property
     def clean(self) -> bool:
-        return self.lost == 0 and self.kernel_drops == 0 and not self.note
+        return self.lost == 0 and self.kernel_drops == 0 and not self.note.startswith("live")
 
     @property
     def different(self) -> int:
         return self.written - self.matched
 
 
-def tcpreplay(paths: list[Path], rate: int, loops: int) -> subprocess.Popen[str]:
-    """The copies in order at ``rate`` packets/s (``loops`` times over: only for long
-    soaks, where a copy then comes again with the same connections)."""
+def tcpreplay(paths: list[Path], rate: int, loops: int = 1) -> subprocess.Popen[str]:
+    """The copies in order at ``rate`` packets/s."""
     # Preloaded, and 100 packets per pacing step: the sender's own cost per packet is
     # what limits the rate on a small machine.
     args = ["tcpreplay", "-i", "lo", "--pps", str(rate), "--pps-multi", "100", "--preload-pcap",
@@ -415,11 +420,17 @@ def run_live(
         time.sleep(1.0)  # the first view lines are out
         live.send_signal(signal.SIGSTOP)
     started = time.monotonic()
-    sender = tcpreplay(copies, rate, loops)
+    soak = Soak(replay, work, copies, loops) if loops > 1 else None
+    sender = tcpreplay(copies, rate)
     next_rss = started
-    while sender.poll() is None:
-        # Sampled while it runs: a reaped or zombie process shows no CPU time.
-        run.replay_cpu_s = max(run.replay_cpu_s, proc_cpu(sender.pid))
+    replay_cpu_before = 0.0  # tcpreplay CPU of the soak's earlier rounds
+    while sender.poll() is None or (soak is not None and soak.round < soak.rounds):
+        if soak is not None and sender.poll() is not None:
+            soak.finished(sender.communicate()[0])
+            replay_cpu_before = run.replay_cpu_s
+            sender = soak.sender(rate)
+        run.replay_cpu_s = max(run.replay_cpu_s, replay_cpu_before + proc_cpu(sender.pid))
+        # (Sampled while it runs: a reaped or zombie process shows no CPU time.)
         now = time.monotonic()
         mib = rss_mib(live.pid)
         run.rss_peak_mib = max(run.rss_peak_mib, mib)
@@ -430,6 +441,9 @@ def run_live(
     output = sender.communicate()[0]
     run.wall_s = time.monotonic() - started
     run.sent, run.reached_pps = replay_stats(output)
+    if soak is not None:
+        run.sent = soak.sent + run.sent
+        run.reached_pps = run.sent / run.wall_s
     if drain:
         run.note = drain_ring(live, err, run)
     time.sleep(1.0)  # the last frames through the ring
@@ -459,11 +473,49 @@ def run_live(
     run.written = table.num_rows
     if loops == 1:
         compare(run, replay, table, len(copies))
-    else:  # a soak: the copies came several times; pairs are not compared
-        run.expected = run.matched = run.written
-        run.note = f"soak: {loops} rounds of {len(copies)} copies, pairs not compared"
+    else:  # a soak: every round's copies are new connections; pairs are counted only
+        run.expected = replay.pairs * len(copies) * loops
+        run.matched = min(run.written, run.expected)
+        run.note = f"soak: {loops} rounds of {len(copies)} new copies, pairs counted only"
     out.unlink()
     return run
+
+
+class Soak:
+    """Rounds of new address-shifted copies for a long run: the next round's copies are
+    written while the current one plays, the played ones deleted (a copy played twice
+    would be the same connections again, which TCP takes for retransmissions)."""
+
+    def __init__(self, replay: Replay, work: Path, first: list[Path], rounds: int) -> None:
+        self.replay, self.work, self.per_round = replay, work, len(first)
+        self.rounds, self.round, self.sent = rounds, 1, 0
+        self.playing = first
+        self._next: list[Path] = []
+        self._maker = self._make(1)
+
+    def _make(self, r: int) -> threading.Thread:
+        def make() -> None:
+            start = len(self.replay.paths) + (r - 1) * self.per_round + 1
+            numbers = range(start, start + self.per_round)
+            self._next = shifted_copies(self.replay.base, self.work, numbers)
+
+        t = threading.Thread(target=make, daemon=True)
+        t.start()
+        return t
+
+    def sender(self, rate: int) -> subprocess.Popen[str]:
+        self.round += 1
+        self._maker.join()
+        for path in self.playing:
+            if path not in self.replay.paths:
+                path.unlink()
+        self.playing = self._next
+        if self.round < self.rounds:
+            self._maker = self._make(self.round)
+        return tcpreplay(self.playing, rate)
+
+    def finished(self, output: str) -> None:
+        self.sent += replay_stats(output)[0]
 
 
 def drain_ring(live: subprocess.Popen[str], err: list[str], run: Run) -> str:
