@@ -20,12 +20,14 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from dissector.accounting import Counters
-    from dissector.options import Options
+    from dissector.options import ChainRule, Options
     from dissector.stages import Exchange, PairRecord
 
 __all__ = [
     "COLUMNS",
     "COLUMN_NAMES",
+    "CaptureSet",
+    "ChainRule",
     "Counters",
     "Options",
     "PairRecord",
@@ -43,6 +45,8 @@ __version__ = "0.1.0"
 
 # Imported on first use so that ``import dissector`` stays cheap for Spark workers.
 _LAZY = {
+    "CaptureSet": "dissector.options",
+    "ChainRule": "dissector.options",
     "Counters": "dissector.accounting",
     "Options": "dissector.options",
     "PairRecord": "dissector.stages",
@@ -71,20 +75,25 @@ def analyze(
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
     options: Options | None = None,
+    chain: str | ChainRule = "auto",
 ) -> pd.DataFrame:
     """Every Kafka request/response pair in the capture(s), one row each.
 
     ``specs``: extra Apache Kafka JSON message-spec directories or kafka-clients
     jars, for versions newer than the installed specs.
+    ``chain``: how several files group into continuous captures ("auto": the files
+    of one rotated recording are one capture, "none", "all", or a ``ChainRule``;
+    a ``CaptureSet`` in ``source`` is read as given); ``df.attrs["capture_sets"]``
+    lists each capture's files.
     ``df.attrs["counters"]`` holds what the stages counted (packets, gaps, frames
     that were not Kafka, ...), ``df.attrs["tls_streams"]`` the connections found to
     carry TLS.
     """
-    from dissector.options import Options, capture_paths
+    from dissector.options import capture_paths
     from dissector.table.analysis import run_analysis
 
     if options is None:
-        options = Options(ports=frozenset(ports) if ports is not None else None)
+        options = _options(ports, chain)
     return run_analysis(capture_paths(source), options, decoder=_decoder(specs))
 
 
@@ -95,14 +104,15 @@ def iter_pairs(
     specs: Iterable[str | os.PathLike[str]] = (),
     options: Options | None = None,
     counters: Counters | None = None,
+    chain: str | ChainRule = "auto",
 ) -> Iterator[PairRecord]:
     """Stream the pair records of one or many captures (the DataFrame's rows); memory
-    stays flat in the capture length."""
-    from dissector.options import Options, capture_paths
+    stays flat in the capture length. ``chain``: see ``analyze``."""
+    from dissector.options import capture_paths
     from dissector.wire import core
 
     if options is None:
-        options = Options(ports=frozenset(ports) if ports is not None else None)
+        options = _options(ports, chain)
     return core.iter_pairs(
         capture_paths(source), options, decoder=_decoder(specs), counters=counters
     )
@@ -115,13 +125,15 @@ def iter_exchanges(
     specs: Iterable[str | os.PathLike[str]] = (),
     options: Options | None = None,
     counters: Counters | None = None,
+    chain: str | ChainRule = "auto",
 ) -> Iterator[tuple[str, Exchange]]:
-    """(capture path, exchange) for every request/response exchange, with raw payloads."""
-    from dissector.options import Options, capture_paths
+    """(capture path, exchange) for every request/response exchange, with raw payloads.
+    ``chain``: see ``analyze``."""
+    from dissector.options import capture_paths
     from dissector.wire import core
 
     if options is None:
-        options = Options(ports=frozenset(ports) if ports is not None else None)
+        options = _options(ports, chain)
     return core.iter_exchanges(
         capture_paths(source), options, decoder=_decoder(specs), counters=counters
     )
@@ -141,6 +153,13 @@ def decode(
     from dissector.wire.full_decode import iter_decoded
 
     return iter_decoded(source, api=api, records=records, specs=specs, ports=ports)
+
+
+def _options(ports: Iterable[int] | None, chain: str | ChainRule) -> Options:
+    from dissector.options import ChainRule, Options
+
+    rule = chain if isinstance(chain, ChainRule) else ChainRule(mode=chain)  # type: ignore[arg-type]
+    return Options(ports=frozenset(ports) if ports is not None else None, chain=rule)
 
 
 def _decoder(specs: Iterable[str | os.PathLike[str]]) -> Any:

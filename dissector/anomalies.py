@@ -77,6 +77,13 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
     # ---- capture: the file and the link/IP/TCP headers
     ("bytes_read", _C, _CAP, _I, "bytes read from the capture file (after gunzip)"),
     ("frames", _C, _CAP, _I, "packet records read from the capture"),
+    (
+        "chained_files",
+        _C,
+        _CAP,
+        _I,
+        "files read as the continuation of the capture before them (a capture set)",
+    ),
     ("tcp_packets", _C, _CAP, _I, "TCP segments handed to reassembly"),
     ("truncated_file", _C, _CAP, _E, "the file ends inside a record; reading stopped there"),
     ("bad_record", _C, _CAP, _E, "a record or block of impossible length; reading stopped"),

@@ -6,12 +6,43 @@ import the pure-Python stages just to read the defaults.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
 DEFAULT_BROKER_PORTS: frozenset[int] = frozenset(
     {9092, 9093, 9094, 9095, 9096, 9097, 9098, 9099, 19092, 29092, 39092}
 )
 DEFAULT_MAX_FRAME = 100 * 1024 * 1024  # bytes after the size prefix
+
+ChainMode = Literal["auto", "none", "all"]
+CHAIN_MODES: tuple[ChainMode, ...] = ("auto", "none", "all")
+
+
+@dataclass(frozen=True, slots=True)
+class ChainRule:
+    """Which of several capture files are read as one continuous capture (a capture
+    set: TCP connections, frames cut by a file boundary and open requests carry over).
+
+    ``auto``: files chain when they look like one rotated recording (``dissector.wire.sets``
+    states the rule: same name pattern, link types and interfaces, time ranges one after
+    the other, at most ``max_gap_s`` apart); ``none``: every file is a capture of its
+    own; ``all``: the files are one capture, in time order.
+    """
+
+    mode: ChainMode = "auto"
+    # Beyond an hour of silence the core closes every connection of a file anyway
+    # (native/src/tcp.rs, file_idle_timeout_ns): nothing could carry over.
+    max_gap_s: float = 3600.0
+    # Timestamps jitter by microseconds across a rotation (several capture queues):
+    # a next file may start this much before the previous one ended.
+    overlap_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in CHAIN_MODES:
+            raise ValueError(f"chain mode {self.mode!r}: use one of {', '.join(CHAIN_MODES)}")
+        if not self.max_gap_s >= 0 or not self.overlap_s >= 0:
+            raise ValueError("chain max_gap_s and overlap_s must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +53,8 @@ class Options:
     # Close connections silent this long (live capture: connections that never
     # FIN/RST would otherwise be held for the whole run). None: the core's default.
     idle_timeout_s: float | None = None
+    # How several capture files group into continuous captures (capture sets).
+    chain: ChainRule = field(default_factory=ChainRule)
 
     @property
     def broker_ports(self) -> frozenset[int]:
@@ -46,10 +79,48 @@ CaptureSource = str | CaptureBytes
 """What the core reads: a capture file's path, or a capture held in memory."""
 
 
-def capture_paths(source: object) -> list[CaptureSource]:
-    """One path or several, as a list of strings (``CaptureBytes`` kept as they are)."""
+def source_name(source: CaptureSource) -> str:
+    """The name a capture's rows carry: its path, or ``CaptureBytes.name``."""
+    return source.name if isinstance(source, CaptureBytes) else source
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureSet:
+    """Capture files read as one continuous capture, in the order given: the next
+    file of a rotated recording continues the TCP connections, frames and open
+    requests of the one before. Rows carry ``name``, the first file's name; a
+    one-file set is that file. Built by ``dissector.wire.sets.capture_sets`` (the
+    chain rule), or by hand to override it.
+
+    ``files`` is a tuple, or any sequence: the core takes each file only when the one
+    before has ended, so a sequence whose items fetch their bytes on access (a
+    distributed task reading a set) holds one file in memory at a time (``file_names``
+    reads each item once more, for its name)."""
+
+    files: Sequence[CaptureSource]
+
+    def __post_init__(self) -> None:
+        if not self.files:
+            raise ValueError("a capture set needs at least one file")
+
+    @property
+    def name(self) -> str:
+        return source_name(self.files[0])
+
+    @property
+    def file_names(self) -> tuple[str, ...]:
+        return tuple(source_name(f) for f in self.files)
+
+
+AnySource = CaptureSource | CaptureSet
+"""A capture file, a capture in memory, or a set of them read as one capture."""
+
+
+def capture_paths(source: object) -> list[AnySource]:
+    """One path or several, as a list of strings (``CaptureBytes`` and ``CaptureSet``
+    kept as they are)."""
     import os
 
-    if isinstance(source, str | os.PathLike | CaptureBytes):
+    if isinstance(source, str | os.PathLike | CaptureBytes | CaptureSet):
         source = [source]
-    return [p if isinstance(p, CaptureBytes) else os.fspath(p) for p in source]  # type: ignore[attr-defined]
+    return [p if isinstance(p, CaptureBytes | CaptureSet) else os.fspath(p) for p in source]  # type: ignore[attr-defined]

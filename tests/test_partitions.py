@@ -19,7 +19,6 @@ import pytest
 from dissector.analytics.partitions import (
     PARTITION_COLUMN_NAMES,
     PARTITION_COLUMNS,
-    consumer_lag,
     export_table,
     partition_entries,
     partitions,
@@ -90,7 +89,7 @@ def test_columns_and_types(parts: pd.DataFrame) -> None:
     assert tuple(parts.columns) == PARTITION_COLUMN_NAMES
     assert str(parts["request_time"].dtype) == "datetime64[ns, UTC]"
     assert set(parts["api_name"]) == {
-        "Produce", "Fetch", "ShareFetch", "ListOffsets", "OffsetCommit", "OffsetFetch",
+        "Produce", "Fetch", "ShareFetch", "ListOffsets", "OffsetCommit", "OffsetFetch", "EndTxn",
     }  # fmt: skip
     assert parts.attrs["counters"]["pairs"] == parts.groupby(["stream", "correlation_id"]).ngroups
 
@@ -144,28 +143,6 @@ def test_last_commit_and_high_watermark_equal_the_broker_log(parts: pd.DataFrame
                 assert last[topic] == end, (op["group_id"], topic)
                 checked += 1
     assert checked >= 10
-
-
-def test_consumer_lag_starts_at_the_log_end_and_ends_at_zero(parts: pd.DataFrame) -> None:
-    lag = consumer_lag(parts)
-    for op in _consumers():
-        per_topic = op["detail"]["per_topic"]
-        mine = lag[lag["client_id"] == op["client_id"]].sort_values("time")
-        assert set(mine["group_id"]) == {op["group_id"]}
-        for topic in per_topic:
-            series = mine[mine["topic"] == topic]
-            assert series["lag_offsets"].iloc[0] == _log_end_before(topic, op["started"])
-            # nobody produced while it consumed: lag only falls, to 0 if it polled again
-            assert series["lag_offsets"].is_monotonic_decreasing
-            if len(series) > 1:
-                assert series["lag_offsets"].iloc[-1] == 0 and series["lag_ms"].iloc[-1] == 0
-            # lag in time at the first fetch: since offset 0 was produced, which the
-            # ledger brackets by the producer's and the consumer's own clocks
-            producer = _producers(topic)[0]
-            first_ms = series["lag_ms"].iloc[0]
-            low = (_ts(op["started"]) - _ts(producer["finished"]) - SLACK).total_seconds()
-            high = (_ts(op["finished"]) - _ts(producer["started"]) + SLACK).total_seconds()
-            assert low * 1000 <= first_ms <= high * 1000, (op["client_id"], topic)
 
 
 def test_produce_to_fetch_matches_every_consumed_batch(parts: pd.DataFrame) -> None:
@@ -246,7 +223,7 @@ def test_throughput_hand_built_windows() -> None:
     assert list(prod["records_per_s"].astype(float)) == [10.0, 30.0]
 
 
-def test_consumer_lag_and_latency_hand_built() -> None:
+def test_produce_to_fetch_latency_hand_built() -> None:
     s = 10**9
     rows = [
         _row(api_name="Produce", client_id="p", request_time=0, response_time=1, records=5,
@@ -264,10 +241,6 @@ def test_consumer_lag_and_latency_hand_built() -> None:
              fetch_offset=10, high_watermark=10, records=0),
     ]  # fmt: skip
     df = table(rows, PARTITION_COLUMNS)
-    lag = consumer_lag(df)
-    assert list(lag["lag_offsets"]) == [10, 5, 0]
-    assert list(lag["lag_ms"].astype(float)) == [3000.0, 2000.0, 0.0]
-    assert set(lag["group_id"]) == {"g"}
     p2f = produce_to_fetch(df)
     assert list(p2f["offset"]) == [0, 5]
     assert list(p2f["latency_ms"].astype(float)) == pytest.approx([3000.0 + 1e-5, 2000.0 + 2e-5])
@@ -325,7 +298,7 @@ def test_export_round_trip(parts: pd.DataFrame, tmp_path: Path, ext: str) -> Non
 def test_empty_input_keeps_the_columns() -> None:
     df = table([], PARTITION_COLUMNS)
     assert tuple(df.columns) == PARTITION_COLUMN_NAMES and df.empty
-    assert consumer_lag(df).empty and produce_to_fetch(df).empty and throughput(df).empty
+    assert produce_to_fetch(df).empty and throughput(df).empty
 
 
 # ----------------------------------------------------------------- tshark

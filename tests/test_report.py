@@ -31,6 +31,7 @@ from click.testing import CliRunner
 
 import dissector
 from dissector.analytics import plots, report
+from dissector.analytics.lag import lag_at_end
 from dissector.cli import main
 from dissector.table.frame import records_to_frame
 from tests.oracle.rows import PairRecord
@@ -701,7 +702,7 @@ def _ledger_produced() -> dict[str, int]:
 
 
 def test_partition_section_matches_the_ledger_and_the_library(
-    bundled_html: tuple[Path, str],
+    bundled_html: tuple[Path, str], bundled_df: pd.DataFrame
 ) -> None:
     page = parse(bundled_html[1])
     assert page.sections[page.sections.index("topics") + 1 : -2] == ["partitions", "versions"]
@@ -720,11 +721,24 @@ def test_partition_section_matches_the_ledger_and_the_library(
         if r["side"] == "consumer":
             consumed[r["topic"]] = consumed.get(r["topic"], 0) + int(r["records"].replace(",", ""))
     assert consumed == {k: int(v) for k, v in fetched.items()} and consumed
-    lag = dissector.analytics.partitions.consumer_lag(parts)
+    # The lag table is lag_at_end at the end of the capture (its last pair), largest
+    # lag first and unknown lag last.
+    ends = bundled_df[["request_time", "response_time"]].max(axis=1).max()
+    lag = lag_at_end(parts, end={str(BUNDLED): ends})
     lag_rows = table_rows(page, "consumer-lag")
-    assert sum(int(r["fetches"]) for r in lag_rows) == len(lag) > 0
-    worst = lag.loc[lag["lag_offsets"].idxmax()]
-    assert int(lag_rows[0]["max lag (offsets)"].replace(",", "")) == int(worst["lag_offsets"])
+    assert len(lag_rows) == len(lag) > 0
+    shown = [r["lag (offsets)"] for r in lag_rows]
+    known = [int(v.replace(",", "")) for v in shown if v != "–"]
+    assert known == sorted(known, reverse=True) and known[0] > 0
+    assert shown[len(known) :] == ["–"] * (len(shown) - len(known))
+    cells = {(r["group id"], r["topic"]): r for r in lag_rows}
+    for row in lag.itertuples():
+        cell = cells[(row.group_id, row.topic)]
+        assert cell["lag (offsets)"] == report.fmt_int(row.lag)
+        assert cell["committed"] == report.fmt_int(row.committed_offset)
+        assert cell["log end"] == report.fmt_int(row.log_end_offset)
+        assert cell["commit age ms"] == report.fmt_ms(row.committed_age_ms)
+        assert cell["fetch age ms"] == report.fmt_ms(row.position_age_ms)
     p2f = dissector.analytics.partitions.produce_to_fetch(parts)
     p2f_rows = {r["topic"]: r for r in table_rows(page, "produce-to-fetch")}
     assert set(p2f_rows) == set(p2f["topic"])

@@ -1,4 +1,4 @@
-"""The analytics tables (partitions, groups, versions) in the Spark job's output.
+"""The analytics tables (partitions, groups, versions, lag) in the Spark job's output.
 
 The oracle is the pandas functions themselves (``dissector.partitions``, ``groups``,
 ``versions``) run on each capture file offline; the Spark tables, read back from the
@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 import dissector
+from dissector.analytics.lag import lag_at_end
 from dissector.spark.analytics import (
     ANALYTICS_TABLES,
     AnalyticsConfig,
@@ -37,6 +38,7 @@ FUNCTIONS: dict[str, Callable[..., pd.DataFrame]] = {
     "partitions": dissector.partitions,
     "groups": dissector.groups,
     "versions": dissector.versions,
+    "lag": lambda capture: lag_at_end(dissector.partitions(capture)),
 }
 
 
@@ -77,8 +79,8 @@ def test_tables_option_parses_names() -> None:
     assert parse_tables("all") == ANALYTICS_TABLES
     assert parse_tables("none") == parse_tables("") == ()
     assert parse_tables("versions, partitions") == ("partitions", "versions")
-    with pytest.raises(ValueError, match="unknown table 'lag'"):
-        parse_tables("lag")
+    with pytest.raises(ValueError, match="unknown table 'lags'"):
+        parse_tables("lags")
 
 
 @pytest.mark.parametrize("name", ANALYTICS_TABLES)
@@ -133,5 +135,5 @@ def test_cli_analytics_none_writes_no_analytics_tables(spark: Any, tmp_path: Pat
     assert result.exit_code == 0, result.output
     assert (out / "groups").is_dir() and not (out / "partitions").exists()
     assert f"groups: {len(dissector.groups(capture))} rows" in result.output
-    bad = CliRunner().invoke(spark_command, [*args, "--analytics", "lag"])
-    assert bad.exit_code == 2 and "unknown table 'lag'" in bad.output
+    bad = CliRunner().invoke(spark_command, [*args, "--analytics", "lags"])
+    assert bad.exit_code == 2 and "unknown table 'lags'" in bad.output

@@ -1,16 +1,18 @@
 """The partition table: one row per (pair, topic, partition) of the data-path APIs.
 
-Produce, Fetch, ShareFetch, ListOffsets, OffsetCommit and OffsetFetch name the
-partitions they touch; this module decodes their full bodies and lays out what
-each partition entry says (offsets, watermarks, committed offsets, records), with
-request and response entries of one pair merged by (group, topic, partition).
+Produce, Fetch, ShareFetch, ListOffsets, OffsetCommit, OffsetFetch and
+TxnOffsetCommit name the partitions they touch; this module decodes their full
+bodies and lays out what each partition entry says (offsets, watermarks, committed
+offsets, records), with request and response entries of one pair merged by (group,
+topic, partition). EndTxn names no partition: each of its pairs is one row without
+topic and partition, saying whether the transaction's offsets were committed.
 
 Entries are found generically: an array whose items name a topic (``name``,
 ``topic``, ``topic_name`` or ``topic_id``) and hold an array whose name mentions
 partitions; the partition index is the entry itself (an int) or its
 ``partition_index``/``partition``/``index`` field. Field names are Apache's
-(snake_case). From the table: consumer lag, produce-to-fetch latency and
-per-partition throughput.
+(snake_case). From the table: produce-to-fetch latency and per-partition
+throughput here; consumer lag in ``dissector.analytics.lag``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dissector.options import AnySource
 from dissector.protocol.errors import error_name
 from dissector.protocol.pairs import DecodedExchange
 
@@ -32,7 +35,7 @@ if TYPE_CHECKING:
 
     from dissector.stages import Exchange
 
-Source = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
+Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
 
 # The APIs this table covers, by Kafka's names, and the role each plays for the
 # derived quantities (throughput, lag, produce-to-fetch latency).
@@ -43,14 +46,26 @@ PARTITION_APIS: dict[str, str] = {
     "ListOffsets": "offsets",
     "OffsetCommit": "commit",
     "OffsetFetch": "commit",
+    "TxnOffsetCommit": "commit",
+    "EndTxn": "transaction",
 }
+# APIs whose pair is one row of its own: their bodies name no partition.
+_PAIR_ROW_APIS = frozenset({"EndTxn"})
 # Responses whose record batches are expanded: the delivered offset range needs the
 # offsets of the records, which the counting parse does not keep.
 _EXPAND_RESPONSES = frozenset({"Fetch", "ShareFetch"})
 _TOPIC_KEYS = ("topic", "topic_name", "name")
 _PARTITION_KEYS = ("partition_index", "partition", "index")
 # Scalars of enclosing structs that every partition entry below them inherits.
-_CONTEXT_KEYS = ("group_id", "member_id", "member_epoch", "generation_id_or_member_epoch", "acks")
+_CONTEXT_KEYS = (
+    "group_id",
+    "member_id",
+    "member_epoch",
+    "generation_id_or_member_epoch",
+    "acks",
+    "transactional_id",
+    "isolation_level",
+)
 _MAX_DEPTH = 8  # bodies nest a few levels; a walk never goes deeper
 _REQ, _RESP = 0, 1
 
@@ -68,6 +83,8 @@ _ENTRY_FIELDS: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {
         (_RESP, _REQ),
         ("leader_epoch", "committed_leader_epoch", "current_leader_epoch"),
     ),
+    # ListOffsets: what was asked for (-1 latest, -2 earliest, else a time in ms)
+    "timestamp": ((_REQ,), ("timestamp",)),
 }
 
 # (name, pandas dtype, meaning): the table's contract, documented in README.md.
@@ -78,12 +95,15 @@ PARTITION_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("client_id", "string", "client_id from the request header"),
     ("request_time", "datetime64[ns, UTC]", "request complete"),
     ("response_time", "datetime64[ns, UTC]", "response complete (null: no response)"),
-    ("api_name", "string", "Produce, Fetch, ShareFetch, ListOffsets, OffsetCommit, OffsetFetch"),
+    ("api_name", "string", f"one of {', '.join(PARTITION_APIS)}"),
     ("api_version", "Int64", "API version of the request"),
-    ("group_id", "string", "consumer/share group (OffsetCommit, OffsetFetch, ShareFetch)"),
+    ("group_id", "string", "group (OffsetCommit, OffsetFetch, TxnOffsetCommit, ShareFetch)"),
     ("member_id", "string", "group member id where the API carries one"),
     ("member_epoch", "Int64", "generation id or member epoch where the API carries one"),
     ("acks", "Int64", "Produce: acks of the request (0: no response expected)"),
+    ("transactional_id", "string", "Produce, TxnOffsetCommit, EndTxn: the transactional id"),
+    ("isolation_level", "Int64", "Fetch, ListOffsets: 0 read_uncommitted, 1 read_committed"),
+    ("txn_committed", "boolean", "EndTxn: true commits the transaction, false aborts it"),
     ("topic", "string", "topic name (the topic id when no name for it was seen)"),
     ("topic_id", "string", "topic id (Fetch v13+, Produce v13+, ShareFetch)"),
     ("partition", "Int64", "partition index"),
@@ -319,8 +339,9 @@ def partition_rows(
     dx: DecodedExchange, names: Any, counters: Counter[str] | None = None
 ) -> list[dict[str, Any]]:
     """The partition rows of one decoded pair (column order: ``PARTITION_COLUMN_NAMES``)."""
-    ex = dx.exchange
     request, response = dx.request_body(), dx.response_body()
+    if dx.api_name in _PAIR_ROW_APIS:
+        return [_pair_row(dx, request, response)]
     role = PARTITION_APIS.get(dx.api_name or "", "")
     rows = []
     for entry in _merge(request, response, names):
@@ -335,22 +356,9 @@ def partition_rows(
         resp_n, resp_b, offsets = _records(entry.sides[_RESP])
         records = _add(req_n, resp_n)
         first, last = _offset_range(role, entry, records, offsets, values)
-        ctx = entry.context
-        epoch = ctx.get("member_epoch", ctx.get("generation_id_or_member_epoch"))
         rows.append(
             {
-                "capture": dx.capture,
-                "stream": ex.stream,
-                "correlation_id": ex.correlation_id,
-                "client_id": ex.client_id,
-                "request_time": ex.request.last_ts_ns if ex.request is not None else None,
-                "response_time": ex.response.last_ts_ns if ex.response is not None else None,
-                "api_name": dx.api_name,
-                "api_version": ex.api_version,
-                "group_id": _str(ctx.get("group_id")),
-                "member_id": _str(ctx.get("member_id")),
-                "member_epoch": epoch if type(epoch) is int else None,
-                "acks": ctx.get("acks") if type(ctx.get("acks")) is int else None,
+                **_pair_columns(dx, entry.context),
                 "topic": entry.topic,
                 "topic_id": entry.topic_id,
                 "partition": entry.partition,
@@ -366,12 +374,53 @@ def partition_rows(
     return rows
 
 
+def _pair_columns(dx: DecodedExchange, ctx: dict[str, Any]) -> dict[str, Any]:
+    """The columns every row of a pair shares: its identity and the context fields."""
+    ex = dx.exchange
+    epoch = ctx.get("member_epoch", ctx.get("generation_id_or_member_epoch"))
+    return {
+        "capture": dx.capture,
+        "stream": ex.stream,
+        "correlation_id": ex.correlation_id,
+        "client_id": ex.client_id,
+        "request_time": ex.request.last_ts_ns if ex.request is not None else None,
+        "response_time": ex.response.last_ts_ns if ex.response is not None else None,
+        "api_name": dx.api_name,
+        "api_version": ex.api_version,
+        "group_id": _str(ctx.get("group_id")),
+        "member_id": _str(ctx.get("member_id")),
+        "member_epoch": epoch if type(epoch) is int else None,
+        "acks": _int(ctx.get("acks")),
+        "transactional_id": _str(ctx.get("transactional_id")),
+        "isolation_level": _int(ctx.get("isolation_level")),
+    }
+
+
+def _pair_row(
+    dx: DecodedExchange, request: dict[str, Any], response: dict[str, Any]
+) -> dict[str, Any]:
+    """The one row of a pair that names no partition (EndTxn)."""
+    code = response.get("error_code")
+    code = code if type(code) is int else None
+    committed = request.get("committed")
+    return {
+        **_pair_columns(dx, _context_of(request, {})),
+        "error_code": code,
+        "error_name": error_name(code) if code is not None else None,
+        "txn_committed": committed if isinstance(committed, bool) else None,
+    }
+
+
 def _add(a: int | None, b: int | None) -> int | None:
     return None if a is None and b is None else (a or 0) + (b or 0)
 
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
 
 
 def table(
@@ -403,7 +452,8 @@ def partitions(
     specs: Iterable[str | os.PathLike[str]] = (),
 ) -> pd.DataFrame:
     """One row per (pair, topic, partition) of Produce, Fetch, ShareFetch, ListOffsets,
-    OffsetCommit and OffsetFetch. ``df.attrs["counters"]`` counts pairs, decode errors
+    OffsetCommit, OffsetFetch and TxnOffsetCommit, and one per EndTxn pair.
+    ``df.attrs["counters"]`` counts pairs, decode errors
     and entries without a partition index."""
     counters: Counter[str] = Counter()
     rows: list[dict[str, Any]] = []
@@ -422,10 +472,6 @@ def partitions(
 
 
 # ----------------------------------------------------------------- derived quantities
-
-
-def _ok(df: pd.DataFrame) -> pd.Series:
-    return df["error_code"].fillna(0).eq(0)
 
 
 def _landed(df: pd.DataFrame) -> pd.Series:
@@ -478,90 +524,6 @@ def throughput(parts: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
 def _produced_ranges(parts: pd.DataFrame) -> pd.DataFrame:
     produced = parts[(parts["api_name"].map(PARTITION_APIS) == "produce")]
     return produced[produced["first_offset"].notna()].sort_values("request_time")
-
-
-def _groups_by_client(parts: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """(capture, client_id) -> the group its commits name, when it names exactly one."""
-    named = parts[parts["group_id"].notna() & parts["client_id"].notna()]
-    out: dict[tuple[str, str], str] = {}
-    for (capture, client), groups in named.groupby(["capture", "client_id"])["group_id"]:
-        unique = groups.unique()
-        if len(unique) == 1:
-            out[(capture, client)] = unique[0]
-    return out
-
-
-def consumer_lag(parts: pd.DataFrame) -> pd.DataFrame:
-    """Consumer lag per client and partition at every Fetch: in offsets
-    (high_watermark - fetch_offset, at least 0) and in time (the Fetch request time
-    minus the time of the Produce that wrote fetch_offset, when that Produce is in
-    the capture; 0 when caught up). ``group_id`` is the group the client's own
-    OffsetCommit/OffsetFetch name (null when none or several)."""
-    import pandas as pd
-
-    fetches = parts[
-        (parts["api_name"] == "Fetch")
-        & parts["fetch_offset"].notna()
-        & parts["high_watermark"].notna()
-        & _ok(parts)
-    ].sort_values("request_time")
-    groups = _groups_by_client(parts)
-    index = _ProduceIndex(_produced_ranges(parts))
-    rows = []
-    for f in fetches.itertuples(index=False):
-        lag = max(0, int(f.high_watermark) - int(f.fetch_offset))
-        lag_ms: float | None = 0.0
-        if lag:
-            t = index.time_of(f.capture, f.topic, f.partition, int(f.fetch_offset))
-            lag_ms = (f.request_time - t).total_seconds() * 1000 if t is not None else None
-        rows.append(
-            {
-                "capture": f.capture,
-                "time": f.request_time,
-                "client_id": f.client_id,
-                "group_id": groups.get((f.capture, f.client_id)),
-                "topic": f.topic,
-                "partition": f.partition,
-                "fetch_offset": f.fetch_offset,
-                "high_watermark": f.high_watermark,
-                "lag_offsets": lag,
-                "lag_ms": lag_ms,
-            }
-        )
-    columns = [
-        "capture", "time", "client_id", "group_id", "topic", "partition",
-        "fetch_offset", "high_watermark", "lag_offsets", "lag_ms",
-    ]  # fmt: skip
-    out = pd.DataFrame(rows, columns=columns)
-    out["lag_ms"] = out["lag_ms"].astype("Float64")
-    return out
-
-
-class _ProduceIndex:
-    """Offset ranges written by the Produce rows, per (capture, topic, partition)."""
-
-    def __init__(self, produced: pd.DataFrame) -> None:
-        self._ranges: dict[tuple[Any, ...], list[tuple[int, int, Any]]] = {}
-        for p in produced.itertuples(index=False):
-            key = (p.capture, p.topic, p.partition)
-            self._ranges.setdefault(key, []).append(
-                (int(p.first_offset), int(p.last_offset), p.request_time)
-            )
-        for ranges in self._ranges.values():
-            ranges.sort(key=lambda r: r[0])
-        self._starts = {k: [r[0] for r in v] for k, v in self._ranges.items()}
-
-    def time_of(self, capture: str, topic: str, partition: int, offset: int) -> Any:
-        """Request time of the (latest-starting) Produce whose range holds ``offset``."""
-        key = (capture, topic, partition)
-        starts = self._starts.get(key)
-        if not starts:
-            return None
-        i = bisect.bisect_right(starts, offset) - 1
-        if i < 0:
-            return None
-        first, last, time = self._ranges[key][i]
-        return time if first <= offset <= last else None
 
 
 def produce_to_fetch(parts: pd.DataFrame) -> pd.DataFrame:

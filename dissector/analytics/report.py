@@ -33,6 +33,8 @@ from dissector.protocol.notes import GROUP_MEMBERSHIP_APIS, NotingDecoder, note_
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.options import CaptureSet, ChainRule
+
 TABLE_ROW_LIMIT = 50
 """Longer tables are cut (the note says how many rows were left out)."""
 SLOWEST_N = 20
@@ -449,6 +451,9 @@ def _capture(df: pd.DataFrame) -> Section:
         (f"API versions seen ({len(facts.api_versions)})", ", ".join(facts.api_versions) or "–"),
         ("versions newer than the specs", _newer_versions_text(df)),
     ]
+    sets_text = _capture_sets_text(df)
+    if sets_text:
+        rows.append(("capture sets", sets_text))
     if tls:
         rows.append(("TLS (not decoded)", _tls_text(tls)))
     if counters:
@@ -474,6 +479,21 @@ def _capture(df: pd.DataFrame) -> Section:
             ),
         )
     return Section(id="capture", title="Capture", facts=tuple(rows), blocks=blocks)
+
+
+def _capture_sets_text(df: pd.DataFrame) -> str:
+    """The files read as one continuous capture (rows carry the first file's name)."""
+    from dissector.table.analysis import CAPTURE_SETS_ATTR
+
+    parts = []
+    for entry in df.attrs.get(CAPTURE_SETS_ATTR) or []:
+        files = entry["files"]
+        if len(files) > 1:
+            parts.append(
+                f"{Path(entry['capture']).name}: {len(files)} files read as one capture "
+                f"({Path(files[0]).name} to {Path(files[-1]).name})"
+            )
+    return "; ".join(parts)
 
 
 def _timeline_note(capture: str) -> str:
@@ -919,27 +939,29 @@ def partition_throughput(parts: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def lag_summary(parts: pd.DataFrame) -> pd.DataFrame:
-    """``partitions.consumer_lag`` per (capture, group, client, partition): the lag at
-    the latest Fetch, the largest lag in offsets and in time, and how many Fetches."""
-    import pandas as pd
+NO_GROUP_OFFSETS = (
+    "No consumer group offsets (OffsetCommit, OffsetFetch, TxnOffsetCommit) in this capture."
+)
 
-    from dissector.analytics.partitions import consumer_lag
 
-    lag = consumer_lag(parts)
-    keys = ["capture", "group_id", "client_id", "topic", "partition"]
-    if lag.empty:
-        return pd.DataFrame(
-            columns=[*keys, "fetches", "latest_lag_offsets", "max_lag_offsets", "max_lag_ms"]
-        )
-    grouped = lag.sort_values("time").groupby(keys, dropna=False, sort=True)
-    out = grouped.agg(
-        fetches=("lag_offsets", "size"),
-        latest_lag_offsets=("lag_offsets", "last"),
-        max_lag_offsets=("lag_offsets", "max"),
-        max_lag_ms=("lag_ms", "max"),
-    ).reset_index()
-    return out.sort_values(["max_lag_offsets", *keys], ascending=[False, *[True] * len(keys)])
+def lag_summary(parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = None) -> pd.DataFrame:
+    """``lag.lag_at_end``: committed lag per (capture, group, topic, partition) at the end
+    of the capture (``end`` per capture), the largest first and unknown lag last."""
+    from dissector.analytics.lag import GROUP_KEYS, lag_at_end
+
+    out = lag_at_end(parts, end)
+    return out.sort_values(
+        ["lag", "time_lag_ms", *GROUP_KEYS],
+        ascending=[False, False, *[True] * len(GROUP_KEYS)],
+        na_position="last",
+        kind="stable",
+    )
+
+
+def _capture_ends(df: pd.DataFrame) -> dict[str, pd.Timestamp]:
+    """The latest request or response time of each capture's pairs."""
+    latest = df[["request_time", "response_time"]].max(axis=1)
+    return {str(k): v for k, v in latest.groupby(df["capture"]).max().dropna().items()}
 
 
 def produce_to_fetch_summary(parts: pd.DataFrame) -> pd.DataFrame:
@@ -979,15 +1001,15 @@ def _partitions(df: pd.DataFrame) -> Section:
     empty_parts = pd.DataFrame(columns=["capture", "topic", "partition"])
     none = NOT_COLLECTED if parts is None else None
     traffic = partition_throughput(parts) if parts is not None else empty_parts
-    lag = lag_summary(parts) if parts is not None else empty_parts
+    lag = lag_summary(parts, _capture_ends(df)) if parts is not None else empty_parts
     p2f = produce_to_fetch_summary(parts) if parts is not None else empty_parts
     return Section(
         id="partitions",
         title="Partitions",
         intro="From the decoded bodies of Produce, Fetch, ShareFetch, ListOffsets, "
-        "OffsetCommit and OffsetFetch (dissector.partitions, one row per pair and "
-        "partition); the tables below are its throughput, consumer_lag and "
-        "produce_to_fetch.",
+        "OffsetCommit, OffsetFetch, TxnOffsetCommit and EndTxn (dissector.partitions, one "
+        "row per pair and partition); the tables below are its throughput, the consumer "
+        "lag of dissector.analytics.lag and produce_to_fetch.",
         blocks=(
             frame_table(
                 "partition-throughput",
@@ -1013,25 +1035,37 @@ def _partitions(df: pd.DataFrame) -> Section:
             ),
             frame_table(
                 "consumer-lag",
-                "Consumer lag per client and partition",
+                "Consumer lag per group and partition, at the end of the capture",
                 lag,
                 (
                     *_capture_column(lag),
                     ("group_id", "group id", fmt_text, False),
-                    ("client_id", "client id", fmt_text, False),
                     ("topic", "topic", fmt_text, False),
                     ("partition", "partition", fmt_int, True),
-                    ("fetches", "fetches", fmt_int, True),
-                    ("latest_lag_offsets", "latest lag (offsets)", fmt_int, True),
-                    ("max_lag_offsets", "max lag (offsets)", fmt_int, True),
-                    ("max_lag_ms", "max lag ms", fmt_ms, True),
+                    ("lag", "lag (offsets)", fmt_int, True),
+                    ("time_lag_ms", "time lag ms", fmt_ms, True),
+                    ("committed_offset", "committed", fmt_int, True),
+                    ("committed_age_ms", "commit age ms", fmt_ms, True),
+                    ("log_end_offset", "log end", fmt_int, True),
+                    ("log_end_age_ms", "log-end age ms", fmt_ms, True),
+                    ("position_lag", "position lag", fmt_int, True),
+                    ("position_age_ms", "fetch age ms", fmt_ms, True),
+                    ("note", "note", fmt_text, False),
                 ),
-                empty=none or "No Fetch with a fetch offset and high watermark in this capture.",
+                empty=none or NO_GROUP_OFFSETS,
                 limit=PER_API_ROW_LIMIT,
-                note="Lag at each Fetch: high watermark minus fetch offset (offsets), and the "
-                "Fetch's time minus the time of the Produce that wrote the fetch offset (ms; "
-                "– when that Produce is not in the capture). latest: at the client's last "
-                "Fetch. group id: the group the client's own offset commits/fetches name.",
+                note="Largest lag first. lag: what kafka-consumer-groups --describe calls "
+                "LAG, the partition's log-end offset minus the group's committed offset, "
+                "each the newest seen (log end: Produce response's last offset + 1, Fetch "
+                "high watermark, ListOffsets latest; committed: OffsetCommit answered "
+                "without error, OffsetFetch response, TxnOffsetCommit once its "
+                "transaction committed). time lag: age of the oldest unconsumed record, "
+                "since the Produce that wrote the record at the committed offset (–: not "
+                "in the capture). ages: how old each input is at the end of the capture. "
+                "position lag: at the group's latest Fetch of the partition, the high "
+                "watermark minus the consumer's position after that response (the "
+                "consumer's records-lag); it goes stale while a consumer fetches nothing, "
+                "e.g. working through prefetched records.",
             ),
             frame_table(
                 "produce-to-fetch",
@@ -1293,6 +1327,7 @@ def analyze(
     *,
     ports: frozenset[int] | None = None,
     failures: list[tuple[str, str]] | None = None,
+    chain: ChainRule | None = None,
 ) -> pd.DataFrame:
     """``dissector.analyze`` plus ``df.attrs["client_software"]`` and
     ``df.attrs["groups"]`` (see ``NotingDecoder``), in one pass, and
@@ -1302,12 +1337,16 @@ def analyze(
     read, and the report covers the others; without it the first such capture raises.
     """
     from dissector import protocol
-    from dissector.options import Options
+    from dissector.options import ChainRule, Options
     from dissector.protocol.messages import settle_assumed
     from dissector.stages import CaptureError
+    from dissector.table.analysis import CAPTURE_SETS_ATTR, set_listing
+    from dissector.wire.sets import capture_sets
 
     decoder = NotingDecoder(protocol, missing_client=stats.MISSING_LABEL)
-    sources = [str(p) for p in paths]
+    options = Options(ports=ports, chain=chain or ChainRule())
+    # Files of one rotated recording are one capture (``chain``, see wire.sets).
+    sets = capture_sets([str(p) for p in paths], options.chain, failures=failures)
 
     # The native core summarises pairs without Python; the few APIs whose bodies the
     # report reads beyond the pairs table are handed over in the same pass.
@@ -1327,27 +1366,28 @@ def analyze(
             )
 
     keys = {ApiKey.API_VERSIONS, *GROUP_MEMBERSHIP_APIS}
-    readable = []
+    readable: list[CaptureSet] = []
     frames = []
-    for source in sources:
+    for source in sets:
         try:
-            frames.append(_run_one(source, Options(ports=ports), (keys, observe)))
+            frames.append(_run_one(source, options, (keys, observe)))
         except (CaptureError, OSError) as exc:
             if failures is None:
                 raise
-            failures.append((source, str(exc)))
+            failures.append((source.name, str(exc)))
             continue
         readable.append(source)
     df = _combined(frames)
     df.attrs[TABLES_ATTR] = analytics_tables(readable, ports=ports)
     df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
-    df.attrs[CAPTURES_ATTR] = readable
+    df.attrs[CAPTURES_ATTR] = [name for s in readable for name in s.file_names]
+    df.attrs[CAPTURE_SETS_ATTR] = set_listing(readable)
     df.attrs[GROUPS_ATTR] = decoder.group_notes()
     return df
 
 
 def analytics_tables(
-    sources: Sequence[str], *, ports: frozenset[int] | None = None
+    sources: Sequence[str | CaptureSet], *, ports: frozenset[int] | None = None
 ) -> AnalyticsTables:
     """The partition table and the version-skew view of the readable ``sources``:
     each a pass of its own over the captures (full decode of the APIs it reads)."""
@@ -1359,7 +1399,7 @@ def analytics_tables(
     return AnalyticsTables(partitions(sources, ports=ports), versions(sources, ports=ports))
 
 
-def _run_one(source: str, options: Any, observe: Any) -> pd.DataFrame:
+def _run_one(source: CaptureSet, options: Any, observe: Any) -> pd.DataFrame:
     from dissector.table.analysis import run_analysis
 
     return run_analysis([source], options, observe=observe)
@@ -1382,7 +1422,14 @@ def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
             counters[name] = counters.get(name, 0) + n
         tls.extend(df.attrs.get("tls_streams") or [])
     combined = pd.concat(frames, ignore_index=True)
-    combined.attrs = {"counters": dict(sorted(counters.items())), "tls_streams": tls}
+    from dissector.table.analysis import CAPTURE_SETS_ATTR
+
+    sets = [entry for df in frames for entry in df.attrs.get(CAPTURE_SETS_ATTR) or []]
+    combined.attrs = {
+        "counters": dict(sorted(counters.items())),
+        "tls_streams": tls,
+        CAPTURE_SETS_ATTR: sets,
+    }
     return combined
 
 
@@ -1393,11 +1440,12 @@ def report_file(
     ports: frozenset[int] | None = None,
     title: str | None = None,
     failures: list[tuple[str, str]] | None = None,
+    chain: ChainRule | None = None,
 ) -> Path:
-    """Analyse ``paths`` and write their report to ``output`` (``failures``: see
-    ``analyze``)."""
+    """Analyse ``paths`` and write their report to ``output`` (``failures``, ``chain``:
+    see ``analyze``)."""
     sources = [str(p) for p in paths]
-    df = analyze(sources, ports=ports, failures=failures)
+    df = analyze(sources, ports=ports, failures=failures, chain=chain)
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if ports:
         command += " --ports " + ",".join(str(p) for p in sorted(ports))

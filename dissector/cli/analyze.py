@@ -17,10 +17,13 @@ import click
 from dissector.analytics.summary_table import print_summary
 from dissector.cli.common import (
     TABLE_FORMATS,
-    capture_problem,
+    chain_options,
+    chain_rule,
     check_output_format,
+    group_captures,
     load_decoder,
     make_parent_dirs,
+    note_sets,
     parse_ports,
     report_failures,
     warn_damage,
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector.options import Options
+    from dissector.options import CaptureSet, Options
     from dissector.stages import Decoder
 
 
@@ -112,6 +115,7 @@ def one_shot(command: Callable[..., None]) -> Callable[..., None]:
     help="also write the groups table (one row per group-membership call)",
 )
 @click.option("--quiet", is_flag=True, help="no summary table (warnings and errors still show)")
+@chain_options
 @one_shot
 def analyze(
     paths: tuple[str, ...],
@@ -122,18 +126,24 @@ def analyze(
     quiet: bool,
     partitions_out: str | None = None,
     groups_out: str | None = None,
+    chain: str = "auto",
+    no_chain: bool = False,
+    chain_gap: float = 3600.0,
 ) -> None:
     """Decode every Kafka request/response pair in PATHS (pcap or pcapng, maybe gzipped).
 
+    Files of one rotated recording are read as one capture (--chain).
     Without -o nothing is written: the summary table is the output.
     """
-    from dissector.options import Options
+    from dissector.options import DEFAULT_MAX_FRAME, Options
 
     if output:
         check_output_format(output, TABLE_FORMATS)
-    opts = Options(ports=parse_ports(ports))
-    if max_frame is not None:
-        opts = Options(ports=opts.ports, max_frame=max_frame)
+    opts = Options(
+        ports=parse_ports(ports),
+        max_frame=max_frame if max_frame is not None else DEFAULT_MAX_FRAME,
+        chain=chain_rule(chain, no_chain, chain_gap),
+    )
     decoder = load_decoder(specs) if specs else None
     result, failures = analyze_each(
         list(paths), opts, show=sys.stderr.isatty() and not quiet, decoder=decoder
@@ -142,9 +152,8 @@ def analyze(
         print_summary(result.frame())
     if output and len(failures) < len(paths):
         _write(result, output, quiet)
-    readable = [p for p in paths if p not in {f for f, _ in failures}]
-    if readable:
-        _write_tables(readable, opts.ports, specs, partitions_out, groups_out, quiet)
+    if result.sets:
+        _write_tables(result.sets, opts.ports, specs, partitions_out, groups_out, quiet)
     report_failures(failures, len(paths))
 
 
@@ -157,14 +166,20 @@ class Analysed:
     table: pa.Table
     counters: dict[str, int]
     tls_streams: list[int]
+    sets: list[CaptureSet]  # the captures read, each from one or more files
     _frame: pd.DataFrame | None = None
 
     def frame(self) -> pd.DataFrame:
         if self._frame is None:
+            from dissector.table.analysis import CAPTURE_SETS_ATTR, set_listing
             from dissector.wire.core import table_to_frame
 
             self._frame = table_to_frame(self.table)
-            self._frame.attrs = {"counters": self.counters, "tls_streams": self.tls_streams}
+            self._frame.attrs = {
+                "counters": self.counters,
+                "tls_streams": self.tls_streams,
+                CAPTURE_SETS_ATTR: set_listing(self.sets),
+            }
         return self._frame
 
 
@@ -173,7 +188,8 @@ def analyze_each(
 ) -> tuple[Analysed, list[tuple[str, str]]]:
     """The pairs of every readable capture, and (path, reason) for each unreadable one.
 
-    Captures are independent, so one bad file costs only its own rows.
+    Files are grouped into capture sets first (``options.chain``); captures are
+    independent, so one bad file costs only its own rows (a set: its own).
     """
     # pyarrow is imported after the first capture started: the import then overlaps
     # the native core's work (it releases the GIL), a third of a second saved.
@@ -185,18 +201,18 @@ def analyze_each(
     counters: dict[str, int] = {}
     tls: list[int] = []
     failures: list[tuple[str, str]] = []
-    for path in paths:
-        problem = capture_problem(path)
-        if problem is not None:
-            failures.append((path, problem))
-            continue
+    sets = group_captures(paths, options.chain, failures)
+    note_sets(sets)
+    done: list[CaptureSet] = []
+    for capture_set in sets:
         try:
-            table, run = run_table([path], options, show=show, decoder=decoder)
+            table, run = run_table([capture_set], options, show=show, decoder=decoder)
         except (CaptureError, OSError) as exc:
-            failures.append((path, str(exc)))
+            failures.append((capture_set.name, str(exc)))
             continue
+        done.append(capture_set)
         seen = run.counters.as_dict()
-        warn_damage(path, seen)
+        warn_damage(capture_set.name, seen)
         for name, n in seen.items():
             counters[name] = counters.get(name, 0) + n
         tls.extend(run.tls_streams)
@@ -204,7 +220,7 @@ def analyze_each(
     import pyarrow as pa
 
     table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
-    return Analysed(table, dict(sorted(counters.items())), tls), failures
+    return Analysed(table, dict(sorted(counters.items())), tls, done), failures
 
 
 def _write(result: Analysed, output: str, quiet: bool) -> None:
@@ -223,7 +239,7 @@ def _write(result: Analysed, output: str, quiet: bool) -> None:
 
 
 def _write_tables(
-    paths: list[str],
+    paths: list[CaptureSet],
     ports: frozenset[int] | None,
     specs: tuple[str, ...],
     partitions_out: str | None,

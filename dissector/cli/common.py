@@ -7,9 +7,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from dissector.options import CaptureSet, ChainRule
 
 # Top-level module of an optional dependency -> the extra of pyproject.toml installing it.
 _EXTRAS = {
@@ -159,3 +164,65 @@ def load_decoder(specs: tuple[str, ...]) -> Any:
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot load specs: {exc}") from exc
     return decoder
+
+
+def chain_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--chain``, ``--no-chain`` and ``--chain-gap``: how several files group into
+    continuous captures (``dissector.wire.sets``); read by ``chain_rule``."""
+    command = click.option(
+        "--chain-gap",
+        type=click.FloatRange(min=0),
+        default=3600.0,
+        show_default=True,
+        help="seconds of silence between two files beyond which they are not chained",
+    )(command)
+    command = click.option(
+        "--no-chain", is_flag=True, help="read every file as a capture of its own (--chain none)"
+    )(command)
+    return click.option(
+        "--chain",
+        type=click.Choice(["auto", "none", "all"]),
+        default="auto",
+        show_default=True,
+        help="files of one rotated recording (same name pattern, link types and interfaces, "
+        "one after the other in time) are read as one capture; none: each file alone; "
+        "all: the files are one capture, in time order",
+    )(command)
+
+
+def chain_rule(chain: str, no_chain: bool, chain_gap: float) -> ChainRule:
+    from dissector.options import ChainRule
+
+    if no_chain and chain != "auto":
+        raise click.UsageError("--no-chain and --chain: give one of them")
+    return ChainRule(mode="none" if no_chain else chain, max_gap_s=chain_gap)  # type: ignore[arg-type]
+
+
+def group_captures(
+    paths: Sequence[str], rule: ChainRule, failures: list[tuple[str, str]]
+) -> list[CaptureSet]:
+    """The readable ``paths`` as capture sets; each file that cannot be read is added
+    to ``failures`` (path, reason) and left out."""
+    from dissector.wire.sets import capture_sets
+
+    readable = []
+    for path in paths:
+        problem = capture_problem(path)
+        if problem is not None:
+            failures.append((path, problem))
+        else:
+            readable.append(path)
+    return capture_sets(readable, rule, failures=failures)
+
+
+def note_sets(sets: Sequence[CaptureSet]) -> None:
+    """Say on stderr which files were read as one capture (a note, not a warning: the
+    user should know the rows' ``capture`` names the first file of each)."""
+    for s in sets:
+        if len(s.files) > 1:
+            rest = s.file_names[-1]
+            click.echo(
+                f"note: {len(s.files)} files read as one capture {s.name} (to {rest}; "
+                "--no-chain reads them apart)",
+                err=True,
+            )

@@ -11,7 +11,15 @@ from typing import Any, TextIO
 import click
 
 from dissector.accounting import Counters
-from dissector.cli.common import capture_problem, parse_ports, report_failures, warn_damage
+from dissector.cli.common import (
+    chain_options,
+    chain_rule,
+    group_captures,
+    note_sets,
+    parse_ports,
+    report_failures,
+    warn_damage,
+)
 from dissector.json_values import jsonable
 from dissector.protocol import Registry, get_registry, supported_apis
 from dissector.protocol.names import version_ranges
@@ -63,33 +71,42 @@ def load_registry(spec_dirs: Iterable[str]) -> Registry:
     "or a kafka-clients jar; repeatable",
 )
 @click.option("--ports", help="broker ports and ranges, e.g. 9092,9094-9096")
+@chain_options
 def decode_command(
     paths: tuple[str, ...],
     api: str | None,
     records: bool,
     spec_dirs: tuple[str, ...],
     ports: str | None,
+    chain: str = "auto",
+    no_chain: bool = False,
+    chain_gap: float = 3600.0,
 ) -> None:
-    """Decode every request/response pair of the captures as JSON lines."""
+    """Decode every request/response pair of the captures as JSON lines.
+
+    Files of one rotated recording are read as one capture (--chain)."""
     key = parse_api(api, load_registry(spec_dirs))
     port_set = parse_ports(ports)
     failures: list[tuple[str, str]] = []
-    for path in paths:
-        problem = capture_problem(path)
-        if problem is not None:
-            failures.append((path, problem))
-            continue
+    sets = group_captures(paths, chain_rule(chain, no_chain, chain_gap), failures)
+    note_sets(sets)
+    for capture_set in sets:
         counters = Counters()
         items = iter_decoded(
-            [path], api=key, records=records, specs=spec_dirs, ports=port_set, counters=counters
+            [capture_set],
+            api=key,
+            records=records,
+            specs=spec_dirs,
+            ports=port_set,
+            counters=counters,
         )
         try:
             _write_lines(items, sys.stdout)
         except CaptureError as exc:
             # lines of this capture already written stay: they are complete pairs
-            failures.append((path, str(exc)))
+            failures.append((capture_set.name, str(exc)))
             continue
-        warn_damage(path, counters.as_dict())
+        warn_damage(capture_set.name, counters.as_dict())
     report_failures(failures, len(paths))
 
 

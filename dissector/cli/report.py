@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from dissector.analytics.report import report_file
-from dissector.cli.common import parse_ports, report_failures
+from dissector.cli.common import chain_options, chain_rule, parse_ports, report_failures
 
 
 @click.command("report")
@@ -20,13 +20,30 @@ from dissector.cli.common import parse_ports, report_failures
 )
 @click.option("--ports", help="broker ports, comma-separated (default: usual ports + heuristic)")
 @click.option("--title", help="page title (default: names the capture files)")
+@chain_options
 def report_command(
-    paths: tuple[str, ...], output: str, ports: str | None, title: str | None
+    paths: tuple[str, ...],
+    output: str,
+    ports: str | None,
+    title: str | None,
+    chain: str = "auto",
+    no_chain: bool = False,
+    chain_gap: float = 3600.0,
 ) -> None:
-    """Write one self-contained HTML report (charts, tables, capture facts) for PATHS."""
+    """Write one self-contained HTML report (charts, tables, capture facts) for PATHS.
+
+    Files of one rotated recording are read as one capture (--chain)."""
     failures: list[tuple[str, str]] = []
+    rule = chain_rule(chain, no_chain, chain_gap)
     if len(failures) < len(paths):
-        path = report_file(paths, output, ports=parse_ports(ports), title=title, failures=failures)
+        path = report_file(
+            paths,
+            output,
+            ports=parse_ports(ports),
+            title=title,
+            failures=failures,
+            chain=rule,
+        )
         if len(failures) < len(paths):
             click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")
         else:

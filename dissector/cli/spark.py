@@ -162,7 +162,7 @@ def spark_command(
     captures/ (one row per capture: failed?, error, counters), summary tables
     (latency percentiles per API/version, broker, client_id and topic, error rates,
     top errors, unanswered requests and throughput per time window) and the analytics
-    tables partitions/, groups/ and versions/ (see --analytics).
+    tables partitions/, groups/, versions/ and lag/ (see --analytics).
     """
     if top < 1:
         raise click.BadParameter("must be at least 1", param_hint="--top")

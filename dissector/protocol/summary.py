@@ -78,6 +78,9 @@ class Summary:
     # decode_error as "records: <code>: <detail>", counted here. They do not make the
     # frame malformed.
     record_errors: int = 0
+    # Records fields that end inside a batch (a Fetch cut at its byte limit: normal),
+    # counted as ``records_partial_batches``.
+    partial_batches: int = 0
     # The newest known version whose layout decoded a pair of a newer version
     # (messages.ASSUMED_VERSION_RULE), else None.
     assumed_version: int | None = None
@@ -109,6 +112,7 @@ class _Scan:
     record_bytes: int | None = None
     codecs: list[str] = field(default_factory=list)
     record_errors: list[str] = field(default_factory=list)
+    partial_batches: int = 0
 
 
 def _is_error_key(key: str) -> bool:
@@ -143,6 +147,7 @@ def _add_record_set(value: Any, scan: _Scan) -> None:
     scan.records = (scan.records or 0) + int(value.records)
     scan.record_bytes = (scan.record_bytes or 0) + int(value.bytes)
     scan.codecs.extend(value.codecs)
+    scan.partial_batches += int(getattr(value, "partial_batches", 0))
     if value.errors:
         scan.record_errors.extend(value.errors)
 
@@ -405,6 +410,7 @@ def summarize(
             _decode_errors(request, response), _records_errors(record_errors)
         ),
         record_errors=len(record_errors),
+        partial_batches=req.partial_batches + resp.partial_batches,
         assumed_version=assumed,
     )
 

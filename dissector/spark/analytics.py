@@ -1,7 +1,8 @@
-"""The analytics tables (partitions, groups, versions) on Spark, one capture per task.
+"""The analytics tables (partitions, groups, versions, lag) on Spark, one capture per task.
 
 Each task runs the pandas functions themselves (``dissector.partitions``,
-``dissector.groups``, ``dissector.versions``) on a ``binaryFile`` row's bytes
+``dissector.groups``, ``dissector.versions``; ``lag``: ``analytics.lag.lag_at_end``
+of the capture's partitions) on a ``binaryFile`` row's bytes
 (``options.CaptureBytes``: read in place, no temporary file), so the Spark tables are
 the pandas tables: same column names, in order, and the same values; times are
 floored to microseconds (Spark's unit), as in the pairs table.
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
-ANALYTICS_TABLES: tuple[str, ...] = ("partitions", "groups", "versions")
+ANALYTICS_TABLES: tuple[str, ...] = ("partitions", "groups", "versions", "lag")
 """Output names (folders under the job's output directory), in writing order."""
 
 # The contracts' pandas dtypes as Arrow types. ``object`` columns are lists of ints
@@ -66,6 +67,10 @@ def _contract(name: str) -> tuple[tuple[str, str, str], ...]:
         from dissector.analytics.versions import VERSION_COLUMNS
 
         return VERSION_COLUMNS
+    if name == "lag":
+        from dissector.analytics.lag import LAG_COLUMNS
+
+        return LAG_COLUMNS
     raise ValueError(f"unknown analytics table {name!r}; one of {', '.join(ANALYTICS_TABLES)}")
 
 
@@ -79,9 +84,20 @@ def _function(name: str) -> Callable[..., pd.DataFrame]:
         from dissector.analytics.groups import groups
 
         return groups
+    if name == "lag":
+        return capture_lag
     from dissector.analytics.versions import versions
 
     return versions
+
+
+def capture_lag(source: Any, *, ports: Iterable[int] | None = None) -> pd.DataFrame:
+    """Committed lag at the end of one capture (``lag.lag_at_end`` of its partitions);
+    ``source`` as ``dissector.partitions`` takes it (a ``CaptureBytes`` in the tasks)."""
+    from dissector.analytics.lag import lag_at_end
+    from dissector.analytics.partitions import partitions
+
+    return lag_at_end(partitions(source, ports=ports))
 
 
 def arrow_schema(name: str) -> pa.Schema:

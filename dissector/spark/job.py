@@ -220,7 +220,7 @@ def run_job(
     analytics: Iterable[str] = ANALYTICS_TABLES,
 ) -> JobReport:
     """Decode the captures once; write pairs, captures and the summaries as Parquet,
-    and the ``analytics`` tables (partitions, groups, versions: a second pass over
+    and the ``analytics`` tables (partitions, groups, versions, lag: a second pass over
     each capture, by the full decoder; ``()`` skips it).
 
     ``out_dir`` None computes everything without writing (the CLI then prints).

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
-from dissector.options import CaptureBytes, CaptureSource, Options
+from dissector.options import AnySource, CaptureBytes, CaptureSet, Options
 from dissector.wire import core
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ Observer = Callable[[str, "Exchange"], None]
 
 
 def run_table(
-    paths: list[CaptureSource],
+    paths: list[AnySource],
     options: Options,
     *,
     show: bool = False,
@@ -54,7 +54,7 @@ def run_table(
 
 
 def run_analysis(
-    paths: list[CaptureSource],
+    paths: list[AnySource],
     options: Options,
     *,
     show: bool = False,
@@ -66,19 +66,31 @@ def run_analysis(
     df = core.table_to_frame(table)
     df.attrs["counters"] = run.counters.as_dict()
     df.attrs["tls_streams"] = run.tls_streams
+    df.attrs[CAPTURE_SETS_ATTR] = set_listing(run.sets)
     return df
 
 
-def _bar(paths: list[CaptureSource]) -> AbstractContextManager[Callable[[int], None]]:
+CAPTURE_SETS_ATTR = "capture_sets"
+"""``df.attrs`` key: each capture read (its rows' ``capture``) and the files it was read
+from, in order: ``[{"capture": name, "files": [name, ...]}, ...]``."""
+
+
+def set_listing(sets: Iterable[CaptureSet]) -> list[dict[str, Any]]:
+    """The capture sets of a run as plain data (``df.attrs``, JSON)."""
+    return [{"capture": s.name, "files": list(s.file_names)} for s in sets]
+
+
+def _bar(paths: list[AnySource]) -> AbstractContextManager[Callable[[int], None]]:
     from contextlib import contextmanager
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     @contextmanager
     def bar():  # type: ignore[no-untyped-def]
+        files = [f for p in paths for f in (p.files if isinstance(p, CaptureSet) else (p,))]
         total = sum(
             len(p.data) if isinstance(p, CaptureBytes) else os.path.getsize(p)
-            for p in paths
+            for p in files
             if isinstance(p, CaptureBytes) or os.path.isfile(p)
         )
         columns = (

@@ -13,12 +13,12 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
-from dissector.options import CaptureBytes, CaptureSource
+from dissector.options import AnySource, CaptureBytes, CaptureSet, CaptureSource
 from dissector.schema import COLUMNS, arrow_type, frame_dtype
 from dissector.stages import CaptureError
 
@@ -169,9 +169,40 @@ def new_analyzer(
     )
 
 
-def open_capture(analyzer: Analyzer, path: CaptureSource) -> None:
-    """Start a capture file (or ``options.CaptureBytes``); a file that is not a capture
-    raises ``CaptureError``."""
+def open_capture(analyzer: Analyzer, path: AnySource) -> None:
+    """Start a capture file (or ``options.CaptureBytes``, or a ``CaptureSet`` read as
+    one continuous capture); a file that is not a capture raises ``CaptureError``."""
+    if isinstance(path, CaptureSet):
+        _open_file(analyzer, path.files[0])
+        if len(path.files) > 1:
+            analyzer.chain_next(_NextFiles(path.files))
+        return
+    _open_file(analyzer, path)
+
+
+class _NextFiles:
+    """A set's further files, handed to the core one at a time when the file before
+    ends (``Analyzer.chain_next``): a set held as bytes is copied into the core one
+    file at a time, and a lazy sequence (``CaptureSet.files``) is read only then. A
+    file that cannot be read raises from ``Analyzer.run``: ``OSError`` naming a path,
+    ``ValueError`` naming bytes."""
+
+    def __init__(self, files: Sequence[CaptureSource]) -> None:
+        self.files = files
+        self.at = 1
+
+    def __call__(self) -> tuple[str, str | bytes] | None:
+        if self.at >= len(self.files):
+            return None
+        f = self.files[self.at]
+        self.at += 1
+        if isinstance(f, CaptureBytes):
+            return f.name, bytes(f.data)
+        return f, f
+
+
+def _open_file(analyzer: Analyzer, path: CaptureSource) -> None:
+    """Start a capture file."""
     if isinstance(path, CaptureBytes):
         try:
             analyzer.open_bytes(path.name, bytes(path.data))
@@ -269,6 +300,7 @@ class Run:
     counters: Counters
     tls_streams: list[int]
     schema: pa.Schema
+    sets: list[CaptureSet]  # the captures read, each a set of files (most of one file)
 
 
 @dataclass
@@ -339,7 +371,7 @@ def _batches(
 
 
 def iter_tables(
-    paths: Iterable[CaptureSource],
+    paths: Iterable[AnySource],
     options: Options,
     *,
     decoder: Any = None,
@@ -349,14 +381,18 @@ def iter_tables(
     keep_keys: Iterable[int] = (),
 ) -> Iterator[pa.Table]:
     """Arrow tables of the pairs of each capture, in capture order, ``batch_rows`` at a
-    time. Counters (and TLS connections, as ``counters.tls_streams``) are filled as it
-    goes; ``on_batch(batch)`` sees each ``Batch`` (progress displays, observers of the
-    kept exchanges)."""
+    time; several files are grouped into capture sets first (``options.chain``, see
+    ``sets``). Counters (and TLS connections, as ``counters.tls_streams``) are filled
+    as it goes; ``on_batch(batch)`` sees each ``Batch`` (progress displays, observers
+    of the kept exchanges)."""
+    from dissector.wire.sets import capture_sets
+
     decoder = decoder or _default_decoder()
     counters = counters if counters is not None else Counters()
+    sources = capture_sets(paths, options.chain)
     analyzer = new_analyzer(options, decoder, keep_keys=keep_keys)
     try:
-        for path in paths:
+        for path in sources:
             open_capture(analyzer, path)
             # pyarrow (0.15 s to import) is imported while the core reads the capture.
             for batch in _batches(analyzer, batch_rows, meanwhile=arrow_schema):
@@ -376,17 +412,20 @@ def _merge_counters(counters: Counters, analyzer: Analyzer) -> None:
 
 
 def analyze_table(
-    paths: list[CaptureSource],
+    paths: list[AnySource],
     options: Options,
     *,
     decoder: Any = None,
     on_batch: Any = None,
     keep_keys: Iterable[int] = (),
 ) -> tuple[pa.Table, Run]:
+    from dissector.wire.sets import capture_sets
+
     counters = Counters()
+    sets = capture_sets(paths, options.chain)
     tables = list(
         iter_tables(
-            paths,
+            sets,
             options,
             decoder=decoder,
             counters=counters,
@@ -399,7 +438,7 @@ def analyze_table(
     schema = arrow_schema()
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     tls = getattr(counters, "tls_streams", [])
-    return table, Run(counters, tls, schema)
+    return table, Run(counters, tls, schema, sets)
 
 
 def table_to_frame(table: pa.Table) -> pd.DataFrame:
@@ -478,18 +517,23 @@ def _frame(stream: int, t: tuple[Any, ...]) -> Any:
 
 
 def iter_exchanges(
-    paths: Iterable[CaptureSource],
+    paths: Iterable[AnySource],
     options: Options,
     *,
     decoder: Any = None,
     counters: Counters | None = None,
     batch: int = 4096,
 ) -> Iterator[tuple[str, Exchange]]:
-    """(capture path, exchange) for every exchange, for the full-body decoder."""
+    """(capture path, exchange) for every exchange, for the full-body decoder; several
+    files are grouped into capture sets as by ``iter_tables`` (a set's exchanges carry
+    its first file's path)."""
+    from dissector.wire.sets import capture_sets
+
     counters = counters if counters is not None else Counters()
+    sources = capture_sets(paths, options.chain)
     analyzer = new_analyzer(options, decoder, exchanges=True)
     try:
-        for path in paths:
+        for path in sources:
             open_capture(analyzer, path)
             for b in _batches(analyzer, batch):
                 for t in b.exchanges:
@@ -518,7 +562,7 @@ def _exchange(t: tuple[Any, ...]) -> Exchange:
 
 
 def iter_pairs(
-    paths: Iterable[CaptureSource],
+    paths: Iterable[AnySource],
     options: Options,
     *,
     decoder: Any = None,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from dissector.accounting import Counters
-from dissector.options import Options, capture_paths
+from dissector.options import AnySource, Options, capture_paths
 from dissector.protocol.pairs import (
     DecodedExchange,
     Expand,
@@ -23,7 +23,7 @@ from dissector.protocol.pairs import (
 from dissector.stages import Exchange
 from dissector.wire.core import iter_exchanges
 
-Source = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
+Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
 
 
 def _never(_api: str, _request: bool) -> bool:

@@ -509,6 +509,83 @@ fn parse_idb(body: &[u8], big: bool, counters: &mut Counters) -> Interface {
     iface
 }
 
+/// What one capture file says about where and when it was recorded: the facts that
+/// decide whether files chain into one continuous capture (`dissector/wire/sets.py`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileFacts {
+    pub format: &'static str,
+    /// Link types of the packet records, sorted.
+    pub link_types: Vec<u32>,
+    /// pcapng: the IDBs (distinct ones, at most `MAX_DESCRIBED`); pcap: one per link
+    /// type with the file header's snaplen.
+    pub interfaces: Vec<InterfaceFacts>,
+    /// Packet records (the frames a run numbers).
+    pub records: u64,
+    pub first_ts_ns: Option<Ts>,
+    pub last_ts_ns: Option<Ts>,
+    pub min_ts_ns: Option<Ts>,
+    pub max_ts_ns: Option<Ts>,
+    /// The file was read only in part (truncated, a bad record, an I/O error).
+    pub damaged: bool,
+}
+
+/// One capture interface: link type, snaplen (0: none) and name (pcapng `if_name`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceFacts {
+    pub linktype: u32,
+    pub snaplen: u32,
+    pub name: Option<String>,
+}
+
+/// Interfaces described per file at most: a hostile file cannot grow the list.
+const MAX_DESCRIBED: usize = 64;
+const OPT_IF_NAME: u16 = 2;
+
+/// An IDB body (after type and length) -> its description; a cut option is ignored
+/// (`parse_idb` counts it).
+fn describe_idb(body: &[u8], big: bool) -> InterfaceFacts {
+    let mut facts = InterfaceFacts {
+        linktype: rd16(body, 0, big).map_or(0, u32::from),
+        snaplen: rd32(body, 4, big).unwrap_or(0),
+        name: None,
+    };
+    let end = body.len().saturating_sub(4);
+    let mut pos = 8;
+    while pos + 4 <= end {
+        let (Some(code), Some(length)) = (rd16(body, pos, big), rd16(body, pos + 2, big)) else {
+            break;
+        };
+        let length = length as usize;
+        let Some(value) = body
+            .get(pos + 4..pos + 4 + length)
+            .filter(|_| pos + 4 + length <= end)
+        else {
+            break;
+        };
+        if code == 0 {
+            break;
+        }
+        if code == OPT_IF_NAME {
+            let text = String::from_utf8_lossy(value);
+            facts.name = Some(text.trim_end_matches('\0').to_owned());
+        }
+        pos += 4 + ((length + 3) & !3);
+    }
+    facts
+}
+
+/// The facts of a capture file (see `PacketReader::scan_facts`).
+pub fn scan_path(path: &str) -> Result<FileFacts, CaptureError> {
+    Ok(open_path(path)?.scan_facts())
+}
+
+/// The facts of a capture held in memory. Copies the bytes once: the reader owns its
+/// source (a Spark task's content, read once more for the rows).
+pub fn scan_slice(data: &[u8]) -> Result<FileFacts, CaptureError> {
+    let source: Box<dyn Read + Send> = Box::new(Cursor::new(data.to_vec()));
+    Ok(PacketReader::new(source)?.scan_facts())
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Format {
     Pcap {
@@ -516,6 +593,7 @@ enum Format {
         frac_ns: i64,
         rec_len: usize,
         linktype: u32,
+        snaplen: u32,
     },
     Pcapng {
         big: bool,
@@ -562,6 +640,8 @@ pub struct PacketReader {
     pending_frames: u64,
     pending_tcp: u64,
     oversize: u64,
+    /// The interfaces' descriptions, kept only by `scan_facts` (None: not collected).
+    described: Option<Vec<InterfaceFacts>>,
 }
 
 /// Read until `out` is full or the source ends; Interrupted is retried.
@@ -604,6 +684,7 @@ fn check_header(head: &[u8]) -> Result<Format, CaptureError> {
             frac_ns,
             rec_len,
             linktype: linktype & 0xFFFF,
+            snaplen: rd32(head, 16, big).unwrap_or(0),
         });
     }
     if magic == Some(PCAPNG_SHB) {
@@ -624,6 +705,21 @@ fn check_header(head: &[u8]) -> Result<Format, CaptureError> {
     Err(CaptureError(format!(
         "not a pcap or pcapng capture (starts with {hex}, expected pcap magic a1b2c3d4/a1b23c4d or pcapng 0a0d0d0a)"
     )))
+}
+
+/// Check that bytes in memory start like a capture (gzip-compressed or not), without
+/// keeping a reader for them.
+pub fn check_bytes(data: &[u8]) -> Result<(), CaptureError> {
+    let mut head = [0u8; 24];
+    let got = if data.starts_with(&GZIP_MAGIC) {
+        let mut gz = flate2::read::MultiGzDecoder::new(data);
+        read_full(&mut gz, &mut head).map_err(|e| CaptureError(format!("cannot read: {e}")))?
+    } else {
+        let n = data.len().min(head.len());
+        head[..n].copy_from_slice(&data[..n]);
+        n
+    };
+    check_header(&head[..got]).map(|_| ())
 }
 
 /// Open a capture file (gzip-compressed or not, told by magic).
@@ -673,7 +769,76 @@ impl PacketReader {
             pending_frames: 0,
             pending_tcp: 0,
             oversize: 0,
+            described: None,
         })
+    }
+
+    /// Number packets after `frames_before` (the frames of the earlier files of a
+    /// capture set), so that frame numbers run on across the set. Before the first read.
+    pub fn set_frames_before(&mut self, frames_before: u64) {
+        self.frame = frames_before;
+    }
+
+    /// The number of the last frame read (records, packets or not, as numbered).
+    pub fn last_frame(&self) -> u64 {
+        self.frame
+    }
+
+    /// Walk every record, decoding no packet: the facts that decide whether files
+    /// chain into one capture (`FileFacts`). Reads the whole file at memory speed
+    /// (a record header per packet); damage is counted, never raised.
+    pub fn scan_facts(mut self) -> FileFacts {
+        let mut counters = Counters::default();
+        self.described = Some(Vec::new());
+        let (format, snaplen) = match self.format {
+            Format::Pcap { snaplen, .. } => ("pcap", Some(snaplen)),
+            Format::Pcapng { .. } => ("pcapng", None),
+        };
+        let mut facts = FileFacts {
+            format,
+            link_types: Vec::new(),
+            interfaces: Vec::new(),
+            records: 0,
+            first_ts_ns: None,
+            last_ts_ns: None,
+            min_ts_ns: None,
+            max_ts_ns: None,
+            damaged: false,
+        };
+        // A set: a hostile file may cycle through thousands of link types.
+        let mut link_types = std::collections::BTreeSet::new();
+        let mut last_linktype = None;
+        while let Some(rec) = self.next_record(&mut counters) {
+            facts.records += 1;
+            if last_linktype != Some(rec.linktype) {
+                link_types.insert(rec.linktype);
+                last_linktype = Some(rec.linktype);
+            }
+            let Some(ts) = rec.ts_ns else { continue };
+            facts.first_ts_ns.get_or_insert(ts);
+            facts.last_ts_ns = Some(ts);
+            facts.min_ts_ns = Some(facts.min_ts_ns.map_or(ts, |m| m.min(ts)));
+            facts.max_ts_ns = Some(facts.max_ts_ns.map_or(ts, |m| m.max(ts)));
+        }
+        self.finish(&mut counters);
+        facts.link_types = link_types.into_iter().collect();
+        facts.damaged = ["truncated_file", "bad_record", "read_error"]
+            .iter()
+            .any(|c| counters.get(c) > 0);
+        facts.interfaces = match (self.described.take(), snaplen) {
+            (_, Some(snaplen)) => facts
+                .link_types
+                .iter()
+                .map(|&linktype| InterfaceFacts {
+                    linktype,
+                    snaplen,
+                    name: None,
+                })
+                .collect(),
+            (Some(described), None) => described,
+            (None, None) => Vec::new(),
+        };
+        facts
     }
 
     /// Bytes consumed from the underlying source so far (compressed bytes for gzip).
@@ -798,6 +963,7 @@ impl PacketReader {
                 frac_ns,
                 rec_len,
                 linktype,
+                ..
             } => self.pcap_record(big, frac_ns, rec_len, linktype, counters),
             Format::Pcapng { .. } => self.pcapng_record(counters),
         };
@@ -939,6 +1105,12 @@ impl PacketReader {
                         return None;
                     }
                     let iface = parse_idb(&block[8..], big, counters);
+                    if let Some(described) = self.described.as_mut() {
+                        let facts = describe_idb(&block[8..], big);
+                        if described.len() < MAX_DESCRIBED && !described.contains(&facts) {
+                            described.push(facts);
+                        }
+                    }
                     if self.interfaces.len() < MAX_INTERFACES {
                         self.interfaces.push(iface);
                     } else {

@@ -162,8 +162,8 @@ fn response_start(probe: &[u8], full: &[u8], max_frame: u32) -> bool {
         return false;
     }
     let end = 4 + size as usize;
-    // The next prefix is read from everything buffered: Python reads it from the
-    // probe window only and raises when it lies beyond (a frame over ~508 bytes).
+    // The next prefix is read from everything buffered, not only the probe window (a
+    // frame over ~508 bytes has it beyond); tests/oracle/kafka_header.py does the same.
     match be_i32(full, end) {
         Some(next) => sane(next),
         None => true, // ends at (or just before) the data we have: nothing to check

@@ -7,6 +7,7 @@
 //! interpreter cannot finish cleanly are summarised by a Python callback (the full
 //! decoder), so decode-error wording lives in one place.
 
+use std::collections::VecDeque;
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
@@ -16,7 +17,7 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-use crate::capture::{decode_link, open_path, PacketReader};
+use crate::capture::{decode_link, open_path, scan_path, FileFacts, PacketReader};
 use crate::model::Model as SpecModel;
 use crate::queueing::{LongPollRule, Queued, Queueing, Timing};
 use crate::records::Budget;
@@ -48,6 +49,53 @@ enum Source {
     Live { frame: u64 },
 }
 
+/// A file queued to continue the open capture (`chain_path`, `chain_bytes`): opened
+/// only when the previous one ends, so a long set holds one reader at a time; or a
+/// Python callable that hands the next files over one by one (`chain_next`).
+enum ChainedInput {
+    Path(String),
+    Bytes(Vec<u8>),
+    Next(Py<PyAny>),
+}
+
+struct ChainedFile {
+    name: String,
+    input: ChainedInput,
+}
+
+impl ChainedFile {
+    fn open(self) -> PyResult<PacketReader> {
+        match self.input {
+            ChainedInput::Path(path) => {
+                open_path(&path).map_err(|e| PyOSError::new_err(e.to_string()))
+            }
+            ChainedInput::Bytes(data) => {
+                let source: Box<dyn Read + Send> = Box::new(std::io::Cursor::new(data));
+                PacketReader::new(source)
+                    .map_err(|e| PyValueError::new_err(format!("{}: {e}", self.name)))
+            }
+            ChainedInput::Next(_) => Err(PyRuntimeError::new_err("not a file")),
+        }
+    }
+}
+
+/// What a `chain_next` callable returns: the next file (a path, or a capture's bytes)
+/// and its name, or None when the set has no more files.
+fn next_from(py: Python<'_>, next: &Py<PyAny>) -> PyResult<Option<ChainedFile>> {
+    let got = next.call0(py)?;
+    let got = got.bind(py);
+    if got.is_none() {
+        return Ok(None);
+    }
+    let (name, what): (String, Bound<'_, PyAny>) = got.extract()?;
+    let input = if let Ok(data) = what.cast::<PyBytes>() {
+        ChainedInput::Bytes(data.as_bytes().to_vec())
+    } else {
+        ChainedInput::Path(what.extract()?)
+    };
+    Ok(Some(ChainedFile { name, input }))
+}
+
 /// Options of one analysis run, as `dissector.options.Options` gives them.
 #[derive(Clone)]
 struct RunOptions {
@@ -63,6 +111,10 @@ pub struct Analyzer {
     // A reader is Send but not Sync; the Mutex makes the object shareable (Python may
     // use it from another thread than the one that made it), never contended.
     source: std::sync::Mutex<Option<Source>>,
+    /// Files that continue the open capture, in order (a capture set).
+    chained: VecDeque<ChainedFile>,
+    /// Bytes read from the finished files of the open capture (progress).
+    bytes_done: u64,
     session: Option<Session>,
     tls: Vec<(String, u32)>,
     summaries: Summaries,
@@ -158,6 +210,8 @@ impl Analyzer {
             counters: Counters::default(),
             capture: String::new(),
             source: std::sync::Mutex::new(None),
+            chained: VecDeque::new(),
+            bytes_done: 0,
             session: None,
             tls: Vec::new(),
             summaries: Summaries {
@@ -197,6 +251,45 @@ impl Analyzer {
         Ok(())
     }
 
+    /// Queue a capture file that continues the open capture (the next file of a
+    /// rotated set): TCP connections, partial frames and open requests carry over into
+    /// it and frame numbers run on; rows keep the open capture's name (`name` only
+    /// names the file in errors). The header is checked now; the file is opened when
+    /// the one before it ends.
+    fn chain_path(&mut self, name: String, path: String) -> PyResult<()> {
+        self.check_open()?;
+        open_path(&path).map_err(|e| PyOSError::new_err(e.to_string()))?;
+        self.chained.push_back(ChainedFile {
+            name,
+            input: ChainedInput::Path(path),
+        });
+        Ok(())
+    }
+
+    /// Files that continue the open capture, handed over one at a time by
+    /// `next() -> (name, path or bytes) | None` when the file before ends: a long set
+    /// costs the memory of one file.
+    fn chain_next(&mut self, next: Py<PyAny>) -> PyResult<()> {
+        self.check_open()?;
+        self.chained.push_back(ChainedFile {
+            name: String::new(),
+            input: ChainedInput::Next(next),
+        });
+        Ok(())
+    }
+
+    /// `chain_path` for a capture held in memory.
+    fn chain_bytes(&mut self, name: String, data: Vec<u8>) -> PyResult<()> {
+        self.check_open()?;
+        crate::capture::check_bytes(&data)
+            .map_err(|e| PyValueError::new_err(format!("{name}: {e}")))?;
+        self.chained.push_back(ChainedFile {
+            name,
+            input: ChainedInput::Bytes(data),
+        });
+        Ok(())
+    }
+
     /// Start a live source: frames arrive through `feed_link`.
     fn open_live(&mut self, name: String) {
         self.start(name, Source::Live { frame: 0 });
@@ -205,84 +298,31 @@ impl Analyzer {
     /// Run the open capture until at least `max_rows` rows (or exchanges) are waiting or
     /// the capture ends; returns False once it has ended (and was finished).
     fn run(&mut self, py: Python<'_>, max_rows: usize) -> PyResult<bool> {
-        // Taken out while running, so that rows can be built between packets.
-        let (Some(Source::Reader(mut reader)), Some(mut session)) =
-            (self.source_mut().take(), self.session.take())
-        else {
-            return Err(PyRuntimeError::new_err("no capture file is open"));
-        };
-        self.sink.rows.reserve(max_rows);
-        // The GIL is released while packets are read and summarised: Python may go on
-        // meanwhile (the CLI imports pyarrow while the core runs); the rare Python
-        // summaries take it back for their call. Two threads, each about half the work:
-        // one turns packets into exchanges (capture, TCP, framing, correlation), this
-        // one summarises them into rows, batches handed over a bounded channel.
-        let Analyzer {
-            counters,
-            summaries,
-            sink,
-            ..
-        } = &mut *self;
-        let (result, ended, reader, session) = py.detach(move || {
-            let stop = AtomicBool::new(false);
-            let mut wire_counters = Counters::default();
-            let (tx, rx) = sync_channel::<Vec<Exchange>>(8);
-            let exchanges_mode = sink.exchanges_mode;
-            let (result, ended) = std::thread::scope(|scope| {
-                let producer = scope.spawn(|| {
-                    // Owned here: the next stage's loop ends when this sender is dropped.
-                    let tx = tx;
-                    let mut out = Vec::with_capacity(BATCH);
-                    loop {
-                        let ended = match reader.next_packet(&mut wire_counters) {
-                            Some(pkt) => {
-                                session.packet(&pkt, &mut wire_counters, &mut out);
-                                false
-                            }
-                            None => {
-                                session.finish(&mut wire_counters, &mut out);
-                                true
-                            }
-                        };
-                        if ended || out.len() >= BATCH {
-                            let batch = std::mem::replace(&mut out, Vec::with_capacity(BATCH));
-                            if tx.send(batch).is_err() || ended {
-                                return ended;
-                            }
-                            if stop.load(Ordering::Relaxed) {
-                                return false;
-                            }
+        loop {
+            let finished = self.chained.is_empty();
+            if !self.run_file(py, max_rows)? {
+                return Ok(true); // rows to take first
+            }
+            // The file ended: the next one of the set continues the capture.
+            match self.next_chained(py)? {
+                Some(next) => self.next_file(next)?,
+                None => {
+                    if !finished {
+                        // A `chain_next` had no more: the state ends here.
+                        let mut out = Vec::new();
+                        if let Some(session) = self.session.as_mut() {
+                            session.finish(&mut self.counters, &mut out);
                         }
+                        self.consume_here(out)?;
                     }
-                });
-                // Summaries and rows on this thread: a third thread for either costs more
-                // in hand-overs than it gains on two cores (measured).
-                let mut result = Ok(());
-                for batch in rx.iter() {
-                    if result.is_ok() {
-                        result = summaries
-                            .batch(batch, exchanges_mode)
-                            .map(|b| sink.consume(b));
-                    }
-                    if result.is_err() || sink.waiting() >= max_rows {
-                        stop.store(true, Ordering::Relaxed);
-                    }
+                    self.end_capture();
+                    return Ok(false);
                 }
-                // A panic on the wire side ends the capture as if it were cut there.
-                let ended = producer.join().unwrap_or(true);
-                (result, ended)
-            });
-            counters.merge(&wire_counters);
-            (result, ended, reader, session)
-        });
-        *self.source_mut() = Some(Source::Reader(reader));
-        self.session = Some(session);
-        self.absorb_counters();
-        result?;
-        if ended {
-            self.end_capture();
+            }
+            if self.sink.waiting() >= max_rows {
+                return Ok(true);
+            }
         }
-        Ok(!ended)
     }
 
     /// One link-layer frame of a live source (pcapy's header time and bytes).
@@ -368,14 +408,139 @@ impl Analyzer {
     }
 
     fn bytes_read(&mut self) -> u64 {
+        let bytes_done = self.bytes_done;
         match self.source_mut().as_ref() {
-            Some(Source::Reader(r)) => r.bytes_read(),
+            Some(Source::Reader(r)) => bytes_done + r.bytes_read(),
             _ => self.counters.get("bytes_read"),
         }
     }
 }
 
 impl Analyzer {
+    /// Run the open file until at least `max_rows` rows (or exchanges) are waiting or
+    /// the file ends; true once it has ended. The capture's state is finished (open
+    /// requests unanswered) only at the end of its last file.
+    fn run_file(&mut self, py: Python<'_>, max_rows: usize) -> PyResult<bool> {
+        // Taken out while running, so that rows can be built between packets.
+        let (Some(Source::Reader(mut reader)), Some(mut session)) =
+            (self.source_mut().take(), self.session.take())
+        else {
+            return Err(PyRuntimeError::new_err("no capture file is open"));
+        };
+        self.sink.rows.reserve(max_rows);
+        // The GIL is released while packets are read and summarised: Python may go on
+        // meanwhile (the CLI imports pyarrow while the core runs); the rare Python
+        // summaries take it back for their call. Two threads, each about half the work:
+        // one turns packets into exchanges (capture, TCP, framing, correlation), this
+        // one summarises them into rows, batches handed over a bounded channel.
+        let last_file = self.chained.is_empty();
+        let Analyzer {
+            counters,
+            summaries,
+            sink,
+            ..
+        } = &mut *self;
+        let (result, ended, reader, session) = py.detach(move || {
+            let stop = AtomicBool::new(false);
+            let mut wire_counters = Counters::default();
+            let (tx, rx) = sync_channel::<Vec<Exchange>>(8);
+            let exchanges_mode = sink.exchanges_mode;
+            let (result, ended) = std::thread::scope(|scope| {
+                let producer = scope.spawn(|| {
+                    // Owned here: the next stage's loop ends when this sender is dropped.
+                    let tx = tx;
+                    let mut out = Vec::with_capacity(BATCH);
+                    loop {
+                        let ended = match reader.next_packet(&mut wire_counters) {
+                            Some(pkt) => {
+                                session.packet(&pkt, &mut wire_counters, &mut out);
+                                false
+                            }
+                            None => {
+                                // The next file of a set carries the state on.
+                                if last_file {
+                                    session.finish(&mut wire_counters, &mut out);
+                                }
+                                true
+                            }
+                        };
+                        if ended || out.len() >= BATCH {
+                            let batch = std::mem::replace(&mut out, Vec::with_capacity(BATCH));
+                            if tx.send(batch).is_err() || ended {
+                                return ended;
+                            }
+                            if stop.load(Ordering::Relaxed) {
+                                return false;
+                            }
+                        }
+                    }
+                });
+                // Summaries and rows on this thread: a third thread for either costs more
+                // in hand-overs than it gains on two cores (measured).
+                let mut result = Ok(());
+                for batch in rx.iter() {
+                    if result.is_ok() {
+                        result = summaries
+                            .batch(batch, exchanges_mode)
+                            .map(|b| sink.consume(b));
+                    }
+                    if result.is_err() || sink.waiting() >= max_rows {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+                // A panic on the wire side ends the capture as if it were cut there.
+                let ended = producer.join().unwrap_or(true);
+                (result, ended)
+            });
+            counters.merge(&wire_counters);
+            (result, ended, reader, session)
+        });
+        *self.source_mut() = Some(Source::Reader(reader));
+        self.session = Some(session);
+        self.absorb_counters();
+        result?;
+        Ok(ended)
+    }
+
+    /// The next file queued, asking a `chain_next` callable (kept while it gives files).
+    fn next_chained(&mut self, py: Python<'_>) -> PyResult<Option<ChainedFile>> {
+        while let Some(file) = self.chained.pop_front() {
+            let ChainedInput::Next(next) = &file.input else {
+                return Ok(Some(file));
+            };
+            if let Some(got) = next_from(py, next)? {
+                self.chained.push_front(file);
+                return Ok(Some(got));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Continue the open capture with the next file of its set.
+    fn next_file(&mut self, next: ChainedFile) -> PyResult<()> {
+        let frames_before = match self.source_mut().take() {
+            Some(Source::Reader(r)) => {
+                self.bytes_done += r.bytes_read();
+                r.last_frame()
+            }
+            _ => 0,
+        };
+        let mut reader = next.open()?;
+        reader.set_frames_before(frames_before);
+        self.counters.inc("chained_files");
+        *self.source_mut() = Some(Source::Reader(reader));
+        Ok(())
+    }
+
+    fn check_open(&mut self) -> PyResult<()> {
+        match self.source_mut() {
+            Some(Source::Reader(_)) => Ok(()),
+            _ => Err(PyRuntimeError::new_err(
+                "no capture file is open to continue",
+            )),
+        }
+    }
+
     fn source_mut(&mut self) -> &mut Option<Source> {
         self.source
             .get_mut()
@@ -386,6 +551,8 @@ impl Analyzer {
         self.end_capture();
         self.capture = name;
         *self.source_mut() = Some(source);
+        self.chained.clear();
+        self.bytes_done = 0;
         self.session = Some(Session::new(self.opts.session.clone(), self.model.clone()));
         // Captures are independent: topic ids, budgets and queues start afresh.
         self.summaries.start(&self.capture);
@@ -861,11 +1028,83 @@ fn exchange_tuple<'py>(
     )
 }
 
+/// One capture interface of `CaptureFacts` (`capture::InterfaceFacts`).
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct InterfaceFacts {
+    linktype: u32,
+    snaplen: u32,
+    name: Option<String>,
+}
+
+/// What a capture file says about where and when it was recorded
+/// (`capture::FileFacts`): what decides whether files chain into one capture.
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct CaptureFacts {
+    format: &'static str,
+    link_types: Vec<u32>,
+    interfaces: Vec<Py<InterfaceFacts>>,
+    records: u64,
+    first_ts_ns: Option<Ts>,
+    last_ts_ns: Option<Ts>,
+    min_ts_ns: Option<Ts>,
+    max_ts_ns: Option<Ts>,
+    damaged: bool,
+}
+
+fn facts_object(py: Python<'_>, f: FileFacts) -> PyResult<CaptureFacts> {
+    let interfaces = f
+        .interfaces
+        .into_iter()
+        .map(|i| {
+            Py::new(
+                py,
+                InterfaceFacts {
+                    linktype: i.linktype,
+                    snaplen: i.snaplen,
+                    name: i.name,
+                },
+            )
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(CaptureFacts {
+        format: f.format,
+        link_types: f.link_types,
+        interfaces,
+        records: f.records,
+        first_ts_ns: f.first_ts_ns,
+        last_ts_ns: f.last_ts_ns,
+        min_ts_ns: f.min_ts_ns,
+        max_ts_ns: f.max_ts_ns,
+        damaged: f.damaged,
+    })
+}
+
+/// The facts of a capture file: every record header is read, no packet decoded.
+#[pyfunction]
+fn scan_facts(py: Python<'_>, path: &str) -> PyResult<CaptureFacts> {
+    let facts = py
+        .detach(|| scan_path(path))
+        .map_err(|e| PyOSError::new_err(e.to_string()))?;
+    facts_object(py, facts)
+}
+
+/// `scan_facts` of a capture held in memory.
+#[pyfunction]
+fn scan_facts_bytes(py: Python<'_>, data: &[u8]) -> PyResult<CaptureFacts> {
+    let facts =
+        crate::capture::scan_slice(data).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    facts_object(py, facts)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Model>()?;
     m.add_class::<Analyzer>()?;
+    m.add_class::<CaptureFacts>()?;
+    m.add_class::<InterfaceFacts>()?;
+    m.add_function(wrap_pyfunction!(scan_facts, m)?)?;
+    m.add_function(wrap_pyfunction!(scan_facts_bytes, m)?)?;
     live::register(m)?;
     Ok(())
 }

@@ -452,3 +452,109 @@ fn random_mutations_of_real_captures_never_panic() {
     // The mutations mostly keep the capture readable: the loop did exercise decoding.
     assert!(yielded > 100_000, "{yielded}");
 }
+
+// ---------------------------------------------------------------------------
+// Facts of a file (capture sets) and frame numbers that run on across a set
+
+fn idb_of(linktype: u16, snaplen: u32, options: &[u8]) -> Vec<u8> {
+    let mut body = u32::from(linktype).to_le_bytes().to_vec();
+    body.extend_from_slice(&snaplen.to_le_bytes());
+    body.extend_from_slice(options);
+    block(1, &body)
+}
+
+#[test]
+fn facts_of_a_pcap_name_its_times_and_snaplen() {
+    let frame = tcp_frame(b"abc", 0);
+    let rec: (&[u8], u32) = (&frame, frame.len() as u32);
+    let mut bytes = pcap(&[rec; 3]);
+    let facts = PacketReader::new(Box::new(Cursor::new(bytes.clone())))
+        .unwrap()
+        .scan_facts();
+    assert_eq!(facts.format, "pcap");
+    assert_eq!(facts.records, 3);
+    assert_eq!(facts.link_types, vec![1]);
+    assert_eq!(facts.interfaces.len(), 1);
+    assert_eq!(facts.interfaces[0].snaplen, 65535);
+    // pcap() stamps record i at 1_700_000_000 + i seconds and 5 us.
+    assert_eq!(facts.first_ts_ns, Some(1_700_000_000_000_005_000));
+    assert_eq!(facts.max_ts_ns, Some(1_700_000_002_000_005_000));
+    assert!(!facts.damaged);
+    bytes.truncate(bytes.len() - 2); // the last record cut short
+    let cut = PacketReader::new(Box::new(Cursor::new(bytes)))
+        .unwrap()
+        .scan_facts();
+    assert_eq!(cut.records, 2);
+    assert!(cut.damaged);
+}
+
+#[test]
+fn facts_of_a_pcapng_name_its_interfaces_across_sections() {
+    let frame = tcp_frame(b"x", 0);
+    let mut bytes = shb();
+    bytes.extend(idb_of(1, 262144, &[opt(2, b"eth0"), opt(0, b"")].concat()));
+    bytes.extend(epb(0, 2_000, &frame));
+    bytes.extend(shb()); // a second section: its own interfaces
+    bytes.extend(idb_of(113, 0, &opt(2, b"any")));
+    bytes.extend(epb(0, 1_000, &frame)); // earlier than the first section's packet
+    let facts = PacketReader::new(Box::new(Cursor::new(bytes)))
+        .unwrap()
+        .scan_facts();
+    assert_eq!(facts.format, "pcapng");
+    assert_eq!(facts.link_types, vec![1, 113]);
+    let names: Vec<_> = facts.interfaces.iter().map(|i| i.name.as_deref()).collect();
+    assert_eq!(names, vec![Some("eth0"), Some("any")]);
+    assert_eq!(facts.interfaces[0].snaplen, 262144);
+    assert_eq!(
+        (facts.first_ts_ns, facts.last_ts_ns),
+        (Some(2_000_000), Some(1_000_000))
+    );
+    assert_eq!(
+        (facts.min_ts_ns, facts.max_ts_ns),
+        (Some(1_000_000), Some(2_000_000))
+    );
+}
+
+#[test]
+fn facts_of_a_file_cycling_through_many_link_types_stay_cheap_and_bounded() {
+    // 60,000 interfaces with distinct link types, one packet on each, twice over.
+    let frame = tcp_frame(b"x", 0);
+    let mut bytes = shb();
+    let n = 60_000u32;
+    for i in 0..n {
+        bytes.extend(idb_of((i % 65_000) as u16, 0, &[]));
+    }
+    for round in 0..2u64 {
+        for i in 0..n {
+            bytes.extend(epb(i, round * 10 + 1, &frame));
+        }
+    }
+    let t = Instant::now();
+    let facts = PacketReader::new(Box::new(Cursor::new(bytes)))
+        .unwrap()
+        .scan_facts();
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(facts.records, 2 * u64::from(n));
+    assert_eq!(facts.link_types.len(), n as usize);
+    assert_eq!(facts.interfaces.len(), 64); // distinct descriptions kept at most
+}
+
+#[test]
+fn frame_numbers_run_on_after_the_frames_of_earlier_files() {
+    let frame = tcp_frame(b"abc", 0);
+    let rec: (&[u8], u32) = (&frame, frame.len() as u32);
+    let bytes = pcap(&[rec; 2]);
+    let mut reader = PacketReader::new(Box::new(Cursor::new(bytes))).unwrap();
+    reader.set_frames_before(40);
+    let mut counters = Counters::default();
+    let mut frames = Vec::new();
+    while let Some(p) = reader.next_packet(&mut counters) {
+        frames.push(p.frame);
+    }
+    assert_eq!(frames, vec![41, 42]);
+    assert_eq!(reader.last_frame(), 42);
+}

@@ -116,22 +116,24 @@ def _consumer(
     c.close()
 
 
-def record(out: Path, seconds: float, partitions: int) -> Path:
+def record(
+    out: Path, seconds: float, partitions: int, consumers: int = 3, rate: float = 1.0
+) -> Path:
     topics = ["lp-txn", "lp-lz4", "lp-zstd"]
     _create_topics(topics, partitions)
     stop = threading.Event()
     workers = [
-        threading.Thread(target=_transactional, args=("lp-txn", stop, 20.0)),
-        threading.Thread(target=_plain, args=("lp-lz4", "lz4", True, stop, 200.0)),
-        threading.Thread(target=_plain, args=("lp-zstd", "zstd", False, stop, 100.0)),
+        threading.Thread(target=_transactional, args=("lp-txn", stop, 20.0 * rate)),
+        threading.Thread(target=_plain, args=("lp-lz4", "lz4", True, stop, 200.0 * rate)),
+        threading.Thread(target=_plain, args=("lp-zstd", "zstd", False, stop, 100.0 * rate)),
     ]
     workers += [
         threading.Thread(target=_consumer, args=("lp-classic", "classic", topics, i, stop))
-        for i in range(3)
+        for i in range(consumers)
     ]
     workers += [
         threading.Thread(target=_consumer, args=("lp-848", "consumer", topics, i, stop))
-        for i in range(3)
+        for i in range(consumers)
     ]
     with Capture(out, ports=(PORT,)):
         for w in workers:
@@ -148,8 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--partitions", type=int, default=12)
+    parser.add_argument(
+        "--consumers", type=int, default=3, help="consumers in each of the two groups"
+    )
+    parser.add_argument(
+        "--rate", type=float, default=1.0, help="producer rates, as a multiple of the defaults"
+    )
     args = parser.parse_args(argv)
-    path = record(args.out, args.seconds, args.partitions)
+    path = record(args.out, args.seconds, args.partitions, args.consumers, args.rate)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
     return 0
 

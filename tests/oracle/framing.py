@@ -44,8 +44,9 @@ _REJECTIONS = ("bad_frame_size", "resync_skipped_bytes")
 _TLS_CONTENT_TYPES = frozenset((0x14, 0x15, 0x16, 0x17))
 
 
-StartCheck = Callable[[bytes, int], bool]
-"""Is ``buf[0:]`` a plausible frame start, given the bytes available (second arg)?"""
+StartCheck = Callable[[bytes, bytes], bool]
+"""Is the probe window (first arg) a plausible frame start, given everything buffered
+from it on (second arg)?"""
 
 
 def looks_like_tls(buf: bytes | bytearray | memoryview) -> bool:
@@ -219,7 +220,7 @@ class Framer:
         need = min(4 + size, _PROBE_BYTES)
         if len(buf) < need:
             return None
-        return self._plausible(bytes(buf[: max(need, min(len(buf), _PROBE_BYTES))]), len(buf))
+        return self._plausible(bytes(buf[: max(need, min(len(buf), _PROBE_BYTES))]), bytes(buf))
 
     def _detect_tls(self, data: bytes | bytearray) -> None:
         self.tls = True

@@ -87,10 +87,10 @@ def is_request_like(payload: bytes, known_key: Callable[[int], bool]) -> int | N
     return start.correlation_id if cid is None or cid.isprintable() else None
 
 
-def request_start_check(known: VersionCheck) -> Callable[[bytes, int], bool]:
+def request_start_check(known: VersionCheck) -> Callable[[bytes, bytes], bool]:
     """A framing resync check for the client->broker direction."""
 
-    def check(buf: bytes, available: int) -> bool:
+    def check(buf: bytes, full: bytes) -> bool:
         if len(buf) < 4:
             return False
         size = _INT32.unpack_from(buf, 0)[0]
@@ -99,7 +99,7 @@ def request_start_check(known: VersionCheck) -> Callable[[bytes, int], bool]:
     return check
 
 
-def response_start_check(max_frame: int) -> Callable[[bytes, int], bool]:
+def response_start_check(max_frame: int) -> Callable[[bytes, bytes], bool]:
     """A framing resync check for the broker->client direction.
 
     Responses carry no type, so we accept a sane size that ends at or beyond the
@@ -107,25 +107,26 @@ def response_start_check(max_frame: int) -> Callable[[bytes, int], bool]:
     another sane size prefix.
     """
 
-    def check(buf: bytes, available: int) -> bool:
+    def check(buf: bytes, full: bytes) -> bool:
         if len(buf) < 8:
             return False
         size = _INT32.unpack_from(buf, 0)[0]
         if size < 4 or size > max_frame:
             return False
         end = 4 + size
-        if available - end < 4:
+        if len(full) - end < 4:
             # Ends at (or just before) the data we have: nothing after it to check.
             return True
-        nxt = _INT32.unpack_from(buf, end)[0]
+        # The next prefix may lie beyond the probe window: read from all that is buffered.
+        nxt = _INT32.unpack_from(full, end)[0]
         return 4 <= nxt <= max_frame
 
     return check
 
 
-def either_start_check(known: VersionCheck, max_frame: int) -> Callable[[bytes, int], bool]:
+def either_start_check(known: VersionCheck, max_frame: int) -> Callable[[bytes, bytes], bool]:
     req, resp = request_start_check(known), response_start_check(max_frame)
-    return lambda buf, available: req(buf, available) or resp(buf, available)
+    return lambda buf, full: req(buf, full) or resp(buf, full)
 
 
 def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:

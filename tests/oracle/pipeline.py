@@ -187,7 +187,7 @@ def iter_pairs(
         if topics is None:
             topics_by_capture.clear()  # captures are independent: forget the previous one
             topics = topics_by_capture[path] = decoder.TopicNames()
-        rec = build_record(path, ex, decoder, topics)
+        rec = build_record(path, ex, decoder, topics, counters)
         if rec.assumed_version is not None:
             counters.add("assumed_version_pairs")
         yield rec

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dissector.accounting import Counters
 from dissector.stages import (
     CAPTURE_GAP,
     MALFORMED,
@@ -72,7 +73,11 @@ def base_record(capture: str, ex: Exchange) -> PairRecord:
 REQUEST_EXTRACTS = ("max_wait_ms", "min_bytes")
 
 
-def build_record(capture: str, ex: Exchange, decoder: Decoder, topics: Any) -> PairRecord:
+def build_record(
+    capture: str, ex: Exchange, decoder: Decoder, topics: Any, counters: Counters | None = None
+) -> PairRecord:
+    """The pair's row; ``counters`` gets ``records_partial_batches`` (as the native
+    core's records stage counts them)."""
     rec = base_record(capture, ex)
     if _after_gap(ex):
         # The first frame after lost bytes (or after a mid-connection start): what
@@ -90,6 +95,9 @@ def build_record(capture: str, ex: Exchange, decoder: Decoder, topics: Any) -> P
         else None
     )
     s = decoder.summarize(ex.api_key, ex.api_version, request, response, topics)
+    partial = getattr(s, "partial_batches", 0)
+    if partial and counters is not None:
+        counters.add("records_partial_batches", partial)
     body = getattr(request, "body", None)
     if isinstance(body, dict):
         for name in REQUEST_EXTRACTS:

@@ -1,0 +1,456 @@
+"""Consumer lag from the partitions table: the broker's measure and the fetcher's.
+
+**Committed lag** (``committed_lag``: a time series; ``lag_at_end``: at the end of the
+capture) is what ``kafka-consumer-groups --describe`` calls LAG: per group and
+partition, the partition's log-end offset minus the group's committed offset. Each
+input is the newest one seen, in capture time:
+
+* log-end offset, per partition: a Produce response's last offset + 1, a Fetch
+  response's high watermark, or a ListOffsets response to a read_uncommitted LATEST
+  query (timestamp -1), each at its response's time;
+* committed offset, per group and partition: an OffsetCommit answered without error
+  (at its response's time), an OffsetFetch response (-1: the group has none), or a
+  TxnOffsetCommit answered without error once its transaction commits (at the response
+  to the transactional id's next EndTxn; an aborted transaction drops it).
+
+Its lag in time is the age of the oldest unconsumed record: the evaluation time minus
+the request time of the Produce that wrote the record at the committed offset, 0 when
+nothing is unconsumed, and null when the capture did not see that Produce (the record
+was written before the capture began or on a connection not captured, or the offset is
+a transaction marker's).
+
+**Position lag** (``position_lag``) is the consumer's fetch position against the high
+watermark, per Fetch at its response's time, as the consumer's own records-lag metric
+counts it: the high watermark minus the position once the response's records are in
+(the last data record delivered + 1, else the fetch offset). A long poll answered with
+the records just produced is caught up, 0. A response that ends in a transaction
+marker leaves the position on the marker, 1 more than the client's metric, until the
+next Fetch starts past it. Position lag says how far the fetcher trails, not what the
+group has processed: a consumer that prefetched many records and works through them
+slowly sends no Fetch meanwhile, so its last position lag goes stale while its
+committed lag grows.
+
+All functions are pure: a partitions DataFrame (``dissector.partitions``) in, a table
+out, typed by the column contracts below (documented in README.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# ListOffsets: the timestamp that asks for the log end, and the isolation level whose
+# answer is the high watermark (read_committed answers the last stable offset).
+LATEST_TIMESTAMP = -1
+READ_UNCOMMITTED = 0
+
+PARTITION_KEYS = ["capture", "topic", "partition"]
+GROUP_KEYS = ["capture", "group_id", "topic", "partition"]
+_TIME = "datetime64[ns, UTC]"
+
+Columns = tuple[tuple[str, str, str], ...]
+"""(name, pandas dtype, meaning): a table's contract."""
+
+LOG_END_COLUMNS: Columns = (
+    ("capture", "string", "path of the capture file"),
+    ("topic", "string", "topic"),
+    ("partition", "Int64", "partition"),
+    ("time", _TIME, "response time of the pair that told the log-end offset"),
+    ("log_end_offset", "Int64", "offset the next record written will take"),
+    ("log_end_api", "string", "Produce (last offset + 1), Fetch or ListOffsets"),
+    ("client_id", "string", "client of that pair"),
+)
+
+COMMIT_COLUMNS: Columns = (
+    ("capture", "string", "path of the capture file"),
+    ("group_id", "string", "consumer group"),
+    ("topic", "string", "topic"),
+    ("partition", "Int64", "partition"),
+    ("time", _TIME, "when the committed offset took effect or was read"),
+    ("committed_offset", "Int64", "the group's committed offset (null: the group has none)"),
+    ("committed_api", "string", "OffsetCommit, OffsetFetch or TxnOffsetCommit"),
+    ("client_id", "string", "client of that pair"),
+)
+
+_INPUT_COLUMNS: Columns = (
+    ("committed_offset", "Int64", "the group's committed offset, newest seen"),
+    ("committed_api", "string", "OffsetCommit, OffsetFetch or TxnOffsetCommit"),
+    ("committed_time", _TIME, "when that committed offset took effect or was read"),
+    ("committed_age_ms", "Float64", "evaluation time minus committed_time"),
+    ("log_end_offset", "Int64", "the partition's log-end offset, newest seen"),
+    ("log_end_api", "string", "Produce, Fetch or ListOffsets"),
+    ("log_end_time", _TIME, "response time of the pair that told it"),
+    ("log_end_age_ms", "Float64", "evaluation time minus log_end_time"),
+    ("lag", "Int64", "log_end_offset - committed_offset (null: an input unknown or "
+     "the log end seen is behind the commit)"),
+    ("time_lag_ms", "Float64", "age of the oldest unconsumed record (0: none; null: "
+     "its Produce is not in the capture)"),
+)  # fmt: skip
+
+SERIES_COLUMNS: Columns = (
+    ("capture", "string", "path of the capture file"),
+    ("time", _TIME, "evaluation time: a commit, or a change of the log-end offset"),
+    ("group_id", "string", "consumer group"),
+    ("topic", "string", "topic"),
+    ("partition", "Int64", "partition"),
+    ("event", "string", "commit or log_end: the input that changed"),
+    *_INPUT_COLUMNS,
+)
+
+POSITION_COLUMNS: Columns = (
+    ("capture", "string", "path of the capture file"),
+    ("time", _TIME, "response time of the Fetch"),
+    ("client_id", "string", "client of the Fetch"),
+    ("group_id", "string", "the group the client's own commits name (null: none or several)"),
+    ("topic", "string", "topic"),
+    ("partition", "Int64", "partition"),
+    ("fetch_offset", "Int64", "the consumer's position when it asked (Fetch request)"),
+    ("position", "Int64", "its position once the response's records are in: the last "
+     "data record delivered + 1, else fetch_offset"),
+    ("high_watermark", "Int64", "the partition's high watermark (Fetch response)"),
+    ("position_lag", "Int64", "high_watermark - position, at least 0"),
+    ("position_lag_ms", "Float64", "response time minus the Produce request that wrote the "
+     "record at position (0: caught up; null: that Produce is not in the capture)"),
+)  # fmt: skip
+
+LAG_COLUMNS: Columns = (
+    ("capture", "string", "path of the capture file"),
+    ("group_id", "string", "consumer group"),
+    ("topic", "string", "topic"),
+    ("partition", "Int64", "partition"),
+    ("end_time", _TIME, "evaluation time: the end of the capture"),
+    *_INPUT_COLUMNS,
+    ("position_client_id", "string", "client of the group's latest Fetch of the partition"),
+    ("position_lag", "Int64", "position lag at that Fetch"),
+    ("position_time", _TIME, "response time of that Fetch"),
+    ("position_age_ms", "Float64", "end_time minus position_time"),
+    ("note", "string", "why a figure is unknown"),
+)
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def _typed(df: pd.DataFrame, columns: Columns) -> pd.DataFrame:
+    """``df`` with exactly the contract's columns, in order and of its dtypes."""
+    import pandas as pd
+
+    out = {}
+    for name, dtype, _ in columns:
+        values = df[name] if name in df.columns else pd.Series(None, index=df.index, dtype=object)
+        out[name] = values.astype(dtype) if str(values.dtype) != dtype else values
+    return pd.DataFrame(out, index=df.index).reset_index(drop=True)
+
+
+def _ok(parts: pd.DataFrame) -> pd.Series:
+    """Pairs answered, without error for the entry."""
+    return parts["response_time"].notna() & parts["error_code"].fillna(0).eq(0)
+
+
+def _ms(delta: pd.Series) -> pd.Series:
+    return (delta.dt.total_seconds() * 1000).astype("Float64")
+
+
+def _capture_ends(parts: pd.DataFrame) -> pd.Series:
+    """Latest request or response time per capture."""
+    times = parts[["capture", "request_time", "response_time"]]
+    latest = times[["request_time", "response_time"]].max(axis=1)
+    return latest.groupby(times["capture"]).max()
+
+
+# ----------------------------------------------------------------- inputs
+
+
+def log_end_events(parts: pd.DataFrame) -> pd.DataFrame:
+    """Every log-end offset the capture tells, in time order (``LOG_END_COLUMNS``)."""
+    import pandas as pd
+
+    ok, api = _ok(parts) & parts["partition"].notna(), parts["api_name"]
+    produce = parts[ok & api.eq("Produce") & parts["last_offset"].notna()]
+    fetch = parts[ok & api.eq("Fetch") & parts["high_watermark"].ge(0).fillna(False)]
+    latest = parts[
+        ok
+        & api.eq("ListOffsets")
+        & parts["timestamp"].eq(LATEST_TIMESTAMP).fillna(False)
+        & parts["isolation_level"].fillna(READ_UNCOMMITTED).eq(READ_UNCOMMITTED)
+        & parts["offset"].ge(0).fillna(False)
+    ]
+    frames = [
+        produce.assign(log_end_offset=produce["last_offset"] + 1),
+        fetch.assign(log_end_offset=fetch["high_watermark"]),
+        latest.assign(log_end_offset=latest["offset"]),
+    ]
+    out = pd.concat(frames, ignore_index=True) if any(len(f) for f in frames) else frames[0]
+    out = out.rename(columns={"response_time": "time", "api_name": "log_end_api"})
+    # equal times: the larger offset is the newer news
+    out = out.sort_values(["time", "log_end_offset"], kind="stable")
+    return _typed(out, LOG_END_COLUMNS)
+
+
+def commit_events(parts: pd.DataFrame) -> pd.DataFrame:
+    """Every committed offset the capture tells, in time order (``COMMIT_COLUMNS``)."""
+    import pandas as pd
+
+    known = (
+        _ok(parts)
+        & parts["group_id"].notna()
+        & parts["partition"].notna()
+        & parts["committed_offset"].notna()
+    )
+    direct = parts[known & parts["api_name"].isin(("OffsetCommit", "OffsetFetch"))]
+    direct = direct.rename(columns={"response_time": "time", "api_name": "committed_api"})
+    txn = _transaction_commits(parts[known & parts["api_name"].eq("TxnOffsetCommit")], parts)
+    out = pd.concat([direct, txn], ignore_index=True) if len(txn) else direct
+    # -1 (OffsetFetch: no offset committed) says the group has none
+    out = out.assign(committed_offset=out["committed_offset"].where(out["committed_offset"] >= 0))
+    return _typed(out.sort_values("time", kind="stable"), COMMIT_COLUMNS)
+
+
+def _transaction_commits(offsets: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
+    """TxnOffsetCommit entries whose transaction committed, timed at that EndTxn's
+    response: the first EndTxn of the same transactional id sent after the
+    TxnOffsetCommit was answered, and answered without error."""
+    import pandas as pd
+
+    ends = parts[
+        parts["api_name"].eq("EndTxn")
+        & _ok(parts)
+        & parts["request_time"].notna()
+        & parts["transactional_id"].notna()
+        & parts["txn_committed"].notna()
+    ]
+    offsets = offsets[offsets["transactional_id"].notna()]
+    if offsets.empty or ends.empty:
+        return offsets.iloc[:0].rename(columns={"response_time": "time"})
+    keys = ["capture", "transactional_id"]
+    ends = ends[[*keys, "request_time", "response_time", "txn_committed"]].rename(
+        columns={"request_time": "end_sent", "response_time": "end_answered"}
+    )
+    matched = pd.merge_asof(
+        _plain_keys(offsets.drop(columns="txn_committed"), keys).sort_values("response_time"),
+        _plain_keys(ends, keys).sort_values("end_sent"),
+        left_on="response_time",
+        right_on="end_sent",
+        by=keys,
+        direction="forward",
+    )
+    done = matched[matched["txn_committed"].eq(True)]
+    return done.assign(time=done["end_answered"], committed_api="TxnOffsetCommit")
+
+
+def _plain_keys(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``merge_asof`` matches ``by`` keys as plain Python objects."""
+    return df.assign(**{k: df[k].astype(object) for k in keys})
+
+
+def _produced_at(parts: pd.DataFrame, frame: pd.DataFrame, offsets: str) -> pd.Series:
+    """Per row of ``frame``: the request time of the Produce (answered without error)
+    whose written range holds the row's ``offsets`` value, NaT when none in the capture."""
+    import numpy as np
+    import pandas as pd
+
+    naive = np.full(len(frame), np.datetime64("NaT", "ns"))
+    produced = parts[parts["api_name"].eq("Produce") & parts["first_offset"].notna()]
+    wanted = frame[PARTITION_KEYS].assign(offset=frame[offsets].to_numpy(), row=range(len(frame)))
+    wanted = wanted[wanted["offset"].notna()]
+    if len(produced) and len(wanted):
+        ranges = produced[[*PARTITION_KEYS, "first_offset", "last_offset", "request_time"]]
+        ranges = _plain_keys(ranges, PARTITION_KEYS).astype(
+            {"first_offset": "int64", "last_offset": "int64"}
+        )
+        wanted = _plain_keys(wanted, PARTITION_KEYS).astype({"offset": "int64"})
+        found = pd.merge_asof(
+            wanted.sort_values("offset"),
+            ranges.sort_values("first_offset"),
+            left_on="offset",
+            right_on="first_offset",
+            by=PARTITION_KEYS,
+            direction="backward",
+        )
+        found = found[found["last_offset"].ge(found["offset"]).fillna(False)]
+        # numpy's naive UTC times: a tz-aware column would go through one object per row
+        naive[found["row"].to_numpy()] = found["request_time"].dt.tz_convert(None).to_numpy()
+    return pd.Series(naive, index=frame.index).dt.tz_localize("UTC")
+
+
+def _as_of(frame: pd.DataFrame, events: pd.DataFrame, keys: list[str], at: str) -> pd.DataFrame:
+    """``frame`` (sorted by ``time``) with, per row, the columns of the newest of its
+    ``keys``' ``events`` (sorted by their time column ``at``) at or before its time; on
+    equal times the last event wins."""
+    import pandas as pd
+
+    left, right = _plain_keys(frame, keys), _plain_keys(events, keys)
+    return pd.merge_asof(left, right, left_on="time", right_on=at, by=keys)
+
+
+def _measures(frame: pd.DataFrame, parts: pd.DataFrame, at: pd.Series) -> pd.DataFrame:
+    """Lag, lag in time and the inputs' ages of rows holding both inputs, at ``at``."""
+    committed, log_end = frame["committed_offset"], frame["log_end_offset"]
+    lag = (log_end - committed).where((log_end >= committed).fillna(False).astype(bool))
+    produced = _produced_at(parts, frame, "committed_offset")
+    waited = _ms(at - produced).clip(lower=0)
+    caught_up = lag.eq(0).fillna(False).astype(bool)
+    time_lag = waited.mask(caught_up, 0.0).where(lag.notna())
+    return frame.assign(
+        lag=lag,
+        time_lag_ms=time_lag,
+        committed_age_ms=_ms(at - frame["committed_time"]),
+        log_end_age_ms=_ms(at - frame["log_end_time"]),
+    )
+
+
+# ----------------------------------------------------------------- committed lag
+
+
+def committed_lag(parts: pd.DataFrame) -> pd.DataFrame:
+    """Committed lag per group and partition as a time series (``SERIES_COLUMNS``): a row
+    at each commit event of the group and partition, and at each change of the
+    partition's log-end offset from the group's first commit event on."""
+    import pandas as pd
+
+    commits, ends = commit_events(parts), log_end_events(parts)
+    if commits.empty:
+        return _typed(commits.iloc[:0], SERIES_COLUMNS)
+    since = commits.groupby(GROUP_KEYS, dropna=False)["time"].min().rename("since").reset_index()
+    changed = ends["log_end_offset"].ne(ends.groupby(PARTITION_KEYS)["log_end_offset"].shift())
+    ticks = ends[changed].merge(since, on=PARTITION_KEYS)
+    ticks = ticks[ticks["time"] >= ticks["since"]]
+    rows = pd.concat(
+        [
+            commits[[*GROUP_KEYS, "time"]].assign(event="commit"),
+            ticks[[*GROUP_KEYS, "time"]].assign(event="log_end"),
+        ],
+        ignore_index=True,
+    ).sort_values("time", kind="stable")
+    # A commit and a log-end change at the same instant are one evaluation.
+    rows = rows.drop_duplicates([*GROUP_KEYS, "time"], keep="first")
+    rows = _as_of(
+        rows,
+        commits[[*GROUP_KEYS, "time", "committed_offset", "committed_api"]].rename(
+            columns={"time": "committed_time"}
+        ),
+        GROUP_KEYS,
+        "committed_time",
+    )
+    rows = _as_of(
+        rows,
+        ends[[*PARTITION_KEYS, "time", "log_end_offset", "log_end_api"]].rename(
+            columns={"time": "log_end_time"}
+        ),
+        PARTITION_KEYS,
+        "log_end_time",
+    )
+    rows = rows.astype({k: dtype for k, dtype, _ in SERIES_COLUMNS[:6]})
+    return _typed(_measures(rows, parts, rows["time"]), SERIES_COLUMNS)
+
+
+def lag_at_end(parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = None) -> pd.DataFrame:
+    """Committed lag per group and partition at the end of each capture (``LAG_COLUMNS``),
+    with the inputs' ages and the group's latest position lag on the partition.
+
+    ``end``: evaluation time per capture, inputs after it left out (so an earlier time
+    gives the lag as of then); by default, and for captures it does not name, the latest
+    request or response time of the capture's partition rows.
+    """
+    import pandas as pd
+
+    chosen = {**_capture_ends(parts).to_dict(), **dict(end or {})}
+
+    def until_end(events: pd.DataFrame) -> pd.DataFrame:
+        limit = pd.to_datetime(events["capture"].map(chosen).astype(object), utc=True)
+        return events[events["time"].le(limit).fillna(False).astype(bool)]
+
+    commits, ends = until_end(commit_events(parts)), until_end(log_end_events(parts))
+    if commits.empty:
+        return _typed(commits.iloc[:0], LAG_COLUMNS)
+    last = commits.drop_duplicates(GROUP_KEYS, keep="last").rename(
+        columns={"time": "committed_time"}
+    )
+    newest = ends.drop_duplicates(PARTITION_KEYS, keep="last").rename(
+        columns={"time": "log_end_time"}
+    )
+    out = last.drop(columns="client_id").merge(
+        newest.drop(columns="client_id"), on=PARTITION_KEYS, how="left"
+    )
+    out["end_time"] = pd.to_datetime(out["capture"].map(chosen).astype(object), utc=True)
+    out = _measures(out, parts, out["end_time"])
+    out = _with_position(out, until_end(position_lag(parts)))
+    out["note"] = [_note(row) for row in out.itertuples(index=False)]
+    return _typed(out.sort_values(GROUP_KEYS, kind="stable"), LAG_COLUMNS)
+
+
+def _with_position(out: pd.DataFrame, positions: pd.DataFrame) -> pd.DataFrame:
+    """The group's latest position lag on each partition, with its age."""
+    positions = positions[positions["group_id"].notna()]
+    latest = positions.drop_duplicates(GROUP_KEYS, keep="last")[
+        [*GROUP_KEYS, "client_id", "position_lag", "time"]
+    ].rename(columns={"client_id": "position_client_id", "time": "position_time"})
+    merged = out.merge(latest, on=GROUP_KEYS, how="left")
+    return merged.assign(position_age_ms=_ms(merged["end_time"] - merged["position_time"]))
+
+
+def _note(row: Any) -> str | None:
+    import pandas as pd
+
+    notes = []
+    if pd.isna(row.committed_offset):
+        notes.append("no committed offset")
+    if pd.isna(row.log_end_offset):
+        notes.append("no log-end offset seen")
+    elif not pd.isna(row.committed_offset) and row.log_end_offset < row.committed_offset:
+        notes.append("log-end offset seen is behind the commit")
+    if not pd.isna(row.lag) and row.lag > 0 and pd.isna(row.time_lag_ms):
+        notes.append(f"offset {int(row.committed_offset)} not seen produced: time lag unknown")
+    return "; ".join(notes) or None
+
+
+# ----------------------------------------------------------------- position lag
+
+
+def _groups_by_client(parts: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(capture, client_id) -> the group its commits name, when it names exactly one."""
+    named = parts[
+        parts["group_id"].notna()
+        & parts["client_id"].notna()
+        & parts["api_name"].isin(("OffsetCommit", "OffsetFetch"))
+    ]
+    out: dict[tuple[str, str], str] = {}
+    for (capture, client), groups in named.groupby(["capture", "client_id"])["group_id"]:
+        unique = groups.unique()
+        if len(unique) == 1:
+            out[(capture, client)] = unique[0]
+    return out
+
+
+def position_lag(parts: pd.DataFrame) -> pd.DataFrame:
+    """Position lag per Fetch answered without error (``POSITION_COLUMNS``), in
+    response-time order: the high watermark minus the consumer's position once the
+    response's records are in (as the consumer's records-lag metric counts it)."""
+    import pandas as pd
+
+    fetch = parts[
+        parts["api_name"].eq("Fetch")
+        & _ok(parts)
+        & parts["partition"].notna()
+        & parts["fetch_offset"].ge(0).fillna(False)
+        & parts["high_watermark"].ge(0).fillna(False)
+    ]
+    fetch = fetch.sort_values("response_time", kind="stable").reset_index(drop=True)
+    # last_offset: the last data record delivered at or after fetch_offset
+    position = (fetch["last_offset"] + 1).fillna(fetch["fetch_offset"])
+    lag = (fetch["high_watermark"] - position).clip(lower=0)
+    fetch = fetch.assign(position=position)
+    produced = _produced_at(parts, fetch, "position")
+    waited = _ms(fetch["response_time"] - produced).clip(lower=0)
+    groups = _groups_by_client(parts)
+    keys = pd.Series(list(zip(fetch["capture"], fetch["client_id"], strict=True)), dtype=object)
+    out = fetch.assign(
+        time=fetch["response_time"],
+        group_id=keys.map(groups) if len(fetch) else None,
+        position_lag=lag,
+        position_lag_ms=waited.mask(lag.eq(0).astype(bool), 0.0),
+    )
+    return _typed(out, POSITION_COLUMNS)

@@ -1,0 +1,368 @@
+"""Consumer lag (dissector.analytics.lag) on hand-built partition rows, whose expected
+figures are worked out by hand in each test, and on the bundled real capture against
+what its clients did and what the broker stored (the capture's ledger).
+
+The live check against Kafka's own ``kafka-consumer-groups --describe`` is
+tests/test_broker_lag.py (marker ``broker``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from dissector.analytics.lag import (
+    COMMIT_COLUMNS,
+    LAG_COLUMNS,
+    LOG_END_COLUMNS,
+    POSITION_COLUMNS,
+    SERIES_COLUMNS,
+    commit_events,
+    committed_lag,
+    lag_at_end,
+    log_end_events,
+    position_lag,
+)
+from dissector.analytics.partitions import PARTITION_COLUMNS, partitions, table
+from tests.test_partitions import _consumers, _log_end_before
+
+REPO = Path(__file__).resolve().parents[1]
+CAPTURE = REPO / "captures" / "kafka-4-mixed.pcapng"
+LEDGER = json.loads((REPO / "captures" / "kafka-4-mixed.drivers.json").read_text())
+S = 10**9  # one second in ns
+MS = 10**6
+
+
+def _row(**kw: Any) -> dict[str, Any]:
+    base = {"capture": "c", "stream": 1, "topic": "t", "partition": 0, "error_code": 0}
+    return base | kw
+
+
+def _produce(first: int, last: int, at: int, **kw: Any) -> dict[str, Any]:
+    return _row(api_name="Produce", client_id="p", request_time=at, response_time=at + MS,
+                records=last - first + 1, first_offset=first, last_offset=last,
+                base_offset=first, acks=-1, **kw)  # fmt: skip
+
+
+def _commit(offset: int, at: int, group: str = "g", **kw: Any) -> dict[str, Any]:
+    return _row(api_name="OffsetCommit", client_id="c", group_id=group, request_time=at,
+                response_time=at + MS, committed_offset=offset, **kw)  # fmt: skip
+
+
+def _fetch(offset: int, hw: int, at: int, took: int = MS, **kw: Any) -> dict[str, Any]:
+    return _row(api_name="Fetch", client_id="c", request_time=at, response_time=at + took,
+                fetch_offset=offset, high_watermark=hw, **kw)  # fmt: skip
+
+
+def _df(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    return table(rows, PARTITION_COLUMNS)
+
+
+def _one(df: pd.DataFrame) -> Any:
+    assert len(df) == 1, df
+    return df.iloc[0]
+
+
+# ---------------------------------------------------------------- committed lag
+
+
+def test_lag_at_end_is_log_end_minus_commit_with_ages_and_time_lag() -> None:
+    parts = _df([
+        _produce(0, 4, 0),
+        _produce(5, 9, 2 * S),
+        _commit(5, 3 * S),
+        _row(api_name="Heartbeat", request_time=10 * S),  # the capture's last pair
+    ])  # fmt: skip
+    row = _one(lag_at_end(parts))
+    assert (row.committed_offset, row.log_end_offset, row.lag) == (5, 10, 5)
+    assert (row.committed_api, row.log_end_api) == ("OffsetCommit", "Produce")
+    assert row.end_time == pd.Timestamp(10 * S, tz="UTC")
+    assert row.committed_age_ms == pytest.approx(7000 - 1)  # answered at 3 s + 1 ms
+    assert row.log_end_age_ms == pytest.approx(8000 - 1)
+    # the oldest unconsumed record, offset 5, was sent at 2 s
+    assert row.time_lag_ms == pytest.approx(8000)
+    assert pd.isna(row.note)
+    # an explicit end time; an earlier one leaves out what came after it
+    later = _one(lag_at_end(parts, end={"c": pd.Timestamp(20 * S, tz="UTC")}))
+    assert later.time_lag_ms == pytest.approx(18000)
+    before = _one(lag_at_end(parts, end={"c": pd.Timestamp(3 * S + MS, tz="UTC")}))
+    assert (before.lag, before.committed_age_ms, before.log_end_age_ms) == (5, 0, 1000)
+    assert lag_at_end(parts, end={"c": pd.Timestamp(2 * S + MS, tz="UTC")}).empty
+
+
+def test_newest_input_wins_and_caught_up_is_zero() -> None:
+    parts = _df([
+        _produce(0, 9, 0),
+        _fetch(0, 10, 1 * S, first_offset=0, last_offset=9, records=10),
+        _commit(10, 2 * S),
+        _commit(10, 3 * S, group="h"),
+        _commit(4, 4 * S, group="h"),  # an older offset committed later: it stands
+    ])  # fmt: skip
+    end = lag_at_end(parts).set_index("group_id")
+    assert end.loc["g", "lag"] == 0 and end.loc["g", "time_lag_ms"] == 0
+    assert end.loc["g", "log_end_api"] == "Fetch"
+    assert end.loc["h", "committed_offset"] == 4 and end.loc["h", "lag"] == 6
+
+
+def test_refused_and_unanswered_commits_do_not_count() -> None:
+    parts = _df([
+        _produce(0, 9, 0),
+        _commit(3, 1 * S),
+        _commit(8, 2 * S, error_code=25),  # UNKNOWN_MEMBER_ID
+        _row(api_name="OffsetCommit", group_id="g", request_time=3 * S, committed_offset=9),
+    ])  # fmt: skip
+    row = _one(lag_at_end(parts))
+    assert (row.committed_offset, row.lag) == (3, 7)
+
+
+def test_offset_fetch_without_offset_says_none() -> None:
+    """OffsetFetch answers -1 for a partition the group never committed."""
+    rows = [
+        _produce(0, 9, 0),
+        _row(api_name="OffsetFetch", group_id="g", request_time=S, response_time=S + MS,
+             committed_offset=-1),
+    ]  # fmt: skip
+    row = _one(lag_at_end(_df(rows)))
+    assert pd.isna(row.committed_offset) and pd.isna(row.lag) and pd.isna(row.time_lag_ms)
+    assert row.committed_api == "OffsetFetch"
+    assert row.note == "no committed offset"
+    # a later commit replaces the "none"; an OffsetFetch after it reads it back
+    parts = _df([
+        *rows,
+        _commit(4, 2 * S),
+        _row(api_name="OffsetFetch", group_id="g", request_time=3 * S,
+             response_time=3 * S + MS, committed_offset=4),
+    ])  # fmt: skip
+    row = _one(lag_at_end(parts))
+    assert (row.committed_offset, row.committed_api, row.lag) == (4, "OffsetFetch", 6)
+
+
+def test_list_offsets_counts_only_for_the_latest_read_uncommitted_query() -> None:
+    def listed(ts: int, offset: int, at: int, isolation: int | None = 0) -> dict[str, Any]:
+        return _row(api_name="ListOffsets", request_time=at, response_time=at + MS,
+                    timestamp=ts, offset=offset, isolation_level=isolation)  # fmt: skip
+
+    parts = _df([
+        _produce(0, 9, 0),
+        _commit(2, S),
+        listed(-1, 12, 2 * S),  # latest: the log end
+        listed(-2, 0, 3 * S),  # earliest: not the log end
+        listed(-1, 11, 4 * S, isolation=1),  # read_committed: last stable offset
+        listed(1_700_000_000_000, 3, 5 * S),  # by time
+        listed(-1, 13, 6 * S, isolation=None),  # v0: no isolation level, uncommitted
+    ])  # fmt: skip
+    events = log_end_events(parts)
+    assert list(events["log_end_offset"]) == [10, 12, 13]
+    assert list(events["log_end_api"]) == ["Produce", "ListOffsets", "ListOffsets"]
+    row = _one(lag_at_end(parts))
+    assert (row.log_end_offset, row.lag) == (13, 11)
+    # offsets 10-12 were written by no Produce in the capture: the time lag is still known
+    # because offset 2 was
+    assert row.time_lag_ms == pytest.approx((6 * S + MS) / MS)
+
+
+def test_transactional_offsets_count_when_their_transaction_commits() -> None:
+    def txn_commit(offset: int, at: int) -> dict[str, Any]:
+        return _row(api_name="TxnOffsetCommit", group_id="g", transactional_id="tx",
+                    request_time=at, response_time=at + MS, committed_offset=offset)  # fmt: skip
+
+    def end_txn(committed: bool, at: int, **kw: Any) -> dict[str, Any]:
+        return _row(api_name="EndTxn", transactional_id="tx", topic=None, partition=None,
+                    request_time=at, response_time=at + MS, txn_committed=committed,
+                    **kw)  # fmt: skip
+
+    parts = _df([
+        _produce(0, 9, 0),
+        txn_commit(3, 1 * S),
+        end_txn(True, 2 * S),
+        txn_commit(6, 3 * S),
+        end_txn(True, 4 * S, error_code=51),  # CONCURRENT_TRANSACTIONS: still open
+        end_txn(False, 5 * S),  # aborted: 6 never counts
+        txn_commit(8, 6 * S),  # still pending at the end: does not count yet
+    ])  # fmt: skip
+    events = commit_events(parts)
+    assert list(events["committed_offset"]) == [3]
+    assert list(events["time"]) == [pd.Timestamp(2 * S + MS, tz="UTC")]
+    assert list(events["committed_api"]) == ["TxnOffsetCommit"]
+    assert _one(lag_at_end(parts)).lag == 7
+
+
+def test_log_end_behind_the_commit_is_unknown_lag_not_negative() -> None:
+    """A commit beyond the log end seen: the capture missed the log end's advance."""
+    parts = _df([_produce(0, 4, 0), _commit(8, S)])
+    row = _one(lag_at_end(parts))
+    assert pd.isna(row.lag) and pd.isna(row.time_lag_ms)
+    assert row.note == "log-end offset seen is behind the commit"
+    nothing = _one(lag_at_end(_df([_commit(8, S)])))
+    assert pd.isna(nothing.lag) and nothing.note == "no log-end offset seen"
+    # the record at the committed offset was written before the capture began
+    unseen = _one(lag_at_end(_df([_produce(5, 9, 0), _commit(2, S)])))
+    assert unseen.lag == 8 and pd.isna(unseen.time_lag_ms)
+    assert unseen.note == "offset 2 not seen produced: time lag unknown"
+
+
+def test_series_rows_at_each_commit_and_log_end_change() -> None:
+    parts = _df([
+        _produce(0, 4, 0),  # before the group's first commit: no row
+        _commit(0, 1 * S),
+        _produce(5, 9, 2 * S),
+        _fetch(0, 10, 3 * S, first_offset=0, last_offset=9, records=10),  # same log end
+        _commit(10, 4 * S),
+        _produce(10, 11, 5 * S),
+    ])  # fmt: skip
+    series = committed_lag(parts)
+    assert tuple(series.columns) == tuple(c[0] for c in SERIES_COLUMNS)
+    assert list(series["event"]) == ["commit", "log_end", "commit", "log_end"]
+    assert list(series["lag"]) == [5, 10, 0, 2]
+    assert list(series["time_lag_ms"].astype(float)) == pytest.approx([1001, 2001, 0, 1])
+    assert list(series["log_end_api"]) == ["Produce", "Produce", "Fetch", "Produce"]
+    # the inputs' ages at each row: the commit row's own input is 0 ms old
+    assert series["committed_age_ms"].iloc[2] == 0
+    assert series["log_end_age_ms"].iloc[2] == pytest.approx(1000)
+    assert (series["lag"] >= 0).all() and (series["time_lag_ms"] >= 0).all()
+    end = _one(lag_at_end(parts))
+    assert end.lag == series["lag"].iloc[-1]
+
+
+# ---------------------------------------------------------------- position lag
+
+
+def test_position_lag_at_the_response_time_is_never_negative() -> None:
+    """A long poll at offset 53 waits for the Produce that writes 53-54 and delivers
+    them: the consumer is caught up (the former per-request measure said lag 2 at
+    -10 ms). A response delivering 53-54 while the log end is 60 leaves 5 to fetch."""
+    t = 100 * S
+    parts = _df([
+        _produce(0, 52, 0),
+        _fetch(53, 55, t, took=12 * MS, first_offset=53, last_offset=54, records=2),
+        _produce(53, 54, t + 10 * MS),
+        _produce(55, 59, t + 20 * MS),
+        _fetch(53, 60, t + 30 * MS, took=MS, first_offset=53, last_offset=54, records=2),
+        _fetch(55, 60, t + 40 * MS, took=MS),  # no records (cut by max bytes)
+        _commit(60, t + S),
+    ])  # fmt: skip
+    pos = position_lag(parts)
+    assert tuple(pos.columns) == tuple(c[0] for c in POSITION_COLUMNS)
+    assert list(pos["position"]) == [55, 55, 55]
+    assert list(pos["position_lag"]) == [0, 5, 5]
+    # offset 55 was sent at t + 20 ms; the responses came at t + 31 and t + 41 ms
+    assert list(pos["position_lag_ms"].astype(float)) == pytest.approx([0, 11, 21])
+    assert list(pos["time"]) == [pd.Timestamp(t + d * MS, tz="UTC") for d in (12, 31, 41)]
+    assert set(pos["group_id"]) == {"g"}  # client c commits for g
+    row = _one(lag_at_end(parts))
+    assert (row.position_client_id, row.position_lag) == ("c", 5)
+    assert row.position_age_ms == pytest.approx(1000 + 1 - 41)
+
+
+def test_rows_missing_their_keys_or_times_are_left_out() -> None:
+    """What a damaged capture gives: entries without a partition index, responses whose
+    request was not captured (no request time, no request fields)."""
+    parts = _df([
+        _produce(0, 9, 0),
+        _produce(10, 19, S, partition=None),
+        _commit(4, 2 * S),
+        _commit(6, 3 * S, partition=None),
+        _fetch(0, 30, 4 * S, partition=None, first_offset=0, last_offset=9),
+        _row(api_name="OffsetFetch", request_time=None, response_time=5 * S,
+             committed_offset=7),  # orphan response: no group
+        _row(api_name="EndTxn", topic=None, partition=None, request_time=None,
+             response_time=6 * S, txn_committed=None),
+    ])  # fmt: skip
+    row = _one(lag_at_end(parts))
+    assert (row.committed_offset, row.log_end_offset, row.lag) == (4, 10, 6)
+    assert len(committed_lag(parts)) == 1 and position_lag(parts).empty
+
+
+def test_empty_input_keeps_the_columns() -> None:
+    empty = table([], PARTITION_COLUMNS)
+    for frame, columns in (
+        (lag_at_end(empty), LAG_COLUMNS),
+        (committed_lag(empty), SERIES_COLUMNS),
+        (position_lag(empty), POSITION_COLUMNS),
+        (log_end_events(empty), LOG_END_COLUMNS),
+        (commit_events(empty), COMMIT_COLUMNS),
+    ):
+        assert frame.empty
+        assert [(c, str(frame[c].dtype)) for c in frame.columns] == [
+            (name, dtype) for name, dtype, _ in columns
+        ]
+
+
+# ---------------------------------------------------------------- the bundled capture
+
+
+@pytest.fixture(scope="module")
+def parts() -> pd.DataFrame:
+    return partitions(CAPTURE)
+
+
+def _broker_log_end() -> dict[str, int]:
+    """Next offset per topic in the broker's own log (markers take offsets too); the
+    bundled capture's topics have one partition each."""
+    out: dict[str, int] = {}
+    for batch in LEDGER["broker_log"]["batches"]:
+        assert batch["partition"] == 0
+        out[batch["topic"]] = out.get(batch["topic"], 0) + batch["count"]
+    return out
+
+
+def test_bundled_capture_no_negative_lag_and_commits_equal_the_log(parts: pd.DataFrame) -> None:
+    end = lag_at_end(parts)
+    series = committed_lag(parts)
+    pos = position_lag(parts)
+    assert len(end) and len(series) and len(pos)
+    for frame, cols in ((end, ("lag", "time_lag_ms", "committed_age_ms", "log_end_age_ms")),
+                        (series, ("lag", "time_lag_ms", "committed_age_ms", "log_end_age_ms")),
+                        (pos, ("position_lag", "position_lag_ms"))):  # fmt: skip
+        for col in cols:
+            assert (frame[col].dropna() >= 0).all(), col
+    # Every consumer here read a topic nobody wrote to any more and committed what it
+    # read: its committed offset is the broker's log end, lag 0.
+    log_end = _broker_log_end()
+    consumers = [
+        op for d in LEDGER["drivers"] for op in d["operations"]
+        if op["op"] == "consume" and op["detail"].get("per_topic") and "OffsetCommit" in op["apis"]
+    ]  # fmt: skip
+    checked = 0
+    for op in consumers:
+        for topic in op["detail"]["per_topic"]:
+            row = end[(end["group_id"] == op["group_id"]) & (end["topic"] == topic)]
+            if all(o["finished"] < op["started"] for o in _producers(topic)):
+                assert list(row["committed_offset"]) == [log_end[topic]], (op["group_id"], topic)
+                assert list(row["lag"]) == [0] and list(row["time_lag_ms"]) == [0]
+                checked += 1
+    assert checked >= 5
+
+
+def test_bundled_capture_position_lag_starts_at_the_log_end_and_ends_at_zero(
+    parts: pd.DataFrame,
+) -> None:
+    """Each consumer read topics nobody was writing to: its first Fetch asked from 0
+    with the high watermark at the broker's log end then, position lag only falls,
+    and ends at 0 when it polled again."""
+    pos = position_lag(parts)
+    checked = 0
+    for op in _consumers():
+        mine = pos[pos["client_id"] == op["client_id"]]
+        assert set(mine["group_id"]) == {op["group_id"]}
+        for topic in op["detail"]["per_topic"]:
+            series = mine[mine["topic"] == topic]
+            first = series.iloc[0]
+            assert first.fetch_offset == 0
+            assert first.high_watermark == _log_end_before(topic, op["started"])
+            assert series["position_lag"].is_monotonic_decreasing
+            if len(series) > 1:
+                assert series["position_lag"].iloc[-1] == 0
+                assert series["position_lag_ms"].iloc[-1] == 0
+            checked += 1
+    assert checked >= 15
+
+
+def _producers(topic: str) -> list[dict[str, Any]]:
+    return [
+        o for d in LEDGER["drivers"] for o in d["operations"]
+        if o["topic"] == topic and "Produce" in o["apis"] and o["records"]
+    ]  # fmt: skip
