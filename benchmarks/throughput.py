@@ -1,6 +1,7 @@
 """Whole-pipeline throughput against tshark, timed in one run with contenders alternating.
 
     python benchmarks/throughput.py [CAPTURE] [--repeat N] [--runs R] [--port P]
+    python benchmarks/throughput.py TLS_CAPTURE --tls-keylog KEYS --port P [--mss 1448]
 
 Contenders, each run R times in turn (A B C A B C ...), min and median reported:
 
@@ -10,6 +11,10 @@ Contenders, each run R times in turn (A B C A B C ...), min and median reported:
 * ``tshark``: ``tshark -n -r FILE -d tcp.port==P,kafka -T fields -e frame.number
   -e kafka.api_key -e kafka.correlation_id -e kafka.error`` (its Kafka dissector, one
   pass, output discarded).
+
+With ``--tls-keylog`` the capture is Kafka over TLS: ours decrypt with the key log
+(``--tls-keylog``), tshark with ``-o tls.keylog_file:KEYS -d tls.port==P,kafka``; the
+decrypted plaintext per second is printed too.
 
 Ratios are tshark time / ours. Also printed: packets/s, pairs/s, the CLI's CPU time
 (user + system of the child: less sensitive than wall time to other work on the
@@ -65,6 +70,41 @@ def enlarge(src: Path, copies: int, dst: Path, port: int) -> int:
     return n
 
 
+def resegment(src: Path, mss: int, dst: Path) -> int:
+    """Write ``src`` with every TCP payload longer than ``mss`` cut into ``mss``-byte
+    segments (consecutive sequence numbers, 1 ns apart): a loopback capture (64 KiB
+    segments) as a 1500-byte-MTU network carries it. Returns the packets written."""
+    import dpkt
+
+    with open(src, "rb") as fh:
+        reader = dpkt.pcapng.Reader(fh) if src.suffix == ".pcapng" else dpkt.pcap.Reader(fh)
+        frames = [(float(ts), bytes(buf)) for ts, buf in reader]
+    n = 0
+    with open(dst, "wb") as out:
+        writer = dpkt.pcap.Writer(out, nano=True)
+        for ts, buf in frames:
+            eth = dpkt.ethernet.Ethernet(buf)
+            ip, tcp = eth.data, getattr(eth.data, "data", None)
+            if not isinstance(ip, dpkt.ip.IP) or not isinstance(tcp, dpkt.tcp.TCP):
+                writer.writepkt(buf, ts)
+                n += 1
+                continue
+            payload = bytes(tcp.data)
+            for i, at in enumerate(range(0, max(len(payload), 1), mss)):
+                piece = payload[at : at + mss]
+                seg = dpkt.tcp.TCP(bytes(tcp))
+                seg.seq = (tcp.seq + at) & 0xFFFFFFFF
+                seg.data, seg.sum = piece, 0
+                part = dpkt.ip.IP(bytes(ip))
+                part.data, part.sum = seg, 0
+                part.len = part.__hdr_len__ + len(part.opts) + len(bytes(seg))
+                frame = dpkt.ethernet.Ethernet(bytes(eth))
+                frame.data = part
+                writer.writepkt(bytes(frame), ts + i * 1e-9)
+                n += 1
+    return n
+
+
 def _shift_client_port(buf: bytes, k: int, port: int) -> bytes:
     if k == 0 or len(buf) < 14 + 20 + 4 or buf[12:14] != b"\x08\x00":
         return buf
@@ -93,31 +133,37 @@ def _child(cmd: list[str]) -> tuple[float, int, float]:
     return took, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
 
 
-def cli_command(path: Path, out: Path) -> list[str]:
+def cli_command(path: Path, out: Path, keylog: Path | None = None) -> list[str]:
     exe = shutil.which("kafka-dissector") or str(Path(sys.executable).parent / "kafka-dissector")
-    return [exe, "analyze", str(path), "-o", str(out), "--quiet"]
+    tls = ["--tls-keylog", str(keylog)] if keylog else []
+    return [exe, "analyze", str(path), "-o", str(out), "--quiet", *tls]
 
 
-def tshark_command(path: Path, port: int) -> list[str] | None:
+def tshark_command(path: Path, port: int, keylog: Path | None = None) -> list[str] | None:
     tshark = shutil.which("tshark")
     if tshark is None:
         return None
     fields = ["frame.number", "kafka.api_key", "kafka.correlation_id", "kafka.error"]
-    cmd = [tshark, "-n", "-r", str(path), "-d", f"tcp.port=={port},kafka", "-T", "fields"]
+    decode = ["-d", f"tcp.port=={port},kafka"]
+    if keylog:
+        decode = ["-o", f"tls.keylog_file:{keylog}", "-d", f"tls.port=={port},kafka"]
+    cmd = [tshark, "-n", "-r", str(path), *decode, "-T", "fields"]
     for f in fields:
         cmd += ["-e", f]
     return cmd
 
 
-def run_api(path: Path) -> tuple[float, int, int, float]:
+def run_api(path: Path, keylog: Path | None = None) -> tuple[float, int, int, float, int]:
     import dissector
 
     gc.collect()
     t0 = time.perf_counter()
-    df = dissector.analyze(path)
+    df = dissector.analyze(path, tls_keylog=keylog or ())
     took = time.perf_counter() - t0
     per_pair = df.memory_usage(deep=True).sum() / max(len(df), 1)
-    return took, len(df), int(df.attrs["counters"].get("frames", 0)), per_pair
+    counters = df.attrs["counters"]
+    plain = int(counters.get("tls_plaintext_bytes", 0))
+    return took, len(df), int(counters.get("frames", 0)), per_pair, plain
 
 
 def _stats(xs: list[float]) -> str:
@@ -131,6 +177,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="runs of each contender (default 5)")
     ap.add_argument("--port", type=int, default=9092, help="broker port for tshark")
     ap.add_argument("--no-tshark", action="store_true")
+    ap.add_argument("--tls-keylog", type=Path, help="the capture is TLS: decrypt with this key log")
+    ap.add_argument("--mss", type=int, help="cut TCP payloads to this size first (e.g. 1448)")
     args = ap.parse_args()
     capture = args.capture or (LONGPOLL if LONGPOLL.exists() else SHARED)
     if not capture.exists():
@@ -141,27 +189,36 @@ def main() -> int:
         if args.repeat > 1:
             path = Path(tmp) / "bench.pcap"
             enlarge(capture, args.repeat, path, args.port)
+        if args.mss:
+            cut = Path(tmp) / "mss.pcap"
+            resegment(path, args.mss, cut)
+            path = cut
         out = Path(tmp) / "pairs.parquet"
         size = os.path.getsize(path)
-        cli_cmd = cli_command(path, out)
-        ts_cmd = None if args.no_tshark else tshark_command(path, args.port)
+        keylog = args.tls_keylog
+        cli_cmd = cli_command(path, out, keylog)
+        ts_cmd = None if args.no_tshark else tshark_command(path, args.port, keylog)
         # warm the page cache and the spec-model cache once, untimed
         _child(cli_cmd)
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         times: dict[str, list[float]] = {"cli": [], "api": [], "tshark": []}
         cli_rss: list[int] = []
         cli_cpu: list[float] = []
+        tshark_cpu: list[float] = []
         rows = packets = 0
         per_pair = 0.0
+        plain = 0
         for _ in range(args.runs):
             took, rss, cpu = _child(cli_cmd)
             times["cli"].append(took)
             cli_rss.append(rss)
             cli_cpu.append(cpu)
-            took, rows, packets, per_pair = run_api(path)
+            took, rows, packets, per_pair, plain = run_api(path, keylog)
             times["api"].append(took)
             if ts_cmd is not None:
-                times["tshark"].append(_child(ts_cmd)[0])
+                took, _, cpu = _child(ts_cmd)
+                times["tshark"].append(took)
+                tshark_cpu.append(cpu)
         api_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before
 
     print(f"capture: {capture.name} x{args.repeat}: {packets:,} packets, {rows:,} pairs, "
@@ -171,11 +228,18 @@ def main() -> int:
         print(f"{name:7} {_stats(t)}; {packets / min(t):,.0f} packets/s, "
               f"{rows / min(t):,.0f} pairs/s")  # fmt: skip
     print(f"cli CPU (user + system) {_stats(cli_cpu)}; load average {os.getloadavg()[0]:.1f}")
+    if keylog:
+        t = min(times["api"])
+        print(f"TLS: {plain / 1e6:.1f} MB of plaintext decrypted; api {size / 1e6 / t:.0f} MB/s of "
+              f"capture, {plain / 1e6 / t:.0f} MB/s of plaintext")  # fmt: skip
     print(f"cli peak RSS {max(cli_rss) / 2**20:.0f} MiB; in-process peak growth "
           f"{max(api_rss, 0) / 2**20:.0f} MiB; DataFrame {per_pair:.0f} bytes/pair")  # fmt: skip
     if times["tshark"]:
         ts = times["tshark"]
-        print(f"tshark  {_stats(ts)}")
+        print(f"tshark  {_stats(ts)}; CPU {_stats(tshark_cpu)}")
+        cpu_med = statistics.median(tshark_cpu) / statistics.median(cli_cpu)
+        print(f"ratio tshark/cli CPU time: min-to-min {min(tshark_cpu) / min(cli_cpu):.1f}x, "
+              f"median {cpu_med:.1f}x")  # fmt: skip
         for name in ("cli", "api"):
             t = times[name]
             print(f"ratio tshark/{name}: min-to-min {min(ts) / min(t):.1f}x, "

@@ -76,6 +76,7 @@ def analyze(
     specs: Iterable[str | os.PathLike[str]] = (),
     options: Options | None = None,
     chain: str | ChainRule = "auto",
+    tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
 ) -> pd.DataFrame:
     """Every Kafka request/response pair in the capture(s), one row each.
 
@@ -87,13 +88,16 @@ def analyze(
     lists each capture's files.
     ``df.attrs["counters"]`` holds what the stages counted (packets, gaps, frames
     that were not Kafka, ...), ``df.attrs["tls_streams"]`` the connections found to
-    carry TLS.
+    carry TLS not decrypted, ``df.attrs["tls"]`` the TLS connections by version, cipher
+    suite and outcome.
+    ``tls_keylog``: NSS key log file(s) to decrypt Kafka over TLS with (``SSLKEYLOGFILE``
+    is read too when set); rows of decrypted connections carry the ``tls`` flag.
     """
     from dissector.options import capture_paths
     from dissector.table.analysis import run_analysis
 
     if options is None:
-        options = _options(ports, chain)
+        options = _options(ports, chain, tls_keylog)
     return run_analysis(capture_paths(source), options, decoder=_decoder(specs))
 
 
@@ -105,6 +109,7 @@ def iter_pairs(
     options: Options | None = None,
     counters: Counters | None = None,
     chain: str | ChainRule = "auto",
+    tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
 ) -> Iterator[PairRecord]:
     """Stream the pair records of one or many captures (the DataFrame's rows); memory
     stays flat in the capture length. ``chain``: see ``analyze``."""
@@ -112,7 +117,7 @@ def iter_pairs(
     from dissector.wire import core
 
     if options is None:
-        options = _options(ports, chain)
+        options = _options(ports, chain, tls_keylog)
     return core.iter_pairs(
         capture_paths(source), options, decoder=_decoder(specs), counters=counters
     )
@@ -126,6 +131,7 @@ def iter_exchanges(
     options: Options | None = None,
     counters: Counters | None = None,
     chain: str | ChainRule = "auto",
+    tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
 ) -> Iterator[tuple[str, Exchange]]:
     """(capture path, exchange) for every request/response exchange, with raw payloads.
     ``chain``: see ``analyze``."""
@@ -133,7 +139,7 @@ def iter_exchanges(
     from dissector.wire import core
 
     if options is None:
-        options = _options(ports, chain)
+        options = _options(ports, chain, tls_keylog)
     return core.iter_exchanges(
         capture_paths(source), options, decoder=_decoder(specs), counters=counters
     )
@@ -146,20 +152,37 @@ def decode(
     records: bool = False,
     specs: Iterable[str | os.PathLike[str]] = (),
     ports: Iterable[int] | None = None,
+    tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
 ) -> Iterator[dict[str, Any]]:
     """Every pair fully decoded: request and response headers and bodies as nested
     dicts (Apache's field names in snake_case), one dict per pair, streaming.
     ``records=True`` expands record batches into records."""
     from dissector.wire.full_decode import iter_decoded
 
-    return iter_decoded(source, api=api, records=records, specs=specs, ports=ports)
+    return iter_decoded(
+        source, api=api, records=records, specs=specs, ports=ports, tls=_key_logs(tls_keylog)
+    )
 
 
-def _options(ports: Iterable[int] | None, chain: str | ChainRule) -> Options:
+def _key_logs(given: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Any:
+    import os
+
+    from dissector.tls import key_logs
+
+    paths = [given] if isinstance(given, str | os.PathLike) else list(given)
+    return key_logs(paths)
+
+
+def _options(
+    ports: Iterable[int] | None,
+    chain: str | ChainRule,
+    tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
+) -> Options:
     from dissector.options import ChainRule, Options
 
     rule = chain if isinstance(chain, ChainRule) else ChainRule(mode=chain)  # type: ignore[arg-type]
-    return Options(ports=frozenset(ports) if ports is not None else None, chain=rule)
+    ports_set = frozenset(ports) if ports is not None else None
+    return Options(ports=ports_set, chain=rule, tls=_key_logs(tls_keylog))
 
 
 def _decoder(specs: Iterable[str | os.PathLike[str]]) -> Any:

@@ -45,6 +45,7 @@ class Stage(StrEnum):
 
     CAPTURE = "capture"
     TCP = "tcp"
+    TLS = "tls"
     FRAMING = "framing"
     CORRELATE = "correlate"
     PROTOCOL = "protocol"
@@ -70,6 +71,7 @@ class Anomaly:
 _C, _D, _R, _F, _N = Kind.COUNTER, Kind.DECODE_ERROR, Kind.RECORD_ERROR, Kind.FLAG, Kind.NOTE
 _I, _W, _E = Severity.INFO, Severity.WARNING, Severity.ERROR
 _CAP, _TCP, _FRM, _COR = Stage.CAPTURE, Stage.TCP, Stage.FRAMING, Stage.CORRELATE
+_TLS = Stage.TLS
 _PRO, _REC, _SUM, _ROW = Stage.PROTOCOL, Stage.RECORDS, Stage.SUMMARY, Stage.ROWS
 
 # (name, kind, stage, severity, description)
@@ -97,17 +99,49 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
         _W,
         "records claiming more captured bytes than were on the wire",
     ),
-    ("pcapng_unknown_interface", _C, _CAP, _E, "a packet names an interface never described"),
+    (
+        "pcapng_unknown_interface",
+        _C,
+        _CAP,
+        _W,
+        "packets on an interface never described; read as the first one (or Ethernet)",
+    ),
     ("pcapng_interface_limit", _C, _CAP, _W, "interface descriptions past the bound; ignored"),
-    ("pcapng_simple_packet_block", _C, _CAP, _W, "simple packet blocks (no timestamp); skipped"),
+    ("pcapng_simple_packet_block", _C, _CAP, _W, "simple packet blocks (no timestamp: time 0)"),
     ("unknown_linktype", _C, _CAP, _W, "packets of a link type not decoded; skipped"),
     ("bad_link_header", _C, _CAP, _E, "link-layer header cut short or invalid; packet skipped"),
     ("non_ip", _C, _CAP, _I, "packets that are not IPv4/IPv6 (ARP, LLDP...); skipped"),
     ("bad_ip_header", _C, _CAP, _E, "IP header cut short or invalid; packet skipped"),
     ("bad_ip_length", _C, _CAP, _E, "IP total length larger than the frame; packet skipped"),
     ("ip_total_length_zero", _C, _CAP, _I, "IP total length 0 (segmentation offload); trusted"),
-    ("ip_fragment", _C, _CAP, _W, "IP fragments (not reassembled); skipped"),
-    ("non_tcp", _C, _CAP, _I, "IP packets that are not TCP (UDP, ICMP...); skipped"),
+    ("ip_fragment", _C, _CAP, _I, "IP fragments seen (reassembled into datagrams)"),
+    ("ip_reassembled", _C, _CAP, _I, "IP datagrams reassembled from fragments"),
+    (
+        "ip_fragments_timeout",
+        _C,
+        _CAP,
+        _W,
+        "fragments whose datagram was not whole in 30 s (v6: 60 s)",
+    ),
+    ("ip_fragments_evicted", _C, _CAP, _W, "fragments dropped: too many datagrams pending at once"),
+    (
+        "ip_fragments_bad",
+        _C,
+        _CAP,
+        _E,
+        "fragments of a datagram that cannot be made (overlaps differ)",
+    ),
+    ("ip_fragments_cut", _C, _CAP, _W, "fragments cut by the snap length; cannot be placed"),
+    ("ip_fragments_incomplete", _C, _CAP, _W, "fragments whose datagram was not whole at the end"),
+    ("tunnel_vxlan", _C, _CAP, _I, "VXLAN layers opened (UDP 4789); rows use the inner addresses"),
+    ("tunnel_geneve", _C, _CAP, _I, "GENEVE layers opened (UDP 6081)"),
+    ("tunnel_gre", _C, _CAP, _I, "GRE layers opened (IP, MPLS or Ethernet inside)"),
+    ("tunnel_erspan", _C, _CAP, _I, "ERSPAN type I, II or III layers opened (over GRE)"),
+    ("tunnel_ip_in_ip", _C, _CAP, _I, "IP-in-IP layers opened (IPv4/IPv6 in IPv4/IPv6)"),
+    ("tunnel_mpls", _C, _CAP, _I, "MPLS label stacks opened"),
+    ("tunnel_too_deep", _C, _CAP, _W, "packets nested in more than 8 tunnel layers; skipped"),
+    ("bad_tunnel_header", _C, _CAP, _E, "tunnel header cut short or invalid; packet skipped"),
+    ("non_tcp", _C, _CAP, _I, "IP packets that are not TCP or a tunnel (UDP, ICMP...); skipped"),
     ("bad_tcp_header", _C, _CAP, _E, "TCP header cut short or invalid; packet skipped"),
     ("snaplen_truncated", _C, _CAP, _W, "TCP payload cut by the snap length: bytes lost"),
     # ---- tcp: reassembly per direction
@@ -132,6 +166,21 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
     ("tcp_retransmission", _C, _TCP, _I, "segments resent with bytes already delivered"),
     ("tcp_overlap", _C, _TCP, _I, "segments overlapping bytes already delivered"),
     ("tcp_overlap_conflict", _C, _TCP, _W, "overlapping bytes that differ; the first copy kept"),
+    # ---- tls: decryption of connections whose handshake is captured (one outcome each)
+    ("tls_connections", _C, _TLS, _I, "TLS connections (handshake captured or not)"),
+    ("tls_decrypted_connections", _C, _TLS, _I, "TLS connections decrypted to the end"),
+    ("tls_no_secret", _C, _TLS, _W, "TLS connections with no key log secret for them"),
+    ("tls_no_handshake", _C, _TLS, _W, "TLS connections whose handshake the capture lacks"),
+    ("tls_unsupported_version", _C, _TLS, _W, "TLS connections of a version not decrypted"),
+    ("tls_unsupported_suite", _C, _TLS, _W, "TLS connections of a cipher suite not decrypted"),
+    ("tls_decrypt_failed", _C, _TLS, _E, "TLS connections a record of failed to decrypt"),
+    ("tls_capture_gap", _C, _TLS, _W, "TLS connections that lost bytes; decryption stopped"),
+    ("tls_bad_record", _C, _TLS, _E, "TLS connections with an impossible record or hello"),
+    ("tls_buffer_limit", _C, _TLS, _W, "TLS connections that held too much; given up"),
+    ("tls_record_bytes", _C, _TLS, _I, "TLS record bytes read (hellos, decrypted records)"),
+    ("tls_plaintext_bytes", _C, _TLS, _I, "plaintext bytes decrypted and passed to framing"),
+    ("tls_keylog_bad_lines", _C, _TLS, _W, "key log lines in the capture that fit no form"),
+    ("tls_secrets_limit", _C, _CAP, _W, "Decryption Secrets Blocks past the bound; ignored"),
     # ---- framing: 4-byte size prefixes, resync, TLS
     ("kafka_frames", _C, _FRM, _I, "size-prefixed frames cut from the streams"),
     ("bad_frame_size", _C, _FRM, _E, "a size prefix that cannot be a Kafka frame"),
@@ -143,7 +192,7 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
     ("non_kafka_bytes", _C, _FRM, _I, "bytes of directions that never made a Kafka frame"),
     ("non_kafka_directions", _C, _FRM, _I, "connection directions that are not Kafka"),
     ("tls_connections_directions", _C, _FRM, _I, "connection directions carrying TLS"),
-    ("tls_bytes", _C, _FRM, _I, "bytes of TLS directions (not decodable)"),
+    ("tls_bytes", _C, _FRM, _I, "bytes of TLS not decrypted"),
     ("tls_false_alarm", _C, _FRM, _I, "bytes that looked like TLS and were not"),
     # ---- correlate: requests to responses
     ("non_kafka_frames", _C, _COR, _I, "frames of connections not taken for Kafka"),
@@ -251,6 +300,7 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
     # ---- rows
     ("capture_gap", _F, _ROW, _W, "bytes before this pair were lost (or the capture began late)"),
     ("negative_latency", _F, _ROW, _W, "capture timestamps ran backwards across the pair"),
+    ("tls", _F, _ROW, _I, "the pair was decrypted from a TLS connection"),
 )
 
 ANOMALIES: Final[tuple[Anomaly, ...]] = tuple(Anomaly(*row) for row in _TABLE)

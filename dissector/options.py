@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from dissector.tls import KeyLogs
 
 DEFAULT_BROKER_PORTS: frozenset[int] = frozenset(
     {9092, 9093, 9094, 9095, 9096, 9097, 9098, 9099, 19092, 29092, 39092}
@@ -53,6 +56,8 @@ class Options:
     # Close connections silent this long (live capture: connections that never
     # FIN/RST would otherwise be held for the whole run). None: the core's default.
     idle_timeout_s: float | None = None
+    # TLS secrets to decrypt Kafka over TLS with (``dissector.tls.key_logs``).
+    tls: KeyLogs | None = None
     # How several capture files group into continuous captures (capture sets).
     chain: ChainRule = field(default_factory=ChainRule)
 
@@ -80,8 +85,22 @@ CaptureSource = str | CaptureBytes
 
 
 def source_name(source: CaptureSource) -> str:
-    """The name a capture's rows carry: its path, or ``CaptureBytes.name``."""
-    return source.name if isinstance(source, CaptureBytes) else source
+    """The name a capture's rows carry: its path (``text_path``), or ``CaptureBytes.name``."""
+    return source.name if isinstance(source, CaptureBytes) else text_path(source)
+
+
+def text_path(path: str) -> str:
+    """A file name as rows, outputs and messages carry it: as it is, or, when the OS
+    gave bytes that are not UTF-8 (a ``str`` holding surrogate escapes, which Arrow,
+    Parquet and JSON cannot store), those bytes written ``\\xNN``, as Python's
+    ``backslashreplace`` does (``caf\\xe9.pcap``). Valid UTF-8 names are unchanged."""
+    import os
+
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    return path
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +140,7 @@ def capture_paths(source: object) -> list[AnySource]:
     kept as they are)."""
     import os
 
-    if isinstance(source, str | os.PathLike | CaptureBytes | CaptureSet):
+    if isinstance(source, str | bytes | os.PathLike | CaptureBytes | CaptureSet):
         source = [source]
-    return [p if isinstance(p, CaptureBytes | CaptureSet) else os.fspath(p) for p in source]  # type: ignore[attr-defined]
+    # fsdecode: a bytes path (any name the OS gives) becomes the str os.open takes back
+    return [p if isinstance(p, CaptureBytes | CaptureSet) else os.fsdecode(p) for p in source]  # type: ignore[attr-defined]

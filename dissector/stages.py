@@ -143,10 +143,12 @@ class RowFlag(StrEnum):
 
     CAPTURE_GAP = "capture_gap"
     NEGATIVE_LATENCY = "negative_latency"
+    TLS = "tls"
 
 
 CAPTURE_GAP = RowFlag.CAPTURE_GAP.value
 NEGATIVE_LATENCY = RowFlag.NEGATIVE_LATENCY.value
+TLS = RowFlag.TLS.value
 
 # A version newer than our specs is not broken bytes: the row keeps its status and
 # says why it is not decoded in decode_error (like Wireshark's "unsupported version").

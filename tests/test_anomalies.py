@@ -18,6 +18,7 @@ from dissector import anomalies as an
 from dissector.cli import main
 from dissector.protocol import decode_request, decode_response
 from dissector.protocol.records import ERROR_CODES
+from dissector.stages import TLS
 from tests.oracle import rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,6 +41,7 @@ _RUST_COUNTER_CALL = re.compile(
 )
 _RUST_RECORD_ERROR = re.compile(r"ctx\.error\(\s*\"([a-z0-9_]+)\"")
 _RUST_RECORDS_COUNTER = '&format!("records_{code}"'  # the scan stops at its ')'
+_RUST_OUTCOME_COUNTER = re.compile(r"Outcome::\w+ => \"(tls_[a-z_]+)\"")
 
 
 def python_counter_names(root: Path) -> tuple[dict[str, set[str]], list[str]]:
@@ -78,7 +80,7 @@ def rust_counter_names(root: Path) -> tuple[dict[str, set[str]], list[str]]:
     stage's ``records_{code}`` expands to every code its ``ctx.error`` calls name."""
     found: dict[str, set[str]] = {}
     dynamic: list[str] = []
-    for path in sorted(root.glob("*.rs")):
+    for path in sorted(root.rglob("*.rs")):
         text = path.read_text()
         for match in _RUST_COUNTER_CALL.finditer(text):
             arg = match.group(1).strip()
@@ -89,6 +91,11 @@ def rust_counter_names(root: Path) -> tuple[dict[str, set[str]], list[str]]:
                     found.setdefault(an.RECORDS_COUNTER_PREFIX + code, set()).add(path.name)
             elif path.name == "framing.rs" and arg == "name":
                 pass  # the counting helper itself: its callers name the counters
+            elif arg.endswith(".counter("):  # the scan stops at its "("
+                # A TLS connection's outcome: `Outcome::counter` names each literally.
+                conn = (path.parent / "conn.rs").read_text()
+                for name in _RUST_OUTCOME_COUNTER.findall(conn):
+                    found.setdefault(name, set()).add(path.name)
             elif path.name != "types.rs":  # Counters itself: inc(name) -> add(name, 1)
                 dynamic.append(f"{path.name}: counters call with {arg!r}")
     return found, dynamic
@@ -99,7 +106,7 @@ def rust_record_error_codes(root: Path) -> set[str]:
 
 
 def all_source_text() -> str:
-    paths = [*PY_ROOT.rglob("*.py"), *ORACLE_ROOT.rglob("*.py"), *RUST_ROOT.glob("*.rs")]
+    paths = [*PY_ROOT.rglob("*.py"), *ORACLE_ROOT.rglob("*.py"), *RUST_ROOT.rglob("*.rs")]
     return "\n".join(p.read_text() for p in paths if p.name != "anomalies.py")
 
 
@@ -192,7 +199,7 @@ def test_protocol_decode_errors_start_with_registered_codes() -> None:
 
 
 def test_row_flags_are_registered() -> None:
-    assert set(an.by_kind(an.Kind.FLAG)) == {rows.CAPTURE_GAP, rows.NEGATIVE_LATENCY}
+    assert set(an.by_kind(an.Kind.FLAG)) == {rows.CAPTURE_GAP, rows.NEGATIVE_LATENCY, TLS}
 
 
 # ------------------------------------------------------------------ registry -> code

@@ -68,6 +68,10 @@ class Broker:
     plaintext: int
     sasl: int
     controller: int
+    # The SSL and SASL_SSL listeners are not used here, but the script opens them: on
+    # free ports too, so that this broker starts beside the session's test-bed broker.
+    ssl: int
+    sasl_ssl: int
 
     @property
     def env(self) -> dict[str, str]:
@@ -77,6 +81,8 @@ class Broker:
             "KAFKA_PLAINTEXT_PORT": str(self.plaintext),
             "KAFKA_SASL_PORT": str(self.sasl),
             "KAFKA_CONTROLLER_PORT": str(self.controller),
+            "KAFKA_SSL_PORT": str(self.ssl),
+            "KAFKA_SASL_SSL_PORT": str(self.sasl_ssl),
             "KAFKA_REQUEST_LOG": "1",
         }
 
@@ -92,7 +98,7 @@ class Broker:
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports the kernel hands out now; held together so the three differ."""
+    """Ports the kernel hands out now; held together so they differ."""
     socks = [socket.socket() for _ in range(count)]
     try:
         for s in socks:
@@ -111,8 +117,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    plaintext, sasl, controller = free_ports(3)
-    b = Broker(tmp_path_factory.mktemp("oracle-broker"), plaintext, sasl, controller)
+    plaintext, sasl, controller, ssl, sasl_ssl = free_ports(5)
+    b = Broker(tmp_path_factory.mktemp("oracle-broker"), plaintext, sasl, controller, ssl, sasl_ssl)
     try:
         started = b.run("start", timeout=BROKER_START_TIMEOUT_S)
         assert started.returncode == 0, f"broker did not start:\n{started.stderr[-4000:]}"

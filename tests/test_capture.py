@@ -487,13 +487,17 @@ def test_pcapng_second_section_resets_interfaces_and_byte_order(tmp_path: Path) 
         + _shb(">")
         + _idb(">", 101, 9)
         + _epb(">", 0, 7_000_000_000, bytes(V6))
-        + _epb(">", 1, 1, bytes(V6))  # no interface 1 in this section
+        + _epb(">", 1, 1, bytes(V6))  # no interface 1 in this section: read as interface 0
     )
     path = tmp_path / "two.pcapng"
     path.write_bytes(blob)
     counters = Counters()
     pkts = list(read_packets(str(path), counters))
-    assert [(p.ts_ns, p.src) for p in pkts] == [(5 * 10**9, "10.1.2.3"), (7 * 10**9, "2001:db8::1")]
+    assert [(p.ts_ns, p.src) for p in pkts] == [
+        (5 * 10**9, "10.1.2.3"),
+        (7 * 10**9, "2001:db8::1"),
+        (1, "2001:db8::1"),
+    ]
     assert counters["pcapng_unknown_interface"] == 1
 
 

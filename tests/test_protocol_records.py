@@ -38,6 +38,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from dissector.protocol.records import (
     CODEC_NAMES,
     ERROR_CODES,
+    FRAME_BUDGET_CAP,
     FRAME_RATIO,
     Budget,
     current_frame_budget,
@@ -873,10 +874,13 @@ def test_frame_budget_is_shared_by_every_field_of_a_frame() -> None:
 
 
 def test_large_frames_get_a_budget_in_proportion() -> None:
-    small, large = Budget.for_frame(1000), Budget.for_frame(10 << 20)
+    small, large = Budget.for_frame(1000), Budget.for_frame(4 << 20)
     assert small == Budget.per_frame()  # 64 MiB, and four times that for kept records
-    assert large.remaining == FRAME_RATIO * (10 << 20)
+    assert large.remaining == FRAME_RATIO * (4 << 20)
     assert large.items == small.items  # kept records stay bounded by the default
+    # A fixed cap, whatever the frame's size (a 32 MB frame once bought 1 GiB).
+    assert Budget.for_frame(32 << 20).remaining == FRAME_BUDGET_CAP == 256 << 20
+    assert Budget.for_frame(1 << 30, max_decompressed=512 << 20).remaining == 512 << 20
 
 
 def _kio_frame(entity: Any, **header: Any) -> bytes:

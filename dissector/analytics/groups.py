@@ -24,6 +24,8 @@ from dissector.protocol.errors import error_name
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.tls import KeyLogs
+
 # The membership APIs by Kafka's names, and the group protocol each belongs to.
 GROUP_APIS: dict[str, str] = {
     "JoinGroup": "classic",
@@ -178,6 +180,7 @@ def groups(
     *,
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
+    tls: KeyLogs | None = None,
 ) -> pd.DataFrame:
     """One row per group-membership call (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
     ConsumerGroupHeartbeat, ShareGroupHeartbeat). ``df.attrs["counters"]`` counts the
@@ -186,7 +189,7 @@ def groups(
     rows = [
         group_row(dx)
         for dx, _ in decoded_exchanges(
-            source, GROUP_APIS, ports=ports, specs=specs, counters=counters
+            source, GROUP_APIS, ports=ports, specs=specs, counters=counters, tls=tls
         )
     ]
     df = table(rows, GROUP_COLUMNS)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from dissector.stages import Exchange
+    from dissector.tls import KeyLogs
 
 Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
 
@@ -132,6 +133,7 @@ def decoded_exchanges(
     specs: Iterable[str | os.PathLike[str]] = (),
     expand: Collection[str] = (),
     counters: Counter[str] | None = None,
+    tls: KeyLogs | None = None,
 ) -> Iterator[tuple[DecodedExchange, Any]]:
     """(decoded exchange, the capture's TopicNames) for every exchange of ``apis``
     (``wire.full_decode``). ``expand``: APIs whose responses' record batches are expanded
@@ -144,7 +146,9 @@ def decoded_exchanges(
     def expanded(api: str, request: bool) -> bool:
         return not request and api in expand
 
-    return decoded(source, wanted, ports=ports, specs=specs, expand=expanded, counts=counters)
+    return decoded(
+        source, wanted, ports=ports, specs=specs, expand=expanded, counts=counters, tls=tls
+    )
 
 
 # ----------------------------------------------------------------- partition entries
@@ -450,6 +454,7 @@ def partitions(
     *,
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
+    tls: KeyLogs | None = None,
 ) -> pd.DataFrame:
     """One row per (pair, topic, partition) of Produce, Fetch, ShareFetch, ListOffsets,
     OffsetCommit, OffsetFetch and TxnOffsetCommit, and one per EndTxn pair.
@@ -461,6 +466,7 @@ def partitions(
         source,
         PARTITION_APIS,
         ports=ports,
+        tls=tls,
         specs=specs,
         expand=_EXPAND_RESPONSES,
         counters=counters,

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from dissector.options import CaptureSet, ChainRule
+    from dissector.tls import KeyLogs
 
 TABLE_ROW_LIMIT = 50
 """Longer tables are cut (the note says how many rows were left out)."""
@@ -454,6 +455,11 @@ def _capture(df: pd.DataFrame) -> Section:
     sets_text = _capture_sets_text(df)
     if sets_text:
         rows.append(("capture sets", sets_text))
+    from dissector.analytics.summary_table import tls_lines
+
+    decrypted = tls_lines(df.attrs.get("tls") or [])
+    if decrypted:
+        rows.append(("TLS connections", "; ".join(decrypted)))
     if tls:
         rows.append(("TLS (not decoded)", _tls_text(tls)))
     if counters:
@@ -1314,7 +1320,11 @@ def write_report(
 ) -> Path:
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(df, title=title, command=command), encoding="utf-8")
+    html = render(df, title=title, command=command)
+    # The command line may hold file names the OS gave as bytes that are not UTF-8:
+    # shown as \xNN, as the capture column shows them (options.text_path).
+    html = html.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    path.write_text(html, encoding="utf-8")
     return path
 
 
@@ -1328,6 +1338,7 @@ def analyze(
     ports: frozenset[int] | None = None,
     failures: list[tuple[str, str]] | None = None,
     chain: ChainRule | None = None,
+    tls: KeyLogs | None = None,
 ) -> pd.DataFrame:
     """``dissector.analyze`` plus ``df.attrs["client_software"]`` and
     ``df.attrs["groups"]`` (see ``NotingDecoder``), in one pass, and
@@ -1344,7 +1355,7 @@ def analyze(
     from dissector.wire.sets import capture_sets
 
     decoder = NotingDecoder(protocol, missing_client=stats.MISSING_LABEL)
-    options = Options(ports=ports, chain=chain or ChainRule())
+    options = Options(ports=ports, chain=chain or ChainRule(), tls=tls)
     # Files of one rotated recording are one capture (``chain``, see wire.sets).
     sets = capture_sets([str(p) for p in paths], options.chain, failures=failures)
 
@@ -1378,7 +1389,7 @@ def analyze(
             continue
         readable.append(source)
     df = _combined(frames)
-    df.attrs[TABLES_ATTR] = analytics_tables(readable, ports=ports)
+    df.attrs[TABLES_ATTR] = analytics_tables(readable, ports=ports, tls=tls)
     df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
     df.attrs[CAPTURES_ATTR] = [name for s in readable for name in s.file_names]
     df.attrs[CAPTURE_SETS_ATTR] = set_listing(readable)
@@ -1387,7 +1398,10 @@ def analyze(
 
 
 def analytics_tables(
-    sources: Sequence[str | CaptureSet], *, ports: frozenset[int] | None = None
+    sources: Sequence[str | CaptureSet],
+    *,
+    ports: frozenset[int] | None = None,
+    tls: KeyLogs | None = None,
 ) -> AnalyticsTables:
     """The partition table and the version-skew view of the readable ``sources``:
     each a pass of its own over the captures (full decode of the APIs it reads)."""
@@ -1396,7 +1410,9 @@ def analytics_tables(
 
     if not sources:
         return AnalyticsTables(table([], PARTITION_COLUMNS), table([], VERSION_COLUMNS))
-    return AnalyticsTables(partitions(sources, ports=ports), versions(sources, ports=ports))
+    return AnalyticsTables(
+        partitions(sources, ports=ports, tls=tls), versions(sources, ports=ports, tls=tls)
+    )
 
 
 def _run_one(source: CaptureSet, options: Any, observe: Any) -> pd.DataFrame:
@@ -1417,10 +1433,12 @@ def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
         return frames[0]
     counters: dict[str, int] = {}
     tls: list[int] = []
+    tls_table: list[dict[str, object]] = []
     for df in frames:
         for name, n in (df.attrs.get("counters") or {}).items():
             counters[name] = counters.get(name, 0) + n
         tls.extend(df.attrs.get("tls_streams") or [])
+        tls_table.extend(df.attrs.get("tls") or [])
     combined = pd.concat(frames, ignore_index=True)
     from dissector.table.analysis import CAPTURE_SETS_ATTR
 
@@ -1428,6 +1446,7 @@ def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
     combined.attrs = {
         "counters": dict(sorted(counters.items())),
         "tls_streams": tls,
+        "tls": tls_table,
         CAPTURE_SETS_ATTR: sets,
     }
     return combined
@@ -1441,12 +1460,15 @@ def report_file(
     title: str | None = None,
     failures: list[tuple[str, str]] | None = None,
     chain: ChainRule | None = None,
+    tls: KeyLogs | None = None,
 ) -> Path:
     """Analyse ``paths`` and write their report to ``output`` (``failures``, ``chain``:
     see ``analyze``)."""
     sources = [str(p) for p in paths]
-    df = analyze(sources, ports=ports, failures=failures, chain=chain)
+    df = analyze(sources, ports=ports, failures=failures, chain=chain, tls=tls)
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if ports:
         command += " --ports " + ",".join(str(p) for p in sorted(ports))
+    if tls:
+        command += "".join(f" --tls-keylog {p}" for p in tls.paths)
     return write_report(df, output, title=title, command=command)

@@ -155,11 +155,30 @@ def print_summary(df: pd.DataFrame, file: TextIO | None = None) -> None:
             highlight=False,
             soft_wrap=True,
         )
+    for line in tls_lines(df.attrs.get("tls") or []):
+        console.print(line, highlight=False, soft_wrap=True)
     tls = df.attrs.get("tls_streams") or []
     if tls:
+        hint = "" if counters.get("tls_decrypted_connections") else " (give --tls-keylog)"
         console.print(
-            f"TLS detected (not decoded) on streams: {', '.join(map(str, tls))}", soft_wrap=True
+            f"TLS detected (not decoded) on streams: {', '.join(map(str, tls))}{hint}",
+            soft_wrap=True,
         )
+
+
+def tls_lines(table: list[dict[str, object]]) -> list[str]:
+    """One line per TLS version and cipher suite: connections by outcome."""
+    by_suite: dict[str, dict[str, int]] = {}
+    for t in table:
+        shown = [str(t[k]) for k in ("version", "cipher_suite") if t.get(k)]
+        label = " ".join(shown) or "TLS, version unknown"
+        outcomes = by_suite.setdefault(label, {})
+        outcome, n = str(t["outcome"]), t["connections"]
+        outcomes[outcome] = outcomes.get(outcome, 0) + (n if isinstance(n, int) else 0)
+    return [
+        f"{label}: " + ", ".join(f"{k} {n}" for k, n in sorted(o.items()))
+        for label, o in sorted(by_suite.items())
+    ]
 
 
 def _missing(value: object) -> bool:

@@ -24,6 +24,8 @@ from dissector.protocol.pairs import decoder_for_specs
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.tls import KeyLogs
+
 NEGOTIATION_API = "ApiVersions"
 
 VERSION_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -109,6 +111,7 @@ def versions(
     *,
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
+    tls: KeyLogs | None = None,
 ) -> pd.DataFrame:
     """The version-skew view: one row per (capture, connection, api_key) used.
     ``df.attrs["counters"]`` counts exchanges without an API (SASL tokens, orphan
@@ -122,7 +125,7 @@ def versions(
     negotiation_key: int | None = None
     for path, ex in iter_exchanges(
         capture_paths(source),
-        Options(ports=frozenset(ports) if ports is not None else None),
+        Options(ports=frozenset(ports) if ports is not None else None, tls=tls),
         decoder=decoder,
     ):
         if ex.api_key is None or ex.api_version is None:

@@ -26,6 +26,8 @@ from dissector.cli.common import (
     note_sets,
     parse_ports,
     report_failures,
+    tls_key_logs,
+    tls_keylog_option,
     warn_damage,
 )
 
@@ -116,6 +118,7 @@ def one_shot(command: Callable[..., None]) -> Callable[..., None]:
 )
 @click.option("--quiet", is_flag=True, help="no summary table (warnings and errors still show)")
 @chain_options
+@tls_keylog_option
 @one_shot
 def analyze(
     paths: tuple[str, ...],
@@ -129,6 +132,7 @@ def analyze(
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
+    tls_keylog: tuple[str, ...] = (),
 ) -> None:
     """Decode every Kafka request/response pair in PATHS (pcap or pcapng, maybe gzipped).
 
@@ -143,6 +147,7 @@ def analyze(
         ports=parse_ports(ports),
         max_frame=max_frame if max_frame is not None else DEFAULT_MAX_FRAME,
         chain=chain_rule(chain, no_chain, chain_gap),
+        tls=tls_key_logs(tls_keylog),
     )
     decoder = load_decoder(specs) if specs else None
     result, failures = analyze_each(
@@ -153,7 +158,7 @@ def analyze(
     if output and len(failures) < len(paths):
         _write(result, output, quiet)
     if result.sets:
-        _write_tables(result.sets, opts.ports, specs, partitions_out, groups_out, quiet)
+        _write_tables(result.sets, opts, specs, partitions_out, groups_out, quiet)
     report_failures(failures, len(paths))
 
 
@@ -167,6 +172,7 @@ class Analysed:
     counters: dict[str, int]
     tls_streams: list[int]
     sets: list[CaptureSet]  # the captures read, each from one or more files
+    tls: list[dict[str, object]]
     _frame: pd.DataFrame | None = None
 
     def frame(self) -> pd.DataFrame:
@@ -179,6 +185,7 @@ class Analysed:
                 "counters": self.counters,
                 "tls_streams": self.tls_streams,
                 CAPTURE_SETS_ATTR: set_listing(self.sets),
+                "tls": self.tls,
             }
         return self._frame
 
@@ -200,6 +207,7 @@ def analyze_each(
     tables: list[pa.Table] = []
     counters: dict[str, int] = {}
     tls: list[int] = []
+    tls_table: list[dict[str, object]] = []
     failures: list[tuple[str, str]] = []
     sets = group_captures(paths, options.chain, failures)
     note_sets(sets)
@@ -216,11 +224,12 @@ def analyze_each(
         for name, n in seen.items():
             counters[name] = counters.get(name, 0) + n
         tls.extend(run.tls_streams)
+        tls_table.extend(run.tls)
         tables.append(table)
     import pyarrow as pa
 
     table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
-    return Analysed(table, dict(sorted(counters.items())), tls, done), failures
+    return Analysed(table, dict(sorted(counters.items())), tls, done, tls_table), failures
 
 
 def _write(result: Analysed, output: str, quiet: bool) -> None:
@@ -240,7 +249,7 @@ def _write(result: Analysed, output: str, quiet: bool) -> None:
 
 def _write_tables(
     paths: list[CaptureSet],
-    ports: frozenset[int] | None,
+    opts: Options,
     specs: tuple[str, ...],
     partitions_out: str | None,
     groups_out: str | None,
@@ -257,7 +266,7 @@ def _write_tables(
         if not out.lower().endswith(TABLE_FORMATS):
             raise click.ClickException(f"{out}: use one of {', '.join(TABLE_FORMATS)}")
     for build, out in wanted:
-        table = build(paths, ports=ports, specs=specs)
+        table = build(paths, ports=opts.ports, specs=specs, tls=opts.tls)
         export_table(table, out)
         if not quiet:
             click.echo(f"wrote {len(table)} rows to {out}")

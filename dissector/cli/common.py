@@ -129,6 +129,37 @@ def _port_range(item: str, whole: str) -> range:
     return range(first, last + 1)
 
 
+def tls_keylog_option(command: Any) -> Any:
+    """``--tls-keylog FILE`` (repeatable): NSS key logs to decrypt Kafka over TLS with."""
+    return click.option(
+        "--tls-keylog",
+        "tls_keylog",
+        multiple=True,
+        metavar="FILE",
+        help="NSS key log (SSLKEYLOGFILE format) to decrypt TLS with; repeatable "
+        "(SSLKEYLOGFILE is read too when set)",
+    )(command)
+
+
+def tls_key_logs(paths: Sequence[str], *, follow: bool = False, ship: bool = False) -> Any:
+    """The run's key logs (``dissector.tls.key_logs``), or one clear error line.
+    ``ship``: their contents instead of their paths (Spark tasks run elsewhere), and a
+    folder stands for the files in it."""
+    from dissector.tls import KeyLogError, KeyLogs, key_logs, read_texts
+
+    if ship:  # a folder of key logs (one per broker, say): every file in it
+        paths = [
+            str(f) for p in paths for f in (sorted(Path(p).iterdir()) if Path(p).is_dir() else [p])
+        ]
+    try:
+        logs = key_logs(paths, follow=follow)
+        if ship and logs is not None:
+            return KeyLogs(texts=read_texts(logs.paths))
+    except KeyLogError as exc:
+        raise click.ClickException(str(exc)) from None
+    return logs
+
+
 def capture_problem(path: str) -> str | None:
     """Why ``path`` cannot be a capture before opening it, or None."""
     if not os.path.exists(path):
@@ -142,8 +173,11 @@ def report_failures(failures: list[tuple[str, str]], total: int) -> None:
     """Name each capture that could not be read; exit non-zero when there is one."""
     if not failures:
         return
+    from dissector.options import text_path
+
     for path, reason in failures:
-        line = reason if reason.startswith(path) else f"{path}: {reason}"
+        name = text_path(path)  # a name of bytes that are not UTF-8 shown as \xNN
+        line = reason if reason.startswith((path, name)) else f"{name}: {reason}"
         click.echo(f"error: {line}", err=True)
     raise click.ClickException(f"{len(failures)} of {total} captures failed")
 

@@ -18,6 +18,8 @@ from dissector.cli.common import (
     note_sets,
     parse_ports,
     report_failures,
+    tls_key_logs,
+    tls_keylog_option,
     warn_damage,
 )
 from dissector.json_values import jsonable
@@ -72,6 +74,7 @@ def load_registry(spec_dirs: Iterable[str]) -> Registry:
 )
 @click.option("--ports", help="broker ports and ranges, e.g. 9092,9094-9096")
 @chain_options
+@tls_keylog_option
 def decode_command(
     paths: tuple[str, ...],
     api: str | None,
@@ -81,12 +84,14 @@ def decode_command(
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
+    tls_keylog: tuple[str, ...] = (),
 ) -> None:
     """Decode every request/response pair of the captures as JSON lines.
 
     Files of one rotated recording are read as one capture (--chain)."""
     key = parse_api(api, load_registry(spec_dirs))
     port_set = parse_ports(ports)
+    tls = tls_key_logs(tls_keylog)
     failures: list[tuple[str, str]] = []
     sets = group_captures(paths, chain_rule(chain, no_chain, chain_gap), failures)
     note_sets(sets)
@@ -99,6 +104,7 @@ def decode_command(
             specs=spec_dirs,
             ports=port_set,
             counters=counters,
+            tls=tls,
         )
         try:
             _write_lines(items, sys.stdout)

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from dissector.cli.common import parse_ports
+from dissector.cli.common import parse_ports, tls_key_logs, tls_keylog_option
 from dissector.live.loop import DEFAULT_INTERVAL, LiveCapture, LiveOptions, Tick
 from dissector.live.sinks import open_sink
 from dissector.live.source import DEFAULT_BUFFER_MIB, DEFAULT_SNAPLEN, LiveError
@@ -114,6 +114,9 @@ def _final_summary(cap: LiveCapture, output: str | None) -> None:
         f"interface dropped {cap.final_stats.if_dropped}",
         highlight=False,
     )
+    tls = _tls_line(cap)
+    if tls:
+        console.print(tls, highlight=False)
     if cap.final_stats.dropped or cap.final_stats.if_dropped:
         console.print(
             "[bold red]packets were lost by the capture: pairs touched by the loss carry the "
@@ -125,6 +128,30 @@ def _final_summary(cap: LiveCapture, output: str | None) -> None:
         console.print(f"[bold red]{cap.pcap_error}: the pcap is incomplete[/]", highlight=False)
     elif cap.options.write_pcap:
         console.print(f"wrote {cap.options.write_pcap} ({cap.frames} frames)", highlight=False)
+
+
+# A TLS connection's outcome: exactly one of these counts it (native/src/tls).
+TLS_OUTCOMES = (
+    "tls_decrypted_connections",
+    "tls_no_secret",
+    "tls_no_handshake",
+    "tls_unsupported_version",
+    "tls_unsupported_suite",
+    "tls_decrypt_failed",
+    "tls_capture_gap",
+    "tls_bad_record",
+    "tls_buffer_limit",
+)
+
+
+def _tls_line(cap: LiveCapture) -> str:
+    """TLS connections seen and their outcomes (the counters, by name); empty when
+    there was no TLS."""
+    c = cap.counters
+    if not c["tls_connections"]:
+        return ""
+    outcomes = ", ".join(f"{name} {c[name]}" for name in TLS_OUTCOMES if c[name])
+    return f"TLS connections {c['tls_connections']}: {outcomes}"
 
 
 @click.command("live")
@@ -173,6 +200,7 @@ def _final_summary(cap: LiveCapture, output: str | None) -> None:
     show_default=True,
     help="live view: rich table on a terminal, plain lines otherwise",
 )
+@tls_keylog_option
 def live_command(
     iface: str,
     bpf: str | None,
@@ -185,6 +213,7 @@ def live_command(
     snaplen: int,
     buffer_mib: int,
     view: str,
+    tls_keylog: tuple[str, ...] = (),
 ) -> None:
     """Watch Kafka requests, latency and errors on an interface as they happen.
 
@@ -203,6 +232,8 @@ def live_command(
         write_pcap=write_pcap,
         snaplen=snaplen,
         buffer_mib=buffer_mib,
+        # A client appends a line per handshake: the key logs are read on as they grow.
+        tls=tls_key_logs(tls_keylog, follow=True),
     )
     try:
         cap = run_cli(opts, output, view)

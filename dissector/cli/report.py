@@ -5,7 +5,14 @@ from __future__ import annotations
 import click
 
 from dissector.analytics.report import report_file
-from dissector.cli.common import chain_options, chain_rule, parse_ports, report_failures
+from dissector.cli.common import (
+    chain_options,
+    chain_rule,
+    parse_ports,
+    report_failures,
+    tls_key_logs,
+    tls_keylog_option,
+)
 
 
 @click.command("report")
@@ -21,6 +28,7 @@ from dissector.cli.common import chain_options, chain_rule, parse_ports, report_
 @click.option("--ports", help="broker ports, comma-separated (default: usual ports + heuristic)")
 @click.option("--title", help="page title (default: names the capture files)")
 @chain_options
+@tls_keylog_option
 def report_command(
     paths: tuple[str, ...],
     output: str,
@@ -29,12 +37,14 @@ def report_command(
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
+    tls_keylog: tuple[str, ...] = (),
 ) -> None:
     """Write one self-contained HTML report (charts, tables, capture facts) for PATHS.
 
     Files of one rotated recording are read as one capture (--chain)."""
     failures: list[tuple[str, str]] = []
     rule = chain_rule(chain, no_chain, chain_gap)
+    tls = tls_key_logs(tls_keylog)
     if len(failures) < len(paths):
         path = report_file(
             paths,
@@ -43,6 +53,7 @@ def report_command(
             title=title,
             failures=failures,
             chain=rule,
+            tls=tls,
         )
         if len(failures) < len(paths):
             click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dissector.cli.common import parse_ports
+from dissector.cli.common import parse_ports, tls_key_logs, tls_keylog_option
 from dissector.options import Options
 from dissector.spark.aggregate import DEFAULT_TOP, DEFAULT_WINDOW, summaries
 from dissector.spark.analytics import ANALYTICS_TABLES, parse_tables
@@ -142,6 +142,7 @@ def _check_all_failed(report: JobReport) -> None:
 )
 @click.option("--conf", "confs", multiple=True, help="extra Spark setting KEY=VALUE (repeatable)")
 @click.option("-v", "--verbose", is_flag=True, help="Spark's own log (WARN) and progress bars")
+@tls_keylog_option
 def spark_command(
     paths: tuple[str, ...],
     master: str | None,
@@ -155,6 +156,7 @@ def spark_command(
     analytics: str,
     confs: tuple[str, ...],
     verbose: bool,
+    tls_keylog: tuple[str, ...] = (),
 ) -> None:
     """Decode PATHS (capture files, directories or globs on any Hadoop path) on Spark.
 
@@ -177,7 +179,7 @@ def spark_command(
         tables = parse_tables(analytics)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--analytics") from None
-    options = Options(ports=parse_ports(ports))
+    options = Options(ports=parse_ports(ports), tls=tls_key_logs(tls_keylog, ship=True))
     job = _Job(options, window, top, recursive, glob or None, skip_missing, tables)
     with warnings.catch_warnings():
         if not verbose:

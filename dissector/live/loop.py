@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from dissector._core import LiveRun
+    from dissector.tls import KeyLogs
 DEFAULT_INTERVAL = 1.0
 POLL_S = 0.1  # longest wait for rows before checking stop conditions
 TABLE_ROWS = 65_536  # rows taken at once when they come faster than POLL_S
@@ -90,6 +91,8 @@ class LiveOptions:
     write_pcap: str | None = None
     snaplen: int = DEFAULT_SNAPLEN
     buffer_mib: int = DEFAULT_BUFFER_MIB
+    # TLS key logs, read on as they grow (``dissector.tls.key_logs(..., follow=True)``).
+    tls: KeyLogs | None = None
 
     @property
     def filter(self) -> str:
@@ -128,7 +131,7 @@ class LiveCapture:
         self.source = PcapSource(
             opts.iface, opts.filter, snaplen=opts.snaplen, buffer_bytes=opts.buffer_mib << 20
         )
-        options = Options(ports=opts.ports, idle_timeout_s=LIVE_IDLE_TIMEOUT_S)
+        options = Options(ports=opts.ports, idle_timeout_s=LIVE_IDLE_TIMEOUT_S, tls=opts.tls)
         self.label = f"live:{opts.iface}"
         try:
             if opts.write_pcap:
@@ -367,6 +370,7 @@ def live(
     snaplen: int = DEFAULT_SNAPLEN,
     buffer_mib: int = DEFAULT_BUFFER_MIB,
     stop: threading.Event | None = None,
+    tls_keylog: Iterable[str | os.PathLike[str]] = (),
 ) -> Iterator[PairRecord] | Iterator[pd.DataFrame]:
     """Capture Kafka traffic on ``iface`` and yield pair records as they complete.
 
@@ -375,7 +379,10 @@ def live(
     Stops after ``duration`` seconds, after ``count`` complete request/response pairs,
     when ``stop`` is set, or on Ctrl-C; requests still open are then yielded as
     ``unanswered`` rows. Errors opening the capture raise ``LiveError`` at the call.
+    ``tls_keylog``: key logs to decrypt Kafka over TLS with, read on as they grow.
     """
+    from dissector.tls import key_logs
+
     opts = LiveOptions(
         iface=iface,
         bpf=bpf,
@@ -386,6 +393,8 @@ def live(
         write_pcap=os.fspath(write_pcap) if write_pcap is not None else None,
         snaplen=snaplen,
         buffer_mib=buffer_mib,
+        # TLS key logs are read on as they grow (a client appends a line per handshake).
+        tls=key_logs(tls_keylog, follow=True),
     )
     cap = LiveCapture(opts)
     if stop is not None:

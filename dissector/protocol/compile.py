@@ -185,6 +185,8 @@ def _emit_sized(g: _Gen, out: list[str], ind: str, f: Field, target: str, flexib
     n = g.local(f"{f.name}_len")
     _emit_length(out, ind, n, flexible, wide=f.type != "string")
     out.append(f"{ind}if {n} < 0:")
+    out.append(f"{ind}    if {n} < -1:")  # -1 is null; below it no length is legal
+    out.append(f"{ind}        raise _Short")
     out.append(f"{ind}    {target} = None")
     out.append(f"{ind}else:")
     out.append(f"{ind}    if {n} > L - p:")
@@ -462,6 +464,9 @@ def _scalar_reader(kind: str, flexible: bool, records: RecordsHook) -> Reader:
 
     def sized(buf: bytes, p: int) -> tuple[Any, int]:
         n, q = length(buf, p)
+        if n < -1:
+            # -1 is null; Kafka's readers refuse any other negative length (issue #21)
+            raise _fail(f"{kind} length {n} is negative (only -1, null, is allowed)", p)
         if n < 0:
             return None, q
         _need(buf, q, n, f"{kind} of length {n}")

@@ -114,6 +114,10 @@ MAX_DECOMPRESSED: Final = 64 * 1024 * 1024  # default budget of one call or one 
 # A large frame (a 50 MB Fetch response) may decompress to this many times its size:
 # still linear in the input, and far below a bomb's 10 000:1.
 FRAME_RATIO: Final = 32
+# ... but never past this many bytes, whatever the frame's size (issue #21: a 32 MB
+# frame of bombs bought 1 GiB of output and 2.3 GB of memory). Below max_decompressed
+# it has no effect: raising max_decompressed raises the cap with it.
+FRAME_BUDGET_CAP: Final = 256 * 1024 * 1024
 # expand=True keeps records as Python objects, several times the size of their bytes:
 # bound them too, by ITEM_BUDGET_FACTOR * max_decompressed at ITEM_OVERHEAD + length
 # bytes each (a dict of ten entries and its strings take about that).
@@ -189,12 +193,13 @@ class Budget:
 
     @classmethod
     def for_frame(cls, frame_bytes: int, max_decompressed: int = MAX_DECOMPRESSED) -> Budget:
-        """``max_decompressed``, or FRAME_RATIO times the frame's size if that is more;
-        kept records (``expand``) stay bounded by ``max_decompressed`` alone."""
+        """``max_decompressed``, or FRAME_RATIO times the frame's size if that is more,
+        up to FRAME_BUDGET_CAP (or ``max_decompressed`` if larger): a fixed cap, not one
+        that grows with the frame. Kept records (``expand``) stay bounded by
+        ``max_decompressed`` alone."""
         limit = max(0, max_decompressed)
-        return cls(
-            remaining=max(limit, FRAME_RATIO * frame_bytes), items=ITEM_BUDGET_FACTOR * limit
-        )
+        scaled = min(FRAME_RATIO * frame_bytes, FRAME_BUDGET_CAP)
+        return cls(remaining=max(limit, scaled), items=ITEM_BUDGET_FACTOR * limit)
 
     def charge(self, n: int) -> None:
         self.remaining -= min(max(n, 0), self.remaining)

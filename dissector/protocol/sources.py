@@ -34,7 +34,7 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from dissector.protocol.spec import PRIMITIVES, REQUEST, RESPONSE, Field, Layout, SpecSet
 
@@ -114,8 +114,46 @@ class JsonSpec:
     origin: str
 
 
+# Apache's largest message spec is about 40 KB: a file or jar entry past this is not one
+# (issue #21: a 1 MB jar whose entry inflated to 1 GiB took 2.6 GB).
+MAX_SPEC_BYTES: Final = 4 * 1024 * 1024
+# Nesting of the JSON itself (Apache's specs: under 20); json.loads would recurse until
+# RecursionError on a hostile file.
+MAX_JSON_DEPTH: Final = 64
+
+
+def json_depth(text: str) -> int:
+    """Deepest nesting of arrays and objects in JSON ``text`` (strings skipped): one
+    linear pass, no recursion."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
 def parse_json_spec(text: str, origin: str) -> JsonSpec | None:
-    data = json.loads(strip_json_comments(text))
+    if len(text) > MAX_SPEC_BYTES:
+        raise ValueError(f"{origin}: {len(text):,} bytes, too large for a message spec")
+    text = strip_json_comments(text)
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(f"{origin}: JSON nested deeper than {MAX_JSON_DEPTH}, not a message spec")
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        return None
     if data.get("type") not in (REQUEST, RESPONSE) or "apiKey" not in data:
         return None
     return JsonSpec(
@@ -195,7 +233,9 @@ def json_layout(spec: JsonSpec, version: int, source: str) -> Layout:
 
 def iter_json_dir(directory: Path) -> Iterator[JsonSpec]:
     for path in sorted(directory.glob("*.json")):
-        spec = parse_json_spec(path.read_text(encoding="utf-8"), str(path.name))
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_SPEC_BYTES + 1)  # a larger file is refused unread
+        spec = parse_json_spec(raw.decode("utf-8"), str(path.name))
         if spec is not None:
             yield spec
 
@@ -205,7 +245,10 @@ def iter_json_jar(jar: Path) -> Iterator[JsonSpec]:
     with zipfile.ZipFile(jar) as archive:
         for name in sorted(archive.namelist()):
             if name.endswith(".json") and "/message/" in f"/{name}":
-                text = archive.read(name).decode("utf-8")
+                with archive.open(name) as entry:
+                    # inflate no more than a spec can be: the entry's stated size may lie
+                    raw = entry.read(MAX_SPEC_BYTES + 1)
+                text = raw.decode("utf-8")
                 spec = parse_json_spec(text, f"{jar.name}!{name}")
                 if spec is not None:
                     yield spec

@@ -66,6 +66,7 @@ def run_analysis(
     df = core.table_to_frame(table)
     df.attrs["counters"] = run.counters.as_dict()
     df.attrs["tls_streams"] = run.tls_streams
+    df.attrs["tls"] = run.tls
     df.attrs[CAPTURE_SETS_ATTR] = set_listing(run.sets)
     return df
 

@@ -241,8 +241,23 @@ def write_pairs_parquet(
     import pyarrow.parquet as pq
 
     table = pairs_table(data)
-    pq.write_table(table, os.fspath(where), filesystem=filesystem, **parquet_options())
+    path = os.fspath(where)
+    if filesystem is None and _not_utf8(path):
+        # pyarrow takes paths as UTF-8 text: a local name of other bytes is opened here
+        with open(path, "wb") as fh:
+            pq.write_table(table, fh, **parquet_options())
+    else:
+        pq.write_table(table, path, filesystem=filesystem, **parquet_options())
     return table.num_rows
+
+
+def _not_utf8(path: str) -> bool:
+    """A name the OS gave as bytes that are not UTF-8 (``str`` with surrogate escapes)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def open_pairs_parquet(

@@ -15,10 +15,11 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
-from dissector.options import AnySource, CaptureBytes, CaptureSet, CaptureSource
+from dissector.options import AnySource, CaptureBytes, CaptureSet, CaptureSource, source_name
 from dissector.schema import COLUMNS, arrow_type, frame_dtype
 from dissector.stages import CaptureError
 
@@ -26,9 +27,10 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector._core import Analyzer, LiveRun, Model
+    from dissector._core import Analyzer, KeyLog, LiveRun, Model
     from dissector.options import Options
     from dissector.stages import Exchange
+    from dissector.tls import KeyLogs
 
 BATCH_ROWS = 65_536
 """Rows per Arrow batch: memory of a streaming run is bounded by this, not the capture."""
@@ -156,6 +158,7 @@ def new_analyzer(
     _core = native()
     idle = options.idle_timeout_s
     budget = {"capture_budget": capture_budget} if capture_budget is not None else {}
+    tls_keys = native_key_log(options.tls) if options.tls else None
     return _core.Analyzer(
         model.native,
         sorted(options.broker_ports),
@@ -165,8 +168,19 @@ def new_analyzer(
         _Fallback(decoder, model.extracts),
         exchanges=exchanges,
         keep_keys=list(keep_keys),
+        tls_keys=tls_keys,
         **budget,
     )
+
+
+def native_key_log(logs: KeyLogs) -> KeyLog:
+    """The core's parsed key log (read now: a file changed since an earlier run counts)."""
+    from dissector.tls import KeyLogError
+
+    try:
+        return native().KeyLog(list(logs.paths), list(logs.texts), logs.follow)
+    except OSError as exc:
+        raise KeyLogError(f"TLS {exc}") from None
 
 
 def open_capture(analyzer: Analyzer, path: AnySource) -> None:
@@ -198,7 +212,7 @@ class _NextFiles:
         self.at += 1
         if isinstance(f, CaptureBytes):
             return f.name, bytes(f.data)
-        return f, f
+        return source_name(f), f
 
 
 def _open_file(analyzer: Analyzer, path: CaptureSource) -> None:
@@ -209,15 +223,17 @@ def _open_file(analyzer: Analyzer, path: CaptureSource) -> None:
         except ValueError as exc:
             raise CaptureError(f"{path.name}: {exc}") from None
         return
+    name = source_name(path)  # errors name the file as its rows would
     try:
-        analyzer.open_path(path, path)
+        analyzer.open_path(name, path)
     except OSError as exc:
         if not os.path.exists(path):
-            raise FileNotFoundError(f"{path}: no such file") from None
+            raise FileNotFoundError(f"{name}: no such file") from None
         if os.path.isdir(path):
-            raise IsADirectoryError(f"{path}: is a directory") from None
-        text = str(exc)
-        raise CaptureError(text if text.startswith(path) else f"{path}: {text}") from None
+            raise IsADirectoryError(f"{name}: is a directory") from None
+        # the core shows the name with U+FFFD for bytes that are not UTF-8: its words follow
+        shown, text = os.fsencode(path).decode("utf-8", "replace") + ": ", str(exc)
+        raise CaptureError(f"{name}: {text.removeprefix(shown)}") from None
 
 
 # ---------------------------------------------------------------- rows -> Arrow
@@ -301,6 +317,7 @@ class Run:
     tls_streams: list[int]
     schema: pa.Schema
     sets: list[CaptureSet]  # the captures read, each a set of files (most of one file)
+    tls: list[dict[str, object]] = dataclass_field(default_factory=list)
 
 
 @dataclass
@@ -409,6 +426,21 @@ def _merge_counters(counters: Counters, analyzer: Analyzer) -> None:
     for name, n in analyzer.counters().items():
         counters.add(name, n)
     counters.tls_streams = [s for _, s in analyzer.tls_streams()]  # type: ignore[attr-defined]
+    counters.tls = tls_table(analyzer)  # type: ignore[attr-defined]
+
+
+def tls_table(analyzer: Analyzer) -> list[dict[str, object]]:
+    """The run's TLS connections by capture, version, cipher suite and outcome."""
+    return [
+        {
+            "capture": t.capture,
+            "version": t.version,
+            "cipher_suite": t.cipher_suite,
+            "outcome": t.outcome,
+            "connections": t.connections,
+        }
+        for t in analyzer.tls_connections()
+    ]
 
 
 def analyze_table(
@@ -438,7 +470,7 @@ def analyze_table(
     schema = arrow_schema()
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     tls = getattr(counters, "tls_streams", [])
-    return table, Run(counters, tls, schema, sets)
+    return table, Run(counters, tls, schema, sets, getattr(counters, "tls", []))
 
 
 def table_to_frame(table: pa.Table) -> pd.DataFrame:
@@ -471,11 +503,27 @@ def _numbers(name: str, column: pa.ChunkedArray, dtype_name: str) -> Any:
 
     dtype = pd.api.types.pandas_dtype(dtype_name)
     if isinstance(dtype, pd.ArrowDtype):
-        typed = column if column.type == dtype.pyarrow_dtype else column.cast(dtype.pyarrow_dtype)
+        typed = column if column.type == dtype.pyarrow_dtype else _saturated(column, dtype)
         return pd.arrays.ArrowExtensionArray(typed)
     if column.null_count:
         raise ValueError(f"column {name!r} holds nulls, its dtype {dtype_name} has none")
     return column.cast(pa.from_numpy_dtype(dtype)).to_numpy()
+
+
+def _saturated(column: pa.ChunkedArray, dtype: pd.ArrowDtype) -> pa.ChunkedArray:
+    """Cast to a narrower integer type, values past its range held at its bounds: only a
+    hostile frame gets there (record counts summed from forged batch headers, already
+    flagged in decode_error), and one such pair must not fail the whole table."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    target = dtype.pyarrow_dtype
+    if pa.types.is_integer(target) and pa.types.is_integer(column.type):
+        info = np.iinfo(target.to_pandas_dtype())
+        low = pc.max_element_wise(column, int(info.min), skip_nulls=False)  # nulls stay null
+        column = pc.min_element_wise(low, int(info.max), skip_nulls=False)
+    return column.cast(target)
 
 
 def _category(column: pa.ChunkedArray) -> pd.Categorical:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
 from dissector.options import AnySource, Options, capture_paths
@@ -22,6 +22,9 @@ from dissector.protocol.pairs import (
 )
 from dissector.stages import Exchange
 from dissector.wire.core import iter_exchanges
+
+if TYPE_CHECKING:
+    from dissector.tls import KeyLogs
 
 Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
 
@@ -40,11 +43,12 @@ def decoded_exchanges(
     counts: Counter[str] | None = None,
     counters: Counters | None = None,
     decoder: Any = None,
+    tls: KeyLogs | None = None,
 ) -> Iterator[tuple[DecodedExchange, Any]]:
     """(decoded exchange, the capture's TopicNames) for each wanted exchange of the
     captures (see ``protocol.pairs.decode_exchanges``); ``counters``: the run's counters."""
     decoder = decoder if decoder is not None else decoder_for_specs(specs)
-    options = Options(ports=frozenset(ports) if ports is not None else None)
+    options = Options(ports=frozenset(ports) if ports is not None else None, tls=tls)
     exchanges = iter_exchanges(capture_paths(source), options, decoder=decoder, counters=counters)
     return decode_exchanges(exchanges, decoder, wanted, expand=expand, counts=counts)
 
@@ -57,6 +61,7 @@ def iter_decoded(
     specs: Iterable[str | os.PathLike[str]] = (),
     ports: Iterable[int] | None = None,
     counters: Counters | None = None,
+    tls: KeyLogs | None = None,
 ) -> Iterator[dict[str, Any]]:
     """One JSON-able dict per request/response pair (or lone frame), in capture order:
     only API key ``api`` when given; ``records`` expands record batches into records."""
@@ -69,6 +74,6 @@ def iter_decoded(
         return records
 
     for dx, names in decoded_exchanges(
-        source, wanted, ports=ports, expand=expand, counters=counters, decoder=decoder
+        source, wanted, ports=ports, expand=expand, counters=counters, decoder=decoder, tls=tls
     ):
         yield as_json(dx, decoder, names)

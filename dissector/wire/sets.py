@@ -102,9 +102,9 @@ def file_facts(source: CaptureSource) -> FileFacts:
             got = _core.scan_facts(source)
     except (OSError, ValueError) as exc:
         if isinstance(source, str) and not os.path.exists(source):
-            raise FileNotFoundError(f"{source}: no such file") from None
+            raise FileNotFoundError(f"{name}: no such file") from None
         if isinstance(source, str) and os.path.isdir(source):
-            raise IsADirectoryError(f"{source}: is a directory") from None
+            raise IsADirectoryError(f"{name}: is a directory") from None
         text = str(exc)
         raise CaptureError(text if text.startswith(name) else f"{name}: {text}") from None
     return FileFacts(

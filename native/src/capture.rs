@@ -23,6 +23,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::defrag::{Datagram, Defrag, FragKey, Fragment, TIMEOUT_V4_NS, TIMEOUT_V6_NS};
 use crate::types::{Counters, Packet, Ts};
 
 /// The file is not a capture we can read (bad magic, unreadable header).
@@ -51,11 +52,24 @@ const LINKTYPE_LINUX_SLL2: u32 = 276;
 
 const ETH_IPV4: u16 = 0x0800;
 const ETH_IPV6: u16 = 0x86DD;
+const ETH_TEB: u16 = 0x6558; // transparent Ethernet bridging: an Ethernet frame inside
+const ETH_MPLS_UC: u16 = 0x8847;
+const ETH_MPLS_MC: u16 = 0x8848;
+const ETH_ERSPAN_2: u16 = 0x88BE; // ERSPAN type I (no header) and II, over GRE
+const ETH_ERSPAN_3: u16 = 0x22EB;
 // BSD loopback address families meaning IPv6 differ by OS: NetBSD/OpenBSD 24,
 // FreeBSD 28, macOS 30.
 const NULL_AF_INET: u32 = 2;
 
+const IP_PROTO_IPIP: u8 = 4;
 const IP_PROTO_TCP: u8 = 6;
+const IP_PROTO_UDP: u8 = 17;
+const IP_PROTO_IPV6: u8 = 41;
+const IP_PROTO_GRE: u8 = 47;
+const UDP_VXLAN: u16 = 4789;
+const UDP_GENEVE: u16 = 6081;
+/// Encapsulation layers opened in one frame at most (mirror tunnels nest two or three).
+pub const MAX_ENCAP_DEPTH: u32 = 8;
 const IPV6_FRAGMENT: u8 = 44;
 const IPV6_AH: u8 = 51; // length counts 4-byte units, minus 2
 
@@ -64,9 +78,11 @@ const MAX_RECORD: usize = 64 * 1024 * 1024;
 const CHUNK: usize = 1 << 20;
 /// Hot counters are kept in fields and published this often.
 const COUNT_FLUSH: u64 = 4096;
-/// Records in a row without a packet byte before the rest is judged not a capture.
-/// Real captures never come close; zero-filled tails and inflating bombs do at once.
-pub const MAX_EMPTY_RUN: u64 = 1 << 16;
+/// Records in a row without a packet byte, in a gzip-compressed capture, before the
+/// rest is judged not a capture: an inflating bomb of empty records does at once (16
+/// MiB of zero-length pcap records). An uncompressed file's size bounds the work, so
+/// there any number of empty records and blocks is read.
+pub const MAX_EMPTY_RUN: u64 = 1 << 20;
 /// IDBs kept per pcapng section: EPB interface ids beyond it are unknown interfaces.
 pub const MAX_INTERFACES: usize = 1 << 16;
 
@@ -80,6 +96,15 @@ const BT_PB: u32 = 2; // obsolete Packet Block
 const BT_SPB: u32 = 3;
 const BT_EPB: u32 = 6;
 const BT_SHB: u32 = 0x0A0D0D0A;
+/// Decryption Secrets Block, and its secrets type for a TLS key log ("TLSK").
+const BT_DSB: u32 = 0x0A;
+const DSB_TLS_KEY_LOG: u32 = 0x544C_534B;
+/// Key log text kept from Decryption Secrets Blocks not taken yet.
+const MAX_SECRETS_BYTES: usize = 64 << 20;
+
+/// Key log texts of Decryption Secrets Blocks (`PacketReader::take_secrets`).
+#[derive(Debug, Default)]
+struct Secrets(Vec<String>);
 const OPT_IF_TSRESOL: u16 = 9;
 const OPT_IF_TSOFFSET: u16 = 14;
 
@@ -128,8 +153,9 @@ fn rd64(d: &[u8], at: usize, big: bool) -> Option<u64> {
 // ---------------------------------------------------------------------------
 // Frame decoding: link layer -> IP -> TCP
 
-/// A decoded TCP segment whose payload is a range of the frame, so the file reader can
-/// decode inside its own buffer and lend the bytes out afterwards.
+/// A decoded TCP segment whose payload is a range of the frame (or of the datagram
+/// reassembled from fragments), so the file reader can decode inside its own buffer and
+/// lend the bytes out afterwards.
 #[derive(Debug, Clone, Copy)]
 struct Segment {
     src: IpAddr,
@@ -142,18 +168,48 @@ struct Segment {
     start: usize,
     end: usize,
     missing: u32,
+    /// The payload lies in `LinkDecoder::datagram`, not in the frame.
+    reassembled: bool,
 }
 
-/// Link header -> (ethertype, offset of the network header), or None (counted).
-fn link_layer(linktype: u32, data: &[u8], counters: &mut Counters) -> Option<(u16, usize)> {
-    let (mut etype, mut off) = match linktype {
-        LINKTYPE_ETHERNET => match be16(data, 12) {
-            Some(e) => (e, 14),
+/// An Ethernet header at `off` -> (ethertype, offset of what it carries), its VLAN tags
+/// walked, or None (counted).
+fn ethernet(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, usize)> {
+    match be16(data, off + 12) {
+        Some(e) => vlan_tags(data, e, off + 14, counters),
+        None => {
+            counters.inc("bad_link_header");
+            None
+        }
+    }
+}
+
+/// 802.1Q / QinQ tags, however many the frame carries (each costs 4 bytes: bounded).
+fn vlan_tags(
+    data: &[u8],
+    mut etype: u16,
+    mut off: usize,
+    counters: &mut Counters,
+) -> Option<(u16, usize)> {
+    while matches!(etype, 0x8100 | 0x88A8 | 0x9100 | 0x9200) {
+        match be16(data, off + 2) {
+            Some(inner) => {
+                etype = inner;
+                off += 4;
+            }
             None => {
                 counters.inc("bad_link_header");
                 return None;
             }
-        },
+        }
+    }
+    Some((etype, off))
+}
+
+/// Link header -> (ethertype, offset of the network header), or None (counted).
+fn link_layer(linktype: u32, data: &[u8], counters: &mut Counters) -> Option<(u16, usize)> {
+    let (etype, off) = match linktype {
+        LINKTYPE_ETHERNET => return ethernet(data, 0, counters),
         LINKTYPE_LINUX_SLL | LINKTYPE_LINUX_SLL2 => {
             let (off, ppos) = if linktype == LINKTYPE_LINUX_SLL {
                 (16, 14)
@@ -196,10 +252,9 @@ fn link_layer(linktype: u32, data: &[u8], counters: &mut Counters) -> Option<(u1
         }
         LINKTYPE_RAW | LINKTYPE_RAW_BSD12 | LINKTYPE_RAW_BSD14 | LINKTYPE_IPV4 | LINKTYPE_IPV6 => {
             // The version nibble tells IPv4 from IPv6 (228/229 promise one, we still check).
-            match data.first().map(|b| b >> 4) {
-                Some(4) => (ETH_IPV4, 0),
-                Some(6) => (ETH_IPV6, 0),
-                _ => {
+            match ip_version(data, 0) {
+                Some(found) => found,
+                None => {
                     counters.inc("bad_ip_header");
                     return None;
                 }
@@ -210,28 +265,41 @@ fn link_layer(linktype: u32, data: &[u8], counters: &mut Counters) -> Option<(u1
             return None;
         }
     };
-    // 802.1Q / QinQ tags, however many the frame carries (each costs 4 bytes: bounded).
-    while matches!(etype, 0x8100 | 0x88A8 | 0x9100 | 0x9200) {
-        match be16(data, off + 2) {
-            Some(inner) => {
-                etype = inner;
-                off += 4;
-            }
-            None => {
-                counters.inc("bad_link_header");
-                return None;
-            }
-        }
-    }
-    Some((etype, off))
+    vlan_tags(data, etype, off, counters)
 }
 
-/// IPv4 header -> (src, dst, TCP offset, IP end offset), or None (counted).
-fn ipv4(
-    data: &[u8],
-    off: usize,
-    counters: &mut Counters,
-) -> Option<(IpAddr, IpAddr, usize, usize)> {
+/// The IP version nibble at `off` -> (ethertype, off).
+fn ip_version(data: &[u8], off: usize) -> Option<(u16, usize)> {
+    match data.get(off).map(|b| b >> 4) {
+        Some(4) => Some((ETH_IPV4, off)),
+        Some(6) => Some((ETH_IPV6, off)),
+        _ => None,
+    }
+}
+
+/// A fragment's place in its datagram.
+#[derive(Debug, Clone, Copy)]
+struct FragInfo {
+    id: u32,
+    offset: usize,
+    more: bool,
+    v6: bool,
+}
+
+/// An IP header: addresses, what follows it and where (`l4..end`, `end` as the IP
+/// length says, possibly past the captured bytes).
+#[derive(Debug, Clone, Copy)]
+struct IpLayer {
+    src: IpAddr,
+    dst: IpAddr,
+    proto: u8,
+    l4: usize,
+    end: usize,
+    frag: Option<FragInfo>,
+}
+
+/// IPv4 header at `off`, or None (counted).
+fn ipv4(data: &[u8], off: usize, counters: &mut Counters) -> Option<IpLayer> {
     let n = data.len();
     let Some(head) = data.get(off..off + 20) else {
         counters.inc("bad_ip_header");
@@ -240,7 +308,6 @@ fn ipv4(
     let vihl = head[0];
     let mut total = u16::from_be_bytes([head[2], head[3]]) as usize;
     let frag = u16::from_be_bytes([head[6], head[7]]);
-    let proto = head[9];
     let ihl = (vihl & 0x0F) as usize * 4;
     if total == 0 && ihl >= 20 {
         // TCP segmentation offload captured before segmentation.
@@ -251,39 +318,35 @@ fn ipv4(
         counters.inc("bad_ip_header");
         return None;
     }
-    if frag & 0x3FFF != 0 {
-        counters.inc("ip_fragment");
-        return None;
-    }
-    if proto != IP_PROTO_TCP {
-        counters.inc("non_tcp");
-        return None;
-    }
-    let src = Ipv4Addr::new(head[12], head[13], head[14], head[15]);
-    let dst = Ipv4Addr::new(head[16], head[17], head[18], head[19]);
-    Some((IpAddr::V4(src), IpAddr::V4(dst), off + ihl, off + total))
+    // More-fragments or an offset: a piece of a datagram (DF alone is not).
+    let frag = (frag & 0x3FFF != 0).then(|| FragInfo {
+        id: u32::from(u16::from_be_bytes([head[4], head[5]])),
+        offset: usize::from(frag & 0x1FFF) * 8,
+        more: frag & 0x2000 != 0,
+        v6: false,
+    });
+    Some(IpLayer {
+        src: IpAddr::V4(Ipv4Addr::new(head[12], head[13], head[14], head[15])),
+        dst: IpAddr::V4(Ipv4Addr::new(head[16], head[17], head[18], head[19])),
+        proto: head[9],
+        l4: off + ihl,
+        end: off + total,
+        frag,
+    })
 }
 
-/// IPv6 header and the extension headers before TCP -> (src, dst, TCP offset, IP end).
-fn ipv6(
+/// IPv6 extension headers from `l4` (next header `nh`) up to the first that is not one
+/// (or a fragment header) -> (next header, its offset, fragment), or None (counted).
+fn ipv6_ext(
     data: &[u8],
-    off: usize,
+    mut l4: usize,
+    mut nh: u8,
+    end: usize,
     counters: &mut Counters,
-) -> Option<(IpAddr, IpAddr, usize, usize)> {
+) -> Option<(u8, usize, Option<FragInfo>)> {
     let n = data.len();
-    let head = match data.get(off..off + 40) {
-        Some(h) if h[0] >> 4 == 6 => h,
-        _ => {
-            counters.inc("bad_ip_header");
-            return None;
-        }
-    };
-    let plen = u16::from_be_bytes([head[4], head[5]]) as usize;
-    let mut nh = head[6];
-    let mut l4 = off + 40;
-    let end = if plen == 0 { n } else { l4 + plen }; // 0: jumbogram or TSO, take the frame
-                                                     // Each step moves l4 forward by at least 8 and stops past `end`: bounded.
-    while nh != IP_PROTO_TCP {
+    // Each step moves l4 forward by at least 8 and stops past `end`: bounded.
+    loop {
         match nh {
             0 | 43 | 60 | IPV6_AH => {
                 let (Some(&next), Some(&len)) = (data.get(l4), data.get(l4 + 1)) else {
@@ -299,7 +362,9 @@ fn ipv6(
                 l4 += hlen;
             }
             IPV6_FRAGMENT => {
-                let (Some(&next), Some(offm)) = (data.get(l4), be16(data, l4 + 2)) else {
+                let (Some(&next), Some(offm), Some(id)) =
+                    (data.get(l4), be16(data, l4 + 2), rd32(data, l4 + 4, true))
+                else {
                     counters.inc("bad_ip_header");
                     return None;
                 };
@@ -307,66 +372,182 @@ fn ipv6(
                     counters.inc("bad_ip_header");
                     return None;
                 }
-                // An "atomic" fragment (offset 0, no more fragments) is a whole packet.
-                if offm & 0xFFF9 != 0 {
-                    counters.inc("ip_fragment");
-                    return None;
-                }
                 nh = next;
                 l4 += 8;
+                // An "atomic" fragment (offset 0, no more fragments) is a whole packet.
+                if offm & 0xFFF9 != 0 {
+                    let frag = FragInfo {
+                        id,
+                        offset: usize::from(offm & 0xFFF8),
+                        more: offm & 1 != 0,
+                        v6: true,
+                    };
+                    return Some((nh, l4, Some(frag)));
+                }
             }
-            _ => {
-                counters.inc("non_tcp");
-                return None;
-            }
+            _ => return Some((nh, l4, None)),
         }
         if l4 > end {
             counters.inc("bad_ip_header");
             return None;
         }
     }
-    let src: [u8; 16] = head[8..24].try_into().ok()?;
-    let dst: [u8; 16] = head[24..40].try_into().ok()?;
-    Some((
-        IpAddr::V6(Ipv6Addr::from(src)),
-        IpAddr::V6(Ipv6Addr::from(dst)),
-        l4,
-        end,
-    ))
 }
 
-/// One link-layer frame -> TCP segment, or None (counted).
+/// IPv6 header at `off` and its extension headers, or None (counted).
+fn ipv6(data: &[u8], off: usize, counters: &mut Counters) -> Option<IpLayer> {
+    let n = data.len();
+    let head = match data.get(off..off + 40) {
+        Some(h) if h[0] >> 4 == 6 => h,
+        _ => {
+            counters.inc("bad_ip_header");
+            return None;
+        }
+    };
+    let plen = u16::from_be_bytes([head[4], head[5]]) as usize;
+    let l4 = off + 40;
+    let end = if plen == 0 { n } else { l4 + plen }; // 0: jumbogram or TSO, take the frame
+    let src: [u8; 16] = head[8..24].try_into().ok()?;
+    let dst: [u8; 16] = head[24..40].try_into().ok()?;
+    let (proto, l4, frag) = ipv6_ext(data, l4, head[6], end, counters)?;
+    Some(IpLayer {
+        src: IpAddr::V6(Ipv6Addr::from(src)),
+        dst: IpAddr::V6(Ipv6Addr::from(dst)),
+        proto,
+        l4,
+        end,
+        frag,
+    })
+}
+
+/// A GRE header at `off` (RFC 2784/2890; ERSPAN types I-III ride on it) -> what it
+/// carries, or None (counted).
+fn gre(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, usize)> {
+    let (Some(flags), Some(proto)) = (be16(data, off), be16(data, off + 2)) else {
+        counters.inc("bad_tunnel_header");
+        return None;
+    };
+    if flags & 0x0007 != 0 || flags & 0x4000 != 0 {
+        // Version 1 is PPTP's enhanced GRE (PPP inside); source routing is obsolete.
+        counters.inc("non_tcp");
+        return None;
+    }
+    let mut at = off + 4;
+    for bit in [0x8000u16, 0x2000, 0x1000] {
+        // checksum (+ reserved), key, sequence number: 4 bytes each when present
+        if flags & bit != 0 {
+            at += 4;
+        }
+    }
+    let seq = flags & 0x1000 != 0;
+    match proto {
+        ETH_ERSPAN_2 => {
+            counters.inc("tunnel_erspan");
+            // Type II has an 8-byte header and a sequence number; type I neither.
+            ethernet(data, if seq { at + 8 } else { at }, counters)
+        }
+        ETH_ERSPAN_3 => {
+            counters.inc("tunnel_erspan");
+            let Some(&last) = data.get(at + 11) else {
+                counters.inc("bad_tunnel_header");
+                return None;
+            };
+            // The O flag announces an 8-byte platform-specific subheader.
+            let sub = if last & 1 != 0 { 8 } else { 0 };
+            ethernet(data, at + 12 + sub, counters)
+        }
+        ETH_TEB => {
+            counters.inc("tunnel_gre");
+            ethernet(data, at, counters)
+        }
+        _ => {
+            counters.inc("tunnel_gre");
+            Some((proto, at))
+        }
+    }
+}
+
+/// A UDP datagram at `off`: the payload of a VXLAN or GENEVE tunnel, or None (counted;
+/// other UDP is not TCP).
+fn udp_tunnel(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, usize)> {
+    let at = off + 8;
+    match be16(data, off + 2) {
+        Some(UDP_VXLAN) => {
+            // RFC 7348: 8 bytes (flags, VNI), then the inner Ethernet frame.
+            counters.inc("tunnel_vxlan");
+            ethernet(data, at + 8, counters)
+        }
+        Some(UDP_GENEVE) => {
+            // RFC 8926: version, option length in 4-byte words, protocol type, VNI.
+            counters.inc("tunnel_geneve");
+            let (Some(&vo), Some(ptype)) = (data.get(at), be16(data, at + 2)) else {
+                counters.inc("bad_tunnel_header");
+                return None;
+            };
+            if vo >> 6 != 0 {
+                counters.inc("bad_tunnel_header");
+                return None;
+            }
+            let inner = at + 8 + usize::from(vo & 0x3F) * 4;
+            if ptype == ETH_TEB {
+                ethernet(data, inner, counters)
+            } else {
+                Some((ptype, inner))
+            }
+        }
+        _ => {
+            counters.inc("non_tcp");
+            None
+        }
+    }
+}
+
+/// An MPLS label stack at `off` -> what its bottom label carries, told by the first
+/// nibble as Wireshark does (4: IPv4, 6: IPv6, 0: a pseudowire control word before an
+/// Ethernet frame), or None (counted).
+fn mpls(data: &[u8], mut off: usize, counters: &mut Counters) -> Option<(u16, usize)> {
+    counters.inc("tunnel_mpls");
+    // Each label costs 4 bytes: bounded by the frame.
+    loop {
+        let Some(&bottom) = data.get(off + 2) else {
+            counters.inc("bad_tunnel_header");
+            return None;
+        };
+        off += 4;
+        if bottom & 1 != 0 {
+            break;
+        }
+    }
+    match data.get(off).map(|b| b >> 4) {
+        Some(0) => ethernet(data, off + 4, counters),
+        _ => ip_version(data, off).or_else(|| {
+            counters.inc("non_ip");
+            None
+        }),
+    }
+}
+
+/// The TCP header at `l4` of an IP packet ending at `end` -> its segment, or None
+/// (counted).
 ///
 /// `wire_len` is the frame's length on the wire when the capture records it. It tells
 /// a snaplen cut (the IP length fits the wire length: the rest is `missing`) from an IP
 /// header that lies (`bad_ip_length`: the captured bytes are all there is). Without it
 /// (live frames) every shortfall is taken for a snaplen cut, as `capture.py` does.
-fn decode(
-    linktype: u32,
+fn tcp_segment(
     data: &[u8],
+    ip: &IpLayer,
+    l4: usize,
+    mut end: usize,
     wire_len: Option<u32>,
     counters: &mut Counters,
 ) -> Option<Segment> {
     let n = data.len();
-    let (etype, off) = link_layer(linktype, data, counters)?;
-    let (src, dst, l4, mut end) = match etype {
-        ETH_IPV4 => ipv4(data, off, counters)?,
-        ETH_IPV6 => ipv6(data, off, counters)?,
-        _ => {
-            counters.inc("non_ip");
-            return None;
-        }
-    };
     let Some(tcp) = data.get(l4..l4 + 20).filter(|_| end >= l4 + 20) else {
         counters.inc("bad_tcp_header");
         return None;
     };
-    let sport = u16::from_be_bytes([tcp[0], tcp[1]]);
-    let dport = u16::from_be_bytes([tcp[2], tcp[3]]);
-    let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
-    let ack = u32::from_be_bytes([tcp[8], tcp[9], tcp[10], tcp[11]]);
     let doff = (tcp[12] >> 4) as usize * 4;
-    let flags = tcp[13];
     let start = l4 + doff;
     if doff < 20 || start > end {
         counters.inc("bad_tcp_header");
@@ -386,34 +567,173 @@ fn decode(
     }
     let start = start.min(end);
     Some(Segment {
-        src,
-        dst,
-        sport,
-        dport,
-        seq,
-        ack,
-        flags,
+        src: ip.src,
+        dst: ip.dst,
+        sport: u16::from_be_bytes([tcp[0], tcp[1]]),
+        dport: u16::from_be_bytes([tcp[2], tcp[3]]),
+        seq: u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]),
+        ack: u32::from_be_bytes([tcp[8], tcp[9], tcp[10], tcp[11]]),
+        flags: tcp[13],
         start,
         end,
         missing: u32::try_from(missing).unwrap_or(u32::MAX),
+        reassembled: false,
     })
 }
 
-/// One link-layer frame (tcpdump LINKTYPE_*) -> TCP packet, or None (counted).
-///
-/// The live entry point: it counts `frames` and `tcp_packets` itself, as `capture.py`'s
-/// `decode_frames` does; `frame` is the caller's 1-based numbering.
-pub fn decode_link<'a>(
-    linktype: u32,
-    ts_ns: Ts,
-    frame: u64,
-    data: &'a [u8],
+/// Link frames -> TCP segments, through tunnels and IP fragments: the state a capture
+/// needs beyond one frame (fragments waiting for the rest of their datagram).
+#[derive(Debug, Default)]
+pub struct LinkDecoder {
+    defrag: Defrag,
+    /// The latest datagram reassembled from fragments: its segment's payload lies here.
+    datagram: Vec<u8>,
+}
+
+impl LinkDecoder {
+    /// One link-layer frame -> TCP segment, or None (counted). Tunnels are opened
+    /// (VXLAN, GENEVE, GRE with ERSPAN and Ethernet bridging, IP in IP, MPLS) up to
+    /// `MAX_ENCAP_DEPTH` layers; the segment has the innermost addresses.
+    fn decode(
+        &mut self,
+        linktype: u32,
+        frame: &[u8],
+        wire_len: Option<u32>,
+        ts: Ts,
+        counters: &mut Counters,
+    ) -> Option<Segment> {
+        let (mut etype, mut off) = link_layer(linktype, frame, counters)?;
+        let mut reassembled = false;
+        let mut depth = 0;
+        // The end of the enclosing packet: an inner one cannot reach past it.
+        let mut bound = usize::MAX;
+        loop {
+            let buf: &[u8] = if reassembled { &self.datagram } else { frame };
+            let ip = match etype {
+                ETH_IPV4 => ipv4(buf, off, counters)?,
+                ETH_IPV6 => ipv6(buf, off, counters)?,
+                ETH_MPLS_UC | ETH_MPLS_MC => {
+                    (etype, off) = mpls(buf, off, counters)?;
+                    depth = self.deeper(depth, counters)?;
+                    continue;
+                }
+                _ => {
+                    counters.inc("non_ip");
+                    return None;
+                }
+            };
+            let (mut proto, mut l4, mut end) = (ip.proto, ip.l4, ip.end.min(bound));
+            if let Some(frag) = ip.frag {
+                let dg = fragment(&mut self.defrag, buf, &ip, frag, end, ts, counters)?;
+                self.datagram = dg.payload;
+                reassembled = true;
+                (proto, l4, end) = (dg.proto, 0, self.datagram.len());
+                if frag.v6 {
+                    (proto, l4, _) = ipv6_ext(&self.datagram, 0, proto, end, counters)?;
+                }
+            }
+            let buf: &[u8] = if reassembled { &self.datagram } else { frame };
+            (etype, off) = match proto {
+                IP_PROTO_TCP => {
+                    let wire_len = if reassembled { None } else { wire_len };
+                    let mut seg = tcp_segment(buf, &ip, l4, end, wire_len, counters)?;
+                    seg.reassembled = reassembled;
+                    return Some(seg);
+                }
+                IP_PROTO_IPIP | IP_PROTO_IPV6 => {
+                    counters.inc("tunnel_ip_in_ip");
+                    let e = if proto == IP_PROTO_IPIP {
+                        ETH_IPV4
+                    } else {
+                        ETH_IPV6
+                    };
+                    (e, l4)
+                }
+                IP_PROTO_GRE => gre(buf, l4, counters)?,
+                IP_PROTO_UDP => udp_tunnel(buf, l4, counters)?,
+                _ => {
+                    counters.inc("non_tcp");
+                    return None;
+                }
+            };
+            bound = end;
+            depth = self.deeper(depth, counters)?;
+        }
+    }
+
+    /// One more layer of encapsulation, unless that is too many.
+    fn deeper(&self, depth: u32, counters: &mut Counters) -> Option<u32> {
+        if depth >= MAX_ENCAP_DEPTH {
+            counters.inc("tunnel_too_deep");
+            return None;
+        }
+        Some(depth + 1)
+    }
+
+    /// The source ended: fragments still waiting are counted.
+    pub fn finish(&mut self, counters: &mut Counters) {
+        self.defrag.finish(counters);
+        self.datagram = Vec::new();
+    }
+
+    /// One link-layer frame (tcpdump LINKTYPE_*) -> TCP packet, or None (counted).
+    ///
+    /// The live entry point: it counts `frames` and `tcp_packets` itself, as
+    /// `capture.py`'s `decode_frames` does; `frame` is the caller's 1-based numbering.
+    pub fn decode_link<'a>(
+        &'a mut self,
+        linktype: u32,
+        ts_ns: Ts,
+        frame: u64,
+        data: &'a [u8],
+        counters: &mut Counters,
+    ) -> Option<Packet<'a>> {
+        counters.inc("frames");
+        let seg = self.decode(linktype, data, None, ts_ns, counters)?;
+        counters.inc("tcp_packets");
+        let bytes = if seg.reassembled {
+            &self.datagram
+        } else {
+            data
+        };
+        Some(packet(&seg, frame, ts_ns, bytes))
+    }
+}
+
+/// Hand a fragment to reassembly; its datagram when now complete.
+fn fragment(
+    defrag: &mut Defrag,
+    buf: &[u8],
+    ip: &IpLayer,
+    frag: FragInfo,
+    end: usize,
+    ts: Ts,
     counters: &mut Counters,
-) -> Option<Packet<'a>> {
-    counters.inc("frames");
-    let seg = decode(linktype, data, None, counters)?;
-    counters.inc("tcp_packets");
-    Some(packet(&seg, frame, ts_ns, data))
+) -> Option<Datagram> {
+    let Some(bytes) = buf.get(ip.l4..end) else {
+        // Cut by the snap length (or a length that lies): its bytes cannot be placed.
+        counters.inc("ip_fragments_cut");
+        return None;
+    };
+    let fragment = Fragment {
+        key: FragKey {
+            src: ip.src,
+            dst: ip.dst,
+            id: frag.id,
+            proto: if frag.v6 { 0 } else { ip.proto },
+        },
+        proto: ip.proto,
+        offset: frag.offset,
+        more: frag.more,
+        bytes,
+        ts,
+    };
+    let timeout = if frag.v6 {
+        TIMEOUT_V6_NS
+    } else {
+        TIMEOUT_V4_NS
+    };
+    defrag.add(fragment, timeout, counters)
 }
 
 #[inline]
@@ -575,7 +895,7 @@ fn describe_idb(body: &[u8], big: bool) -> InterfaceFacts {
 }
 
 /// The facts of a capture file (see `PacketReader::scan_facts`).
-pub fn scan_path(path: &str) -> Result<FileFacts, CaptureError> {
+pub fn scan_path(path: impl AsRef<std::path::Path>) -> Result<FileFacts, CaptureError> {
     Ok(open_path(path)?.scan_facts())
 }
 
@@ -635,11 +955,16 @@ pub struct PacketReader {
     done: bool,
     format: Format,
     interfaces: Vec<Interface>,
+    inflating: bool, // gzip: what is read may be far more than the file holds
+    decoder: LinkDecoder,
     frame: u64,
     empty_run: u64,
     pending_frames: u64,
     pending_tcp: u64,
     oversize: u64,
+    // TLS key logs of Decryption Secrets Blocks, until taken (boxed: most captures have
+    // none, and the reader is moved around by value).
+    secrets: Option<Box<Secrets>>,
     /// The interfaces' descriptions, kept only by `scan_facts` (None: not collected).
     described: Option<Vec<InterfaceFacts>>,
 }
@@ -723,10 +1048,15 @@ pub fn check_bytes(data: &[u8]) -> Result<(), CaptureError> {
 }
 
 /// Open a capture file (gzip-compressed or not, told by magic).
-pub fn open_path(path: &str) -> Result<PacketReader, CaptureError> {
-    let file =
-        std::fs::File::open(path).map_err(|e| CaptureError(format!("{path}: cannot open: {e}")))?;
-    PacketReader::new(Box::new(file)).map_err(|e| CaptureError(format!("{path}: {}", e.0)))
+///
+/// Any name the OS gives works (on Unix, any bytes); errors show it with the bytes
+/// that are not UTF-8 replaced.
+pub fn open_path(path: impl AsRef<std::path::Path>) -> Result<PacketReader, CaptureError> {
+    let path = path.as_ref();
+    let shown = path.display();
+    let file = std::fs::File::open(path)
+        .map_err(|e| CaptureError(format!("{shown}: cannot open: {e}")))?;
+    PacketReader::new(Box::new(file)).map_err(|e| CaptureError(format!("{shown}: {}", e.0)))
 }
 
 impl PacketReader {
@@ -739,7 +1069,8 @@ impl PacketReader {
         let mut head = [0u8; 24];
         let cannot_read = |e: std::io::Error| CaptureError(format!("cannot read: {e}"));
         let mut got = read_full(&mut *source, &mut head).map_err(cannot_read)?;
-        if head[..got].starts_with(&GZIP_MAGIC) {
+        let inflating = head[..got].starts_with(&GZIP_MAGIC);
+        if inflating {
             let replay = Cursor::new(head[..got].to_vec());
             source = Box::new(flate2::read::MultiGzDecoder::new(replay.chain(source)));
             got = read_full(&mut *source, &mut head).map_err(cannot_read)?;
@@ -764,13 +1095,21 @@ impl PacketReader {
             done: false,
             format,
             interfaces: Vec::new(),
+            inflating,
+            decoder: LinkDecoder::default(),
             frame: 0,
             empty_run: 0,
             pending_frames: 0,
             pending_tcp: 0,
             oversize: 0,
+            secrets: None,
             described: None,
         })
+    }
+
+    /// TLS key log texts of the Decryption Secrets Blocks read since the last call.
+    pub fn take_secrets(&mut self) -> Vec<String> {
+        self.secrets.take().map(|s| s.0).unwrap_or_default()
     }
 
     /// Number packets after `frames_before` (the frames of the earlier files of a
@@ -864,23 +1203,28 @@ impl PacketReader {
                 continue;
             };
             let data = &self.buf[rec.start..rec.start + rec.len];
-            if let Some(seg) = decode(rec.linktype, data, Some(rec.wire_len), counters) {
+            let wire_len = Some(rec.wire_len);
+            if let Some(seg) = self
+                .decoder
+                .decode(rec.linktype, data, wire_len, ts_ns, counters)
+            {
                 self.pending_tcp += 1;
                 break (seg, rec.start, rec.len, ts_ns);
             }
         };
-        Some(packet(
-            &seg,
-            self.frame,
-            ts_ns,
-            &self.buf[start..start + len],
-        ))
+        let bytes = if seg.reassembled {
+            &self.decoder.datagram
+        } else {
+            &self.buf[start..start + len]
+        };
+        Some(packet(&seg, self.frame, ts_ns, bytes))
     }
 
     /// Publish the counts kept in fields. `next_packet` does it at the end of the
     /// capture; a caller that stops earlier calls it itself.
     pub fn finish(&mut self, counters: &mut Counters) {
         self.flush(counters);
+        self.decoder.finish(counters);
         if self.oversize > 0 {
             counters.add("caplen_exceeds_wire_len", self.oversize);
             self.oversize = 0;
@@ -945,6 +1289,10 @@ impl PacketReader {
 
     /// A run of records without packet bytes too long for a real capture ends the file.
     fn note_empty(&mut self, counters: &mut Counters) -> bool {
+        if !self.inflating {
+            // The file's own size bounds the work: any number of legal blocks is fine.
+            return true;
+        }
         self.empty_run += 1;
         if self.empty_run > MAX_EMPTY_RUN {
             counters.inc("bad_record");
@@ -1080,24 +1428,22 @@ impl PacketReader {
                     }
                 }
                 BT_SPB => {
-                    let Some(first) = self.interfaces.first().filter(|_| blen >= 16) else {
-                        counters.inc("pcapng_unknown_interface");
-                        if !self.note_empty(counters) {
-                            return None;
-                        }
-                        continue;
-                    };
-                    let orig = rd32(block, 8, big)?;
-                    counters.inc("pcapng_simple_packet_block");
-                    let len = (orig as usize).min(blen - 16);
-                    // No timestamp in an SPB: ts_ns is 0, as in capture.py.
-                    return Some(Record {
-                        linktype: first.linktype,
-                        ts_ns: Some(0),
-                        start: p + 12,
-                        len,
-                        wire_len: orig,
-                    });
+                    if blen < 16 {
+                        counters.inc("bad_record");
+                    } else {
+                        let iface = self.interface(0, counters);
+                        let orig = rd32(block, 8, big)?;
+                        counters.inc("pcapng_simple_packet_block");
+                        let len = (orig as usize).min(blen - 16);
+                        // No timestamp in an SPB: ts_ns is 0, as in capture.py.
+                        return Some(Record {
+                            linktype: iface.linktype,
+                            ts_ns: Some(0),
+                            start: p + 12,
+                            len,
+                            wire_len: orig,
+                        });
+                    }
                 }
                 BT_IDB => {
                     if blen < 20 {
@@ -1117,6 +1463,7 @@ impl PacketReader {
                         counters.inc("pcapng_interface_limit");
                     }
                 }
+                BT_DSB => self.secrets_block(p, blen, big, counters),
                 // Other blocks (name resolution, statistics, custom, ...) carry no packets.
                 _ => {}
             }
@@ -1126,10 +1473,52 @@ impl PacketReader {
         }
     }
 
+    /// The interface a packet names; one never described (in this section) is counted
+    /// and read as the section's first interface, or as Ethernet with microsecond times
+    /// (pcapng's default resolution) when there is none.
+    fn interface(&self, id: u32, counters: &mut Counters) -> Interface {
+        if let Some(iface) = self.interfaces.get(id as usize) {
+            return *iface;
+        }
+        counters.inc("pcapng_unknown_interface");
+        self.interfaces.first().copied().unwrap_or(Interface {
+            linktype: LINKTYPE_ETHERNET,
+            mul: 1000,
+            div: 1,
+            offset_ns: 0,
+        })
+    }
+
+    /// A Decryption Secrets Block at `p` (whole block in the buffer): a TLS key log is
+    /// kept for the TLS stage, other kinds of secrets are not used.
+    fn secrets_block(&mut self, p: usize, blen: usize, big: bool, counters: &mut Counters) {
+        let block = &self.buf[p..p + blen];
+        let (Some(kind), Some(len)) = (rd32(block, 8, big), rd32(block, 12, big)) else {
+            counters.inc("bad_record");
+            return;
+        };
+        let end = 16usize.saturating_add(len as usize);
+        let Some(text) = block.get(16..end).filter(|_| end + 4 <= blen) else {
+            counters.inc("bad_record");
+            return;
+        };
+        if kind != DSB_TLS_KEY_LOG {
+            return;
+        }
+        let text = String::from_utf8_lossy(text).into_owned();
+        let secrets = self.secrets.get_or_insert_with(Box::default);
+        let held: usize = secrets.0.iter().map(String::len).sum();
+        if held + text.len() > MAX_SECRETS_BYTES {
+            counters.inc("tls_secrets_limit");
+            return;
+        }
+        secrets.0.push(text);
+    }
+
     /// EPB or obsolete PB at `p` (whole block in the buffer, >= 32 bytes) -> its record,
-    /// or None (counted) when its interface or length is impossible.
+    /// or None (counted) when its length is impossible.
     fn packet_block(
-        &self,
+        &mut self,
         btype: u32,
         p: usize,
         big: bool,
@@ -1146,14 +1535,14 @@ impl PacketReader {
         let ts_lo = rd32(block, 16, big)?;
         let caplen = rd32(block, 20, big)? as usize;
         let orig = rd32(block, 24, big)?;
-        let Some(iface) = self.interfaces.get(iface_id as usize) else {
-            counters.inc("pcapng_unknown_interface");
-            return None;
-        };
         if caplen > block.len() - 32 {
             counters.inc("bad_record");
             return None;
         }
+        if caplen > orig as usize {
+            self.oversize += 1;
+        }
+        let iface = self.interface(iface_id, counters);
         let ticks = (u64::from(ts_hi) << 32) | u64::from(ts_lo);
         Some(Record {
             linktype: iface.linktype,

@@ -125,6 +125,8 @@ pub struct Framer {
     fed: u64,
     framed: bool,
     own: Vec<(&'static str, u64)>,
+    /// This direction's bytes are TLS plaintext (its frames carry the `tls` flag).
+    pub decrypted: bool,
 }
 
 /// Counts by which a direction shows that its bytes were tried as frames and refused.
@@ -157,6 +159,7 @@ impl Framer {
             fed: 0,
             framed: false,
             own: Vec::new(),
+            decrypted: false,
         }
     }
 
@@ -290,6 +293,7 @@ impl Framer {
             first_frame: chunk.frame,
             last_frame: chunk.frame,
             after_gap: self.after_gap,
+            tls: self.decrypted,
         };
         self.after_gap = false;
         self.framed = true;
@@ -438,6 +442,7 @@ impl Framer {
                 first_frame: self.first_frame,
                 last_frame: frame_no,
                 after_gap: self.after_gap,
+                tls: self.decrypted,
             });
             self.after_gap = false;
             self.framed = true;

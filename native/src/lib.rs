@@ -1,10 +1,11 @@
 //! kafka-dissector's native core: the per-packet and per-pair path.
 //!
-//! packets (capture) -> TCP streams (tcp) -> Kafka frames (framing) -> exchanges
+//! packets (capture) -> TCP streams (tcp) -> plaintext (tls) -> Kafka frames (framing) -> exchanges
 //! (correlate, session) -> summaries (model, summary, records) -> columns (rows) -> Python.
 
 pub mod capture;
 pub mod correlate;
+pub mod defrag;
 pub mod framing;
 pub mod header;
 pub mod model;
@@ -16,9 +17,11 @@ pub mod rows;
 pub mod session;
 pub mod summary;
 pub mod tcp;
+pub mod tls;
 pub mod types;
 
 mod python;
+mod python_tls;
 
 // Frames are allocated on the wire thread and freed on the summary thread: see Cargo.toml.
 #[global_allocator]

@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::io::Read;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
@@ -17,13 +18,15 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-use crate::capture::{decode_link, open_path, scan_path, FileFacts, PacketReader};
+use crate::capture::{open_path, scan_path, FileFacts, LinkDecoder, PacketReader};
 use crate::model::Model as SpecModel;
+use crate::python_tls::{summary_lines, KeyLog, TlsConnections};
 use crate::queueing::{LongPollRule, Queued, Queueing, Timing};
 use crate::records::Budget;
 use crate::rows::{Dict, DictList, Nullable, RowBuilder, SummaryColumns};
 use crate::session::{Session, SessionConfig};
 use crate::summary::{summarize, TopicNames};
+use crate::tls::{KeySource, Summary as TlsSummary};
 use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame, Ts};
 
 mod live;
@@ -46,14 +49,14 @@ impl Model {
 
 enum Source {
     Reader(PacketReader),
-    Live { frame: u64 },
+    Live { frame: u64, decoder: LinkDecoder },
 }
 
 /// A file queued to continue the open capture (`chain_path`, `chain_bytes`): opened
 /// only when the previous one ends, so a long set holds one reader at a time; or a
 /// Python callable that hands the next files over one by one (`chain_next`).
 enum ChainedInput {
-    Path(String),
+    Path(PathBuf),
     Bytes(Vec<u8>),
     Next(Py<PyAny>),
 }
@@ -100,6 +103,7 @@ fn next_from(py: Python<'_>, next: &Py<PyAny>) -> PyResult<Option<ChainedFile>> 
 #[derive(Clone)]
 struct RunOptions {
     session: SessionConfig,
+    tls: KeySource,
 }
 
 #[pyclass(module = "dissector._core")]
@@ -117,6 +121,7 @@ pub struct Analyzer {
     bytes_done: u64,
     session: Option<Session>,
     tls: Vec<(String, u32)>,
+    tls_table: Vec<(String, TlsSummary)>,
     summaries: Summaries,
     sink: RowSink,
 }
@@ -178,7 +183,7 @@ impl Analyzer {
     /// `fallback(api_key, api_version, request, response, capture)` returns the summary
     /// columns of a pair the native interpreter deferred (see `summary_from_python`).
     #[new]
-    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32))]
+    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32, tls_keys=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         model: &Model,
@@ -191,6 +196,7 @@ impl Analyzer {
         keep_keys: Vec<i16>,
         frame_budget: u64,
         capture_budget: u64,
+        tls_keys: Option<PyRef<'_, KeyLog>>,
     ) -> Self {
         let m = model.inner.clone();
         let session = SessionConfig {
@@ -206,7 +212,10 @@ impl Analyzer {
         rows.long_poll = LongPollRule::from_model(&m);
         Analyzer {
             model: m.clone(),
-            opts: RunOptions { session },
+            opts: RunOptions {
+                session,
+                tls: tls_keys.map(|k| k.source.clone()).unwrap_or_default(),
+            },
             counters: Counters::default(),
             capture: String::new(),
             source: std::sync::Mutex::new(None),
@@ -214,6 +223,7 @@ impl Analyzer {
             bytes_done: 0,
             session: None,
             tls: Vec::new(),
+            tls_table: Vec::new(),
             summaries: Summaries {
                 model: m,
                 frame_budget,
@@ -237,7 +247,9 @@ impl Analyzer {
     }
 
     /// Start a capture file (pcap/pcapng, optionally gzip-compressed).
-    fn open_path(&mut self, name: String, path: &str) -> PyResult<()> {
+    /// `path` is taken as the OS gives it (a `str` with surrogate escapes, bytes or a
+    /// `PathLike`): a name that is not UTF-8 opens all the same.
+    fn open_path(&mut self, name: String, path: PathBuf) -> PyResult<()> {
         let reader = open_path(path).map_err(|e| PyOSError::new_err(e.to_string()))?;
         self.start(name, Source::Reader(reader));
         Ok(())
@@ -256,7 +268,7 @@ impl Analyzer {
     /// it and frame numbers run on; rows keep the open capture's name (`name` only
     /// names the file in errors). The header is checked now; the file is opened when
     /// the one before it ends.
-    fn chain_path(&mut self, name: String, path: String) -> PyResult<()> {
+    fn chain_path(&mut self, name: String, path: PathBuf) -> PyResult<()> {
         self.check_open()?;
         open_path(&path).map_err(|e| PyOSError::new_err(e.to_string()))?;
         self.chained.push_back(ChainedFile {
@@ -292,7 +304,13 @@ impl Analyzer {
 
     /// Start a live source: frames arrive through `feed_link`.
     fn open_live(&mut self, name: String) {
-        self.start(name, Source::Live { frame: 0 });
+        self.start(
+            name,
+            Source::Live {
+                frame: 0,
+                decoder: LinkDecoder::default(),
+            },
+        );
     }
 
     /// Run the open capture until at least `max_rows` rows (or exchanges) are waiting or
@@ -327,7 +345,11 @@ impl Analyzer {
 
     /// One link-layer frame of a live source (pcapy's header time and bytes).
     fn feed_link(&mut self, linktype: u32, ts_ns: Ts, data: &[u8]) -> PyResult<()> {
-        let Some(Source::Live { frame }) = self.source_mut().as_mut() else {
+        // Taken out while the frame is decoded: its packet may borrow the decoder's
+        // reassembled datagram while the session and counters are used.
+        let mut source = self.source_mut().take();
+        let Some(Source::Live { frame, decoder }) = source.as_mut() else {
+            *self.source_mut() = source;
             return Err(PyRuntimeError::new_err("no live source is open"));
         };
         *frame += 1;
@@ -335,17 +357,23 @@ impl Analyzer {
         self.counters.inc("frames");
         self.counters.add("bytes_read", data.len() as u64);
         let mut out = Vec::new();
-        if let Some(pkt) = decode_link(linktype, ts_ns, n, data, &mut self.counters) {
+        if let Some(pkt) = decoder.decode_link(linktype, ts_ns, n, data, &mut self.counters) {
             if let Some(session) = self.session.as_mut() {
                 session.packet(&pkt, &mut self.counters, &mut out);
             }
         }
+        *self.source_mut() = source;
         self.consume_here(out)
     }
 
     /// End the open source (live: open requests become unanswered).
     fn finish(&mut self) -> PyResult<()> {
         let mut out = Vec::new();
+        let mut source = self.source_mut().take();
+        if let Some(Source::Live { decoder, .. }) = source.as_mut() {
+            decoder.finish(&mut self.counters);
+        }
+        *self.source_mut() = source;
         if let Some(session) = self.session.as_mut() {
             session.finish(&mut self.counters, &mut out);
         }
@@ -392,6 +420,18 @@ impl Analyzer {
             );
         }
         all
+    }
+
+    /// TLS connections by capture, version, cipher suite and outcome.
+    fn tls_connections(&self) -> Vec<TlsConnections> {
+        let mut out = Vec::new();
+        for (capture, summary) in &self.tls_table {
+            out.extend(summary_lines(capture, summary));
+        }
+        if let Some(session) = self.session.as_ref() {
+            out.extend(summary_lines(&self.capture, session.tls_summary()));
+        }
+        out
     }
 
     /// Requests waiting for a response now, by api_key (live views).
@@ -451,6 +491,11 @@ impl Analyzer {
                     let tx = tx;
                     let mut out = Vec::with_capacity(BATCH);
                     loop {
+                        // Secrets the capture carries (pcapng Decryption Secrets Blocks)
+                        // precede the connections they are for.
+                        for text in reader.take_secrets() {
+                            session.add_secrets(&text, &mut wire_counters);
+                        }
                         let ended = match reader.next_packet(&mut wire_counters) {
                             Some(pkt) => {
                                 session.packet(&pkt, &mut wire_counters, &mut out);
@@ -553,7 +598,9 @@ impl Analyzer {
         *self.source_mut() = Some(source);
         self.chained.clear();
         self.bytes_done = 0;
-        self.session = Some(Session::new(self.opts.session.clone(), self.model.clone()));
+        let mut session = Session::new(self.opts.session.clone(), self.model.clone());
+        session.set_keys(&self.opts.tls);
+        self.session = Some(session);
         // Captures are independent: topic ids, budgets and queues start afresh.
         self.summaries.start(&self.capture);
         self.sink.start(&self.capture);
@@ -577,6 +624,10 @@ impl Analyzer {
                 .add("queueing_connections_dropped", bounded.connections_dropped);
         }
         if let Some(session) = self.session.take() {
+            if !session.tls_summary().is_empty() {
+                self.tls_table
+                    .push((self.capture.clone(), session.tls_summary().clone()));
+            }
             self.tls.extend(
                 session
                     .tls_streams()
@@ -1081,7 +1132,7 @@ fn facts_object(py: Python<'_>, f: FileFacts) -> PyResult<CaptureFacts> {
 
 /// The facts of a capture file: every record header is read, no packet decoded.
 #[pyfunction]
-fn scan_facts(py: Python<'_>, path: &str) -> PyResult<CaptureFacts> {
+fn scan_facts(py: Python<'_>, path: PathBuf) -> PyResult<CaptureFacts> {
     let facts = py
         .detach(|| scan_path(path))
         .map_err(|e| PyOSError::new_err(e.to_string()))?;
@@ -1101,6 +1152,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Model>()?;
     m.add_class::<Analyzer>()?;
+    m.add_class::<KeyLog>()?;
+    m.add_class::<TlsConnections>()?;
     m.add_class::<CaptureFacts>()?;
     m.add_class::<InterfaceFacts>()?;
     m.add_function(wrap_pyfunction!(scan_facts, m)?)?;

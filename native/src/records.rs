@@ -29,6 +29,9 @@ pub const DEFAULT_MAX_DECOMPRESSED: u64 = 64 * 1024 * 1024;
 /// A large frame (a 50 MB Fetch response) may decompress to this many times its size:
 /// still linear in the input, and far below a bomb's 10 000:1 (records.py's FRAME_RATIO).
 pub const FRAME_RATIO: u64 = 32;
+/// ... but never past this many bytes, whatever the frame's size (records.py's
+/// FRAME_BUDGET_CAP; a larger `max_decompressed` raises it).
+pub const FRAME_BUDGET_CAP: u64 = 256 * 1024 * 1024;
 /// Errors listed per `records` field; the rest are counted in one `too_many_errors`.
 pub const MAX_ERRORS: usize = 64;
 /// Kafka itself allows one level of wrapper messages.
@@ -118,9 +121,13 @@ impl Budget {
     }
 
     /// The budget of a frame of `frame_bytes` bytes, as the Python decoder gives it:
-    /// `max_decompressed`, or FRAME_RATIO times the frame's size if that is more.
+    /// `max_decompressed`, or FRAME_RATIO times the frame's size if that is more, up to
+    /// FRAME_BUDGET_CAP: a fixed cap, not one an attacker's frame size raises.
     pub fn for_frame(frame_bytes: u64, max_decompressed: u64) -> Self {
-        Budget::per_frame(max_decompressed.max(frame_bytes.saturating_mul(FRAME_RATIO)))
+        let scaled = frame_bytes
+            .saturating_mul(FRAME_RATIO)
+            .min(FRAME_BUDGET_CAP);
+        Budget::per_frame(max_decompressed.max(scaled))
     }
 
     fn charge(&mut self, n: u64) {

@@ -197,6 +197,7 @@ pub const SASL_TOKEN_API_NAME: &str = "SaslToken";
 /// Row flags kept apart from decode errors (issue #13 §6).
 pub const CAPTURE_GAP: &str = "capture_gap";
 pub const NEGATIVE_LATENCY: &str = "negative_latency";
+pub const TLS: &str = "tls";
 
 fn base_status(kind: ExchangeKind) -> &'static str {
     match kind {
@@ -290,6 +291,10 @@ impl RowBuilder {
         }
         if latency.is_some_and(|l| l < 0.0) {
             flags.push(NEGATIVE_LATENCY);
+        }
+        if ex.request.as_ref().is_some_and(|f| f.tls) || ex.response.as_ref().is_some_and(|f| f.tls)
+        {
+            flags.push(TLS);
         }
         match summary {
             None => {

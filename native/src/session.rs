@@ -5,7 +5,9 @@
 //! exchanges that packet completes onto `out`; `event(ev, counters, out)` does the same
 //! for one TCP event (what `packet` does for each event the reassembler releases);
 //! `finish(counters, out)` at the end; `tls_streams()` lists connections found to carry
-//! TLS; `open_requests()` counts the requests waiting for a response.
+//! TLS not decrypted; `open_requests()` counts the requests waiting for a response.
+//! TLS connections whose handshake is captured go through the TLS stage (`tls`) first;
+//! `set_keys` gives it the run's key logs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use std::sync::Arc;
 use crate::correlate::{CorrelationConfig, Correlator};
 use crate::framing::Framer;
 use crate::tcp::{Reassembler, TcpConfig};
+use crate::tls::{KeySource, Summary as TlsSummary, TlsStage};
 use crate::types::{Chunk, Counters, Endpoint, Event, Exchange, KafkaFrame, Packet, Versions};
 
 #[derive(Debug, Clone)]
@@ -36,8 +39,11 @@ pub struct Session {
     // finds them without scanning every open connection's.
     framers: HashMap<u32, Vec<Framer>>,
     tls_streams: Vec<u32>,
+    tls_noted: std::collections::HashSet<u32>,
+    tls: TlsStage,
     events: Vec<Event>,      // scratch: the events of one packet
     frames: Vec<KafkaFrame>, // scratch: the frames of one chunk
+    plain: Vec<Chunk>,       // scratch: the plaintext chunks of one TLS chunk
 }
 
 impl Session {
@@ -65,9 +71,27 @@ impl Session {
             corr,
             framers: HashMap::new(),
             tls_streams: Vec::new(),
+            tls_noted: std::collections::HashSet::new(),
+            tls: TlsStage::new(&KeySource::default()),
             events: Vec::new(),
             frames: Vec::new(),
+            plain: Vec::new(),
         }
+    }
+
+    /// The secrets TLS connections are decrypted with (before the first packet).
+    pub fn set_keys(&mut self, keys: &KeySource) {
+        self.tls = TlsStage::new(keys);
+    }
+
+    /// Secrets found in the capture itself (pcapng Decryption Secrets Blocks).
+    pub fn add_secrets(&mut self, text: &str, counters: &mut Counters) {
+        self.tls.add_secrets(text, counters);
+    }
+
+    /// TLS connections by version, cipher suite and outcome.
+    pub fn tls_summary(&self) -> &TlsSummary {
+        self.tls.summary()
     }
 
     pub fn packet(&mut self, pkt: &Packet<'_>, counters: &mut Counters, out: &mut Vec<Exchange>) {
@@ -86,6 +110,13 @@ impl Session {
             self.event(ev, counters, out);
         }
         self.events = events;
+        let mut plain = std::mem::take(&mut self.plain);
+        self.tls.finish(counters, &mut plain);
+        for p in plain.drain(..) {
+            self.frame_chunk(p, true, counters, out);
+        }
+        self.plain = plain;
+        self.note_undecoded(counters);
         let mut streams: Vec<u32> = self.framers.keys().copied().collect();
         streams.sort_unstable();
         for stream in streams {
@@ -100,6 +131,13 @@ impl Session {
             Event::Chunk(ch) => self.chunk(ch, counters, out),
             Event::Open(open) => self.corr.open(&open),
             Event::Close(close) => {
+                let mut plain = std::mem::take(&mut self.plain);
+                self.tls.close(close.stream, counters, &mut plain);
+                for p in plain.drain(..) {
+                    self.frame_chunk(p, true, counters, out);
+                }
+                self.plain = plain;
+                self.note_undecoded(counters);
                 self.close_framers(close.stream, counters);
                 self.corr.close(close.stream, counters, out);
             }
@@ -115,7 +153,37 @@ impl Session {
         self.corr.open_requests()
     }
 
+    /// A chunk of a TLS connection is decrypted first; its plaintext (or any other
+    /// connection's bytes) goes on to framing.
     fn chunk(&mut self, ch: Chunk, counters: &mut Counters, out: &mut Vec<Exchange>) {
+        let mut plain = std::mem::take(&mut self.plain);
+        let corr = &self.corr;
+        let framers = &self.framers;
+        let stream = ch.stream;
+        let candidate = || framers.contains_key(&stream) || corr.is_kafka_candidate(stream);
+        if let Some(ch) = self.tls.chunk(ch, candidate, counters, &mut plain) {
+            self.frame_chunk(ch, false, counters, out);
+        }
+        for p in plain.drain(..) {
+            self.frame_chunk(p, true, counters, out);
+        }
+        self.plain = plain;
+        self.note_undecoded(counters);
+    }
+
+    fn note_undecoded(&mut self, counters: &mut Counters) {
+        while let Some(stream) = self.tls.undecoded.pop() {
+            self.note_tls_stream(stream, true, counters);
+        }
+    }
+
+    fn frame_chunk(
+        &mut self,
+        ch: Chunk,
+        decrypted: bool,
+        counters: &mut Counters,
+        out: &mut Vec<Exchange>,
+    ) {
         let stream = ch.stream;
         let mut frames = std::mem::take(&mut self.frames);
         let Some(framer) = self.framer_for(stream, ch.src, ch.dst) else {
@@ -123,6 +191,7 @@ impl Session {
             self.frames = frames;
             return;
         };
+        framer.decrypted = decrypted;
         let was_tls = framer.is_tls();
         framer.feed(ch, counters, &mut frames);
         let now_tls = framer.is_tls();
@@ -134,7 +203,7 @@ impl Session {
         }
         self.frames = frames;
         if now_tls && !was_tls {
-            self.note_tls(stream);
+            self.note_tls(stream, counters);
         }
     }
 
@@ -175,13 +244,23 @@ impl Session {
             let was_tls = framer.is_tls();
             framer.close(counters);
             if framer.is_tls() && !was_tls {
-                self.note_tls(stream);
+                self.note_tls(stream, counters);
             }
         }
     }
 
-    fn note_tls(&mut self, stream: u32) {
-        if !self.tls_streams.contains(&stream) {
+    /// A connection carries TLS not decrypted: framing found it (the handshake was not
+    /// captured: counted here) or the TLS stage gave it up (counted there).
+    fn note_tls(&mut self, stream: u32, counters: &mut Counters) {
+        let owned = self.tls.owns(stream);
+        self.note_tls_stream(stream, owned, counters);
+    }
+
+    fn note_tls_stream(&mut self, stream: u32, owned: bool, counters: &mut Counters) {
+        if self.tls_noted.insert(stream) {
+            if !owned {
+                self.tls.note_without_handshake(counters);
+            }
             self.tls_streams.push(stream);
         }
     }

@@ -191,11 +191,25 @@ impl<'a> Cur<'a> {
     #[inline]
     fn sized(&mut self, flexible: bool, wide: bool) -> R<Option<&'a [u8]>> {
         let n = self.length(flexible, wide)?;
+        if n < -1 {
+            // -1 is null; any other negative length is an error the Python decoder words
+            return Err(Stop("bad_length"));
+        }
         if n < 0 {
             return Ok(None);
         }
         let n = usize::try_from(n).map_err(|_| SHORT)?;
         self.take(n).map(Some)
+    }
+
+    /// The request header's client_id: any negative length reads as null, as the
+    /// Python header reader (`messages.py`) and Kafka's own header parser take it.
+    fn header_client_id(&mut self) -> R<()> {
+        let n = self.length(false, false)?;
+        if n >= 0 {
+            self.take(usize::try_from(n).map_err(|_| SHORT)?)?;
+        }
+        Ok(())
     }
 
     #[inline]
@@ -873,13 +887,13 @@ fn request_start<'m>(model: &'m Model, buf: &[u8]) -> R<Start<'m>> {
     let Some(layout) = found else {
         // Python reads the client_id before it looks for a layout: a cut one is its error.
         if !model.header_v0_requests.contains(&(api_key, version)) {
-            cur.sized(false, false)?;
+            cur.header_client_id()?;
         }
         return unsupported(model, api_key, version, Direction::Request);
     };
     if layout.header_version >= 1 {
         // client_id stays a legacy nullable string even in header v2
-        cur.sized(false, false)?;
+        cur.header_client_id()?;
     }
     if layout.header_version >= 2 {
         if let Err(stop) = header_tags(&mut cur) {

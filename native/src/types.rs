@@ -176,6 +176,7 @@ pub struct KafkaFrame {
     pub first_frame: u64,
     pub last_frame: u64,
     pub after_gap: bool, // the first frame accepted after a resync
+    pub tls: bool,       // decrypted from a TLS connection
 }
 
 impl KafkaFrame {

@@ -6,7 +6,7 @@ use std::io::{Cursor, Write};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use _core::capture::{decode_link, open_path, PacketReader, MAX_EMPTY_RUN};
+use _core::capture::{open_path, LinkDecoder, PacketReader, MAX_EMPTY_RUN, MAX_ENCAP_DEPTH};
 use _core::types::Counters;
 
 // ---------------------------------------------------------------------------
@@ -212,7 +212,10 @@ fn ip_length_beyond_capture_is_missing_only_when_the_wire_had_it() {
 fn live_frames_without_wire_length_count_a_snaplen_cut() {
     let liar = tcp_frame(&[b'B'; 40], 500);
     let mut counters = Counters::default();
-    let p = decode_link(1, 42, 3, &liar, &mut counters).expect("a TCP packet");
+    let mut decoder = LinkDecoder::default();
+    let p = decoder
+        .decode_link(1, 42, 3, &liar, &mut counters)
+        .expect("a TCP packet");
     assert_eq!(
         (p.frame, p.ts_ns, p.payload.len(), p.missing),
         (3, 42, 40, 500)
@@ -235,7 +238,9 @@ fn ipv6_extension_header_chain_past_the_frame_is_bad_header() {
     // Hop-by-hop says 255*8+8 bytes: past the IPv6 payload length and the frame.
     f.extend_from_slice(&[43, 255, 0, 0, 0, 0, 0, 0]);
     let mut counters = Counters::default();
-    assert!(decode_link(1, 0, 1, &f, &mut counters).is_none());
+    assert!(LinkDecoder::default()
+        .decode_link(1, 0, 1, &f, &mut counters)
+        .is_none());
     assert_eq!(counters.get("bad_ip_header"), 1);
     // Many VLAN tags, then nothing: each tag is checked against the bytes present.
     let mut vlan = vec![0u8; 12];
@@ -243,7 +248,9 @@ fn ipv6_extension_header_chain_past_the_frame_is_bad_header() {
         vlan.extend_from_slice(&[0x81, 0x00, 0x00, 0x01]);
     }
     vlan.extend_from_slice(&[0x81, 0x00]);
-    assert!(decode_link(1, 0, 2, &vlan, &mut counters).is_none());
+    assert!(LinkDecoder::default()
+        .decode_link(1, 0, 2, &vlan, &mut counters)
+        .is_none());
     assert_eq!(counters.get("bad_link_header"), 1);
 }
 
@@ -305,12 +312,93 @@ fn zero_length_record_run_is_bounded_but_a_few_are_fine() {
     assert_eq!(counters.get("bad_record"), 0);
     assert_eq!(counters.get("bad_link_header"), 1000);
 
+    // Any number in a plain file (its size bounds the work); a compressed one stops.
     let mut records = vec![(empty, 0u32); MAX_EMPTY_RUN as usize + 10];
     records.push((&frame, frame.len() as u32));
-    let (pkts, counters) = read_all(pcap(&records));
+    let plain = pcap(&records);
+    let (pkts, counters) = read_all(plain.clone());
+    assert_eq!(pkts.len(), 1);
+    assert_eq!(counters.get("bad_record"), 0);
+    let (pkts, counters) = read_all(gzip(&[&plain]));
     assert!(pkts.is_empty());
     assert_eq!(counters.get("bad_record"), 1);
     assert_eq!(counters.get("frames"), MAX_EMPTY_RUN);
+}
+
+#[test]
+fn pcapng_any_number_of_empty_blocks_before_the_traffic() {
+    let frame = tcp_frame(b"x", 0);
+    let mut file = shb();
+    for _ in 0..70_000 {
+        file.extend(idb(&[]));
+        file.extend(block(4, &[0, 0, 0, 0])); // an NRB holding only its end marker
+    }
+    file.extend(epb(0, 1, &frame));
+    let (pkts, counters) = read_all(file);
+    assert_eq!(pkts.len(), 1);
+    assert_eq!(counters.get("bad_record"), 0);
+    assert_eq!(counters.get("pcapng_interface_limit"), 70_000 - (1 << 16));
+}
+
+#[test]
+fn pcapng_packets_on_undeclared_interfaces_are_read_with_defaults() {
+    let frame = tcp_frame(b"x", 0);
+    let mut file = shb();
+    let n = 70_000u32;
+    for i in 0..n {
+        file.extend(epb(3, u64::from(i), &frame)); // no IDB at all
+    }
+    let (pkts, counters) = read_all(file);
+    assert_eq!(pkts.len(), n as usize);
+    assert_eq!(counters.get("pcapng_unknown_interface"), u64::from(n));
+    assert_eq!(counters.get("bad_record"), 0);
+    // Microseconds, pcapng's default resolution.
+    assert_eq!(pkts[1].1, 1000);
+}
+
+#[test]
+fn pcapng_counts_caplen_exceeding_the_wire_length() {
+    let frame = tcp_frame(b"xyz", 0);
+    let mut file = shb();
+    file.extend(idb(&[]));
+    let mut liar = epb(0, 1, &frame);
+    let orig = (frame.len() as u32 - 2).to_le_bytes();
+    liar[24..28].copy_from_slice(&orig);
+    file.extend(liar);
+    file.extend(epb(0, 2, &frame));
+    let (pkts, counters) = read_all(file);
+    assert_eq!(pkts.len(), 2);
+    assert_eq!(counters.get("caplen_exceeds_wire_len"), 1);
+}
+
+#[test]
+fn tunnels_nested_past_the_bound_are_counted_not_followed() {
+    // IPv4 in IPv4, a hundred times over, around a TCP segment.
+    let inner = tcp_frame(b"deep", 0);
+    let mut ip = inner[14..].to_vec();
+    for depth in 0..100u32 {
+        let mut outer = vec![
+            0x45, 0, 0, 0, 0, 0, 0, 0, 64, 4, 0, 0, 10, 9, 9, 1, 10, 9, 9, 2,
+        ];
+        let total = (ip.len() + 20) as u16;
+        outer[2..4].copy_from_slice(&total.to_be_bytes());
+        outer.extend_from_slice(&ip);
+        ip = outer;
+        let mut f = vec![0u8; 12];
+        f.extend_from_slice(&[0x08, 0x00]);
+        f.extend_from_slice(&ip);
+        let mut counters = Counters::default();
+        let mut decoder = LinkDecoder::default();
+        let got = decoder.decode_link(1, 0, 1, &f, &mut counters);
+        if depth < MAX_ENCAP_DEPTH {
+            let p = got.expect("within the bound");
+            assert_eq!(p.payload, b"deep");
+            assert_eq!(p.src, "10.0.0.1".parse::<IpAddr>().unwrap());
+        } else {
+            assert!(got.is_none());
+            assert_eq!(counters.get("tunnel_too_deep"), 1);
+        }
+    }
 }
 
 #[test]

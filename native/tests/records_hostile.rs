@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use _core::records::{
     summarize_records, xxh32, Budget, CaptureBudget, RecordsSummary, CODEC_UNKNOWN_BIT,
-    FRAME_RATIO, MAX_ERRORS,
+    FRAME_BUDGET_CAP, FRAME_RATIO, MAX_ERRORS,
 };
 use _core::types::Counters;
 
@@ -338,10 +338,16 @@ fn capture_budget_grows_with_input_only() {
 fn large_frames_get_a_budget_in_proportion() {
     assert_eq!(Budget::for_frame(1000, 64 * MIB).remaining, 64 * MIB);
     assert_eq!(
-        Budget::for_frame(10 * MIB, 64 * MIB).remaining,
-        FRAME_RATIO * 10 * MIB
+        Budget::for_frame(4 * MIB, 64 * MIB).remaining,
+        FRAME_RATIO * 4 * MIB
     );
-    assert_eq!(Budget::for_frame(u64::MAX, 0).remaining, u64::MAX);
+    // A fixed cap, whatever the frame's size (a 32 MB frame once bought 1 GiB).
+    assert_eq!(Budget::for_frame(u64::MAX, 0).remaining, FRAME_BUDGET_CAP);
+    assert_eq!(
+        Budget::for_frame(32 * MIB, 64 * MIB).remaining,
+        FRAME_BUDGET_CAP
+    );
+    assert_eq!(Budget::for_frame(32 * MIB, 512 * MIB).remaining, 512 * MIB);
     // Within the capture's allowance all the same.
     let mut capture = CaptureBudget::new(0, 64 * MIB, 2);
     assert_eq!(capture.frame(10 * MIB).remaining, 20 * MIB);

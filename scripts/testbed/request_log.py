@@ -16,6 +16,7 @@ response object here, the same way the schema describes `error_code`/`error_coun
 `throttle_ms` (top-level code, else the first non-zero nested one).
 
     python -m scripts.testbed.request_log BROKER_DIR_OR_FILE   # one summary line per request
+    python -m scripts.testbed.request_log FILE --jsonl --port 9095   # the oracle of a capture
 """
 
 from __future__ import annotations
@@ -198,11 +199,33 @@ def read_request_log(path: Path) -> list[LoggedRequest]:
     return out
 
 
+def oracle_record(r: LoggedRequest) -> dict[str, Any]:
+    """What a capture's test compares of one request: who sent it, which, and the
+    response's error codes."""
+    return {
+        "client_port": r.client.port,
+        "correlation_id": r.correlation_id,
+        "api_key": r.api_key,
+        "api_version": r.api_version,
+        "client_id": r.client_id,
+        "listener": r.listener,
+        "error_code": r.error_code,
+        "error_count": r.error_count,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", type=Path, help="broker dir (KAFKA_BROKER_DIR) or a log file")
+    parser.add_argument("--jsonl", action="store_true", help="one JSON object per request")
+    parser.add_argument("--port", type=int, help="only requests to this broker port")
     args = parser.parse_args(argv)
-    for r in read_request_log(args.path):
+    requests = [r for r in read_request_log(args.path) if args.port in (None, r.broker.port)]
+    if args.jsonl:
+        for r in requests:
+            print(json.dumps(oracle_record(r), sort_keys=True))
+        return 0
+    for r in requests:
         print(
             f"{r.time.isoformat()} {r.listener} {r.client.port} {r.correlation_id} "
             f"{r.api_name} v{r.api_version} client_id={r.client_id!r} error={r.error_code} "

@@ -117,8 +117,18 @@ class Outcome:
     stderr: str
 
 
-ANALYZE = """
-import json, resource, sys
+# The peak is the child's own VmHWM: ru_maxrss survives exec on Linux, so a child of a
+# large pytest process would report its parent's peak instead of its own.
+PEAK_RSS = """
+def peak_rss():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) * 1024
+"""
+
+ANALYZE = (
+    PEAK_RSS
+    + """
+import json, sys
 import dissector
 df = dissector.analyze(sys.argv[1])
 print(json.dumps({
@@ -128,13 +138,14 @@ print(json.dumps({
     "counters": df.attrs["counters"],
     "decode_errors": sorted(set(df["decode_error"].dropna().tolist()))[:50],
     "flags": sorted({f for fl in df["flags"] for f in fl}),
-    "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    "peak_rss": peak_rss(),
 }))
 """
+)
 
 
 def run_child(args: list[str], timeout: float) -> Outcome:
-    """Run a Python child; wall time and peak RSS from the kernel (ru_maxrss)."""
+    """Run a Python child and time it; the child reports its own peak RSS (``PEAK_RSS``)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

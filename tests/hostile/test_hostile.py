@@ -17,6 +17,7 @@ import pytest
 
 from tests.hostile.build import (
     ACK,
+    PEAK_RSS,
     PSH,
     RST,
     SYN,
@@ -166,6 +167,25 @@ def test_zstd_record_bombs_share_one_budget(tmp_path: Path, baseline: dict[str, 
     assert any("decompression_limit" in e for e in stats["decode_errors"]), stats["decode_errors"]
 
 
+def test_a_large_frame_of_bombs_buys_no_more_than_the_fixed_cap(
+    tmp_path: Path, baseline: dict[str, Any]
+) -> None:
+    """A 32 MB Produce frame of zstd bombs: its decompression budget stops at the fixed
+    cap (FRAME_BUDGET_CAP), not at 32x its size (1 GiB, 2.3 GB of memory before)."""
+    import zstandard
+
+    n = (64 << 20) // 7
+    bomb = zstandard.ZstdCompressor(level=1).compress(tiny_records(n))
+    copies = (32 << 20) // len(bomb)
+    req, resp = produce_v3(1, "bombs", [v2_batch(bomb, n, codec=4)] * copies)
+    assert len(req) > 30 << 20
+    conv = Conversation(t_ns=_t()).handshake().pair(req, resp).close()
+    path = write_pcap(tmp_path / "big-bomb.pcap", sandwich(conv.frames))
+    stats = _check(path, baseline, extra_ok=1)
+    assert any("decompression_limit" in e for e in stats["decode_errors"]), stats["decode_errors"]
+    assert stats["peak_rss"] < 1 << 30
+
+
 def test_gzip_capture_of_zeros_stops_early(tmp_path: Path) -> None:
     import zlib
 
@@ -289,14 +309,17 @@ def test_backwards_timestamps_are_flagged(tmp_path: Path, baseline: dict[str, An
     assert "negative_latency" in stats["flags"]
 
 
-DECODE = """
-import json, resource, sys
+DECODE = (
+    PEAK_RSS
+    + """
+import json, sys
 import dissector
 rows = list(dissector.decode(sys.argv[1]))
 errors = sorted({str(r.get("request", {}).get("error")) for r in rows if r.get("request")})
 print(json.dumps({"rows": len(rows), "errors": errors,
-                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+                  "peak_rss": peak_rss()}))
 """
+)
 
 
 def test_full_decode_of_millions_of_empty_topics_is_bounded(tmp_path: Path) -> None:
@@ -315,3 +338,18 @@ def test_full_decode_of_millions_of_empty_topics_is_bounded(tmp_path: Path) -> N
     assert got["rows"] == 1
     assert any("topics" in e and "decode limit" in e for e in got["errors"]), got["errors"]
     assert got["peak_rss"] < 600 * 2**20
+
+
+def test_a_string_length_below_minus_one_is_a_decode_error(
+    tmp_path: Path, baseline: dict[str, Any]
+) -> None:
+    """-1 is null; -2 is no length at all: Kafka's readers refuse it, so does the row
+    (it used to read as null and pass without a decode_error)."""
+    req, resp = produce_v3(1, "neg", [v2_batch(tiny_records(3), 3)])
+    null_tid = struct.pack(">h", -1)
+    at = 4 + 2 + 2 + 4 + 2 + len("hostile-producer")  # size, key, version, id, client_id
+    assert req[at : at + 2] == null_tid  # transactional_id: null
+    req = req[:at] + struct.pack(">h", -2) + req[at + 2 :]
+    conv = Conversation(t_ns=_t()).handshake().pair(req, resp).close()
+    stats = _check(write_pcap(tmp_path / "neg.pcap", sandwich(conv.frames)), baseline)
+    assert any("length -2" in e for e in stats["decode_errors"]), stats["decode_errors"]

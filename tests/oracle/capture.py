@@ -249,6 +249,16 @@ def _parse_idb(body: bytes, order: str) -> tuple[int, int, int, int]:
     return linktype, mul, div, offset_ns
 
 
+def _interface(
+    interfaces: list[tuple[int, int, int, int]], iface_id: int
+) -> tuple[int, int, int, int]:
+    """The interface a packet names; one never described reads as the first one, or as
+    Ethernet with microsecond times (pcapng's default resolution) when there is none."""
+    if iface_id < len(interfaces):
+        return interfaces[iface_id]
+    return interfaces[0] if interfaces else (1, 1000, 1, 0)
+
+
 def _pcapng_frames(reader: _ChunkReader, counters: Counters) -> Iterator[Frame]:
     order = "<"
     # Per interface: (linktype, ts multiplier, ts divisor, ts offset ns).
@@ -307,13 +317,15 @@ def _pcapng_frames(reader: _ChunkReader, counters: Counters) -> Iterator[Frame]:
             if btype == _BT_PB:
                 # Obsolete layout: a 16-bit interface id, then a 16-bit drop count.
                 iface_id = struct.unpack_from(order + "H", buf, pos + 8)[0]
-            if iface_id >= len(interfaces) or caplen > blen - 32:
-                counters.add(
-                    "pcapng_unknown_interface" if iface_id >= len(interfaces) else "bad_record"
-                )
+            if caplen > blen - 32:
+                counters.add("bad_record")
                 pos = end
                 continue
-            linktype, mul, div, offset = interfaces[iface_id]
+            if caplen > _orig:
+                counters.add("caplen_exceeds_wire_len")
+            if iface_id >= len(interfaces):
+                counters.add("pcapng_unknown_interface")
+            linktype, mul, div, offset = _interface(interfaces, iface_id)
             start = pos + 28
             pos = end
             yield (
@@ -324,12 +336,14 @@ def _pcapng_frames(reader: _ChunkReader, counters: Counters) -> Iterator[Frame]:
         elif btype == _BT_SPB:
             start = pos + 12
             pos = end
-            if not interfaces or blen < 16:
-                counters.add("pcapng_unknown_interface")
+            if blen < 16:
+                counters.add("bad_record")
                 continue
+            if not interfaces:
+                counters.add("pcapng_unknown_interface")
             orig = struct.unpack_from(order + "I", buf, start - 4)[0]
             counters.add("pcapng_simple_packet_block")
-            yield interfaces[0][0], 0, buf[start : start + min(orig, blen - 16)]
+            yield _interface(interfaces, 0)[0], 0, buf[start : start + min(orig, blen - 16)]
         elif btype == _BT_IDB:
             if blen < 20:
                 counters.add("bad_record")

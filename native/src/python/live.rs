@@ -27,7 +27,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::{columns_dict, Analyzer, RowSink, Source, Summaries};
-use crate::capture::decode_link;
+use crate::capture::LinkDecoder;
 use crate::model::Model as SpecModel;
 use crate::pcap::{self, Handle, OpenOptions, PcapError, Stats};
 use crate::pcapwrite::PcapWriter;
@@ -227,7 +227,7 @@ impl LiveRun {
             })?),
             None => None,
         };
-        let (session, summaries, sink) = take_parts(&mut analyzer)?;
+        let (decoder, session, summaries, sink) = take_parts(&mut analyzer)?;
         let model = analyzer.model.clone();
         let shared = Arc::new(Shared {
             sink: Mutex::new(sink),
@@ -248,6 +248,7 @@ impl LiveRun {
         let (tx, rx) = sync_channel::<Vec<Exchange>>(8);
         let capture = CaptureThread {
             handle: pcap,
+            decoder,
             session,
             writer,
             write_path: write_pcap.unwrap_or_default(),
@@ -398,20 +399,20 @@ impl Drop for LiveRun {
     }
 }
 
-/// The session, summaries and row sink of an analyzer with a live source open; the
-/// analyzer keeps empty ones.
-fn take_parts(a: &mut Analyzer) -> PyResult<(Session, Summaries, RowSink)> {
-    if !matches!(a.source_mut(), Some(Source::Live { .. })) {
+/// The link decoder, session, summaries and row sink of an analyzer with a live source
+/// open; the analyzer keeps empty ones.
+fn take_parts(a: &mut Analyzer) -> PyResult<(LinkDecoder, Session, Summaries, RowSink)> {
+    if !matches!(a.source_mut(), Some(Source::Live { .. })) || a.session.is_none() {
         return Err(PyRuntimeError::new_err(
             "no live source is open (open_live)",
         ));
     }
-    let Some(session) = a.session.take() else {
-        return Err(PyRuntimeError::new_err(
-            "no live source is open (open_live)",
-        ));
+    let Some(Source::Live { decoder, .. }) = a.source_mut().take() else {
+        unreachable!("checked above");
     };
-    *a.source_mut() = None;
+    let Some(session) = a.session.take() else {
+        unreachable!("checked above");
+    };
     let empty_summaries = Summaries {
         model: a.model.clone(),
         frame_budget: a.summaries.frame_budget,
@@ -433,11 +434,13 @@ fn take_parts(a: &mut Analyzer) -> PyResult<(Session, Summaries, RowSink)> {
     };
     let summaries = std::mem::replace(&mut a.summaries, empty_summaries);
     let sink = std::mem::replace(&mut a.sink, empty_sink);
-    Ok((session, summaries, sink))
+    Ok((decoder, session, summaries, sink))
 }
 
 struct CaptureThread {
     handle: Handle,
+    /// Link layers, tunnels and IP fragments (what one frame alone cannot finish).
+    decoder: LinkDecoder,
     session: Session,
     writer: Option<PcapWriter<BufWriter<File>>>,
     write_path: String,
@@ -504,6 +507,7 @@ impl CaptureThread {
                 flushed = Instant::now();
             }
         }
+        self.decoder.finish(&mut self.counters);
         self.session.finish(&mut self.counters, &mut out);
         if !out.is_empty() {
             let _ = self.tx.send(out);
@@ -525,6 +529,7 @@ impl CaptureThread {
     ) -> (Result<usize, PcapError>, bool) {
         let CaptureThread {
             handle,
+            decoder,
             session,
             writer,
             write_path,
@@ -553,7 +558,7 @@ impl CaptureThread {
                 ));
                 shared.request_stop(true);
             }
-            if let Some(pkt) = decode_link(*linktype, ts_ns, *frame_no, data, counters) {
+            if let Some(pkt) = decoder.decode_link(*linktype, ts_ns, *frame_no, data, counters) {
                 session.packet(&pkt, counters, out);
             }
             if out.len() >= BATCH {

@@ -119,6 +119,7 @@ pub fn frame(payload: &[u8], src: Endpoint, dst: Endpoint, n: u64) -> KafkaFrame
         first_frame: n,
         last_frame: n,
         after_gap: false,
+        tls: false,
     }
 }
 

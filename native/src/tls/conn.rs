@@ -1,0 +1,702 @@
+//! One TLS connection: records of both directions -> application plaintext.
+//!
+//! The client direction starts with a ClientHello (that is how the stage picked the
+//! connection); the ServerHello fixes version and cipher suite. From then on:
+//!
+//! - TLS 1.2: each direction's ChangeCipherSpec switches it to its record key (derived
+//!   from the master secret of the key log, found by client random or session id);
+//!   records are opened with that direction's sequence number.
+//! - TLS 1.3: every record after the ServerHello is encrypted: first with the handshake
+//!   traffic key, then, after that direction's Finished, with the application traffic
+//!   key (moved on by each KeyUpdate). A key log may hold only the application secrets
+//!   (some tools write just those): a record the handshake key cannot open, or that no
+//!   handshake key is known for, is tried once with the application key.
+//!
+//! Whatever cannot be decrypted ends the connection's decryption with one `Outcome`;
+//! its remaining bytes are counted (`tls_bytes`), never guessed at. Buffers are bounded:
+//! a partial record (at most one record) and, while waiting for a secret, the held
+//! bytes (`HOLD_MAX`); the stage also bounds their sum over all connections.
+
+use crate::types::Endpoint;
+
+use super::cipher::{self, RecordKey, Suite, TLS12, TLS13};
+use super::handshake::{
+    self, HandshakeReader, Message, ServerHello, CLIENT_HELLO, FINISHED, KEY_UPDATE, SERVER_HELLO,
+};
+use super::keylog::{KeyLog, Secret, Secrets};
+
+/// Record content types (RFC 8446 5.1).
+const CHANGE_CIPHER_SPEC: u8 = 20;
+const ALERT: u8 = 21;
+const HANDSHAKE: u8 = 22;
+const APPLICATION_DATA: u8 = 23;
+const HEARTBEAT: u8 = 24;
+
+/// Largest record fragment: 2^14 plus the expansion TLS 1.2 allows (RFC 5246 6.2.3);
+/// TLS 1.3 allows 2^14 + 256 (RFC 8446 5.2).
+pub const MAX_RECORD_12: usize = (1 << 14) + 2048;
+pub const MAX_RECORD_13: usize = (1 << 14) + 256;
+/// Bytes a direction holds while its secret is awaited (a live run's key log not
+/// written yet); past it the connection is given up.
+pub const HOLD_MAX: usize = 1 << 20;
+
+/// How a connection ended up; one per connection, counted under `counter()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outcome {
+    Decrypted,
+    NoSecret,
+    NoHandshake,
+    UnsupportedVersion,
+    UnsupportedSuite,
+    DecryptFailed,
+    CaptureGap,
+    BadRecord,
+    BufferLimit,
+}
+
+impl Outcome {
+    pub fn counter(self) -> &'static str {
+        match self {
+            Outcome::Decrypted => "tls_decrypted_connections",
+            Outcome::NoSecret => "tls_no_secret",
+            Outcome::NoHandshake => "tls_no_handshake",
+            Outcome::UnsupportedVersion => "tls_unsupported_version",
+            Outcome::UnsupportedSuite => "tls_unsupported_suite",
+            Outcome::DecryptFailed => "tls_decrypt_failed",
+            Outcome::CaptureGap => "tls_capture_gap",
+            Outcome::BadRecord => "tls_bad_record",
+            Outcome::BufferLimit => "tls_buffer_limit",
+        }
+    }
+
+    /// The word the summary table shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Decrypted => "decrypted",
+            Outcome::NoSecret => "no_secret",
+            Outcome::NoHandshake => "no_handshake",
+            Outcome::UnsupportedVersion => "unsupported_version",
+            Outcome::UnsupportedSuite => "unsupported_suite",
+            Outcome::DecryptFailed => "decrypt_failed",
+            Outcome::CaptureGap => "capture_gap",
+            Outcome::BadRecord => "bad_record",
+            Outcome::BufferLimit => "buffer_limit",
+        }
+    }
+}
+
+/// What a connection needs from the stage while it reads records.
+pub struct Env<'a> {
+    pub keys: &'a KeyLog,
+    pub extra: &'a KeyLog,
+    /// Master secrets of TLS 1.2 sessions decrypted earlier in this capture, by
+    /// session id (an abbreviated handshake resumes one).
+    pub sessions: &'a std::collections::HashMap<Vec<u8>, Secret>,
+    /// A missing secret may still come (a live run re-reads its key log): hold the
+    /// records instead of giving up.
+    pub may_wait: bool,
+    /// Grows whenever the key log gained lines: held records are read again only then.
+    pub generation: u64,
+}
+
+impl Env<'_> {
+    fn secrets(&self, client_random: &[u8; 32]) -> Option<Secrets> {
+        let a = self.extra.by_random(client_random);
+        let b = self.keys.by_random(client_random);
+        match (a, b) {
+            (Some(a), Some(b)) => Some(Secrets {
+                master: a.master.or(b.master),
+                client_handshake: a.client_handshake.or(b.client_handshake),
+                server_handshake: a.server_handshake.or(b.server_handshake),
+                client_traffic: a.client_traffic.or(b.client_traffic),
+                server_traffic: a.server_traffic.or(b.server_traffic),
+            }),
+            (a, b) => a.or(b).copied(),
+        }
+    }
+
+    fn master_by_session(&self, session_id: &[u8]) -> Option<Secret> {
+        if session_id.is_empty() {
+            return None;
+        }
+        self.extra
+            .by_session(session_id)
+            .or_else(|| self.keys.by_session(session_id))
+            .or_else(|| self.sessions.get(session_id))
+            .copied()
+    }
+}
+
+/// Result of reading one record.
+enum Step {
+    Next,
+    /// The record needs what is not known yet: keep it and what follows.
+    Hold(Wait),
+    Fail(Outcome),
+}
+
+/// What held records wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// The peer's ServerHello (capture order put this direction's record first).
+    Peer,
+    /// A secret the key log does not hold yet, as of this key log generation.
+    Secret(u64),
+}
+
+/// TLS 1.3 state of one direction.
+#[derive(Default)]
+struct Tls13Dir {
+    handshake_key: Option<RecordKey>,
+    /// The current application traffic secret (moved on by KeyUpdate).
+    app_secret: Option<Vec<u8>>,
+    in_app: bool,
+}
+
+#[derive(Default)]
+struct Dir {
+    partial: Vec<u8>, // a record not complete yet (header included)
+    held: Vec<u8>,    // records waiting for a secret
+    waiting: Option<Wait>,
+    key: Option<RecordKey>,
+    /// TLS 1.2: the key that this direction's ChangeCipherSpec switches to.
+    pending: Option<RecordKey>,
+    tls13: Tls13Dir,
+    handshake: HandshakeReader,
+    seen: bool,
+}
+
+impl Dir {
+    fn buffered(&self) -> usize {
+        self.partial.capacity() + self.held.capacity() + self.handshake.held()
+    }
+}
+
+/// What one call on a connection did, for the stage's counters.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Fed {
+    /// Bytes read through as records (handshake, decrypted, change cipher spec).
+    pub read: u64,
+    /// Bytes given up (after a failure).
+    pub dropped: u64,
+}
+
+pub struct Conn {
+    pub client: Endpoint,
+    pub server: Endpoint,
+    /// Capture time and frame of the connection's latest chunk.
+    pub last: (crate::types::Ts, u64),
+    pub client_hello: Option<handshake::ClientHello>,
+    pub server_hello: Option<ServerHello>,
+    pub suite: Option<Suite>,
+    pub outcome: Option<Outcome>,
+    dirs: [Dir; 2],
+    /// Secrets looked up and record keys installed.
+    keyed: bool,
+    /// The TLS 1.2 master secret used (remembered by session id for resumptions).
+    pub master: Option<Secret>,
+    /// The outcome was counted (when decryption failed, before the close).
+    pub reported: bool,
+    /// Bytes read through so far (counted as `tls_bytes` instead if it is given up).
+    pub read: u64,
+}
+
+/// A record header: type, legacy version, fragment length.
+fn header_ok(h: &[u8]) -> Option<usize> {
+    let len = usize::from(u16::from_be_bytes([h[3], h[4]]));
+    let known = matches!(h[0], CHANGE_CIPHER_SPEC..=HEARTBEAT);
+    (known && h[1] == 3 && h[2] <= 4 && len <= MAX_RECORD_12).then_some(len)
+}
+
+/// Does `data`, the first bytes of a connection, start a TLS ClientHello record?
+pub fn starts_client_hello(data: &[u8]) -> bool {
+    let want = [Some(HANDSHAKE), Some(3)];
+    data.first().copied() == want[0]
+        && data.get(1).is_none_or(|b| Some(*b) == want[1])
+        && data.get(2).is_none_or(|b| *b <= 4)
+        && data.get(5).is_none_or(|b| *b == CLIENT_HELLO)
+}
+
+impl Conn {
+    pub fn new(client: Endpoint, server: Endpoint) -> Self {
+        Conn {
+            client,
+            server,
+            last: (0, 0),
+            client_hello: None,
+            server_hello: None,
+            suite: None,
+            outcome: None,
+            dirs: Default::default(),
+            keyed: false,
+            master: None,
+            reported: false,
+            read: 0,
+        }
+    }
+
+    pub fn buffered(&self) -> usize {
+        self.dirs[0].buffered() + self.dirs[1].buffered()
+    }
+
+    /// A direction had bytes before this chunk (a gap now breaks its record chain).
+    pub fn seen(&self, d: usize) -> bool {
+        self.dirs[d].seen
+    }
+
+    pub fn fail(&mut self, outcome: Outcome) -> u64 {
+        if self.outcome.is_none() {
+            self.outcome = Some(outcome);
+        }
+        let mut dropped = 0;
+        for dir in &mut self.dirs {
+            dropped += (dir.partial.len() + dir.held.len()) as u64;
+            *dir = Dir {
+                seen: dir.seen,
+                ..Dir::default()
+            };
+        }
+        dropped
+    }
+
+    /// Feed the bytes of direction `d` (0: from the client); application plaintext is
+    /// appended to `out`.
+    pub fn feed(&mut self, d: usize, data: &[u8], env: &Env<'_>, out: &mut Vec<u8>) -> Fed {
+        self.dirs[d].seen = true;
+        if self.outcome.is_some() {
+            return Fed {
+                read: 0,
+                dropped: data.len() as u64,
+            };
+        }
+        if self.dirs[d].waiting.is_some() {
+            self.dirs[d].held.extend_from_slice(data);
+            if self.dirs[d].held.len() > HOLD_MAX {
+                let dropped = self.fail(Outcome::BufferLimit);
+                return Fed { read: 0, dropped };
+            }
+            return Fed::default();
+        }
+        self.feed_records(d, data, env, out)
+    }
+
+    /// Held records of direction `d`, read again when what they wait for may have come
+    /// (the peer's hello, or new key log lines).
+    pub fn retry(&mut self, d: usize, env: &Env<'_>, out: &mut Vec<u8>) -> Fed {
+        let ready = match self.dirs[d].waiting {
+            None => false,
+            Some(Wait::Peer) => self.server_hello.is_some(),
+            Some(Wait::Secret(gen)) => gen != env.generation,
+        };
+        if !ready || self.outcome.is_some() {
+            return Fed::default();
+        }
+        let held = std::mem::take(&mut self.dirs[d].held);
+        self.dirs[d].waiting = None;
+        self.feed_records(d, &held, env, out)
+    }
+
+    pub fn holding(&self) -> bool {
+        self.dirs.iter().any(|d| d.waiting.is_some())
+    }
+
+    fn feed_records(&mut self, d: usize, data: &[u8], env: &Env<'_>, out: &mut Vec<u8>) -> Fed {
+        let mut fed = Fed::default();
+        let mut pos = 0;
+        if !self.dirs[d].partial.is_empty() {
+            let mut partial = std::mem::take(&mut self.dirs[d].partial);
+            if partial.len() < 5 {
+                let n = (5 - partial.len()).min(data.len());
+                partial.extend_from_slice(&data[..n]);
+                pos = n;
+                if partial.len() < 5 {
+                    self.dirs[d].partial = partial;
+                    return fed;
+                }
+            }
+            let Some(len) = header_ok(&partial) else {
+                fed.dropped =
+                    (partial.len() + data.len() - pos) as u64 + self.fail(Outcome::BadRecord);
+                return fed;
+            };
+            let n = (5 + len - partial.len()).min(data.len() - pos);
+            partial.extend_from_slice(&data[pos..pos + n]);
+            pos += n;
+            if partial.len() < 5 + len {
+                self.dirs[d].partial = partial;
+                return fed;
+            }
+            match self.record(d, &partial, env, out) {
+                Step::Next => fed.read += partial.len() as u64,
+                Step::Hold(wait) => {
+                    partial.extend_from_slice(&data[pos..]);
+                    self.hold(d, partial, wait);
+                    return fed;
+                }
+                Step::Fail(o) => {
+                    fed.dropped = (partial.len() + data.len() - pos) as u64 + self.fail(o);
+                    return fed;
+                }
+            }
+            partial.clear();
+            self.dirs[d].partial = partial; // keep the allocation for the next straddler
+        }
+        while pos < data.len() {
+            let rest = &data[pos..];
+            if rest.len() < 5 {
+                self.dirs[d].partial.extend_from_slice(rest);
+                return fed;
+            }
+            let Some(len) = header_ok(rest) else {
+                fed.dropped += rest.len() as u64 + self.fail(Outcome::BadRecord);
+                return fed;
+            };
+            if rest.len() < 5 + len {
+                self.dirs[d].partial.extend_from_slice(rest);
+                return fed;
+            }
+            match self.record(d, &rest[..5 + len], env, out) {
+                Step::Next => fed.read += (5 + len) as u64,
+                Step::Hold(wait) => {
+                    self.hold(d, rest.to_vec(), wait);
+                    return fed;
+                }
+                Step::Fail(o) => {
+                    fed.dropped += rest.len() as u64 + self.fail(o);
+                    return fed;
+                }
+            }
+            pos += 5 + len;
+        }
+        fed
+    }
+
+    fn hold(&mut self, d: usize, bytes: Vec<u8>, wait: Wait) {
+        let dir = &mut self.dirs[d];
+        dir.waiting = Some(wait);
+        dir.held = bytes;
+    }
+
+    /// One whole record (header and fragment).
+    fn record(&mut self, d: usize, rec: &[u8], env: &Env<'_>, out: &mut Vec<u8>) -> Step {
+        let header: [u8; 5] = [rec[0], rec[1], rec[2], rec[3], rec[4]];
+        let fragment = &rec[5..];
+        let kind = header[0];
+        let version = self.server_hello.as_ref().map(|s| s.version);
+        if version == Some(TLS13) && fragment.len() > MAX_RECORD_13 {
+            return Step::Fail(Outcome::BadRecord);
+        }
+        if self.dirs[d].key.is_some() && kind != CHANGE_CIPHER_SPEC {
+            return self.encrypted(d, &header, fragment, out);
+        }
+        match kind {
+            HANDSHAKE => self.plain_handshake(d, fragment),
+            CHANGE_CIPHER_SPEC => match version {
+                // TLS 1.3 sends it only for middleboxes (RFC 8446 D.4), the client's even
+                // before the ServerHello when a HelloRetryRequest came first.
+                Some(TLS13) | None => Step::Next,
+                Some(_) => self.change_cipher_spec(d, env),
+            },
+            APPLICATION_DATA => match version {
+                Some(TLS13) => {
+                    if !self.keyed {
+                        match self.key13(env) {
+                            Step::Next => {}
+                            other => return other,
+                        }
+                    }
+                    self.encrypted(d, &header, fragment, out)
+                }
+                // Not a 1.3 record before the peer's hello: wait for it.
+                None if d == 0 => Step::Hold(Wait::Peer),
+                _ => Step::Fail(Outcome::BadRecord),
+            },
+            // A plaintext alert (a refused handshake) or heartbeat carries no data.
+            ALERT | HEARTBEAT => Step::Next,
+            _ => Step::Fail(Outcome::BadRecord),
+        }
+    }
+
+    fn plain_handshake(&mut self, d: usize, fragment: &[u8]) -> Step {
+        let mut msgs: Vec<Message> = Vec::new();
+        self.dirs[d].handshake.feed(fragment, &mut msgs);
+        if self.dirs[d].handshake.too_long {
+            return Step::Fail(Outcome::BadRecord);
+        }
+        for m in msgs {
+            match (d, m.kind, m.body) {
+                (0, CLIENT_HELLO, Some(body)) => match handshake::parse_client_hello(&body) {
+                    Some(ch) => self.client_hello = Some(ch),
+                    None => return Step::Fail(Outcome::BadRecord),
+                },
+                (1, SERVER_HELLO, Some(body)) => {
+                    let Some(sh) = handshake::parse_server_hello(&body) else {
+                        return Step::Fail(Outcome::BadRecord);
+                    };
+                    if sh.hello_retry {
+                        continue; // a second ClientHello and ServerHello follow
+                    }
+                    let step = self.server_hello(sh);
+                    if !matches!(step, Step::Next) {
+                        return step;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Step::Next
+    }
+
+    fn server_hello(&mut self, sh: ServerHello) -> Step {
+        let (version, id) = (sh.version, sh.cipher_suite);
+        self.server_hello = Some(sh);
+        if self.client_hello.is_none() {
+            return Step::Fail(Outcome::NoHandshake);
+        }
+        if version != TLS12 && version != TLS13 {
+            return Step::Fail(Outcome::UnsupportedVersion);
+        }
+        let Some(suite) = cipher::suite(version, id) else {
+            return Step::Fail(Outcome::UnsupportedSuite);
+        };
+        self.suite = Some(suite);
+        // Secrets are looked up at the first record that needs them: a live run's key
+        // log may get its line only after the hello went by.
+        Step::Next
+    }
+
+    /// TLS 1.3: the record keys of both directions from the key log.
+    fn key13(&mut self, env: &Env<'_>) -> Step {
+        let (Some(suite), Some(ch)) = (self.suite, self.client_hello.as_ref()) else {
+            return Step::Fail(Outcome::NoHandshake);
+        };
+        let s = env.secrets(&ch.random).unwrap_or_default();
+        if s.client_traffic.is_none() && s.server_traffic.is_none() {
+            return self.missing_secret(env);
+        }
+        let pairs = [
+            (s.client_handshake, s.client_traffic),
+            (s.server_handshake, s.server_traffic),
+        ];
+        for (dir, (hs, app)) in self.dirs.iter_mut().zip(pairs) {
+            dir.tls13 = Tls13Dir {
+                handshake_key: hs.and_then(|h| cipher::key13(suite, h.as_bytes())),
+                app_secret: app.map(|a| a.as_bytes().to_vec()),
+                in_app: false,
+            };
+        }
+        self.keyed = true;
+        Step::Next
+    }
+
+    fn missing_secret(&self, env: &Env<'_>) -> Step {
+        if env.may_wait {
+            Step::Hold(Wait::Secret(env.generation))
+        } else {
+            Step::Fail(Outcome::NoSecret)
+        }
+    }
+
+    /// TLS 1.2: this direction switches to its record key.
+    fn change_cipher_spec(&mut self, d: usize, env: &Env<'_>) -> Step {
+        if !self.keyed {
+            match self.key12(env) {
+                Step::Next => {}
+                other => return other,
+            }
+        }
+        match self.dirs[d].pending.take() {
+            Some(k) => {
+                self.dirs[d].key = Some(k);
+                Step::Next
+            }
+            None => Step::Fail(Outcome::BadRecord), // a second ChangeCipherSpec
+        }
+    }
+
+    fn key12(&mut self, env: &Env<'_>) -> Step {
+        let (Some(suite), Some(ch), Some(sh)) = (
+            self.suite,
+            self.client_hello.as_ref(),
+            self.server_hello.as_ref(),
+        ) else {
+            return Step::Fail(Outcome::NoHandshake);
+        };
+        let master = env
+            .secrets(&ch.random)
+            .and_then(|s| s.master)
+            .or_else(|| env.master_by_session(&sh.session_id));
+        let Some(master) = master else {
+            return self.missing_secret(env);
+        };
+        let Some((c, s)) = cipher::keys12(suite, master.as_bytes(), &ch.random, &sh.random) else {
+            return Step::Fail(Outcome::NoSecret);
+        };
+        self.dirs[0].pending = Some(c);
+        self.dirs[1].pending = Some(s);
+        self.master = Some(master);
+        self.keyed = true;
+        Step::Next
+    }
+
+    fn encrypted(
+        &mut self,
+        d: usize,
+        header: &[u8; 5],
+        fragment: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Step {
+        let tls13 = self.server_hello.as_ref().map(|s| s.version) == Some(TLS13);
+        let start = out.len();
+        if tls13 && !self.dirs[d].tls13.in_app {
+            return self.encrypted13_handshake(d, header, fragment, out);
+        }
+        let Some(key) = self.dirs[d].key.as_mut() else {
+            return Step::Fail(Outcome::NoSecret);
+        };
+        if key.open(header, fragment, out).is_err() {
+            return Step::Fail(Outcome::DecryptFailed);
+        }
+        let kind = if tls13 {
+            match inner_type(out, start) {
+                Some(k) => k,
+                None => return Step::Fail(Outcome::DecryptFailed),
+            }
+        } else {
+            header[0]
+        };
+        self.after_open(d, kind, out, start)
+    }
+
+    /// A TLS 1.3 record before this direction's Finished: the handshake key, or the
+    /// application key at sequence 0 when the key log lacks the handshake secret or the
+    /// handshake is over.
+    fn encrypted13_handshake(
+        &mut self,
+        d: usize,
+        header: &[u8; 5],
+        fragment: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Step {
+        let start = out.len();
+        let suite = self.suite;
+        let dir = &mut self.dirs[d];
+        if let Some(hk) = dir.tls13.handshake_key.as_mut() {
+            if hk.open(header, fragment, out).is_ok() {
+                let Some(kind) = inner_type(out, start) else {
+                    return Step::Fail(Outcome::DecryptFailed);
+                };
+                return self.after_open(d, kind, out, start);
+            }
+        }
+        let app = dir
+            .tls13
+            .app_secret
+            .as_deref()
+            .zip(suite)
+            .and_then(|(s, suite)| cipher::key13(suite, s));
+        let Some(mut app) = app else {
+            return Step::Fail(Outcome::NoSecret);
+        };
+        if app.open(header, fragment, out).is_err() {
+            return Step::Fail(Outcome::DecryptFailed);
+        }
+        dir.tls13.in_app = true;
+        dir.tls13.handshake_key = None;
+        dir.key = Some(app);
+        let Some(kind) = inner_type(out, start) else {
+            return Step::Fail(Outcome::DecryptFailed);
+        };
+        self.after_open(d, kind, out, start)
+    }
+
+    /// The plaintext of an opened record sits in `out[start..]`: application data stays,
+    /// anything else is read (handshake) or dropped (alerts).
+    fn after_open(&mut self, d: usize, kind: u8, out: &mut Vec<u8>, start: usize) -> Step {
+        match kind {
+            APPLICATION_DATA => Step::Next,
+            HANDSHAKE => {
+                let mut msgs = Vec::new();
+                self.dirs[d].handshake.feed(&out[start..], &mut msgs);
+                out.truncate(start);
+                for m in msgs {
+                    let step = self.encrypted_handshake_message(d, m.kind);
+                    if !matches!(step, Step::Next) {
+                        return step;
+                    }
+                }
+                Step::Next
+            }
+            _ => {
+                out.truncate(start);
+                Step::Next
+            }
+        }
+    }
+
+    fn encrypted_handshake_message(&mut self, d: usize, kind: u8) -> Step {
+        let Some(suite) = self.suite else {
+            return Step::Next;
+        };
+        if self.server_hello.as_ref().map(|s| s.version) != Some(TLS13) {
+            return Step::Next; // TLS 1.2: Finished (or renegotiation, not followed)
+        }
+        let dir = &mut self.dirs[d];
+        match kind {
+            FINISHED if !dir.tls13.in_app => {
+                let Some(app) = dir.tls13.app_secret.as_deref() else {
+                    return Step::Fail(Outcome::NoSecret);
+                };
+                dir.key = cipher::key13(suite, app);
+                dir.tls13.in_app = true;
+                dir.tls13.handshake_key = None;
+            }
+            KEY_UPDATE if dir.tls13.in_app => {
+                let next = dir
+                    .tls13
+                    .app_secret
+                    .as_deref()
+                    .and_then(|s| cipher::next_secret13(suite.hash, s));
+                let Some(next) = next else {
+                    return Step::Fail(Outcome::DecryptFailed);
+                };
+                dir.key = cipher::key13(suite, &next);
+                dir.tls13.app_secret = Some(next);
+            }
+            _ => {}
+        }
+        Step::Next
+    }
+
+    /// The outcome when the connection closes: decrypted unless something said otherwise.
+    pub fn close(&mut self) -> (Outcome, u64) {
+        if let Some(o) = self.outcome {
+            return (o, 0);
+        }
+        let o = if self.holding() && self.server_hello.is_some() {
+            Outcome::NoSecret
+        } else if !self.keyed {
+            // The hellos, or the first encrypted record, never came.
+            Outcome::NoHandshake
+        } else {
+            Outcome::Decrypted
+        };
+        let dropped = if o == Outcome::Decrypted {
+            // A partial record at the end: the rest never came.
+            self.dirs.iter().map(|d| d.partial.len() as u64).sum()
+        } else {
+            self.fail(o)
+        };
+        self.outcome = Some(o);
+        (o, dropped)
+    }
+}
+
+/// TLS 1.3 inner plaintext: content, type, zero padding (RFC 8446 5.4). The padding and
+/// type are cut off `out`; None when the record is all zeros.
+fn inner_type(out: &mut Vec<u8>, start: usize) -> Option<u8> {
+    let last = out[start..].iter().rposition(|b| *b != 0)?;
+    let kind = out[start + last];
+    out.truncate(start + last);
+    Some(kind)
+}
