@@ -10,49 +10,41 @@ the capture (``test_tls``) behind that. A key log that only appears halfway thro
 replay is read when it does (a client writes its line at its handshake).
 
 Needs root (capture on ``lo``), tcpreplay and tcprewrite (``apt-get install
-tcpreplay``), editcap for the split replay. Every wait is bounded.
+tcpreplay``), editcap for the split replay; helpers in ``tests/live_replay.py``.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import dissector
 from dissector.live import LiveCapture, LiveOptions
-from dissector.live.loop import Tick
 from dissector.tls import key_logs
+from tests.live_replay import (
+    IFACE,
+    NEEDS,
+    SETTLE_S,
+    TIMEOUT_S,
+    Capture,
+    frame_rows,
+    port_moved,
+    replay,
+    rows,
+)
+from tests.live_replay import run as _run
 
 REPO = Path(__file__).resolve().parents[1]
 TLS = REPO / "captures" / "tls"
-IFACE = "lo"
 REPLAY_PORT = 39395  # the captures' broker port is rewritten to this (nothing else on it)
-REPLAY_PPS = 5000  # a few hundred packets: well under a second each
-START_S = 0.5  # the capture's ring is open before this; the wait only spares a race
-SETTLE_S = 0.5  # loopback delivery after tcpreplay returns
-JOIN_S = 30.0
-TIMEOUT_S = 60.0
-
-# The replay's own: when a packet was sent (paced), and what follows from it.
-TIMING = {
-    "capture",
-    "request_time",
-    "response_time",
-    "latency_ms",
-    "first_byte_ms",
-    "fetch_wait",
-    "service_ms",
-    "queue_ms",
-}
 
 # (capture, key log): TLS 1.3 and 1.2, AES-GCM and ChaCha20, client and broker key
 # logs, a SASL_SSL listener, three client libraries.
@@ -66,82 +58,18 @@ CASES = [
     ("tls12-java", "keys"),
 ]
 
-pytestmark = [
-    pytest.mark.skipif(
-        not hasattr(os, "geteuid") or os.geteuid() != 0,
-        reason="live capture on lo needs root (or CAP_NET_RAW+CAP_NET_ADMIN)",
-    ),
-    pytest.mark.skipif(
-        not (shutil.which("tcpreplay") and shutil.which("tcprewrite")),
-        reason="tcpreplay/tcprewrite not installed (apt-get install tcpreplay)",
-    ),
-]
-
-
-def _run(args: list[str]) -> None:
-    subprocess.run(args, check=True, capture_output=True, timeout=TIMEOUT_S)
-
-
-def _broker_port(name: str) -> int:
-    import json
-
-    ledger = json.loads((TLS / f"{name}.drivers.json").read_text())
-    return int(ledger["operations"][0]["port"])
+pytestmark = NEEDS
 
 
 def replayable(name: str, out: Path) -> Path:
     """The capture with its broker port rewritten to ``REPLAY_PORT`` (pcap)."""
-    path = out / f"{name}.pcap"
-    _run(["tcprewrite", f"--portmap={_broker_port(name)}:{REPLAY_PORT}",
-          "-i", str(TLS / f"{name}.pcapng"), "-o", str(path)])  # fmt: skip
-    return path
-
-
-def replay(path: Path) -> None:
-    _run(["tcpreplay", "-q", "-i", IFACE, f"--pps={REPLAY_PPS}", str(path)])
-
-
-def rows(tables: list[pa.Table] | pa.Table) -> list[dict[str, Any]]:
-    """Every row with every column but the replay's timing, in (stream, correlation
-    id) order."""
-    table = pa.concat_tables(tables) if isinstance(tables, list) else tables
-    keep = [c for c in table.column_names if c not in TIMING]
-    out = table.select(keep).to_pylist()
-    return sorted(out, key=lambda r: (r["stream"], r["correlation_id"] or -1, r["api_key"]))
+    ledger = json.loads((TLS / f"{name}.drivers.json").read_text())
+    port = int(ledger["operations"][0]["port"])
+    return port_moved(TLS / f"{name}.pcapng", out / f"{name}.pcap", {port: REPLAY_PORT})
 
 
 def offline(path: Path, keys: Path) -> list[dict[str, Any]]:
-    df = dissector.analyze(path, tls_keylog=keys)
-    return rows(pa.Table.from_pandas(df, preserve_index=False))
-
-
-class Capture:
-    """A ``LiveCapture``'s Arrow tables, collected on a thread (bounded join)."""
-
-    def __init__(self, cap: LiveCapture) -> None:
-        self.cap = cap
-        self.tables: list[pa.Table] = []
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._collect, daemon=True)
-        self._thread.start()
-        time.sleep(START_S)
-
-    def _collect(self) -> None:
-        try:
-            for item in self.cap.tables(eager=True):
-                if not isinstance(item, Tick):
-                    self.tables.append(item)
-        except BaseException as exc:  # surfaced in finish()
-            self.error = exc
-
-    def finish(self) -> list[pa.Table]:
-        time.sleep(SETTLE_S)
-        self.cap.stop("test")
-        self._thread.join(JOIN_S)
-        assert not self._thread.is_alive(), "live capture did not stop"
-        if self.error is not None:
-            raise self.error
-        return self.tables
+    return frame_rows(dissector.analyze(path, tls_keylog=keys))
 
 
 def live_capture(keys: Path) -> LiveCapture:
@@ -244,8 +172,6 @@ def test_cli_live_tls_keylog_writes_what_analyze_writes(tmp_path: Path) -> None:
     assert "TLS connections 7: tls_decrypted_connections 7" in stdout, stdout
     _run([sys.executable, "-c", CLI_CODE, "analyze", str(path), "--tls-keylog", str(keys),
           "-o", str(ref)])  # fmt: skip
-    import pyarrow.parquet as pq
-
     live_table, ref_table = pq.read_table(out), pq.read_table(ref)
     assert live_table.schema == ref_table.schema
     expected = rows(ref_table)
