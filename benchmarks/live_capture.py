@@ -324,7 +324,12 @@ class Run:
 
     @property
     def clean(self) -> bool:
-        return self.lost == 0 and self.kernel_drops == 0 and not self.note.startswith("live")
+        return (
+            self.lost == 0
+            and self.different == 0
+            and self.kernel_drops == 0
+            and not self.note.startswith("live")
+        )
 
     @property
     def different(self) -> int:
@@ -616,7 +621,7 @@ def report(r: Run) -> None:
         f"{r.tool:<8} rate {r.rate:>8}/s reached {r.reached_pps:>9.0f}/s  "
         f"sent {r.sent:>9} captured {r.captured:>9} kernel drops {r.kernel_drops:>7}"
     )
-    if r.tool == "live":
+    if r.tool.startswith("live"):
         line += (
             f"  pairs expected {r.expected} written {r.written} matched {r.matched} "
             f"lost {r.lost} different {r.different} flagged {r.flagged}"
@@ -627,7 +632,7 @@ def report(r: Run) -> None:
         f"({100 * r.live_cpu_s / max(r.wall_s, 1e-9):.0f}% of one core), tcpreplay CPU "
         f"{r.replay_cpu_s:.1f} s; cores: {cores}; load {r.usage.load[0]:.1f}; "
         f"others: {others}"
-        + (f"; peak RSS {r.rss_peak_mib:.0f} MiB" if r.tool == "live" else "")
+        + (f"; peak RSS {r.rss_peak_mib:.0f} MiB" if r.tool.startswith("live") else "")
         + (f"; {r.note}" if r.note else "")
         + ("  CLEAN" if r.clean else "  LOSS"),
         flush=True,
