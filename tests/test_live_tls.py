@@ -158,12 +158,19 @@ def test_cli_live_tls_keylog_writes_what_analyze_writes(tmp_path: Path) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
-        time.sleep(3.0)  # interpreter start and capture open (a slow shared machine)
+        # The capture is open once this line is out (on a loaded machine the interpreter
+        # may take seconds); the read ends at the latest when live does (--duration).
+        started = []
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            started.append(line)
+            if "capturing on" in line:
+                break
         replay(path)
         time.sleep(SETTLE_S)
         proc.send_signal(2)  # Ctrl-C: drains, writes, prints the summary
         stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
-
+        stderr = "".join(started) + stderr
     finally:
         if proc.poll() is None:
             proc.kill()
