@@ -1,4 +1,5 @@
-# Type stub of the native core (native/src/python.rs, built by maturin into dissector._core).
+# Type stub of the native core (native/src/python.rs and python/live.rs, built by maturin
+# into dissector._core).
 # Keep it in step with the #[pymethods] there: mypy checks dissector/wire against it, and
 # scripts/run-tests checks it against the built module (python -m mypy.stubtest dissector._core).
 
@@ -8,13 +9,18 @@ from typing import Any, Self, final
 
 __all__ = [
     "Analyzer",
+    "CaptureError",
     "CaptureFacts",
     "InterfaceFacts",
     "KeyLog",
     "KnownTopics",
+    "LiveRun",
     "Model",
+    "PcapHandle",
     "TlsConnections",
     "__version__",
+    "pcap_check_filter",
+    "pcap_devices",
     "scan_facts",
     "scan_facts_bytes",
 ]
@@ -168,3 +174,49 @@ class CaptureFacts:
 
 def scan_facts(path: str | bytes | os.PathLike[str]) -> CaptureFacts: ...
 def scan_facts_bytes(data: bytes) -> CaptureFacts: ...
+
+class CaptureError(Exception):
+    """A live capture cannot start or go on: args are (kind, message), kind one of
+    missing, no_such_device, permission, bad_filter, other."""
+
+def pcap_devices() -> list[str]: ...
+def pcap_check_filter(filter: str, snaplen: int) -> None: ...
+
+@final
+class PcapHandle:
+    """An activated libpcap handle (filter set, non-blocking); ``LiveRun`` takes it over."""
+
+    @property
+    def linktype(self) -> int: ...
+    def __new__(
+        cls, iface: str, filter: str, snaplen: int, buffer_bytes: int, timeout_ms: int
+    ) -> Self: ...
+    def stats(self) -> tuple[int, int, int]: ...
+    def close(self) -> None: ...
+
+@final
+class LiveRun:
+    """A live capture on the core's own threads (capture, rows)."""
+
+    @property
+    def linktype(self) -> int: ...
+    def __new__(
+        cls,
+        analyzer: Analyzer,
+        handle: PcapHandle,
+        write_pcap: str | None = None,
+        snaplen: int = 262144,
+        max_waiting: int = ...,
+    ) -> Self: ...
+    def stop(self, drain: bool = True) -> None: ...
+    def wait(self, timeout: float, min_rows: int) -> bool: ...
+    def done(self) -> bool: ...
+    def join(self, timeout: float) -> bool: ...
+    def take_columns(self) -> dict[str, _ColumnBuffer]: ...
+    def rows_waiting(self) -> int: ...
+    def frames(self) -> int: ...
+    def stats(self) -> tuple[int, int, int]: ...
+    def counters(self) -> dict[str, int]: ...
+    def open_requests(self) -> list[tuple[int, int]]: ...
+    def error(self) -> str | None: ...
+    def pcap_error(self) -> str | None: ...

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 import dissector
@@ -556,6 +557,62 @@ def test_cli_sigterm_writes_everything(
     assert_same_rows(dissector.analyze(raw, ports=[port]), expected)
 
 
+@pytest.mark.parametrize("ext", ["parquet", "csv", "jsonl"])
+def test_cli_outputs_equal_analyze_of_its_own_pcap(
+    ext: str,
+    tansu_streams: dict[int, list[Turn]],
+    tansu_offline: pd.DataFrame,
+    listener: socket.socket,
+    tmp_path: Path,
+) -> None:
+    """``live -o`` and ``analyze -o`` of the frames live saw write the same file: same
+    Parquet schema (and metadata), same CSV and JSON lines, row for row (all but the
+    ``capture`` column, which names the interface or the file)."""
+    import csv
+    import json
+
+    import pyarrow.parquet as pq
+
+    port = listener.getsockname()[1]
+    out, raw, offline = tmp_path / f"live.{ext}", tmp_path / "raw.pcapng", tmp_path / f"a.{ext}"
+    cli = Cli(
+        "-i", IFACE, "--ports", str(port), "--interval", "0.2", "-o", str(out),
+        "--write-pcap", str(raw), "--view", "none", "--duration", "60",
+    )  # fmt: skip
+    cli.wait_active()
+    replay(listener, tansu_streams, [0, 1, 2])
+    time.sleep(0.5)
+    cli.proc.send_signal(signal.SIGTERM)
+    code, _stdout, stderr = cli.finish()
+    assert code == 0, stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "analyze", str(raw), "--ports", str(port),
+         "-o", str(offline), "--quiet"],
+        cwd=REPO, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+    def rows(path: Path) -> list[dict[str, object]]:
+        if ext == "parquet":
+            got = pq.read_table(path).drop_columns(["capture"]).to_pylist()
+        elif ext == "csv":
+            with open(path, newline="", encoding="utf-8") as fh:
+                got = [dict(r) for r in csv.DictReader(fh)]
+        else:
+            got = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        for r in got:
+            r.pop("capture", None)
+        return sorted(got, key=lambda r: (int(str(r["stream"])), int(str(r["correlation_id"]))))
+
+    live_rows, offline_rows = rows(out), rows(offline)
+    # Every pair of the three connections (the recording's own analysis), then equal.
+    assert len(live_rows) == int(tansu_offline["stream"].isin([0, 1, 2]).sum()) > 0
+    assert live_rows == offline_rows
+    if ext == "parquet":
+        assert pq.read_schema(out).equals(pq.read_schema(offline), check_metadata=True)
+        assert pq.ParquetFile(out).num_row_groups >= 1
+
+
 def test_cli_ctrl_c_stops_cleanly(listener: socket.socket, tmp_path: Path) -> None:
     port = listener.getsockname()[1]
     out = tmp_path / "pairs.jsonl"
@@ -730,13 +787,10 @@ def test_view_counts_match_the_offline_frame(tansu_offline: pd.DataFrame) -> Non
     from dissector.live.view import CaptureHealth
 
     stats = LiveStats()
-    for row in tansu_offline.to_dict(orient="records"):
-        stats.add(
-            PairRecord(**{k: (None if _na(v) else v) for k, v in row.items()})  # type: ignore[arg-type]
-        )
+    stats.add_table(pa.Table.from_pandas(tansu_offline, preserve_index=False))
     snap = stats.snapshot(title="t", seconds=2.0, health=CaptureHealth(), whole_run=True)
     by_api = {r.api: r for r in snap.rows}
-    grouped = tansu_offline.groupby("api_name")
+    grouped = tansu_offline.groupby("api_name", observed=True)
     for api, group in grouped:
         lat = group["latency_ms"].astype("float64")
         row = by_api[str(api)]
@@ -745,12 +799,12 @@ def test_view_counts_match_the_offline_frame(tansu_offline: pd.DataFrame) -> Non
         assert row.p50_ms == pytest.approx(lat.quantile(0.5))
         assert row.p99_ms == pytest.approx(lat.quantile(0.99))
         assert row.errors == int(group["status"].isin(["error", "malformed"]).sum())
-
-
-def _na(value: object) -> bool:
-    if isinstance(value, list | tuple):
-        return False
-    return bool(pd.isna(value))
+        assert row.unanswered == int((group["status"] == "unanswered").sum())
+        gaps = group["flags"].map(lambda f: f is not None and CAPTURE_GAP_NOTE in list(f))
+        assert row.flagged == int(gaps.sum())
+        named = group[group["status"] == "error"]["error_name"].value_counts()
+        assert dict(row.top_errors) == {str(k): int(v) for k, v in named.head(3).items() if v}
+    assert sum(r.requests for r in snap.rows) == len(tansu_offline)
 
 
 # ---------------------------------------------------------------- real broker
@@ -849,6 +903,19 @@ def test_live_against_real_broker(tshark: str, tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(a, b)
 
 
+def _latency_table(values: list[float], api: str = "Produce") -> pa.Table:
+    n = len(values)
+    return pa.table(
+        {
+            "api_name": pa.array([api] * n),
+            "status": pa.array(["ok"] * n),
+            "error_name": pa.array([None] * n, pa.string()),
+            "flags": pa.array([[]] * n, pa.list_(pa.string())),
+            "latency_ms": pa.array(values, pa.float64()),
+        }
+    )
+
+
 def test_view_latency_sample_is_bounded_and_representative() -> None:
     import random
     import statistics
@@ -856,18 +923,29 @@ def test_view_latency_sample_is_bounded_and_representative() -> None:
     from dissector.live.view import LATENCY_SAMPLE
 
     rng = random.Random(7)
-    values = [rng.expovariate(1.0) for _ in range(LATENCY_SAMPLE + 30_000)]
+    values = [rng.expovariate(1.0) for _ in range(LATENCY_SAMPLE + 130_000)]
     stats = LiveStats()
-    base = dict(capture="c", stream=0, client_ip="a", client_port=1, broker_ip="b",
-                broker_port=2, request_time=None, response_time=None, first_byte_ms=None,
-                api_key=0, api_name="Produce", api_version=9, correlation_id=1,
-                client_id=None, request_size=None, response_size=None, status="ok")  # fmt: skip
-    for v in values:
-        stats.add(PairRecord(latency_ms=v, **base))  # type: ignore[arg-type]
+    # In batches of uneven size, as the core hands them over.
+    at = 0
+    for size in [1, 999, 30_000, 20_000, 7, 64_000] * 10:
+        if at >= len(values):
+            break
+        stats.add_table(_latency_table(values[at : at + size]))
+        at += size
+    stats.add_table(_latency_table(values[at:]))
     window = stats.total["Produce"]
     assert window.requests == len(values)
     assert len(window.latencies) == LATENCY_SAMPLE
+    # A uniform sample of all the values, not the first ones: its median and p99 are
+    # those of the whole (an exponential distribution; the first 50,000 alone would
+    # match too, so the later values are made larger and must show up).
     assert statistics.median(window.latencies) == pytest.approx(statistics.median(values), rel=0.05)
+    late = LiveStats()
+    late.add_table(_latency_table(values[:LATENCY_SAMPLE]))
+    late.add_table(_latency_table([v + 100.0 for v in values[LATENCY_SAMPLE:]]))
+    kept_late = sum(1 for v in late.total["Produce"].latencies if v >= 100.0)
+    share = (len(values) - LATENCY_SAMPLE) / len(values)
+    assert kept_late / LATENCY_SAMPLE == pytest.approx(share, rel=0.03)
 
 
 def test_rendered_view_shows_rates_errors_and_drops(tansu_offline: pd.DataFrame) -> None:
@@ -876,10 +954,7 @@ def test_rendered_view_shows_rates_errors_and_drops(tansu_offline: pd.DataFrame)
     from dissector.live.view import CaptureHealth, plain_lines, render
 
     stats = LiveStats()
-    for row in tansu_offline.to_dict(orient="records"):
-        stats.add(
-            PairRecord(**{k: (None if _na(v) else v) for k, v in row.items()})  # type: ignore[arg-type]
-        )
+    stats.add_table(pa.Table.from_pandas(tansu_offline, preserve_index=False))
     health = CaptureHealth(packets=318, kernel_drops=5, interface_drops=0, tcp_gaps=2)
     snap = stats.snapshot(
         title="t", seconds=4.0, health=health, open_by_api={"Fetch": 2}, whole_run=True

@@ -50,15 +50,18 @@ def _analyze_file(tmp: Path) -> Path:
 
 def _live_file(tmp: Path) -> Path:
     from dissector.live.sinks import open_sink
+    from dissector.options import Options
+    from dissector.wire.core import iter_tables
 
     out = tmp / "live.parquet"
-    # Records as live gets them: from the native core, per-connection columns included.
-    records = list(dissector.iter_pairs(str(BUNDLED)))
+    # Arrow tables as live gets them from the native core (wire.core.arrow_schema).
+    tables = list(iter_tables([str(BUNDLED)], Options()))
+    assert len(tables) == 1
     sink = open_sink(str(out))
     # Two intervals, as a live run appends them: two row groups, one schema.
-    half = len(records) // 2
-    sink.write(records[:half])
-    sink.write(records[half:])
+    half = tables[0].num_rows // 2
+    sink.write(tables[0].slice(0, half))
+    sink.write(tables[0].slice(half))
     sink.close()
     return out
 

@@ -359,48 +359,6 @@ def test_every_command_takes_tls_keylog(tmp_path: Path) -> None:
     ]
 
 
-def _link_frames(path: Path) -> list[tuple[int, int, bytes]]:
-    from scapy.utils import RawPcapNgReader
-
-    out = []
-    with RawPcapNgReader(str(path)) as reader:
-        for data, meta in reader:
-            ts = (meta.tshigh << 32 | meta.tslow) * 10**9 // meta.tsresol
-            out.append((meta.linktype, ts, data))
-    return out
-
-
-def test_live_reads_a_growing_key_log(tmp_path: Path) -> None:
-    """As in a live run the client writes its key log line while the handshake goes by:
-    the key log is not there at the start (a client creates it at its first handshake)
-    and gets its lines halfway through the packets; held records are read again once
-    they are there, and every connection is decrypted."""
-    from dissector.options import Options
-    from dissector.tls import key_logs
-    from dissector.wire.core import LiveSession
-
-    name = "tls13-kafka-python"
-    keys = tmp_path / "live.keys"
-    frames = _link_frames(TLS / f"{name}.pcapng")
-    session = LiveSession(Options(tls=key_logs([keys], follow=True)), None, "live:test")
-    half = len(frames) // 2
-    rows = []
-    for linktype, ts, data in frames[:half]:
-        session.feed(linktype, ts, data)
-        rows += session.records()
-    keys.write_text((TLS / f"{name}.keys").read_text())
-    for linktype, ts, data in frames[half:]:
-        session.feed(linktype, ts, data)
-        rows += session.records()
-    rows += session.finish()
-    offline = decrypted(name, "keys")
-    c = session.counters()
-    assert c["tls_decrypted_connections"] == c["tls_connections"] == 7
-    assert sorted((r.stream, r.correlation_id, r.api_key) for r in rows) == sorted(
-        zip(offline["stream"], offline["correlation_id"], offline["api_key"], strict=True)
-    )
-
-
 def test_spark_tasks_decrypt_with_the_key_log_content(tmp_path: Path) -> None:
     """``spark --tls-keylog FOLDER`` ships the contents of the key logs in it, in the
     options, to the tasks, which read the capture from memory: no file of the driver is

@@ -23,7 +23,6 @@ _EXTRAS = {
     "py4j": "spark",
     "matplotlib": "report",
     "jinja2": "report",
-    "pcapy": "live",
 }
 # What an extra needs besides Python packages.
 _EXTRA_NOTES = {"spark": " (and Java 17 or newer on the PATH)"}

@@ -15,7 +15,6 @@ from dissector.cli.common import parse_ports, tls_key_logs, tls_keylog_option
 from dissector.live.loop import DEFAULT_INTERVAL, LiveCapture, LiveOptions, Tick
 from dissector.live.sinks import open_sink
 from dissector.live.source import DEFAULT_BUFFER_MIB, DEFAULT_SNAPLEN, LiveError
-from dissector.stages import PairRecord
 
 
 def _install_stop_signals(cap: LiveCapture) -> Callable[[], None]:
@@ -51,15 +50,20 @@ def _console(*, stderr: bool) -> Any:
 
 def run_cli(opts: LiveOptions, output: str | None, view: str) -> LiveCapture:
     """The ``live`` command's loop: capture, refresh the view, write outputs."""
+    import pyarrow as pa
     from rich.live import Live
 
     from dissector.live.view import plain_lines, render
 
     console = _console(stderr=True)
     cap = LiveCapture(opts)
-    sink = open_sink(output) if output else None
+    try:
+        sink = open_sink(output) if output else None
+    except LiveError:
+        cap.close()
+        raise
     restore = _install_stop_signals(cap)
-    pending: list[PairRecord] = []
+    pending: list[pa.Table] = []
     screen = Live(console=console, auto_refresh=False, transient=False) if view == "rich" else None
     console.print(
         f"capturing on {opts.iface} with filter {opts.filter!r}"
@@ -69,15 +73,14 @@ def run_cli(opts: LiveOptions, output: str | None, view: str) -> LiveCapture:
     try:
         if screen is not None:
             screen.start()
-        for ev in cap.events():
-            if isinstance(ev, PairRecord):
+        # Arrow tables from the core to the sink and the view: nothing per pair here.
+        for ev in cap.tables():
+            if not isinstance(ev, Tick):
                 pending.append(ev)
                 continue
-            if sink is not None and (pending or ev.final):
-                sink.write(pending)
+            if sink is not None and pending:
+                sink.write(pa.concat_tables(pending))
             pending = []
-            if cap.writer is not None and not ev.final:
-                cap.writer.flush()
             if ev.final:
                 break
             snap = cap.snapshot(ev)
@@ -111,6 +114,9 @@ def _final_summary(cap: LiveCapture, output: str | None) -> None:
         f"interface dropped {cap.final_stats.if_dropped}",
         highlight=False,
     )
+    tls = _tls_line(cap)
+    if tls:
+        console.print(tls, highlight=False)
     if cap.final_stats.dropped or cap.final_stats.if_dropped:
         console.print(
             "[bold red]packets were lost by the capture: pairs touched by the loss carry the "
@@ -122,6 +128,30 @@ def _final_summary(cap: LiveCapture, output: str | None) -> None:
         console.print(f"[bold red]{cap.pcap_error}: the pcap is incomplete[/]", highlight=False)
     elif cap.options.write_pcap:
         console.print(f"wrote {cap.options.write_pcap} ({cap.frames} frames)", highlight=False)
+
+
+# A TLS connection's outcome: exactly one of these counts it (native/src/tls).
+TLS_OUTCOMES = (
+    "tls_decrypted_connections",
+    "tls_no_secret",
+    "tls_no_handshake",
+    "tls_unsupported_version",
+    "tls_unsupported_suite",
+    "tls_decrypt_failed",
+    "tls_capture_gap",
+    "tls_bad_record",
+    "tls_buffer_limit",
+)
+
+
+def _tls_line(cap: LiveCapture) -> str:
+    """TLS connections seen and their outcomes (the counters, by name); empty when
+    there was no TLS."""
+    c = cap.counters
+    if not c["tls_connections"]:
+        return ""
+    outcomes = ", ".join(f"{name} {c[name]}" for name in TLS_OUTCOMES if c[name])
+    return f"TLS connections {c['tls_connections']}: {outcomes}"
 
 
 @click.command("live")
@@ -160,7 +190,8 @@ def _final_summary(cap: LiveCapture, output: str | None) -> None:
     type=int,
     default=DEFAULT_BUFFER_MIB,
     show_default=True,
-    help="kernel capture buffer, MiB",
+    help="kernel capture ring, MiB: packets/s x (mean packet + 80 bytes) x the longest "
+    "stall to absorb (the default holds about 0.7 s at 300,000 packets/s of Kafka)",
 )
 @click.option(
     "--view",

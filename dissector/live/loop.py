@@ -1,23 +1,28 @@
 """The live capture loop: a network interface through the same pipeline as capture files.
 
-``kafka-dissector live -i IFACE`` and ``dissector.live(iface)`` read link-layer
-frames with libpcap and feed them to the native core (``core.LiveSession``), the same
-link parser, reassembly, framing, correlation and summary that offline analysis uses:
-each exists once. Rows are ``stages.PairRecord``, so a live row and an offline row of
-the same bytes are equal (``capture`` names ``live:IFACE``).
+``kafka-dissector live -i IFACE`` and ``dissector.live(iface)`` capture with libpcap
+inside the native core (``_core.LiveRun``): a capture thread reads the kernel ring
+and runs the link parser, reassembly, framing and correlation that offline analysis
+uses, a rows thread summarises the pairs into row columns; each stage exists once.
+Python takes the rows built so far as Arrow tables (``tables()``), a few times a
+second, and hands them to the sinks and the view as they are: no Python object per
+pair or per frame. ``records()`` and ``events()`` turn the tables into
+``stages.PairRecord`` rows for callers who want them (``capture`` names ``live:IFACE``),
+at their cost.
 
 How stopping works: ``stop()`` (signal handlers, another thread), ``duration``,
-``count`` and Ctrl-C all end the read loop the same way. Frames already in the
-kernel buffer from before the stop are drained, the session is finished (requests
+``count`` and Ctrl-C all end the capture the same way. Frames already in the
+kernel ring from before the stop are drained, the session is finished (requests
 still open become ``unanswered`` rows), the pcap is flushed and closed. Only frames
 that went through the pipeline are written to ``write_pcap``, so the offline
 analysis of that file equals the live result.
 
-Lost packets: libpcap's drop counts are reported with every interval; a pair whose
-request or response is the first frame found after a hole in the captured bytes
-(lost packets, or a connection already open when the capture started) gets the
-``capture_gap`` in ``flags``, and a response whose request was lost is
-an ``orphan_response``, so loss is visible rather than silently wrong.
+Lost packets: libpcap's drop counts are reported with every interval and at the end;
+a pair whose request or response is the first frame found after a hole in the
+captured bytes (lost packets, or a connection already open when the capture started)
+gets the ``capture_gap`` in ``flags``, and a response whose request was lost is
+an ``orphan_response``, so loss is visible rather than silently wrong. If nobody takes
+the rows, the core stops reading (bounded memory) and the kernel ring drops, counted.
 """
 
 from __future__ import annotations
@@ -32,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
 from dissector.live.source import (
-    BLOCK_TIMEOUT_MS,
     DEFAULT_BUFFER_MIB,
     DEFAULT_SNAPLEN,
     CaptureStats,
@@ -40,8 +44,7 @@ from dissector.live.source import (
     PcapSource,
     default_filter,
 )
-from dissector.live.view import CAPTURE_GAP_NOTE, CaptureHealth, LiveStats, Snapshot
-from dissector.live.writer import PcapWriter
+from dissector.live.view import CaptureHealth, LiveStats, Snapshot, complete_rows, gap_rows
 from dissector.options import Options
 from dissector.stages import PairRecord
 from dissector.wire.core import LiveSession
@@ -52,14 +55,16 @@ LIVE_IDLE_TIMEOUT_S = 600.0
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
+    from dissector._core import LiveRun
     from dissector.tls import KeyLogs
 DEFAULT_INTERVAL = 1.0
-POLL_S = 0.1  # longest wait for packets before checking stop conditions
-# Safety bound on reading what was buffered before a stop. The drain ends by itself at
-# the first frame newer than the stop or an empty read, so at most a ring's worth is
-# read; this only matters when decoding that ring is very slow.
-DRAIN_LIMIT_S = 30.0
+POLL_S = 0.1  # longest wait for rows before checking stop conditions
+TABLE_ROWS = 65_536  # rows taken at once when they come faster than POLL_S
+# Safety bound on waiting for the core to end after a stop: its drain ends by itself
+# at the first frame newer than the stop or an empty ring (and gives up after 30 s).
+END_LIMIT_S = 60.0
 
 
 # ---------------------------------------------------------------------------
@@ -96,10 +101,12 @@ class LiveOptions:
 
 @dataclass
 class LiveCapture:
-    """One live capture run; iterate ``events()`` (records and ticks) or ``records()``.
+    """One live capture run; iterate ``tables()`` (Arrow tables and ticks), or
+    ``events()`` (records and ticks) or ``records()``.
 
     Opening happens in the constructor, so a missing interface, missing privileges or
-    a bad filter raise ``LiveError`` before anything is read.
+    a bad filter raise ``LiveError`` before anything is read; the core starts reading
+    then, and keeps what it reads until it is iterated.
     """
 
     options: LiveOptions
@@ -115,6 +122,8 @@ class LiveCapture:
             raise LiveError("duration must be positive")
         if opts.count is not None and opts.count <= 0:
             raise LiveError("count must be positive")
+        if opts.buffer_mib <= 0:
+            raise LiveError("buffer size must be positive")
         if self.decoder is None:
             from dissector import protocol
 
@@ -122,23 +131,22 @@ class LiveCapture:
         self.source = PcapSource(
             opts.iface, opts.filter, snaplen=opts.snaplen, buffer_bytes=opts.buffer_mib << 20
         )
-        try:
-            self.writer = (
-                PcapWriter(opts.write_pcap, self.source.linktype, opts.snaplen)
-                if opts.write_pcap
-                else None
-            )
-        except LiveError:
-            self.source.close()
-            raise
         options = Options(ports=opts.ports, idle_timeout_s=LIVE_IDLE_TIMEOUT_S, tls=opts.tls)
         self.label = f"live:{opts.iface}"
-        self.session = LiveSession(options, self.decoder, self.label)
+        try:
+            if opts.write_pcap:
+                _check_writable(opts.write_pcap)
+            self.session = LiveSession(options, self.decoder, self.label)
+        except BaseException:
+            self.source.close()
+            raise
+        # The core's threads start with the iteration: until then the kernel ring holds
+        # what arrives (and drops, counted, once full).
+        self._run: LiveRun | None = None
         self.stop_reason: str | None = None
         self.pcap_error: str | None = None  # --write-pcap failed: the file is incomplete
         self.pairs = 0
         self.flagged = 0
-        self.frames = 0
         self.final_stats = CaptureStats()
         self._stop = threading.Event()
         self._closed = False
@@ -148,7 +156,7 @@ class LiveCapture:
     # -- control --------------------------------------------------------------
 
     def stop(self, reason: str = "stopped") -> None:
-        """Ask the loop to end; safe from signal handlers and other threads."""
+        """Ask the capture to end; safe from signal handlers and other threads."""
         if self.stop_reason is None:
             self.stop_reason = reason
         self._stop.set()
@@ -157,23 +165,33 @@ class LiveCapture:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def frames(self) -> int:
+        """Frames read from the interface (and written to ``write_pcap``)."""
+        return int(self._run.frames()) if self._run is not None else 0
+
     def capture_stats(self) -> CaptureStats:
-        return self.final_stats if self._closed else self.source.stats()
+        if self._closed:
+            return self.final_stats
+        if self._run is None:
+            return self.source.stats()
+        return CaptureStats(*self._run.stats())
 
     def health(self) -> CaptureHealth:
         s = self.capture_stats()
+        counters = self._run.counters() if self._run is not None else {}
         return CaptureHealth(
             packets=self.frames,
             kernel_drops=s.dropped,
             interface_drops=s.if_dropped,
-            tcp_gaps=self.counters["tcp_gaps"],
+            tcp_gaps=int(counters.get("tcp_gaps", 0)),
             flagged_pairs=self.flagged,
             open_requests=sum(self.open_requests().values()),
         )
 
     def open_requests(self) -> dict[str, int]:
         """Requests sent and not answered yet, by API name."""
-        return self.session.open_requests()
+        return self.session.open_requests(self._run) if self._run is not None else {}
 
     # -- iteration ------------------------------------------------------------
 
@@ -184,38 +202,68 @@ class LiveCapture:
 
     def events(self) -> Iterator[PairRecord | Tick]:
         """Pair records as they complete, and a ``Tick`` every interval and at the end."""
+        from dissector.wire.core import table_records
+
+        for item in self.tables(eager=True):
+            if isinstance(item, Tick):
+                yield item
+            else:
+                yield from table_records(item)
+
+    def tables(self, *, eager: bool = False) -> Iterator[pa.Table | Tick]:
+        """The pairs as Arrow tables (``wire.core.arrow_schema``), a ``Tick`` every
+        interval and at the end; the view (``stats_view``) has counted each table when
+        it is yielded. Rows come in one table per interval (or per ``TABLE_ROWS``), or
+        with ``eager`` as soon as the core has built them (within ``POLL_S``)."""
         if self._ran:
             raise LiveError("a LiveCapture runs once: create a new one to capture again")
         self._ran = True
         opts = self.options
+        try:
+            run = self._run = self.session.start(self.source.handle, opts.write_pcap, opts.snaplen)
+        except OSError as exc:
+            self._close()
+            raise LiveError(str(exc)) from None
         start = self._started = time.monotonic()
         deadline = start + opts.duration if opts.duration is not None else None
         last_tick = start
         next_tick = start + opts.interval
+        told_at: float | None = None  # when the core was asked to stop
+        eager = eager or opts.count is not None  # --count stops at an exact pair
         try:
-            try:
-                while not self._stop.is_set():
+            while True:
+                try:
                     now = time.monotonic()
                     if deadline is not None and now >= deadline:
                         self.stop("duration")
-                        break
+                    if self._stop.is_set() and told_at is None:
+                        run.stop(drain=self.stop_reason != "count")
+                        told_at = now
                     if now >= next_tick:
+                        yield from self._take()
                         yield Tick(now - start, now - last_tick)
                         last_tick = now
                         next_tick = max(next_tick + opts.interval, now)
                         continue
-                    wait = min(next_tick, deadline or next_tick) - now
-                    frames = self.source.read(min(max(wait, 0.0), POLL_S))
-                    yield from self._frames(frames)
-                if self.stop_reason != "count":
-                    yield from self._drain()
-            except KeyboardInterrupt:
-                self.stop("interrupted")
-            except LiveError as exc:
-                # The source failed mid-run: keep what was captured and finish cleanly.
-                self.stop(str(exc))
-            for rec in self.session.finish():
-                yield self._record(rec)
+                    until = min(next_tick, deadline) if deadline is not None else next_tick
+                    wait = POLL_S if told_at else min(max(until - now, 0.0), POLL_S)
+                    ended = run.wait(wait, TABLE_ROWS)
+                    # The core stops by itself when writing the pcap or capturing fails.
+                    failure = run.error() or run.pcap_error()
+                    if failure and not self._stop.is_set():
+                        self.stop(failure)
+                    # Rows go out at each tick in one table, or sooner when many wait,
+                    # or at once for record consumers and --count.
+                    if ended or eager or run.rows_waiting() >= TABLE_ROWS:
+                        yield from self._take()
+                    if ended:
+                        break
+                    if told_at is not None and time.monotonic() - told_at > END_LIMIT_S:
+                        break
+                except KeyboardInterrupt:
+                    self.stop("interrupted")
+            run.join(END_LIMIT_S)
+            yield from self._take()
             self._sync_counters()
             self._close()
             now = time.monotonic()
@@ -223,73 +271,55 @@ class LiveCapture:
         finally:
             self._close()
 
-    def _frames(self, frames: list[tuple[int, bytes]]) -> Iterator[PairRecord]:
-        count = self.options.count
-        for ts_ns, data in frames:
-            self._frame(ts_ns, data)
-            if count is not None:
-                # --count stops at an exact number of pairs: look after every frame.
-                for rec in self.session.records():
-                    yield self._record(rec)
-                    if self.pairs >= count:
-                        self.stop("count")
-                        self._sync_counters()
-                        return
-        for rec in self.session.records():
-            yield self._record(rec)
+    def _take(self) -> Iterator[pa.Table]:
+        """The rows built since the last call, counted by the view (and cut at
+        ``count``)."""
+        run = self._run
+        assert run is not None
         self._sync_counters()
-
-    def _frame(self, ts_ns: int, data: bytes) -> None:
-        self.frames += 1
-        if self.writer is not None:
-            try:
-                self.writer.write(ts_ns, data)
-            except OSError as exc:
-                # Disk full or similar: stop, keep the analysis, say why.
-                self.writer.error = self.writer.error or f"writing {self.writer.path} failed: {exc}"
-                self.stop(self.writer.error)
-        self.session.feed(self.source.linktype, ts_ns, data)
+        if self.options.count is not None and self.pairs >= self.options.count:
+            run.take_columns()  # past the count: not reported
+            return
+        table = self.session.table(run.take_columns())
+        if not table.num_rows:
+            return
+        count = self.options.count
+        complete = complete_rows(table)
+        if count is not None and self.pairs + int(complete.sum()) >= count:
+            # --count stops at an exact number of pairs.
+            last = int((self.pairs + complete.cumsum() >= count).argmax())
+            table = table.slice(0, last + 1)
+            complete = complete[: last + 1]
+            self.stop("count")
+            run.stop(drain=False)
+        self.pairs += int(complete.sum())
+        self.flagged += int(gap_rows(table).sum())
+        self.stats_view.add_table(table)
+        yield table
 
     def _sync_counters(self) -> None:
-        self.counters.counts.clear()
-        self.counters.counts.update(self.session.counters())
-
-    def _drain(self) -> Iterator[PairRecord]:
-        """Read what the kernel buffered before the stop (bounded in time)."""
-        stop_ns = time.time_ns()
-        limit = time.monotonic() + DRAIN_LIMIT_S
-        while time.monotonic() < limit:
-            # A partly filled block is handed over after BLOCK_TIMEOUT_MS: wait that long.
-            frames = self.source.read(2 * BLOCK_TIMEOUT_MS / 1000)
-            if not frames:
-                return
-            before = [f for f in frames if f[0] <= stop_ns]
-            yield from self._frames(before)
-            if len(before) < len(frames):
-                return
-
-    def _record(self, rec: PairRecord) -> PairRecord:
-        if CAPTURE_GAP_NOTE in rec.flags:
-            self.flagged += 1
-        if rec.request_time is not None and rec.response_time is not None:
-            self.pairs += 1
-        self.stats_view.add(rec)
-        return rec
+        if self._run is not None:
+            self.counters.counts.clear()
+            self.counters.counts.update(self._run.counters())
 
     def _close(self) -> None:
         if self._closed:
             return
-        # A failing stats call must not stop the pcap from being flushed.
-        with contextlib.suppress(Exception):
-            self.final_stats = self.source.stats()
         self._closed = True
-        if self.writer is not None:
-            self.writer.close()
-            self.pcap_error = self.writer.error
-        self.source.close()
+        run = self._run
+        if run is None:
+            with contextlib.suppress(Exception):
+                self.final_stats = self.source.stats()
+            self.source.close()
+            return
+        run.stop(drain=False)
+        run.join(END_LIMIT_S)
+        self.final_stats = CaptureStats(*run.stats())
+        self._sync_counters()
+        self.pcap_error = run.pcap_error()
 
     def close(self) -> None:
-        """Release the capture and flush the pcap (also done when iteration ends)."""
+        """Stop the capture and flush the pcap (also done when iteration ends)."""
         self._close()
 
     def __enter__(self) -> LiveCapture:
@@ -313,6 +343,15 @@ class LiveCapture:
             whole_run=whole_run,
             final=tick.final,
         )
+
+
+def _check_writable(path: str) -> None:
+    """Create (empty) the pcap file now, so that an unwritable path fails at the start."""
+    try:
+        with open(path, "wb"):
+            pass
+    except OSError as exc:
+        raise LiveError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 # ---------------------------------------------------------------------------
@@ -376,14 +415,17 @@ def _watch(event: threading.Event, cap: LiveCapture) -> None:
 
 
 def _frames_every_interval(cap: LiveCapture) -> Iterator[pd.DataFrame]:
-    from dissector.table.frame import records_to_frame
+    import pyarrow as pa
 
-    chunk: list[PairRecord] = []
-    for ev in cap.events():
-        if isinstance(ev, PairRecord):
-            chunk.append(ev)
+    from dissector.wire.core import arrow_schema, table_to_frame
+
+    chunk: list[pa.Table] = []
+    for item in cap.tables():
+        if not isinstance(item, Tick):
+            chunk.append(item)
             continue
-        df = records_to_frame(chunk)
+        table = pa.concat_tables(chunk) if chunk else arrow_schema().empty_table()
+        df = table_to_frame(table)
         df.attrs["counters"] = cap.counters.as_dict()
         stats = cap.capture_stats()
         df.attrs["capture_stats"] = {

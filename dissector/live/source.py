@@ -1,18 +1,15 @@
-"""Where live frames come from: one libpcap handle (pcapy-ng), read in batches.
+"""Where live frames come from: one libpcap handle, opened and read by the native core.
 
-Why pcapy-ng (libpcap) and not scapy: on loopback (a busy 2-core VM) pcapy-ng with
-a 32 MiB ring lost no packet at any rate the sender reached (up to ~48,000 packets/s,
-300,000 packets in a row), with or without our per-frame parse, while scapy's
-``sniff`` lost 10-55 % at 10,000 packets/s and ~90 % from 30,000/s, and its raw
-socket 60-70 % from 30,000/s (it also sees every loopback packet twice). libpcap
-reports its own drop counts (``pcap_stats``), sizes the kernel ring and compiles BPF
-in-process. Method and numbers: ``benchmarks/live_capture.py``.
+The core loads libpcap when a capture starts (``native/src/pcap.rs``) and reads its
+memory-mapped ring (TPACKET_V3 on Linux) on a thread of its own, so no Python code runs
+per frame or per batch of frames. libpcap reports its own drop counts
+(``pcap_stats``), sizes the kernel ring and compiles BPF in-process; scapy's sniffing
+lost 10-90 % of loopback packets where libpcap lost none (``benchmarks/live_capture.py``).
+This module opens the handle and turns libpcap's failures into ``LiveError``.
 """
 
 from __future__ import annotations
 
-import select
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -20,24 +17,8 @@ from typing import Any
 from dissector.options import DEFAULT_BROKER_PORTS
 
 DEFAULT_SNAPLEN = 262_144  # libpcap's default; loopback MTU is 65,536
-DEFAULT_BUFFER_MIB = 32  # kernel ring; absorbs bursts while Python decodes
-BATCH = 1024  # frames per read call
+DEFAULT_BUFFER_MIB = 64  # kernel ring: ~200,000 Kafka packets (0.7 s at 300,000/s)
 BLOCK_TIMEOUT_MS = 50  # TPACKET_V3 hands over a partly filled block after this long
-
-# libpcap's pcap_activate() results (pcap/pcap.h); pcapy returns them unchanged.
-_PCAP_ERRORS = {
-    -1: "generic error",
-    -5: "no such device",
-    -6: "monitor mode not supported",
-    -8: "permission denied",
-    -9: "interface is not up",
-    -11: "permission denied for promiscuous mode",
-}
-_PCAP_PERM_DENIED = (-8, -11)
-_PCAP_NO_SUCH_DEVICE = -5
-
-# DLT values that differ from the LINKTYPE values stored in files (libpcap's table).
-_DLT_TO_LINKTYPE = {12: 101, 14: 101}
 
 _PRIVILEGE_HINT = (
     "capturing needs root or the CAP_NET_RAW and CAP_NET_ADMIN capabilities "
@@ -65,27 +46,15 @@ def default_filter(ports: Iterable[int] | None = None) -> str:
     return "tcp and (" + " or ".join(f"port {p}" for p in chosen) + ")"
 
 
-# ---------------------------------------------------------------------------
-# Packet source: libpcap through pcapy-ng
+def _core() -> Any:
+    from dissector.wire.core import native
 
-
-def _import_pcapy() -> Any:
-    try:
-        import pcapy
-    except ImportError as exc:
-        raise LiveError(
-            "live capture needs pcapy-ng (libpcap bindings): pip install 'kafka-dissector[live]'"
-        ) from exc
-    return pcapy
+    return native()
 
 
 class PcapSource:
-    """One live libpcap handle in non-blocking mode, read in batches with a timeout.
-
-    Non-blocking plus ``select`` because with TPACKET_V3 a blocking read waits for
-    the next packet however long that takes, so a quiet interface would never let
-    the loop see a stop request.
-    """
+    """One activated libpcap handle (filter set, non-blocking): ``LiveCapture`` hands it
+    to the core's capture thread (``handle``), which then owns it."""
 
     def __init__(
         self,
@@ -95,86 +64,43 @@ class PcapSource:
         snaplen: int = DEFAULT_SNAPLEN,
         buffer_bytes: int = DEFAULT_BUFFER_MIB << 20,
     ) -> None:
-        pcapy = _import_pcapy()
+        core = _core()
         self.iface = iface
         self.bpf = bpf
         self.snaplen = snaplen
-        _check_interface(pcapy, iface)
-        _check_filter(pcapy, bpf, snaplen)
-        cap = pcapy.create(iface)
-        cap.set_snaplen(snaplen)
-        cap.set_promisc(False)
-        cap.set_timeout(BLOCK_TIMEOUT_MS)
-        cap.set_buffer_size(buffer_bytes)
+        _check_interface(core, iface)
+        _check_filter(core, bpf, snaplen)
+        # libpcap takes an int: 2 GiB - 1 at most.
+        size = max(min(buffer_bytes, (1 << 31) - 1), 1 << 16)
         try:
-            status = cap.activate()
-        except pcapy.PcapError as exc:
-            raise _activation_error(pcapy, iface, str(exc)) from exc
-        if status is not None and status < 0:
-            raise _activation_error(
-                pcapy, iface, _PCAP_ERRORS.get(status, f"error {status}"), status
-            )
-        try:
-            cap.setfilter(bpf)
-        except pcapy.PcapError as exc:
-            cap.close()
-            raise LiveError(f"bad capture filter {bpf!r} on {iface}: {exc}") from exc
-        cap.setnonblock(1)
-        self._cap = cap
-        self._error = pcapy.PcapError
-        self._fd = cap.getfd()
-        self._batched = hasattr(cap, "next_batch")  # pcapy-ng >= 2.0
-        self._meta = struct.Struct("=IIII")
-        dlt = cap.datalink()
-        self.linktype = _DLT_TO_LINKTYPE.get(dlt, dlt)
-
-    def read(self, timeout: float) -> list[tuple[int, bytes]]:
-        """Up to ``BATCH`` frames as (ts_ns, bytes); empty after ``timeout`` seconds idle."""
-        frames = self._read_now()
-        if frames or timeout <= 0:
-            return frames
-        try:
-            ready, _, _ = select.select([self._fd], [], [], timeout)
-        except InterruptedError:  # a signal arrived: let the caller look at it
-            return []
-        return self._read_now() if ready else []
-
-    def _read_now(self) -> list[tuple[int, bytes]]:
-        try:
-            return self._read_batch()
-        except self._error as exc:  # e.g. the interface went away
-            raise LiveError(f"capture on {self.iface} failed: {exc}") from exc
-
-    def _read_batch(self) -> list[tuple[int, bytes]]:
-        if self._batched:
-            data, meta = self._cap.next_batch(BATCH)
-            unpack = self._meta.unpack_from
-            out = []
-            for i in range(0, len(meta), 16):
-                sec, usec, off, caplen = unpack(meta, i)
-                out.append((sec * 1_000_000_000 + usec * 1000, data[off : off + caplen]))
-            return out
-        out = []
-        for _ in range(BATCH):
-            hdr, data = self._cap.next()
-            if hdr is None or not hdr.getcaplen():
-                break
-            sec, usec = hdr.getts()
-            out.append((sec * 1_000_000_000 + usec * 1000, data))
-        return out
+            self.handle = core.PcapHandle(iface, bpf, snaplen, size, BLOCK_TIMEOUT_MS)
+        except core.CaptureError as exc:
+            raise _capture_error(exc, iface, bpf) from None
+        self.linktype: int = self.handle.linktype
 
     def stats(self) -> CaptureStats:
-        received, dropped, if_dropped = self._cap.stats()
+        received, dropped, if_dropped = self.handle.stats()
         return CaptureStats(received, dropped, if_dropped)
 
     def close(self) -> None:
-        self._cap.close()
+        self.handle.close()
 
 
-def _check_interface(pcapy: Any, iface: str) -> None:
+def _capture_error(exc: Exception, iface: str, bpf: str) -> LiveError:
+    kind, message = exc.args if len(exc.args) == 2 else ("other", str(exc))
+    if kind == "permission":
+        return LiveError(f"no permission to capture on {iface}: {_PRIVILEGE_HINT}")
+    if kind == "bad_filter":
+        return LiveError(f"bad capture filter {bpf!r} on {iface}: {message}")
+    return LiveError(message)
+
+
+def _check_interface(core: Any, iface: str) -> None:
     try:
-        names = pcapy.findalldevs()
-    except pcapy.PcapError:
+        names = core.pcap_devices()
+    except core.CaptureError as exc:
+        if exc.args and exc.args[0] == "missing":
+            raise LiveError(exc.args[1]) from None
         return  # cannot list (some platforms need privileges): let activation say why
     if iface not in names:
         raise LiveError(
@@ -182,24 +108,12 @@ def _check_interface(pcapy: Any, iface: str) -> None:
         )
 
 
-def _check_filter(pcapy: Any, bpf: str, snaplen: int) -> None:
+def _check_filter(core: Any, bpf: str, snaplen: int) -> None:
     """Compile the filter without a handle, so a typo is reported before privileges are."""
     try:
-        pcapy.compile(pcapy.DLT_EN10MB, snaplen, bpf, 1, 0)
-    except pcapy.PcapError as exc:
-        raise LiveError(f"bad capture filter {bpf!r}: {exc}") from exc
-
-
-def _activation_error(pcapy: Any, iface: str, reason: str, status: int = 0) -> LiveError:
-    if status in _PCAP_PERM_DENIED or "permission" in reason.lower():
-        return LiveError(f"no permission to capture on {iface}: {_PRIVILEGE_HINT}")
-    if status == _PCAP_NO_SUCH_DEVICE or "no such device" in reason.lower():
-        return LiveError(f"no such network interface: {iface!r}")
-    # pcap_activate's code carries no text; open_live fails the same way with one.
-    try:
-        pcapy.open_live(iface, 128, 0, 1).close()
-    except pcapy.PcapError as exc:
-        reason = str(exc)
-        if "permission" in reason.lower():
-            return LiveError(f"no permission to capture on {iface}: {_PRIVILEGE_HINT}")
-    return LiveError(f"cannot capture on {iface}: {reason}")
+        core.pcap_check_filter(bpf, snaplen)
+    except core.CaptureError as exc:
+        kind, message = exc.args
+        if kind == "bad_filter":
+            raise LiveError(f"bad capture filter {bpf!r}: {message}") from None
+        raise LiveError(message) from None

@@ -1,19 +1,23 @@
 """What the live terminal view shows: per-API rates, latency, errors, open requests.
 
-``LiveStats`` is fed every pair record as it completes and keeps two views of
-them: the current refresh interval (reset by ``roll``) and the whole run. Memory
-stays bounded on long captures: latencies are a fixed-size uniform sample per API
-and view (exact until the sample fills), error names a counter.
+``LiveStats`` is fed the pairs table as the core builds it, one Arrow table at a time
+(``add_table``), and keeps two views of it: the current refresh interval (reset by
+``roll``) and the whole run. Every count is vectorised over the table (numpy and
+pyarrow.compute): no Python object per pair. Memory stays bounded on long captures:
+latencies are a fixed-size uniform sample per API and view (exact until the sample
+fills: Vitter's algorithm R, applied to a whole batch at once), error names a counter.
 ``render`` turns a snapshot into a rich renderable; nothing here touches the
 network, so the numbers are testable without a terminal.
 """
 
 from __future__ import annotations
 
-import random
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from dissector.schema import ERROR_STATUSES as _ERRORS
 from dissector.schema import UNANSWERED_STATUSES as _UNANSWERED
@@ -21,14 +25,16 @@ from dissector.schema import Status
 from dissector.stages import (
     CAPTURE_GAP as CAPTURE_GAP_NOTE,  # first frame after a hole in the capture
 )
-from dissector.stages import PairRecord
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from rich.console import RenderableType
 
-LATENCY_SAMPLE = 50_000  # per API and run; percentiles are exact below this many pairs
+LATENCY_SAMPLE = 50_000  # per API and view; percentiles are exact below this many pairs
 ERROR_STATUSES = frozenset(_ERRORS)
 UNANSWERED_STATUSES = frozenset(_UNANSWERED)
+ORPHAN_LABEL = "(response without request)"
+UNKNOWN_LABEL = "(unknown)"
 
 
 @dataclass
@@ -39,40 +45,40 @@ class ApiWindow:
     errors: int = 0
     unanswered: int = 0
     flagged: int = 0  # pairs marked as affected by lost packets
-    latencies: list[float] = field(default_factory=list)
+    latencies: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
     error_names: Counter[str] = field(default_factory=Counter)
     _seen_latencies: int = 0
 
-    def add(self, rec: PairRecord, rng: random.Random) -> None:
-        self.requests += 1
-        if rec.status in ERROR_STATUSES:
-            self.errors += 1
-            self.error_names[rec.error_name or rec.status] += 1
-        if rec.status in UNANSWERED_STATUSES:
-            self.unanswered += 1
-        if CAPTURE_GAP_NOTE in rec.flags:
-            self.flagged += 1
-        if rec.latency_ms is None:
+    def add_latencies(self, values: np.ndarray, rng: np.random.Generator) -> None:
+        """Algorithm R over a batch: the sample stays a uniform sample of every latency
+        seen, exactly as if the values had come one by one."""
+        free = max(LATENCY_SAMPLE - len(self.latencies), 0)
+        if free:
+            head = values[:free]
+            self.latencies = np.concatenate([self.latencies, head])
+            self._seen_latencies += len(head)
+            values = values[free:]
+        if not len(values):
             return
-        self._seen_latencies += 1
-        if len(self.latencies) < LATENCY_SAMPLE:
-            self.latencies.append(rec.latency_ms)
-            return
-        # Reservoir sampling keeps a uniform sample of the whole run in fixed memory.
-        slot = rng.randrange(self._seen_latencies)
-        if slot < LATENCY_SAMPLE:
-            self.latencies[slot] = rec.latency_ms
+        # Value i of the rest is number seen+i (0-based): it takes a uniform slot in
+        # [0, seen+i] and stays when that slot is inside the sample.
+        numbers = self._seen_latencies + np.arange(len(values), dtype=np.int64)
+        slots = rng.integers(0, numbers + 1)
+        kept = np.flatnonzero(slots < LATENCY_SAMPLE)
+        if len(kept):
+            landed = slots[kept]
+            # One by one, the last value to land on a slot is the one left there.
+            _, first_from_end = np.unique(landed[::-1], return_index=True)
+            last = len(landed) - 1 - first_from_end
+            self.latencies[landed[last]] = values[kept[last]]
+        self._seen_latencies += len(values)
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear-interpolated percentile (as numpy's default); None for no values."""
-    if not values:
+def percentile(values: Sequence[float] | np.ndarray, q: float) -> float | None:
+    """Linear-interpolated percentile (as numpy's and pandas' default); None for no values."""
+    if not len(values):
         return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q * 100))
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,17 +116,104 @@ class Snapshot:
     final: bool = False
 
 
-def _api_label(rec: PairRecord) -> str:
-    if rec.api_name:
-        return rec.api_name
-    if rec.status == Status.ORPHAN_RESPONSE:
-        return "(response without request)"
-    return "(unknown)"
+def _column(table: pa.Table, name: str) -> Any:
+    """A column as one array (the tables of a live run have one chunk or a few)."""
+    return table.column(name).combine_chunks()
+
+
+# Nothing below converts between Python and Arrow values (fill_null(False), pa.scalar,
+# pa.array of a list, to_numpy of a bit-packed or nullable array): pyarrow imports pandas
+# for those, a second of CPU in the middle of a capture. Arrays are read from their
+# buffers instead.
+
+
+def _bits(buffer: Any, offset: int, n: int) -> np.ndarray:
+    """Bits offset..offset+n of a bit-packed Arrow buffer (least significant first)."""
+    packed = np.frombuffer(buffer, dtype=np.uint8)
+    return np.unpackbits(packed, bitorder="little")[offset : offset + n].astype(bool)
+
+
+def _valid(values: Any) -> np.ndarray:
+    if not values.null_count:
+        return np.ones(len(values), dtype=bool)
+    return _bits(values.buffers()[0], values.offset, len(values))
+
+
+def _mask(values: Any) -> np.ndarray:
+    """A boolean Arrow array as numpy, nulls as False."""
+    n = len(values)
+    if not n:
+        return np.zeros(0, dtype=bool)
+    return _bits(values.buffers()[1], values.offset, n) & _valid(values)
+
+
+def _numbers(values: Any, dtype: Any) -> np.ndarray:
+    """A fixed-width Arrow array as a numpy copy (null slots hold whatever is there)."""
+    raw = np.frombuffer(values.buffers()[1], dtype=dtype)
+    return raw[values.offset : values.offset + len(values)].copy()
+
+
+def complete_rows(table: pa.Table) -> np.ndarray:
+    """Rows with both a request and a response time: the pairs ``count`` counts."""
+    import pyarrow.compute as pc
+
+    return _mask(
+        pc.and_(
+            pc.is_valid(_column(table, "request_time")),
+            pc.is_valid(_column(table, "response_time")),
+        )
+    )
+
+
+def gap_rows(table: pa.Table) -> np.ndarray:
+    """Rows whose flags carry the capture-gap note (lost packets)."""
+    import pyarrow.compute as pc
+
+    flags = _column(table, "flags")
+    mask = np.zeros(table.num_rows, dtype=bool)
+    flat = pc.list_flatten(flags)
+    if len(flat):
+        parents = _numbers(pc.list_parent_indices(flags), np.int64)
+        codes, words = _encoded(flat)
+        mask[parents[_words_mask(codes, words, frozenset({CAPTURE_GAP_NOTE}))]] = True
+    return mask
+
+
+def _encoded(column: Any) -> tuple[np.ndarray, list[str]]:
+    """A string column as dictionary codes (-1 for null) and its words. The core's
+    columns come dictionary-encoded: only the few words are Python strings."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column)
+    words = [str(w) for w in column.dictionary.to_pylist()]
+    indices = column.indices.cast(pa.int64())
+    codes = _numbers(indices, np.int64)
+    codes[~_valid(indices)] = -1
+    return codes, words
+
+
+def _words_mask(codes: np.ndarray, words: list[str], chosen: frozenset[str]) -> np.ndarray:
+    """Rows whose word is in ``chosen`` (nulls never)."""
+    hit = np.array([w in chosen for w in words] + [False], dtype=bool)
+    return hit[codes]  # code -1 reads the trailing False
+
+
+def _labels(api: Any, orphan: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Each row's API label as a code into the returned names (API names, then the
+    labels of rows without one)."""
+    codes, names = _encoded(api)
+    unnamed = codes < 0
+    if unnamed.any():
+        codes[unnamed & orphan] = len(names)
+        codes[unnamed & ~orphan] = len(names) + 1
+    return codes, [*names, ORPHAN_LABEL, UNKNOWN_LABEL]
 
 
 @dataclass
 class LiveStats:
-    """Aggregates pair records for the interval view and the final summary."""
+    """Aggregates pair tables for the interval view and the final summary."""
 
     seed: int = 0
     interval: dict[str, ApiWindow] = field(default_factory=dict)
@@ -128,13 +221,63 @@ class LiveStats:
     pairs: int = 0
 
     def __post_init__(self) -> None:
-        self._rng = random.Random(self.seed)
+        self._rng = np.random.default_rng(self.seed)
 
-    def add(self, rec: PairRecord) -> None:
-        label = _api_label(rec)
-        self.pairs += 1
-        self.interval.setdefault(label, ApiWindow()).add(rec, self._rng)
-        self.total.setdefault(label, ApiWindow()).add(rec, self._rng)
+    def add_table(self, table: pa.Table) -> None:
+        """Count a table of pairs (the contract columns; strings plain or dictionary)."""
+        import pyarrow as pa
+
+        n = table.num_rows
+        if not n:
+            return
+        status, statuses = _encoded(_column(table, "status"))
+        errors = _words_mask(status, statuses, ERROR_STATUSES)
+        unanswered = _words_mask(status, statuses, UNANSWERED_STATUSES)
+        orphan = _words_mask(status, statuses, frozenset({Status.ORPHAN_RESPONSE.value}))
+        flagged = gap_rows(table)
+        codes, names = _labels(_column(table, "api_name"), orphan)
+        latency_ms = _column(table, "latency_ms").cast(pa.float64())
+        latency = _numbers(latency_ms, np.float64)
+        latency[~_valid(latency_ms)] = np.nan
+        error_names = self._error_names(table, codes, names, errors, status, statuses)
+        self.pairs += n
+        for code in np.unique(codes):
+            label = names[code]
+            rows = codes == code
+            lat = latency[rows]
+            lat = lat[~np.isnan(lat)]
+            for windows in (self.interval, self.total):
+                w = windows.setdefault(label, ApiWindow())
+                w.requests += int(rows.sum())
+                w.errors += int((rows & errors).sum())
+                w.unanswered += int((rows & unanswered).sum())
+                w.flagged += int((rows & flagged).sum())
+                w.add_latencies(lat, self._rng)
+                w.error_names.update(error_names.get(label, {}))
+
+    @staticmethod
+    def _error_names(
+        table: pa.Table,
+        codes: np.ndarray,
+        names: list[str],
+        errors: np.ndarray,
+        status: np.ndarray,
+        statuses: list[str],
+    ) -> dict[str, Counter[str]]:
+        """Per API label, how often each error name (or status, when unnamed) occurs."""
+        if not errors.any():
+            return {}
+        err, err_words = _encoded(_column(table, "error_name"))
+        # One code space for both: error names, then statuses (for unnamed errors).
+        named = np.where(err >= 0, err, len(err_words) + status)[errors]
+        words = [*err_words, *statuses]
+        pairs, counts = np.unique(
+            np.stack([codes[errors], named], axis=1), axis=0, return_counts=True
+        )
+        out: dict[str, Counter[str]] = {}
+        for (code, word), count in zip(pairs.tolist(), counts.tolist(), strict=True):
+            out.setdefault(names[code], Counter())[words[word]] += count
+        return out
 
     def roll(self) -> None:
         """Start a new interval."""

@@ -121,7 +121,18 @@ def export(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
     ext = os.path.splitext(target)[1].lower()
     if ext == ".parquet":
         write_pairs_parquet(df, target)
-    elif ext == ".csv":
+    elif ext in (".csv", ".jsonl", ".json"):
+        with open(target, "w", encoding="utf-8", newline="") as fh:
+            write_text_rows(df, fh, ext, header=True)
+    else:
+        raise ValueError(f"unknown output format {ext!r}: use one of {', '.join(EXPORT_FORMATS)}")
+
+
+def write_text_rows(df: pd.DataFrame, fh: Any, ext: str, *, header: bool) -> None:
+    """The rows of ``df`` as CSV (``header``: with the column line first) or JSON lines,
+    appended to the open text file ``fh``: a file written in pieces (``live -o``) reads
+    back as one written at once."""
+    if ext == ".csv":
         flat = df.copy()
         # CSV has no lists: lists become one ';'-separated cell.
         for col in COLUMNS:
@@ -129,13 +140,10 @@ def export(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
                 flat[col.name] = flat[col.name].map(_list_cell)
             elif col.kind == "str":
                 flat[col.name] = flat[col.name].map(csv_safe, na_action="ignore")
-        flat.to_csv(target, index=False)
-    elif ext in (".jsonl", ".json"):
-        with open(target, "w", encoding="utf-8") as fh:
-            for row in df.to_dict(orient="records"):
-                fh.write(json.dumps(jsonable(row), ensure_ascii=False) + "\n")
+        flat.to_csv(fh, index=False, header=header)
     else:
-        raise ValueError(f"unknown output format {ext!r}: use one of {', '.join(EXPORT_FORMATS)}")
+        for row in df.to_dict(orient="records"):
+            fh.write(json.dumps(jsonable(row), ensure_ascii=False) + "\n")
 
 
 # Spreadsheets run a cell that starts with one of these as a formula (OWASP's "CSV

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector._core import Analyzer, KeyLog, Model
+    from dissector._core import Analyzer, KeyLog, LiveRun, Model
     from dissector.options import Options
     from dissector.stages import Exchange
     from dissector.tls import KeyLogs
@@ -152,13 +152,17 @@ def new_analyzer(
     keep_keys: Iterable[int] = (),
     tables: bool = False,
     pairs: bool = True,
+    capture_budget: int | None = None,
 ) -> Analyzer:
     """The core for one run; ``tables``: also build the analytics tables
-    (``wire.tables``); ``pairs``: build the pairs' rows (off: the tables alone)."""
+    (``wire.tables``); ``pairs``: build the pairs' rows (off: the tables alone);
+    ``capture_budget``: bytes one capture may decompress in all (None: the core's
+    default, 4 GiB)."""
     decoder = decoder or _default_decoder()
     model = _model(decoder)
     _core = native()
     idle = options.idle_timeout_s
+    budget = {"capture_budget": capture_budget} if capture_budget is not None else {}
     tls_keys = native_key_log(options.tls) if options.tls else None
     fallback = None
     if tables:
@@ -178,6 +182,7 @@ def new_analyzer(
         tables=tables,
         tables_fallback=fallback,
         pairs=pairs,
+        **budget,
     )
 
 
@@ -676,36 +681,41 @@ def _records(table: pa.Table) -> list[Any]:
     return out
 
 
+LIVE_CAPTURE_BUDGET = (1 << 64) - 1
+
+
 class LiveSession:
-    """The native core fed link-layer frames one by one (live capture)."""
+    """The native core set up for a live source; ``start`` hands it a libpcap handle
+    and the core's own threads capture (``_core.LiveRun``)."""
 
     def __init__(self, options: Options, decoder: Any, label: str) -> None:
         self.decoder = decoder or _default_decoder()
-        self._analyzer = new_analyzer(options, self.decoder)
+        # A live run has no end: a total decompression budget would run out after hours
+        # and leave later record batches undecoded. The per-frame budget still bounds each
+        # pair (against decompression bombs).
+        self._analyzer = new_analyzer(options, self.decoder, capture_budget=LIVE_CAPTURE_BUDGET)
         self._analyzer.open_live(label)
         self._schema = arrow_schema()
 
-    def feed(self, linktype: int, ts_ns: int, data: bytes) -> None:
-        self._analyzer.feed_link(linktype, ts_ns, data)
+    def start(self, handle: Any, write_pcap: str | None, snaplen: int) -> LiveRun:
+        """Start capturing on ``handle`` (a ``_core.PcapHandle``, taken over); an
+        unwritable ``write_pcap`` raises OSError."""
+        return native().LiveRun(self._analyzer, handle, write_pcap, snaplen)
 
-    def records(self) -> list[Any]:
-        """Rows completed since the last call."""
-        if not self._analyzer.rows_waiting():
-            return []
-        return _records(columns_to_table(self._analyzer.take_columns(), self._schema))
+    def table(self, columns: dict[str, Any]) -> pa.Table:
+        """Column buffers taken from the run as a table of ``arrow_schema()``."""
+        return columns_to_table(columns, self._schema)
 
-    def finish(self) -> list[Any]:
-        """End of capture: open requests become unanswered rows."""
-        self._analyzer.finish()
-        return self.records()
-
-    def counters(self) -> dict[str, int]:
-        return dict(self._analyzer.counters())
-
-    def open_requests(self) -> dict[str, int]:
+    def open_requests(self, run: LiveRun) -> dict[str, int]:
         """Requests waiting for a response now, by API name."""
         name = self.decoder.api_name
-        return {name(key): n for key, n in self._analyzer.open_requests()}
+        return {name(key): n for key, n in run.open_requests()}
+
+
+def table_records(table: pa.Table) -> list[Any]:
+    """``stages.PairRecord`` per row of a pairs table: one Python object per pair, for
+    callers who want rows rather than Arrow."""
+    return _records(table)
 
 
 def iter_pairs_from_bytes(

@@ -10,6 +10,8 @@ pub mod defrag;
 pub mod framing;
 pub mod header;
 pub mod model;
+pub mod pcap;
+pub mod pcapwrite;
 pub mod queueing;
 pub mod records;
 pub mod rows;

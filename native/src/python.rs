@@ -35,6 +35,8 @@ use crate::tables::{
 use crate::tls::{KeySource, Summary as TlsSummary};
 use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame, Ts};
 
+mod live;
+
 #[pyclass(frozen, module = "dissector._core")]
 pub struct Model {
     inner: Arc<SpecModel>,
@@ -415,46 +417,7 @@ impl Analyzer {
     /// Rows built so far as column buffers (then forgotten): name -> tuple, see
     /// `dissector/wire/core.py`.
     fn take_columns<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let out = PyDict::new(py);
-        let r = &self.sink.rows;
-        out.set_item("__len__", r.len)?;
-        put_dict(py, &out, "capture", &r.capture)?;
-        put_i64(py, &out, "stream", &r.stream)?;
-        put_dict(py, &out, "client_ip", &r.client_ip)?;
-        put_i64(py, &out, "client_port", &r.client_port)?;
-        put_dict(py, &out, "broker_ip", &r.broker_ip)?;
-        put_i64(py, &out, "broker_port", &r.broker_port)?;
-        put_i64(py, &out, "request_time", &r.request_time)?;
-        put_i64(py, &out, "response_time", &r.response_time)?;
-        put_f64(py, &out, "latency_ms", &r.latency_ms)?;
-        put_f64(py, &out, "first_byte_ms", &r.first_byte_ms)?;
-        put_i64(py, &out, "api_key", &r.api_key)?;
-        put_dict(py, &out, "api_name", &r.api_name)?;
-        put_i64(py, &out, "api_version", &r.api_version)?;
-        put_i64(py, &out, "correlation_id", &r.correlation_id)?;
-        put_dict(py, &out, "client_id", &r.client_id)?;
-        put_i64(py, &out, "request_size", &r.request_size)?;
-        put_i64(py, &out, "response_size", &r.response_size)?;
-        put_dict(py, &out, "status", &r.status)?;
-        put_i64(py, &out, "error_code", &r.error_code)?;
-        put_dict(py, &out, "error_name", &r.error_name)?;
-        put_i64(py, &out, "error_count", &r.error_count)?;
-        put_list(py, &out, "topics", &r.topics)?;
-        put_i64(py, &out, "partitions", &r.partitions)?;
-        put_i64(py, &out, "records", &r.records)?;
-        put_i64(py, &out, "record_bytes", &r.record_bytes)?;
-        put_dict(py, &out, "compression", &r.compression)?;
-        put_i64(py, &out, "throttle_ms", &r.throttle_ms)?;
-        put_dict(py, &out, "decode_error", &r.decode_error)?;
-        put_list(py, &out, "flags", &r.flags)?;
-        put_dict(py, &out, "fetch_wait", &r.fetch_wait)?;
-        put_f64(py, &out, "service_ms", &r.service_ms)?;
-        put_f64(py, &out, "queue_ms", &r.queue_ms)?;
-        put_i64(py, &out, "inflight", &r.inflight)?;
-        put_i64(py, &out, "assumed_version", &r.assumed_version)?;
-        for (e, col) in self.model.extracts.iter().zip(&r.extracts) {
-            put_i64(py, &out, &e.column, col)?;
-        }
+        let out = columns_dict(py, &self.sink.rows, &self.model)?;
         self.sink.rows.clear();
         Ok(out)
     }
@@ -1197,6 +1160,54 @@ fn table_dict<'py>(py: Python<'py>, table: &TableColumns) -> PyResult<Bound<'py,
     Ok(out)
 }
 
+/// Rows built so far as column buffers: name -> tuple, see `dissector/wire/core.py`.
+fn columns_dict<'py>(
+    py: Python<'py>,
+    r: &RowBuilder,
+    model: &SpecModel,
+) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    out.set_item("__len__", r.len)?;
+    put_dict(py, &out, "capture", &r.capture)?;
+    put_i64(py, &out, "stream", &r.stream)?;
+    put_dict(py, &out, "client_ip", &r.client_ip)?;
+    put_i64(py, &out, "client_port", &r.client_port)?;
+    put_dict(py, &out, "broker_ip", &r.broker_ip)?;
+    put_i64(py, &out, "broker_port", &r.broker_port)?;
+    put_i64(py, &out, "request_time", &r.request_time)?;
+    put_i64(py, &out, "response_time", &r.response_time)?;
+    put_f64(py, &out, "latency_ms", &r.latency_ms)?;
+    put_f64(py, &out, "first_byte_ms", &r.first_byte_ms)?;
+    put_i64(py, &out, "api_key", &r.api_key)?;
+    put_dict(py, &out, "api_name", &r.api_name)?;
+    put_i64(py, &out, "api_version", &r.api_version)?;
+    put_i64(py, &out, "correlation_id", &r.correlation_id)?;
+    put_dict(py, &out, "client_id", &r.client_id)?;
+    put_i64(py, &out, "request_size", &r.request_size)?;
+    put_i64(py, &out, "response_size", &r.response_size)?;
+    put_dict(py, &out, "status", &r.status)?;
+    put_i64(py, &out, "error_code", &r.error_code)?;
+    put_dict(py, &out, "error_name", &r.error_name)?;
+    put_i64(py, &out, "error_count", &r.error_count)?;
+    put_list(py, &out, "topics", &r.topics)?;
+    put_i64(py, &out, "partitions", &r.partitions)?;
+    put_i64(py, &out, "records", &r.records)?;
+    put_i64(py, &out, "record_bytes", &r.record_bytes)?;
+    put_dict(py, &out, "compression", &r.compression)?;
+    put_i64(py, &out, "throttle_ms", &r.throttle_ms)?;
+    put_dict(py, &out, "decode_error", &r.decode_error)?;
+    put_list(py, &out, "flags", &r.flags)?;
+    put_dict(py, &out, "fetch_wait", &r.fetch_wait)?;
+    put_f64(py, &out, "service_ms", &r.service_ms)?;
+    put_f64(py, &out, "queue_ms", &r.queue_ms)?;
+    put_i64(py, &out, "inflight", &r.inflight)?;
+    put_i64(py, &out, "assumed_version", &r.assumed_version)?;
+    for (e, col) in model.extracts.iter().zip(&r.extracts) {
+        put_i64(py, &out, &e.column, col)?;
+    }
+    Ok(out)
+}
+
 /// Arrow's validity bitmap (bit i of byte i/8 set when row i is valid, least
 /// significant bit first), and the null count; None when nothing is null.
 fn validity(valid: &[bool]) -> (Option<Vec<u8>>, usize) {
@@ -1445,5 +1456,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<InterfaceFacts>()?;
     m.add_function(wrap_pyfunction!(scan_facts, m)?)?;
     m.add_function(wrap_pyfunction!(scan_facts_bytes, m)?)?;
+    live::register(m)?;
     Ok(())
 }
