@@ -41,7 +41,6 @@ import argparse
 import math
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -90,24 +89,22 @@ def make_copies(capture: Path, n: int, folder: Path) -> Path:
 @dataclass
 class PeakMemory:
     """Peak resident memory (VmHWM, bytes) seen per kind of process of one job, and
-    the CPU time (user + system, seconds) each kind used: on a shared machine the wall
-    time depends on the other work, the CPU time much less."""
+    the CPU time (user + system, seconds) each kind used, as last sampled: on a shared
+    machine the wall time depends on the other work, the CPU time much less."""
 
     driver: int = 0
     jvm: int = 0
     worker: int = 0  # the largest single Python worker
     workers: set[int] = field(default_factory=set)
-    cpu: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> (kind, s)
-
-    total_cpu: float = 0.0  # every process of the job, once all were reaped (rusage)
+    cpu: dict[int, float] = field(default_factory=dict)  # pid -> CPU s, last sampled
+    kinds: dict[int, str] = field(default_factory=dict)  # pid -> kind, when first seen
 
     def cpu_of(self, kind: str) -> float:
-        """CPU seconds of one kind, as last sampled (a process that ends between two
-        samples loses its last fraction of a second: Python workers are short-lived,
-        so theirs is the total less the driver and the JVM)."""
-        if kind == "worker":
-            return max(0.0, self.total_cpu - self.cpu_of("driver") - self.cpu_of("jvm"))
-        return sum(s for k, s in self.cpu.values() if k == kind)
+        return sum(s for pid, s in self.cpu.items() if self.kinds.get(pid) == kind)
+
+    @property
+    def total_cpu(self) -> float:
+        return sum(self.cpu.values())
 
     def line(self) -> str:
         mb = 1 << 20
@@ -149,9 +146,14 @@ def _cmdline(pid: int) -> str:
 
 
 def watch_memory(root: int, peak: PeakMemory, stop: threading.Event, every: float = 0.2) -> None:
-    """Sample the process tree under ``root`` until ``stop``: peak VmHWM per kind."""
+    """Sample the processes of the job (driver ``root`` and its descendants; with
+    ``become_subreaper``, also those orphaned on the way, which become this process's
+    children) until ``stop``: peak VmHWM and CPU time per kind. A process's CPU time is
+    its last sample: one that ends between two samples loses its last fraction of
+    ``every``."""
     if not Path("/proc").is_dir():
         return
+    me = os.getpid()
     while not stop.is_set():
         parents: dict[int, int] = {}
         hwm: dict[int, int] = {}
@@ -160,7 +162,7 @@ def watch_memory(root: int, peak: PeakMemory, stop: threading.Event, every: floa
                 got = _status(int(entry.name))
                 if got is not None:
                     parents[int(entry.name)], hwm[int(entry.name)] = got
-        tree = {root}
+        tree = {root} | {pid for pid, ppid in parents.items() if ppid == me}
         grew = True
         while grew:
             grew = False
@@ -169,25 +171,37 @@ def watch_memory(root: int, peak: PeakMemory, stop: threading.Event, every: floa
                     tree.add(pid)
                     grew = True
         for pid in tree:
+            # spark-submit's shell becomes the JVM (exec): the latest name wins, but an
+            # ending process, without a command line any more, keeps its kind.
+            kind = _kind(pid, root)
+            if kind == "other":
+                kind = peak.kinds.get(pid, "other")
+            if kind == "other":
+                continue  # not the job's
+            peak.kinds[pid] = kind
             size = hwm.get(pid, 0)
-            cpu = _cpu_seconds(pid)
-            if pid == root:
+            if kind == "driver":
                 peak.driver = max(peak.driver, size)
-                kind = "driver"
+            elif kind == "jvm":
+                peak.jvm = max(peak.jvm, size)
             else:
-                command = _cmdline(pid)
-                if "java" in command.split(" ", 1)[0]:
-                    peak.jvm = max(peak.jvm, size)
-                    kind = "jvm"
-                elif "pyspark" in command or "python" in command:
-                    peak.workers.add(pid)
-                    peak.worker = max(peak.worker, size)
-                    kind = "worker"
-                else:
-                    kind = "other"
+                peak.workers.add(pid)
+                peak.worker = max(peak.worker, size)
+            cpu = _cpu_seconds(pid)
             if cpu is not None:
-                peak.cpu[pid] = (kind, cpu)
+                peak.cpu[pid] = cpu
         stop.wait(every)
+
+
+def _kind(pid: int, root: int) -> str:
+    if pid == root:
+        return "driver"
+    command = _cmdline(pid)
+    if "java" in command.split(" ", 1)[0]:
+        return "jvm"
+    if "pyspark" in command or "python" in command:
+        return "worker"
+    return "other"
 
 
 # ---------------------------------------------------------------- contenders
@@ -216,8 +230,9 @@ def spark_command() -> list[str]:
 
 def become_subreaper() -> bool:
     """Make this process the reaper of its orphaned descendants (Linux): the driver
-    does not wait for its JVM, so without this the JVM's and the Python workers' CPU
-    time would go to init instead of this process's children's rusage."""
+    does not wait for its JVM, nor pyspark's daemon for its workers, so without this
+    they would leave the job's process tree (to init) while still running, unseen by
+    the sampler, and stay unreaped."""
     import ctypes
 
     try:
@@ -249,9 +264,6 @@ def run_spark_job(
     peak = PeakMemory()
     stop = threading.Event()
     started = time.perf_counter()
-    # Each process of the job is reaped by its parent (the JVM by the driver, the Python
-    # workers by pyspark's daemon...), so this process's children's CPU counts them all.
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=out.parent
@@ -261,8 +273,6 @@ def run_spark_job(
         stdout, _ = proc.communicate()
         seconds = time.perf_counter() - started
         reap_descendants()
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        peak.total_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         stop.set()
         sampler.join()
         err.seek(0)
@@ -289,7 +299,7 @@ def _summary(values: list[float]) -> str:
 
 def job_report(folder: Path, copies: list[int], args: argparse.Namespace) -> int:
     if not become_subreaper():
-        print("note: not a subreaper (not Linux?): the CPU times miss the JVM and workers")
+        print("note: not a subreaper (not Linux?): the CPU times may miss processes")
     folders = {n: make_copies(args.capture, n, folder / f"in-{n}") for n in copies}
     largest = max(copies)
     dissector.analyze(str(WARMUP))  # imports and the spec model are not the point
