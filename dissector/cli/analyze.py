@@ -207,7 +207,13 @@ class _AnalyticsOutputs:
         self.collector: TableCollector = TableCollector(writers=dict(self.parquet))
 
     def finish(self, quiet: bool) -> None:
-        tables = self.collector.result()
+        # Only the formats written at the end need the kept tables: pyarrow's
+        # concat_tables imports pandas (about a third of a second) to join them.
+        tables = (
+            self.collector.result()
+            if any(name not in self.parquet for name in self.outputs)
+            else None
+        )
         for name, out in self.outputs.items():
             writer = self.parquet.get(name)
             if writer is not None:
@@ -216,6 +222,7 @@ class _AnalyticsOutputs:
             else:
                 from dissector.analytics.partitions import export_table
 
+                assert tables is not None
                 frame = tables.frame(name)
                 try:
                     export_table(frame, out)
