@@ -18,7 +18,9 @@ and their ratio (the fleet issue's goal: at least 0.25). Then the job runs once 
 ``--oom-copies`` copies (default 16; 0 skips it) with ``--verbose``, to show it ends
 without an OutOfMemoryError. For every job the peak resident memory (VmHWM) of the
 driver (the command's Python), of the JVM and of the largest Python worker is
-printed, read from /proc while the job runs (Linux).
+printed, and the CPU time of each kind of process, read from /proc while the job runs
+(Linux). CPU time is what a loaded machine changes least: the marginal CPU per pair
+(8 copies minus 1) is printed against ``dissector.analyze``'s.
 
 CAPTURE should be a real capture of at least 30 MB with long-poll traffic; record one
 with the test bed (it starts nothing itself: start the broker first)::
@@ -41,7 +43,6 @@ import argparse
 import math
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -90,24 +91,22 @@ def make_copies(capture: Path, n: int, folder: Path) -> Path:
 @dataclass
 class PeakMemory:
     """Peak resident memory (VmHWM, bytes) seen per kind of process of one job, and
-    the CPU time (user + system, seconds) each kind used: on a shared machine the wall
-    time depends on the other work, the CPU time much less."""
+    the CPU time (user + system, seconds) each kind used, as last sampled: on a shared
+    machine the wall time depends on the other work, the CPU time much less."""
 
     driver: int = 0
     jvm: int = 0
     worker: int = 0  # the largest single Python worker
     workers: set[int] = field(default_factory=set)
-    cpu: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> (kind, s)
-
-    total_cpu: float = 0.0  # every process of the job, once all were reaped (rusage)
+    cpu: dict[int, float] = field(default_factory=dict)  # pid -> CPU s, last sampled
+    kinds: dict[int, str] = field(default_factory=dict)  # pid -> kind, when first seen
 
     def cpu_of(self, kind: str) -> float:
-        """CPU seconds of one kind, as last sampled (a process that ends between two
-        samples loses its last fraction of a second: Python workers are short-lived,
-        so theirs is the total less the driver and the JVM)."""
-        if kind == "worker":
-            return max(0.0, self.total_cpu - self.cpu_of("driver") - self.cpu_of("jvm"))
-        return sum(s for k, s in self.cpu.values() if k == kind)
+        return sum(s for pid, s in self.cpu.items() if self.kinds.get(pid) == kind)
+
+    @property
+    def total_cpu(self) -> float:
+        return sum(self.cpu.values())
 
     def line(self) -> str:
         mb = 1 << 20
@@ -149,9 +148,14 @@ def _cmdline(pid: int) -> str:
 
 
 def watch_memory(root: int, peak: PeakMemory, stop: threading.Event, every: float = 0.2) -> None:
-    """Sample the process tree under ``root`` until ``stop``: peak VmHWM per kind."""
+    """Sample the processes of the job (driver ``root`` and its descendants; with
+    ``become_subreaper``, also those orphaned on the way, which become this process's
+    children) until ``stop``: peak VmHWM and CPU time per kind. A process's CPU time is
+    its last sample: one that ends between two samples loses its last fraction of
+    ``every``."""
     if not Path("/proc").is_dir():
         return
+    me = os.getpid()
     while not stop.is_set():
         parents: dict[int, int] = {}
         hwm: dict[int, int] = {}
@@ -160,7 +164,7 @@ def watch_memory(root: int, peak: PeakMemory, stop: threading.Event, every: floa
                 got = _status(int(entry.name))
                 if got is not None:
                     parents[int(entry.name)], hwm[int(entry.name)] = got
-        tree = {root}
+        tree = {root} | {pid for pid, ppid in parents.items() if ppid == me}
         grew = True
         while grew:
             grew = False
@@ -169,25 +173,37 @@ def watch_memory(root: int, peak: PeakMemory, stop: threading.Event, every: floa
                     tree.add(pid)
                     grew = True
         for pid in tree:
+            # spark-submit's shell becomes the JVM (exec): the latest name wins, but an
+            # ending process, without a command line any more, keeps its kind.
+            kind = _kind(pid, root)
+            if kind == "other":
+                kind = peak.kinds.get(pid, "other")
+            if kind == "other":
+                continue  # not the job's
+            peak.kinds[pid] = kind
             size = hwm.get(pid, 0)
-            cpu = _cpu_seconds(pid)
-            if pid == root:
+            if kind == "driver":
                 peak.driver = max(peak.driver, size)
-                kind = "driver"
+            elif kind == "jvm":
+                peak.jvm = max(peak.jvm, size)
             else:
-                command = _cmdline(pid)
-                if "java" in command.split(" ", 1)[0]:
-                    peak.jvm = max(peak.jvm, size)
-                    kind = "jvm"
-                elif "pyspark" in command or "python" in command:
-                    peak.workers.add(pid)
-                    peak.worker = max(peak.worker, size)
-                    kind = "worker"
-                else:
-                    kind = "other"
+                peak.workers.add(pid)
+                peak.worker = max(peak.worker, size)
+            cpu = _cpu_seconds(pid)
             if cpu is not None:
-                peak.cpu[pid] = (kind, cpu)
+                peak.cpu[pid] = cpu
         stop.wait(every)
+
+
+def _kind(pid: int, root: int) -> str:
+    if pid == root:
+        return "driver"
+    command = _cmdline(pid)
+    if "java" in command.split(" ", 1)[0]:
+        return "jvm"
+    if "pyspark" in command or "python" in command:
+        return "worker"
+    return "other"
 
 
 # ---------------------------------------------------------------- contenders
@@ -214,6 +230,32 @@ def spark_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "dissector.cli"]
 
 
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux): the driver
+    does not wait for its JVM, nor pyspark's daemon for its workers, so without this
+    they would leave the job's process tree (to init) while still running, unseen by
+    the sampler, and stay unreaped."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(36, 1, 0, 0, 0)) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_descendants(timeout: float = 60.0) -> None:
+    """Wait (at most ``timeout``) for the job's processes that outlived the driver."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return  # none left
+        if pid == 0:
+            time.sleep(0.1)
+
+
 def run_spark_job(
     folder: Path, out: Path, master: str, analytics: str, *, verbose: bool = False
 ) -> JobRun:
@@ -224,9 +266,6 @@ def run_spark_job(
     peak = PeakMemory()
     stop = threading.Event()
     started = time.perf_counter()
-    # Each process of the job is reaped by its parent (the JVM by the driver, the Python
-    # workers by pyspark's daemon...), so this process's children's CPU counts them all.
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=out.parent
@@ -235,8 +274,7 @@ def run_spark_job(
         sampler.start()
         stdout, _ = proc.communicate()
         seconds = time.perf_counter() - started
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        peak.total_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        reap_descendants()
         stop.set()
         sampler.join()
         err.seek(0)
@@ -262,6 +300,8 @@ def _summary(values: list[float]) -> str:
 
 
 def job_report(folder: Path, copies: list[int], args: argparse.Namespace) -> int:
+    if not become_subreaper():
+        print("note: not a subreaper (not Linux?): the CPU times may miss processes")
     folders = {n: make_copies(args.capture, n, folder / f"in-{n}") for n in copies}
     largest = max(copies)
     dissector.analyze(str(WARMUP))  # imports and the spec model are not the point
@@ -312,9 +352,14 @@ def job_report(folder: Path, copies: list[int], args: argparse.Namespace) -> int
         ("after the JVM started", lambda j: j.job_seconds),
     ):
         deltas = [measure(b) - measure(s) for b, s in zip(jobs[big], jobs[small], strict=True)]
-        for how, pick in (("min", min), ("median", statistics.median)):
-            delta = pick(deltas)
-            offline_rate = offline_pairs / pick(offline)
+        bests = min(measure(b) for b in jobs[big]) - min(measure(s) for s in jobs[small])
+        # min: the best x8 less the best x1 (a paired difference can go negative when
+        # other work slowed one x1); median: of the paired differences.
+        for how, delta, best in (
+            ("min", bests, min(offline)),
+            ("median", statistics.median(deltas), statistics.median(offline)),
+        ):
+            offline_rate = offline_pairs / best
             marginal = extra / delta if delta > 0 else math.inf
             print(
                 f"marginal Spark throughput (x{big} - x{small}, {label}, {how} of {len(deltas)}):"
