@@ -166,10 +166,12 @@ def test_ctrl_c_during_analysis_exits_130_saying_nothing_was_written(tmp_path: P
     assert not (tmp_path / "p.parquet").exists()
 
 
-def test_ctrl_c_after_a_write_names_it(tmp_path: Path) -> None:
+def test_ctrl_c_during_the_pass_removes_the_tables_written_as_it_goes(tmp_path: Path) -> None:
+    """The analytics tables go to Parquet batch by batch during the pass: Ctrl-C then
+    leaves a file cut off, which is removed and named."""
     pairs = tmp_path / "p.parquet"
     parts = tmp_path / "parts.parquet"
-    copies = [str(CAPTURE)] * 200  # the partitions pass, after -o is written, takes a while
+    copies = [str(CAPTURE)] * 2000
     args = ["analyze", *copies, "-o", str(pairs), "--partitions", str(parts), "--quiet"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "dissector.cli", *args],
@@ -178,12 +180,17 @@ def test_ctrl_c_after_a_write_names_it(tmp_path: Path) -> None:
         text=True,
         cwd=tmp_path,
     )
-    _interrupt_when_complete(proc, pairs)
+    deadline = time.monotonic() + TIMEOUT_S
+    while not (parts.is_file() and parts.stat().st_size > 0):  # the pass is writing it
+        assert proc.poll() is None, "the command ended before it could be interrupted"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=TIMEOUT_S)
     assert proc.returncode == 130, err[-2000:]
-    assert f"interrupted: wrote {pairs}" in err
-    assert len(pd.read_parquet(pairs)) == 200 * len(dissector.analyze(str(CAPTURE)))
-    assert not parts.exists()
+    assert "interrupted: nothing written" in err
+    assert f"{parts} was cut off while being written: removed" in err
+    assert not parts.exists() and not pairs.exists()
 
 
 def test_ctrl_c_during_decode_counts_the_lines_written(tmp_path: Path) -> None:

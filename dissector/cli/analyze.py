@@ -199,12 +199,12 @@ class _AnalyticsOutputs:
     """The analytics tables asked for, built in the pass over the captures: Parquet
     files written batch by batch as the pass goes, the other formats at the end."""
 
-    def __init__(self, outputs: dict[str, str | None]) -> None:
+    def __init__(self, wanted: dict[str, str | None]) -> None:
         from dissector.table.frame import ParquetTableWriter
         from dissector.tables_schema import CONTRACTS
         from dissector.wire.tables import TableCollector
 
-        self.outputs = {name: out for name, out in outputs.items() if out}
+        self.outputs = {name: out for name, out in wanted.items() if out}
         self.parquet: dict[str, ParquetTableWriter] = {}
         for name, out in self.outputs.items():
             make_parent_dirs(out)
@@ -215,6 +215,7 @@ class _AnalyticsOutputs:
                     raise click.ClickException(
                         f"cannot write {out}: {exc.strerror or exc}"
                     ) from exc
+                outputs().streaming.append(out)
         self.collector: TableCollector = TableCollector(writers=dict(self.parquet))
 
     def finish(self, quiet: bool) -> None:

@@ -230,6 +230,9 @@ class Outputs:
 
     written: list[str] = field(default_factory=list)
     writing: str | None = None  # an output file being written now
+    # files written batch by batch during a pass (analytics tables to Parquet): cut off
+    # until the pass ends and they are closed
+    streaming: list[str] = field(default_factory=list)
     lines: int = 0  # JSON lines written to stdout (decode)
 
 
@@ -251,11 +254,10 @@ def interrupted(done: Outputs) -> NoReturn:
     if done.lines:
         parts.append(f"{done.lines} JSON lines to stdout")
     message = "interrupted: " + (f"wrote {', '.join(parts)}" if parts else "nothing written")
-    if done.writing is not None:
-        with_cut = Path(done.writing)
-        if with_cut.is_file():
-            with_cut.unlink(missing_ok=True)
-            message += f"; {done.writing} was cut off while being written: removed"
+    for cut in [done.writing, *done.streaming]:
+        if cut is not None and cut not in done.written and Path(cut).is_file():
+            Path(cut).unlink(missing_ok=True)
+            message += f"; {cut} was cut off while being written: removed"
     click.echo(message, err=True)
     sys.exit(EXIT_INTERRUPTED)
 
