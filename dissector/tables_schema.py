@@ -16,13 +16,18 @@ if TYPE_CHECKING:
 
 Contract = tuple[tuple[str, str, str], ...]
 
-PARTITION_COLUMNS: Contract = (
+PAIR_IDENTITY: Contract = (
     ("capture", "string", "path of the capture file"),
     ("stream", "Int64", "TCP connection index within the capture"),
     ("correlation_id", "Int64", "correlation id of the pair"),
     ("client_id", "string", "client_id from the request header"),
     ("request_time", "datetime64[ns, UTC]", "request complete"),
     ("response_time", "datetime64[ns, UTC]", "response complete (null: no response)"),
+)
+"""The columns that name the pair a partitions or groups row comes from."""
+
+PARTITION_COLUMNS: Contract = (
+    *PAIR_IDENTITY,
     (
         "api_name",
         "string",
@@ -67,12 +72,7 @@ PARTITION_COLUMNS: Contract = (
 )
 
 GROUP_COLUMNS: Contract = (
-    ("capture", "string", "path of the capture file"),
-    ("stream", "Int64", "TCP connection index within the capture"),
-    ("correlation_id", "Int64", "correlation id of the pair"),
-    ("client_id", "string", "client_id from the request header"),
-    ("request_time", "datetime64[ns, UTC]", "request complete"),
-    ("response_time", "datetime64[ns, UTC]", "response complete (null: no response)"),
+    *PAIR_IDENTITY,
     ("latency_ms", "Float64", "response complete minus request complete"),
     ("api_name", "string", "JoinGroup, SyncGroup, Heartbeat, LeaveGroup, *GroupHeartbeat"),
     ("api_version", "Int64", "API version of the request"),

@@ -281,33 +281,32 @@ def print_summary(
         statuses = df["status"].value_counts().to_dict()
         shown = sorted((k, v) for k, v in statuses.items() if v)  # categories never seen: no
         console.print("status: " + ", ".join(f"{k}={v}" for k, v in shown))
-        unsupported = int(unsupported_rows(df).sum())
-        if unsupported:
-            console.print(
-                f"unsupported: {_rows(unsupported)} with an API version newer than the installed "
-                "specs that does not fit the newest known layout: bodies not decoded "
-                "(add newer specs with --specs)",
-                highlight=False,
-                soft_wrap=soft,
-            )
-        refused = int(refused_rows(df).sum())
-        if refused:
-            console.print(
-                f"refused: {_rows(refused)} asking for an ApiVersions version the broker does "
-                "not support either, answered UNSUPPORTED_VERSION in the v0 layout (KIP-511); "
-                "the request body is not read, by the broker or here",
-                highlight=False,
-                soft_wrap=soft,
-            )
-        assumed = int(assumed_rows(df).sum())
-        if assumed:
-            console.print(
-                f"assumed: {_rows(assumed)} with an API version newer than the installed specs, "
-                "decoded with the newest known layout, which fits exactly "
-                "(column assumed_version; --specs with newer specs decodes them as sent)",
-                highlight=False,
-                soft_wrap=soft,
-            )
+        notes = (
+            (
+                "unsupported",
+                unsupported_rows(df),
+                "with an API version newer than the installed specs that does not fit the "
+                "newest known layout: bodies not decoded (add newer specs with --specs)",
+            ),
+            (
+                "refused",
+                refused_rows(df),
+                "asking for an ApiVersions version the broker does not support either, "
+                "answered UNSUPPORTED_VERSION in the v0 layout (KIP-511); the request body "
+                "is not read, by the broker or here",
+            ),
+            (
+                "assumed",
+                assumed_rows(df),
+                "with an API version newer than the installed specs, decoded with the newest "
+                "known layout, which fits exactly (column assumed_version; --specs with newer "
+                "specs decodes them as sent)",
+            ),
+        )
+        for label, rows, text in notes:
+            n = int(rows.sum())
+            if n:
+                console.print(f"{label}: {_rows(n)} {text}", highlight=False, soft_wrap=soft)
     counters = df.attrs.get("counters") or {}
     if counters:
         console.print(

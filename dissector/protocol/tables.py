@@ -480,12 +480,7 @@ def partition_facts(
         ctx = entry.context
         out.append(
             PartitionFacts(
-                group_id=_context_value(ctx, "group_id"),
-                member_id=_context_value(ctx, "member_id"),
-                member_epoch=_context_value(ctx, "member_epoch"),
-                acks=_context_value(ctx, "acks"),
-                transactional_id=_context_value(ctx, "transactional_id"),
-                isolation_level=_context_value(ctx, "isolation_level"),
+                **_context_columns(ctx),
                 txn_committed=None,
                 topic=entry.topic,
                 topic_id=entry.topic_id,
@@ -507,12 +502,7 @@ def _pair_row(request: dict[str, Any], response: dict[str, Any]) -> PartitionFac
     code = _int(response.get(TOP_ERROR_FIELD))
     committed = request.get(TXN_COMMITTED_FIELD)
     return PartitionFacts(
-        group_id=_context_value(ctx, "group_id"),
-        member_id=_context_value(ctx, "member_id"),
-        member_epoch=_context_value(ctx, "member_epoch"),
-        acks=_context_value(ctx, "acks"),
-        transactional_id=_context_value(ctx, "transactional_id"),
-        isolation_level=_context_value(ctx, "isolation_level"),
+        **_context_columns(ctx),
         txn_committed=committed if isinstance(committed, bool) else None,
         topic=None,
         topic_id=None,
@@ -524,6 +514,11 @@ def _pair_row(request: dict[str, Any], response: dict[str, Any]) -> PartitionFac
         last_offset=None,
         entry_values=[None] * len(ENTRY_COLUMNS),
     )
+
+
+def _context_columns(ctx: dict[str, Any]) -> dict[str, Any]:
+    """Every context column (``CONTEXT_FIELDS``) of a row, by name."""
+    return {column: _context_value(ctx, column) for column in CONTEXT_FIELDS}
 
 
 def _context_value(ctx: dict[str, Any], column: str) -> Any:

@@ -716,24 +716,3 @@ def table_records(table: pa.Table) -> list[Any]:
     """``stages.PairRecord`` per row of a pairs table: one Python object per pair, for
     callers who want rows rather than Arrow."""
     return _records(table)
-
-
-def iter_pairs_from_bytes(
-    name: str,
-    data: bytes | memoryview | Any,
-    options: Options,
-    *,
-    decoder: Any = None,
-    counters: Counters | None = None,
-    batch_rows: int = 4096,
-) -> Iterator[Any]:
-    """``rows.PairRecord`` of a capture held in memory (a Spark task's file content),
-    read in place: no temporary file. ``capture`` is ``name``."""
-    counters = counters if counters is not None else Counters()
-    analyzer = new_analyzer(options, decoder)
-    try:
-        open_capture(analyzer, CaptureBytes(name, memoryview(data)))
-        for batch in _batches(analyzer, batch_rows):
-            yield from _records(columns_to_table(batch.columns, arrow_schema()))
-    finally:
-        _merge_counters(counters, analyzer)

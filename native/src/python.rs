@@ -55,7 +55,7 @@ impl Model {
 
 enum Source {
     Reader(PacketReader),
-    Live { frame: u64, decoder: LinkDecoder },
+    Live { decoder: LinkDecoder },
 }
 
 /// A file queued to continue the open capture (`chain_path`, `chain_bytes`): opened
@@ -333,12 +333,11 @@ impl Analyzer {
         Ok(())
     }
 
-    /// Start a live source: frames arrive through `feed_link`.
+    /// Start a live source: `LiveRun` takes it over and feeds it on its capture thread.
     fn open_live(&mut self, name: String) {
         self.start(
             name,
             Source::Live {
-                frame: 0,
                 decoder: LinkDecoder::default(),
             },
         );
@@ -373,45 +372,6 @@ impl Analyzer {
                 return Ok(true);
             }
         }
-    }
-
-    /// One link-layer frame of a live source (pcapy's header time and bytes).
-    fn feed_link(&mut self, linktype: u32, ts_ns: Ts, data: &[u8]) -> PyResult<()> {
-        // Taken out while the frame is decoded: its packet may borrow the decoder's
-        // reassembled datagram while the session and counters are used.
-        let mut source = self.source_mut().take();
-        let Some(Source::Live { frame, decoder }) = source.as_mut() else {
-            *self.source_mut() = source;
-            return Err(PyRuntimeError::new_err("no live source is open"));
-        };
-        *frame += 1;
-        let n = *frame;
-        self.counters.inc("frames");
-        self.counters.add("bytes_read", data.len() as u64);
-        let mut out = Vec::new();
-        if let Some(pkt) = decoder.decode_link(linktype, ts_ns, n, data, &mut self.counters) {
-            if let Some(session) = self.session.as_mut() {
-                session.packet(&pkt, &mut self.counters, &mut out);
-            }
-        }
-        *self.source_mut() = source;
-        self.consume_here(out)
-    }
-
-    /// End the open source (live: open requests become unanswered).
-    fn finish(&mut self) -> PyResult<()> {
-        let mut out = Vec::new();
-        let mut source = self.source_mut().take();
-        if let Some(Source::Live { decoder, .. }) = source.as_mut() {
-            decoder.finish(&mut self.counters);
-        }
-        *self.source_mut() = source;
-        if let Some(session) = self.session.as_mut() {
-            session.finish(&mut self.counters, &mut out);
-        }
-        self.consume_here(out)?;
-        self.end_capture();
-        Ok(())
     }
 
     /// Rows built so far as column buffers (then forgotten): name -> tuple, see

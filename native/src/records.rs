@@ -547,23 +547,30 @@ fn i32_bytes(buf: &[u8], pos: usize, end: usize) -> Result<(Option<&[u8]>, usize
     }
 }
 
-/// Messages inside a compressed wrapper (recursing into nested wrappers up to
-/// MAX_NESTING).
-fn legacy_inner(ctx: &mut Ctx, wrapper: &Legacy, depth: u32, where_: &str) -> u64 {
+/// The decompressed messages of a compressed wrapper, or None once its fault (a null
+/// value, a codec failure) is reported.
+fn wrapper_inner(ctx: &mut Ctx, wrapper: &Legacy, where_: &str) -> Option<Vec<u8>> {
     let Some(value) = wrapper.value else {
         ctx.error(
             "bad_compressed_message",
             format_args!("null value in {where_}"),
         );
-        return 0;
+        return None;
     };
-    let Ok(inner) = decompress(
+    decompress(
         ctx,
         wrapper.attributes & 0x07,
         value,
         wrapper.magic,
         &where_,
-    ) else {
+    )
+    .ok()
+}
+
+/// Messages inside a compressed wrapper (recursing into nested wrappers up to
+/// MAX_NESTING).
+fn legacy_inner(ctx: &mut Ctx, wrapper: &Legacy, depth: u32, where_: &str) -> u64 {
+    let Some(inner) = wrapper_inner(ctx, wrapper, where_) else {
         return 0;
     };
     let mut count = 0;
@@ -806,20 +813,7 @@ fn legacy_inner_expanded(
     where_: &str,
     out: &mut Vec<i64>,
 ) -> (u64, Option<i64>) {
-    let Some(value) = wrapper.value else {
-        ctx.error(
-            "bad_compressed_message",
-            format_args!("null value in {where_}"),
-        );
-        return (0, None);
-    };
-    let Ok(inner) = decompress(
-        ctx,
-        wrapper.attributes & 0x07,
-        value,
-        wrapper.magic,
-        &where_,
-    ) else {
+    let Some(inner) = wrapper_inner(ctx, wrapper, where_) else {
         return (0, None);
     };
     let first_kept = out.len();
