@@ -7,6 +7,7 @@ whole and equal to the piped table's, and what was abbreviated or left out is sa
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -36,12 +37,14 @@ def _command() -> list[str]:
     return [sys.executable, "-m", "dissector.cli", "analyze", str(CAPTURE)]
 
 
-def _in_terminal(columns: int) -> str:
+def _in_terminal(columns: int, term: str) -> str:
     if shutil.which("script") is None:
         pytest.skip("util-linux script is not installed (apt-get install bsdutils)")
     inner = f"stty cols {columns} rows 80; {shlex.join(_command())} 2>/dev/null"
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.run(
         ["script", "-qfec", inner, "/dev/null"],
+        env={**env, "TERM": term},
         capture_output=True,
         text=True,
         timeout=300,
@@ -71,11 +74,14 @@ def piped() -> tuple[list[str], list[list[str]]]:
     return _table(proc.stdout)
 
 
-@pytest.mark.parametrize("columns", [80, 100, 200])
+# TERM=dumb (an editor's shell, some CI runners): rich alone would assume 80 cells.
+@pytest.mark.parametrize(
+    ("columns", "term"), [(80, "xterm"), (100, "xterm"), (200, "xterm"), (200, "dumb")]
+)
 def test_table_fits_the_terminal_and_keeps_numbers_whole(
-    columns: int, piped: tuple[list[str], list[list[str]]]
+    columns: int, term: str, piped: tuple[list[str], list[list[str]]]
 ) -> None:
-    text = _in_terminal(columns)
+    text = _in_terminal(columns, term)
     for line in text.splitlines():
         assert len(line) <= columns, line
     headers, rows = _table(text)

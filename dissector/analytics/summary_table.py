@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -24,6 +26,9 @@ FILTER_ABSENT_ATTR = "filter_absent"
 # Piped or redirected output is read by programs and wide terminals later: no
 # 80-column cut. Wide enough for any table this prints.
 _FILE_WIDTH = 1000
+# What a terminal of unknown size is taken to be.
+_DUMB_WIDTH = 80
+_UNUSED_HEIGHT = 25
 
 
 def api_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -147,6 +152,18 @@ class FittedTable:
     zero: frozenset[str] = frozenset()  # those of left_out that held nothing but zeros
 
 
+def _terminal_width(out: TextIO) -> int:
+    """The terminal's own width: rich assumes 80 cells when TERM is dumb (an editor's
+    shell, some CI runners) although the pty knows its size. COLUMNS, when set, wins."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return os.get_terminal_size(out.fileno()).columns or _DUMB_WIDTH
+    except (OSError, ValueError):
+        return shutil.get_terminal_size((_DUMB_WIDTH, 24)).columns
+
+
 def fit_columns(columns: list[SummaryColumn], width: int | None) -> FittedTable:
     """The columns that fit ``width`` terminal cells, in steps that lose least first:
     columns of nothing but zeros, short headers, API names cut with an ellipsis (not
@@ -223,7 +240,10 @@ def print_summary(
 
     out = file if file is not None else sys.stdout
     tty = out.isatty()
-    console = Console(file=out, width=None if tty else _FILE_WIDTH)
+    # rich keeps a given width only with a height beside it (which this never uses).
+    console = Console(
+        file=out, width=_terminal_width(out) if tty else _FILE_WIDTH, height=_UNUSED_HEIGHT
+    )
     # In a terminal the notes wrap at its width; piped, each stays one line.
     soft = not tty
     fitted = fit_columns(summary_columns(df), console.width if tty else None)
