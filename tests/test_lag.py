@@ -22,9 +22,11 @@ from dissector.analytics.lag import (
     SERIES_COLUMNS,
     commit_events,
     committed_lag,
+    evaluation_times,
     lag_at_end,
     log_end_events,
     position_lag,
+    superseded_fetches,
 )
 from dissector.analytics.partitions import PARTITION_COLUMNS, partitions, table
 from tests.test_partitions import _consumers, _log_end_before
@@ -225,6 +227,52 @@ def test_series_rows_at_each_commit_and_log_end_change() -> None:
     assert (series["lag"] >= 0).all() and (series["time_lag_ms"] >= 0).all()
     end = _one(lag_at_end(parts))
     assert end.lag == series["lag"].iloc[-1]
+
+
+def test_superseded_fetches_are_the_ones_lag_at_end_never_reads() -> None:
+    """Worked by hand: of the answered Fetch entries up to the capture's end, the newest
+    per partition (its log end) and per client and partition (its position) stay,
+    ties both; failed ones, ones after the end and everything else are never dropped
+    or counted as newest."""
+    parts = _df([
+        _produce(0, 9, 0),                                   # 0: not a Fetch
+        _fetch(0, 10, 1 * S),                                # 1: c's older fetch
+        _fetch(0, 10, 2 * S),                                # 2: c's newest: stays
+        _fetch(0, 10, 2 * S),                                # 3: the same time: stays
+        _fetch(0, 10, 1 * S) | {"client_id": "d"},           # 4: d's newest: stays
+        _fetch(0, 12, 3 * S, error_code=6),                  # 5: failed, newer: dropped
+        _fetch(0, 10, 4 * S, topic="u"),                     # 6: another partition: stays
+        _fetch(-1, 11, 5 * S) | {"client_id": "d"},          # 7: log end only: stays
+        _fetch(0, 12, 20 * S),                               # 8: after the end: dropped
+        _commit(5, 6 * S),                                   # 9
+    ])  # fmt: skip
+    chosen = {"c": pd.Timestamp(10 * S, tz="UTC")}
+    dropped = list(superseded_fetches(parts, chosen))
+    assert dropped == [False, True, False, False, False, True, False, False, True, False]
+    # d's newest position (row 4) stays although row 7 tells a newer log end
+    assert evaluation_times(parts) == {"c": pd.Timestamp(20 * S + MS, tz="UTC")}
+
+
+@pytest.mark.parametrize("name", ["kafka-4-longpoll-rotation.pcapng", "kafka-4-lag.pcapng"])
+def test_lag_at_end_equals_the_last_of_the_unreduced_series(name: str) -> None:
+    """``lag_at_end`` reads only the newest Fetch entries (``superseded_fetches``);
+    ``committed_lag`` and ``position_lag`` read every row. Per group and partition, the
+    lag at the end is the last row of each series (inputs at their newest; ages and the
+    time lag are of another evaluation time)."""
+    parts = partitions(REPO / "captures" / name)
+    assert superseded_fetches(parts, evaluation_times(parts)).sum() > 100
+    end = lag_at_end(parts).set_index(["group_id", "topic", "partition"])
+    keys = ["group_id", "topic", "partition"]
+    series = committed_lag(parts).drop_duplicates(keys, keep="last").set_index(keys)
+    assert len(end) == len(series) > 0
+    for column in ("committed_offset", "log_end_offset", "lag"):
+        assert end[column].equals(series.loc[end.index, column]), column
+    pos = position_lag(parts)
+    pos = pos[pos["group_id"].notna()].drop_duplicates(keys, keep="last").set_index(keys)
+    with_position = end[end["position_lag"].notna()]
+    assert len(with_position) == len(pos) > 0
+    assert with_position["position_lag"].equals(pos.loc[with_position.index, "position_lag"])
+    assert (with_position["position_client_id"] == pos.loc[with_position.index, "client_id"]).all()
 
 
 # ---------------------------------------------------------------- position lag

@@ -204,7 +204,52 @@ def _capture_ends(parts: pd.DataFrame) -> pd.Series:
     """Latest request or response time per capture."""
     times = parts[["capture", "request_time", "response_time"]]
     latest = times[["request_time", "response_time"]].max(axis=1)
-    return latest.groupby(times["capture"]).max()
+    # observed: a categorical capture column (a lean frame) gives its captures only
+    return latest.groupby(times["capture"], observed=True).max()
+
+
+def evaluation_times(
+    parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = None
+) -> dict[str, pd.Timestamp]:
+    """``lag_at_end``'s evaluation time per capture: ``end``'s, else the latest request
+    or response time of the capture's partition rows."""
+    return {**_capture_ends(parts).to_dict(), **dict(end or {})}
+
+
+FETCH_INPUTS = (
+    *PARTITION_KEYS, "client_id", "api_name", "request_time", "response_time", "error_code",
+    "fetch_offset", "high_watermark",
+)  # fmt: skip
+"""The columns ``superseded_fetches`` and ``evaluation_times`` read."""
+
+
+def superseded_fetches(parts: pd.DataFrame, chosen: Mapping[str, pd.Timestamp]) -> Any:
+    """Per row (a numpy bool array): a Fetch entry that ``lag_at_end`` at the times
+    ``chosen`` (one per capture, as ``evaluation_times`` gives) does not read. It reads
+    the newest log end of each partition and each group's newest position on it, each
+    up to its capture's time: of the answered Fetch entries up to then it needs the
+    newest per partition (log end) and per client and partition (position: a client's
+    group is the one its commits name), ties all kept. The rest, most rows of a long
+    capture's table, can be left out before the frame is built: the lag is the same."""
+    fetch = parts["api_name"].eq("Fetch").fillna(False).to_numpy(dtype=bool)
+    before = parts["response_time"].dt.tz_convert(None).to_numpy() <= _limits(parts, chosen)
+    answered = (_ok(parts) & parts["partition"].notna()).to_numpy(dtype=bool)
+    watermark = parts["high_watermark"].ge(0).fillna(False).to_numpy(dtype=bool)
+    log_end = fetch & before & answered & watermark
+    position = log_end & parts["fetch_offset"].ge(0).fillna(False).to_numpy(dtype=bool)
+    times = parts["response_time"]
+    client_keys = ["capture", "client_id", "topic", "partition"]
+    needed = (log_end & _newest(times.where(log_end), parts, PARTITION_KEYS)) | (
+        position & _newest(times.where(position), parts, client_keys)
+    )
+    return fetch & ~needed
+
+
+def _newest(times: pd.Series, parts: pd.DataFrame, keys: list[str]) -> Any:
+    """Per row: its time is the latest of its ``keys`` (a null time never is)."""
+    by = [parts[k] for k in keys]
+    latest = times.groupby(by, dropna=False, observed=True, sort=False).transform("max")
+    return times.eq(latest).fillna(False).to_numpy(dtype=bool)
 
 
 # ----------------------------------------------------------------- inputs
@@ -411,7 +456,8 @@ def lag_at_end(parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = Non
 
     parts = _inputs(parts)
 
-    chosen = {**_capture_ends(parts).to_dict(), **dict(end or {})}
+    chosen = evaluation_times(parts, end)
+    parts = parts[~superseded_fetches(parts, chosen)]
 
     def until_end(events: pd.DataFrame) -> pd.DataFrame:
         return events[events["time"].dt.tz_convert(None).to_numpy() <= _limits(events, chosen)]

@@ -27,11 +27,11 @@ from markupsafe import Markup, escape
 # matplotlib, jinja2) then surfaces as the CLI's clear message, not a traceback.
 from dissector import __version__, schema
 from dissector.analytics import plots, stats
-from dissector.analytics.lag import INPUTS as LAG_INPUTS
 from dissector.analytics.no_kafka import no_kafka
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
     from dissector.options import CaptureSet, ChainRule
     from dissector.tls import KeyLogs
@@ -1233,10 +1233,36 @@ class AnalyticsTables:
     def partitions(self) -> pd.DataFrame:
         return self.arrow.frame("partitions")
 
-    def partitions_of(self, columns: Iterable[str]) -> pd.DataFrame:
-        """The partitions table with only ``columns``: a third of the memory and time
-        of the whole frame for the report's derived tables."""
-        return self.arrow.frame("partitions", columns)
+    def partitions_of(self, columns: Iterable[str], rows: Any = None) -> pd.DataFrame:
+        """The partitions table with only ``columns`` (a third of the memory and time of
+        the whole frame for the report's derived tables); ``rows``: only the rows of
+        boolean mask, applied in Arrow before the frame is built."""
+        from dissector.tables_schema import PARTITION_COLUMNS
+        from dissector.wire.tables import to_frame
+
+        wanted = set(columns)
+        contract = tuple(c for c in PARTITION_COLUMNS if c[0] in wanted)
+        df = to_frame(self._partition_rows(rows, wanted), contract)
+        df.attrs["counters"] = dict(self.arrow.counters.get("partitions", {}))
+        return df
+
+    def partitions_keys(self, columns: Iterable[str], rows: Any = None) -> pd.DataFrame:
+        """``partitions_of`` as a lean frame for grouping and filtering: strings stay
+        the core's dictionaries (categorical, a small integer per row instead of a
+        string), integers ``Int64``; the whole table's keys take a few MB."""
+        import pandas as pd
+        import pyarrow as pa
+
+        mapper = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
+        table = self._partition_rows(rows, columns)
+        return table.to_pandas(types_mapper=mapper.get)
+
+    def _partition_rows(self, rows: Any, columns: Iterable[str]) -> pa.Table:
+        """The partitions table's ``columns`` (in the table's order), only ``rows``."""
+        wanted = set(columns)
+        table = self.arrow.partitions
+        table = table.select([name for name in table.column_names if name in wanted])
+        return table if rows is None else table.filter(rows)
 
     @property
     def groups(self) -> pd.DataFrame:
@@ -1269,7 +1295,9 @@ def partition_throughput(parts: pd.DataFrame) -> pd.DataFrame:
     from dissector.analytics.partitions import throughput
 
     out = throughput(parts)
-    return out.assign(role=out["role"].map(ROLE_LABELS)).sort_values(
+    # keys as text: a lean frame's categorical keys would sort by dictionary order
+    out = out.astype({"capture": "string", "topic": "string"})
+    return out.assign(role=out["role"].astype("object").map(ROLE_LABELS)).sort_values(
         ["capture", "topic", "partition", "role"], ascending=[True, True, True, False]
     )
 
@@ -1291,6 +1319,19 @@ def lag_summary(parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = No
         na_position="last",
         kind="stable",
     )
+
+
+def table_lag(tables: AnalyticsTables, end: Mapping[str, pd.Timestamp]) -> pd.DataFrame:
+    """``lag_summary`` of the partitions table, built of the rows the lag reads: the
+    Fetch entries it does not (``lag.superseded_fetches``, most of a long capture's
+    table) are left out in Arrow, before the frame is built."""
+    from dissector.analytics import lag
+
+    keys = tables.partitions_keys(lag.FETCH_INPUTS)
+    chosen = lag.evaluation_times(keys, end)
+    read = ~lag.superseded_fetches(keys, chosen)
+    del keys
+    return lag_summary(tables.partitions_of(lag.INPUTS, rows=read), chosen)
 
 
 def _capture_ends(df: pd.DataFrame) -> dict[str, pd.Timestamp]:
@@ -1328,23 +1369,49 @@ def produce_to_fetch_summary(parts: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*columns, "p99_ms", "max_ms"])
 
 
-PARTITION_INPUTS = (
-    *LAG_INPUTS, "records", "record_bytes", "acks"
+THROUGHPUT_INPUTS = (
+    "capture", "topic", "partition", "api_name", "records", "record_bytes", "request_time",
+    "response_time", "error_code", "acks",
 )  # fmt: skip
-"""The partitions table's columns the section's tables read: the lag's inputs, and
-throughput's and produce_to_fetch's."""
+"""The partitions table's columns ``partitions.throughput`` reads."""
+P2F_INPUTS = (
+    "capture", "topic", "partition", "api_name", "client_id", "request_time", "response_time",
+    "records", "first_offset", "last_offset",
+)  # fmt: skip
+"""The partitions table's columns ``partitions.produce_to_fetch`` reads."""
+
+
+def _carrying(tables: AnalyticsTables, field: str) -> pa.ChunkedArray:
+    """Per partitions row: a Produce, Fetch or ShareFetch entry with ``field`` set (the
+    rows throughput and produce_to_fetch read: a pre-filter, each filters further)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from dissector.analytics.partitions import PARTITION_APIS
+
+    apis = pa.array([api for api, role in PARTITION_APIS.items() if role in ("produce", "fetch")])
+    table = tables.arrow.partitions
+    data_path = pc.is_in(table.column("api_name"), value_set=apis)
+    return pc.and_(data_path, pc.is_valid(table.column(field)))
 
 
 def _partitions(df: pd.DataFrame) -> Section:
     import pandas as pd
 
     tables = _tables(df)
-    parts = tables.partitions_of(PARTITION_INPUTS) if tables is not None else None
     empty_parts = pd.DataFrame(columns=["capture", "topic", "partition"])
-    none = NOT_COLLECTED if parts is None else None
-    traffic = partition_throughput(parts) if parts is not None else empty_parts
-    lag = lag_summary(parts, _capture_ends(df)) if parts is not None else empty_parts
-    p2f = produce_to_fetch_summary(parts) if parts is not None else empty_parts
+    none = NOT_COLLECTED if tables is None else None
+    traffic, lag, p2f = empty_parts, empty_parts, empty_parts
+    if tables is not None:
+        # Each table from the partitions rows and columns it reads (a long capture's
+        # table has hundreds of thousands of rows): lean frames, one at a time.
+        traffic = partition_throughput(
+            tables.partitions_keys(THROUGHPUT_INPUTS, rows=_carrying(tables, "records"))
+        )
+        lag = table_lag(tables, _capture_ends(df))
+        p2f = produce_to_fetch_summary(
+            tables.partitions_of(P2F_INPUTS, rows=_carrying(tables, "first_offset"))
+        )
     return Section(
         id="partitions",
         title="Partitions",
