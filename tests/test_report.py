@@ -578,6 +578,28 @@ def test_browser_renders_every_section_and_decodes_every_image(
 UNIT_WORDS = ("ms", "bytes", "per second", "seconds since", "rows", "fraction", "B ")
 
 
+def test_every_chart_fits_its_figure(bundled_df: pd.DataFrame) -> None:
+    """Charts are saved at their figure's size (no "tight" bounding box, which draws each
+    twice): nothing drawn may lie outside the figure, or the PNG would clip it. Also a
+    capture with one broker (the narrowest heat map)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from dissector.analytics import plots
+
+    one_broker = report.analyze([REPO / "captures" / "heuristic-port-19192.pcapng"])
+    for chart_id, draw, df in [
+        (chart_id, draw, df)
+        for df in (bundled_df, one_broker)
+        for chart_id, (_, draw) in plots.CHARTS.items()
+    ]:
+        fig = draw(df)
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        drawn, size = fig.get_tightbbox(canvas.get_renderer()), fig.bbox_inches
+        assert drawn.x0 >= 0 and drawn.y0 >= 0, (chart_id, drawn)
+        assert drawn.x1 <= size.x1 and drawn.y1 <= size.y1, (chart_id, drawn, size)
+
+
 def test_every_chart_has_titles_units_and_legends(bundled_df: pd.DataFrame) -> None:
     from dissector.analytics import plots
 

@@ -324,7 +324,7 @@ def _time_format(df: pd.DataFrame) -> Callable[[object], str]:
 
 def _pair_columns(df: pd.DataFrame) -> tuple[Column, ...]:
     """The slowest/unanswered tables' columns; a capture column when there are several."""
-    several = len(set(df["capture"].dropna().astype(str))) > 1
+    several = len(set(df["capture"].dropna().unique().astype(str))) > 1
     capture: tuple[Column, ...] = (("capture", "capture", fmt_capture, False),) if several else ()
     return (*capture, ("request_time", "time (UTC)", _time_format(df), False), *PAIR_COLUMNS)
 
@@ -951,10 +951,7 @@ def hot_connections(df: pd.DataFrame) -> pd.DataFrame:
             "capture": df["capture"].astype("object"),
             "stream": df["stream"],
             "client": df["client_id"].astype("object").fillna("(none)"),
-            "broker": [
-                stats.broker_label(i, p)
-                for i, p in zip(df["broker_ip"], df["broker_port"], strict=True)
-            ],
+            "broker": stats.broker_labels(df),
             "inflight": stats.as_float(df["inflight"]) if "inflight" in df else math.nan,
             "queue": queue,
             "queued": (queue > 0).fillna(False).astype(bool),
@@ -1064,7 +1061,7 @@ def _trouble(df: pd.DataFrame) -> Section:
             )
         )
     if not hot.empty:
-        several = len(set(df["capture"].dropna().astype(str))) > 1
+        several = len(set(df["capture"].dropna().unique().astype(str))) > 1
         capture: tuple[Column, ...] = (
             (("capture", "capture", fmt_capture, False),) if several else ()
         )
