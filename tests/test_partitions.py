@@ -19,12 +19,15 @@ import pytest
 from dissector.analytics.partitions import (
     PARTITION_COLUMN_NAMES,
     PARTITION_COLUMNS,
+    combined_totals,
     export_table,
     partition_entries,
     partitions,
     produce_to_fetch,
     table,
     throughput,
+    throughput_rates,
+    throughput_totals,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -222,6 +225,19 @@ def test_throughput_hand_built_windows() -> None:
     prod = binned[binned["role"] == "produce"].sort_values("window_start")
     assert list(prod["records"]) == [10, 30]
     assert list(prod["records_per_s"].astype(float)) == [10.0, 30.0]
+
+
+@pytest.mark.parametrize("window", [None, "1s"])
+def test_throughput_of_chunks_added_up_equals_the_whole(window: str | None) -> None:
+    """The report reads a long capture's table a chunk at a time: the totals of any split
+    of the rows, added up, give the whole table's throughput."""
+    parts = partitions(REPO / "captures" / "kafka-4-longpoll-rotation.pcapng")
+    whole = throughput(parts, window)
+    for cuts in ([700], [1, 2, 500, 501, 1999], list(range(0, len(parts), 97))):
+        chunks = [parts.iloc[a:b] for a, b in itertools.pairwise([0, *cuts, len(parts)])]
+        totals = combined_totals([throughput_totals(c, window) for c in chunks], window)
+        pd.testing.assert_frame_equal(throughput_rates(totals, window), whole)
+    assert len(whole) > 5 and whole["pairs"].sum() > 1000
 
 
 def _deliveries_by_definition(parts: pd.DataFrame) -> list[tuple[Any, ...]]:

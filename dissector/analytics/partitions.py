@@ -135,6 +135,13 @@ def _landed(df: pd.DataFrame) -> pd.Series:
     return answered | df["acks"].eq(0).fillna(False)
 
 
+THROUGHPUT_INPUTS = (
+    "capture", "topic", "partition", "api_name", "records", "record_bytes", "request_time",
+    "response_time", "error_code", "acks",
+)  # fmt: skip
+"""The partitions table's columns ``throughput`` reads."""
+
+
 def throughput(parts: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
     """Records and bytes per second per topic/partition, for producers (Produce
     requests answered without error, or sent with acks=0) and consumers
@@ -145,30 +152,59 @@ def throughput(parts: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
     bin's length; None: totals over the span between the first and last pair (rates
     are null when that span is zero).
     """
-    import pandas as pd
+    return throughput_rates(throughput_totals(parts, window), window)
 
+
+def throughput_totals(parts: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
+    """``throughput``'s totals (pairs, records, record_bytes, first_time, last_time) per
+    topic/partition and role: totals of any part of the table's rows, which
+    ``combined_totals`` adds up (a long capture's table read a chunk at a time)."""
     # only the columns read: a long capture's table has hundreds of thousands of rows
-    columns = ["capture", "topic", "partition", "api_name", "records", "record_bytes"]
-    columns += ["request_time", "response_time", "error_code", "acks"]
-    data = parts[columns]
+    data = parts[list(THROUGHPUT_INPUTS)]
     data = data.assign(role=data["api_name"].map(PARTITION_APIS))
     data = data[data["role"].isin(("produce", "fetch")) & data["records"].notna() & _landed(data)]
     data = data.assign(
         time=data["request_time"].where(data["role"] == "produce", data["response_time"])
     )
-    keys = ["capture", "topic", "partition", "role"]
     if window is not None:
         data = data.assign(window_start=data["time"].dt.floor(window))
-        keys.append("window_start")
     # observed: categorical keys (a lean frame of the core's dictionaries) group as strings
-    grouped = data.groupby(keys, dropna=False, sort=True, observed=True)
-    out = grouped.agg(
+    grouped = data.groupby(_throughput_keys(window), dropna=False, sort=True, observed=True)
+    return grouped.agg(
         pairs=("records", "size"),
         records=("records", "sum"),
         record_bytes=("record_bytes", "sum"),
         first_time=("time", "min"),
         last_time=("time", "max"),
     ).reset_index()
+
+
+def combined_totals(totals: list[pd.DataFrame], window: str | None = None) -> pd.DataFrame:
+    """``throughput_totals`` of parts of a table's rows as those of the whole table."""
+    import pandas as pd
+
+    if len(totals) == 1:
+        return totals[0]
+    if not totals:
+        return throughput_totals(pd.DataFrame(columns=list(THROUGHPUT_INPUTS)), window)
+    grouped = pd.concat(totals, ignore_index=True).groupby(
+        _throughput_keys(window), dropna=False, sort=True, observed=True
+    )
+    return grouped.agg(
+        pairs=("pairs", "sum"),
+        records=("records", "sum"),
+        record_bytes=("record_bytes", "sum"),
+        first_time=("first_time", "min"),
+        last_time=("last_time", "max"),
+    ).reset_index()
+
+
+def throughput_rates(totals: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
+    """``throughput_totals`` with the rates per second: over ``window``, else over the
+    span from the first to the last pair (null when that span is zero)."""
+    import pandas as pd
+
+    out = totals.copy()
     if window is not None:
         seconds = pd.Series(pd.Timedelta(window).total_seconds(), index=out.index)
     else:
@@ -177,6 +213,11 @@ def throughput(parts: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
     out["records_per_s"] = out["records"].astype("Float64") / seconds
     out["bytes_per_s"] = out["record_bytes"].astype("Float64") / seconds
     return out
+
+
+def _throughput_keys(window: str | None) -> list[str]:
+    keys = ["capture", "topic", "partition", "role"]
+    return [*keys, "window_start"] if window is not None else keys
 
 
 def _apis_of(role: str) -> list[str]:

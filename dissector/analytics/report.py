@@ -14,7 +14,7 @@ import base64
 import math
 import re
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -391,7 +391,11 @@ def _png_size(png: bytes) -> tuple[int, int]:
 
 def chart(chart_id: str, df: pd.DataFrame, caption: str) -> Chart:
     title, draw = plots.CHARTS[chart_id]
-    png = plots.png_bytes(draw(df))
+    figure = draw(df)
+    png = plots.png_bytes(figure)
+    # A figure's artists reference each other: freed only by the cycle collector, so
+    # eleven figures' worth (tens of MB on a long capture) would wait for it.
+    figure.clear()
     width, height = _png_size(png)
     return Chart(
         id=chart_id,
@@ -1213,6 +1217,10 @@ TABLES_ATTR = "tables"
 NOT_COLLECTED = "Not collected: make the report with kafka-dissector report or report.analyze."
 
 
+CHUNK_ROWS = 65_536
+"""Partitions rows per chunk where the report reads the table a chunk at a time."""
+
+
 @dataclass(frozen=True, eq=False)
 class AnalyticsTables:
     """``dissector.partitions``, ``groups`` and ``versions`` of the report's captures,
@@ -1254,6 +1262,19 @@ class AnalyticsTables:
         table = self._partition_rows(rows, columns)
         return table.to_pandas(types_mapper=mapper.get)
 
+    def partitions_chunks(
+        self, columns: Iterable[str], rows_per_chunk: int = CHUNK_ROWS
+    ) -> Iterator[pd.DataFrame]:
+        """``partitions_keys`` of every row, a chunk of rows at a time: for totals that
+        add up over chunks, in the memory of one."""
+        import pandas as pd
+        import pyarrow as pa
+
+        mapper = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
+        table = self._partition_rows(None, columns)
+        for batch in table.to_batches(max_chunksize=rows_per_chunk):
+            yield batch.to_pandas(types_mapper=mapper.get)
+
     def _partition_rows(self, rows: Any, columns: Iterable[str]) -> pa.Table:
         """The partitions table's ``columns`` (in the table's order), only ``rows``."""
         wanted = set(columns)
@@ -1287,11 +1308,17 @@ def _capture_column(frame: pd.DataFrame) -> tuple[Column, ...]:
 ROLE_LABELS: Mapping[str, str] = {"produce": "producer", "fetch": "consumer"}
 
 
-def partition_throughput(parts: pd.DataFrame) -> pd.DataFrame:
-    """``partitions.throughput`` with readable roles, producers first per partition."""
-    from dissector.analytics.partitions import throughput
+def partition_throughput(chunks: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    """``partitions.throughput`` of the partitions table given in chunks of its rows
+    (its totals added up: memory for one chunk at a time), with readable roles,
+    producers first per partition."""
+    from dissector.analytics.partitions import (
+        combined_totals,
+        throughput_rates,
+        throughput_totals,
+    )
 
-    out = throughput(parts)
+    out = throughput_rates(combined_totals([throughput_totals(chunk) for chunk in chunks]))
     # keys as text: a lean frame's categorical keys would sort by dictionary order
     out = out.astype({"capture": "string", "topic": "string"})
     return out.assign(role=out["role"].astype("object").map(ROLE_LABELS)).sort_values(
@@ -1366,11 +1393,6 @@ def produce_to_fetch_summary(parts: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*columns, "p99_ms", "max_ms"])
 
 
-THROUGHPUT_INPUTS = (
-    "capture", "topic", "partition", "api_name", "records", "record_bytes", "request_time",
-    "response_time", "error_code", "acks",
-)  # fmt: skip
-"""The partitions table's columns ``partitions.throughput`` reads."""
 P2F_INPUTS = (
     "capture", "topic", "partition", "api_name", "client_id", "request_time", "response_time",
     "records", "first_offset", "last_offset",
@@ -1380,7 +1402,7 @@ P2F_INPUTS = (
 
 def _carrying(tables: AnalyticsTables, field: str) -> pa.ChunkedArray:
     """Per partitions row: a Produce, Fetch or ShareFetch entry with ``field`` set (the
-    rows throughput and produce_to_fetch read: a pre-filter, each filters further)."""
+    rows produce_to_fetch reads: a pre-filter, it filters further)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -1395,6 +1417,8 @@ def _carrying(tables: AnalyticsTables, field: str) -> pa.ChunkedArray:
 def _partitions(df: pd.DataFrame) -> Section:
     import pandas as pd
 
+    from dissector.analytics.partitions import THROUGHPUT_INPUTS
+
     tables = _tables(df)
     empty_parts = pd.DataFrame(columns=["capture", "topic", "partition"])
     none = NOT_COLLECTED if tables is None else None
@@ -1402,9 +1426,7 @@ def _partitions(df: pd.DataFrame) -> Section:
     if tables is not None:
         # Each table from the partitions rows and columns it reads (a long capture's
         # table has hundreds of thousands of rows): lean frames, one at a time.
-        traffic = partition_throughput(
-            tables.partitions_keys(THROUGHPUT_INPUTS, rows=_carrying(tables, "records"))
-        )
+        traffic = partition_throughput(tables.partitions_chunks(THROUGHPUT_INPUTS))
         lag = table_lag(tables, _capture_ends(df))
         p2f = produce_to_fetch_summary(
             tables.partitions_of(P2F_INPUTS, rows=_carrying(tables, "first_offset"))
