@@ -256,7 +256,8 @@ def _newest(times: pd.Series, parts: pd.DataFrame, keys: list[str]) -> Any:
 
 
 def log_end_events(parts: pd.DataFrame) -> pd.DataFrame:
-    """Every log-end offset the capture tells, in time order (``LOG_END_COLUMNS``)."""
+    """Every log-end offset the capture tells, in time order, but for stale ones (lower
+    than one told before: see below) (``LOG_END_COLUMNS``)."""
     import pandas as pd
 
     parts = _inputs(parts)
@@ -280,6 +281,11 @@ def log_end_events(parts: pd.DataFrame) -> pd.DataFrame:
     out = out.rename(columns={"response_time": "time", "api_name": "log_end_api"})
     # equal times: the larger offset is the newer news
     out = out.sort_values(["time", "log_end_offset"], kind="stable")
+    # A log end never shrinks. A lower one after a higher one is a response the broker
+    # built before the other but whose packets came later (responses on different
+    # connections cross on the wire, measured: a Fetch 1 ms behind a newer one): stale.
+    seen = out.groupby(list(PARTITION_KEYS), sort=False, dropna=False)["log_end_offset"].cummax()
+    out = out[out["log_end_offset"].ge(seen).fillna(True)]
     return _typed(out, LOG_END_COLUMNS)
 
 

@@ -674,19 +674,7 @@ impl Analyzer {
             tables.end_capture();
         }
         // The bounds that made queue_ms/inflight approximate, counted per run.
-        let bounded = std::mem::take(&mut self.sink.queueing.bounded);
-        if bounded.rows_forced > 0 {
-            self.counters
-                .add("queueing_rows_forced", bounded.rows_forced);
-        }
-        if bounded.answers_dropped > 0 {
-            self.counters
-                .add("queueing_answers_dropped", bounded.answers_dropped);
-        }
-        if bounded.connections_dropped > 0 {
-            self.counters
-                .add("queueing_connections_dropped", bounded.connections_dropped);
-        }
+        std::mem::take(&mut self.sink.queueing.bounded).count(&mut self.counters);
         if let Some(session) = self.session.take() {
             if !session.tls_summary().is_empty() {
                 self.tls_table

@@ -16,7 +16,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::model::Model;
-use crate::types::Ts;
+use crate::types::{Counters, Ts};
 
 /// Rows held per connection waiting for earlier requests; past it the oldest is taken
 /// with what is known (its earlier requests still open count as in flight).
@@ -179,6 +179,22 @@ pub struct Bounded {
     pub answers_dropped: u64,
     /// Connections whose state was dropped past `MAX_CONNECTIONS`.
     pub connections_dropped: u64,
+}
+
+impl Bounded {
+    /// Adds the bounds that were hit to the run's counters (the names are literal so
+    /// that `tests/test_anomalies.py` can check each is registered).
+    pub fn count(self, counters: &mut Counters) {
+        if self.rows_forced > 0 {
+            counters.add("queueing_rows_forced", self.rows_forced);
+        }
+        if self.answers_dropped > 0 {
+            counters.add("queueing_answers_dropped", self.answers_dropped);
+        }
+        if self.connections_dropped > 0 {
+            counters.add("queueing_connections_dropped", self.connections_dropped);
+        }
+    }
 }
 
 /// Per-connection queueing state of one capture; `T` is a row waiting for its turn.

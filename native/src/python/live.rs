@@ -630,16 +630,7 @@ fn rows_loop(mut summaries: Summaries, rx: Receiver<Vec<Exchange>>, shared: &Sha
     let mut sink = lock(&shared.sink);
     // Rows still waiting for an earlier request that never came: taken as they are.
     sink.take_all_held();
-    let bounded = std::mem::take(&mut sink.queueing.bounded);
-    for (name, n) in [
-        ("queueing_rows_forced", bounded.rows_forced),
-        ("queueing_answers_dropped", bounded.answers_dropped),
-        ("queueing_connections_dropped", bounded.connections_dropped),
-    ] {
-        if n > 0 {
-            summaries.counters.add(name, n);
-        }
-    }
+    std::mem::take(&mut sink.queueing.bounded).count(&mut summaries.counters);
     *lock(&shared.summary_counters) = summaries.counters.clone();
     shared.rows_done.store(true, Ordering::Release);
     drop(sink);
