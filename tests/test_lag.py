@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -25,6 +26,7 @@ from dissector.analytics.lag import (
     evaluation_times,
     lag_at_end,
     log_end_events,
+    newest_fetches,
     position_lag,
     superseded_fetches,
 )
@@ -230,10 +232,10 @@ def test_series_rows_at_each_commit_and_log_end_change() -> None:
 
 
 def test_superseded_fetches_are_the_ones_lag_at_end_never_reads() -> None:
-    """Worked by hand: of the answered Fetch entries up to the capture's end, the newest
-    per partition (its log end) and per client and partition (its position) stay,
-    ties both; failed ones, ones after the end and everything else are never dropped
-    or counted as newest."""
+    """Worked by hand: of the answered Fetch entries up to the capture's end, the latest
+    telling the partition's highest log end (a lower one told later is stale) and the
+    newest per client and partition (its position) stay, ties both; failed ones and
+    ones after the end do not count; everything else is never dropped."""
     parts = _df([
         _produce(0, 9, 0),                                   # 0: not a Fetch
         _fetch(0, 10, 1 * S),                                # 1: c's older fetch
@@ -245,12 +247,28 @@ def test_superseded_fetches_are_the_ones_lag_at_end_never_reads() -> None:
         _fetch(-1, 11, 5 * S) | {"client_id": "d"},          # 7: log end only: stays
         _fetch(0, 12, 20 * S),                               # 8: after the end: dropped
         _commit(5, 6 * S),                                   # 9
+        _fetch(-1, 9, 7 * S) | {"client_id": "d"},           # 10: newer, stale: dropped
     ])  # fmt: skip
     chosen = {"c": pd.Timestamp(10 * S, tz="UTC")}
     dropped = list(superseded_fetches(parts, chosen))
-    assert dropped == [False, True, False, False, False, True, False, False, True, False]
+    assert dropped == [False, True, False, False, False, True, False, False, True, False, True]
     # d's newest position (row 4) stays although row 7 tells a newer log end
     assert evaluation_times(parts) == {"c": pd.Timestamp(20 * S + MS, tz="UTC")}
+
+
+def test_superseded_fetches_of_chunks_equal_the_whole() -> None:
+    """The report reads the table's keys a chunk at a time: evaluation times, newest
+    Fetch entries and each chunk's superseded rows equal those of the whole table."""
+    parts = partitions(REPO / "captures" / "kafka-4-longpoll-rotation.pcapng")
+    chosen = evaluation_times(parts)
+    whole = superseded_fetches(parts, chosen)
+    for size in (61, 1000):
+        chunks = [parts.iloc[i : i + size] for i in range(0, len(parts), size)]
+        assert evaluation_times(chunks) == chosen
+        newest = newest_fetches(chunks, chosen)
+        pieces = [superseded_fetches(chunk, chosen, newest) for chunk in chunks]
+        assert (np.concatenate(pieces) == whole).all()
+    assert 0 < whole.sum() < len(parts)
 
 
 @pytest.mark.parametrize("name", ["kafka-4-longpoll-rotation.pcapng", "kafka-4-lag.pcapng"])

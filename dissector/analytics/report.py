@@ -1271,7 +1271,8 @@ class AnalyticsTables:
         import pyarrow as pa
 
         mapper = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
-        table = self._partition_rows(None, columns)
+        # one dictionary per string column: every chunk's categories the same
+        table = self._partition_rows(None, columns).unify_dictionaries()
         for batch in table.to_batches(max_chunksize=rows_per_chunk):
             yield batch.to_pandas(types_mapper=mapper.get)
 
@@ -1349,12 +1350,19 @@ def table_lag(tables: AnalyticsTables, end: Mapping[str, pd.Timestamp]) -> pd.Da
     """``lag_summary`` of the partitions table, built of the rows the lag reads: the
     Fetch entries it does not (``lag.superseded_fetches``, most of a long capture's
     table) are left out in Arrow, before the frame is built."""
+    import numpy as np
+
     from dissector.analytics import lag
 
-    keys = tables.partitions_keys(lag.FETCH_INPUTS)
-    chosen = lag.evaluation_times(keys, end)
-    read = ~lag.superseded_fetches(keys, chosen)
-    del keys
+    # Three reads of the table's keys a chunk at a time (memory for one chunk): the
+    # evaluation times, the newest Fetch entries, then each chunk's superseded ones.
+    chosen = lag.evaluation_times(tables.partitions_chunks(lag.FETCH_INPUTS), end)
+    newest = lag.newest_fetches(tables.partitions_chunks(lag.FETCH_INPUTS), chosen)
+    superseded = [
+        lag.superseded_fetches(chunk, chosen, newest)
+        for chunk in tables.partitions_chunks(lag.FETCH_INPUTS)
+    ]
+    read = ~np.concatenate(superseded) if superseded else np.zeros(0, dtype=bool)
     return lag_summary(tables.partitions_of(lag.INPUTS, rows=read), chosen)
 
 
@@ -1833,6 +1841,7 @@ def analyze(
     chain: ChainRule | None = None,
     tls: KeyLogs | None = None,
     show: bool = False,
+    partition_columns: Iterable[str] | None = None,
 ) -> pd.DataFrame:
     """``dissector.analyze`` plus ``df.attrs["tables"]`` (``AnalyticsTables``: the
     partitions, groups and versions tables), ``df.attrs["client_software"]``
@@ -1843,6 +1852,9 @@ def analyze(
     ``failures``, when given, receives (capture, reason) for each capture that cannot be
     read, and the report covers the others; without it the first such capture raises.
     ``chain``: which files of ``paths`` are read as one capture (``wire.sets``).
+    ``partition_columns``: keep only these columns of the partitions table, the others
+    dropped batch by batch as the pass makes them (``REPORT_PARTITION_COLUMNS``: what the
+    report reads); None keeps them all.
     """
     from dissector.analytics.groups import group_notes
     from dissector.analytics.versions import client_software
@@ -1858,8 +1870,10 @@ def analyze(
     readable: list[CaptureSet] = []
     frames = []
     collected = TableCollector()
+    kept: list[pa.Table] = []
     for source in sets:
-        analytics = TableCollector()
+        narrowed = _Narrowed(partition_columns)
+        analytics = TableCollector(writers=narrowed.writers())
         try:
             frames.append(_run_one(source, options, analytics, show))
         except (CaptureError, OSError) as exc:
@@ -1869,14 +1883,56 @@ def analyze(
             continue
         readable.append(source)
         collected.merge(analytics)
+        kept.extend(narrowed.batches)
     df = _combined(frames)
-    tables = AnalyticsTables(collected.result())
+    tables = AnalyticsTables(_Narrowed(partition_columns).result(collected.result(), kept))
     df.attrs[TABLES_ATTR] = tables
     df.attrs[CLIENT_SOFTWARE_ATTR] = client_software(df, tables.versions, stats.MISSING_LABEL)
     df.attrs[CAPTURES_ATTR] = [name for s in readable for name in s.file_names]
     df.attrs[CAPTURE_SETS_ATTR] = set_listing(readable)
     df.attrs[GROUPS_ATTR] = group_notes(tables.groups)
     return df
+
+
+def report_partition_columns() -> tuple[str, ...]:
+    """The partitions table's columns the report reads (lag, throughput,
+    produce_to_fetch): ``analyze(partition_columns=...)`` for a report keeps only these."""
+    from dissector.analytics import lag
+    from dissector.analytics.partitions import THROUGHPUT_INPUTS
+
+    return tuple(dict.fromkeys((*lag.INPUTS, *lag.FETCH_INPUTS, *THROUGHPUT_INPUTS, *P2F_INPUTS)))
+
+
+@dataclass
+class _Narrowed:
+    """The partitions batches of a pass with only ``columns`` (all when None): a
+    ``TableCollector`` writer keeps each batch's wanted columns, and the core's buffers
+    of the others are freed as the pass goes."""
+
+    columns: Iterable[str] | None
+    batches: list[pa.Table] = field(default_factory=list)
+
+    def writers(self) -> dict[str, Callable[[pa.Table], None]]:
+        return {} if self.columns is None else {"partitions": self._keep}
+
+    def _keep(self, batch: pa.Table) -> None:
+        self.batches.append(_selected(batch, self.columns or ()))
+
+    def result(self, tables: CaptureTables, kept: list[pa.Table]) -> CaptureTables:
+        """``tables`` with the kept partitions batches as its partitions table."""
+        import dataclasses
+
+        import pyarrow as pa
+
+        if self.columns is None:
+            return tables
+        narrow = pa.concat_tables(kept) if kept else _selected(tables.partitions, self.columns)
+        return dataclasses.replace(tables, partitions=narrow)
+
+
+def _selected(table: pa.Table, columns: Iterable[str]) -> pa.Table:
+    wanted = set(columns)
+    return table.select([name for name in table.column_names if name in wanted])
 
 
 def _run_one(source: CaptureSet, options: Any, analytics: Any, show: bool) -> pd.DataFrame:
@@ -1930,7 +1986,15 @@ def report_file(
     """Analyse ``paths`` and write their report to ``output`` (``failures``, ``chain``,
     ``show``: see ``analyze``)."""
     sources = [str(p) for p in paths]
-    df = analyze(sources, ports=ports, failures=failures, chain=chain, tls=tls, show=show)
+    df = analyze(
+        sources,
+        ports=ports,
+        failures=failures,
+        chain=chain,
+        tls=tls,
+        show=show,
+        partition_columns=report_partition_columns(),
+    )
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if ports:
         command += " --ports " + ",".join(str(p) for p in sorted(ports))
