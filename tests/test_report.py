@@ -728,6 +728,24 @@ def _ledger_produced() -> dict[str, int]:
     return out
 
 
+def test_partition_section_of_captures_without_partition_rows(bundled_df: pd.DataFrame) -> None:
+    """Pairs but no Produce/Fetch/offset API (a capture of group calls only): the
+    partitions table is empty, each of the section's tables says so."""
+    import dataclasses
+
+    tables = bundled_df.attrs[report.TABLES_ATTR].arrow
+    empty = dataclasses.replace(tables, partitions=tables.partitions.slice(0, 0))
+    df = bundled_df.copy()
+    df.attrs = {**bundled_df.attrs, report.TABLES_ATTR: report.AnalyticsTables(empty)}
+    blocks = report._partitions(df).blocks
+    assert [getattr(b, "rows", None) for b in blocks] == [(), (), ()]
+    assert [getattr(b, "empty", None) for b in blocks] == [
+        "No Produce or Fetch records in this capture.",
+        report.NO_GROUP_OFFSETS,
+        "No batch both produced and fetched in this capture.",
+    ]
+
+
 def test_partition_section_matches_the_ledger_and_the_library(
     bundled_html: tuple[Path, str], bundled_df: pd.DataFrame
 ) -> None:

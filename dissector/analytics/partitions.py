@@ -180,13 +180,14 @@ def throughput_totals(parts: pd.DataFrame, window: str | None = None) -> pd.Data
 
 
 def combined_totals(totals: list[pd.DataFrame], window: str | None = None) -> pd.DataFrame:
-    """``throughput_totals`` of parts of a table's rows as those of the whole table."""
+    """``throughput_totals`` of parts of a table's rows (at least one part, maybe
+    empty) as those of the whole table."""
     import pandas as pd
 
+    if not totals:
+        raise ValueError("no totals to combine: give those of at least one (empty) chunk")
     if len(totals) == 1:
         return totals[0]
-    if not totals:
-        return throughput_totals(pd.DataFrame(columns=list(THROUGHPUT_INPUTS)), window)
     grouped = pd.concat(totals, ignore_index=True).groupby(
         _throughput_keys(window), dropna=False, sort=True, observed=True
     )

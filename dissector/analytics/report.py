@@ -1265,14 +1265,18 @@ class AnalyticsTables:
     def partitions_chunks(
         self, columns: Iterable[str], rows_per_chunk: int = CHUNK_ROWS
     ) -> Iterator[pd.DataFrame]:
-        """``partitions_keys`` of every row, a chunk of rows at a time: for totals that
-        add up over chunks, in the memory of one."""
+        """``partitions_keys`` of every row, a chunk of rows at a time (at least one
+        chunk, empty for an empty table): for totals that add up over chunks, in the
+        memory of one."""
         import pandas as pd
         import pyarrow as pa
 
         mapper = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
         # one dictionary per string column: every chunk's categories the same
         table = self._partition_rows(None, columns).unify_dictionaries()
+        if table.num_rows == 0:  # one empty chunk, typed: no batch to give it
+            yield table.to_pandas(types_mapper=mapper.get)
+            return
         for batch in table.to_batches(max_chunksize=rows_per_chunk):
             yield batch.to_pandas(types_mapper=mapper.get)
 
