@@ -18,11 +18,14 @@ RSS (the child's own ``VmHWM``, read at its exit: ``ru_maxrss`` survives exec on
 and can report the parent's peak); then ``tables`` and ``report`` as ratios of
 ``analyze`` (median wall and median CPU).
 
-``--baseline DIR``: the same three commands also run on the package in DIR (a checkout's
+``--baseline DIR``: the same commands also run on the package in DIR (a checkout's
 ``dissector`` folder's parent, with its native core built in), e.g. the main branch
 before a change, alternating with this one's. Commands run the package's ``dissector.cli``
 with ``PYTHONPATH`` naming the package, each with a start-up cache of its own, warmed by
-one untimed run.
+one untimed run. When DIR has its own virtual environment (``DIR/.venv``), its Python
+runs the baseline: an editable install's import hook would otherwise take the
+package from this environment's checkout whatever ``PYTHONPATH`` says (each block's
+heading shows where its package was imported from).
 
 Captures: by default the large long-poll capture recorded by
 ``python -m scripts.testbed.longpoll --out out/longpoll.pcapng`` (not committed: too
@@ -96,8 +99,8 @@ class Contender:
         self.rss.append(int(hwm.read_text()) * 1024)
 
 
-def commands(capture: Path, out: Path) -> dict[str, list[str]]:
-    cli = [sys.executable, "-c", CLI]
+def commands(capture: Path, out: Path, python: str) -> dict[str, list[str]]:
+    cli = [python, "-c", CLI]
     return {
         "analyze": [*cli, "analyze", str(capture), "--quiet"],
         "pairs": [*cli, "analyze", str(capture), "--quiet", "-o", str(out / "pairs.parquet")],
@@ -116,10 +119,16 @@ def environment(package: Path, cache: Path) -> dict[str, str]:
     return env
 
 
+def interpreter(package: Path) -> str:
+    """The baseline's own Python when its checkout has a virtual environment, else this one."""
+    own = package / ".venv" / "bin" / "python"
+    return str(own) if own.exists() else sys.executable
+
+
 def imported(c: Contender) -> str:
     """Where the package a contender runs is imported from (the check that PYTHONPATH
     took effect)."""
-    probe = [sys.executable, "-c", "import dissector; print(dissector.__file__)"]
+    probe = [c.cmd[0], "-c", "import dissector; print(dissector.__file__)"]
     with tempfile.TemporaryDirectory() as cwd:
         out = subprocess.run(probe, env=c.env, cwd=cwd, capture_output=True, text=True)
     return out.stdout.strip() or out.stderr.strip()
@@ -164,7 +173,8 @@ def main() -> int:
             out = Path(tmp) / label
             out.mkdir()
             env = environment(package, Path(tmp) / f"cache-{label}")
-            cmds = commands(capture, out)
+            python = sys.executable if label == "this" else interpreter(package)
+            cmds = commands(capture, out, python)
             runs[label] = {name: Contender(name, cmds[name], env, tmp) for name in COMMANDS}
         for contenders in runs.values():  # warm the page cache and each start-up cache
             for c in contenders.values():

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -22,9 +23,12 @@ from dissector.analytics.lag import (
     SERIES_COLUMNS,
     commit_events,
     committed_lag,
+    evaluation_times,
     lag_at_end,
     log_end_events,
+    newest_fetches,
     position_lag,
+    superseded_fetches,
 )
 from dissector.analytics.partitions import PARTITION_COLUMNS, partitions, table
 from tests.test_partitions import _consumers, _log_end_before
@@ -225,6 +229,68 @@ def test_series_rows_at_each_commit_and_log_end_change() -> None:
     assert (series["lag"] >= 0).all() and (series["time_lag_ms"] >= 0).all()
     end = _one(lag_at_end(parts))
     assert end.lag == series["lag"].iloc[-1]
+
+
+def test_superseded_fetches_are_the_ones_lag_at_end_never_reads() -> None:
+    """Worked by hand: of the answered Fetch entries up to the capture's end, the latest
+    telling the partition's highest log end (a lower one told later is stale) and the
+    newest per client and partition (its position) stay, ties both; failed ones and
+    ones after the end do not count; everything else is never dropped."""
+    parts = _df([
+        _produce(0, 9, 0),                                   # 0: not a Fetch
+        _fetch(0, 10, 1 * S),                                # 1: c's older fetch
+        _fetch(0, 10, 2 * S),                                # 2: c's newest: stays
+        _fetch(0, 10, 2 * S),                                # 3: the same time: stays
+        _fetch(0, 10, 1 * S) | {"client_id": "d"},           # 4: d's newest: stays
+        _fetch(0, 12, 3 * S, error_code=6),                  # 5: failed, newer: dropped
+        _fetch(0, 10, 4 * S, topic="u"),                     # 6: another partition: stays
+        _fetch(-1, 11, 5 * S) | {"client_id": "d"},          # 7: log end only: stays
+        _fetch(0, 12, 20 * S),                               # 8: after the end: dropped
+        _commit(5, 6 * S),                                   # 9
+        _fetch(-1, 9, 7 * S) | {"client_id": "d"},           # 10: newer, stale: dropped
+    ])  # fmt: skip
+    chosen = {"c": pd.Timestamp(10 * S, tz="UTC")}
+    dropped = list(superseded_fetches(parts, chosen))
+    assert dropped == [False, True, False, False, False, True, False, False, True, False, True]
+    # d's newest position (row 4) stays although row 7 tells a newer log end
+    assert evaluation_times(parts) == {"c": pd.Timestamp(20 * S + MS, tz="UTC")}
+
+
+def test_superseded_fetches_of_chunks_equal_the_whole() -> None:
+    """The report reads the table's keys a chunk at a time: evaluation times, newest
+    Fetch entries and each chunk's superseded rows equal those of the whole table."""
+    parts = partitions(REPO / "captures" / "kafka-4-longpoll-rotation.pcapng")
+    chosen = evaluation_times(parts)
+    whole = superseded_fetches(parts, chosen)
+    for size in (61, 1000):
+        chunks = [parts.iloc[i : i + size] for i in range(0, len(parts), size)]
+        assert evaluation_times(chunks) == chosen
+        newest = newest_fetches(chunks, chosen)
+        pieces = [superseded_fetches(chunk, chosen, newest) for chunk in chunks]
+        assert (np.concatenate(pieces) == whole).all()
+    assert 0 < whole.sum() < len(parts)
+
+
+@pytest.mark.parametrize("name", ["kafka-4-longpoll-rotation.pcapng", "kafka-4-lag.pcapng"])
+def test_lag_at_end_equals_the_last_of_the_unreduced_series(name: str) -> None:
+    """``lag_at_end`` reads only the newest Fetch entries (``superseded_fetches``);
+    ``committed_lag`` and ``position_lag`` read every row. Per group and partition, the
+    lag at the end is the last row of each series (inputs at their newest; ages and the
+    time lag are of another evaluation time)."""
+    parts = partitions(REPO / "captures" / name)
+    assert superseded_fetches(parts, evaluation_times(parts)).sum() > 100
+    end = lag_at_end(parts).set_index(["group_id", "topic", "partition"])
+    keys = ["group_id", "topic", "partition"]
+    series = committed_lag(parts).drop_duplicates(keys, keep="last").set_index(keys)
+    assert len(end) == len(series) > 0
+    for column in ("committed_offset", "log_end_offset", "lag"):
+        assert end[column].equals(series.loc[end.index, column]), column
+    pos = position_lag(parts)
+    pos = pos[pos["group_id"].notna()].drop_duplicates(keys, keep="last").set_index(keys)
+    with_position = end[end["position_lag"].notna()]
+    assert len(with_position) == len(pos) > 0
+    assert with_position["position_lag"].equals(pos.loc[with_position.index, "position_lag"])
+    assert (with_position["position_client_id"] == pos.loc[with_position.index, "client_id"]).all()
 
 
 # ---------------------------------------------------------------- position lag

@@ -19,12 +19,15 @@ import pytest
 from dissector.analytics.partitions import (
     PARTITION_COLUMN_NAMES,
     PARTITION_COLUMNS,
+    combined_totals,
     export_table,
     partition_entries,
     partitions,
     produce_to_fetch,
     table,
     throughput,
+    throughput_rates,
+    throughput_totals,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -222,6 +225,86 @@ def test_throughput_hand_built_windows() -> None:
     prod = binned[binned["role"] == "produce"].sort_values("window_start")
     assert list(prod["records"]) == [10, 30]
     assert list(prod["records_per_s"].astype(float)) == [10.0, 30.0]
+
+
+@pytest.mark.parametrize("window", [None, "1s"])
+def test_throughput_of_chunks_added_up_equals_the_whole(window: str | None) -> None:
+    """The report reads a long capture's table a chunk at a time: the totals of any split
+    of the rows, added up, give the whole table's throughput."""
+    parts = partitions(REPO / "captures" / "kafka-4-longpoll-rotation.pcapng")
+    whole = throughput(parts, window)
+    for cuts in ([700], [1, 2, 500, 501, 1999], list(range(0, len(parts), 97))):
+        chunks = [parts.iloc[a:b] for a, b in itertools.pairwise([0, *cuts, len(parts)])]
+        totals = combined_totals([throughput_totals(c, window) for c in chunks], window)
+        pd.testing.assert_frame_equal(throughput_rates(totals, window), whole)
+    assert len(whole) > 5 and whole["pairs"].sum() > 1000
+
+
+def _deliveries_by_definition(parts: pd.DataFrame) -> list[tuple[Any, ...]]:
+    """produce_to_fetch's rows straight from its definition, by brute force: for each
+    produced batch and each client fetching its partition, the earliest response at
+    or after the batch's produce request whose delivered range holds its first offset."""
+    produced = parts[(parts["api_name"] == "Produce") & parts["first_offset"].notna()]
+    fetched = parts[parts["api_name"].isin(["Fetch", "ShareFetch"]) & parts["first_offset"].notna()]
+    out = []
+    for b in produced.itertuples():
+        same = fetched[
+            (fetched["capture"] == b.capture)
+            & (fetched["topic"] == b.topic)
+            & (fetched["partition"] == b.partition)
+        ]
+        for client, mine in same.groupby("client_id", dropna=False):
+            holds = mine[
+                (mine["first_offset"] <= b.first_offset)
+                & (mine["last_offset"] >= b.first_offset)
+                & (mine["response_time"] >= b.request_time)
+            ]
+            if len(holds):
+                at = holds["response_time"].min()
+                out.append((b.topic, b.partition, b.first_offset, b.client_id, client, at))
+    return sorted(out)
+
+
+@pytest.mark.parametrize(
+    "name", ["kafka-4-mixed.pcapng", "kafka-4-lag.pcapng", "kafka-4-longpoll-rotation.pcapng"]
+)
+def test_produce_to_fetch_equals_its_definition_by_brute_force(name: str) -> None:
+    parts = partitions(REPO / "captures" / name)
+    p2f = produce_to_fetch(parts)
+    ours = sorted(
+        zip(p2f["topic"], p2f["partition"], p2f["offset"], p2f["producer_client_id"],
+            p2f["consumer_client_id"], p2f["fetch_time"], strict=True)
+    )  # fmt: skip
+    assert ours == _deliveries_by_definition(parts) and len(ours) > 20
+    waited = (p2f["fetch_time"] - p2f["produce_time"]).dt.total_seconds() * 1000
+    assert (p2f["latency_ms"].astype(float) == waited).all() and (waited >= 0).all()
+
+
+def test_produce_to_fetch_first_delivery_per_client_hand_built() -> None:
+    """A client that reads a batch again (a seek back) counts its first delivery only;
+    another client counts its own; a response timed before a batch's produce request
+    (clocks of merged captures) does not deliver it, a later one does."""
+    s = 10**9
+    rows = [
+        _row(api_name="Produce", client_id="p", request_time=2 * s, response_time=2 * s + 1,
+             records=5, first_offset=0, last_offset=4, acks=-1),
+        _row(api_name="Produce", client_id="p", request_time=2 * s, response_time=2 * s + 1,
+             records=5, first_offset=5, last_offset=9, acks=-1),
+        _row(api_name="Fetch", client_id="c", request_time=1 * s, response_time=1 * s + 1,
+             first_offset=5, last_offset=9, records=5),  # before the produce: skewed
+        _row(api_name="Fetch", client_id="c", request_time=3 * s, response_time=3 * s,
+             first_offset=0, last_offset=9, records=10),
+        _row(api_name="Fetch", client_id="c", request_time=5 * s, response_time=5 * s,
+             first_offset=0, last_offset=9, records=10),  # read again
+        _row(api_name="Fetch", client_id="d", request_time=4 * s, response_time=4 * s,
+             first_offset=5, last_offset=9, records=5),
+    ]  # fmt: skip
+    df = table(rows, PARTITION_COLUMNS)
+    p2f = produce_to_fetch(df)
+    latency = p2f["latency_ms"].astype(float)
+    got = list(zip(p2f["consumer_client_id"], p2f["offset"], latency, strict=True))
+    assert got == [("c", 0, 1000.0), ("c", 5, 1000.0), ("d", 5, 2000.0)]
+    assert len(_deliveries_by_definition(df)) == 3
 
 
 def test_produce_to_fetch_latency_hand_built() -> None:

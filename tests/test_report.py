@@ -578,6 +578,28 @@ def test_browser_renders_every_section_and_decodes_every_image(
 UNIT_WORDS = ("ms", "bytes", "per second", "seconds since", "rows", "fraction", "B ")
 
 
+def test_every_chart_fits_its_figure(bundled_df: pd.DataFrame) -> None:
+    """Charts are saved at their figure's size (no "tight" bounding box, which draws each
+    twice): nothing drawn may lie outside the figure, or the PNG would clip it. Also a
+    capture with one broker (the narrowest heat map)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from dissector.analytics import plots
+
+    one_broker = report.analyze([REPO / "captures" / "heuristic-port-19192.pcapng"])
+    for chart_id, draw, df in [
+        (chart_id, draw, df)
+        for df in (bundled_df, one_broker)
+        for chart_id, (_, draw) in plots.CHARTS.items()
+    ]:
+        fig = draw(df)
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        drawn, size = fig.get_tightbbox(canvas.get_renderer()), fig.bbox_inches
+        assert drawn.x0 >= 0 and drawn.y0 >= 0, (chart_id, drawn)
+        assert drawn.x1 <= size.x1 and drawn.y1 <= size.y1, (chart_id, drawn, size)
+
+
 def test_every_chart_has_titles_units_and_legends(bundled_df: pd.DataFrame) -> None:
     from dissector.analytics import plots
 
@@ -704,6 +726,24 @@ def _ledger_produced() -> dict[str, int]:
             if "Produce" in op["apis"] and op["records"]:
                 out[op["topic"]] = out.get(op["topic"], 0) + op["records"]
     return out
+
+
+def test_partition_section_of_captures_without_partition_rows(bundled_df: pd.DataFrame) -> None:
+    """Pairs but no Produce/Fetch/offset API (a capture of group calls only): the
+    partitions table is empty, each of the section's tables says so."""
+    import dataclasses
+
+    tables = bundled_df.attrs[report.TABLES_ATTR].arrow
+    empty = dataclasses.replace(tables, partitions=tables.partitions.slice(0, 0))
+    df = bundled_df.copy()
+    df.attrs = {**bundled_df.attrs, report.TABLES_ATTR: report.AnalyticsTables(empty)}
+    blocks = report._partitions(df).blocks
+    assert [getattr(b, "rows", None) for b in blocks] == [(), (), ()]
+    assert [getattr(b, "empty", None) for b in blocks] == [
+        "No Produce or Fetch records in this capture.",
+        report.NO_GROUP_OFFSETS,
+        "No batch both produced and fetched in this capture.",
+    ]
 
 
 def test_partition_section_matches_the_ledger_and_the_library(

@@ -36,7 +36,7 @@ out, typed by the column contracts below (documented in README.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -204,7 +204,118 @@ def _capture_ends(parts: pd.DataFrame) -> pd.Series:
     """Latest request or response time per capture."""
     times = parts[["capture", "request_time", "response_time"]]
     latest = times[["request_time", "response_time"]].max(axis=1)
-    return latest.groupby(times["capture"]).max()
+    # observed: a categorical capture column (a lean frame) gives its captures only
+    return latest.groupby(times["capture"], observed=True).max()
+
+
+def evaluation_times(
+    parts: pd.DataFrame | Iterable[pd.DataFrame], end: Mapping[str, pd.Timestamp] | None = None
+) -> dict[str, pd.Timestamp]:
+    """``lag_at_end``'s evaluation time per capture: ``end``'s, else the latest request
+    or response time of the capture's partition rows (``parts``: the table, or its rows
+    in chunks)."""
+    import pandas as pd
+
+    chunks = [parts] if isinstance(parts, pd.DataFrame) else parts
+    ends: dict[str, pd.Timestamp] = {}
+    for chunk in chunks:
+        for capture, at in _capture_ends(chunk).items():
+            known = ends.get(capture)
+            if known is None or pd.isna(known) or (not pd.isna(at) and at > known):
+                ends[capture] = at
+    return {**ends, **dict(end or {})}
+
+
+FETCH_INPUTS = (
+    *PARTITION_KEYS, "client_id", "api_name", "request_time", "response_time", "error_code",
+    "fetch_offset", "high_watermark",
+)  # fmt: skip
+"""The columns ``superseded_fetches`` and ``evaluation_times`` read."""
+_CLIENT_KEYS = ["capture", "client_id", "topic", "partition"]
+
+
+def superseded_fetches(
+    parts: pd.DataFrame, chosen: Mapping[str, pd.Timestamp], newest: pd.DataFrame | None = None
+) -> Any:
+    """Per row (a numpy bool array): a Fetch entry that ``lag_at_end`` at the times
+    ``chosen`` (one per capture, as ``evaluation_times`` gives) does not read. Of the
+    answered Fetch entries up to its capture's time it reads, per partition, the latest
+    of those telling the highest log end (the last event at the highest log end seen is
+    the newest that is not stale: ``log_end_events``), and per client and partition the
+    latest (its position: a client's group is the one its commits name); ties all kept.
+    The rest, most rows of a long capture's table, can be left out before the frame is
+    built: the lag is the same.
+
+    ``newest``: ``newest_fetches`` of the whole table when ``parts`` is a chunk of it."""
+    if newest is None:
+        newest = newest_fetches(parts, chosen)
+    fetch, log_end, position = _fetch_reads(parts, chosen)
+    keys = parts[_CLIENT_KEYS].reset_index(drop=True)
+    top = keys.merge(_newest_of(newest, PARTITION_KEYS), on=PARTITION_KEYS, how="left")
+    latest = keys.merge(newest, on=_CLIENT_KEYS, how="left")
+    times = parts["response_time"].reset_index(drop=True)
+    watermark = parts["high_watermark"].reset_index(drop=True)
+    highest = _equal(watermark, top["high_watermark"]) & _equal(times, top["log_end"])
+    needed = (log_end & highest) | (position & _equal(times, latest["position"]))
+    return fetch & ~needed
+
+
+def newest_fetches(
+    parts: pd.DataFrame | Iterable[pd.DataFrame], chosen: Mapping[str, pd.Timestamp]
+) -> pd.DataFrame:
+    """Per client and partition (capture, client_id, topic, partition), of its answered
+    Fetch entries up to its capture's time that ``lag_at_end`` may read: the highest
+    log end told (``high_watermark``), the latest response telling it (``log_end``) and
+    the latest response (``position``). ``parts``: the table, or its rows in chunks."""
+    import pandas as pd
+
+    chunks = [parts] if isinstance(parts, pd.DataFrame) else parts
+    frames = []
+    for chunk in chunks:
+        _, log_end, position = _fetch_reads(chunk, chosen)
+        times = chunk["response_time"]
+        read = chunk[[*_CLIENT_KEYS, "high_watermark"]].assign(
+            log_end=times.where(log_end), position=times.where(position)
+        )
+        frames.append(_newest_of(read[log_end], _CLIENT_KEYS))
+    if not frames:  # a table without rows
+        return pd.DataFrame(columns=[*_CLIENT_KEYS, "high_watermark", "log_end", "position"])
+    return _newest_of(pd.concat(frames, ignore_index=True), _CLIENT_KEYS)
+
+
+def _newest_of(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``newest_fetches`` rows (or single reads) combined per ``keys``: the highest
+    ``high_watermark``, the latest ``log_end`` among the rows telling it, the latest
+    ``position``."""
+    by = [frame[k] for k in keys]
+    highest = frame["high_watermark"].groupby(by, dropna=False, observed=True).transform("max")
+    at_highest = frame["log_end"].where(frame["high_watermark"].eq(highest).fillna(False))
+    grouped = frame.assign(log_end=at_highest).groupby(
+        keys, dropna=False, observed=True, sort=False
+    )
+    return grouped.agg(
+        high_watermark=("high_watermark", "max"),
+        log_end=("log_end", "max"),
+        position=("position", "max"),
+    ).reset_index()
+
+
+def _fetch_reads(parts: pd.DataFrame, chosen: Mapping[str, pd.Timestamp]) -> tuple[Any, Any, Any]:
+    """Per row (numpy bool arrays): a Fetch entry; one ``lag_at_end`` may read for its
+    log end (answered, with a high watermark, up to its capture's time); and for its
+    position (also with a fetch offset)."""
+    fetch = parts["api_name"].eq("Fetch").fillna(False).to_numpy(dtype=bool)
+    before = parts["response_time"].dt.tz_convert(None).to_numpy() <= _limits(parts, chosen)
+    answered = (_ok(parts) & parts["partition"].notna()).to_numpy(dtype=bool)
+    watermark = parts["high_watermark"].ge(0).fillna(False).to_numpy(dtype=bool)
+    log_end = fetch & before & answered & watermark
+    position = log_end & parts["fetch_offset"].ge(0).fillna(False).to_numpy(dtype=bool)
+    return fetch, log_end, position
+
+
+def _equal(values: pd.Series, wanted: pd.Series) -> Any:
+    """Per row: its value is the one ``wanted`` (a null never is)."""
+    return values.eq(wanted).fillna(False).to_numpy(dtype=bool)
 
 
 # ----------------------------------------------------------------- inputs
@@ -417,7 +528,8 @@ def lag_at_end(parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = Non
 
     parts = _inputs(parts)
 
-    chosen = {**_capture_ends(parts).to_dict(), **dict(end or {})}
+    chosen = evaluation_times(parts, end)
+    parts = parts[~superseded_fetches(parts, chosen)]
 
     def until_end(events: pd.DataFrame) -> pd.DataFrame:
         return events[events["time"].dt.tz_convert(None).to_numpy() <= _limits(events, chosen)]

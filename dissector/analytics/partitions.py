@@ -13,7 +13,6 @@ per-partition throughput here; consumer lag in ``dissector.analytics.lag``.
 
 from __future__ import annotations
 
-import bisect
 import os
 import sys
 import types
@@ -136,6 +135,13 @@ def _landed(df: pd.DataFrame) -> pd.Series:
     return answered | df["acks"].eq(0).fillna(False)
 
 
+THROUGHPUT_INPUTS = (
+    "capture", "topic", "partition", "api_name", "records", "record_bytes", "request_time",
+    "response_time", "error_code", "acks",
+)  # fmt: skip
+"""The partitions table's columns ``throughput`` reads."""
+
+
 def throughput(parts: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
     """Records and bytes per second per topic/partition, for producers (Produce
     requests answered without error, or sent with acks=0) and consumers
@@ -146,29 +152,60 @@ def throughput(parts: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
     bin's length; None: totals over the span between the first and last pair (rates
     are null when that span is zero).
     """
-    import pandas as pd
+    return throughput_rates(throughput_totals(parts, window), window)
 
+
+def throughput_totals(parts: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
+    """``throughput``'s totals (pairs, records, record_bytes, first_time, last_time) per
+    topic/partition and role: totals of any part of the table's rows, which
+    ``combined_totals`` adds up (a long capture's table read a chunk at a time)."""
     # only the columns read: a long capture's table has hundreds of thousands of rows
-    columns = ["capture", "topic", "partition", "api_name", "records", "record_bytes"]
-    columns += ["request_time", "response_time", "error_code", "acks"]
-    data = parts[columns]
+    data = parts[list(THROUGHPUT_INPUTS)]
     data = data.assign(role=data["api_name"].map(PARTITION_APIS))
     data = data[data["role"].isin(("produce", "fetch")) & data["records"].notna() & _landed(data)]
     data = data.assign(
         time=data["request_time"].where(data["role"] == "produce", data["response_time"])
     )
-    keys = ["capture", "topic", "partition", "role"]
     if window is not None:
         data = data.assign(window_start=data["time"].dt.floor(window))
-        keys.append("window_start")
-    grouped = data.groupby(keys, dropna=False, sort=True)
-    out = grouped.agg(
+    # observed: categorical keys (a lean frame of the core's dictionaries) group as strings
+    grouped = data.groupby(_throughput_keys(window), dropna=False, sort=True, observed=True)
+    return grouped.agg(
         pairs=("records", "size"),
         records=("records", "sum"),
         record_bytes=("record_bytes", "sum"),
         first_time=("time", "min"),
         last_time=("time", "max"),
     ).reset_index()
+
+
+def combined_totals(totals: list[pd.DataFrame], window: str | None = None) -> pd.DataFrame:
+    """``throughput_totals`` of parts of a table's rows (at least one part, maybe
+    empty) as those of the whole table."""
+    import pandas as pd
+
+    if not totals:
+        raise ValueError("no totals to combine: give those of at least one (empty) chunk")
+    if len(totals) == 1:
+        return totals[0]
+    grouped = pd.concat(totals, ignore_index=True).groupby(
+        _throughput_keys(window), dropna=False, sort=True, observed=True
+    )
+    return grouped.agg(
+        pairs=("pairs", "sum"),
+        records=("records", "sum"),
+        record_bytes=("record_bytes", "sum"),
+        first_time=("first_time", "min"),
+        last_time=("last_time", "max"),
+    ).reset_index()
+
+
+def throughput_rates(totals: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
+    """``throughput_totals`` with the rates per second: over ``window``, else over the
+    span from the first to the last pair (null when that span is zero)."""
+    import pandas as pd
+
+    out = totals.copy()
     if window is not None:
         seconds = pd.Series(pd.Timedelta(window).total_seconds(), index=out.index)
     else:
@@ -177,6 +214,11 @@ def throughput(parts: pd.DataFrame, window: str | None = None) -> pd.DataFrame:
     out["records_per_s"] = out["records"].astype("Float64") / seconds
     out["bytes_per_s"] = out["record_bytes"].astype("Float64") / seconds
     return out
+
+
+def _throughput_keys(window: str | None) -> list[str]:
+    keys = ["capture", "topic", "partition", "role"]
+    return [*keys, "window_start"] if window is not None else keys
 
 
 def _apis_of(role: str) -> list[str]:
@@ -191,70 +233,107 @@ def _produced_ranges(parts: pd.DataFrame) -> pd.DataFrame:
 def produce_to_fetch(parts: pd.DataFrame) -> pd.DataFrame:
     """Per Produce batch and consuming client: the time from the Produce request that
     wrote the batch's first offset to the first Fetch/ShareFetch response that
-    delivered that offset to the client, when both are in the capture."""
+    delivered that offset to the client, when both are in the capture.
+
+    Each client's fetch responses of a partition, in time order, deliver the batches
+    produced by then (request time at or before the response) whose first offset lies
+    in the response's delivered range, each batch once: the first such response. Rows
+    come per partition and client, in delivery order."""
     import pandas as pd
 
     produced = _produced_ranges(parts)
     fetched = parts[
         parts["api_name"].isin(_apis_of("fetch")) & parts["first_offset"].notna()
     ].sort_values("response_time")
-    rows = []
-    by_partition = produced.groupby(["capture", "topic", "partition"], sort=False)
-    for (capture, topic, partition), fetches in fetched.groupby(
-        ["capture", "topic", "partition"], sort=False
-    ):
-        try:
-            batches = by_partition.get_group((capture, topic, partition))
-        except KeyError:
-            continue
-        for consumer, mine in fetches.groupby("client_id", sort=False, dropna=False):
-            rows.extend(_match_deliveries(batches, mine, consumer))
-    columns = [
-        "capture", "topic", "partition", "offset", "records", "producer_client_id",
-        "consumer_client_id", "produce_time", "fetch_time", "latency_ms",
-    ]  # fmt: skip
-    out = pd.DataFrame(rows, columns=columns)
-    out["latency_ms"] = out["latency_ms"].astype("Float64")
-    return out
+    batch, fetch = _deliveries(produced, fetched)
+    batches, fetches = produced.iloc[batch], fetched.iloc[fetch]
+
+    def column(rows: pd.DataFrame, name: str) -> pd.Series:
+        return rows[name].reset_index(drop=True)
+
+    out = pd.DataFrame(
+        {
+            "capture": column(batches, "capture"),
+            "topic": column(batches, "topic"),
+            "partition": column(batches, "partition"),
+            "offset": column(batches, "first_offset"),
+            "records": column(batches, "records"),
+            "producer_client_id": column(batches, "client_id"),
+            "consumer_client_id": column(fetches, "client_id"),
+            "produce_time": column(batches, "request_time"),
+            "fetch_time": column(fetches, "response_time"),
+        }
+    )
+    waited = (out["fetch_time"] - out["produce_time"]).dt.total_seconds() * 1000
+    return out.assign(latency_ms=waited.astype("Float64"))
 
 
-def _match_deliveries(batches: pd.DataFrame, fetches: pd.DataFrame, consumer: Any) -> list[dict]:
-    """Walk one consumer's fetch responses in time order; each delivers the pending
-    batches (produced before it) whose first offset lies in its delivered range.
-    Columns are read as lists first: iterating Arrow-backed rows costs far more."""
-    pending: list[tuple[int, int]] = []  # (first offset, batch row number), sorted
-    rows = []
-    produced_at = batches["request_time"].tolist()
-    firsts = batches["first_offset"].tolist()
-    captures, topics = batches["capture"].tolist(), batches["topic"].tolist()
-    partitions, records = batches["partition"].tolist(), batches["records"].tolist()
-    producers = batches["client_id"].tolist()
-    answered = fetches["response_time"].tolist()
-    starts, ends = fetches["first_offset"].tolist(), fetches["last_offset"].tolist()
-    next_batch = 0
-    for fetch_time, start, end in zip(answered, starts, ends, strict=True):
-        while next_batch < len(produced_at) and produced_at[next_batch] <= fetch_time:
-            bisect.insort(pending, (int(firsts[next_batch]), next_batch))
-            next_batch += 1
-        lo = bisect.bisect_left(pending, (int(start), -1))
-        hi = bisect.bisect_right(pending, (int(end), len(produced_at)))
-        for offset, i in pending[lo:hi]:
-            rows.append(
-                {
-                    "capture": captures[i],
-                    "topic": topics[i],
-                    "partition": partitions[i],
-                    "offset": offset,
-                    "records": records[i],
-                    "producer_client_id": producers[i],
-                    "consumer_client_id": consumer if isinstance(consumer, str) else None,
-                    "produce_time": produced_at[i],
-                    "fetch_time": fetch_time,
-                    "latency_ms": (fetch_time - produced_at[i]).total_seconds() * 1000,
-                }
-            )
-        del pending[lo:hi]
-    return rows
+def _deliveries(produced: pd.DataFrame, fetched: pd.DataFrame) -> tuple[Any, Any]:
+    """(batch row, fetch row) positions in ``produced`` and ``fetched`` of each
+    delivery (``produce_to_fetch``), vectorised: every (fetch, batch of its partition
+    whose first offset lies in the fetch's range) candidate, kept when the batch was
+    produced by the fetch's time, then the first fetch in time order per (client,
+    batch). The candidates are the batches the fetch responses carried: bounded by the
+    capture."""
+    import numpy as np
+    import pandas as pd
+
+    if produced.empty or fetched.empty:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+    keys = ["capture", "topic", "partition"]
+    both = pd.concat([produced[keys], fetched[keys]], ignore_index=True)
+    ids = both.groupby(keys, dropna=False, sort=False, observed=True).ngroup().to_numpy()
+    batch_part, fetch_part = ids[: len(produced)], ids[len(produced) :]
+    first = produced["first_offset"].to_numpy(dtype=np.int64)
+    start = fetched["first_offset"].to_numpy(dtype=np.int64)
+    end = fetched["last_offset"].fillna(fetched["first_offset"]).to_numpy(dtype=np.int64)
+    # (partition, offset) as one sortable int64: offsets by rank among those in play
+    values = np.unique(np.concatenate([first, start, end]))
+    width = len(values) + 1
+    batch_key = batch_part * width + np.searchsorted(values, first)
+    # batches in (partition, first offset, produce order): a fetch's range is a slice
+    order = np.lexsort((np.arange(len(first)), batch_key))
+    sorted_keys = batch_key[order]
+    lo = np.searchsorted(sorted_keys, fetch_part * width + np.searchsorted(values, start), "left")
+    hi = np.searchsorted(sorted_keys, fetch_part * width + np.searchsorted(values, end), "right")
+    counts = np.clip(hi - lo, 0, None)
+    fetch = np.repeat(np.arange(len(fetched)), counts)
+    offsets = np.arange(len(fetch)) - np.repeat(np.cumsum(counts) - counts, counts)
+    batch = order[np.repeat(lo, counts) + offsets]
+    consumer = pd.factorize(fetched["client_id"], use_na_sentinel=False)[0]
+    # A batch waits from its produce time: a response at or after it may deliver it
+    # (a response without a time, sorted last, delivers what waited before it).
+    group = pd.Series(fetch_part * (consumer.max() + 1) + consumer)
+    seen = pd.Series(_naive(fetched["response_time"])).groupby(group).ffill()
+    produced_at = _naive(produced["request_time"])
+    waiting = produced_at[batch] <= seen.to_numpy()[fetch]
+    batch, fetch = batch[waiting], fetch[waiting]
+    # the first fetch (in time order) of each client to deliver each batch
+    pick = np.lexsort((fetch, batch, consumer[fetch]))
+    firsts = np.ones(len(pick), dtype=bool)
+    same = (consumer[fetch][pick][1:] == consumer[fetch][pick][:-1]) & (
+        batch[pick][1:] == batch[pick][:-1]
+    )
+    firsts[1:] = ~same
+    batch, fetch = batch[pick][firsts], fetch[pick][firsts]
+    # partition and client by first fetch, then each fetch's batches by offset
+    part_rank = _first_seen(fetch_part)
+    client_rank = _first_seen(fetch_part * (consumer.max() + 1) + consumer)
+    shown = np.lexsort((batch, first[batch], fetch, client_rank[fetch], part_rank[fetch]))
+    return batch[shown], fetch[shown]
+
+
+def _naive(times: pd.Series) -> Any:
+    """UTC times as numpy datetime64 (a tz-aware column gives one object per row)."""
+    return times.dt.tz_convert(None).to_numpy()
+
+
+def _first_seen(labels: Any) -> Any:
+    """Per position: where its label first occurs (ranks groups by first appearance)."""
+    import numpy as np
+
+    _, index, inverse = np.unique(labels, return_index=True, return_inverse=True)
+    return index[inverse]
 
 
 # ----------------------------------------------------------------- export

@@ -14,7 +14,7 @@ import base64
 import math
 import re
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -27,11 +27,11 @@ from markupsafe import Markup, escape
 # matplotlib, jinja2) then surfaces as the CLI's clear message, not a traceback.
 from dissector import __version__, schema
 from dissector.analytics import plots, stats
-from dissector.analytics.lag import INPUTS as LAG_INPUTS
 from dissector.analytics.no_kafka import no_kafka
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
     from dissector.options import CaptureSet, ChainRule
     from dissector.tls import KeyLogs
@@ -324,7 +324,7 @@ def _time_format(df: pd.DataFrame) -> Callable[[object], str]:
 
 def _pair_columns(df: pd.DataFrame) -> tuple[Column, ...]:
     """The slowest/unanswered tables' columns; a capture column when there are several."""
-    several = len(set(df["capture"].dropna().astype(str))) > 1
+    several = len(set(df["capture"].dropna().unique().astype(str))) > 1
     capture: tuple[Column, ...] = (("capture", "capture", fmt_capture, False),) if several else ()
     return (*capture, ("request_time", "time (UTC)", _time_format(df), False), *PAIR_COLUMNS)
 
@@ -391,7 +391,11 @@ def _png_size(png: bytes) -> tuple[int, int]:
 
 def chart(chart_id: str, df: pd.DataFrame, caption: str) -> Chart:
     title, draw = plots.CHARTS[chart_id]
-    png = plots.png_bytes(draw(df))
+    figure = draw(df)
+    png = plots.png_bytes(figure)
+    # A figure's artists reference each other: freed only by the cycle collector, so
+    # eleven figures' worth (tens of MB on a long capture) would wait for it.
+    figure.clear()
     width, height = _png_size(png)
     return Chart(
         id=chart_id,
@@ -951,10 +955,7 @@ def hot_connections(df: pd.DataFrame) -> pd.DataFrame:
             "capture": df["capture"].astype("object"),
             "stream": df["stream"],
             "client": df["client_id"].astype("object").fillna("(none)"),
-            "broker": [
-                stats.broker_label(i, p)
-                for i, p in zip(df["broker_ip"], df["broker_port"], strict=True)
-            ],
+            "broker": stats.broker_labels(df),
             "inflight": stats.as_float(df["inflight"]) if "inflight" in df else math.nan,
             "queue": queue,
             "queued": (queue > 0).fillna(False).astype(bool),
@@ -1064,7 +1065,7 @@ def _trouble(df: pd.DataFrame) -> Section:
             )
         )
     if not hot.empty:
-        several = len(set(df["capture"].dropna().astype(str))) > 1
+        several = len(set(df["capture"].dropna().unique().astype(str))) > 1
         capture: tuple[Column, ...] = (
             (("capture", "capture", fmt_capture, False),) if several else ()
         )
@@ -1216,6 +1217,10 @@ TABLES_ATTR = "tables"
 NOT_COLLECTED = "Not collected: make the report with kafka-dissector report or report.analyze."
 
 
+CHUNK_ROWS = 65_536
+"""Partitions rows per chunk where the report reads the table a chunk at a time."""
+
+
 @dataclass(frozen=True, eq=False)
 class AnalyticsTables:
     """``dissector.partitions``, ``groups`` and ``versions`` of the report's captures,
@@ -1233,10 +1238,54 @@ class AnalyticsTables:
     def partitions(self) -> pd.DataFrame:
         return self.arrow.frame("partitions")
 
-    def partitions_of(self, columns: Iterable[str]) -> pd.DataFrame:
-        """The partitions table with only ``columns``: a third of the memory and time
-        of the whole frame for the report's derived tables."""
-        return self.arrow.frame("partitions", columns)
+    def partitions_of(self, columns: Iterable[str], rows: Any = None) -> pd.DataFrame:
+        """The partitions table with only ``columns`` (a third of the memory and time of
+        the whole frame for the report's derived tables); ``rows``: only the rows of
+        boolean mask, applied in Arrow before the frame is built."""
+        from dissector.tables_schema import PARTITION_COLUMNS
+        from dissector.wire.tables import to_frame
+
+        wanted = set(columns)
+        contract = tuple(c for c in PARTITION_COLUMNS if c[0] in wanted)
+        df = to_frame(self._partition_rows(rows, wanted), contract)
+        df.attrs["counters"] = dict(self.arrow.counters.get("partitions", {}))
+        return df
+
+    def partitions_keys(self, columns: Iterable[str], rows: Any = None) -> pd.DataFrame:
+        """``partitions_of`` as a lean frame for grouping and filtering: strings stay
+        the core's dictionaries (categorical, a small integer per row instead of a
+        string), integers ``Int64``; the whole table's keys take a few MB."""
+        import pandas as pd
+        import pyarrow as pa
+
+        mapper = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
+        table = self._partition_rows(rows, columns)
+        return table.to_pandas(types_mapper=mapper.get)
+
+    def partitions_chunks(
+        self, columns: Iterable[str], rows_per_chunk: int = CHUNK_ROWS
+    ) -> Iterator[pd.DataFrame]:
+        """``partitions_keys`` of every row, a chunk of rows at a time (at least one
+        chunk, empty for an empty table): for totals that add up over chunks, in the
+        memory of one."""
+        import pandas as pd
+        import pyarrow as pa
+
+        mapper = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
+        # one dictionary per string column: every chunk's categories the same
+        table = self._partition_rows(None, columns).unify_dictionaries()
+        if table.num_rows == 0:  # one empty chunk, typed: no batch to give it
+            yield table.to_pandas(types_mapper=mapper.get)
+            return
+        for batch in table.to_batches(max_chunksize=rows_per_chunk):
+            yield batch.to_pandas(types_mapper=mapper.get)
+
+    def _partition_rows(self, rows: Any, columns: Iterable[str]) -> pa.Table:
+        """The partitions table's ``columns`` (in the table's order), only ``rows``."""
+        wanted = set(columns)
+        table = self.arrow.partitions
+        table = table.select([name for name in table.column_names if name in wanted])
+        return table if rows is None else table.filter(rows)
 
     @property
     def groups(self) -> pd.DataFrame:
@@ -1264,12 +1313,20 @@ def _capture_column(frame: pd.DataFrame) -> tuple[Column, ...]:
 ROLE_LABELS: Mapping[str, str] = {"produce": "producer", "fetch": "consumer"}
 
 
-def partition_throughput(parts: pd.DataFrame) -> pd.DataFrame:
-    """``partitions.throughput`` with readable roles, producers first per partition."""
-    from dissector.analytics.partitions import throughput
+def partition_throughput(chunks: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    """``partitions.throughput`` of the partitions table given in chunks of its rows
+    (its totals added up: memory for one chunk at a time), with readable roles,
+    producers first per partition."""
+    from dissector.analytics.partitions import (
+        combined_totals,
+        throughput_rates,
+        throughput_totals,
+    )
 
-    out = throughput(parts)
-    return out.assign(role=out["role"].map(ROLE_LABELS)).sort_values(
+    out = throughput_rates(combined_totals([throughput_totals(chunk) for chunk in chunks]))
+    # keys as text: a lean frame's categorical keys would sort by dictionary order
+    out = out.astype({"capture": "string", "topic": "string"})
+    return out.assign(role=out["role"].astype("object").map(ROLE_LABELS)).sort_values(
         ["capture", "topic", "partition", "role"], ascending=[True, True, True, False]
     )
 
@@ -1291,6 +1348,26 @@ def lag_summary(parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = No
         na_position="last",
         kind="stable",
     )
+
+
+def table_lag(tables: AnalyticsTables, end: Mapping[str, pd.Timestamp]) -> pd.DataFrame:
+    """``lag_summary`` of the partitions table, built of the rows the lag reads: the
+    Fetch entries it does not (``lag.superseded_fetches``, most of a long capture's
+    table) are left out in Arrow, before the frame is built."""
+    import numpy as np
+
+    from dissector.analytics import lag
+
+    # Three reads of the table's keys a chunk at a time (memory for one chunk): the
+    # evaluation times, the newest Fetch entries, then each chunk's superseded ones.
+    chosen = lag.evaluation_times(tables.partitions_chunks(lag.FETCH_INPUTS), end)
+    newest = lag.newest_fetches(tables.partitions_chunks(lag.FETCH_INPUTS), chosen)
+    superseded = [
+        lag.superseded_fetches(chunk, chosen, newest)
+        for chunk in tables.partitions_chunks(lag.FETCH_INPUTS)
+    ]
+    read = ~np.concatenate(superseded) if superseded else np.zeros(0, dtype=bool)
+    return lag_summary(tables.partitions_of(lag.INPUTS, rows=read), chosen)
 
 
 def _capture_ends(df: pd.DataFrame) -> dict[str, pd.Timestamp]:
@@ -1328,23 +1405,44 @@ def produce_to_fetch_summary(parts: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*columns, "p99_ms", "max_ms"])
 
 
-PARTITION_INPUTS = (
-    *LAG_INPUTS, "records", "record_bytes", "acks"
+P2F_INPUTS = (
+    "capture", "topic", "partition", "api_name", "client_id", "request_time", "response_time",
+    "records", "first_offset", "last_offset",
 )  # fmt: skip
-"""The partitions table's columns the section's tables read: the lag's inputs, and
-throughput's and produce_to_fetch's."""
+"""The partitions table's columns ``partitions.produce_to_fetch`` reads."""
+
+
+def _carrying(tables: AnalyticsTables, field: str) -> pa.ChunkedArray:
+    """Per partitions row: a Produce, Fetch or ShareFetch entry with ``field`` set (the
+    rows produce_to_fetch reads: a pre-filter, it filters further)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from dissector.analytics.partitions import PARTITION_APIS
+
+    apis = pa.array([api for api, role in PARTITION_APIS.items() if role in ("produce", "fetch")])
+    table = tables.arrow.partitions
+    data_path = pc.is_in(table.column("api_name"), value_set=apis)
+    return pc.and_(data_path, pc.is_valid(table.column(field)))
 
 
 def _partitions(df: pd.DataFrame) -> Section:
     import pandas as pd
 
+    from dissector.analytics.partitions import THROUGHPUT_INPUTS
+
     tables = _tables(df)
-    parts = tables.partitions_of(PARTITION_INPUTS) if tables is not None else None
     empty_parts = pd.DataFrame(columns=["capture", "topic", "partition"])
-    none = NOT_COLLECTED if parts is None else None
-    traffic = partition_throughput(parts) if parts is not None else empty_parts
-    lag = lag_summary(parts, _capture_ends(df)) if parts is not None else empty_parts
-    p2f = produce_to_fetch_summary(parts) if parts is not None else empty_parts
+    none = NOT_COLLECTED if tables is None else None
+    traffic, lag, p2f = empty_parts, empty_parts, empty_parts
+    if tables is not None:
+        # Each table from the partitions rows and columns it reads (a long capture's
+        # table has hundreds of thousands of rows): lean frames, one at a time.
+        traffic = partition_throughput(tables.partitions_chunks(THROUGHPUT_INPUTS))
+        lag = table_lag(tables, _capture_ends(df))
+        p2f = produce_to_fetch_summary(
+            tables.partitions_of(P2F_INPUTS, rows=_carrying(tables, "first_offset"))
+        )
     return Section(
         id="partitions",
         title="Partitions",
@@ -1747,6 +1845,7 @@ def analyze(
     chain: ChainRule | None = None,
     tls: KeyLogs | None = None,
     show: bool = False,
+    partition_columns: Iterable[str] | None = None,
 ) -> pd.DataFrame:
     """``dissector.analyze`` plus ``df.attrs["tables"]`` (``AnalyticsTables``: the
     partitions, groups and versions tables), ``df.attrs["client_software"]``
@@ -1757,6 +1856,9 @@ def analyze(
     ``failures``, when given, receives (capture, reason) for each capture that cannot be
     read, and the report covers the others; without it the first such capture raises.
     ``chain``: which files of ``paths`` are read as one capture (``wire.sets``).
+    ``partition_columns``: keep only these columns of the partitions table, the others
+    dropped batch by batch as the pass makes them (``REPORT_PARTITION_COLUMNS``: what the
+    report reads); None keeps them all.
     """
     from dissector.analytics.groups import group_notes
     from dissector.analytics.versions import client_software
@@ -1772,8 +1874,10 @@ def analyze(
     readable: list[CaptureSet] = []
     frames = []
     collected = TableCollector()
+    kept: list[pa.Table] = []
     for source in sets:
-        analytics = TableCollector()
+        narrowed = _Narrowed(partition_columns)
+        analytics = TableCollector(writers=narrowed.writers())
         try:
             frames.append(_run_one(source, options, analytics, show))
         except (CaptureError, OSError) as exc:
@@ -1783,14 +1887,56 @@ def analyze(
             continue
         readable.append(source)
         collected.merge(analytics)
+        kept.extend(narrowed.batches)
     df = _combined(frames)
-    tables = AnalyticsTables(collected.result())
+    tables = AnalyticsTables(_Narrowed(partition_columns).result(collected.result(), kept))
     df.attrs[TABLES_ATTR] = tables
     df.attrs[CLIENT_SOFTWARE_ATTR] = client_software(df, tables.versions, stats.MISSING_LABEL)
     df.attrs[CAPTURES_ATTR] = [name for s in readable for name in s.file_names]
     df.attrs[CAPTURE_SETS_ATTR] = set_listing(readable)
     df.attrs[GROUPS_ATTR] = group_notes(tables.groups)
     return df
+
+
+def report_partition_columns() -> tuple[str, ...]:
+    """The partitions table's columns the report reads (lag, throughput,
+    produce_to_fetch): ``analyze(partition_columns=...)`` for a report keeps only these."""
+    from dissector.analytics import lag
+    from dissector.analytics.partitions import THROUGHPUT_INPUTS
+
+    return tuple(dict.fromkeys((*lag.INPUTS, *lag.FETCH_INPUTS, *THROUGHPUT_INPUTS, *P2F_INPUTS)))
+
+
+@dataclass
+class _Narrowed:
+    """The partitions batches of a pass with only ``columns`` (all when None): a
+    ``TableCollector`` writer keeps each batch's wanted columns, and the core's buffers
+    of the others are freed as the pass goes."""
+
+    columns: Iterable[str] | None
+    batches: list[pa.Table] = field(default_factory=list)
+
+    def writers(self) -> dict[str, Callable[[pa.Table], None]]:
+        return {} if self.columns is None else {"partitions": self._keep}
+
+    def _keep(self, batch: pa.Table) -> None:
+        self.batches.append(_selected(batch, self.columns or ()))
+
+    def result(self, tables: CaptureTables, kept: list[pa.Table]) -> CaptureTables:
+        """``tables`` with the kept partitions batches as its partitions table."""
+        import dataclasses
+
+        import pyarrow as pa
+
+        if self.columns is None:
+            return tables
+        narrow = pa.concat_tables(kept) if kept else _selected(tables.partitions, self.columns)
+        return dataclasses.replace(tables, partitions=narrow)
+
+
+def _selected(table: pa.Table, columns: Iterable[str]) -> pa.Table:
+    wanted = set(columns)
+    return table.select([name for name in table.column_names if name in wanted])
 
 
 def _run_one(source: CaptureSet, options: Any, analytics: Any, show: bool) -> pd.DataFrame:
@@ -1844,7 +1990,15 @@ def report_file(
     """Analyse ``paths`` and write their report to ``output`` (``failures``, ``chain``,
     ``show``: see ``analyze``)."""
     sources = [str(p) for p in paths]
-    df = analyze(sources, ports=ports, failures=failures, chain=chain, tls=tls, show=show)
+    df = analyze(
+        sources,
+        ports=ports,
+        failures=failures,
+        chain=chain,
+        tls=tls,
+        show=show,
+        partition_columns=report_partition_columns(),
+    )
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if ports:
         command += " --ports " + ",".join(str(p) for p in sorted(ports))

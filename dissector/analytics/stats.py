@@ -220,6 +220,22 @@ def broker_label(ip: object, port: object) -> str:
     return f"{host}:{port}"
 
 
+def broker_labels(df: pd.DataFrame) -> pd.Series:
+    """``broker_label`` of each row, formatted once per distinct (broker_ip,
+    broker_port): a long capture has tens of thousands of rows and a few brokers."""
+    import numpy as np
+    import pandas as pd
+
+    keys = ["broker_ip", "broker_port"]
+    ids = df.groupby(keys, dropna=False, observed=True, sort=False).ngroup().to_numpy()
+    _, first = np.unique(ids, return_index=True)  # a row of each pair, by pair id
+    pairs = df[keys].iloc[first]
+    labels = np.array(
+        [broker_label(ip, port) for ip, port in pairs.itertuples(index=False)], dtype=object
+    )
+    return pd.Series(labels[ids] if len(ids) else [], index=df.index, dtype=object)
+
+
 def _prepared(df: pd.DataFrame) -> pd.DataFrame:
     """The columns every metric needs, with plain dtypes."""
     import pandas as pd
@@ -499,13 +515,7 @@ def latency_timeseries(
     if by == "api":
         keys = api_labels(df)
     elif by == "broker":
-        keys = pd.Series(
-            [
-                broker_label(ip, port)
-                for ip, port in zip(df["broker_ip"], df["broker_port"], strict=True)
-            ],
-            index=df.index,
-        )
+        keys = broker_labels(df)
     else:
         raise ValueError(f"unknown latency series {by!r}: use api or broker")
     frame = frame.assign(key=keys.loc[frame.index], service=service.loc[frame.index])
@@ -622,10 +632,7 @@ def latency_matrix(df: pd.DataFrame, value: str = "p99_ms") -> pd.DataFrame:
     frame = pd.DataFrame(
         {
             "api": api_labels(df),
-            "broker": [
-                broker_label(ip, port)
-                for ip, port in zip(df["broker_ip"], df["broker_port"], strict=True)
-            ],
+            "broker": broker_labels(df),
             "service": service_latency(df)["service_ms"],
         }
     )
@@ -689,6 +696,8 @@ mostly empty buckets, and time charts show the busiest capture only."""
 def timeline_capture(df: pd.DataFrame) -> str | None:
     """The capture the time charts should show alone, or None when one shared timeline
     of every capture reads well (one capture, or captures close in time)."""
+    if df["capture"].nunique(dropna=False) < 2:
+        return None
     captures = per_capture(df)
     if len(captures) < 2:
         return None
@@ -1178,38 +1187,34 @@ class CaptureFacts:
 
 def capture_facts(df: pd.DataFrame) -> CaptureFacts:
     times = event_time(df).dropna()
-    pairs = df[["api_key", "api_version"]].dropna()
+    # Distinct rows first: a long capture has tens of thousands of pairs, few kinds.
+    pairs = df[["api_key", "api_version"]].dropna().drop_duplicates()
     seen = sorted({(int(k), int(v)) for k, v in pairs.itertuples(index=False)})
     # Only versions the broker answered without error prove what it supports (a
     # client probing ApiVersions v99 says nothing about the broker).
     accepted = df[df["status"].eq("ok").fillna(False).astype(bool)]
-    accepted_pairs = accepted[["broker_ip", "broker_port", "api_key", "api_version"]].dropna()
+    accepted_pairs = (
+        accepted[["broker_ip", "broker_port", "api_key", "api_version"]].dropna().drop_duplicates()
+    )
     by_broker: dict[str, set[tuple[int, int]]] = {}
     for ip, port, key, version in accepted_pairs.itertuples(index=False):
         by_broker.setdefault(broker_label(ip, port), set()).add((int(key), int(version)))
     supported = sorted(set().union(*by_broker.values()))
-    names = {
-        (int(k), int(v)): str(n)
-        for k, v, n in df[["api_key", "api_version", "api_name"]].dropna().itertuples(index=False)
-    }
+    # keep="last": a version named twice takes its last row's name, as row order would
+    named = df[["api_key", "api_version", "api_name"]].dropna().drop_duplicates(keep="last")
+    names = {(int(k), int(v)): str(n) for k, v, n in named.itertuples(index=False)}
+    brokers = df[["broker_ip", "broker_port"]].drop_duplicates()
     return CaptureFacts(
-        captures=tuple(sorted(set(df["capture"].dropna().astype(str)))),
+        captures=tuple(sorted(set(df["capture"].dropna().unique().astype(str)))),
         first=times.min() if len(times) else None,
         last=times.max() if len(times) else None,
         span_s=span_seconds(df),
         rows=len(df),
         statuses={str(k): int(v) for k, v in df["status"].value_counts().sort_index().items()},
         connections=len(df[["capture", "stream"]].drop_duplicates()),
-        brokers=tuple(
-            sorted(
-                {
-                    broker_label(ip, port)
-                    for ip, port in zip(df["broker_ip"], df["broker_port"], strict=True)
-                }
-            )
-        ),
-        client_ips=tuple(sorted(set(df["client_ip"].dropna().astype(str)))),
-        client_ids=tuple(sorted(set(df["client_id"].dropna().astype(str)))),
+        brokers=tuple(sorted({broker_label(ip, p) for ip, p in brokers.itertuples(index=False)})),
+        client_ips=tuple(sorted(set(df["client_ip"].dropna().unique().astype(str)))),
+        client_ids=tuple(sorted(set(df["client_id"].dropna().unique().astype(str)))),
         api_versions=tuple(f"{names.get((k, v), f'api {k}')} v{v}" for k, v in seen),
         kafka_floor=kafka_release_floor(supported),
         kafka_floors={b: kafka_release_floor(sorted(v)) for b, v in sorted(by_broker.items())},

@@ -91,7 +91,7 @@ def _write(
     """``report.report_file``, with the rows ``wanted`` (a ``row_filter.Filter``) only."""
     if wanted is None:
         return report.report_file(paths, output, title=title, **settings)
-    df = report.analyze(paths, **settings)
+    df = report.analyze(paths, **settings, partition_columns=report.report_partition_columns())
     before = len(df)
     mask = wanted.mask(df)
     absent = () if mask.any() else wanted.absent(df)
