@@ -280,3 +280,58 @@ def fragmented_v6(frames: list[Frame], size: int = 256, over: int = 300) -> list
             pieces = pieces[::-1]
         out.extend((ts, raw(ether(p))) for p in pieces)
     return out
+
+
+# --- loss and segmentation --------------------------------------------------------
+
+
+def _tcp_layout(f: bytes) -> tuple[int, int, int] | None:
+    """(IPv4 header offset, TCP header offset, payload offset) of an Ethernet/IPv4/TCP
+    frame, None for anything else."""
+    if len(f) < 34 or f[12:14] != b"\x08\x00" or f[23] != 6:
+        return None
+    ihl = (f[14] & 0x0F) * 4
+    tcp = 14 + ihl
+    if len(f) < tcp + 20:
+        return None
+    return 14, tcp, tcp + (f[tcp + 12] >> 4) * 4
+
+
+def tcp_payload_len(f: bytes) -> int:
+    """TCP payload bytes of an Ethernet/IPv4 frame (by the IP total length), 0 if none."""
+    lay = _tcp_layout(f)
+    if lay is None:
+        return 0
+    ip, _tcp, data = lay
+    return struct.unpack_from("!H", f, ip + 2)[0] + ip - data
+
+
+def resegment(frames: list[Frame], mss: int = 1448) -> list[Frame]:
+    """Every TCP payload over ``mss`` bytes cut into ``mss``-byte segments (sequence
+    numbers consecutive, 1 ns apart, IP length and identification rewritten): a
+    loopback capture's 64 KiB segments as a 1500-byte-MTU network carries them."""
+    out: list[Frame] = []
+    for ts, f in frames:
+        lay = _tcp_layout(f)
+        size = tcp_payload_len(f)
+        if lay is None or size <= mss:
+            out.append((ts, f))
+            continue
+        ip, tcp, data = lay
+        seq = struct.unpack_from("!I", f, tcp + 4)[0]
+        head, payload = f[:data], f[data : data + size]
+        for i, at in enumerate(range(0, size, mss)):
+            piece = payload[at : at + mss]
+            h = bytearray(head)
+            struct.pack_into("!H", h, ip + 2, len(h) - ip + len(piece))
+            struct.pack_into("!H", h, ip + 10, 0)  # header checksum: not recomputed
+            struct.pack_into("!I", h, tcp + 4, (seq + at) & 0xFFFFFFFF)
+            out.append((ts + i, bytes(h) + piece))
+    return out
+
+
+def without(frames: list[Frame], drop: Iterable[int]) -> list[Frame]:
+    """The capture with the frames at these (0-based) indexes removed, as
+    ``editcap IN OUT N...`` removes them (which counts from 1)."""
+    gone = set(drop)
+    return [fr for i, fr in enumerate(frames) if i not in gone]

@@ -47,6 +47,19 @@ def test_frames_split_across_chunks_keep_first_and_last_packet_times() -> None:
     assert frame.wire_size == len(msg)
 
 
+def test_frame_ends_with_the_latest_packet_among_its_bytes() -> None:
+    """Chunks of segments held behind a hole come with their own, older, times: a frame
+    is complete when its last-arriving byte was captured, and the next frame of the
+    same chunk is timed by that chunk alone."""
+    f = _framer(Counters())
+    one, two = _request(7), _request(8)
+    # The retransmission (frame 9, t=900) filled a hole; the held bytes follow it.
+    assert f.feed(_chunk(one[:5], 900, 9)) == []
+    first, second = f.feed(_chunk(one[5:] + two, 400, 4))
+    assert (first.first_frame, first.last_frame, first.last_ts_ns) == (9, 9, 900)
+    assert (second.first_frame, second.last_frame, second.last_ts_ns) == (4, 4, 400)
+
+
 def test_several_frames_in_one_chunk_and_a_tail_into_the_next() -> None:
     f = _framer(Counters())
     a, b, cc = _request(1), _request(2), _request(3)

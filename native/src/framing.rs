@@ -115,6 +115,11 @@ pub struct Framer {
     after_gap: bool,
     first_ts: Ts,
     first_frame: u64,
+    /// The latest-arriving packet (highest frame number) among the bytes of the frame
+    /// in `buf`: when the capture had all of them. After a hole the chunks of held
+    /// segments come with their own, older, times.
+    last_ts: Ts,
+    last_frame: u64,
     // A TLS suspicion was cleared while handling the current chunk: look-alikes further
     // in it are not suspected again (each clearing re-probes the rest of the chunk, so
     // one per chunk keeps the work linear).
@@ -155,6 +160,8 @@ impl Framer {
             after_gap: false,
             first_ts: 0,
             first_frame: 0,
+            last_ts: 0,
+            last_frame: 0,
             cleared_in_chunk: false,
             fed: 0,
             framed: false,
@@ -216,8 +223,7 @@ impl Framer {
             self.lose_sync(counters);
         }
         if self.buf.is_empty() {
-            self.first_ts = chunk.ts_ns;
-            self.first_frame = chunk.frame;
+            self.start_at(chunk.ts_ns, chunk.frame);
             if self.synced {
                 match self.whole_frame(chunk) {
                     Ok(frame) => {
@@ -259,6 +265,22 @@ impl Framer {
         }
     }
 
+    /// A frame starts in the packet `ts`/`frame_no`.
+    fn start_at(&mut self, ts: Ts, frame_no: u64) {
+        self.first_ts = ts;
+        self.first_frame = frame_no;
+        self.last_ts = ts;
+        self.last_frame = frame_no;
+    }
+
+    /// Bytes of the packet `ts`/`frame_no` joined the frame in `buf`.
+    fn saw(&mut self, ts: Ts, frame_no: u64) {
+        if frame_no > self.last_frame {
+            self.last_ts = ts;
+            self.last_frame = frame_no;
+        }
+    }
+
     fn append_and_cut(
         &mut self,
         chunk: &Chunk,
@@ -266,6 +288,7 @@ impl Framer {
         out: &mut Vec<KafkaFrame>,
     ) {
         self.buf.extend_from_slice(&chunk.data);
+        self.saw(chunk.ts_ns, chunk.frame);
         if let Some(rest) = self.cut(chunk.ts_ns, chunk.frame, counters, out) {
             self.probe(rest, chunk.ts_ns, chunk.frame, counters, out);
         }
@@ -337,14 +360,14 @@ impl Framer {
                 }
             }
             self.buf.extend_from_slice(&data);
+            self.saw(ts, frame_no);
             let mut verdict = self.judge(&self.buf);
             if verdict == Some(false) && self.buf.len() > data.len() {
                 let n = (self.buf.len() - data.len()) as u64;
                 self.count(counters, "resync_skipped_bytes", n);
                 self.buf.clear();
                 self.buf.extend_from_slice(&data);
-                self.first_ts = ts;
-                self.first_frame = frame_no;
+                self.start_at(ts, frame_no);
                 verdict = self.judge(&self.buf);
             }
             match verdict {
@@ -438,9 +461,9 @@ impl Framer {
                 dst: self.dst,
                 payload: payload.to_vec(),
                 first_ts_ns: self.first_ts,
-                last_ts_ns: ts,
+                last_ts_ns: self.last_ts,
                 first_frame: self.first_frame,
-                last_frame: frame_no,
+                last_frame: self.last_frame,
                 after_gap: self.after_gap,
                 tls: self.decrypted,
             });
@@ -448,8 +471,7 @@ impl Framer {
             self.framed = true;
             pos = end;
             // A following frame in the same chunk starts in this packet.
-            self.first_ts = ts;
-            self.first_frame = frame_no;
+            self.start_at(ts, frame_no);
         }
         if pos > 0 {
             self.buf.drain(..pos);
@@ -563,8 +585,7 @@ impl Framer {
         self.synced = false;
         // No second suspicion on the same bytes: the candidate is judged as Kafka only.
         self.resync_pending = false;
-        self.first_ts = ts;
-        self.first_frame = frame_no;
+        self.start_at(ts, frame_no);
     }
 }
 

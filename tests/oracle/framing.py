@@ -64,6 +64,8 @@ class Framer:
         "_first_frame",
         "_first_ts",
         "_framed",
+        "_last_frame",
+        "_last_ts",
         "_own",
         "_plausible",
         "_resync_pending",
@@ -97,6 +99,11 @@ class Framer:
         self._after_gap = False
         self._first_ts = 0
         self._first_frame = 0
+        # The latest-arriving packet (highest frame number) among the bytes of the
+        # frame in ``_buf``: when the capture had all of them. After a hole the chunks
+        # of held segments come with their own, older, times.
+        self._last_ts = 0
+        self._last_frame = -1
         self._fed = 0  # bytes fed outside TLS
         self._framed = False  # a frame was cut: this direction speaks Kafka
         # What this direction added to the shared counters before its first frame,
@@ -112,6 +119,7 @@ class Framer:
             self._lose_sync()
         if not self._buf:
             self._first_ts, self._first_frame = chunk.ts_ns, chunk.frame
+            self._last_ts, self._last_frame = chunk.ts_ns, chunk.frame
             if self._synced:
                 whole = self._whole_frame(chunk)
                 if whole is not None:
@@ -119,7 +127,13 @@ class Framer:
         if not self._synced:
             return self._probe(chunk)
         self._buf += chunk.data
+        self._saw(chunk)
         return self._cut(chunk.ts_ns, chunk.frame)
+
+    def _saw(self, chunk: Chunk) -> None:
+        """``chunk``'s bytes joined the frame in ``_buf``."""
+        if chunk.frame > self._last_frame:
+            self._last_ts, self._last_frame = chunk.ts_ns, chunk.frame
 
     def _whole_frame(self, chunk: Chunk) -> Frame | None:
         """The chunk is exactly one frame (the usual case: one message per send and
@@ -192,11 +206,13 @@ class Framer:
             self._detect_tls(chunk.data)
             return []
         self._buf += chunk.data
+        self._saw(chunk)
         verdict = self._judge(self._buf)
         if verdict is False and len(self._buf) > len(chunk.data):
             self._count("resync_skipped_bytes", len(self._buf) - len(chunk.data))
             self._buf[:] = chunk.data
             self._first_ts, self._first_frame = chunk.ts_ns, chunk.frame
+            self._last_ts, self._last_frame = chunk.ts_ns, chunk.frame
             verdict = self._judge(self._buf)
         if verdict is None:
             return []
@@ -255,9 +271,9 @@ class Framer:
                     self.dst,
                     bytes(buf[pos + 4 : end]),
                     self._first_ts,
-                    ts_ns,
+                    self._last_ts,
                     self._first_frame,
-                    frame_no,
+                    self._last_frame,
                     self._after_gap,
                 )
             )
@@ -266,6 +282,7 @@ class Framer:
             pos = end
             # A following frame in the same chunk starts in this packet.
             self._first_ts, self._first_frame = ts_ns, frame_no
+            self._last_ts, self._last_frame = ts_ns, frame_no
         if pos:
             del buf[:pos]
         return out

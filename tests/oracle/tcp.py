@@ -490,8 +490,8 @@ class Reassembler:
             if segs:
                 self._drain(d, out)
         elif segs and segs[0][0] == end:
-            # Fills the hole: one chunk, stamped with this (latest) packet.
-            self._drain(d, out, [payload], pkt.ts_ns, pkt.frame)
+            # Fills the hole: this packet's chunk, then the buffered ones.
+            self._drain(d, out, payload, pkt.ts_ns, pkt.frame)
         elif payload:
             self._emit(d, payload, pkt.ts_ns, pkt.frame, out)
 
@@ -597,18 +597,19 @@ class Reassembler:
         self,
         d: _Dir,
         out: list[Event],
-        parts: list[bytes] | None = None,
+        lead: bytes = b"",
         ts_ns: int = -1,
         frame: int = -1,
     ) -> None:
-        """Release buffered segments that now continue the stream.
+        """Release buffered segments that now continue the stream, after ``lead`` (bytes
+        just delivered by the packet ``ts_ns``/``frame``).
 
-        A chunk is stamped with the latest-arriving packet among its bytes: that is
-        when the capture had all of them.
+        Every packet's bytes go out as a chunk of their own, with that packet's time:
+        framing times a frame by the packets that carried its bytes.
         """
         segs = d.segs
-        if parts is None:
-            parts = []
+        if lead:
+            self._emit(d, lead, ts_ns, frame, out)
         while segs and segs[0][0] <= d.next:  # type: ignore[operator]
             sseq, sdata, smissing, sts, sframe = segs.pop(0)
             size = len(sdata)
@@ -618,21 +619,12 @@ class Reassembler:
             send = sseq + size
             if send > nxt:
                 piece = sdata[nxt - sseq :] if nxt > sseq else sdata
-                parts.append(piece)
                 d.last_seq = nxt
                 d.last_data = piece
                 d.next = send
-                if sframe > frame:
-                    ts_ns, frame = sts, sframe
+                self._emit(d, piece, sts, sframe, out)
             if smissing:
-                if parts:
-                    self._emit(d, b"".join(parts), ts_ns, frame, out)
-                    parts = []
-                    frame = -1
                 self._lose_after(d, send + smissing)
-        if parts:
-            data = parts[0] if len(parts) == 1 else b"".join(parts)
-            self._emit(d, data, ts_ns, frame, out)
 
     def _skip_hole(self, d: _Dir, out: list[Event]) -> None:
         """Give up on the bytes before the first buffered segment and release what follows."""
