@@ -335,3 +335,44 @@ def without(frames: list[Frame], drop: Iterable[int]) -> list[Frame]:
     ``editcap IN OUT N...`` removes them (which counts from 1)."""
     gone = set(drop)
     return [fr for i, fr in enumerate(frames) if i not in gone]
+
+
+def losable(frames: list[Frame]) -> list[int]:
+    """Indexes of the frames whose removal loses bytes and leaves evidence of it, as
+    packet loss in a capture does: TCP payload that no other frame carries again (a
+    retransmission), followed by more payload of the same direction or by a peer ACK
+    past it. (The last segment of a direction that nobody acknowledges leaves no trace:
+    no tool can tell it was ever sent.)"""
+    copies: dict[tuple[bytes, int, int], list[int]] = {}
+    last_data: dict[bytes, int] = {}  # direction -> index of its last payload frame
+    acked: dict[bytes, int] = {}  # direction -> highest ACK its peer sent, by index
+    ends: dict[int, tuple[bytes, int]] = {}
+    acks: list[tuple[int, bytes, int]] = []
+    for i, (_ts, f) in enumerate(frames):
+        lay = _tcp_layout(f)
+        if lay is None:
+            continue
+        ip, tcp, _data = lay
+        way = f[ip + 12 : ip + 20] + f[tcp : tcp + 4]
+        back = f[ip + 16 : ip + 20] + f[ip + 12 : ip + 16] + f[tcp + 2 : tcp + 4] + f[tcp : tcp + 2]
+        seq, ack = struct.unpack_from("!II", f, tcp + 4)
+        if f[tcp + 13] & 0x10:
+            acks.append((i, back, ack))
+        size = tcp_payload_len(f)
+        if size:
+            copies.setdefault((way, seq, size), []).append(i)
+            last_data[way] = i
+            ends[i] = (way, (seq + size) & 0xFFFFFFFF)
+    del acked
+    out = []
+    for (way, _seq, _size), found in copies.items():
+        if len(found) != 1:
+            continue
+        i = found[0]
+        end = ends[i][1]
+        later_ack = any(
+            j > i and d == way and ((a - end) & 0xFFFFFFFF) < (1 << 31) for j, d, a in acks
+        )
+        if last_data[way] > i or later_ack:
+            out.append(i)
+    return sorted(out)

@@ -767,7 +767,10 @@ def test_resegment_reorder_duplicate_keeps_bytes(name: str, seed: int, wrap: boo
     # must not give up on late segments because of that, hence the long graces.
     events, counters = run(shuffled, close_grace_ns=10**15, rst_grace_ns=10**15, ack_gap_ns=10**15)
     assert collect(events) == {k: v for k, v in expected.items() if v}
-    assert counters["tcp_gap_bytes"] == 0
+    # Only what the original lacks too: ndpi-kafka-2024 has a 44-byte segment that
+    # its peer acknowledged and the capture never saw (tshark: "ACKed unseen segment").
+    _, whole = run(original, close_grace_ns=10**15, rst_grace_ns=10**15, ack_gap_ns=10**15)
+    assert counters["tcp_gap_bytes"] == whole["tcp_gap_bytes"]
 
 
 def test_idle_timeout_closes_silent_connections() -> None:

@@ -306,10 +306,11 @@ struct Dir {
     fin: Option<i64>, // unwrapped seq where the FIN sits
     segs: BTreeMap<i64, Seg>,
     buffered: u64,
-    nmarks: usize, // marks of all `segs`: the buffered packets (pieces)
-    resync: bool,  // the next chunk does not continue the previous one
-    lost: u64,     // bytes skipped before the next chunk
-    last_seq: i64, // last delivered segment, to check retransmitted copies
+    nmarks: usize,   // marks of all `segs`: the buffered packets (pieces)
+    resync: bool,    // the next chunk does not continue the previous one
+    lost: u64,       // bytes skipped before the next chunk
+    lost_lost: bool, // some of `lost` went with packets never seen (not snaplen)
+    last_seq: i64,   // last delivered segment, to check retransmitted copies
     last_data: Vec<u8>,
     // Peer packets acknowledging past our next byte (the capture lost bytes the
     // receiver got): how many since `next` was `ack_hole`, since when, how far.
@@ -336,6 +337,7 @@ impl Dir {
             nmarks: 0,
             resync: false,
             lost: 0,
+            lost_lost: false,
             last_seq: 0,
             last_data: Vec::new(),
             ack_count: 0,
@@ -377,18 +379,23 @@ impl Dir {
             frame,
             resync: self.resync,
             lost: self.lost,
+            snapped: self.lost > 0 && !self.lost_lost,
         }));
         self.resync = false;
         self.lost = 0;
+        self.lost_lost = false;
     }
 
-    fn skip_to(&mut self, target: i64, ctx: &mut Ctx) {
+    /// Skip to `target`: the bytes before it were cut by the snap length (`snapped`)
+    /// or went with packets the capture never saw.
+    fn skip_to(&mut self, target: i64, snapped: bool, ctx: &mut Ctx) {
         let nxt = self.nxt();
         if target > nxt {
             let gap = (target - nxt) as u64;
             ctx.counters.inc("tcp_gaps");
             ctx.counters.add("tcp_gap_bytes", gap);
             self.lost = self.lost.saturating_add(gap);
+            self.lost_lost |= !snapped;
             self.resync = true;
             self.next = Some(target);
         }
@@ -400,7 +407,7 @@ impl Dir {
             Some(first) if first < target => first,
             _ => target,
         };
-        self.skip_to(target, ctx);
+        self.skip_to(target, true, ctx);
     }
 
     /// Release buffered segments that now continue the stream, after `lead` (bytes just
@@ -453,7 +460,7 @@ impl Dir {
         let Some(first) = self.first_key() else {
             return;
         };
-        self.skip_to(first, ctx);
+        self.skip_to(first, false, ctx);
         self.drain(None, ctx);
     }
 
@@ -726,16 +733,26 @@ impl Dir {
         }
     }
 
-    /// Closing: every hole becomes a gap, and so do bytes before the FIN never seen.
-    fn finish(&mut self, ctx: &mut Ctx) {
+    /// Closing: every hole becomes a gap, and so do the last bytes never seen: before
+    /// the FIN, or (no FIN seen) acknowledged by the peer. Those go out as an empty chunk
+    /// with `lost` at `now` (the connection's last packet): framing learns that its last
+    /// frames may be in the hole, and correlation that the responses still awaited may
+    /// be there.
+    fn finish(&mut self, now: Ts, ctx: &mut Ctx) {
         while !self.segs.is_empty() {
             self.skip_hole(ctx);
         }
-        if let (Some(fin), Some(nxt)) = (self.fin, self.next) {
-            if nxt < fin {
-                ctx.counters.inc("tcp_gaps");
-                ctx.counters.add("tcp_gap_bytes", (fin - nxt) as u64);
-            }
+        let Some(nxt) = self.next else { return };
+        let acked = if self.ack_hole == Some(nxt) {
+            self.ack_max
+        } else {
+            nxt
+        };
+        // The FIN takes a sequence number the peer acknowledges: not a byte.
+        let end = self.fin.unwrap_or(acked);
+        if end > nxt {
+            self.skip_to(end, false, ctx);
+            self.emit(Vec::new(), now, 0, ctx);
         }
     }
 
@@ -766,6 +783,7 @@ struct Conn {
     stream: u32,
     dirs: [Dir; 2], // [0] is the direction of the packet that opened it
     last_ts: Ts,    // the idle clock at its latest packet
+    seen_ts: Ts,    // capture time of its latest packet
     rst: bool,
     rst_from: usize,
     rst_seq: i64,
@@ -818,6 +836,7 @@ impl Conn {
         let flags = pkt.flags;
         let now = pkt.ts_ns;
         let mut seq = pkt.seq;
+        self.seen_ts = now;
         let (d, peer) = self.pair(side);
         if flags & SYN != 0 {
             if !d.syn {
@@ -1125,6 +1144,7 @@ impl Reassembler {
                 Dir::new(reversed(&key), stream, slot, 1),
             ],
             last_ts: 0,
+            seen_ts: 0,
             rst: false,
             rst_from: 0,
             rst_seq: 0,
@@ -1408,7 +1428,7 @@ impl Reassembler {
                 buf: &mut self.buf,
             };
             for d in conn.dirs.iter_mut() {
-                d.finish(&mut ctx);
+                d.finish(conn.seen_ts, &mut ctx);
             }
         }
         if conn.pending_syn.is_some() {

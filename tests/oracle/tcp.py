@@ -382,10 +382,20 @@ class Reassembler:
         for d in (conn.a, conn.b):
             while d.segs:
                 self._skip_hole(d, out)
-            if d.fin is not None and d.next is not None and d.next < d.fin:
-                # Bytes before the FIN that never arrived.
+            if d.next is None:
+                continue
+            # The last bytes never seen: before the FIN, or (no FIN seen) acknowledged
+            # by the peer (the FIN takes a sequence number, not a byte). An empty chunk
+            # with ``lost`` tells framing its last frames may be in that hole.
+            acked = d.ack_max if d.ack_hole == d.next else d.next
+            end = d.fin if d.fin is not None else acked
+            if end > d.next:
                 self._counters.add("tcp_gaps")
-                self._counters.add("tcp_gap_bytes", d.fin - d.next)
+                self._counters.add("tcp_gap_bytes", end - d.next)
+                d.lost += end - d.next
+                d.resync = True
+                d.next = end
+                self._emit(d, b"", conn.last_ts, 0, out)
         out.append(StreamClose(conn.stream, reason))
         self._closing.pop(conn, None)
         closed = self._closed
