@@ -292,9 +292,11 @@ def test_snaplen_truncated_capture_matches_tshark(tmp_path: Path) -> None:
     )
     present = snaplen - (14 + 20 + 20)
     got = chunks(events, (C, 40000))
+    # The cut is said at once, by an empty chunk of the packet it was cut from.
     assert [(len(ch.data), ch.resync, ch.lost) for ch in got] == [
         (present, False, 0),
-        (10, True, tcp_len - present),
+        (0, True, tcp_len - present),
+        (10, False, 0),
     ]
 
 
@@ -459,9 +461,10 @@ def test_snaplen_truncation_becomes_a_gap() -> None:
     ]
     events, counters = run(pkts)
     got = chunks(events)
-    assert [(ch.data, ch.resync, ch.lost) for ch in got] == [
-        (b"head", False, 0),
-        (b"next", True, 96),
+    assert [(ch.data, ch.frame, ch.resync, ch.lost) for ch in got] == [
+        (b"head", pkts[-2].frame, False, 0),
+        (b"", pkts[-2].frame, True, 96),  # at once, with the packet it was cut from
+        (b"next", pkts[-1].frame, False, 0),
     ]
     assert counters["tcp_gap_bytes"] == 96
 

@@ -332,9 +332,14 @@ impl Framer {
         if h.left > 0 {
             return true;
         }
-        // The hole ran to the frame's end: its last byte was not captured.
+        // The hole ran to the frame's end. Cut by the snap length, its last byte was on
+        // the packet of this (empty) chunk; lost, its time is unknown.
+        if chunk.snapped && chunk.frame > h.last_frame {
+            h.last_ts = chunk.ts_ns;
+            h.last_frame = chunk.frame;
+        }
         let beyond = lost > inside;
-        self.end_holed(true, out);
+        self.end_holed(!chunk.snapped, out);
         !beyond
     }
 

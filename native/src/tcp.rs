@@ -318,6 +318,7 @@ struct Dir {
     ack_hole: Option<i64>,
     ack_since: Ts,
     ack_max: i64,
+    ack_top: i64, // the highest byte ever acknowledged past the next expected one
 }
 
 impl Dir {
@@ -344,6 +345,7 @@ impl Dir {
             ack_hole: None,
             ack_since: 0,
             ack_max: 0,
+            ack_top: i64::MIN,
         }
     }
 
@@ -401,13 +403,18 @@ impl Dir {
         }
     }
 
-    /// Bytes up to `target` are known to be missing (snaplen): skip them.
-    fn lose_after(&mut self, target: i64, ctx: &mut Ctx) {
+    /// Bytes up to `target` are known to be missing (cut by the snap length from the
+    /// packet `ts`/`frame`): skip them, and say so at once with an empty chunk of that
+    /// packet, so that framing can end a frame cut there without waiting for more bytes.
+    fn lose_after(&mut self, target: i64, ts: Ts, frame: u64, ctx: &mut Ctx) {
         let target = match self.first_key() {
             Some(first) if first < target => first,
             _ => target,
         };
-        self.skip_to(target, true, ctx);
+        if target > self.nxt() {
+            self.skip_to(target, true, ctx);
+            self.emit(Vec::new(), ts, frame, ctx);
+        }
     }
 
     /// Release buffered segments that now continue the stream, after `lead` (bytes just
@@ -449,7 +456,13 @@ impl Dir {
                 }
             }
             if seg.missing > 0 {
-                self.lose_after(send.saturating_add_unsigned(seg.missing), ctx);
+                let last = seg.marks.last().map_or((0, 0), |m| (m.ts, m.frame));
+                self.lose_after(
+                    send.saturating_add_unsigned(seg.missing),
+                    last.0,
+                    last.1,
+                    ctx,
+                );
             }
         }
         ctx.buf.update(self, old_bytes, old_marks);
@@ -609,7 +622,7 @@ impl Dir {
             if !payload.is_empty() {
                 self.emit(payload.to_vec(), ts, frame, ctx);
             }
-            self.lose_after(end.saturating_add_unsigned(missing), ctx);
+            self.lose_after(end.saturating_add_unsigned(missing), ts, frame, ctx);
             if !self.segs.is_empty() {
                 self.drain(None, ctx);
             }
@@ -657,7 +670,7 @@ impl Dir {
             }
             self.deliver_in_order(fresh, missing, ts, frame, ctx);
         } else {
-            self.lose_after(end.saturating_add_unsigned(missing), ctx);
+            self.lose_after(end.saturating_add_unsigned(missing), ts, frame, ctx);
             if !self.segs.is_empty() {
                 self.drain(None, ctx);
             }
@@ -700,6 +713,7 @@ impl Dir {
         }
         self.ack_count = self.ack_count.saturating_add(1);
         self.ack_max = self.ack_max.max(target);
+        self.ack_top = self.ack_top.max(target);
         if !self.segs.is_empty() {
             self.skip_acked(now, ctx);
         }
@@ -743,11 +757,7 @@ impl Dir {
             self.skip_hole(ctx);
         }
         let Some(nxt) = self.next else { return };
-        let acked = if self.ack_hole == Some(nxt) {
-            self.ack_max
-        } else {
-            nxt
-        };
+        let acked = self.ack_top.max(nxt);
         // The FIN takes a sequence number the peer acknowledges: not a byte.
         let end = self.fin.unwrap_or(acked);
         if end > nxt {

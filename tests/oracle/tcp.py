@@ -123,6 +123,7 @@ class _Dir:
         "ack_hole",
         "ack_max",
         "ack_since",
+        "ack_top",
         "base",
         "buffered",
         "conn",
@@ -162,6 +163,7 @@ class _Dir:
         self.ack_hole = -1
         self.ack_since = 0
         self.ack_max = 0
+        self.ack_top = 0  # the highest byte ever acknowledged past the next expected one
 
     def unwrap(self, seq: int) -> int:
         """The unwrapped sequence number nearest to ``next`` with these low 32 bits."""
@@ -387,7 +389,7 @@ class Reassembler:
             # The last bytes never seen: before the FIN, or (no FIN seen) acknowledged
             # by the peer (the FIN takes a sequence number, not a byte). An empty chunk
             # with ``lost`` tells framing its last frames may be in that hole.
-            acked = d.ack_max if d.ack_hole == d.next else d.next
+            acked = max(d.ack_top, d.next)
             end = d.fin if d.fin is not None else acked
             if end > d.next:
                 self._counters.add("tcp_gaps")
@@ -496,7 +498,7 @@ class Reassembler:
         if missing:
             if payload:
                 self._emit(d, payload, pkt.ts_ns, pkt.frame, out)
-            self._lose_after(d, end + missing)
+            self._lose_after(d, end + missing, pkt.ts_ns, pkt.frame, out)
             if segs:
                 self._drain(d, out)
         elif segs and segs[0][0] == end:
@@ -530,7 +532,7 @@ class Reassembler:
                 return
             self._deliver_in_order(d, fresh, missing, pkt, out)
         else:
-            self._lose_after(d, end + missing)
+            self._lose_after(d, end + missing, pkt.ts_ns, pkt.frame, out)
             if d.segs:
                 self._drain(d, out)
 
@@ -542,8 +544,10 @@ class Reassembler:
         if hi > lo and payload[lo - start : hi - start] != last[lo - d.last_seq : hi - d.last_seq]:
             self._counters.add("tcp_overlap_conflict")
 
-    def _lose_after(self, d: _Dir, target: int) -> None:
-        """Bytes up to ``target`` are known to be missing (snaplen): skip them."""
+    def _lose_after(self, d: _Dir, target: int, ts_ns: int, frame: int, out: list[Event]) -> None:
+        """Bytes up to ``target`` are known to be missing (cut by the snap length from
+        the packet ``ts_ns``/``frame``): skip them, and say so at once with an empty chunk
+        of that packet, so that framing can end a frame cut there."""
         nxt: int = d.next  # type: ignore[assignment]
         if d.segs and d.segs[0][0] < target:
             target = d.segs[0][0]
@@ -553,6 +557,7 @@ class Reassembler:
             d.lost += target - nxt
             d.resync = True
             d.next = target
+            self._emit(d, b"", ts_ns, frame, out)
 
     def _emit(self, d: _Dir, data: bytes, ts_ns: int, frame: int, out: list[Event]) -> None:
         out.append(Chunk(d.conn.stream, d.src, d.dst, data, ts_ns, frame, d.resync, d.lost))
@@ -634,7 +639,7 @@ class Reassembler:
                 d.next = send
                 self._emit(d, piece, sts, sframe, out)
             if smissing:
-                self._lose_after(d, send + smissing)
+                self._lose_after(d, send + smissing, sts, sframe, out)
 
     def _skip_hole(self, d: _Dir, out: list[Event]) -> None:
         """Give up on the bytes before the first buffered segment and release what follows."""
@@ -658,6 +663,7 @@ class Reassembler:
             d.ack_max = target
         d.ack_count += 1
         d.ack_max = max(d.ack_max, target)
+        d.ack_top = max(d.ack_top, target)
         if d.segs:
             self._skip_acked(d, now, out)
 
