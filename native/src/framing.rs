@@ -8,6 +8,14 @@
 //! only when plausible for the sender's role (`header::StartCheck`). Everything skipped
 //! is counted, with the Python stage's counter names.
 //!
+//! A hole of known size (`Chunk::lost`) inside a frame whose size prefix was captured
+//! does not lose sync: the frame's end, and so the next frame's start, follow by
+//! sequence arithmetic (as Wireshark goes on after "previous segment not captured").
+//! That frame goes on to correlation as holed (`KafkaFrame::missing`, `end_lost`), to
+//! be paired by its header and flagged. Holes that may have swallowed whole frames are
+//! reported to correlation (`take_lost`). A frame's last time is the latest-arriving
+//! packet among its bytes (chunks released after a hole carry their own times).
+//!
 //! TLS differs from Python on purpose (issue #11): bytes that look like a TLS record
 //! header make the direction only *suspected* TLS. It is concluded when the next record
 //! header sits where the first record ends (or at close, or after `TLS_TENTATIVE_MAX`
