@@ -1,24 +1,38 @@
-"""Spark fleet job on N copies of one capture, with 1 and 2 cores: the speed-up.
+"""The ``spark`` command on 1 and 8 copies of a capture against ``dissector.analyze``.
 
-    python benchmarks/spark_scaling.py [CAPTURE] [--copies N] [--enlarge K] [--cores 1,2]
-                                       [--runs R] [--no-job]
+    python benchmarks/spark_scaling.py [CAPTURE] [--copies 1,8] [--runs R] [--oom-copies 16]
+                                       [--master local[2]] [--analytics all] [--workdir DIR]
 
-Without CAPTURE the project's captures/kafka-4-mixed.pcapng is used (else the shared
-local-tansu capture). With ``--enlarge K`` (default 8) the capture is first made K
-times longer (``capture_speed.enlarge``: K re-addressed, time-shifted copies in one
-file), so that a task's decoding outweighs Spark's fixed cost per task, as with real
-broker captures; ``--enlarge 1`` uses the file as is. The N copies go to a temporary
-directory. For each core count a
-fresh ``local[C]`` session is started and warmed up (Python workers started and the
-decoder imported, on two copies), then timed, best of R runs (default 2):
+What a fleet user runs, timed as a whole: ``kafka-dissector spark DIR --master local[2]
+-o OUT`` (every table, Spark's default memory settings) in a subprocess, on each number
+of copies of CAPTURE, and ``dissector.analyze`` of the largest number of copies serially
+in this process. The contenders alternate, ``--runs`` times (default 3); min and median
+are printed. From them:
 
-  decode   ``sparkfleet.load``: every copy decoded by its own task, rows cached
-  job      ``spark_job.run_job``: decode plus every Parquet table written
+  marginal Spark throughput  (pairs of 8 copies - pairs of 1) / (time of 8 - time of 1),
+                             the two taken in the same run: what each more capture costs,
+                             the JVM's start and Spark's fixed costs cancelled out
+  offline throughput         pairs / second of ``dissector.analyze``, one process
 
-The offline pipeline's serial time (``dissector.analyze`` per copy, one process) is
-printed for comparison. The machine is shared: the load average is printed before and
-after, and for each decode run how many cores the job's processes (driver, JVM, Python
-workers) kept busy on average: CPU seconds over wall seconds, from /proc.
+and their ratio (the fleet issue's goal: at least 0.25). Then the job runs once on
+``--oom-copies`` copies (default 16; 0 skips it) with ``--verbose``, to show it ends
+without an OutOfMemoryError. For every job the peak resident memory (VmHWM) of the
+driver (the command's Python), of the JVM and of the largest Python worker is
+printed, read from /proc while the job runs (Linux).
+
+CAPTURE should be a real capture of at least 30 MB with long-poll traffic; record one
+with the test bed (it starts nothing itself: start the broker first)::
+
+    scripts/kafka-broker start
+    python -m scripts.testbed.longpoll --out ../bench/longpoll-30s.pcapng --seconds 30
+    scripts/kafka-broker stop
+
+Without CAPTURE the largest capture in ``$KD_BENCH_DIR``, else in ``../bench`` beside
+the checkout, is used. The copies are hard links (else copies) in a temporary folder.
+The machine may be shared: the load average is printed before and after.
+
+``--decode-scaling`` runs the older measurement instead: decoding alone (``load``)
+with ``local[1]`` and ``local[2]`` on ``--copies`` copies (one number), the speed-up.
 """
 
 from __future__ import annotations
@@ -26,160 +40,382 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
+import resource
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from capture_speed import enlarge  # noqa: E402
 
 import dissector  # noqa: E402
-from dissector.spark import load  # noqa: E402
-from dissector.spark.job import build_session, run_job  # noqa: E402
 
-CANDIDATES = (
-    REPO / "captures" / "kafka-4-mixed.pcapng",
-    REPO.parent / "shared" / "captures" / "local-tansu-confluent-kafka.pcapng",
-)
-WARMUP_COPIES = 2
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz")
+MIN_BENCH_BYTES = 30_000_000
+SUMMARY = re.compile(r"(\d+) captures \((\d+) failed to decode\), (\d+) pairs, ([\d.]+) s")
+WARMUP = REPO / "captures" / "kafka-4-mixed.pcapng"
 
 
-def make_copies(capture: Path, n: int, folder: Path) -> list[str]:
-    paths = []
-    for i in range(n):
-        target = folder / f"copy-{i:04d}{''.join(capture.suffixes)}"
-        shutil.copyfile(capture, target)
-        paths.append(str(target))
-    return paths
-
-
-def serial_seconds(paths: list[str]) -> tuple[float, int]:
-    dissector.analyze(paths[0])  # imports and spec compilation are not the point
-    started = time.perf_counter()
-    rows = sum(len(dissector.analyze(p)) for p in paths)
-    return time.perf_counter() - started, rows
-
-
-def tree_cpu_seconds(root: int) -> float | None:
-    """CPU seconds used so far by ``root`` and its descendants (the JVM, Python workers).
-
-    Linux /proc only; None elsewhere. Includes children that exited and were reaped.
-    """
-    proc = Path("/proc")
-    if not (proc / str(root) / "stat").exists():
+def default_capture() -> Path | None:
+    folder = Path(os.environ.get("KD_BENCH_DIR") or REPO.parent / "bench")
+    if not folder.is_dir():
         return None
-    parent: dict[int, int] = {}
-    ticks: dict[int, int] = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
+    found = [p for p in folder.iterdir() if p.is_file() and p.name.endswith(CAPTURE_SUFFIXES)]
+    return max(found, key=lambda p: p.stat().st_size, default=None)
+
+
+def make_copies(capture: Path, n: int, folder: Path) -> Path:
+    """``folder`` holding ``n`` copies of ``capture`` (hard links where possible)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    suffix = "".join(capture.suffixes) or ".pcap"
+    for i in range(n):
+        target = folder / f"copy-{i:04d}{suffix}"
         try:
-            stat = (entry / "stat").read_text()
+            os.link(capture, target)
         except OSError:
-            continue  # the process ended meanwhile
-        fields = stat[stat.rindex(")") + 2 :].split()
-        pid = int(entry.name)
-        parent[pid] = int(fields[1])
-        # utime, stime, cutime, cstime (fields 14-17 of proc(5)).
-        ticks[pid] = sum(int(f) for f in fields[11:15])
-    tree = {root}
-    grew = True
-    while grew:
-        grew = False
-        for pid, ppid in parent.items():
-            if ppid in tree and pid not in tree:
-                tree.add(pid)
-                grew = True
-    return sum(ticks.get(pid, 0) for pid in tree) / os.sysconf("SC_CLK_TCK")
+            shutil.copyfile(capture, target)
+    return folder
 
 
-def timed_run(
-    cores: int, paths: list[str], out: Path | None, runs: int
-) -> tuple[float, float | None, int]:
-    """Best of ``runs`` (the machine is shared) for the decode and for the whole job."""
-    spark = build_session(f"local[{cores}]", app_name=f"spark-scaling-{cores}", quiet=True)
+# ---------------------------------------------------------------- memory
+
+
+@dataclass
+class PeakMemory:
+    """Peak resident memory (VmHWM, bytes) seen per kind of process of one job, and
+    the CPU time (user + system, seconds) each kind used: on a shared machine the wall
+    time depends on the other work, the CPU time much less."""
+
+    driver: int = 0
+    jvm: int = 0
+    worker: int = 0  # the largest single Python worker
+    workers: set[int] = field(default_factory=set)
+    cpu: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> (kind, s)
+
+    total_cpu: float = 0.0  # every process of the job, once all were reaped (rusage)
+
+    def cpu_of(self, kind: str) -> float:
+        """CPU seconds of one kind, as last sampled (a process that ends between two
+        samples loses its last fraction of a second: Python workers are short-lived,
+        so theirs is the total less the driver and the JVM)."""
+        if kind == "worker":
+            return max(0.0, self.total_cpu - self.cpu_of("driver") - self.cpu_of("jvm"))
+        return sum(s for k, s in self.cpu.values() if k == kind)
+
+    def line(self) -> str:
+        mb = 1 << 20
+        return (
+            f"peak RSS: driver {self.driver / mb:.0f} MB, JVM {self.jvm / mb:.0f} MB, "
+            f"largest Python worker {self.worker / mb:.0f} MB "
+            f"({len(self.workers)} worker processes); CPU {self.total_cpu:.1f} s: driver "
+            f"{self.cpu_of('driver'):.1f} s, JVM {self.cpu_of('jvm'):.1f} s, "
+            f"Python workers {self.cpu_of('worker'):.1f} s"
+        )
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (its own threads, not its children)."""
     try:
-        load(spark, paths[:WARMUP_COPIES]).unpersist()
-        decode = math.inf
-        pairs = 0
-        for _ in range(runs):
-            cpu_before = tree_cpu_seconds(os.getpid())
-            started = time.perf_counter()
-            fleet = load(spark, paths)
-            pairs = fleet.pairs.count()
-            wall = time.perf_counter() - started
-            cpu_after = tree_cpu_seconds(os.getpid())
-            fleet.unpersist()
-            if cpu_before is not None and cpu_after is not None:
-                busy = (cpu_after - cpu_before) / wall
-                print(f"  local[{cores}] decode run: {wall:.2f} s, {busy:.2f} cores busy")
-            decode = min(decode, wall)
-        job = None
-        if out is not None:
-            job = math.inf
-            for _ in range(runs):
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _status(pid: int) -> tuple[int, int] | None:
+    """(parent pid, VmHWM bytes) of a process, or None once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    hwm = fields.get("VmHWM", "0 kB").split()
+    return int(fields.get("PPid", "0")), int(hwm[0]) * 1024 if hwm else 0
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def watch_memory(root: int, peak: PeakMemory, stop: threading.Event, every: float = 0.2) -> None:
+    """Sample the process tree under ``root`` until ``stop``: peak VmHWM per kind."""
+    if not Path("/proc").is_dir():
+        return
+    while not stop.is_set():
+        parents: dict[int, int] = {}
+        hwm: dict[int, int] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                got = _status(int(entry.name))
+                if got is not None:
+                    parents[int(entry.name)], hwm[int(entry.name)] = got
+        tree = {root}
+        grew = True
+        while grew:
+            grew = False
+            for pid, ppid in parents.items():
+                if ppid in tree and pid not in tree:
+                    tree.add(pid)
+                    grew = True
+        for pid in tree:
+            size = hwm.get(pid, 0)
+            cpu = _cpu_seconds(pid)
+            if pid == root:
+                peak.driver = max(peak.driver, size)
+                kind = "driver"
+            else:
+                command = _cmdline(pid)
+                if "java" in command.split(" ", 1)[0]:
+                    peak.jvm = max(peak.jvm, size)
+                    kind = "jvm"
+                elif "pyspark" in command or "python" in command:
+                    peak.workers.add(pid)
+                    peak.worker = max(peak.worker, size)
+                    kind = "worker"
+                else:
+                    kind = "other"
+            if cpu is not None:
+                peak.cpu[pid] = (kind, cpu)
+        stop.wait(every)
+
+
+# ---------------------------------------------------------------- contenders
+
+
+@dataclass
+class JobRun:
+    seconds: float  # wall time of the whole command
+    job_seconds: float  # the command's own figure (after the JVM started)
+    pairs: int
+    captures: int
+    code: int
+    peak: PeakMemory
+    stderr: str
+
+    @property
+    def peak_cpu(self) -> float:
+        """CPU seconds of every process of the job."""
+        return self.peak.total_cpu
+
+
+def spark_command() -> list[str]:
+    script = Path(sys.executable).parent / "kafka-dissector"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "dissector.cli"]
+
+
+def run_spark_job(
+    folder: Path, out: Path, master: str, analytics: str, *, verbose: bool = False
+) -> JobRun:
+    """``kafka-dissector spark FOLDER --master MASTER -o OUT``, timed and watched."""
+    command = [*spark_command(), "spark", str(folder), "--master", master, "-o", str(out)]
+    command += ["--analytics", analytics] + (["--verbose"] if verbose else [])
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    peak = PeakMemory()
+    stop = threading.Event()
+    started = time.perf_counter()
+    # Each process of the job is reaped by its parent (the JVM by the driver, the Python
+    # workers by pyspark's daemon...), so this process's children's CPU counts them all.
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=out.parent
+        )
+        sampler = threading.Thread(target=watch_memory, args=(proc.pid, peak, stop), daemon=True)
+        sampler.start()
+        stdout, _ = proc.communicate()
+        seconds = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        peak.total_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        stop.set()
+        sampler.join()
+        err.seek(0)
+        stderr = err.read()
+    match = SUMMARY.search(stdout)
+    captures, pairs, job = (
+        (int(match[1]), int(match[3]), float(match[4])) if match else (0, 0, math.nan)
+    )
+    return JobRun(seconds, job, pairs, captures, proc.returncode, peak, stderr)
+
+
+def offline_seconds(folder: Path) -> tuple[float, int, float]:
+    """``dissector.analyze`` of every capture in ``folder``, serially, in this process:
+    (wall seconds, pairs, CPU seconds of every thread of this process)."""
+    paths = sorted(str(p) for p in folder.iterdir())
+    started, cpu = time.perf_counter(), time.process_time()
+    pairs = sum(len(dissector.analyze(p)) for p in paths)
+    return time.perf_counter() - started, pairs, time.process_time() - cpu
+
+
+def _summary(values: list[float]) -> str:
+    return f"min {min(values):.2f} s, median {statistics.median(values):.2f} s"
+
+
+def job_report(folder: Path, copies: list[int], args: argparse.Namespace) -> int:
+    folders = {n: make_copies(args.capture, n, folder / f"in-{n}") for n in copies}
+    largest = max(copies)
+    dissector.analyze(str(WARMUP))  # imports and the spec model are not the point
+    offline: list[float] = []
+    offline_cpu: list[float] = []
+    offline_pairs = 0
+    jobs: dict[int, list[JobRun]] = {n: [] for n in copies}
+    for r in range(args.runs):
+        seconds, offline_pairs, cpu = offline_seconds(folders[largest])
+        offline.append(seconds)
+        offline_cpu.append(cpu)
+        print(
+            f"run {r + 1}: dissector.analyze x{largest}: {seconds:.2f} s, CPU {cpu:.2f} s",
+            flush=True,
+        )
+        for n in copies:
+            run = run_spark_job(folders[n], folder / f"out-{n}", args.master, args.analytics)
+            jobs[n].append(run)
+            state = "ok" if run.code == 0 else f"FAILED (exit {run.code})"
+            print(
+                f"run {r + 1}: spark job x{n}: {run.seconds:.2f} s wall "
+                f"({run.job_seconds:.2f} s after the JVM started), {run.pairs} pairs, {state}; "
+                f"{run.peak.line()}",
+                flush=True,
+            )
+            if run.code != 0:
+                print(run.stderr[-3000:])
+                return 1
+    print()
+    print(f"offline: dissector.analyze x{largest}, one process: {_summary(offline)}")
+    rate = offline_pairs / min(offline)
+    print(f"  {offline_pairs} pairs, {rate:,.0f} pairs/s (best run)")
+    for n in copies:
+        walls = [j.seconds for j in jobs[n]]
+        print(f"spark x{n} ({args.master}, every table): {_summary(walls)} wall")
+        if any(j.pairs != jobs[n][0].pairs for j in jobs[n]):
+            print("  MISMATCH: pair counts differ between runs")
+            return 1
+    small, big = min(copies), largest
+    if jobs[big][0].pairs != offline_pairs:
+        print(f"MISMATCH: Spark found {jobs[big][0].pairs} pairs, analyze {offline_pairs}")
+        return 1
+    extra = jobs[big][0].pairs - jobs[small][0].pairs
+    # Each run's x8 minus its own x1 (run one after the other, on the same machine load),
+    # for the whole command and for the job after the JVM started; min and median.
+    for label, measure in (
+        ("wall", lambda j: j.seconds),
+        ("after the JVM started", lambda j: j.job_seconds),
+    ):
+        deltas = [measure(b) - measure(s) for b, s in zip(jobs[big], jobs[small], strict=True)]
+        for how, pick in (("min", min), ("median", statistics.median)):
+            delta = pick(deltas)
+            offline_rate = offline_pairs / pick(offline)
+            marginal = extra / delta if delta > 0 else math.inf
+            print(
+                f"marginal Spark throughput (x{big} - x{small}, {label}, {how} of {len(deltas)}):"
+                f" {marginal:,.0f} pairs/s = {marginal / offline_rate:.2f}x offline"
+                f" ({offline_rate:,.0f} pairs/s)"
+            )
+    # CPU time: what the machine's load does not change much. Each x8 minus its x1.
+    cpu_deltas = [b.peak_cpu - s.peak_cpu for b, s in zip(jobs[big], jobs[small], strict=True)]
+    per_pair = min(offline_cpu) / offline_pairs
+    cpu_delta = statistics.median(cpu_deltas)
+    ratio = per_pair * extra / cpu_delta if cpu_delta > 0 else math.inf
+    print(
+        f"marginal CPU (x{big} - x{small}, median of {len(cpu_deltas)}): {cpu_delta:.1f} s for "
+        f"{extra} pairs = {cpu_delta / extra * 1e6:.1f} us/pair against "
+        f"{per_pair * 1e6:.1f} us/pair offline: {ratio:.2f}x offline per CPU second"
+    )
+    for n in copies:
+        j = jobs[n][0]
+        print(
+            f"  x{n} CPU by process: driver {j.peak.cpu_of('driver'):.1f} s, JVM "
+            f"{j.peak.cpu_of('jvm'):.1f} s, Python workers {j.peak.cpu_of('worker'):.1f} s"
+        )
+    if args.oom_copies:
+        oom_in = make_copies(args.capture, args.oom_copies, folder / f"in-{args.oom_copies}")
+        out = folder / f"out-{args.oom_copies}"
+        run = run_spark_job(oom_in, out, args.master, args.analytics, verbose=True)
+        oom = "OutOfMemoryError" in run.stderr
+        state = "ok" if run.code == 0 and not oom else f"FAILED (exit {run.code})"
+        print(
+            f"spark x{args.oom_copies}: {run.seconds:.2f} s wall, {run.pairs} pairs, {state}, "
+            f"OutOfMemoryError in its log: {'yes' if oom else 'no'}; {run.peak.line()}"
+        )
+        if run.code != 0 or oom:
+            print(run.stderr[-3000:])
+            return 1
+    return 0
+
+
+# ---------------------------------------------------------------- decode scaling
+
+
+def decode_scaling(folder: Path, copies: int, args: argparse.Namespace) -> int:
+    """The decode stage alone (``load`` then a count), local[1] against local[2]."""
+    from dissector.spark import load
+    from dissector.spark.job import build_session
+
+    paths = [str(p) for p in sorted(make_copies(args.capture, copies, folder / "in").iterdir())]
+    dissector.analyze(str(WARMUP))
+    serial, rows, _ = offline_seconds(folder / "in")
+    print(f"offline pipeline, serial: {serial:.2f} s, {rows} pairs")
+    results = {}
+    for cores in (1, 2):
+        spark = build_session(f"local[{cores}]", app_name=f"spark-scaling-{cores}", quiet=True)
+        try:
+            load(spark, paths[:2]).unpersist()  # Python workers started, decoder imported
+            best = math.inf
+            for _ in range(args.runs):
                 started = time.perf_counter()
-                run_job(spark, paths, str(out / f"cores-{cores}"))
-                job = min(job, time.perf_counter() - started)
-        return decode, job, pairs
-    finally:
-        spark.stop()
+                fleet = load(spark, paths)
+                pairs = fleet.pairs.count()
+                best = min(best, time.perf_counter() - started)
+                fleet.unpersist()
+                if pairs != rows:
+                    print(f"MISMATCH: Spark found {pairs} pairs, the offline pipeline {rows}")
+                    return 1
+        finally:
+            spark.stop()
+        results[cores] = best
+        print(f"local[{cores}]: decode {best:.2f} s")
+    print(f"speed-up 1 -> 2 cores: decode x{results[1] / results[2]:.2f}")
+    return 0
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("capture", nargs="?", type=Path)
-    parser.add_argument("--copies", type=int, default=16)
-    parser.add_argument("--enlarge", type=int, default=8, help="make the capture K times longer")
-    parser.add_argument("--cores", default="1,2", help="core counts to compare, e.g. 1,2")
-    parser.add_argument("--runs", type=int, default=2, help="best of R runs for each timing")
-    parser.add_argument("--no-job", action="store_true", help="time the decode only")
+    parser.add_argument("--copies", default="1,8", help="copy counts for the job (e.g. 1,8)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each contender")
+    parser.add_argument("--oom-copies", type=int, default=16, help="one more job on N copies")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--analytics", default="all", help="as the command's --analytics")
+    parser.add_argument("--workdir", type=Path, help="where the temporary folder goes")
+    parser.add_argument("--decode-scaling", action="store_true", help="the older measurement")
     args = parser.parse_args()
-    capture = args.capture or next((p for p in CANDIDATES if p.is_file()), None)
-    if capture is None or not capture.is_file():
-        parser.error("no capture found: pass one")
-    if args.copies < WARMUP_COPIES:
-        parser.error(f"--copies must be at least {WARMUP_COPIES}")
-    if args.enlarge < 1:
-        parser.error("--enlarge must be at least 1")
-    cores = [int(c) for c in args.cores.split(",")]
-
-    with tempfile.TemporaryDirectory(prefix="spark-scaling-") as tmp:
+    args.capture = args.capture or default_capture()
+    if args.capture is None or not args.capture.is_file():
+        parser.error("no capture: pass one, or record one (see --help)")
+    size = args.capture.stat().st_size
+    if size < MIN_BENCH_BYTES:
+        print(f"note: {args.capture.name} is {size / 1e6:.1f} MB, under the 30 MB the goal names")
+    copies = sorted({int(c) for c in args.copies.split(",")})
+    print(f"capture {args.capture.name}: {size / 1e6:.1f} MB; copies {copies}; {args.master}")
+    print("load average before: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
+    with tempfile.TemporaryDirectory(prefix="spark-scaling-", dir=args.workdir) as tmp:
         folder = Path(tmp)
-        (folder / "in").mkdir()
-        if args.enlarge > 1:
-            big = folder / f"enlarged-{capture.stem}.pcap"
-            enlarge(capture, args.enlarge, big)
-            capture = big
-        paths = make_copies(capture, args.copies, folder / "in")
-        serial, rows = serial_seconds(paths)
-        print(f"capture {capture.name} ({capture.stat().st_size} bytes) x {args.copies} copies")
-        print("load average before: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
-        print(f"offline pipeline, serial: {serial:.2f} s, {rows} pairs")
-        results = {}
-        for c in cores:
-            out = None if args.no_job else folder / "out"
-            decode, job, pairs = timed_run(c, paths, out, max(args.runs, 1))
-            if pairs != rows:
-                print(f"MISMATCH: Spark found {pairs} pairs, the offline pipeline {rows}")
-                return 1
-            results[c] = (decode, job)
-            job_text = f", job {job:.2f} s" if job is not None else ""
-            print(f"local[{c}]: decode {decode:.2f} s{job_text}")
-        print("load average after: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
-        base = results[cores[0]]
-        for c in cores[1:]:
-            decode, job = results[c]
-            line = f"speed-up {cores[0]} -> {c} cores: decode x{base[0] / decode:.2f}"
-            if job is not None and base[1] is not None:
-                line += f", job x{base[1] / job:.2f}"
-            print(line)
-    return 0
+        if args.decode_scaling:
+            code = decode_scaling(folder, max(copies), args)
+        else:
+            code = job_report(folder, copies, args)
+    print("load average after: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
+    return code
 
 
 if __name__ == "__main__":

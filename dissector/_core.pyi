@@ -11,6 +11,7 @@ __all__ = [
     "CaptureFacts",
     "InterfaceFacts",
     "KeyLog",
+    "KnownTopics",
     "Model",
     "TlsConnections",
     "__version__",
@@ -48,6 +49,16 @@ _ExchangeTuple = tuple[
 _Fallback = Callable[[int, int, bytes | None, bytes | None, str], tuple[Any, ...]]
 """(api_key, api_version, request, response, capture) -> the summary columns of a pair
 the native interpreter deferred."""
+
+_TablesFallback = Callable[[int, int, bytes | None, bytes | None, KnownTopics], Any]
+"""(api_key, api_version, request, response, topic names learnt) -> the
+``protocol.tables.PairFacts`` of a pair the native reading of the tables left to Python."""
+
+@final
+class KnownTopics:
+    """The topic names the core learnt so far in a capture (``protocol.tables.Names``)."""
+
+    def name(self, topic_id: str) -> str | None: ...
 
 @final
 class Model:
@@ -97,6 +108,9 @@ class Analyzer:
         frame_budget: int = ...,
         capture_budget: int = ...,
         tls_keys: KeyLog | None = None,
+        tables: bool = False,
+        tables_fallback: _TablesFallback | None = None,
+        pairs: bool = True,
     ) -> Self: ...
     def open_path(self, name: str, path: str | bytes | os.PathLike[str]) -> None: ...
     def open_bytes(self, name: str, data: bytes) -> None: ...
@@ -108,6 +122,7 @@ class Analyzer:
     def feed_link(self, linktype: int, ts_ns: int, data: bytes) -> None: ...
     def finish(self) -> None: ...
     def take_columns(self) -> dict[str, _ColumnBuffer]: ...
+    def take_tables(self) -> dict[str, Any]: ...
     def take_exchanges(self) -> list[_ExchangeTuple]: ...
     def counters(self) -> dict[str, int]: ...
     def tls_streams(self) -> list[tuple[str, int]]: ...

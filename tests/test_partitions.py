@@ -89,7 +89,8 @@ def test_columns_and_types(parts: pd.DataFrame) -> None:
     assert tuple(parts.columns) == PARTITION_COLUMN_NAMES
     assert str(parts["request_time"].dtype) == "datetime64[ns, UTC]"
     assert set(parts["api_name"]) == {
-        "Produce", "Fetch", "ShareFetch", "ListOffsets", "OffsetCommit", "OffsetFetch", "EndTxn",
+        "Produce", "Fetch", "ShareFetch", "ShareAcknowledge", "ListOffsets", "OffsetCommit",
+        "OffsetFetch", "EndTxn",
     }  # fmt: skip
     assert parts.attrs["counters"]["pairs"] == parts.groupby(["stream", "correlation_id"]).ngroups
 

@@ -28,8 +28,15 @@ import pytest
 
 import dissector
 from dissector.schema import COLUMN_NAMES, COLUMNS
-from dissector.spark.tasks import CAPTURE_FAILED, DecodeConfig, decode_capture
-from dissector.spark.typemap import INFO_COLUMN
+from dissector.spark.tasks import (
+    CAPTURE_FAILED,
+    DecodeConfig,
+    ParquetOutput,
+    RowOutput,
+    decode_units,
+    local_path,
+)
+from dissector.spark.typemap import INFO_COLUMN, TABLE_COLUMN, captures_arrow_schema
 from tests.oracle.capture import CaptureError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -197,42 +204,96 @@ def _by_topic(rows: list[Row]) -> Iterator[Row]:
 # --------------------------------------------------------------------------- no Spark
 
 
-def test_task_decoder_rows_equal_offline_pipeline(good_captures: list[Path]) -> None:
-    """What a Spark task produces from a capture's bytes is analyze()'s rows."""
+def _task_rows(uri: str, content: bytes | None, config: DecodeConfig) -> list[Row]:
+    """What a task hands Spark for a one-file unit (rows through Spark)."""
+    out = RowOutput(config.tables, config.spark_batch_rows)
+    batches = list(decode_units([([uri], content)], config, out))
+    assert all(b.schema.equals(out.schema) for b in batches)
+    return pa.Table.from_batches(batches, schema=out.schema).to_pylist()
+
+
+def _split(rows: list[Row]) -> tuple[list[Row], list[Row]]:
+    """(pair rows as plain values without the decode-stage columns, trailer rows)."""
+    trailers = [r for r in rows if r[TABLE_COLUMN] == "captures"]
+    pairs = [
+        {k: _norm(k, v) for k, v in r.items() if k not in (INFO_COLUMN, TABLE_COLUMN)}
+        for r in rows
+        if r[TABLE_COLUMN] == "pairs"
+    ]
+    return pairs, trailers
+
+
+@pytest.mark.parametrize("route", ["local file", "bytes read by Spark"])
+def test_task_decoder_rows_equal_offline_pipeline(good_captures: list[Path], route: str) -> None:
+    """What a Spark task produces from a capture (the core streaming the local file, or
+    the bytes Spark read) is analyze()'s rows."""
     path = max(good_captures, key=lambda p: len(dissector.analyze(str(p))))
     want = _pandas_rows(dissector.analyze(str(path)))
-    batches = list(decode_capture("any://name", path.read_bytes(), DecodeConfig(batch_rows=3)))
-    assert len(batches) > 1, "small batch_rows should stream several batches"
-    got = pa.Table.from_batches(batches).to_pylist()
-    trailer = [r for r in got if r[INFO_COLUMN] is not None]
-    pairs = [r for r in got if r[INFO_COLUMN] is None]
-    assert len(trailer) == 1 and trailer[0]["capture"] == "any://name"
+    uri, content = (
+        (f"file:{path}", None) if route == "local file" else ("any://x", path.read_bytes())
+    )
+    config = DecodeConfig(batch_rows=3, spark_batch_rows=2)
+    rows = _task_rows(uri, content, config)
+    assert sum(1 for r in rows if r[TABLE_COLUMN] == "pairs") > 2, "batches should stream"
+    pairs, trailer = _split(rows)
+    assert len(trailer) == 1 and trailer[0]["capture"] == uri
     assert trailer[0][INFO_COLUMN]["pairs"] == len(want)
     assert trailer[0][INFO_COLUMN]["failed"] is False
-    assert {r["capture"] for r in pairs} == {"any://name"}
+    assert trailer[0][INFO_COLUMN]["size_bytes"] == path.stat().st_size
+    assert {r["capture"] for r in pairs} == {uri}
     for r in want:
-        r["capture"] = "any://name"
-    got_rows = [{k: _norm(k, v) for k, v in r.items() if k != INFO_COLUMN} for r in pairs]
-    assert got_rows == want
+        r["capture"] = uri
+    assert pairs == want
+
+
+def test_task_writes_parquet_equal_to_analyze(good_captures: list[Path], tmp_path: Path) -> None:
+    """Tasks that write the tables themselves: the pairs file is analyze -o's, the
+    unanswered_requests file its unanswered rows, and Spark gets the trailer alone."""
+    import pyarrow.parquet as pq
+
+    from dissector.table.frame import pairs_arrow_schema
+
+    path = max(good_captures, key=lambda p: len(dissector.analyze(str(p))))
+    for table in ("pairs", "unanswered_requests"):
+        (tmp_path / table).mkdir()
+    config = DecodeConfig(output=str(tmp_path), token="tok", batch_rows=5)
+    out = ParquetOutput(str(tmp_path), "tok", partition=3, attempt=0)
+    batches = list(decode_units([([f"file:{path}"], None)], config, out))
+    assert [b.schema for b in batches] == [captures_arrow_schema()] * len(batches)
+    (trailer,) = pa.Table.from_batches(batches).to_pylist()
+    assert trailer["capture"] == f"file:{path}" and not trailer["failed"]
+    written = pq.read_table(tmp_path / "pairs" / "part-00003-tok.parquet")
+    assert written.schema.equals(pairs_arrow_schema(), check_metadata=True)
+    want = _pandas_rows(dissector.analyze(str(path)))
+    for r in want:
+        r["capture"] = f"file:{path}"
+    assert _pandas_rows(written.to_pandas()) == want
+    lost = pq.read_table(tmp_path / "unanswered_requests" / "part-00003-tok.parquet")
+    assert _pandas_rows(lost.to_pandas()) == [r for r in want if r["status"] == "unanswered"]
+    assert not list(tmp_path.rglob(".*.tmp"))
 
 
 def test_task_decoder_flags_a_broken_capture(broken_captures: list[Path]) -> None:
     for path in broken_captures:
         with pytest.raises(CaptureError):
             dissector.analyze(str(path))  # the offline pipeline refuses it too
-        got = pa.Table.from_batches(
-            list(decode_capture(str(path), path.read_bytes(), DecodeConfig()))
-        ).to_pylist()
-        assert len(got) == 2
-        flag, trailer = got
-        assert flag[INFO_COLUMN] is None
-        assert flag["status"] == "malformed"
-        assert flag["decode_error"].startswith(f"{CAPTURE_FAILED}: CaptureError: {path}")
-        info = trailer[INFO_COLUMN]
-        assert info["failed"] is True and info["pairs"] == 0
-        assert info["size_bytes"] == path.stat().st_size
-        # The task's temporary file name never leaks into the message.
-        assert "kafka-dissector-" not in info["error"]
+        for uri, content in ((str(path), path.read_bytes()), (f"file:{path}", None)):
+            pairs, trailers = _split(_task_rows(uri, content, DecodeConfig()))
+            assert len(pairs) == len(trailers) == 1
+            (flag,), (trailer,) = pairs, trailers
+            assert flag["status"] == "malformed"
+            why = "empty file" if path.stat().st_size == 0 else f"CaptureError: {path}"
+            assert flag["decode_error"].startswith(f"{CAPTURE_FAILED}: {why}")
+            info = trailer[INFO_COLUMN]
+            assert info["failed"] is True and info["pairs"] == 0
+            assert info["size_bytes"] == path.stat().st_size
+
+
+def test_task_decoder_flags_a_missing_local_file(tmp_path: Path) -> None:
+    gone = tmp_path / "gone.pcap"
+    pairs, (trailer,) = _split(_task_rows(f"file:{gone}", None, DecodeConfig()))
+    assert pairs[0]["decode_error"].startswith(f"{CAPTURE_FAILED}: FileNotFoundError")
+    assert trailer[INFO_COLUMN]["failed"] is True
 
 
 def test_task_decoder_keeps_rows_before_a_failure(
@@ -242,26 +303,105 @@ def test_task_decoder_keeps_rows_before_a_failure(
     import dissector.wire.core as decode_mod
 
     path = max(good_captures, key=lambda p: len(dissector.analyze(str(p))))
-    real = decode_mod.iter_pairs_from_bytes
-    keep = 5
+    whole = _pandas_rows(dissector.analyze(str(path)))
+    real = decode_mod.iter_tables
+    keep_rows = 3
+    kept: list[int] = []
 
     def failing(*args: Any, **kwargs: Any) -> Iterator[Any]:
-        for n, record in enumerate(real(*args, **kwargs)):
-            if n == keep:
-                raise RuntimeError("decoder bug")
-            yield record
+        # The core's batches vary in size from run to run (its reading runs ahead on
+        # its own thread): the first rows, then the crash.
+        for table in real(*args, **kwargs):
+            kept.append(keep_rows)
+            yield table.slice(0, keep_rows)
+            raise RuntimeError("decoder bug")
 
-    monkeypatch.setattr(decode_mod, "iter_pairs_from_bytes", failing)
-    got = pa.Table.from_batches(
-        list(decode_capture("cap", path.read_bytes(), DecodeConfig(batch_rows=2)))
-    ).to_pylist()
-    want = _pandas_rows(dissector.analyze(str(path)))[:keep]
-    pairs = [{k: _norm(k, v) for k, v in r.items() if k != INFO_COLUMN} for r in got[:keep]]
-    assert [r["correlation_id"] for r in pairs] == [r["correlation_id"] for r in want]
-    flag, trailer = got[keep:]
-    assert flag["decode_error"] == f"{CAPTURE_FAILED}: RuntimeError: decoder bug"
+    monkeypatch.setattr(decode_mod, "iter_tables", failing)
+    rows = _task_rows("cap", path.read_bytes(), DecodeConfig(batch_rows=3))
+    pairs, (trailer,) = _split(rows)
+    keep = sum(kept)
+    assert kept == [keep_rows]
+    want = whole[:keep]
+    assert [r["correlation_id"] for r in pairs[:keep]] == [r["correlation_id"] for r in want]
+    assert len(pairs) == keep + 1
+    assert pairs[keep]["decode_error"] == f"{CAPTURE_FAILED}: RuntimeError: decoder bug"
     assert trailer[INFO_COLUMN]["failed"] is True
     assert trailer[INFO_COLUMN]["pairs"] == keep
+
+
+def test_local_paths_of_hadoop_uris() -> None:
+    assert local_path("file:/data/a b.pcap") == "/data/a b.pcap"
+    assert local_path("file:///data/a.pcap") == "/data/a.pcap"
+    assert local_path("file://localhost/data/a.pcap") == "/data/a.pcap"
+    assert local_path("file://otherhost/data/a.pcap") is None
+    assert local_path("hdfs://nn:8020/data/a.pcap") is None
+
+
+def test_plan_reads_local_files_in_tasks_and_refuses_what_spark_cannot_hold() -> None:
+    from dissector.spark.read import Budget, CaptureFile, plan_units
+
+    files = [
+        CaptureFile("file:/a.pcap", 10),
+        CaptureFile("file:/big.pcap", 5000),
+        CaptureFile("hdfs://nn/b.pcap", 20),
+        CaptureFile("hdfs://nn/huge.pcap", 3000),
+    ]
+    budget = Budget(1000, "spark.executor.memory (now 1g)")
+    plan = plan_units(files, spark_budget=budget)
+    # Local files are streamed by the core: no budget; largest first.
+    assert [u[0].uri for u in plan.local_units] == ["file:/big.pcap", "file:/a.pcap"]
+    assert [f.uri for f in plan.spark_reads] == ["hdfs://nn/b.pcap"]
+    ((uri, size, why),) = plan.refused
+    assert (uri, size) == ("hdfs://nn/huge.pcap", 3000)
+    assert why == (
+        "too large: 3000 bytes, over the 1000 bytes a task can hold; "
+        "raise spark.executor.memory (now 1g)"
+    )
+    assert plan.files == 4 and plan.bytes == 5030
+    capped = plan_units(files, spark_budget=budget, max_bytes=100, local_reads=False)
+    assert [f.uri for f in capped.spark_reads] == ["file:/a.pcap", "hdfs://nn/b.pcap"]
+    assert [r[0] for r in capped.refused] == ["file:/big.pcap", "hdfs://nn/huge.pcap"]
+
+
+def test_failures_are_one_line_naming_the_setting() -> None:
+    from dissector.spark.job import describe_failure
+
+    class Py4JJavaError(Exception):
+        pass
+
+    class PythonException(Exception):
+        pass
+
+    oom = Py4JJavaError(
+        "An error occurred while calling o98.collectToPython.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in "
+        "stage 3.0 failed 1 times, most recent failure: Lost task 1.0 (TID 7) (127.0.0.1 "
+        "executor driver): java.lang.OutOfMemoryError: Java heap space\n"
+        "\tat java.base/java.util.Arrays.copyOf(Arrays.java:3537)\n"
+    )
+    assert describe_failure(oom, "local[2]") == (
+        "Spark ran out of JVM memory (java.lang.OutOfMemoryError: Java heap space): "
+        "raise spark.driver.memory"
+    )
+    assert describe_failure(oom, "yarn").endswith("raise spark.executor.memory")
+    gone = ConnectionRefusedError("[Errno 111] Connection refused")
+    assert describe_failure(gone, "local[2]") == (
+        "Spark's JVM stopped during the job (out of memory?): raise spark.driver.memory"
+    )
+    task = PythonException(
+        "\n  An exception was thrown from the Python worker.\n"
+        "Traceback (most recent call last):\n  File ...\nOSError: [Errno 28] No space left\n"
+    )
+    assert describe_failure(task) == "a Spark task failed: OSError: [Errno 28] No space left"
+    java = Py4JJavaError(
+        "An error occurred while calling o12.toArrow.\n: java.lang.IllegalArgumentException: "
+        "requirement failed: Number of partitions (0) must be positive.\n\tat scala..."
+    )
+    assert describe_failure(java) == (
+        "the Spark job failed: java.lang.IllegalArgumentException: requirement failed: "
+        "Number of partitions (0) must be positive."
+    )
+    assert all("\n" not in describe_failure(e) for e in (oom, gone, task, java))
 
 
 def test_session_conf_keeps_local_runs_on_loopback() -> None:
@@ -372,21 +512,36 @@ def test_schema_is_the_contract(fleet: Any) -> None:
 def test_one_task_per_capture(spark: Any, fleet: Any, all_paths: list[str]) -> None:
     from pyspark.sql import functions as F
 
-    from dissector.spark.read import read_binary, resolve_paths
-
-    # Spark's file scan skips files of 0 bytes (load() flags those separately).
-    read = [p for p in all_paths if os.path.getsize(p) > 0]
-    assert len(read) < len(all_paths), "the set should include an empty capture"
-    targets = resolve_paths(spark, all_paths)
-    assert read_binary(spark, targets).rdd.getNumPartitions() == len(read)
     assert fleet.cached is not None
     tasks = (
         fleet.cached.select("capture", F.spark_partition_id().alias("task")).distinct().collect()
     )
     by_capture = _group((r.asDict() for r in tasks), lambda r: (_local(r["capture"]),))
-    assert set(by_capture) == {(p,) for p in read}
+    assert set(by_capture) == {(p,) for p in all_paths}
     assert all(len(v) == 1 for v in by_capture.values()), "a capture was split over tasks"
-    assert len({r["task"] for r in tasks}) == len(read), "captures shared a task"
+    assert len({r["task"] for r in tasks}) == len(all_paths), "captures shared a task"
+
+
+@pytest.mark.spark
+def test_files_spark_reads_give_the_same_rows(
+    spark: Any, spark_pairs: list[Row], good_captures: list[Path]
+) -> None:
+    """The route for paths only the JVM can open (binaryFile bytes), taken on local
+    files: the same rows as the core reading the files itself."""
+    from dissector.spark import load
+
+    chosen = good_captures[:3]
+    fleet = load(spark, [str(p) for p in chosen], local_reads=False)
+    try:
+        assert len(fleet.plan.spark_reads) == len(chosen) and not fleet.plan.local_units
+        got = _spark_rows(fleet.pairs)
+    finally:
+        fleet.unpersist()
+    for r in got:
+        r["capture"] = _local(r["capture"])
+    names = {str(p) for p in chosen}
+    want = [r for r in spark_pairs if r["capture"] in names]
+    assert want and sorted(got, key=_row_key) == sorted(want, key=_row_key)
 
 
 @pytest.mark.spark
@@ -599,12 +754,15 @@ def test_cli_writes_parquet_tables(
     chosen = [*good_captures[:3], broken_captures[0]]
     want_pairs = sum(len(dissector.analyze(str(p))) for p in good_captures[:3])
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        spark_command,
-        [*map(str, chosen), "--master", "local[2]", "-o", str(out), "--window", "10 seconds"],
-    )
+    args = [*map(str, chosen), "--master", "local[2]", "-o", str(out), "--window", "10 seconds"]
+    result = CliRunner().invoke(spark_command, [*args, "--progress-every", "0.1"])
     assert result.exit_code == 0, result.output
     assert f"{len(chosen)} captures (1 failed to decode), {want_pairs} pairs" in result.output
+    # A long run shows progress; it ends with every file and byte counted.
+    size = sum(p.stat().st_size for p in chosen) / 1e6
+    assert f"decoding: {len(chosen)} of {len(chosen)} files, {size:.1f} of {size:.1f} MB" in (
+        result.output
+    )
     pairs = pd.read_parquet(out / "pairs")
     assert list(pairs.columns) == list(COLUMN_NAMES)
     assert len(pairs) == want_pairs + 1  # plus the row flagging the broken capture
@@ -786,3 +944,60 @@ def test_counts_agree_with_the_offline_report(
     )
     assert sum(v[1] for v in want.values()) > 0
     _assert_tables_equal(got, want)
+
+
+@pytest.mark.spark
+def test_job_tables_are_the_fleets(
+    spark: Any,
+    fleet: Any,
+    summaries: dict[str, Any],
+    spark_pairs: list[Row],
+    all_paths: list[str],
+    tmp_path: Path,
+) -> None:
+    """The job's tasks write the pairs, Spark summarises the Parquet they wrote: every
+    table equals the one computed from the rows held by Spark (checked against the
+    oracle above), and the progress counts every file and byte."""
+    from datetime import datetime
+
+    import pyarrow.parquet as pq
+
+    from dissector.spark.job import ProgressState, run_job
+
+    seen: list[ProgressState] = []
+    out = tmp_path / "out"
+    report = run_job(
+        spark, all_paths, str(out), analytics=(), on_progress=seen.append, progress_every=0.05
+    )
+    assert seen and seen[-1].files_done == seen[-1].files == len(all_paths)
+    assert seen[-1].bytes_done == seen[-1].bytes == sum(os.path.getsize(p) for p in all_paths)
+    pairs = _pandas_rows(pd.read_parquet(out / "pairs"))
+    for r in pairs:
+        r["capture"] = _local(r["capture"])
+    assert sorted(pairs, key=_row_key) == sorted(spark_pairs, key=_row_key)
+    assert report.tables["pairs"] == len(pairs)
+
+    def capture_row(r: Row) -> Row:
+        plain = {k: _norm(k, v) for k, v in r.items() if k not in ("counters", "decode_seconds")}
+        return {**plain, "counters": {k: int(v) for k, v in dict(r["counters"]).items()}}
+
+    want_caps = {_local(r["capture"]): capture_row(r.asDict()) for r in fleet.captures.collect()}
+    got_frame = pd.read_parquet(out / "captures")
+    got_caps = {_local(r["capture"]): capture_row(r) for r in got_frame.to_dict(orient="records")}
+    assert got_caps == want_caps
+    assert report.failed == len([r for r in got_caps.values() if r["failed"]]) > 0
+    for name, df in summaries.items():
+        want_rows = _spark_rows(df)
+        got_rows = [
+            {k: _norm(k, pd.Timestamp(v) if isinstance(v, datetime) else v) for k, v in r.items()}
+            for r in pq.read_table(out / name).to_pylist()
+        ]
+        assert report.tables[name] == len(got_rows) == len(want_rows), name
+        assert sorted(map(_rounded, got_rows), key=repr) == sorted(
+            map(_rounded, want_rows), key=repr
+        ), name
+
+
+def _rounded(row: Row) -> Row:
+    """Floats to 10 significant digits: sums over rows in another order differ in the last."""
+    return {k: float(f"{v:.10g}") if isinstance(v, float) else v for k, v in row.items()}

@@ -20,13 +20,8 @@ import pytest
 
 import dissector
 from dissector.analytics.lag import lag_at_end
-from dissector.spark.analytics import (
-    ANALYTICS_TABLES,
-    AnalyticsConfig,
-    arrow_schema,
-    capture_batches,
-    parse_tables,
-)
+from dissector.options import Options
+from dissector.spark.analytics import ANALYTICS_TABLES, arrow_schema, parse_tables
 
 REPO = Path(__file__).resolve().parent.parent
 OWN = REPO / "captures"
@@ -85,38 +80,126 @@ def test_tables_option_parses_names() -> None:
 
 @pytest.mark.parametrize("name", ANALYTICS_TABLES)
 def test_task_rows_equal_the_pandas_function(name: str) -> None:
+    from dissector.spark.tasks import DecodeConfig, RowOutput, decode_units
+
     path = _captures()[0]
-    batches = list(capture_batches("cap-uri", path.read_bytes(), AnalyticsConfig((name,))))
-    table = pa.Table.from_batches(batches)
-    rows = pa.Table.from_arrays(
-        table.column(name).combine_chunks().flatten(), schema=arrow_schema(name)
-    )
     want = _pandas(name, path, "cap-uri")
-    assert rows.schema.names == list(want.columns)
     assert len(want) > 0, f"{path.name} has no {name} rows: pick another capture"
-    assert _canonical(rows.to_pandas()) == _canonical(want)
+    for content in (path.read_bytes(), None):  # bytes Spark read, or the local file
+        uri = "cap-uri" if content is not None else f"file:{path}"
+        config = DecodeConfig(tables=(name,))
+        out = RowOutput(config.tables, config.spark_batch_rows)
+        table = pa.Table.from_batches(list(decode_units([([uri], content)], config, out)))
+        mine = table.filter(pa.compute.equal(table.column("_table"), name))
+        rows = pa.Table.from_arrays(
+            mine.column(f"_{name}").combine_chunks().flatten(), schema=arrow_schema(name)
+        )
+        assert rows.schema.names == list(want.columns)
+        want["capture"] = uri
+        assert _canonical(rows.to_pandas()) == _canonical(want)
 
 
-def test_task_skips_a_capture_that_is_not_one() -> None:
-    assert list(capture_batches("junk", b"not a capture", AnalyticsConfig())) == []
+def test_task_gives_no_table_rows_for_a_capture_that_is_not_one() -> None:
+    from dissector.spark.tasks import DecodeConfig, RowOutput, decode_units
+
+    config = DecodeConfig(tables=ANALYTICS_TABLES)
+    out = RowOutput(config.tables, config.spark_batch_rows)
+    junk = [(["junk"], b"not a capture at all, just some bytes")]
+    rows = pa.Table.from_batches(list(decode_units(junk, config, out))).to_pylist()
+    assert sorted(r["_table"] for r in rows) == ["captures", "pairs"]
+    trailer = next(r for r in rows if r["_table"] == "captures")["_capture_info"]
+    assert trailer["failed"] and trailer["error"]
+
+
+def test_task_reads_each_capture_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every table of a capture comes from the one pass of the core that gives its
+    pairs: the core opens each capture once."""
+    from dissector.spark.tasks import DecodeConfig, RowOutput, decode_units
+    from dissector.wire import core
+
+    opened: list[str] = []
+    real = core.open_capture
+
+    def counting(analyzer: Any, source: Any) -> Any:
+        opened.append(str(source))
+        return real(analyzer, source)
+
+    monkeypatch.setattr(core, "open_capture", counting)
+    path = _captures()[0]
+    config = DecodeConfig(tables=ANALYTICS_TABLES)
+    out = RowOutput(config.tables, config.spark_batch_rows)
+    table = pa.Table.from_batches(list(decode_units([([f"file:{path}"], None)], config, out)))
+    kinds = set(table.column("_table").to_pylist())
+    assert kinds == {"pairs", "captures", *ANALYTICS_TABLES}
+    assert len(opened) == 1 and str(path) in opened[0], opened
+
+
+def _every_capture(folder: Path) -> list[Path]:
+    return sorted(p.resolve() for p in folder.rglob("*") if ".pcap" in p.name and p.is_file())
+
+
+@pytest.fixture(scope="module")
+def job(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path], Any]:
+    """The command's job (every table) on every bundled and shared capture, each file
+    its own capture (no chaining: the pandas side reads each file alone)."""
+    from dissector.options import ChainRule
+    from dissector.spark.job import run_job
+
+    captures = _every_capture(OWN) + (_every_capture(SHARED) if SHARED.is_dir() else [])
+    out = tmp_path_factory.mktemp("spark-analytics") / "out"
+    options = Options(chain=ChainRule(mode="none"))
+    report = run_job(spark, [str(p) for p in captures], str(out), options=options)
+    assert report.captures == len(captures)
+    return out, captures, report
+
+
+def _pairs(path: Path, capture: str) -> list[tuple[Any, ...]]:
+    """``dissector.analyze`` of one file in the pairs Parquet schema, canonical rows."""
+    from dissector.table.frame import pairs_table
+
+    df = dissector.analyze(str(path)).copy()
+    df["capture"] = capture
+    return _canonical(pairs_table(df).to_pandas())
+
+
+def _spark_equals_pandas(job: tuple[Path, list[Path], Any], captures: list[Path]) -> dict[str, int]:
+    out, _, report = job
+    got_pairs = pd.read_parquet(out / "pairs")
+    got = {n: pd.read_parquet(out / n) for n in ANALYTICS_TABLES}
+    rows = dict.fromkeys(ANALYTICS_TABLES, 0)
+    for path in captures:
+        uri = f"file:{path}"  # Spark's spelling of a local path
+        mine = got_pairs[got_pairs["capture"] == uri]
+        assert _canonical(mine) == _pairs(path, uri), f"pairs of {path.name}"
+        for name in ANALYTICS_TABLES:
+            want = _pandas(name, path, uri)
+            table = got[name]
+            assert list(table.columns) == list(want.columns), name
+            theirs = table[table["capture"] == uri]
+            assert _canonical(theirs) == _canonical(want), f"{name} of {path.name}"
+            rows[name] += len(want)
+    assert all(report.tables[n] >= rows[n] for n in ANALYTICS_TABLES)
+    return rows
 
 
 @pytest.mark.spark
-def test_spark_tables_equal_the_pandas_functions(spark: Any, tmp_path: Path) -> None:
-    from dissector.spark.job import run_job
+def test_spark_tables_equal_pandas_on_every_bundled_capture(job: Any) -> None:
+    """pairs, partitions, groups, versions and lag: the Parquet the command writes
+    holds, per capture, exactly the rows of ``dissector.analyze``, ``partitions``,
+    ``groups``, ``versions`` and ``lag_at_end``."""
+    bundled = [p for p in job[1] if p.is_relative_to(OWN.resolve())]
+    assert len(bundled) >= 5, "the bundled captures went missing"
+    rows = _spark_equals_pandas(job, bundled)
+    assert all(rows[n] > 0 for n in ANALYTICS_TABLES), rows
 
-    captures = _captures()
-    out = tmp_path / "out"
-    report = run_job(spark, [str(p) for p in captures], str(out), window="1 minute")
-    uris = {p: f"file:{p}" for p in captures}  # Spark's spelling of a local path
-    for name in ANALYTICS_TABLES:
-        got = pd.read_parquet(out / name)
-        want = pd.concat([_pandas(name, p, uris[p]) for p in captures], ignore_index=True)
-        assert list(got.columns) == list(want.columns), name
-        assert report.tables[name] == len(want) > 0, name
-        assert _canonical(got) == _canonical(want), name
-        schema = spark.read.parquet(str(out / name)).schema
-        assert [f.name for f in schema.fields] == list(want.columns)
+
+@pytest.mark.spark
+def test_spark_tables_equal_pandas_on_every_shared_capture(job: Any) -> None:
+    shared = [p for p in job[1] if not p.is_relative_to(OWN.resolve())]
+    if not shared:
+        pytest.skip("../shared/captures is absent: the shared captures are not checked")
+    rows = _spark_equals_pandas(job, shared)
+    assert rows["partitions"] > 0 and rows["versions"] > 0, rows
 
 
 @pytest.mark.spark

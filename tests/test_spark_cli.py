@@ -197,3 +197,39 @@ def test_without_pyspark_one_line_names_the_extra(tmp_path: Path) -> None:
         "Error: the spark command needs pyspark: pip install 'kafka-dissector[spark]' "
         "(and Java 17+)"
     ]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_failed_job_is_one_line_without_a_java_trace(tmp_path: Path) -> None:
+    """A setting the JVM rejects while the job runs: one line on stderr (besides the
+    JVM's own start-up line), no Java or Python trace."""
+    done = subprocess.run(
+        [
+            *command(),
+            "spark",
+            str(CAPTURES / "kafka-4-mixed.pcapng"),
+            "--master",
+            "local[2]",
+            "-o",
+            str(tmp_path / "out"),
+            "--conf",
+            "spark.sql.shuffle.partitions=0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        cwd=tmp_path,
+        env=spark_env(),
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    lines = [
+        line
+        for line in done.stderr.splitlines()
+        if not line.startswith("WARNING: Using incubator modules")
+    ]
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith("Error: the Spark job failed: "), lines
+    assert "spark.sql.shuffle.partitions" in lines[0]
+    assert lines[0].endswith("(--verbose shows Spark's log)")

@@ -14,139 +14,43 @@ from __future__ import annotations
 import os
 import sys
 import types
-from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from dissector.analytics.partitions import DecodedExchange, Source, decoded_exchanges, table
+from dissector.analytics.partitions import DecodedExchange, Source
 from dissector.protocol.errors import error_name
+from dissector.protocol.tables import FENCING_ERRORS, GROUP_APIS, group_facts
+from dissector.tables_schema import GROUP_COLUMNS, names
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from dissector.tls import KeyLogs
 
-# The membership APIs by Kafka's names, and the group protocol each belongs to.
-GROUP_APIS: dict[str, str] = {
-    "JoinGroup": "classic",
-    "SyncGroup": "classic",
-    "Heartbeat": "classic",
-    "LeaveGroup": "classic",
-    "ConsumerGroupHeartbeat": "consumer",
-    "ShareGroupHeartbeat": "share",
-    "StreamsGroupHeartbeat": "streams",
-}
-# Errors that mean the broker no longer accepts the member as it is.
-FENCING_ERRORS = frozenset(
-    {
-        "FENCED_MEMBER_EPOCH",
-        "STALE_MEMBER_EPOCH",
-        "UNKNOWN_MEMBER_ID",
-        "FENCED_INSTANCE_ID",
-        "ILLEGAL_GENERATION",
-    }
-)
+__all__ = [
+    "FENCING_ERRORS",
+    "GROUP_APIS",
+    "GROUP_COLUMNS",
+    "GROUP_COLUMN_NAMES",
+    "group_notes",
+    "group_row",
+    "groups",
+    "rebalances",
+]
 
-GROUP_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("capture", "string", "path of the capture file"),
-    ("stream", "Int64", "TCP connection index within the capture"),
-    ("correlation_id", "Int64", "correlation id of the pair"),
-    ("client_id", "string", "client_id from the request header"),
-    ("request_time", "datetime64[ns, UTC]", "request complete"),
-    ("response_time", "datetime64[ns, UTC]", "response complete (null: no response)"),
-    ("latency_ms", "Float64", "response complete minus request complete"),
-    ("api_name", "string", "JoinGroup, SyncGroup, Heartbeat, LeaveGroup, *GroupHeartbeat"),
-    ("api_version", "Int64", "API version of the request"),
-    ("group_protocol", "string", "classic, consumer (KIP-848), share (KIP-932), streams"),
-    ("group_id", "string", "the group"),
-    ("member_id", "string", "the member (the id the broker gave, else the one sent)"),
-    ("group_instance_id", "string", "static membership id"),
-    ("request_generation", "Int64", "generation id or member epoch the request carried"),
-    ("generation", "Int64", "generation id (JoinGroup) or member epoch (heartbeats) answered"),
-    ("protocol_type", "string", "JoinGroup/SyncGroup protocol type, e.g. consumer"),
-    ("protocol_name", "string", "chosen assignor, e.g. range"),
-    ("leader", "string", "JoinGroup: the leader's member id"),
-    ("members", "Int64", "members listed (JoinGroup response, SyncGroup/LeaveGroup request)"),
-    ("assignment_bytes", "Int64", "SyncGroup: bytes of the member's assignment"),
-    ("assigned_partitions", "Int64", "heartbeats: partitions in the assignment answered"),
-    ("error_code", "Int64", "top-level error, else the first non-zero member error"),
-    ("error_name", "string", "Kafka's name for error_code"),
-    ("fenced", "boolean", "the error fences the member (epoch/generation/member id)"),
-)
-GROUP_COLUMN_NAMES: tuple[str, ...] = tuple(c[0] for c in GROUP_COLUMNS)
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _int(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
-def _member_id(request: dict[str, Any], response: dict[str, Any]) -> str | None:
-    """The id the broker assigned (JoinGroup, first heartbeat), else the one sent, else
-    the single member a LeaveGroup v3+ names."""
-    for body in (response, request):
-        value = body.get("member_id")
-        if isinstance(value, str) and value:
-            return value
-    members = request.get("members")
-    if isinstance(members, list) and len(members) == 1 and isinstance(members[0], dict):
-        return _str(members[0].get("member_id"))
-    return None
-
-
-def _members(api: str, request: dict[str, Any], response: dict[str, Any]) -> int | None:
-    for body, key in ((response, "members"), (request, "assignments"), (request, "members")):
-        value = body.get(key)
-        if isinstance(value, list):
-            return len(value)
-    return 1 if api == "LeaveGroup" and request.get("member_id") else None
-
-
-def _assigned_partitions(response: dict[str, Any]) -> int | None:
-    assignment = response.get("assignment")
-    if not isinstance(assignment, dict):
-        return None
-    count = 0
-    for topic in _list(assignment.get("topic_partitions")):
-        parts = topic.get("partitions") if isinstance(topic, dict) else None
-        count += len(parts) if isinstance(parts, list) else 0
-    return count
-
-
-def _error(response: dict[str, Any]) -> int | None:
-    top = _int(response.get("error_code"))
-    if top:
-        return top
-    for member in _list(response.get("members")):
-        code = _int(member.get("error_code")) if isinstance(member, dict) else None
-        if code:
-            return code
-    return top
+GROUP_COLUMN_NAMES: tuple[str, ...] = names(GROUP_COLUMNS)
 
 
 def group_row(dx: DecodedExchange) -> dict[str, Any]:
+    """The groups-table row of one decoded membership call, by the Python decoder: the
+    test oracle of the native pass."""
     ex = dx.exchange
-    request, response = dx.request_body(), dx.response_body()
-    code = _error(response)
-    name = error_name(code) if code is not None else None
+    f = group_facts(
+        dx.api_name or "", dx.request_body(), dx.response_body(), dx.response is not None
+    )
+    name = error_name(f.error_code) if f.error_code is not None else None
     req_time = ex.request.last_ts_ns if ex.request is not None else None
     resp_time = ex.response.last_ts_ns if ex.response is not None else None
-    assignment = response.get("assignment")
-    request_generation = _int(request.get("member_epoch"))
-    if request_generation is None:
-        request_generation = _int(request.get("generation_id"))
-    generation = _int(response.get("member_epoch"))
-    if generation is None:
-        generation = _int(response.get("generation_id"))
-    if generation is None and dx.response is not None and code == 0:
-        generation = request_generation  # SyncGroup/Heartbeat accepted the one sent
     return {
         "capture": dx.capture,
         "stream": ex.stream,
@@ -158,18 +62,18 @@ def group_row(dx: DecodedExchange) -> dict[str, Any]:
         "api_name": dx.api_name,
         "api_version": ex.api_version,
         "group_protocol": GROUP_APIS.get(dx.api_name or ""),
-        "group_id": _str(request.get("group_id")),
-        "member_id": _member_id(request, response),
-        "group_instance_id": _str(request.get("group_instance_id") or request.get("instance_id")),
-        "request_generation": request_generation,
-        "generation": generation,
-        "protocol_type": _str(response.get("protocol_type") or request.get("protocol_type")),
-        "protocol_name": _str(response.get("protocol_name") or request.get("protocol_name")),
-        "leader": _str(response.get("leader")) or None,
-        "members": _members(dx.api_name or "", request, response),
-        "assignment_bytes": len(assignment) if isinstance(assignment, bytes) else None,
-        "assigned_partitions": _assigned_partitions(response),
-        "error_code": code,
+        "group_id": f.group_id,
+        "member_id": f.member_id,
+        "group_instance_id": f.group_instance_id,
+        "request_generation": f.request_generation,
+        "generation": f.generation,
+        "protocol_type": f.protocol_type,
+        "protocol_name": f.protocol_name,
+        "leader": f.leader,
+        "members": f.members,
+        "assignment_bytes": f.assignment_bytes,
+        "assigned_partitions": f.assigned_partitions,
+        "error_code": f.error_code,
         "error_name": name,
         "fenced": name in FENCING_ERRORS if name is not None else None,
     }
@@ -183,18 +87,53 @@ def groups(
     tls: KeyLogs | None = None,
 ) -> pd.DataFrame:
     """One row per group-membership call (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-    ConsumerGroupHeartbeat, ShareGroupHeartbeat). ``df.attrs["counters"]`` counts the
-    pairs and decode errors."""
-    counters: Counter[str] = Counter()
-    rows = [
-        group_row(dx)
-        for dx, _ in decoded_exchanges(
-            source, GROUP_APIS, ports=ports, specs=specs, counters=counters, tls=tls
-        )
-    ]
-    df = table(rows, GROUP_COLUMNS)
-    df.attrs["counters"] = dict(counters)
-    return df
+    ConsumerGroupHeartbeat, ShareGroupHeartbeat, StreamsGroupHeartbeat), from the native
+    core's pass over the captures (``tls``: key logs for Kafka over TLS).
+    ``df.attrs["counters"]`` counts the pairs and decode errors."""
+    from dissector.analytics.frames import tables_of
+
+    return tables_of(source, ports=ports, specs=specs, tls=tls).groups
+
+
+def group_notes(calls: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per group of the groups table ``calls``, in group order: its protocol (of its
+    first call), members (distinct member ids), generations (classic: of JoinGroup
+    responses without error; consumer, share and streams groups: member epochs above 0
+    answered without error), calls per API and calls answered with an error. The
+    report's groups table; ``protocol.notes.NotingDecoder`` reads the same from the
+    Python decoder's bodies (its test oracle)."""
+    import pandas as pd
+
+    notes: dict[str, dict[str, Any]] = {}
+    rows = calls[["group_id", "group_protocol", "api_name", "member_id", "response_time"]]
+    rows = rows.assign(error_code=calls["error_code"], generation=calls["generation"])
+    for row in rows.itertuples(index=False):
+        if not isinstance(row.group_id, str):
+            continue  # a request whose group the decoder could not read
+        note = notes.setdefault(
+            row.group_id,
+            {"protocol": row.group_protocol, "members": set(), "generations": set(),
+             "calls": {}, "errors": 0},
+        )  # fmt: skip
+        note["calls"][row.api_name] = note["calls"].get(row.api_name, 0) + 1
+        if isinstance(row.member_id, str) and row.member_id:
+            note["members"].add(row.member_id)
+        if not pd.isna(row.error_code) and row.error_code != 0:
+            note["errors"] += 1
+        elif not pd.isna(row.response_time) and not pd.isna(row.generation):
+            classic_join = row.api_name == "JoinGroup" and row.generation >= 0
+            epoch = row.group_protocol != "classic" and row.generation > 0
+            if classic_join or epoch:
+                note["generations"].add(int(row.generation))
+    return {
+        group: note
+        | {
+            "members": len(note["members"]),
+            "generations": sorted(note["generations"]),
+            "calls": dict(sorted(note["calls"].items())),
+        }
+        for group, note in sorted(notes.items())
+    }
 
 
 # ----------------------------------------------------------------- rebalance timeline

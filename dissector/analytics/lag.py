@@ -154,6 +154,52 @@ def _ms(delta: pd.Series) -> pd.Series:
     return (delta.dt.total_seconds() * 1000).astype("Float64")
 
 
+INPUTS = (
+    *PARTITION_KEYS, "api_name", "client_id", "group_id", "request_time", "response_time",
+    "error_code", "first_offset", "last_offset", "fetch_offset", "high_watermark", "offset",
+    "timestamp", "isolation_level", "committed_offset", "transactional_id", "txn_committed",
+)  # fmt: skip
+"""The partitions table's columns the measures read."""
+
+
+def _inputs(parts: pd.DataFrame) -> pd.DataFrame:
+    """``parts`` with only the columns read (``INPUTS``): the filters and sorts below
+    then copy a third of a long capture's table, not all of it."""
+    if list(parts.columns) == list(INPUTS):
+        return parts
+    return parts[list(INPUTS)]
+
+
+def _limits(events: pd.DataFrame, chosen: Mapping[str, Any]) -> Any:
+    """Per row of ``events``: its capture's time in ``chosen`` as naive UTC numpy
+    datetimes (NaT for captures it does not name), looked up once per capture: a
+    per-row lookup walks Python objects, seconds on a long capture's tables."""
+    import numpy as np
+    import pandas as pd
+
+    captures = events["capture"].astype("category")
+    at = pd.to_datetime(
+        pd.Series([chosen.get(c) for c in captures.cat.categories], dtype=object), utc=True
+    )
+    # a code of -1 (no capture) takes the NaT appended last
+    limits = np.append(at.dt.tz_convert(None).to_numpy(), np.datetime64("NaT", "ns"))
+    return limits[captures.cat.codes.to_numpy()]
+
+
+def _partition_ids(*frames: pd.DataFrame) -> list[pd.Series]:
+    """One integer per (capture, topic, partition), the same across ``frames``: the
+    ``by`` key of ``merge_asof``, which otherwise compares the keys as Python objects."""
+    import pandas as pd
+
+    keys = pd.concat([f[PARTITION_KEYS] for f in frames], ignore_index=True)
+    ids = keys.groupby(PARTITION_KEYS, dropna=False, sort=False).ngroup().to_numpy()
+    out, start = [], 0
+    for f in frames:
+        out.append(pd.Series(ids[start : start + len(f)], index=f.index))
+        start += len(f)
+    return out
+
+
 def _capture_ends(parts: pd.DataFrame) -> pd.Series:
     """Latest request or response time per capture."""
     times = parts[["capture", "request_time", "response_time"]]
@@ -167,6 +213,8 @@ def _capture_ends(parts: pd.DataFrame) -> pd.Series:
 def log_end_events(parts: pd.DataFrame) -> pd.DataFrame:
     """Every log-end offset the capture tells, in time order (``LOG_END_COLUMNS``)."""
     import pandas as pd
+
+    parts = _inputs(parts)
 
     ok, api = _ok(parts) & parts["partition"].notna(), parts["api_name"]
     produce = parts[ok & api.eq("Produce") & parts["last_offset"].notna()]
@@ -193,6 +241,8 @@ def log_end_events(parts: pd.DataFrame) -> pd.DataFrame:
 def commit_events(parts: pd.DataFrame) -> pd.DataFrame:
     """Every committed offset the capture tells, in time order (``COMMIT_COLUMNS``)."""
     import pandas as pd
+
+    parts = _inputs(parts)
 
     known = (
         _ok(parts)
@@ -257,17 +307,17 @@ def _produced_at(parts: pd.DataFrame, frame: pd.DataFrame, offsets: str) -> pd.S
     wanted = frame[PARTITION_KEYS].assign(offset=frame[offsets].to_numpy(), row=range(len(frame)))
     wanted = wanted[wanted["offset"].notna()]
     if len(produced) and len(wanted):
-        ranges = produced[[*PARTITION_KEYS, "first_offset", "last_offset", "request_time"]]
-        ranges = _plain_keys(ranges, PARTITION_KEYS).astype(
-            {"first_offset": "int64", "last_offset": "int64"}
-        )
-        wanted = _plain_keys(wanted, PARTITION_KEYS).astype({"offset": "int64"})
+        ranges = produced[["first_offset", "last_offset", "request_time"]]
+        ranges_id, wanted_id = _partition_ids(produced, wanted)
+        ranges = ranges.astype({"first_offset": "int64", "last_offset": "int64"})
+        ranges = ranges.assign(key=ranges_id)
+        wanted = wanted[["offset", "row"]].astype({"offset": "int64"}).assign(key=wanted_id)
         found = pd.merge_asof(
             wanted.sort_values("offset"),
             ranges.sort_values("first_offset"),
             left_on="offset",
             right_on="first_offset",
-            by=PARTITION_KEYS,
+            by="key",
             direction="backward",
         )
         found = found[found["last_offset"].ge(found["offset"]).fillna(False)]
@@ -310,6 +360,8 @@ def committed_lag(parts: pd.DataFrame) -> pd.DataFrame:
     at each commit event of the group and partition, and at each change of the
     partition's log-end offset from the group's first commit event on."""
     import pandas as pd
+
+    parts = _inputs(parts)
 
     commits, ends = commit_events(parts), log_end_events(parts)
     if commits.empty:
@@ -357,11 +409,12 @@ def lag_at_end(parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = Non
     """
     import pandas as pd
 
+    parts = _inputs(parts)
+
     chosen = {**_capture_ends(parts).to_dict(), **dict(end or {})}
 
     def until_end(events: pd.DataFrame) -> pd.DataFrame:
-        limit = pd.to_datetime(events["capture"].map(chosen).astype(object), utc=True)
-        return events[events["time"].le(limit).fillna(False).astype(bool)]
+        return events[events["time"].dt.tz_convert(None).to_numpy() <= _limits(events, chosen)]
 
     commits, ends = until_end(commit_events(parts)), until_end(log_end_events(parts))
     if commits.empty:
@@ -425,12 +478,24 @@ def _groups_by_client(parts: pd.DataFrame) -> dict[tuple[str, str], str]:
     return out
 
 
+def _group_of_client(rows: pd.DataFrame, groups: dict[tuple[str, str], str]) -> pd.Series:
+    """Per row: the group of its (capture, client_id) in ``groups``, else null; one
+    lookup per distinct pair (the rows are a long capture's Fetch entries)."""
+    import numpy as np
+    import pandas as pd
+
+    keys = rows[["capture", "client_id"]]
+    pair_id = keys.groupby(["capture", "client_id"], dropna=False).ngroup().to_numpy()
+    _, first = np.unique(pair_id, return_index=True)  # a row of each pair, by pair id
+    per_pair = [groups.get((c, k)) for c, k in keys.iloc[first].itertuples(index=False)]
+    return pd.Series(per_pair, dtype=object).take(pair_id).set_axis(rows.index)
+
+
 def position_lag(parts: pd.DataFrame) -> pd.DataFrame:
     """Position lag per Fetch answered without error (``POSITION_COLUMNS``), in
     response-time order: the high watermark minus the consumer's position once the
     response's records are in (as the consumer's records-lag metric counts it)."""
-    import pandas as pd
-
+    parts = _inputs(parts)
     fetch = parts[
         parts["api_name"].eq("Fetch")
         & _ok(parts)
@@ -446,10 +511,9 @@ def position_lag(parts: pd.DataFrame) -> pd.DataFrame:
     produced = _produced_at(parts, fetch, "position")
     waited = _ms(fetch["response_time"] - produced).clip(lower=0)
     groups = _groups_by_client(parts)
-    keys = pd.Series(list(zip(fetch["capture"], fetch["client_id"], strict=True)), dtype=object)
     out = fetch.assign(
         time=fetch["response_time"],
-        group_id=keys.map(groups) if len(fetch) else None,
+        group_id=_group_of_client(fetch, groups) if len(fetch) else None,
         position_lag=lag,
         position_lag_ms=waited.mask(lag.eq(0).astype(bool), 0.0),
     )

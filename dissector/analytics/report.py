@@ -27,14 +27,14 @@ from markupsafe import Markup, escape
 # matplotlib, jinja2) then surfaces as the CLI's clear message, not a traceback.
 from dissector import __version__, schema
 from dissector.analytics import plots, stats
-from dissector.protocol.keys import ApiKey
-from dissector.protocol.notes import GROUP_MEMBERSHIP_APIS, NotingDecoder, note_group_call
+from dissector.analytics.lag import INPUTS as LAG_INPUTS
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from dissector.options import CaptureSet, ChainRule
     from dissector.tls import KeyLogs
+    from dissector.wire.tables import CaptureTables
 
 TABLE_ROW_LIMIT = 50
 """Longer tables are cut (the note says how many rows were left out)."""
@@ -908,14 +908,33 @@ NOT_COLLECTED = "Not collected: make the report with kafka-dissector report or r
 
 @dataclass(frozen=True, eq=False)
 class AnalyticsTables:
-    """``dissector.partitions`` and ``dissector.versions`` of the report's captures.
+    """``dissector.partitions``, ``groups`` and ``versions`` of the report's captures,
+    from the same pass as the pairs: kept as the core's Arrow tables
+    (``wire.tables.CaptureTables``), each frame built when asked for (the partitions
+    table of a long capture has hundreds of thousands of rows).
 
     Kept in ``df.attrs``: pandas deep-copies attrs on every derived frame and compares
-    them on concat, so the holder copies as itself and compares by identity (the frames
+    them on concat, so the holder copies as itself and compares by identity (the tables
     are never changed after ``analyze``)."""
 
-    partitions: pd.DataFrame
-    versions: pd.DataFrame
+    arrow: CaptureTables
+
+    @property
+    def partitions(self) -> pd.DataFrame:
+        return self.arrow.frame("partitions")
+
+    def partitions_of(self, columns: Iterable[str]) -> pd.DataFrame:
+        """The partitions table with only ``columns``: a third of the memory and time
+        of the whole frame for the report's derived tables."""
+        return self.arrow.frame("partitions", columns)
+
+    @property
+    def groups(self) -> pd.DataFrame:
+        return self.arrow.frame("groups")
+
+    @property
+    def versions(self) -> pd.DataFrame:
+        return self.arrow.frame("versions")
 
     def __deepcopy__(self, memo: dict[int, object]) -> AnalyticsTables:
         return self
@@ -999,11 +1018,18 @@ def produce_to_fetch_summary(parts: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*columns, "p99_ms", "max_ms"])
 
 
+PARTITION_INPUTS = (
+    *LAG_INPUTS, "records", "record_bytes", "acks"
+)  # fmt: skip
+"""The partitions table's columns the section's tables read: the lag's inputs, and
+throughput's and produce_to_fetch's."""
+
+
 def _partitions(df: pd.DataFrame) -> Section:
     import pandas as pd
 
     tables = _tables(df)
-    parts = tables.partitions if tables is not None else None
+    parts = tables.partitions_of(PARTITION_INPUTS) if tables is not None else None
     empty_parts = pd.DataFrame(columns=["capture", "topic", "partition"])
     none = NOT_COLLECTED if parts is None else None
     traffic = partition_throughput(parts) if parts is not None else empty_parts
@@ -1339,86 +1365,57 @@ def analyze(
     failures: list[tuple[str, str]] | None = None,
     chain: ChainRule | None = None,
     tls: KeyLogs | None = None,
+    show: bool = False,
 ) -> pd.DataFrame:
-    """``dissector.analyze`` plus ``df.attrs["client_software"]`` and
-    ``df.attrs["groups"]`` (see ``NotingDecoder``), in one pass, and
-    ``df.attrs["tables"]`` (``analytics_tables``: the partition and versions tables).
+    """``dissector.analyze`` plus ``df.attrs["tables"]`` (``AnalyticsTables``: the
+    partitions, groups and versions tables), ``df.attrs["client_software"]``
+    (``versions.client_software``) and ``df.attrs["groups"]`` (``groups.group_notes``),
+    all from one native pass over each capture; ``show``: a progress bar per capture
+    (as ``analyze`` shows).
 
     ``failures``, when given, receives (capture, reason) for each capture that cannot be
     read, and the report covers the others; without it the first such capture raises.
+    ``chain``: which files of ``paths`` are read as one capture (``wire.sets``).
     """
-    from dissector import protocol
+    from dissector.analytics.groups import group_notes
+    from dissector.analytics.versions import client_software
     from dissector.options import ChainRule, Options
-    from dissector.protocol.messages import settle_assumed
     from dissector.stages import CaptureError
     from dissector.table.analysis import CAPTURE_SETS_ATTR, set_listing
     from dissector.wire.sets import capture_sets
+    from dissector.wire.tables import TableCollector
 
-    decoder = NotingDecoder(protocol, missing_client=stats.MISSING_LABEL)
     options = Options(ports=ports, chain=chain or ChainRule(), tls=tls)
     # Files of one rotated recording are one capture (``chain``, see wire.sets).
     sets = capture_sets([str(p) for p in paths], options.chain, failures=failures)
-
-    # The native core summarises pairs without Python; the few APIs whose bodies the
-    # report reads beyond the pairs table are handed over in the same pass.
-    def observe(_capture: str, ex: Any) -> None:
-        if ex.api_key is None or ex.api_version is None:
-            return
-        request = decoder.decode_request(ex.request.payload) if ex.request is not None else None
-        response = (
-            decoder.decode_response(ex.response.payload, ex.api_key, ex.api_version)
-            if ex.response is not None
-            else None
-        )
-        settle_assumed(request, response)  # a version newer than the specs: both or neither
-        if ex.api_key in GROUP_MEMBERSHIP_APIS:
-            note_group_call(
-                decoder.groups, ex.api_key, protocol.api_name(ex.api_key), request, response
-            )
-
-    keys = {ApiKey.API_VERSIONS, *GROUP_MEMBERSHIP_APIS}
     readable: list[CaptureSet] = []
     frames = []
+    collected = TableCollector()
     for source in sets:
+        analytics = TableCollector()
         try:
-            frames.append(_run_one(source, options, (keys, observe)))
+            frames.append(_run_one(source, options, analytics, show))
         except (CaptureError, OSError) as exc:
             if failures is None:
                 raise
             failures.append((source.name, str(exc)))
             continue
         readable.append(source)
+        collected.merge(analytics)
     df = _combined(frames)
-    df.attrs[TABLES_ATTR] = analytics_tables(readable, ports=ports, tls=tls)
-    df.attrs[CLIENT_SOFTWARE_ATTR] = decoder.software()
+    tables = AnalyticsTables(collected.result())
+    df.attrs[TABLES_ATTR] = tables
+    df.attrs[CLIENT_SOFTWARE_ATTR] = client_software(df, tables.versions, stats.MISSING_LABEL)
     df.attrs[CAPTURES_ATTR] = [name for s in readable for name in s.file_names]
     df.attrs[CAPTURE_SETS_ATTR] = set_listing(readable)
-    df.attrs[GROUPS_ATTR] = decoder.group_notes()
+    df.attrs[GROUPS_ATTR] = group_notes(tables.groups)
     return df
 
 
-def analytics_tables(
-    sources: Sequence[str | CaptureSet],
-    *,
-    ports: frozenset[int] | None = None,
-    tls: KeyLogs | None = None,
-) -> AnalyticsTables:
-    """The partition table and the version-skew view of the readable ``sources``:
-    each a pass of its own over the captures (full decode of the APIs it reads)."""
-    from dissector.analytics.partitions import PARTITION_COLUMNS, partitions, table
-    from dissector.analytics.versions import VERSION_COLUMNS, versions
-
-    if not sources:
-        return AnalyticsTables(table([], PARTITION_COLUMNS), table([], VERSION_COLUMNS))
-    return AnalyticsTables(
-        partitions(sources, ports=ports, tls=tls), versions(sources, ports=ports, tls=tls)
-    )
-
-
-def _run_one(source: CaptureSet, options: Any, observe: Any) -> pd.DataFrame:
+def _run_one(source: CaptureSet, options: Any, analytics: Any, show: bool) -> pd.DataFrame:
     from dissector.table.analysis import run_analysis
 
-    return run_analysis([source], options, observe=observe)
+    return run_analysis([source], options, analytics=analytics, show=show)
 
 
 def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -1461,11 +1458,12 @@ def report_file(
     failures: list[tuple[str, str]] | None = None,
     chain: ChainRule | None = None,
     tls: KeyLogs | None = None,
+    show: bool = False,
 ) -> Path:
-    """Analyse ``paths`` and write their report to ``output`` (``failures``, ``chain``:
-    see ``analyze``)."""
+    """Analyse ``paths`` and write their report to ``output`` (``failures``, ``chain``,
+    ``show``: see ``analyze``)."""
     sources = [str(p) for p in paths]
-    df = analyze(sources, ports=ports, failures=failures, chain=chain, tls=tls)
+    df = analyze(sources, ports=ports, failures=failures, chain=chain, tls=tls, show=show)
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if ports:
         command += " --ports " + ",".join(str(p) for p in sorted(ports))

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from dissector.options import CaptureSet, Options
     from dissector.stages import Decoder
+    from dissector.wire.tables import TableCollector
 
 
 @contextlib.contextmanager
@@ -143,6 +144,13 @@ def analyze(
 
     if output:
         check_output_format(output, TABLE_FORMATS)
+    tables_out = {"partitions": partitions_out, "groups": groups_out}
+    for name, out in tables_out.items():
+        # checked before the pass: a typo must not cost it
+        if out and not out.lower().endswith(ANALYTICS_FORMATS):
+            raise click.BadParameter(
+                f"{out!r}: use one of {', '.join(ANALYTICS_FORMATS)}", param_hint=f"--{name}"
+            )
     opts = Options(
         ports=parse_ports(ports),
         max_frame=max_frame if max_frame is not None else DEFAULT_MAX_FRAME,
@@ -150,16 +158,74 @@ def analyze(
         tls=tls_key_logs(tls_keylog),
     )
     decoder = load_decoder(specs) if specs else None
+    tables = _AnalyticsOutputs(tables_out) if any(tables_out.values()) else None
     result, failures = analyze_each(
-        list(paths), opts, show=sys.stderr.isatty() and not quiet, decoder=decoder
+        list(paths),
+        opts,
+        show=sys.stderr.isatty() and not quiet,
+        decoder=decoder,
+        analytics=tables.collector if tables is not None else None,
     )
     if not quiet:
         print_summary(result.frame())
     if output and len(failures) < len(paths):
         _write(result, output, quiet)
-    if result.sets:
-        _write_tables(result.sets, opts, specs, partitions_out, groups_out, quiet)
+    if tables is not None:
+        tables.finish(quiet)
     report_failures(failures, len(paths))
+
+
+# The analytics tables' formats (``analytics.partitions.TABLE_FORMATS``), without
+# importing that module (and pandas) before the run.
+ANALYTICS_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
+
+
+def _cannot_write(out: str, exc: OSError) -> click.ClickException:
+    return click.ClickException(f"cannot write {out}: {exc.strerror or exc}")
+
+
+class _AnalyticsOutputs:
+    """The analytics tables asked for, built in the pass over the captures: Parquet
+    files written batch by batch as the pass goes, the other formats at the end."""
+
+    def __init__(self, outputs: dict[str, str | None]) -> None:
+        from dissector.table.frame import ParquetTableWriter
+        from dissector.tables_schema import CONTRACTS
+        from dissector.wire.tables import TableCollector
+
+        self.outputs = {name: out for name, out in outputs.items() if out}
+        self.parquet: dict[str, ParquetTableWriter] = {}
+        for name, out in self.outputs.items():
+            make_parent_dirs(out)
+            if out.lower().endswith(".parquet"):
+                try:
+                    self.parquet[name] = ParquetTableWriter(out, CONTRACTS[name])
+                except OSError as exc:
+                    raise click.ClickException(
+                        f"cannot write {out}: {exc.strerror or exc}"
+                    ) from exc
+        self.collector: TableCollector = TableCollector(writers=dict(self.parquet))
+
+    def finish(self, quiet: bool) -> None:
+        tables = self.collector.result()
+        for name, out in self.outputs.items():
+            writer = self.parquet.get(name)
+            if writer is not None:
+                writer.close()
+                rows = writer.rows
+            else:
+                from dissector.analytics.partitions import export_table
+
+                frame = tables.frame(name)
+                try:
+                    export_table(frame, out)
+                except OSError as exc:
+                    raise click.ClickException(
+                        f"cannot write {out}: {exc.strerror or exc}"
+                    ) from exc
+                rows = len(frame)
+            if not quiet:
+                click.echo(f"wrote {rows} rows to {out}")
 
 
 @dataclass
@@ -191,9 +257,16 @@ class Analysed:
 
 
 def analyze_each(
-    paths: list[str], options: Options, *, show: bool, decoder: Decoder | None
+    paths: list[str],
+    options: Options,
+    *,
+    show: bool,
+    decoder: Decoder | None,
+    analytics: TableCollector | None = None,
 ) -> tuple[Analysed, list[tuple[str, str]]]:
-    """The pairs of every readable capture, and (path, reason) for each unreadable one.
+    """The pairs of every readable capture, and (path, reason) for each unreadable one;
+    ``analytics`` receives the partitions, groups and versions tables of the readable
+    ones, built in the same pass.
 
     Files are grouped into capture sets first (``options.chain``); captures are
     independent, so one bad file costs only its own rows (a set: its own).
@@ -213,10 +286,18 @@ def analyze_each(
     note_sets(sets)
     done: list[CaptureSet] = []
     for capture_set in sets:
+        rows_before = analytics.rows() if analytics is not None else 0
         try:
-            table, run = run_table([capture_set], options, show=show, decoder=decoder)
+            # the analytics tables are built in the same pass
+            table, run = run_table(
+                [capture_set], options, show=show, decoder=decoder, analytics=analytics
+            )
         except (CaptureError, OSError) as exc:
-            failures.append((capture_set.name, str(exc)))
+            reason = str(exc)
+            if analytics is not None and analytics.rows() > rows_before:
+                # a file of the set vanished mid-run: what was read of it stays
+                reason += " (the analytics tables keep the rows read before this)"
+            failures.append((capture_set.name, reason))
             continue
         done.append(capture_set)
         seen = run.counters.as_dict()
@@ -245,28 +326,3 @@ def _write(result: Analysed, output: str, quiet: bool) -> None:
         raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc
     if not quiet:
         click.echo(f"wrote {result.table.num_rows} rows to {output}")
-
-
-def _write_tables(
-    paths: list[CaptureSet],
-    opts: Options,
-    specs: tuple[str, ...],
-    partitions_out: str | None,
-    groups_out: str | None,
-    quiet: bool,
-) -> None:
-    """The optional analytics tables; each is a pass of its own over the captures."""
-    if not (partitions_out or groups_out):
-        return
-    from dissector.analytics.groups import groups
-    from dissector.analytics.partitions import TABLE_FORMATS, export_table, partitions
-
-    wanted = [(b, out) for b, out in ((partitions, partitions_out), (groups, groups_out)) if out]
-    for _, out in wanted:  # checked before the tables are built: a typo must not cost their passes
-        if not out.lower().endswith(TABLE_FORMATS):
-            raise click.ClickException(f"{out}: use one of {', '.join(TABLE_FORMATS)}")
-    for build, out in wanted:
-        table = build(paths, ports=opts.ports, specs=specs, tls=opts.tls)
-        export_table(table, out)
-        if not quiet:
-            click.echo(f"wrote {len(table)} rows to {out}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from dissector.analytics.report import report_file
@@ -54,6 +56,7 @@ def report_command(
             failures=failures,
             chain=rule,
             tls=tls,
+            show=sys.stderr.isatty(),
         )
         if len(failures) < len(paths):
             click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")

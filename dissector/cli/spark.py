@@ -25,22 +25,35 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dissector.cli.common import parse_ports, tls_key_logs, tls_keylog_option
+from dissector.cli.common import (
+    chain_options,
+    chain_rule,
+    parse_ports,
+    tls_key_logs,
+    tls_keylog_option,
+)
 from dissector.options import Options
 from dissector.spark.aggregate import DEFAULT_TOP, DEFAULT_WINDOW, summaries
 from dissector.spark.analytics import ANALYTICS_TABLES, parse_tables
 from dissector.spark.job import (
     JobReport,
+    ProgressState,
     build_session,
     collect_report,
+    describe_failure,
     join_path,
+    new_progress,
     run_job,
+    watching,
     worker_import_hint,
 )
 from dissector.spark.read import DEFAULT_GLOB, MissingPathError, load
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+
+PROGRESS_EVERY = 10.0  # seconds between progress lines on a terminal
 
 
 def _parse_conf(items: tuple[str, ...]) -> dict[str, str]:
@@ -62,6 +75,13 @@ def _echo_report(report: JobReport, out_dir: str | None) -> None:
         click.echo(f"  failed: {capture}: {error}", err=True)
     for path in report.missing:
         click.echo(f"  skipped (no such file or directory): {path}", err=True)
+    if report.sets:
+        files = sum(len(s) for s in report.sets)
+        click.echo(
+            f"note: {files} files read as {len(report.sets)} captures (capture sets: the "
+            "captures table lists their files; --no-chain reads them apart)",
+            err=True,
+        )
     for name, rows in report.tables.items():
         where = f" -> {join_path(out_dir, name)}" if out_dir else ""
         click.echo(f"  {name}: {rows} rows{where}")
@@ -141,8 +161,16 @@ def _check_all_failed(report: JobReport) -> None:
     "its exchanges decoded in full)",
 )
 @click.option("--conf", "confs", multiple=True, help="extra Spark setting KEY=VALUE (repeatable)")
-@click.option("-v", "--verbose", is_flag=True, help="Spark's own log (WARN) and progress bars")
+@click.option(
+    "--progress-every",
+    default=None,
+    type=click.FloatRange(min=0.1),
+    help="seconds between progress lines on stderr (files and bytes decoded); "
+    f"default: every {PROGRESS_EVERY:g} s when stderr is a terminal, else none",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Spark's own log (WARN), traces, progress bars")
 @tls_keylog_option
+@chain_options
 def spark_command(
     paths: tuple[str, ...],
     master: str | None,
@@ -155,8 +183,12 @@ def spark_command(
     skip_missing: bool,
     analytics: str,
     confs: tuple[str, ...],
+    progress_every: float | None,
     verbose: bool,
     tls_keylog: tuple[str, ...] = (),
+    chain: str = "auto",
+    no_chain: bool = False,
+    chain_gap: float = 3600.0,
 ) -> None:
     """Decode PATHS (capture files, directories or globs on any Hadoop path) on Spark.
 
@@ -179,8 +211,16 @@ def spark_command(
         tables = parse_tables(analytics)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--analytics") from None
-    options = Options(ports=parse_ports(ports), tls=tls_key_logs(tls_keylog, ship=True))
-    job = _Job(options, window, top, recursive, glob or None, skip_missing, tables)
+    options = Options(
+        ports=parse_ports(ports),
+        tls=tls_key_logs(tls_keylog, ship=True),
+        chain=chain_rule(chain, no_chain, chain_gap),
+    )
+    if progress_every is None and sys.stderr.isatty():
+        progress_every = PROGRESS_EVERY
+    job = _Job(
+        options, window, top, recursive, glob or None, skip_missing, tables, progress_every, verbose
+    )
     with warnings.catch_warnings():
         if not verbose:
             # PySpark warns on every pandas conversion about pandas versions it has not
@@ -188,7 +228,12 @@ def spark_command(
             warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
         # Inside a running application (a notebook, a test) reuse its session, leave it up.
         owned = SparkSession.getActiveSession() is None
-        spark = build_session(master, conf=_parse_conf(confs), quiet=not verbose)
+        try:
+            spark = build_session(master, conf=_parse_conf(confs), quiet=not verbose)
+        except Exception as exc:
+            if verbose:
+                raise
+            raise click.ClickException(f"Spark did not start: {describe_failure(exc)}") from exc
         try:
             _run(spark, paths, out_dir, job)
         finally:
@@ -207,6 +252,12 @@ class _Job:
     glob: str | None
     skip_missing: bool
     analytics: tuple[str, ...] = ANALYTICS_TABLES
+    progress_every: float | None = None  # None: no progress lines
+    verbose: bool = False
+
+
+def _echo_progress(state: ProgressState) -> None:
+    click.echo(state.line(), err=True)
 
 
 def _run(spark: SparkSession, paths: tuple[str, ...], out_dir: str | None, job: _Job) -> None:
@@ -228,6 +279,8 @@ def _run(spark: SparkSession, paths: tuple[str, ...], out_dir: str | None, job: 
             glob=job.glob,
             skip_missing=job.skip_missing,
             analytics=job.analytics,
+            on_progress=_echo_progress if job.progress_every else None,
+            progress_every=job.progress_every or PROGRESS_EVERY,
         )
         _echo_report(report, out_dir)
         _check_all_failed(report)
@@ -240,13 +293,17 @@ def _run(spark: SparkSession, paths: tuple[str, ...], out_dir: str | None, job: 
         raise
     except Exception as exc:
         hint = worker_import_hint(exc)
-        if hint is None:
+        if hint is not None:
+            raise click.ClickException(hint) from exc
+        if job.verbose:
             raise
-        raise click.ClickException(hint) from exc
+        line = describe_failure(exc, spark.sparkContext.master)
+        raise click.ClickException(f"{line} (--verbose shows Spark's log)") from exc
 
 
 def _print_summary(spark: SparkSession, paths: tuple[str, ...], job: _Job) -> None:
     started = time.monotonic()
+    progress = new_progress(spark)
     fleet = load(
         spark,
         list(paths),
@@ -254,10 +311,14 @@ def _print_summary(spark: SparkSession, paths: tuple[str, ...], job: _Job) -> No
         recursive=job.recursive,
         glob=job.glob,
         skip_missing=job.skip_missing,
+        progress=progress,
     )
     try:
-        report = collect_report(fleet)
+        show = _echo_progress if job.progress_every else None
+        with watching(progress, fleet.plan, show, job.progress_every or PROGRESS_EVERY):
+            report = collect_report(fleet)  # the first action: decodes into the cache
         report.missing = list(fleet.missing)
+        report.sets = list(fleet.plan.sets)
         report.seconds = time.monotonic() - started
         _echo_report(report, None)
         _check_all_failed(report)

@@ -43,6 +43,9 @@ _BUILDERS = (
     # the native core's copy of the model (export.py reads summary roles and decode rules)
     "export.py",
     "summary.py",
+    "tables.py",
+    "compile.py",
+    "records.py",
     "messages.py",
     # the parent package's rule of which decode errors leave a row's status alone
     "../stages.py",

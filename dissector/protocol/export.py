@@ -21,11 +21,13 @@ extra spec directories reach Rust too.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from dissector.protocol import messages as _messages
 from dissector.protocol import names as _names
 from dissector.protocol import summary as _summary
+from dissector.protocol import tables as _tables
 from dissector.protocol.errors import ERROR_NAMES
 from dissector.protocol.keys import ApiKey
 from dissector.protocol.spec import REQUEST, RESPONSE, Field, Layout
@@ -160,8 +162,16 @@ def _is_generic(fields: tuple[Field, ...]) -> bool:
     return bool(plan) and plan[0][0] == _summary._GENERIC
 
 
-def _field(f: Field, roles: int, under_generic: bool, learn: bool) -> dict[str, Any]:
-    """One field with its roles; ``roles`` holds what its parent gives it."""
+def _field(
+    f: Field,
+    roles: int,
+    under_generic: bool,
+    learn: bool,
+    path: _tables.Path = (),
+    table_roles: dict[_tables.Path, _tables.Roles] | None = None,
+) -> dict[str, Any]:
+    """One field with its roles; ``roles`` holds what its parent gives it, ``path`` is its
+    place in the layout, ``table_roles`` the layout's roles for the analytics tables."""
     roles |= _step_roles(f)
     if under_generic:
         roles |= ROLE_VISIT  # summary._walk looks at every value of such a struct
@@ -180,11 +190,21 @@ def _field(f: Field, roles: int, under_generic: bool, learn: bool) -> dict[str, 
         out["tag"] = f.tag
     if f.fields:
         out["fields"] = [
-            _field(m, _member_roles(m, item_topics, learn), members_generic, False)
-            for m in f.fields
+            _field(
+                m,
+                _member_roles(m, item_topics, learn),
+                members_generic,
+                False,
+                (*path, i),
+                table_roles,
+            )
+            for i, m in enumerate(f.fields)
         ]
     if roles:
         out["roles"] = roles
+    table = (table_roles or {}).get(path)
+    if table:
+        out["table"] = table
     return out
 
 
@@ -242,12 +262,13 @@ def _header_version(layout: Layout) -> int:
     return 1 if layout.flexible and layout.api_key != ApiKey.API_VERSIONS else 0
 
 
-def _layout(layout: Layout) -> dict[str, Any]:
+def _layout(layout: Layout, api_name: str) -> dict[str, Any]:
     generic = _is_generic(layout.fields)
+    table_roles = _tables.layout_roles(layout, api_name)
     fields = []
-    for f in layout.fields:
+    for i, f in enumerate(layout.fields):
         roles, learn = _top_roles(layout, f)
-        fields.append(_field(f, roles, generic, learn))
+        fields.append(_field(f, roles, generic, learn, (i,), table_roles))
     return {
         "api_key": layout.api_key,
         "version": layout.version,
@@ -332,7 +353,75 @@ def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
             for column, direction, api_names, field_name in EXTRACTS
         ],
         "long_poll": _long_poll(),
-        "layouts": [_layout(x) for x in layouts],
+        "tables": _tables_section(registry),
+        "layouts": [_layout(x, _names.api_name(x.api_key, registry)) for x in layouts],
+    }
+
+
+def _keys_named(registry: _messages.Registry, names: Mapping[str, Any]) -> dict[str, Any]:
+    """{api_key: value} of the APIs ``names`` maps by name (the keys these specs give)."""
+    keys = set(_names._names()) | set(registry.specs.keys())
+    out = {}
+    for key in sorted(keys):
+        name = _names.api_name(key, registry)
+        if name in names:
+            out[str(key)] = names[name]
+    return out
+
+
+def _tables_section(registry: _messages.Registry) -> dict[str, Any]:
+    """What the native core needs besides the field roles to lay out the partitions,
+    groups and versions tables (``protocol.tables`` declares it all)."""
+    from dissector.protocol import compile as _compile
+    from dissector.protocol import records as _records
+
+    t = _tables
+    slots = t.VALUE_FIELDS
+    columns = [c.column for c in t.ENTRY_COLUMNS]
+    negotiation = _keys_named(registry, {t.NEGOTIATION_API: True})
+    return {
+        "partition_apis": _keys_named(registry, t.PARTITION_APIS),
+        "pair_row_apis": [int(k) for k in _keys_named(registry, dict.fromkeys(t.PAIR_ROW_APIS))],
+        "expand_responses": [
+            int(k) for k in _keys_named(registry, dict.fromkeys(t.EXPAND_RESPONSES))
+        ],
+        "context": [
+            {
+                "column": column,
+                "text": column in t.TEXT_CONTEXT,
+                "slots": [t.CONTEXT_NAMES.index(n) for n in names],
+            }
+            for column, names in t.CONTEXT_FIELDS.items()
+        ],
+        "group_key_slot": t.CONTEXT_NAMES.index(t.GROUP_KEY_CONTEXT),
+        "entry_columns": [
+            {
+                "column": c.column,
+                "sides": list(c.sides),
+                "slots": [slots.index(n) for n in c.fields],
+                "nested": slots.index(".".join(c.nested)) if c.nested else None,
+            }
+            for c in t.ENTRY_COLUMNS
+        ],
+        "entry_error_slot": slots.index(t.ENTRY_ERROR_FIELD),
+        "produce_base_column": columns.index(t.PRODUCE_BASE_COLUMN),
+        "fetch_start_column": columns.index(t.FETCH_START_COLUMN),
+        "max_depth": t.MAX_DEPTH,
+        "group_apis": _keys_named(registry, t.GROUP_APIS),
+        "single_member_keys": [
+            int(k) for k in _keys_named(registry, dict.fromkeys(t.SINGLE_MEMBER_APIS))
+        ],
+        "group_ranks": {role: len(names) for role, names in t.GROUP_FIELDS.items()},
+        "member_lists": len(t.MEMBER_LIST_ORDER),
+        "fencing_errors": sorted(t.FENCING_ERRORS),
+        "negotiation_texts": {"no_response": t.NO_RESPONSE, "no_api_keys": t.NO_API_KEYS},
+        "negotiation_key": int(next(iter(negotiation))) if negotiation else None,
+        "request_versions": {
+            str(s.api_key): list(s.request_versions) for s in _names.supported_apis(registry)
+        },
+        "max_array_items": _compile.MAX_ARRAY_ITEMS,
+        "item_budget_factor": _records.ITEM_BUDGET_FACTOR,
+        "item_overhead": _records.ITEM_OVERHEAD,
     }
 
 

@@ -3,11 +3,13 @@
 Layout (each module imports only the ones above it):
 
 * ``typemap``: the Spark and Arrow schemas, built from ``dissector.schema.COLUMNS``.
-* ``decode``: what runs inside a Spark task: one capture's bytes -> Arrow batches of
-  pair rows plus one trailer row describing the capture. Needs pyarrow, not pyspark.
-* ``read``: ``load(spark, paths)`` -> a ``Fleet`` (pairs and per-capture status).
-* ``analytics``: the partitions, groups and versions tables, run by the pandas
-  functions themselves inside the tasks (one pass over each capture for all three).
+* ``analytics``: the partitions, groups and versions tables' contracts, and their rows
+  for one capture (the pandas functions themselves, run inside the task).
+* ``tasks``: what runs inside a Spark task: a unit of capture files -> the core's
+  Arrow batches of pairs (and the analytics tables), written to Parquet by the task or
+  handed to Spark, plus one trailer row per capture file. Needs pyarrow, not pyspark.
+* ``read``: listing and planning on the driver; ``load(spark, paths)`` -> a ``Fleet``
+  (pairs, per-capture status and analytics tables, held by Spark).
 * ``aggregate``: the fleet summary tables (latency percentiles, errors, unanswered
   requests, throughput), plain DataFrame -> DataFrame functions.
 

@@ -1,41 +1,41 @@
-"""The analytics tables (partitions, groups, versions, lag) on Spark, one capture per task.
+"""The analytics tables (partitions, groups, versions, lag) on Spark: their contracts
+as Arrow in Spark's units, and their rows for one capture, made inside the task that
+decodes its pairs, in the same pass of the native core.
 
-Each task runs the pandas functions themselves (``dissector.partitions``,
-``dissector.groups``, ``dissector.versions``; ``lag``: ``analytics.lag.lag_at_end``
-of the capture's partitions) on a ``binaryFile`` row's bytes
-(``options.CaptureBytes``: read in place, no temporary file), so the Spark tables are
-the pandas tables: same column names, in order, and the same values; times are
-floored to microseconds (Spark's unit), as in the pairs table.
+The core builds the partitions, groups and versions rows beside the pairs
+(``dissector.wire.tables``: the rows ``dissector.partitions``, ``groups`` and
+``versions`` give); ``PassTables`` takes its batches as they come and casts them to
+Spark's units (dictionaries -> strings, nanoseconds floored to microseconds, as in the
+pairs table). ``lag`` is ``analytics.lag.lag_at_end`` of the capture's partitions rows,
+of which ``PassTables`` keeps the columns lag reads (``lag.INPUTS``, as the core's
+compact Arrow) only when ``lag`` is asked for.
+So the Spark tables are the pandas tables: same column names, in order, and the same
+values.
 
-One ``mapInArrow`` pass reads each capture once for all the tables asked for: its
-rows carry one struct column per table, exactly one of them set, and
-``analytics_tables`` splits them into one DataFrame per table.
-
-A capture the pairs pass could not decode yields no rows here; the ``captures``
-table already says why. Needs pyarrow and pandas in the workers, never pyspark
-outside the driver functions.
+Needs pyarrow and pandas, never pyspark.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from dissector.options import CaptureBytes, Options
-from dissector.spark.read import DEFAULT_GLOB, read_binary, resolve_paths
-from dissector.spark.tasks import capture_files
 from dissector.spark.typemap import ARROW_TIMESTAMP
+from dissector.tables_schema import CONTRACTS, Contract
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame, SparkSession
+
+    from dissector.wire.tables import TableCollector
 
 ANALYTICS_TABLES: tuple[str, ...] = ("partitions", "groups", "versions", "lag")
 """Output names (folders under the job's output directory), in writing order."""
+
+PASS_TABLES: tuple[str, ...] = tuple(CONTRACTS)
+"""The tables the core builds in the pairs' pass (``lag`` is derived from partitions)."""
 
 # The contracts' pandas dtypes as Arrow types. ``object`` columns are lists of ints
 # (versions_used, unknown_versions): named one by one, so a new object column fails
@@ -53,51 +53,15 @@ _OBJECT_COLUMNS: dict[str, pa.DataType] = {
 }
 
 
-def _contract(name: str) -> tuple[tuple[str, str, str], ...]:
+def _contract(name: str) -> Contract:
     """The column contract (name, pandas dtype, meaning) of one analytics table."""
-    if name == "partitions":
-        from dissector.analytics.partitions import PARTITION_COLUMNS
-
-        return PARTITION_COLUMNS
-    if name == "groups":
-        from dissector.analytics.groups import GROUP_COLUMNS
-
-        return GROUP_COLUMNS
-    if name == "versions":
-        from dissector.analytics.versions import VERSION_COLUMNS
-
-        return VERSION_COLUMNS
+    if name in CONTRACTS:
+        return CONTRACTS[name]
     if name == "lag":
         from dissector.analytics.lag import LAG_COLUMNS
 
         return LAG_COLUMNS
     raise ValueError(f"unknown analytics table {name!r}; one of {', '.join(ANALYTICS_TABLES)}")
-
-
-def _function(name: str) -> Callable[..., pd.DataFrame]:
-    """The pandas function that builds one table (``dissector.<name>``)."""
-    if name == "partitions":
-        from dissector.analytics.partitions import partitions
-
-        return partitions
-    if name == "groups":
-        from dissector.analytics.groups import groups
-
-        return groups
-    if name == "lag":
-        return capture_lag
-    from dissector.analytics.versions import versions
-
-    return versions
-
-
-def capture_lag(source: Any, *, ports: Iterable[int] | None = None) -> pd.DataFrame:
-    """Committed lag at the end of one capture (``lag.lag_at_end`` of its partitions);
-    ``source`` as ``dissector.partitions`` takes it (a ``CaptureBytes`` in the tasks)."""
-    from dissector.analytics.lag import lag_at_end
-    from dissector.analytics.partitions import partitions
-
-    return lag_at_end(partitions(source, ports=ports))
 
 
 def arrow_schema(name: str) -> pa.Schema:
@@ -113,9 +77,15 @@ def arrow_schema(name: str) -> pa.Schema:
     return pa.schema(fields)
 
 
-def combined_arrow_schema(names: Iterable[str]) -> pa.Schema:
-    """The pass's output: one nullable struct column per table."""
-    return pa.schema([pa.field(n, pa.struct(list(arrow_schema(n)))) for n in names])
+def struct_column(name: str) -> str:
+    """The struct column holding a table's rows among the rows handed to Spark (not the
+    table's name: the pairs have a ``partitions`` column)."""
+    return f"_{name}"
+
+
+def struct_fields(names: Iterable[str]) -> list[pa.Field]:
+    """One struct column per table, for rows handed to Spark (``typemap.decoded_arrow_schema``)."""
+    return [pa.field(struct_column(n), pa.struct(list(arrow_schema(n)))) for n in names]
 
 
 def parse_tables(text: str) -> tuple[str, ...]:
@@ -141,83 +111,107 @@ def to_arrow(df: pd.DataFrame, name: str) -> pa.Table:
     return table.cast(schema, safe=False).replace_schema_metadata(None)
 
 
-@dataclass(frozen=True, slots=True)
-class AnalyticsConfig:
-    """What every task needs; pickled into the tasks, so only plain data."""
+def to_spark(table: pa.Table, name: str) -> pa.Table:
+    """A table of the core (``wire.tables``: dictionary strings, nanosecond times) in
+    ``arrow_schema(name)``: strings decoded, times floored to microseconds."""
+    from dissector.arrow_cast import retype_column
 
-    tables: tuple[str, ...] = ANALYTICS_TABLES
-    options: Options = field(default_factory=Options)
-
-
-def capture_batches(capture: str, data: bytes, config: AnalyticsConfig) -> Iterator[pa.RecordBatch]:
-    """Batches of one capture: each table's rows under its struct column."""
-    schema = combined_arrow_schema(config.tables)
-    for name in config.tables:
-        try:
-            df = _function(name)(CaptureBytes(capture, data), ports=config.options.ports)
-        except Exception:  # a capture that cannot be read is reported in captures/
-            continue
-        table = to_arrow(df, name)
-        if table.num_rows == 0:
-            continue
-        structs = pa.StructArray.from_arrays(
-            [c.combine_chunks() for c in table.columns], fields=list(table.schema)
-        )
-        columns = [
-            structs if other == name else pa.nulls(table.num_rows, schema.field(other).type)
-            for other in config.tables
-        ]
-        yield pa.RecordBatch.from_arrays(columns, schema=schema)
+    schema = arrow_schema(name)
+    columns = [
+        retype_column(table.column(f.name), f.type, safe=not pa.types.is_timestamp(f.type))
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
-def analytics_batches(
-    batches: Iterable[pa.RecordBatch], config: AnalyticsConfig
-) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function: binaryFile batches (path, content) -> table rows."""
-    for path, data in capture_files(batches):
-        yield from capture_batches(path, bytes(data), config)
+def lag_inputs(partitions: pa.Table) -> pa.Table:
+    """The columns of a partitions batch that ``lag.lag_at_end`` reads
+    (``lag.INPUTS``): what a task keeps of a capture for its lag table."""
+    from dissector.analytics.lag import INPUTS
+
+    return partitions.select(list(INPUTS))
 
 
-@dataclass(frozen=True)
-class Analytics:
-    """The analytics tables of a run (cached until ``unpersist``)."""
-
-    tables: dict[str, DataFrame]
-    cached: DataFrame | None = None
-
-    def unpersist(self) -> None:
-        if self.cached is not None:
-            self.cached.unpersist()
+COMMIT_APIS = frozenset(("OffsetCommit", "OffsetFetch", "TxnOffsetCommit"))
+"""The partitions rows ``lag.commit_events`` reads commits from: a capture without any
+has no lag rows (``lag_at_end`` of it is empty), so its lag is not computed."""
 
 
-def spark_schema(names: Collection[str]) -> Any:
-    from pyspark.sql.pandas.types import from_arrow_schema
+def may_commit(partitions: pa.Table) -> bool:
+    """Whether a partitions batch may hold a commit (``COMMIT_APIS``): its ``api_name``
+    dictionaries name one (a dictionary may name more than its rows use: never a
+    commit missed)."""
+    column = partitions.column("api_name")
+    for chunk in column.chunks:
+        values = chunk.dictionary if pa.types.is_dictionary(chunk.type) else chunk
+        if COMMIT_APIS.intersection(v for v in values.to_pylist() if v is not None):
+            return True
+    return False
 
-    return from_arrow_schema(combined_arrow_schema(names))
+
+def lag_table(inputs: list[pa.Table]) -> pa.Table:
+    """``lag.lag_at_end`` of one capture's partitions rows (``lag_inputs`` of the
+    core's Arrow batches), in ``arrow_schema("lag")``."""
+    from dissector.analytics.lag import INPUTS, lag_at_end
+    from dissector.tables_schema import PARTITION_COLUMNS
+    from dissector.wire.tables import to_frame
+
+    if not inputs:
+        return arrow_schema("lag").empty_table()
+    contract = {c[0]: c for c in PARTITION_COLUMNS}
+    frame = to_frame(pa.concat_tables(inputs), tuple(contract[n] for n in INPUTS))
+    return to_arrow(lag_at_end(frame), "lag")
 
 
-def load_analytics(
-    spark: SparkSession,
-    paths: Iterable[str],
-    names: Collection[str],
-    *,
-    options: Options | None = None,
-    recursive: bool = False,
-    glob: str | None = DEFAULT_GLOB,
-    skip_missing: bool = False,
-) -> Analytics:
-    """The analytics tables ``names`` of the captures under ``paths`` (as ``read.load``
-    selects them), one DataFrame each, columns as the pandas functions return them."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
+Rename = Callable[[pa.Table], pa.Table]
 
-    wanted = tuple(n for n in ANALYTICS_TABLES if n in names)
-    if not wanted:
-        return Analytics({})
-    targets = resolve_paths(spark, list(paths), skip_missing=skip_missing)
-    binary = read_binary(spark, targets, recursive=recursive, glob=glob)
-    config = AnalyticsConfig(tables=wanted, options=options or Options())
-    rows = binary.mapInArrow(partial(analytics_batches, config=config), spark_schema(wanted))
-    cached = rows.persist(StorageLevel.MEMORY_AND_DISK)
-    tables = {n: cached.where(F.col(n).isNotNull()).select(f"{n}.*") for n in wanted}
-    return Analytics(tables, cached)
+
+@dataclass
+class PassTables:
+    """Takes the analytics tables of one capture's pass as the core builds them
+    (``wire.tables.TableCollector`` writers): each batch of a wanted table, renamed
+    by ``rename`` (the ``capture`` column: local paths -> URIs) and cast to Spark's
+    units, waits in ``pending`` until the task hands it on (``drain``): memory holds
+    one core batch, not the capture. The partitions batches are also kept when
+    ``lag`` is wanted: the lag table needs the whole capture's rows (``finish``)."""
+
+    wanted: tuple[str, ...]
+    rename: Rename
+    pending: list[tuple[str, pa.Table]] = field(default_factory=list)
+    kept: list[pa.Table] = field(default_factory=list)
+    commits: bool = False  # a kept batch may hold a commit (``may_commit``)
+
+    def collector(self) -> TableCollector:
+        """The ``TableCollector`` to hand the pass (``wire.core.iter_tables``)."""
+        from dissector.wire.tables import TableCollector
+
+        return TableCollector(writers={n: self._writer(n) for n in PASS_TABLES})
+
+    def _writer(self, name: str) -> Callable[[pa.Table], None]:
+        def take(batch: pa.Table) -> None:
+            if name not in self.wanted and not (name == "partitions" and self.keeps):
+                return
+            batch = self.rename(batch)
+            if name in self.wanted:
+                self.pending.append((name, to_spark(batch, name)))
+            if name == "partitions" and self.keeps:
+                self.kept.append(lag_inputs(batch))
+                self.commits = self.commits or may_commit(batch)
+
+        return take
+
+    @property
+    def keeps(self) -> bool:
+        return "lag" in self.wanted
+
+    def drain(self) -> list[tuple[str, pa.Table]]:
+        """The batches taken since the last call, in order."""
+        pending, self.pending = self.pending, []
+        return pending
+
+    def finish(self) -> Iterator[tuple[str, pa.Table]]:
+        """What is left: the pending batches, then the lag table."""
+        yield from self.drain()
+        if self.keeps:
+            kept, self.kept = self.kept, []
+            yield "lag", lag_table(kept if self.commits else [])

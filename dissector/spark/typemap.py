@@ -9,6 +9,7 @@ whose connection fields are unknown.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -22,13 +23,21 @@ if TYPE_CHECKING:
 INFO_COLUMN = "_capture_info"
 """Decode-stage only: set on the one trailer row per capture, null on pair rows."""
 
+TABLE_COLUMN = "_table"
+"""Decode-stage only: which table a row belongs to (``pairs``, ``captures`` or an
+analytics table's name), when the rows themselves go to Spark."""
+
+CAPTURES_TABLE = "captures"
+PAIRS_TABLE = "pairs"
+
 # Spark's TimestampType holds microseconds; Arrow batches handed to Spark must use
 # the same unit, so the contract's nanosecond times are floored to microseconds.
 ARROW_TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
 CAPTURE_INFO: tuple[Column, ...] = (
-    Column("size_bytes", "int", "bytes of the capture file"),
+    Column("files", "str_list", "the files read as this capture, in order (a capture set)"),
+    Column("size_bytes", "int", "bytes of the capture's files"),
     Column("pairs", "int", "pair rows decoded from it"),
     Column("failed", "bool", "decoding stopped with an error"),
     Column("error", "str", "why, when failed"),
@@ -38,7 +47,9 @@ CAPTURE_INFO: tuple[Column, ...] = (
 
 
 def arrow_type(kind: str) -> pa.DataType:
-    return schema_arrow_type(kind, time_unit=ARROW_TIMESTAMP.unit)
+    # A list's item is called "element", as in Parquet: the batches a task hands Spark
+    # are then exactly the pairs Parquet file's (``dissector.table.frame.pairs_table``).
+    return schema_arrow_type(kind, time_unit=ARROW_TIMESTAMP.unit, list_item="element")
 
 
 def spark_type(kind: str) -> DataType:
@@ -71,10 +82,20 @@ def pairs_arrow_schema(columns: tuple[Column, ...] = COLUMNS) -> pa.Schema:
     return pa.schema([pa.field(c.name, arrow_type(c.kind)) for c in columns])
 
 
-def decoded_arrow_schema() -> pa.Schema:
-    """The decode stage's output: the contract columns plus the trailer struct."""
+def captures_arrow_schema() -> pa.Schema:
+    """The captures table: ``capture`` then ``CAPTURE_INFO``, one row per capture file."""
+    info = [pa.field(c.name, arrow_type(c.kind)) for c in CAPTURE_INFO]
+    return pa.schema([pa.field("capture", pa.string()), *info])
+
+
+def decoded_arrow_schema(extra: Sequence[pa.Field] = ()) -> pa.Schema:
+    """The decode stage's rows when they go to Spark: ``TABLE_COLUMN``, the contract
+    columns (set on pair rows, ``capture`` on every row), the trailer struct (set on
+    the one ``captures`` row per capture file) and ``extra`` (one struct column per
+    analytics table, set on that table's rows)."""
     info = pa.struct([pa.field(c.name, arrow_type(c.kind)) for c in CAPTURE_INFO])
-    return pairs_arrow_schema().append(pa.field(INFO_COLUMN, info))
+    fields = [pa.field(TABLE_COLUMN, pa.string()), *pairs_arrow_schema()]
+    return pa.schema([*fields, pa.field(INFO_COLUMN, info), *extra])
 
 
 def pairs_spark_schema(columns: tuple[Column, ...] = COLUMNS) -> StructType:
@@ -83,8 +104,8 @@ def pairs_spark_schema(columns: tuple[Column, ...] = COLUMNS) -> StructType:
     return StructType([StructField(c.name, spark_type(c.kind), nullable=True) for c in columns])
 
 
-def decoded_spark_schema() -> StructType:
-    from pyspark.sql.types import StructField
+def spark_schema(schema: pa.Schema) -> StructType:
+    """An Arrow schema of this module as Spark's (every field nullable)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
 
-    info = pairs_spark_schema(CAPTURE_INFO)
-    return pairs_spark_schema().add(StructField(INFO_COLUMN, info, nullable=True))
+    return from_arrow_schema(schema)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from dissector.stages import Exchange
+    from dissector.wire.tables import TableCollector
 
 Observer = Callable[[str, "Exchange"], None]
 
@@ -30,12 +31,14 @@ def run_table(
     show: bool = False,
     decoder: Any = None,
     observe: tuple[Iterable[int], Observer] | None = None,
+    analytics: TableCollector | None = None,
 ) -> tuple[pa.Table, core.Run]:
     """The pairs of the captures as one Arrow table, and what the run counted.
 
     ``observe=(api_keys, fn)`` also hands every exchange of those API keys to ``fn``
     (the report notes group membership and client software from their bodies) in the
-    same pass.
+    same pass; ``analytics`` (a ``wire.tables.TableCollector``) receives the
+    partitions, groups and versions tables built in that pass too.
     """
     progress = _bar(paths) if show else nullcontext(None)
     with progress as bar:
@@ -49,7 +52,7 @@ def run_table(
 
         keys = tuple(observe[0]) if observe is not None else ()
         return core.analyze_table(
-            paths, options, decoder=decoder, on_batch=on_batch, keep_keys=keys
+            paths, options, decoder=decoder, on_batch=on_batch, keep_keys=keys, analytics=analytics
         )
 
 
@@ -60,9 +63,13 @@ def run_analysis(
     show: bool = False,
     decoder: Any = None,
     observe: tuple[Iterable[int], Observer] | None = None,
+    analytics: TableCollector | None = None,
 ) -> pd.DataFrame:
-    """The pairs DataFrame of the captures, with the run's counters in ``df.attrs``."""
-    table, run = run_table(paths, options, show=show, decoder=decoder, observe=observe)
+    """The pairs DataFrame of the captures, with the run's counters in ``df.attrs``
+    (``analytics``: see ``run_table``)."""
+    table, run = run_table(
+        paths, options, show=show, decoder=decoder, observe=observe, analytics=analytics
+    )
     df = core.table_to_frame(table)
     df.attrs["counters"] = run.counters.as_dict()
     df.attrs["tls_streams"] = run.tls_streams

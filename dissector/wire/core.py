@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from dissector.options import Options
     from dissector.stages import Exchange
     from dissector.tls import KeyLogs
+    from dissector.wire.tables import TableCollector
 
 BATCH_ROWS = 65_536
 """Rows per Arrow batch: memory of a streaming run is bounded by this, not the capture."""
@@ -149,12 +150,21 @@ def new_analyzer(
     *,
     exchanges: bool = False,
     keep_keys: Iterable[int] = (),
+    tables: bool = False,
+    pairs: bool = True,
 ) -> Analyzer:
+    """The core for one run; ``tables``: also build the analytics tables
+    (``wire.tables``); ``pairs``: build the pairs' rows (off: the tables alone)."""
     decoder = decoder or _default_decoder()
     model = _model(decoder)
     _core = native()
     idle = options.idle_timeout_s
     tls_keys = native_key_log(options.tls) if options.tls else None
+    fallback = None
+    if tables:
+        from dissector.wire.tables import TablesFallback
+
+        fallback = TablesFallback(decoder)
     return _core.Analyzer(
         model.native,
         sorted(options.broker_ports),
@@ -165,6 +175,9 @@ def new_analyzer(
         exchanges=exchanges,
         keep_keys=list(keep_keys),
         tls_keys=tls_keys,
+        tables=tables,
+        tables_fallback=fallback,
+        pairs=pairs,
     )
 
 
@@ -256,6 +269,19 @@ def _arrow_column(spec: tuple[Any, ...]) -> pa.Array:
             pa.int32(), len(indices) // 4, [validity, pa.py_buffer(indices)], null_count=nulls
         )
         return pa.DictionaryArray.from_arrays(idx, words)
+    if tag == "bool":
+        _, values, bits, nulls, n = spec
+        buffers = [pa.py_buffer(bits) if bits is not None else None, pa.py_buffer(values)]
+        return pa.Array.from_buffers(pa.bool_(), n, buffers, null_count=nulls)
+    if tag == "i64list":
+        _, offsets, values = spec
+        items = pa.Array.from_buffers(pa.int64(), len(values) // 8, [None, pa.py_buffer(values)])
+        return pa.ListArray.from_buffers(
+            pa.list_(pa.int64()),
+            len(offsets) // 4 - 1,
+            [None, pa.py_buffer(offsets)],
+            children=[items],
+        )
     if tag == "list":
         _, offsets, items, w_offsets, w_data = spec
         idx = pa.Array.from_buffers(pa.int32(), len(items) // 4, [None, pa.py_buffer(items)])
@@ -323,6 +349,8 @@ class Batch:
     columns: dict[str, Any]
     exchanges: list[Any]
     bytes_read: int
+    tables: dict[str, Any]
+    """The analytics tables' buffers (``Analyzer.take_tables``; empty unless asked)."""
 
 
 def _batches(
@@ -357,7 +385,10 @@ def _batches(
             while more and not stop.is_set():
                 more = analyzer.run(batch_rows)
                 batch = Batch(
-                    analyzer.take_columns(), list(analyzer.take_exchanges()), analyzer.bytes_read()
+                    analyzer.take_columns(),
+                    list(analyzer.take_exchanges()),
+                    analyzer.bytes_read(),
+                    analyzer.take_tables(),
                 )
                 if not put(("batch", batch)):
                     return
@@ -391,24 +422,32 @@ def iter_tables(
     batch_rows: int = BATCH_ROWS,
     on_batch: Any = None,
     keep_keys: Iterable[int] = (),
+    tables: TableCollector | None = None,
+    pairs: bool = True,
 ) -> Iterator[pa.Table]:
     """Arrow tables of the pairs of each capture, in capture order, ``batch_rows`` at a
     time; several files are grouped into capture sets first (``options.chain``, see
     ``sets``). Counters (and TLS connections, as ``counters.tls_streams``) are filled
     as it goes; ``on_batch(batch)`` sees each ``Batch`` (progress displays, observers
-    of the kept exchanges)."""
+    of the kept exchanges); ``tables`` (a ``wire.tables.TableCollector``) receives the
+    analytics tables built in the same pass; ``pairs=False`` builds no pairs (the
+    tables alone: nothing is yielded)."""
     from dissector.wire.sets import capture_sets
 
     decoder = decoder or _default_decoder()
     counters = counters if counters is not None else Counters()
     sources = capture_sets(paths, options.chain)
-    analyzer = new_analyzer(options, decoder, keep_keys=keep_keys)
+    analyzer = new_analyzer(
+        options, decoder, keep_keys=keep_keys, tables=tables is not None, pairs=pairs
+    )
     try:
         for path in sources:
             open_capture(analyzer, path)
             # pyarrow (0.15 s to import) is imported while the core reads the capture.
             for batch in _batches(analyzer, batch_rows, meanwhile=arrow_schema):
                 table = columns_to_table(batch.columns, arrow_schema())
+                if tables is not None:
+                    tables.add(batch.tables)
                 if on_batch is not None:
                     on_batch(batch)
                 if table.num_rows:
@@ -445,6 +484,7 @@ def analyze_table(
     decoder: Any = None,
     on_batch: Any = None,
     keep_keys: Iterable[int] = (),
+    analytics: TableCollector | None = None,
 ) -> tuple[pa.Table, Run]:
     from dissector.wire.sets import capture_sets
 
@@ -458,6 +498,7 @@ def analyze_table(
             counters=counters,
             on_batch=on_batch,
             keep_keys=keep_keys,
+            tables=analytics,
         )
     )
     import pyarrow as pa  # after the run: iter_tables imports it while the core works

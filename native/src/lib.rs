@@ -1,7 +1,8 @@
 //! kafka-dissector's native core: the per-packet and per-pair path.
 //!
 //! packets (capture) -> TCP streams (tcp) -> plaintext (tls) -> Kafka frames (framing) -> exchanges
-//! (correlate, session) -> summaries (model, summary, records) -> columns (rows) -> Python.
+//! (correlate, session) -> summaries (model, summary, records) -> columns (rows) -> Python;
+//! beside the pairs, the analytics tables' rows (table_model, tables).
 
 pub mod capture;
 pub mod correlate;
@@ -14,6 +15,8 @@ pub mod records;
 pub mod rows;
 pub mod session;
 pub mod summary;
+pub mod table_model;
+pub mod tables;
 pub mod tcp;
 pub mod tls;
 pub mod types;

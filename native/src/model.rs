@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::table_model::{Facts, JFacts, JTables, TablesModel, NO_FACTS};
 use crate::types::Versions;
 
 /// Deepest field nesting accepted from the JSON (Kafka's specs nest about five levels);
@@ -203,6 +204,12 @@ pub struct Node {
     pub walk: (u32, u32),
     /// The same for skipping the whole struct (every run of fixed members merged).
     pub skip: (u32, u32),
+    /// Index into `Model::facts` of this field's table roles (`NO_FACTS`: none).
+    pub facts: u32,
+    /// This field or one inside it has table roles: the tables' walk reads it.
+    pub tables: bool,
+    /// Members of a struct the tables' walk reads (`tables` set): what it keeps of one.
+    pub table_members: u16,
 }
 
 /// One step over a struct's plain members, compiled once (`Model::compile_steps`) so
@@ -292,6 +299,10 @@ pub struct Model {
     pub max_record_errors_listed: Option<usize>,
     /// The words for a side no layout decodes; None (an older model): such pairs defer.
     pub unsupported: Option<Unsupported>,
+    /// Table roles of the nodes that have some (`Node::facts`).
+    pub facts: Vec<Facts>,
+    /// The analytics tables' section; None (an older model): no tables.
+    pub tables: Option<TablesModel>,
 }
 
 /// A side no spec describes: its decode_error, and whether specs know its key (the
@@ -376,6 +387,8 @@ struct JModel {
     long_poll: Option<LongPoll>,
     #[serde(default)]
     unsupported: Option<JUnsupported>,
+    #[serde(default)]
+    tables: Option<JTables>,
     layouts: Vec<JLayout>,
 }
 
@@ -458,6 +471,8 @@ struct JField {
     fields: Vec<JField>,
     #[serde(default)]
     roles: u32,
+    #[serde(default)]
+    table: Option<JFacts>,
 }
 
 fn direction(text: &str) -> Result<Direction, String> {
@@ -495,6 +510,7 @@ struct Builder<'r> {
     nodes: Vec<Node>,
     kids: Vec<u32>,
     roles: &'r RoleMap,
+    facts: Vec<Facts>,
 }
 
 impl Builder<'_> {
@@ -514,6 +530,7 @@ impl Builder<'_> {
             tag: None,
             fields: Vec::new(),
             roles: 0,
+            table: None,
         };
         self.node(&root, fields, flexible, depth)
     }
@@ -552,6 +569,19 @@ impl Builder<'_> {
                 .map(|(_, id)| *id),
         );
         let end = self.kids.len() as u32;
+        let facts = match &f.table {
+            Some(j) => {
+                self.facts
+                    .push(Facts::from_json(j).map_err(|e| format!("{}: {e}", f.name))?);
+                (self.facts.len() - 1) as u32
+            }
+            None => NO_FACTS,
+        };
+        let table_members = member_ids
+            .iter()
+            .filter(|(_, id)| self.nodes[*id as usize].tables)
+            .count();
+        let tables = facts != NO_FACTS || table_members > 0;
         let plain_fixed = if kind == Kind::Struct {
             self.plain_fixed(plain_start, tagged_start)
         } else {
@@ -577,6 +607,9 @@ impl Builder<'_> {
             extract: None,
             walk: (0, 0),
             skip: (0, 0),
+            facts,
+            tables,
+            table_members: u16::try_from(table_members).unwrap_or(u16::MAX),
         });
         Ok((self.nodes.len() - 1) as u32)
     }
@@ -621,6 +654,7 @@ impl Model {
             nodes: Vec::new(),
             kids: Vec::new(),
             roles: &roles,
+            facts: Vec::new(),
         };
         let mut layouts = Vec::with_capacity(j.layouts.len());
         let mut index = SmallKeyMap::default();
@@ -670,6 +704,10 @@ impl Model {
             }
         };
         let (dense, dense_assumed) = dense_index(&index, &assumed);
+        let tables = j
+            .tables
+            .map(|t| TablesModel::from_json(t, crate::records::DEFAULT_MAX_DECOMPRESSED))
+            .transpose()?;
         let mut model = Model {
             nodes: b.nodes,
             kids: b.kids,
@@ -705,6 +743,8 @@ impl Model {
             long_poll: j.long_poll,
             max_record_errors_listed: j.max_record_errors_listed,
             unsupported,
+            facts: b.facts,
+            tables,
         };
         model.bind_extracts()?;
         model.compile_steps();
@@ -811,6 +851,15 @@ impl Model {
 
     pub fn node(&self, id: u32) -> &Node {
         &self.nodes[id as usize]
+    }
+
+    /// The table roles of a node (`Facts::default()` when it has none).
+    pub fn facts(&self, n: &Node) -> &Facts {
+        static NONE: std::sync::OnceLock<Facts> = std::sync::OnceLock::new();
+        match self.facts.get(n.facts as usize) {
+            Some(f) => f,
+            None => NONE.get_or_init(Facts::default),
+        }
     }
 
     /// Plain members of a struct node, in wire order.

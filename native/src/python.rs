@@ -7,6 +7,7 @@
 //! interpreter cannot finish cleanly are summarised by a Python callback (the full
 //! decoder), so decode-error wording lives in one place.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::io::Read;
 use std::path::PathBuf;
@@ -26,6 +27,11 @@ use crate::records::Budget;
 use crate::rows::{Dict, DictList, Nullable, RowBuilder, SummaryColumns};
 use crate::session::{Session, SessionConfig};
 use crate::summary::{summarize, TopicNames};
+use crate::table_model::MAX_ENTRY_COLUMNS;
+use crate::tables::{
+    Column, EntryValues, GroupFacts, Negotiation, Observed, PairFacts, PartitionFacts,
+    TableColumns, TableSink,
+};
 use crate::tls::{KeySource, Summary as TlsSummary};
 use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame, Ts};
 
@@ -132,10 +138,16 @@ struct Summaries {
     frame_budget: u64,
     capture_budget: u64,
     capture_budget_left: u64,
-    topics: TopicNames,
+    /// Shared with the `KnownTopics` a Python fallback call holds (copied on the next
+    /// change only if it is kept past the call).
+    topics: Arc<TopicNames>,
     fallback: Option<Py<PyAny>>,
     capture: String,
     counters: Counters,
+    /// The analytics tables, when asked for; `tables_fallback` gives the facts of the
+    /// pairs the native reading leaves to the Python decoder.
+    tables: Option<TableSink>,
+    tables_fallback: Option<Py<PyAny>>,
 }
 
 /// A pair and what the summary stage made of it: the row's API name and columns (None
@@ -150,6 +162,8 @@ struct Summarised {
 /// request of its connection has been (`queueing`); or the exchanges themselves.
 struct RowSink {
     exchanges_mode: bool,
+    /// Rows mode builds the pairs' rows (not when only the tables are wanted).
+    rows_mode: bool,
     /// Rows mode: exchanges of these API keys are kept too (the report's notes).
     keep_keys: Vec<i16>,
     rows: RowBuilder,
@@ -181,7 +195,12 @@ impl Analyzer {
     /// `fallback(api_key, api_version, request, response, capture)` returns the summary
     /// columns of a pair the native interpreter deferred (see `summary_from_python`).
     #[new]
-    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32, tls_keys=None))]
+    ///
+    /// `tables`: also build the partitions, groups and versions tables (`take_tables`);
+    /// `tables_fallback(api_key, api_version, request, response, topic_names)` returns the
+    /// `protocol.tables.PairFacts` of a pair the native reading leaves to Python;
+    /// `pairs`: build the pairs' rows (off when only the tables are wanted).
+    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32, tls_keys=None, tables=false, tables_fallback=None, pairs=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         model: &Model,
@@ -195,7 +214,10 @@ impl Analyzer {
         frame_budget: u64,
         capture_budget: u64,
         tls_keys: Option<PyRef<'_, KeyLog>>,
-    ) -> Self {
+        tables: bool,
+        tables_fallback: Option<Py<PyAny>>,
+        pairs: bool,
+    ) -> PyResult<Self> {
         let m = model.inner.clone();
         let session = SessionConfig {
             broker_ports,
@@ -208,7 +230,13 @@ impl Analyzer {
         let extracts = m.extracts.len();
         let mut rows = RowBuilder::new(extracts);
         rows.long_poll = LongPollRule::from_model(&m);
-        Analyzer {
+        let tables = match tables {
+            false => None,
+            true => Some(TableSink::new(m.clone()).ok_or_else(|| {
+                PyValueError::new_err("the spec model has no tables section (an older export)")
+            })?),
+        };
+        Ok(Analyzer {
             model: m.clone(),
             opts: RunOptions {
                 session,
@@ -227,13 +255,16 @@ impl Analyzer {
                 frame_budget,
                 capture_budget,
                 capture_budget_left: capture_budget,
-                topics: TopicNames::default(),
+                topics: Arc::default(),
                 fallback,
                 capture: String::new(),
                 counters: Counters::default(),
+                tables,
+                tables_fallback,
             },
             sink: RowSink {
                 exchanges_mode: exchanges,
+                rows_mode: pairs,
                 keep_keys,
                 rows,
                 exchanges: Vec::new(),
@@ -241,7 +272,7 @@ impl Analyzer {
                 queueing: Queueing::default(),
                 ready: Vec::new(),
             },
-        }
+        })
     }
 
     /// Start a capture file (pcap/pcapng, optionally gzip-compressed).
@@ -335,7 +366,7 @@ impl Analyzer {
                     return Ok(false);
                 }
             }
-            if self.sink.waiting() >= max_rows {
+            if self.sink.waiting() + self.summaries.tables_waiting() >= max_rows {
                 return Ok(true);
             }
         }
@@ -424,6 +455,35 @@ impl Analyzer {
             put_i64(py, &out, &e.column, col)?;
         }
         self.sink.rows.clear();
+        Ok(out)
+    }
+
+    /// Analytics table rows built so far (then forgotten): {table: {column: buffer,
+    /// "__len__": rows}}, and "__counters__": {table: {name: n}} with "deferred" (pairs
+    /// whose facts came from the Python decoder). Versions rows come when a capture ends.
+    fn take_tables<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        let Some(sink) = self.summaries.tables.as_mut() else {
+            return Ok(out);
+        };
+        for (name, table) in sink.take() {
+            out.set_item(name, table_dict(py, &table)?)?;
+        }
+        let c = std::mem::take(&mut sink.counters);
+        let counters = PyDict::new(py);
+        for (name, map) in [
+            ("partitions", &c.partitions),
+            ("groups", &c.groups),
+            ("versions", &c.versions),
+        ] {
+            let d = PyDict::new(py);
+            for (k, v) in map {
+                d.set_item(*k, *v)?;
+            }
+            counters.set_item(name, d)?;
+        }
+        counters.set_item("deferred", c.deferred)?;
+        out.set_item("__counters__", counters)?;
         Ok(out)
     }
 
@@ -566,7 +626,7 @@ impl Analyzer {
                             .batch(batch, exchanges_mode)
                             .map(|b| sink.consume(b));
                     }
-                    if result.is_err() || sink.waiting() >= max_rows {
+                    if result.is_err() || sink.waiting() + summaries.tables_waiting() >= max_rows {
                         stop.store(true, Ordering::Relaxed);
                     }
                 }
@@ -646,6 +706,9 @@ impl Analyzer {
     fn end_capture(&mut self) {
         // Rows still waiting for an earlier request that never came: taken as they are.
         self.sink.take_all_held();
+        if let Some(tables) = self.summaries.tables.as_mut() {
+            tables.end_capture();
+        }
         // The bounds that made queue_ms/inflight approximate, counted per run.
         let bounded = std::mem::take(&mut self.sink.queueing.bounded);
         if bounded.rows_forced > 0 {
@@ -695,8 +758,49 @@ const BATCH: usize = 256;
 impl Summaries {
     fn start(&mut self, capture: &str) {
         self.capture = capture.to_owned();
-        self.topics = TopicNames::default();
+        self.topics = Arc::default();
         self.capture_budget_left = self.capture_budget;
+        if let Some(tables) = self.tables.as_mut() {
+            tables.start(capture);
+        }
+    }
+
+    fn tables_waiting(&self) -> usize {
+        self.tables.as_ref().map_or(0, TableSink::waiting)
+    }
+
+    /// The tables' view of one exchange, after its summary (which learnt topic names).
+    fn observe_tables(&mut self, ex: &Exchange) -> PyResult<()> {
+        let Some(tables) = self.tables.as_mut() else {
+            return Ok(());
+        };
+        if let Observed::Defer = tables.observe(ex, &self.topics) {
+            let facts = self.facts_from_python(ex)?;
+            if let Some(tables) = self.tables.as_mut() {
+                tables.apply(ex, facts);
+            }
+        }
+        Ok(())
+    }
+
+    /// The Python decoder's facts of one pair the native reading left to it.
+    fn facts_from_python(&self, ex: &Exchange) -> PyResult<PairFacts<'static>> {
+        let (Some(key), Some(version), Some(cb)) =
+            (ex.api_key, ex.api_version, self.tables_fallback.as_ref())
+        else {
+            return Ok(PairFacts::default());
+        };
+        // Runs with the GIL released (see `run`): take it back for this one call.
+        Python::attach(|py| {
+            let req = ex.request.as_ref().map(|f| PyBytes::new(py, &f.payload));
+            let resp = ex.response.as_ref().map(|f| PyBytes::new(py, &f.payload));
+            let names = KnownTopics {
+                names: Arc::clone(&self.topics),
+            };
+            let got = cb.call1(py, (key, version, req, resp, names))?;
+            let facts: PyPairFacts = got.bind(py).extract()?;
+            Ok(facts.into())
+        })
     }
 
     /// The summaries of a batch of exchanges, in order (none in exchanges mode).
@@ -706,7 +810,9 @@ impl Summaries {
             let (api_name, columns) = if exchanges_mode {
                 (None, None)
             } else {
-                self.summarise(&ex)?
+                let summarised = self.summarise(&ex)?;
+                self.observe_tables(&ex)?;
+                summarised
             };
             out.push(Summarised {
                 ex,
@@ -748,7 +854,7 @@ impl Summaries {
         let before = budget.remaining;
         let s = summarize(
             &self.model,
-            &mut self.topics,
+            Arc::make_mut(&mut self.topics),
             key,
             version,
             request,
@@ -850,7 +956,9 @@ impl RowSink {
                 self.exchanges.push((self.capture.clone(), ex));
                 continue;
             }
-            self.emit(&ex, api_name, columns);
+            if self.rows_mode {
+                self.emit(&ex, api_name, columns);
+            }
             if ex.api_key.is_some_and(|k| self.keep_keys.contains(&k)) {
                 self.exchanges.push((self.capture.clone(), ex));
             }
@@ -918,6 +1026,174 @@ impl RowSink {
     }
 }
 
+/// The topic names learnt so far in the capture, for a pair the tables' native reading
+/// leaves to Python (`protocol.tables.Names`): shared, not copied.
+#[pyclass(frozen, module = "dissector._core")]
+pub struct KnownTopics {
+    names: Arc<TopicNames>,
+}
+
+#[pymethods]
+impl KnownTopics {
+    /// The name learnt for a topic id, if any.
+    fn name(&self, topic_id: &str) -> Option<String> {
+        self.names.name(topic_id).map(str::to_owned)
+    }
+}
+
+/// `protocol.tables.PartitionFacts`, read by attribute.
+#[derive(FromPyObject)]
+struct PyPartitionFacts {
+    group_id: Option<String>,
+    member_id: Option<String>,
+    member_epoch: Option<i64>,
+    acks: Option<i64>,
+    transactional_id: Option<String>,
+    isolation_level: Option<i64>,
+    txn_committed: Option<bool>,
+    topic: Option<String>,
+    topic_id: Option<String>,
+    partition: Option<i64>,
+    error_code: Option<i64>,
+    records: Option<i64>,
+    record_bytes: Option<i64>,
+    first_offset: Option<i64>,
+    last_offset: Option<i64>,
+    entry_values: Vec<Option<i64>>,
+}
+
+/// `protocol.tables.GroupFacts`.
+#[derive(FromPyObject)]
+struct PyGroupFacts {
+    group_id: Option<String>,
+    member_id: Option<String>,
+    group_instance_id: Option<String>,
+    request_generation: Option<i64>,
+    generation: Option<i64>,
+    protocol_type: Option<String>,
+    protocol_name: Option<String>,
+    leader: Option<String>,
+    members: Option<i64>,
+    assignment_bytes: Option<i64>,
+    assigned_partitions: Option<i64>,
+    error_code: Option<i64>,
+}
+
+/// `protocol.tables.Negotiation`.
+#[derive(FromPyObject)]
+struct PyNegotiation {
+    software: Option<(Option<String>, Option<String>)>,
+    advertised: Option<std::collections::HashMap<i64, (i64, i64)>>,
+    error: Option<String>,
+}
+
+/// `protocol.tables.PairFacts`.
+#[derive(FromPyObject)]
+struct PyPairFacts {
+    partitions: Vec<PyPartitionFacts>,
+    group: Option<PyGroupFacts>,
+    negotiation: Option<PyNegotiation>,
+    decode_errors: u32,
+}
+
+/// The entry columns' values as the core keeps them (a list past the model's columns
+/// could only come from a model this build refused).
+fn entry_values(values: &[Option<i64>]) -> EntryValues {
+    let mut out: EntryValues = [None; MAX_ENTRY_COLUMNS];
+    for (o, v) in out.iter_mut().zip(values) {
+        *o = *v;
+    }
+    out
+}
+
+impl From<PyPairFacts> for PairFacts<'static> {
+    fn from(f: PyPairFacts) -> Self {
+        PairFacts {
+            partitions: f
+                .partitions
+                .into_iter()
+                .map(|p| PartitionFacts {
+                    group_id: p.group_id.map(Cow::Owned),
+                    member_id: p.member_id.map(Cow::Owned),
+                    member_epoch: p.member_epoch,
+                    acks: p.acks,
+                    transactional_id: p.transactional_id.map(Cow::Owned),
+                    isolation_level: p.isolation_level,
+                    txn_committed: p.txn_committed,
+                    topic: p.topic.map(Cow::Owned),
+                    topic_id: p.topic_id.map(Cow::Owned),
+                    partition: p.partition,
+                    error_code: p.error_code,
+                    records: p.records,
+                    record_bytes: p.record_bytes,
+                    first_offset: p.first_offset,
+                    last_offset: p.last_offset,
+                    entry_values: entry_values(&p.entry_values),
+                })
+                .collect(),
+            group: f.group.map(|g| GroupFacts {
+                group_id: g.group_id,
+                member_id: g.member_id,
+                group_instance_id: g.group_instance_id,
+                request_generation: g.request_generation,
+                generation: g.generation,
+                protocol_type: g.protocol_type,
+                protocol_name: g.protocol_name,
+                leader: g.leader,
+                members: g.members,
+                assignment_bytes: g.assignment_bytes,
+                assigned_partitions: g.assigned_partitions,
+                error_code: g.error_code,
+            }),
+            negotiation: f.negotiation.map(|n| Negotiation {
+                software: n.software,
+                advertised: n
+                    .advertised
+                    .map(|a| a.into_iter().map(|(k, (lo, hi))| (k, lo, hi)).collect()),
+                error: n.error,
+            }),
+            decode_errors: f.decode_errors,
+        }
+    }
+}
+
+/// One table's columns as a dict of column buffers (and "__len__").
+fn table_dict<'py>(py: Python<'py>, table: &TableColumns) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    out.set_item("__len__", table.len)?;
+    for (name, column) in &table.columns {
+        match column {
+            Column::I64(c) => put_i64(py, &out, name, c)?,
+            Column::F64(c) => put_f64(py, &out, name, c)?,
+            Column::Str(c) => put_dict(py, &out, name, c)?,
+            Column::Bool(c) => {
+                let mut bits = vec![0u8; c.values.len().div_ceil(8)];
+                for (i, _) in c.values.iter().enumerate().filter(|(_, v)| **v) {
+                    bits[i / 8] |= 1 << (i % 8);
+                }
+                let (valid, nulls) = validity(&c.valid);
+                let t = (
+                    "bool",
+                    PyBytes::new(py, &bits),
+                    bitmap(py, valid),
+                    nulls,
+                    c.values.len(),
+                );
+                out.set_item(name, t)?;
+            }
+            Column::I64List { offsets, values } => {
+                let t = (
+                    "i64list",
+                    PyBytes::new(py, &i32_bytes(offsets.iter().copied())),
+                    le_bytes(py, values, i64::to_le_bytes)?,
+                );
+                out.set_item(name, t)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Arrow's validity bitmap (bit i of byte i/8 set when row i is valid, least
 /// significant bit first), and the null count; None when nothing is null.
 fn validity(valid: &[bool]) -> (Option<Vec<u8>>, usize) {
@@ -936,18 +1212,29 @@ fn bitmap<'py>(py: Python<'py>, bits: Option<Vec<u8>>) -> Option<Bound<'py, PyBy
     bits.map(|b| PyBytes::new(py, &b))
 }
 
+/// Values as one bytes object of their little-endian bytes, written in place (one copy).
+fn le_bytes<'py, T: Copy>(
+    py: Python<'py>,
+    values: &[T],
+    bytes: impl Fn(T) -> [u8; 8],
+) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, values.len() * 8, |buf| {
+        for (chunk, v) in buf.chunks_exact_mut(8).zip(values) {
+            chunk.copy_from_slice(&bytes(*v));
+        }
+        Ok(())
+    })
+}
+
 fn put_i64(
     py: Python<'_>,
     out: &Bound<'_, PyDict>,
     name: &str,
     col: &Nullable<i64>,
 ) -> PyResult<()> {
-    let values: Vec<u8> = col.values.iter().flat_map(|v| v.to_le_bytes()).collect();
     let (bits, nulls) = validity(&col.valid);
-    out.set_item(
-        name,
-        ("i64", PyBytes::new(py, &values), bitmap(py, bits), nulls),
-    )
+    let values = le_bytes(py, &col.values, i64::to_le_bytes)?;
+    out.set_item(name, ("i64", values, bitmap(py, bits), nulls))
 }
 
 fn put_f64(
@@ -956,12 +1243,9 @@ fn put_f64(
     name: &str,
     col: &Nullable<f64>,
 ) -> PyResult<()> {
-    let values: Vec<u8> = col.values.iter().flat_map(|v| v.to_le_bytes()).collect();
     let (bits, nulls) = validity(&col.valid);
-    out.set_item(
-        name,
-        ("f64", PyBytes::new(py, &values), bitmap(py, bits), nulls),
-    )
+    let values = le_bytes(py, &col.values, f64::to_le_bytes)?;
+    out.set_item(name, ("f64", values, bitmap(py, bits), nulls))
 }
 
 fn i32_bytes(values: impl Iterator<Item = i32>) -> Vec<u8> {
@@ -1151,6 +1435,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Model>()?;
     m.add_class::<Analyzer>()?;
+    m.add_class::<KnownTopics>()?;
     m.add_class::<KeyLog>()?;
     m.add_class::<TlsConnections>()?;
     m.add_class::<CaptureFacts>()?;

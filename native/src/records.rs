@@ -199,6 +199,7 @@ pub fn summarize_records(
         counters,
         out: RecordsSummary::default(),
         dropped: 0,
+        expand: None,
     };
     ctx.out.bytes = data.len() as u64;
     walk_top(&mut ctx, data);
@@ -222,6 +223,8 @@ struct Ctx<'a> {
     counters: &'a mut Counters,
     out: RecordsSummary,
     dropped: u64,
+    /// Set for `table_records` with expansion: records are read one by one.
+    expand: Option<&'a mut Expansion>,
 }
 
 impl Ctx<'_> {
@@ -267,6 +270,12 @@ fn be_i16(b: &[u8], at: usize) -> Option<i16> {
 fn be_i32(b: &[u8], at: usize) -> Option<i32> {
     Some(i32::from_be_bytes(
         b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+fn be_i64(b: &[u8], at: usize) -> Option<i64> {
+    Some(i64::from_be_bytes(
+        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
     ))
 }
 
@@ -355,6 +364,12 @@ fn v2_batch(ctx: &mut Ctx, buf: &[u8], pos: usize, end: usize, at: At) {
         count = 0;
     }
     let body = buf.get(pos + V2_HEADER..end).unwrap_or_default();
+    if ctx.expand.is_some() {
+        let base = be_i64(buf, pos).unwrap_or_default();
+        let control = attributes & 0x20 != 0;
+        ctx.out.records += v2_expanded(ctx, body, codec, count, base, control, at);
+        return;
+    }
     if codec == 0 {
         ctx.out.records += walk_v2_records(ctx, body, count, at);
         return;
@@ -435,6 +450,7 @@ fn varint(buf: &[u8], mut pos: usize, max_bytes: u32) -> Result<(i64, usize), St
 
 /// One magic 0/1 message: what counting needs of it.
 struct Legacy<'a> {
+    offset: i64,
     magic: u8,
     attributes: u8,
     value: Option<&'a [u8]>,
@@ -447,6 +463,10 @@ fn legacy_top(ctx: &mut Ctx, buf: &[u8], pos: usize, end: usize, magic: u8, at: 
     };
     let codec = wrapper.attributes & 0x07;
     ctx.codec(codec);
+    if ctx.expand.is_some() {
+        ctx.out.records += legacy_expanded(ctx, &wrapper, end - pos, &where_);
+        return;
+    }
     ctx.out.records += if codec == 0 {
         1
     } else {
@@ -497,6 +517,7 @@ fn legacy_message<'a>(
         );
     }
     Some(Legacy {
+        offset: be_i64(buf, pos)?,
         magic,
         attributes,
         value,
@@ -592,6 +613,272 @@ fn pos_step(
     } else {
         *count += legacy_inner(ctx, &message, depth + 1, here);
     }
+}
+
+// --- the tables' reading: counts, and the offsets of expanded records ----------------
+
+/// What records.py's `parse_records(expand=True)` keeps of the records it expands, as
+/// far as the partitions table reads it: the offsets of the data records (not those of
+/// control batches), within its item budget.
+#[derive(Debug)]
+pub struct Expansion {
+    /// Bytes kept records may still take (records.py's `Budget.items`).
+    pub items: u64,
+    /// What each kept batch or record costs beyond its bytes (records.py's ITEM_OVERHEAD).
+    pub overhead: u64,
+    pub offsets: Vec<i64>,
+    /// Something records.py would report (or not keep) was met.
+    pub failed: bool,
+}
+
+impl Expansion {
+    pub fn new(items: u64, overhead: u64) -> Self {
+        Expansion {
+            items,
+            overhead,
+            offsets: Vec::new(),
+            failed: false,
+        }
+    }
+
+    /// Keep one more batch header or record of `size` bytes (records.py's `keep`).
+    fn keep(&mut self, size: usize) -> bool {
+        let cost = (size as u64).saturating_add(self.overhead);
+        if self.items >= cost {
+            self.items -= cost;
+            return true;
+        }
+        self.failed = true; // records.py reports expand_limit and keeps no more
+        false
+    }
+}
+
+/// (records, bytes) of one `records` field as records.py's `parse_records` counts them,
+/// and with `expand` the offsets of its data records; None when records.py would report
+/// any anomaly in the field (the tables then leave the pair to the Python decoder, so the
+/// reading here only has to be right where records.py finds nothing wrong).
+pub fn table_records(
+    data: &[u8],
+    budget: &mut Budget,
+    expand: Option<&mut Expansion>,
+) -> Option<(u64, u64)> {
+    let mut scratch = Counters::default(); // the pairs' counters count these already
+    let expanding = expand.is_some();
+    let mut ctx = Ctx {
+        budget,
+        counters: &mut scratch,
+        out: RecordsSummary::default(),
+        dropped: 0,
+        expand,
+    };
+    ctx.out.bytes = data.len() as u64;
+    walk_top(&mut ctx, data);
+    let failed = ctx.expand.as_ref().is_some_and(|x| x.failed);
+    let clean = ctx.out.errors.is_empty() && ctx.dropped == 0 && !failed;
+    debug_assert!(expanding || ctx.expand.is_none());
+    clean.then_some((ctx.out.records, ctx.out.bytes))
+}
+
+/// One v2 batch, its records read one by one (records.py's `_expand_v2_records`).
+fn v2_expanded(
+    ctx: &mut Ctx,
+    body: &[u8],
+    codec: u8,
+    count: i64,
+    base: i64,
+    control: bool,
+    at: At,
+) -> u64 {
+    let data;
+    let records = if codec == 0 {
+        body
+    } else {
+        match decompress(ctx, codec, body, 2, &at) {
+            Ok(out) => {
+                data = out;
+                &data[..]
+            }
+            Err(_) => return 0, // reported: the field is not clean
+        }
+    };
+    let Some(x) = ctx.expand.as_deref_mut() else {
+        return 0;
+    };
+    if !x.keep(V2_HEADER) {
+        return 0;
+    }
+    let total = records.len();
+    let mut pos = 0usize;
+    let mut found: i64 = 0;
+    while found < count && pos < total {
+        let Ok((length, start)) = varint(records, pos, 5) else {
+            x.failed = true;
+            return found as u64;
+        };
+        // start <= total and length < 2^35: no overflow in i64.
+        if length < V2_MIN_RECORD || start as i64 + length > total as i64 {
+            x.failed = true;
+            return found as u64;
+        }
+        let end = start + length as usize;
+        if !x.keep(length as usize) {
+            return found as u64;
+        }
+        match record_offset_delta(&records[start..end]).and_then(|d| base.checked_add(d)) {
+            Some(offset) if !control => x.offsets.push(offset),
+            Some(_) => {} // transaction markers are not data the fetch delivered
+            None => {
+                x.failed = true;
+                return found as u64;
+            }
+        }
+        pos = end;
+        found += 1;
+    }
+    if found < count || pos < total {
+        x.failed = true; // record_count_mismatch or trailing_bytes
+    }
+    found as u64
+}
+
+/// A v2 record's offset delta, when the whole record reads as records.py's `_v2_record`
+/// reads it (attributes, timestamp and offset deltas, key, value, headers, nothing left).
+fn record_offset_delta(rec: &[u8]) -> Option<i64> {
+    let (_timestamp_delta, p) = varint(rec, 1, 10).ok()?;
+    let (delta, p) = varint(rec, p, 5).ok()?;
+    let (_, p) = var_bytes(rec, p)?; // key
+    let (_, p) = var_bytes(rec, p)?; // value
+    let (headers, mut p) = varint(rec, p, 5).ok()?;
+    // each header takes at least 2 bytes
+    if headers < 0 || headers > ((rec.len() - p) / 2) as i64 {
+        return None;
+    }
+    for _ in 0..headers {
+        let (null_key, q) = var_bytes(rec, p)?;
+        if null_key {
+            return None;
+        }
+        p = var_bytes(rec, q)?.1;
+    }
+    (p == rec.len()).then_some(delta)
+}
+
+/// A varint-length byte field: (is null, offset after it), None when records.py fails.
+fn var_bytes(buf: &[u8], pos: usize) -> Option<(bool, usize)> {
+    let (length, pos) = varint(buf, pos, 5).ok()?;
+    if length == -1 {
+        return Some((true, pos));
+    }
+    let end = pos.checked_add(usize::try_from(length).ok()?)?;
+    (end <= buf.len()).then_some((false, end))
+}
+
+/// A magic 0/1 top-level entry read with expansion (records.py's `_legacy_top`):
+/// its record count; the offsets of the messages kept go to the expansion.
+fn legacy_expanded(ctx: &mut Ctx, wrapper: &Legacy, size: usize, where_: &str) -> u64 {
+    let kept = ctx
+        .expand
+        .as_deref_mut()
+        .is_some_and(|x| x.keep(LEGACY_HEADER));
+    if wrapper.attributes & 0x07 == 0 {
+        if let Some(x) = ctx.expand.as_deref_mut() {
+            if kept && x.keep(size) {
+                x.offsets.push(wrapper.offset);
+            }
+        }
+        return 1;
+    }
+    let mut out = Vec::new();
+    let (count, _) = legacy_inner_expanded(ctx, wrapper, 1, where_, &mut out);
+    if let Some(x) = ctx.expand.as_deref_mut() {
+        x.offsets.extend(out);
+    }
+    count
+}
+
+/// Messages inside a compressed wrapper with their offsets (records.py's `_legacy_inner`
+/// with `out`): magic 1 inner offsets are relative to the wrapper's, unless that would
+/// make them negative. Returns (count, offset of the last one).
+fn legacy_inner_expanded(
+    ctx: &mut Ctx,
+    wrapper: &Legacy,
+    depth: u32,
+    where_: &str,
+    out: &mut Vec<i64>,
+) -> (u64, Option<i64>) {
+    let Some(value) = wrapper.value else {
+        ctx.error(
+            "bad_compressed_message",
+            format_args!("null value in {where_}"),
+        );
+        return (0, None);
+    };
+    let Ok(inner) = decompress(
+        ctx,
+        wrapper.attributes & 0x07,
+        value,
+        wrapper.magic,
+        &where_,
+    ) else {
+        return (0, None);
+    };
+    let first_kept = out.len();
+    let mut count = 0;
+    let mut last: Option<i64> = None;
+    let mut pos = 0;
+    let mut index = 0;
+    while pos < inner.len() {
+        let here = format!("inner message {index} of {where_}");
+        let Entry::Whole(end) = entry_at(&inner, pos) else {
+            ctx.error("truncated_batch", here);
+            return (count, last);
+        };
+        let Some(&magic @ (0 | 1)) = inner.get(pos + MAGIC_AT).filter(|_| end - pos > MAGIC_AT)
+        else {
+            ctx.error("bad_message_size", here);
+            return (count, last);
+        };
+        let Some(message) = legacy_message(ctx, &inner, pos, end, magic, &here) else {
+            return (count, last);
+        };
+        if message.attributes & 0x07 != 0 {
+            if depth >= MAX_NESTING {
+                ctx.error("nesting_too_deep", here);
+                return (count, last);
+            }
+            let (found, nested_last) = legacy_inner_expanded(ctx, &message, depth + 1, &here, out);
+            count += found;
+            last = nested_last.or(last);
+        } else {
+            count += 1;
+            last = Some(message.offset);
+            if ctx.expand.as_deref_mut().is_some_and(|x| x.keep(end - pos)) {
+                out.push(message.offset);
+            }
+        }
+        pos = end;
+        index += 1;
+    }
+    if wrapper.magic >= 1 {
+        if let Some(l) = last {
+            // A producer's wrapper has offset 0 and its inner offsets 0..n-1: a negative
+            // base, and Kafka keeps the inner offsets then.
+            let Some(base) = wrapper.offset.checked_sub(l) else {
+                ctx.error("internal_error", "offset out of range");
+                return (count, last);
+            };
+            if base >= 0 {
+                for o in &mut out[first_kept..] {
+                    match o.checked_add(base) {
+                        Some(v) => *o = v,
+                        None => ctx.error("internal_error", "offset out of range"),
+                    }
+                }
+                last = l.checked_add(base);
+            }
+        }
+    }
+    (count, last)
 }
 
 // --- decompression ---------------------------------------------------------------

@@ -26,7 +26,7 @@ impl<T: Default + Copy> Nullable<T> {
         self.values.push(v.unwrap_or_default());
     }
 
-    fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.values.clear();
         self.valid.clear();
     }
@@ -88,7 +88,7 @@ impl Dict {
         self.indices.push(i);
     }
 
-    fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.indices.clear();
         self.words.clear();
         self.lookup.clear();

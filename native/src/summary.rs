@@ -93,30 +93,30 @@ pub struct Summary {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stop(pub &'static str);
 
-type R<T> = Result<T, Stop>;
+pub(crate) type R<T> = Result<T, Stop>;
 
-const SHORT: Stop = Stop("short");
+pub(crate) const SHORT: Stop = Stop("short");
 
 // ------------------------------------------------------------------ cursor
 
 #[derive(Clone, Copy)]
-struct Cur<'a> {
-    buf: &'a [u8],
-    p: usize,
+pub(crate) struct Cur<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) p: usize,
 }
 
 impl<'a> Cur<'a> {
-    fn new(buf: &'a [u8], p: usize) -> Self {
+    pub(crate) fn new(buf: &'a [u8], p: usize) -> Self {
         Cur { buf, p }
     }
 
     #[inline]
-    fn left(&self) -> usize {
+    pub(crate) fn left(&self) -> usize {
         self.buf.len().saturating_sub(self.p)
     }
 
     #[inline]
-    fn take(&mut self, n: usize) -> R<&'a [u8]> {
+    pub(crate) fn take(&mut self, n: usize) -> R<&'a [u8]> {
         let end = self.p.checked_add(n).ok_or(SHORT)?;
         let s = self.buf.get(self.p..end).ok_or(SHORT)?;
         self.p = end;
@@ -124,7 +124,7 @@ impl<'a> Cur<'a> {
     }
 
     #[inline]
-    fn skip(&mut self, n: usize) -> R<()> {
+    pub(crate) fn skip(&mut self, n: usize) -> R<()> {
         if n > self.left() {
             return Err(SHORT);
         }
@@ -133,14 +133,14 @@ impl<'a> Cur<'a> {
     }
 
     #[inline]
-    fn u8(&mut self) -> R<u8> {
+    pub(crate) fn u8(&mut self) -> R<u8> {
         let b = *self.buf.get(self.p).ok_or(SHORT)?;
         self.p += 1;
         Ok(b)
     }
 
     #[inline]
-    fn be<const N: usize>(&mut self) -> R<[u8; N]> {
+    pub(crate) fn be<const N: usize>(&mut self) -> R<[u8; N]> {
         let s = self.take(N)?;
         let mut a = [0u8; N];
         a.copy_from_slice(s);
@@ -148,18 +148,18 @@ impl<'a> Cur<'a> {
     }
 
     #[inline]
-    fn i16(&mut self) -> R<i16> {
+    pub(crate) fn i16(&mut self) -> R<i16> {
         Ok(i16::from_be_bytes(self.be()?))
     }
 
     #[inline]
-    fn i32(&mut self) -> R<i32> {
+    pub(crate) fn i32(&mut self) -> R<i32> {
         Ok(i32::from_be_bytes(self.be()?))
     }
 
     /// Unsigned varint of at most 5 bytes, as `compile.read_uvarint` (up to 35 bits).
     #[inline]
-    fn uvarint(&mut self) -> R<u64> {
+    pub(crate) fn uvarint(&mut self) -> R<u64> {
         let mut value = 0u64;
         let mut shift = 0u32;
         loop {
@@ -177,7 +177,7 @@ impl<'a> Cur<'a> {
 
     /// A length or count: -1 (or any negative) is null.
     #[inline]
-    fn length(&mut self, flexible: bool, wide: bool) -> R<i64> {
+    pub(crate) fn length(&mut self, flexible: bool, wide: bool) -> R<i64> {
         if flexible {
             Ok(self.uvarint()? as i64 - 1)
         } else if wide {
@@ -189,7 +189,7 @@ impl<'a> Cur<'a> {
 
     /// Bytes of a sized value (string, bytes, records); None when null.
     #[inline]
-    fn sized(&mut self, flexible: bool, wide: bool) -> R<Option<&'a [u8]>> {
+    pub(crate) fn sized(&mut self, flexible: bool, wide: bool) -> R<Option<&'a [u8]>> {
         let n = self.length(flexible, wide)?;
         if n < -1 {
             // -1 is null; any other negative length is an error the Python decoder words
@@ -213,7 +213,7 @@ impl<'a> Cur<'a> {
     }
 
     #[inline]
-    fn int(&mut self, kind: Kind) -> R<i128> {
+    pub(crate) fn int(&mut self, kind: Kind) -> R<i128> {
         Ok(match kind {
             Kind::I8 => i128::from(i8::from_be_bytes(self.be()?)),
             Kind::I16 => i128::from(self.i16()?),
@@ -229,7 +229,7 @@ impl<'a> Cur<'a> {
 }
 
 /// The text of a uuid as `compile.uuid_text` writes it.
-fn uuid_text(raw: &[u8]) -> String {
+pub(crate) fn uuid_text(raw: &[u8]) -> String {
     let chars = uuid_chars(raw);
     String::from_utf8_lossy(&chars).into_owned() // hex digits and dashes: never replaced
 }
@@ -237,7 +237,7 @@ fn uuid_text(raw: &[u8]) -> String {
 /// Python's `bytes.decode("utf-8", "replace")`, borrowed when nothing is replaced;
 /// the common valid case checked by `from_utf8`, cheaper than the lossy scan.
 #[inline]
-fn lossy(raw: &[u8]) -> Cow<'_, str> {
+pub(crate) fn lossy(raw: &[u8]) -> Cow<'_, str> {
     match std::str::from_utf8(raw) {
         Ok(text) => Cow::Borrowed(text),
         Err(_) => String::from_utf8_lossy(raw),
@@ -763,7 +763,13 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
 // ------------------------------------------------------------------ skipping
 
 /// Move past one field without looking at it, checking what Python's decoder checks.
-fn skip_field(model: &Model, n: &Node, cur: &mut Cur<'_>, flexible: bool, depth: usize) -> R<()> {
+pub(crate) fn skip_field(
+    model: &Model,
+    n: &Node,
+    cur: &mut Cur<'_>,
+    flexible: bool,
+    depth: usize,
+) -> R<()> {
     if n.array {
         let count = cur.length(flexible, true)?;
         if count < 0 {
@@ -778,7 +784,7 @@ fn skip_field(model: &Model, n: &Node, cur: &mut Cur<'_>, flexible: bool, depth:
     skip_value(model, n, cur, flexible, depth)
 }
 
-fn skip_elements(
+pub(crate) fn skip_elements(
     model: &Model,
     n: &Node,
     cur: &mut Cur<'_>,
@@ -797,7 +803,13 @@ fn skip_elements(
 }
 
 /// One value of `n`'s type (one element, for arrays).
-fn skip_value(model: &Model, n: &Node, cur: &mut Cur<'_>, flexible: bool, depth: usize) -> R<()> {
+pub(crate) fn skip_value(
+    model: &Model,
+    n: &Node,
+    cur: &mut Cur<'_>,
+    flexible: bool,
+    depth: usize,
+) -> R<()> {
     if let Some(size) = n.fixed {
         return cur.skip(size);
     }
@@ -857,7 +869,7 @@ fn skip_tags(model: &Model, tagged: &[u32], cur: &mut Cur<'_>, depth: usize) -> 
 
 /// Where one side's body starts and the layout that reads it, or the decode_error of a
 /// side no layout describes (`Unsupported::text`).
-enum Start<'m> {
+pub(crate) enum Start<'m> {
     /// `key`: the side's own (api_key, version), as its decoder reads them.
     Body {
         layout: &'m Layout,
@@ -876,7 +888,7 @@ fn unsupported<'m>(model: &Model, api_key: i16, version: i16, dir: Direction) ->
 }
 
 /// Where the body starts in a request frame, and its layout (`messages.decode_request`).
-fn request_start<'m>(model: &'m Model, buf: &[u8]) -> R<Start<'m>> {
+pub(crate) fn request_start<'m>(model: &'m Model, buf: &[u8]) -> R<Start<'m>> {
     let mut cur = Cur::new(buf, 0);
     let api_key = cur.i16()?;
     let version = cur.i16()?;
@@ -912,7 +924,7 @@ fn request_start<'m>(model: &'m Model, buf: &[u8]) -> R<Start<'m>> {
 }
 
 /// The response's layout and body start (`messages.decode_response`, its ApiVersions rule).
-fn response_start<'m>(
+pub(crate) fn response_start<'m>(
     model: &'m Model,
     buf: &[u8],
     api_key: i16,
@@ -1237,7 +1249,7 @@ fn decode_errors(request: Option<&str>, response: Option<&str>) -> Option<String
 
 /// Was `layout` taken by the assumed-version rule for this pair (not found by its own
 /// version, nor by the ApiVersions v0 fallback)?
-fn is_assumed(model: &Model, layout: &Layout, api_key: i16, api_version: i16) -> bool {
+pub(crate) fn is_assumed(model: &Model, layout: &Layout, api_key: i16, api_version: i16) -> bool {
     model
         .assumed_layout(api_key, api_version, layout.direction)
         .is_some_and(|a| std::ptr::eq(a, layout))

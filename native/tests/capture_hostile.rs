@@ -279,18 +279,16 @@ fn gzip_bomb_of_zeros_stops_quickly() {
     for head in [head, pcapng_head] {
         let bomb = zero_bomb(&head, 128); // 1 GiB inflated
         let compressed = bomb.len() as u64;
-        let start = Instant::now();
         let mut reader = PacketReader::new(Box::new(Cursor::new(bomb))).unwrap();
         let mut counters = Counters::default();
         let mut n = 0;
         while reader.next_packet(&mut counters).is_some() {
             n += 1;
         }
-        let took = start.elapsed();
         assert_eq!(n, 1);
         assert_eq!(counters.get("bad_record"), 1);
-        assert!(took < Duration::from_secs(2), "took {took:?}");
-        // Only the start of the stream was inflated.
+        // Only the start of the stream was inflated: the work done is bounded by bytes, not
+        // measured in seconds (a wall-clock bound failed a debug build on a loaded machine).
         assert!(
             counters.get("bytes_read") <= 24 << 20,
             "{}",

@@ -1,0 +1,50 @@
+"""The analytics tables as pandas frames, from one native pass over the captures."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dissector.options import AnySource
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dissector.tls import KeyLogs
+    from dissector.wire.tables import CaptureTables
+
+Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
+
+
+@dataclass(frozen=True)
+class AnalyticsFrames:
+    """``dissector.partitions``, ``groups`` and ``versions`` of the same captures."""
+
+    partitions: pd.DataFrame
+    groups: pd.DataFrame
+    versions: pd.DataFrame
+
+    @classmethod
+    def of(cls, tables: CaptureTables) -> AnalyticsFrames:
+        return cls(tables.frame("partitions"), tables.frame("groups"), tables.frame("versions"))
+
+
+def tables_of(
+    source: Source,
+    *,
+    ports: Iterable[int] | None = None,
+    specs: Iterable[str | os.PathLike[str]] = (),
+    tls: KeyLogs | None = None,
+) -> AnalyticsFrames:
+    """The three tables of ``source`` (one path, or several read in a row; files of one
+    rotated recording read as one capture, as by ``analyze``), in one pass of the native
+    core. A capture that cannot be read raises, as ``analyze`` does."""
+    from dissector.options import Options
+    from dissector.protocol.pairs import decoder_for_specs
+    from dissector.wire.tables import capture_tables
+
+    options = Options(ports=frozenset(ports) if ports is not None else None, tls=tls)
+    tables = capture_tables(source, options, decoder=decoder_for_specs(specs))
+    return AnalyticsFrames.of(tables)

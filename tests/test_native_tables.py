@@ -1,0 +1,233 @@
+"""The native core's analytics tables (``native/src/tables.rs``) against the Python full
+decoder (``tests/oracle/tables.py``: every exchange decoded whole by
+``dissector.protocol``, read by ``protocol.tables``' per-pair functions).
+
+Equal tables, row for row and column for column, counters included: on every bundled
+and shared capture, and on captures of damaged pairs (bytes overwritten, tails cut) made
+from their exchanges, where the core reads what it can and leaves the rest to the
+Python decoder.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from dissector.options import Options
+from dissector.protocol import api_name
+from dissector.protocol.tables import GROUP_APIS, NEGOTIATION_API, PARTITION_APIS
+from dissector.tls import KeyLogs, key_logs
+from dissector.wire.core import iter_exchanges
+from dissector.wire.tables import CaptureTables, capture_tables
+from tests.hostile.build import ACK, PSH, tcp_frame, write_pcap
+from tests.oracle.tables import python_groups, python_partitions, python_versions
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLED = sorted((ROOT / "captures").glob("*.pcap*"))
+SHARED_DIR = ROOT.parent / "shared" / "captures"
+SHARED = sorted(SHARED_DIR.glob("*.pcap*")) if SHARED_DIR.is_dir() else []
+ORACLES = {"partitions": python_partitions, "groups": python_groups, "versions": python_versions}
+TABLE_APIS = {*PARTITION_APIS, *GROUP_APIS, NEGOTIATION_API}
+
+
+def assert_same_tables(native: CaptureTables, source: object, tls: KeyLogs | None = None) -> None:
+    for name, oracle in ORACLES.items():
+        expected = oracle(source, tls=tls)
+        got = native.frame(name)
+        pd.testing.assert_frame_equal(got, expected, check_dtype=True, obj=name)
+        assert got.attrs == expected.attrs, name
+
+
+@pytest.mark.parametrize("capture", BUNDLED, ids=lambda p: p.name)
+def test_bundled_capture_tables_equal_the_python_decoders(capture: Path) -> None:
+    native = capture_tables(str(capture))
+    assert_same_tables(native, str(capture))
+    # every pair of these real captures is read natively: the comparison is not of the
+    # Python decoder with itself
+    assert native.deferred_pairs == 0
+
+
+@pytest.mark.skipif(not SHARED, reason="../shared/captures is absent (shared test material)")
+@pytest.mark.parametrize("capture", SHARED, ids=lambda p: p.name)
+def test_shared_capture_tables_equal_the_python_decoders(capture: Path) -> None:
+    native = capture_tables(str(capture))
+    assert_same_tables(native, str(capture))
+    assert native.deferred_pairs == 0
+
+
+TLS_DIR = ROOT / "captures" / "tls"
+TLS = sorted(p for p in TLS_DIR.glob("*.pcapng") if p.with_suffix(".keys").exists())
+
+
+@pytest.mark.parametrize("capture", TLS, ids=lambda p: p.name)
+def test_decrypted_capture_tables_equal_the_python_decoders(capture: Path) -> None:
+    """Kafka over TLS, decrypted with the client's key log: the same one pass."""
+    keys = key_logs([str(capture.with_suffix(".keys"))])
+    native = capture_tables(str(capture), Options(tls=keys))
+    assert_same_tables(native, str(capture), keys)
+    assert native.deferred_pairs == 0
+    assert native.versions.num_rows > 0  # decrypted: Kafka requests were read
+
+
+def test_several_captures_in_a_row_equal_the_python_decoders() -> None:
+    """Topic names and connections start afresh with each capture of a run."""
+    sources = [str(p) for p in BUNDLED + SHARED]
+    native = capture_tables(sources)
+    assert_same_tables(native, sources)
+    assert set(native.versions["capture"].to_pylist()) >= {str(BUNDLED[0]), str(BUNDLED[1])}
+
+
+# ----------------------------------------------------------------- damaged pairs
+
+
+@dataclass(frozen=True)
+class Pair:
+    request: bytes
+    response: bytes
+
+
+def _table_pairs(captures: list[Path]) -> list[Pair]:
+    """Request and response payloads of every answered exchange a table reads."""
+    out = []
+    for _, ex in iter_exchanges([str(c) for c in captures], Options()):
+        if ex.request is None or ex.response is None or ex.api_key is None:
+            continue
+        if api_name(ex.api_key) in TABLE_APIS:
+            out.append(Pair(bytes(ex.request.payload), bytes(ex.response.payload)))
+    return out
+
+
+def _mutants(pairs: list[Pair], per_pair: int, seed: int) -> list[Pair]:
+    """Each pair with one side's bytes overwritten or its tail cut, reproducibly; the
+    headers (api key, version, correlation id) are kept, so that most still pair."""
+    rng = random.Random(seed)
+    out = []
+    for p in pairs:
+        for _ in range(per_pair):
+            side = "request" if rng.random() < 0.5 else "response"
+            data = bytearray(getattr(p, side))
+            keep = 8 if side == "request" else 4  # the fixed header bytes
+            if len(data) <= keep:
+                continue
+            if rng.random() < 0.2:
+                data = data[: rng.randrange(keep, len(data))]
+            else:
+                for _ in range(rng.randint(1, 3)):
+                    value = rng.choice((0, 1, 0x7F, 0x80, 0xFF, rng.randrange(256)))
+                    data[rng.randrange(keep, len(data))] = value
+            request = bytes(data) if side == "request" else p.request
+            response = bytes(data) if side == "response" else p.response
+            out.append(Pair(request, response))
+    return out
+
+
+def _segments(payload: bytes, size: int = 60_000) -> list[bytes]:
+    return [payload[i : i + size] for i in range(0, len(payload), size)] or [b""]
+
+
+def _write(path: Path, pairs: list[Pair]) -> Path:
+    """One TCP connection per pair (client port from 20000 on, broker 9092)."""
+    frames = []
+    ts = 1_700_000_000 * 10**9
+    for i, p in enumerate(pairs):
+        client = f"10.{1 + i // 40000}.0.1"
+        port = 20000 + i % 40000
+        seq, ack = 1000, 5000
+        for side, payload in (("request", p.request), ("response", p.response)):
+            framed = struct.pack(">i", len(payload)) + payload
+            for chunk in _segments(framed):
+                ts += 1000
+                if side == "request":
+                    frame = tcp_frame(client, "10.0.0.2", port, 9092, seq, ack, PSH | ACK, chunk)
+                    seq += len(chunk)
+                else:
+                    frame = tcp_frame("10.0.0.2", client, 9092, port, ack, seq, PSH | ACK, chunk)
+                    ack += len(chunk)
+                frames.append((ts, frame))
+    return write_pcap(path, frames)
+
+
+def test_damaged_pairs_give_the_python_decoders_tables(tmp_path: Path) -> None:
+    """Broken bytes: where the core reads a pair it agrees with the Python decoder, and
+    where it cannot it asks it: either way the tables are the Python decoder's."""
+    pairs = _table_pairs(BUNDLED + SHARED)
+    assert len(pairs) > 150
+    mutants = _mutants(pairs, per_pair=8, seed=19)
+    capture = str(_write(tmp_path / "mutants.pcap", mutants))
+    native = capture_tables(capture)
+    assert_same_tables(native, capture)
+    read = native.counters["partitions"]["pairs"] + native.counters["groups"]["pairs"]
+    # both roads are taken, many times: the native reading and the Python fallback
+    assert native.deferred_pairs > 200, native.deferred_pairs
+    assert read - native.deferred_pairs > 200, (read, native.deferred_pairs)
+
+
+# ----------------------------------------------------------------- consumer lag
+
+LAG_CAPTURES = [p for p in BUNDLED if p.name in {"kafka-4-lag.pcapng", "kafka-4-mixed.pcapng"}]
+
+
+@pytest.mark.parametrize("capture", LAG_CAPTURES, ids=lambda p: p.name)
+def test_lag_tables_from_the_native_pass_equal_the_python_decoders(capture: Path) -> None:
+    """The lag tables (``analytics.lag``) read the partitions table of the native pass
+    (``dissector.partitions``, as the report and ``analyze`` give it): equal to those
+    computed from the Python full decoder's partitions table."""
+    from dissector.analytics.lag import committed_lag, lag_at_end, position_lag
+    from dissector.analytics.partitions import partitions
+
+    native = partitions(str(capture))
+    python = python_partitions(str(capture))
+    assert len(native) > 100 and native.attrs == python.attrs
+    for measure in (lag_at_end, committed_lag, position_lag):
+        got, expected = measure(native), measure(python)
+        assert len(got) > 0, measure.__name__
+        pd.testing.assert_frame_equal(got, expected, check_dtype=True, obj=measure.__name__)
+
+
+# ----------------------------------------------------------------- the report's notes
+
+
+def _python_notes(sources: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The report's group notes and client software as the Python full decoder reads
+    them (``protocol.notes.NotingDecoder``) from every exchange of ``sources``."""
+    from dissector import protocol
+    from dissector.analytics.stats import MISSING_LABEL
+    from dissector.protocol.notes import GROUP_MEMBERSHIP_APIS, NotingDecoder, note_group_call
+
+    decoder = NotingDecoder(protocol, missing_client=MISSING_LABEL)
+    for _, ex in iter_exchanges(sources, Options()):
+        if ex.api_key is None or ex.api_version is None:
+            continue
+        request = decoder.decode_request(ex.request.payload) if ex.request else None
+        response = (
+            decoder.decode_response(ex.response.payload, ex.api_key, ex.api_version)
+            if ex.response is not None
+            else None
+        )
+        if ex.api_key in GROUP_MEMBERSHIP_APIS:
+            name = protocol.api_name(ex.api_key)
+            note_group_call(decoder.groups, ex.api_key, name, request, response)
+    return decoder.group_notes(), decoder.software()
+
+
+def test_report_notes_from_the_native_tables_equal_the_python_decoders() -> None:
+    """The report's groups table and client software (``df.attrs``) come from the
+    native pass's groups and versions tables and the pairs: equal to what the Python
+    decoder reads from every membership call and ApiVersions request."""
+    from dissector.analytics import report
+
+    sources = [str(p) for p in BUNDLED + SHARED]
+    df = report.analyze(sources)
+    groups, software = _python_notes(sources)
+    assert df.attrs[report.GROUPS_ATTR] == groups
+    assert df.attrs[report.CLIENT_SOFTWARE_ATTR] == software
+    # not vacuous: the bundled captures have classic, consumer and share groups, and
+    # a Java client whose SASL handshake's ApiVersions has an empty client id
+    assert {n["protocol"] for n in groups.values()} >= {"classic", "consumer", "share"}
+    assert "adminclient-1" in software["apache-kafka-java 4.3.1"]
