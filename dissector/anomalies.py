@@ -186,7 +186,13 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
     ("bad_frame_size", _C, _FRM, _E, "a size prefix that cannot be a Kafka frame"),
     ("resyncs", _C, _FRM, _W, "times framing found a frame boundary again after losing it"),
     ("resync_skipped_bytes", _C, _FRM, _W, "bytes skipped while looking for a frame boundary"),
-    ("frames_cut_by_gap", _C, _FRM, _W, "frames lost because a TCP hole fell inside them"),
+    (
+        "frames_cut_by_gap",
+        _C,
+        _FRM,
+        _W,
+        "frames a TCP hole fell inside (paired by their header, body not decoded)",
+    ),
     ("truncated_frames", _C, _FRM, _W, "frames cut off by the end of the stream"),
     ("truncated_frame_bytes", _C, _FRM, _W, "bytes of truncated_frames"),
     ("non_kafka_bytes", _C, _FRM, _I, "bytes of directions that never made a Kafka frame"),
@@ -221,6 +227,15 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
     ),
     ("duplicate_correlation_id", _D, _COR, _W, "unanswered: a later request reused its id"),
     ("evicted", _D, _COR, _W, "unanswered: dropped from the open requests (limit reached)"),
+    (
+        "response_in_capture_gap",
+        _D,
+        _COR,
+        _W,
+        "unanswered: response bytes were lost after it; its response likely among them",
+    ),
+    ("request_incomplete", _D, _ROW, _W, "request bytes not captured (hole or snap length)"),
+    ("response_incomplete", _D, _ROW, _W, "response bytes not captured (hole or snap length)"),
     # ---- protocol: messages
     ("unknown_api_key", _D, _PRO, _W, "no spec knows this API key; body not decoded"),
     (
@@ -305,7 +320,14 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
         "connection queueing state dropped past 65,536 connections",
     ),
     # ---- rows
-    ("capture_gap", _F, _ROW, _W, "bytes before this pair were lost (or the capture began late)"),
+    (
+        "capture_gap",
+        _F,
+        _ROW,
+        _W,
+        "bytes of or before this pair were lost (or the capture began late)",
+    ),
+    ("truncated", _F, _ROW, _W, "bytes of this pair were cut by the capture's snap length"),
     ("negative_latency", _F, _ROW, _W, "capture timestamps ran backwards across the pair"),
     ("tls", _F, _ROW, _I, "the pair was decrypted from a TLS connection"),
 )

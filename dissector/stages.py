@@ -30,14 +30,29 @@ class Frame:
     dst: Endpoint
     payload: bytes  # message bytes after the 4-byte size prefix
     first_ts_ns: int  # time of the packet carrying the first byte
-    last_ts_ns: int  # time of the packet carrying the last byte
+    last_ts_ns: int  # time of the latest-arriving packet among its bytes
     first_frame: int
     last_frame: int
     after_gap: bool  # the first frame accepted after a resync
+    # A hole fell inside the frame after its size prefix: ``payload`` holds the bytes
+    # before the first hole only, ``missing`` the payload bytes beyond them.
+    missing: int = 0
+    snapped: bool = False  # every missing byte was cut by the snap length
+    end_lost: bool = False  # its last byte was not captured (last_ts_ns: last captured)
 
     @property
     def wire_size(self) -> int:
-        return len(self.payload) + 4
+        return len(self.payload) + self.missing + 4
+
+    @property
+    def holed(self) -> bool:
+        """Some of its bytes were not captured."""
+        return self.missing > 0 or self.end_lost
+
+    @property
+    def end_ts_ns(self) -> int | None:
+        """When its last byte was captured; None when it was not."""
+        return None if self.end_lost else self.last_ts_ns
 
 
 class ExchangeKind(StrEnum):
@@ -73,6 +88,7 @@ class Exchange:
     correlation_id: int | None = None
     client_id: str | None = None
     note: str | None = None
+    gap: bool = False  # a capture hole may hold its missing part (response or request)
 
 
 class Decoder(Protocol):
@@ -142,11 +158,16 @@ class RowFlag(StrEnum):
     """Values of a row's ``flags`` (anomalies.py describes them)."""
 
     CAPTURE_GAP = "capture_gap"
+    TRUNCATED = "truncated"
     NEGATIVE_LATENCY = "negative_latency"
     TLS = "tls"
 
 
 CAPTURE_GAP = RowFlag.CAPTURE_GAP.value
+TRUNCATED = RowFlag.TRUNCATED.value
+# Decode notes of a side not captured whole (its body is not decoded).
+REQUEST_INCOMPLETE = "request_incomplete"
+RESPONSE_INCOMPLETE = "response_incomplete"
 NEGATIVE_LATENCY = RowFlag.NEGATIVE_LATENCY.value
 TLS = RowFlag.TLS.value
 

@@ -280,3 +280,99 @@ def fragmented_v6(frames: list[Frame], size: int = 256, over: int = 300) -> list
             pieces = pieces[::-1]
         out.extend((ts, raw(ether(p))) for p in pieces)
     return out
+
+
+# --- loss and segmentation --------------------------------------------------------
+
+
+def _tcp_layout(f: bytes) -> tuple[int, int, int] | None:
+    """(IPv4 header offset, TCP header offset, payload offset) of an Ethernet/IPv4/TCP
+    frame, None for anything else."""
+    if len(f) < 34 or f[12:14] != b"\x08\x00" or f[23] != 6:
+        return None
+    ihl = (f[14] & 0x0F) * 4
+    tcp = 14 + ihl
+    if len(f) < tcp + 20:
+        return None
+    return 14, tcp, tcp + (f[tcp + 12] >> 4) * 4
+
+
+def tcp_payload_len(f: bytes) -> int:
+    """TCP payload bytes of an Ethernet/IPv4 frame (by the IP total length), 0 if none."""
+    lay = _tcp_layout(f)
+    if lay is None:
+        return 0
+    ip, _tcp, data = lay
+    return struct.unpack_from("!H", f, ip + 2)[0] + ip - data
+
+
+def resegment(frames: list[Frame], mss: int = 1448) -> list[Frame]:
+    """Every TCP payload over ``mss`` bytes cut into ``mss``-byte segments (sequence
+    numbers consecutive, 1 ns apart, IP length and identification rewritten): a
+    loopback capture's 64 KiB segments as a 1500-byte-MTU network carries them."""
+    out: list[Frame] = []
+    for ts, f in frames:
+        lay = _tcp_layout(f)
+        size = tcp_payload_len(f)
+        if lay is None or size <= mss:
+            out.append((ts, f))
+            continue
+        ip, tcp, data = lay
+        seq = struct.unpack_from("!I", f, tcp + 4)[0]
+        head, payload = f[:data], f[data : data + size]
+        for i, at in enumerate(range(0, size, mss)):
+            piece = payload[at : at + mss]
+            h = bytearray(head)
+            struct.pack_into("!H", h, ip + 2, len(h) - ip + len(piece))
+            struct.pack_into("!H", h, ip + 10, 0)  # header checksum: not recomputed
+            struct.pack_into("!I", h, tcp + 4, (seq + at) & 0xFFFFFFFF)
+            out.append((ts + i, bytes(h) + piece))
+    return out
+
+
+def without(frames: list[Frame], drop: Iterable[int]) -> list[Frame]:
+    """The capture with the frames at these (0-based) indexes removed, as
+    ``editcap IN OUT N...`` removes them (which counts from 1)."""
+    gone = set(drop)
+    return [fr for i, fr in enumerate(frames) if i not in gone]
+
+
+def losable(frames: list[Frame]) -> list[int]:
+    """Indexes of the frames whose removal loses bytes and leaves evidence of it, as
+    packet loss in a capture does: TCP payload that no other frame carries again (a
+    retransmission), followed by more payload of the same direction or by a peer ACK
+    past it. (The last segment of a direction that nobody acknowledges leaves no trace:
+    no tool can tell it was ever sent.)"""
+    copies: dict[tuple[bytes, int, int], list[int]] = {}
+    last_data: dict[bytes, int] = {}  # direction -> index of its last payload frame
+    acked: dict[bytes, int] = {}  # direction -> highest ACK its peer sent, by index
+    ends: dict[int, tuple[bytes, int]] = {}
+    acks: list[tuple[int, bytes, int]] = []
+    for i, (_ts, f) in enumerate(frames):
+        lay = _tcp_layout(f)
+        if lay is None:
+            continue
+        ip, tcp, _data = lay
+        way = f[ip + 12 : ip + 20] + f[tcp : tcp + 4]
+        back = f[ip + 16 : ip + 20] + f[ip + 12 : ip + 16] + f[tcp + 2 : tcp + 4] + f[tcp : tcp + 2]
+        seq, ack = struct.unpack_from("!II", f, tcp + 4)
+        if f[tcp + 13] & 0x10:
+            acks.append((i, back, ack))
+        size = tcp_payload_len(f)
+        if size:
+            copies.setdefault((way, seq, size), []).append(i)
+            last_data[way] = i
+            ends[i] = (way, (seq + size) & 0xFFFFFFFF)
+    del acked
+    out = []
+    for (way, _seq, _size), found in copies.items():
+        if len(found) != 1:
+            continue
+        i = found[0]
+        end = ends[i][1]
+        later_ack = any(
+            j > i and d == way and ((a - end) & 0xFFFFFFFF) < (1 << 31) for j, d, a in acks
+        )
+        if last_data[way] > i or later_ack:
+            out.append(i)
+    return sorted(out)

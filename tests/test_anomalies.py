@@ -18,7 +18,7 @@ from dissector import anomalies as an
 from dissector.cli import main
 from dissector.protocol import decode_request, decode_response
 from dissector.protocol.records import ERROR_CODES
-from dissector.stages import TLS
+from dissector.stages import TLS, TRUNCATED
 from tests.oracle import rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -199,7 +199,8 @@ def test_protocol_decode_errors_start_with_registered_codes() -> None:
 
 
 def test_row_flags_are_registered() -> None:
-    assert set(an.by_kind(an.Kind.FLAG)) == {rows.CAPTURE_GAP, rows.NEGATIVE_LATENCY, TLS}
+    flags = {rows.CAPTURE_GAP, rows.NEGATIVE_LATENCY, TLS, TRUNCATED}
+    assert set(an.by_kind(an.Kind.FLAG)) == flags
 
 
 # ------------------------------------------------------------------ registry -> code

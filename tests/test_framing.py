@@ -47,6 +47,19 @@ def test_frames_split_across_chunks_keep_first_and_last_packet_times() -> None:
     assert frame.wire_size == len(msg)
 
 
+def test_frame_ends_with_the_latest_packet_among_its_bytes() -> None:
+    """Chunks of segments held behind a hole come with their own, older, times: a frame
+    is complete when its last-arriving byte was captured, and the next frame of the
+    same chunk is timed by that chunk alone."""
+    f = _framer(Counters())
+    one, two = _request(7), _request(8)
+    # The retransmission (frame 9, t=900) filled a hole; the held bytes follow it.
+    assert f.feed(_chunk(one[:5], 900, 9)) == []
+    first, second = f.feed(_chunk(one[5:] + two, 400, 4))
+    assert (first.first_frame, first.last_frame, first.last_ts_ns) == (9, 9, 900)
+    assert (second.first_frame, second.last_frame, second.last_ts_ns) == (4, 4, 400)
+
+
 def test_several_frames_in_one_chunk_and_a_tail_into_the_next() -> None:
     f = _framer(Counters())
     a, b, cc = _request(1), _request(2), _request(3)
@@ -61,14 +74,35 @@ def test_resync_after_gap_skips_to_next_plausible_request_at_a_chunk_start() -> 
     f = _framer(c)
     msg = _request(5)
     assert f.feed(_chunk(msg[:6], 1, 1)) == []
-    # A hole: the rest of msg is lost; the next chunk is the middle of something.
-    assert f.feed(_chunk(b"\x12\x34\x56\x78garbage", 2, 2, resync=True, lost=100)) == []
+    # A hole: the rest of msg is lost, and more; the next chunk is the middle of something.
+    # msg goes on as a holed frame (its end lost in the hole) to be paired and flagged.
+    (holed,) = f.feed(_chunk(b"\x12\x34\x56\x78garbage", 2, 2, resync=True, lost=100))
+    assert (holed.payload, holed.wire_size, holed.end_lost) == (msg[4:6], len(msg), True)
     (frame,) = f.feed(_chunk(_request(6), 3, 3))
     assert frame.after_gap
     assert c["frames_cut_by_gap"] == 1
-    assert c["resync_skipped_bytes"] == 6 + 11
+    assert c["resync_skipped_bytes"] == 11
     (nxt,) = f.feed(_chunk(_request(7), 4, 4))
     assert not nxt.after_gap
+
+
+def test_hole_inside_a_frame_keeps_sync_by_its_size_prefix() -> None:
+    """As Wireshark goes on after "previous segment not captured": the hole's size and
+    the frame's size prefix say where the next frame starts, so nothing after the hole
+    is skipped and the next frame is not taken as a guess (no after_gap)."""
+    c = Counters()
+    f = _framer(c)
+    big = _request(5) + b"x" * 300
+    big = struct.pack(">i", len(big) - 4) + big[4:]
+    nxt = _request(6)
+    assert f.feed(_chunk(big[:100], 1, 1)) == []
+    # Bytes 100..199 lost; the rest of big and the next request follow.
+    holed, after = f.feed(_chunk(big[200:] + nxt, 3, 3, resync=True, lost=100))
+    # missing: every payload byte beyond the first hole, lost or not.
+    assert (holed.payload, holed.missing, holed.end_lost) == (big[4:100], len(big) - 100, False)
+    assert (holed.first_frame, holed.last_frame, holed.wire_size) == (1, 3, len(big))
+    assert after.payload == nxt[4:] and not after.after_gap
+    assert c["frames_cut_by_gap"] == 1 and not c["resyncs"] and not c["resync_skipped_bytes"]
 
 
 def test_oversized_size_prefix_loses_sync_and_is_counted() -> None:

@@ -114,6 +114,12 @@ def _assert_rows_equal(mine: list[dict[str, Any]], oracle: list[dict[str, Any]])
     assert len(mine) == len(oracle)
     for i, (m, o) in enumerate(zip(mine, oracle, strict=True)):
         diff = {c: (m[c], o[c]) for c in COLUMN_NAMES if not _same(m[c], o[c])}
+        if diff.get("flags") == (["capture_gap"], []) and m["status"] == "orphan_response":
+            # The native core holds a response whose request is not open (issue #11)
+            # until it cannot be paired, so it learns of a hole in the requests (an
+            # ACKed unseen segment) before it gives the orphan up; Python emits it at
+            # once, before the hole is known.
+            del diff["flags"]
         assert not diff, f"row {i} differs (native, oracle): {diff}"
 
 

@@ -199,7 +199,17 @@ def test_capture_with_native_defaults_gives_the_same_events(name: str, tmp_path:
     expected, expected_streams, _ = run_python(packets)
     events, streams, counters = run_native(packets, tmp_path)
     assert streams == expected_streams
-    assert [e for e in events if e[0] != "close"] == [e for e in expected if e[0] != "close"]
+
+    # A connection's last bytes never seen go out with its close (an empty chunk with
+    # `lost`): with the close, when a connection closes as idle.
+    def ordered(evs: list[Any]) -> list[Any]:
+        return [e for e in evs if e[0] != "close" and not (e[0] == "chunk" and e[4] == "")]
+
+    def tails(evs: list[Any]) -> list[Any]:
+        return sorted(e for e in evs if e[0] == "chunk" and e[4] == "")
+
+    assert ordered(events) == ordered(expected)
+    assert tails(events) == tails(expected)
     closes = {e[1]: e[2] for e in events if e[0] == "close"}
     assert len(closes) == counters["tcp_streams"]
     for stream, reason in ((e[1], e[2]) for e in expected if e[0] == "close"):

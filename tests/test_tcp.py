@@ -292,9 +292,11 @@ def test_snaplen_truncated_capture_matches_tshark(tmp_path: Path) -> None:
     )
     present = snaplen - (14 + 20 + 20)
     got = chunks(events, (C, 40000))
+    # The cut is said at once, by an empty chunk of the packet it was cut from.
     assert [(len(ch.data), ch.resync, ch.lost) for ch in got] == [
         (present, False, 0),
-        (10, True, tcp_len - present),
+        (0, True, tcp_len - present),
+        (10, False, 0),
     ]
 
 
@@ -381,7 +383,7 @@ def test_syn_ack_first_makes_receiver_the_initiator() -> None:
     assert events[0] == StreamOpen(0, A, B, True)
 
 
-def test_out_of_order_is_buffered_and_released_with_latest_time() -> None:
+def test_out_of_order_is_buffered_and_released_with_each_packets_time() -> None:
     c = Conn()
     hs = c.handshake()
     last = c.pkt(A, PSH | ACK, 6, b"ccc", ts=10)
@@ -389,9 +391,13 @@ def test_out_of_order_is_buffered_and_released_with_latest_time() -> None:
     first = c.pkt(A, PSH | ACK, 0, b"aaa", ts=30)
     events, counters = run([*hs, last, mid, first])
     got = chunks(events)
-    assert [ch.data for ch in got] == [b"aaabbbccc"]
-    # The bytes were all in the capture only when the first segment arrived.
-    assert (got[0].frame, got[0].ts_ns) == (first.frame, 30)
+    # Released in order when the hole is filled, each packet's bytes with its own
+    # time: framing times a frame by the packets that carried it (the latest of them).
+    assert [(ch.data, ch.frame, ch.ts_ns) for ch in got] == [
+        (b"aaa", first.frame, 30),
+        (b"bbb", mid.frame, 20),
+        (b"ccc", last.frame, 10),
+    ]
     assert counters["tcp_out_of_order"] == 2
 
 
@@ -455,9 +461,10 @@ def test_snaplen_truncation_becomes_a_gap() -> None:
     ]
     events, counters = run(pkts)
     got = chunks(events)
-    assert [(ch.data, ch.resync, ch.lost) for ch in got] == [
-        (b"head", False, 0),
-        (b"next", True, 96),
+    assert [(ch.data, ch.frame, ch.resync, ch.lost) for ch in got] == [
+        (b"head", pkts[-2].frame, False, 0),
+        (b"", pkts[-2].frame, True, 96),  # at once, with the packet it was cut from
+        (b"next", pkts[-1].frame, False, 0),
     ]
     assert counters["tcp_gap_bytes"] == 96
 
@@ -471,7 +478,10 @@ def test_buffer_bound_skips_the_hole() -> None:
     got = chunks(events)
     assert got[0].data == b"a" * 10
     assert (got[1].resync, got[1].lost) == (True, 10)
-    assert got[1].data == b"B" * 10 + b"C" * 10 + b"D" * 10 + b"E" * 10 + b"F" * 10 + b"G" * 10
+    # Each held packet's bytes come out as its own chunk, with its own time.
+    assert [(ch.data, ch.frame, ch.resync) for ch in got[1:]] == [
+        (bytes([66 + i]) * 10, p.frame, i == 0) for i, p in enumerate(pkts[-6:])
+    ]
     assert counters["tcp_gap_bytes"] == 10
     assert counters["tcp_buffer_limit"] == 1
 
@@ -498,7 +508,7 @@ def test_global_bound_skips_the_biggest_backlog() -> None:
     pkts += [c1.pkt(A, PSH | ACK, 10 + 10 * i, b"x" * 10) for i in range(4)]
     events, counters = run(pkts, max_total_buffered_bytes=30)
     got = chunks(events)
-    assert [(ch.lost, len(ch.data)) for ch in got] == [(10, 40)]
+    assert [(ch.lost, len(ch.data)) for ch in got] == [(10, 10), (0, 10), (0, 10), (0, 10)]
     assert counters["tcp_global_buffer_limit"] == 1
 
 
@@ -760,7 +770,10 @@ def test_resegment_reorder_duplicate_keeps_bytes(name: str, seed: int, wrap: boo
     # must not give up on late segments because of that, hence the long graces.
     events, counters = run(shuffled, close_grace_ns=10**15, rst_grace_ns=10**15, ack_gap_ns=10**15)
     assert collect(events) == {k: v for k, v in expected.items() if v}
-    assert counters["tcp_gap_bytes"] == 0
+    # Only what the original lacks too: ndpi-kafka-2024 has a 44-byte segment that
+    # its peer acknowledged and the capture never saw (tshark: "ACKed unseen segment").
+    _, whole = run(original, close_grace_ns=10**15, rst_grace_ns=10**15, ack_gap_ns=10**15)
+    assert counters["tcp_gap_bytes"] == whole["tcp_gap_bytes"]
 
 
 def test_idle_timeout_closes_silent_connections() -> None:

@@ -136,6 +136,7 @@ fn event(line: &str) -> Event {
             frame: c[5].as_u64().expect("frame"),
             resync: c[6].as_bool().expect("resync"),
             lost: c[7].as_u64().expect("lost"),
+            snapped: false,
         })
     } else {
         let c = &v["close"];

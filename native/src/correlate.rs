@@ -30,8 +30,8 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::header::{
-    body_offset, is_plausible_request, peek_correlation_id, peek_request, request_like_id,
-    RequestStart, StartCheck,
+    body_offset, is_plausible_request, peek_correlation_id, peek_request, peek_request_cut,
+    request_like_id, RequestStart, StartCheck,
 };
 use crate::types::{
     Counters, Endpoint, Exchange, ExchangeKind, KafkaFrame, StreamOpen, Ts, Versions,
@@ -50,6 +50,8 @@ pub const MAX_HELD_RESPONSE_BYTES: usize = 8 << 20;
 /// A held response older than this (capture time) when a later response arrives is
 /// given up: the reassembler releases a direction held back by a hole well before.
 pub const MAX_RESPONSE_HOLD_NS: Ts = 5_000_000_000;
+/// The note of an unanswered request whose response may have fallen in a capture hole.
+pub const RESPONSE_IN_GAP: &str = "response_in_capture_gap";
 
 #[derive(Debug, Clone)]
 pub struct CorrelationConfig {
@@ -66,6 +68,8 @@ struct Open {
     api_key: i16,
     api_version: i16,
     client_id: Option<String>,
+    /// A hole in the response direction after this request may hold its response.
+    gap: bool,
 }
 
 /// Open requests by correlation id, in the order they were sent (Python's dict order:
@@ -127,9 +131,32 @@ struct Conn {
     /// Responses whose request is not open (yet), with their correlation id.
     early: VecDeque<(i32, KafkaFrame)>,
     early_bytes: usize,
+    /// Capture time of the latest hole in the request direction that may hold whole
+    /// requests: responses without a request after it are flagged.
+    request_gap: Option<Ts>,
+    /// Holes noted before the roles were settled (by sender; at most one each).
+    unsettled_gaps: Vec<(Endpoint, Ts, Ts)>,
 }
 
 impl Conn {
+    /// A hole in the bytes `src` sent between capture times `from` and `to`.
+    fn frames_lost(&mut self, src: Endpoint, from: Ts, to: Ts) {
+        match self.broker {
+            Some(broker) if broker == src => {
+                for (_, open) in self.pending.by_id.values_mut() {
+                    if open.frame.last_ts_ns <= to {
+                        open.gap = true;
+                    }
+                }
+            }
+            Some(_) => self.request_gap = Some(from),
+            None => match self.unsettled_gaps.iter_mut().find(|g| g.0 == src) {
+                Some(g) => g.2 = to,
+                None => self.unsettled_gaps.push((src, from, to)),
+            },
+        }
+    }
+
     fn client(&self) -> Endpoint {
         if self.broker == Some(self.b) {
             self.a
@@ -183,8 +210,20 @@ impl Correlator {
                 next_seq: 0,
                 early: VecDeque::new(),
                 early_bytes: 0,
+                request_gap: None,
+                unsettled_gaps: Vec::new(),
             },
         );
+    }
+
+    /// A hole between capture times `from` and `to` in the bytes `src` sent may hold
+    /// whole frames: the requests open by `to` may have lost their response in it (if
+    /// `src` is the broker), and responses after `from` without a request may have
+    /// lost it (if the client).
+    pub fn frames_lost(&mut self, stream: u32, src: Endpoint, from: Ts, to: Ts) {
+        if let Some(conn) = self.conns.get_mut(&stream) {
+            conn.frames_lost(src, from, to);
+        }
     }
 
     pub fn is_kafka_candidate(&self, stream: u32) -> bool {
@@ -298,6 +337,9 @@ fn settle_role(
     if let Some(broker) = role_from(ctx, conn, &f) {
         conn.broker = Some(broker);
         counters.inc("kafka_found_by_heuristic");
+        for (src, from, to) in std::mem::take(&mut conn.unsettled_gaps) {
+            conn.frames_lost(src, from, to);
+        }
         for h in std::mem::take(&mut conn.held) {
             on_frame(ctx, conn, h, counters, out);
         }
@@ -353,7 +395,12 @@ fn on_request(
         conn.sasl_raw = false;
     }
     let seq = take_seq(conn);
-    let Some(start) = peek_request(&f.payload, versions) else {
+    let start = if f.holed() {
+        peek_request_cut(&f.payload, versions)
+    } else {
+        peek_request(&f.payload, versions)
+    };
+    let Some(start) = start else {
         counters.inc("malformed_requests");
         out.push(Exchange {
             stream: conn.stream,
@@ -368,6 +415,7 @@ fn on_request(
             client_id: None,
             note: Some("request_header_truncated".to_owned()),
             seq: Some(seq),
+            gap: false,
         });
         return;
     };
@@ -408,6 +456,7 @@ fn on_request(
             client_id: start.client_id,
             note: None,
             seq: Some(seq),
+            gap: false,
         });
         return;
     }
@@ -420,6 +469,7 @@ fn on_request(
         api_key: start.api_key,
         api_version: start.api_version,
         client_id: start.client_id,
+        gap: false,
     };
     if let Some(i) = conn.early.iter().position(|(id, _)| *id == corr) {
         // Its response came first (the request direction was held back by a hole).
@@ -601,10 +651,13 @@ fn answer(conn: &mut Conn, corr: i32, req: Open, f: KafkaFrame) -> Exchange {
         client_id: req.client_id,
         note: None,
         seq: Some(req.seq),
+        gap: false,
     }
 }
 
 fn orphan(conn: &Conn, f: KafkaFrame, corr: Option<i32>) -> Exchange {
+    // Its request may be in a hole of the request direction before it.
+    let gap = conn.request_gap.is_some_and(|at| at <= f.last_ts_ns);
     Exchange {
         stream: conn.stream,
         client: conn.client(),
@@ -618,6 +671,7 @@ fn orphan(conn: &Conn, f: KafkaFrame, corr: Option<i32>) -> Exchange {
         client_id: None,
         note: None,
         seq: None,
+        gap,
     }
 }
 
@@ -635,10 +689,14 @@ fn sasl(conn: &Conn, token: KafkaFrame, seq: u64, answer: Option<KafkaFrame>) ->
         client_id: None,
         note: None,
         seq: Some(seq),
+        gap: false,
     }
 }
 
 fn unanswered(conn: &Conn, corr: i32, req: Open, note: Option<&str>) -> Exchange {
+    // Kafka answers every request but acks=0 Produce: one still open after a hole in
+    // the responses most likely had its response there.
+    let note = note.or(req.gap.then_some(RESPONSE_IN_GAP));
     Exchange {
         stream: conn.stream,
         client: conn.client(),
@@ -652,5 +710,6 @@ fn unanswered(conn: &Conn, corr: i32, req: Open, note: Option<&str>) -> Exchange
         client_id: req.client_id,
         note: note.map(str::to_owned),
         seq: Some(req.seq),
+        gap: req.gap,
     }
 }

@@ -8,6 +8,14 @@
 //! only when plausible for the sender's role (`header::StartCheck`). Everything skipped
 //! is counted, with the Python stage's counter names.
 //!
+//! A hole of known size (`Chunk::lost`) inside a frame whose size prefix was captured
+//! does not lose sync: the frame's end, and so the next frame's start, follow by
+//! sequence arithmetic (as Wireshark goes on after "previous segment not captured").
+//! That frame goes on to correlation as holed (`KafkaFrame::missing`, `end_lost`), to
+//! be paired by its header and flagged. Holes that may have swallowed whole frames are
+//! reported to correlation (`take_lost`). A frame's last time is the latest-arriving
+//! packet among its bytes (chunks released after a hole carry their own times).
+//!
 //! TLS differs from Python on purpose (issue #11): bytes that look like a TLS record
 //! header make the direction only *suspected* TLS. It is concluded when the next record
 //! header sits where the first record ends (or at close, or after `TLS_TENTATIVE_MAX`
@@ -94,6 +102,23 @@ impl TlsProbe {
     }
 }
 
+/// A frame a capture hole fell into after its size prefix was captured: where it ends,
+/// and so where the next frame starts, is known by sequence arithmetic (as Wireshark
+/// goes on with the next PDU after "previous segment not captured"), so framing stays
+/// in sync and the frame itself still goes on to be paired, marked as holed.
+struct Holed {
+    prefix: Vec<u8>, // payload bytes before the first hole
+    size: u64,       // the payload's size by its prefix
+    missing: u64,    // payload bytes not captured so far
+    left: u64,       // bytes of the frame still to come
+    snapped: bool,   // every missing byte was cut by the snap length
+    first_ts: Ts,
+    first_frame: u64,
+    last_ts: Ts,
+    last_frame: u64,
+    after_gap: bool,
+}
+
 enum Tls {
     No,
     Suspected(TlsProbe),
@@ -110,11 +135,23 @@ pub struct Framer {
     versions: Arc<dyn Versions + Send + Sync>,
     tls: Tls,
     buf: Vec<u8>,
+    holed: Option<Holed>,
+    /// Capture times around a hole that may have swallowed whole frames of this
+    /// direction (framing lost sync): the packets before and after it, for correlation
+    /// to take (`take_lost`).
+    lost_at: Option<(Ts, Ts)>,
+    /// Capture time of the last chunk fed.
+    seen_ts: Ts,
     synced: bool,
     resync_pending: bool,
     after_gap: bool,
     first_ts: Ts,
     first_frame: u64,
+    /// The latest-arriving packet (highest frame number) among the bytes of the frame
+    /// in `buf`: when the capture had all of them. After a hole the chunks of held
+    /// segments come with their own, older, times.
+    last_ts: Ts,
+    last_frame: u64,
     // A TLS suspicion was cleared while handling the current chunk: look-alikes further
     // in it are not suspected again (each clearing re-probes the rest of the chunk, so
     // one per chunk keeps the work linear).
@@ -150,11 +187,16 @@ impl Framer {
             versions,
             tls: Tls::No,
             buf: Vec::new(),
+            holed: None,
+            lost_at: None,
+            seen_ts: 0,
             synced: true,
             resync_pending: false,
             after_gap: false,
             first_ts: 0,
             first_frame: 0,
+            last_ts: 0,
+            last_frame: 0,
             cleared_in_chunk: false,
             fed: 0,
             framed: false,
@@ -212,12 +254,24 @@ impl Framer {
             Tls::No => {}
         }
         self.fed += chunk.data.len() as u64;
-        if chunk.resync {
+        let before = std::mem::replace(&mut self.seen_ts, chunk.ts_ns);
+        let mut chunk = chunk;
+        if chunk.resync && !self.bridge(&chunk, counters, out) {
             self.lose_sync(counters);
+            // A hole, not the start of a direction seen mid-connection (its first
+            // frame says so: after_gap).
+            if chunk.lost > 0 {
+                self.lost_at = Some((before, chunk.ts_ns));
+            }
+        }
+        if self.holed.is_some() {
+            match self.fill_holed(chunk, out) {
+                Some(rest) => chunk = rest,
+                None => return,
+            }
         }
         if self.buf.is_empty() {
-            self.first_ts = chunk.ts_ns;
-            self.first_frame = chunk.frame;
+            self.start_at(chunk.ts_ns, chunk.frame);
             if self.synced {
                 match self.whole_frame(chunk) {
                     Ok(frame) => {
@@ -234,8 +288,121 @@ impl Framer {
         self.append_and_cut(&chunk, counters, out);
     }
 
+    /// A hole may have swallowed whole frames of this direction since the last call:
+    /// the capture times of the packets before and after it.
+    pub fn take_lost(&mut self) -> Option<(Ts, Ts)> {
+        self.lost_at.take()
+    }
+
+    /// A hole of `chunk.lost` bytes before `chunk`: bridged when it falls inside a frame
+    /// whose size prefix was captured (true), or sync is lost (false). A hole running
+    /// past that frame's end ends it too, and loses sync unless it ends exactly there.
+    fn bridge(
+        &mut self,
+        chunk: &Chunk,
+        counters: &mut Counters,
+        out: &mut Vec<KafkaFrame>,
+    ) -> bool {
+        let lost = chunk.lost;
+        if lost == 0 || !self.synced {
+            self.end_holed(true, out);
+            return false;
+        }
+        if self.holed.is_none() {
+            let Some(size) = be_i32(&self.buf, 0) else {
+                return false; // the hole is at (or in) a size prefix: the next one is unknown
+            };
+            let total = 4 + size.max(0) as u64;
+            let prefix = self.buf.split_off(4);
+            self.buf.clear();
+            self.count(counters, "frames_cut_by_gap", 1);
+            self.holed = Some(Holed {
+                left: total - 4 - prefix.len() as u64,
+                size: total - 4,
+                prefix,
+                missing: 0,
+                snapped: true,
+                first_ts: self.first_ts,
+                first_frame: self.first_frame,
+                last_ts: self.last_ts,
+                last_frame: self.last_frame,
+                after_gap: self.after_gap,
+            });
+            self.after_gap = false;
+        }
+        let Some(h) = self.holed.as_mut() else {
+            return false;
+        };
+        h.snapped &= chunk.snapped;
+        let inside = lost.min(h.left);
+        h.missing += inside;
+        h.left -= inside;
+        if h.left > 0 {
+            return true;
+        }
+        // The hole ran to the frame's end. Cut by the snap length, its last byte was on
+        // the packet of this (empty) chunk; lost, its time is unknown.
+        if chunk.snapped && chunk.frame > h.last_frame {
+            h.last_ts = chunk.ts_ns;
+            h.last_frame = chunk.frame;
+        }
+        let beyond = lost > inside;
+        self.end_holed(!chunk.snapped, out);
+        !beyond
+    }
+
+    /// Feed the holed frame the bytes it still expects; the rest of the chunk (from the
+    /// next frame's start) is returned.
+    fn fill_holed(&mut self, mut chunk: Chunk, out: &mut Vec<KafkaFrame>) -> Option<Chunk> {
+        let h = self.holed.as_mut()?;
+        let take = usize::try_from(h.left).map_or(chunk.data.len(), |l| l.min(chunk.data.len()));
+        if take > 0 && chunk.frame > h.last_frame {
+            h.last_ts = chunk.ts_ns;
+            h.last_frame = chunk.frame;
+        }
+        h.left -= take as u64;
+        if h.left == 0 {
+            self.end_holed(false, out);
+        }
+        if take == chunk.data.len() {
+            return None;
+        }
+        chunk.data.drain(..take);
+        Some(chunk)
+    }
+
+    /// Hand on the holed frame, if any (`end_lost`: its last byte was not captured).
+    fn end_holed(&mut self, end_lost: bool, out: &mut Vec<KafkaFrame>) {
+        let Some(h) = self.holed.take() else {
+            return;
+        };
+        // Everything not in `payload`: lost, or captured after the first hole.
+        let missing = h.size - h.prefix.len() as u64;
+        out.push(KafkaFrame {
+            stream: self.stream,
+            src: self.src,
+            dst: self.dst,
+            payload: h.prefix,
+            first_ts_ns: h.first_ts,
+            last_ts_ns: h.last_ts,
+            first_frame: h.first_frame,
+            last_frame: h.last_frame,
+            after_gap: h.after_gap,
+            tls: self.decrypted,
+            missing,
+            snapped: h.snapped,
+            end_lost: end_lost || h.left > 0,
+        });
+        self.framed = true;
+    }
+
     /// End of this direction: a partial frame left over is counted, not lost silently.
     pub fn close(&mut self, counters: &mut Counters) {
+        if let Some(h) = self.holed.take() {
+            // Its end is beyond the capture: counted like any frame cut off by the end.
+            self.count(counters, "truncated_frames", 1);
+            self.count(counters, "truncated_frame_bytes", 4 + h.prefix.len() as u64);
+        }
         if self.tls_suspected() {
             // Nothing contradicted the suspicion: conclude as Python does at once.
             self.conclude_tls(counters);
@@ -259,6 +426,22 @@ impl Framer {
         }
     }
 
+    /// A frame starts in the packet `ts`/`frame_no`.
+    fn start_at(&mut self, ts: Ts, frame_no: u64) {
+        self.first_ts = ts;
+        self.first_frame = frame_no;
+        self.last_ts = ts;
+        self.last_frame = frame_no;
+    }
+
+    /// Bytes of the packet `ts`/`frame_no` joined the frame in `buf`.
+    fn saw(&mut self, ts: Ts, frame_no: u64) {
+        if frame_no > self.last_frame {
+            self.last_ts = ts;
+            self.last_frame = frame_no;
+        }
+    }
+
     fn append_and_cut(
         &mut self,
         chunk: &Chunk,
@@ -266,6 +449,7 @@ impl Framer {
         out: &mut Vec<KafkaFrame>,
     ) {
         self.buf.extend_from_slice(&chunk.data);
+        self.saw(chunk.ts_ns, chunk.frame);
         if let Some(rest) = self.cut(chunk.ts_ns, chunk.frame, counters, out) {
             self.probe(rest, chunk.ts_ns, chunk.frame, counters, out);
         }
@@ -294,6 +478,9 @@ impl Framer {
             last_frame: chunk.frame,
             after_gap: self.after_gap,
             tls: self.decrypted,
+            missing: 0,
+            snapped: false,
+            end_lost: false,
         };
         self.after_gap = false;
         self.framed = true;
@@ -337,14 +524,14 @@ impl Framer {
                 }
             }
             self.buf.extend_from_slice(&data);
+            self.saw(ts, frame_no);
             let mut verdict = self.judge(&self.buf);
             if verdict == Some(false) && self.buf.len() > data.len() {
                 let n = (self.buf.len() - data.len()) as u64;
                 self.count(counters, "resync_skipped_bytes", n);
                 self.buf.clear();
                 self.buf.extend_from_slice(&data);
-                self.first_ts = ts;
-                self.first_frame = frame_no;
+                self.start_at(ts, frame_no);
                 verdict = self.judge(&self.buf);
             }
             match verdict {
@@ -438,18 +625,20 @@ impl Framer {
                 dst: self.dst,
                 payload: payload.to_vec(),
                 first_ts_ns: self.first_ts,
-                last_ts_ns: ts,
+                last_ts_ns: self.last_ts,
                 first_frame: self.first_frame,
-                last_frame: frame_no,
+                last_frame: self.last_frame,
                 after_gap: self.after_gap,
                 tls: self.decrypted,
+                missing: 0,
+                snapped: false,
+                end_lost: false,
             });
             self.after_gap = false;
             self.framed = true;
             pos = end;
             // A following frame in the same chunk starts in this packet.
-            self.first_ts = ts;
-            self.first_frame = frame_no;
+            self.start_at(ts, frame_no);
         }
         if pos > 0 {
             self.buf.drain(..pos);
@@ -563,8 +752,7 @@ impl Framer {
         self.synced = false;
         // No second suspicion on the same bytes: the candidate is judged as Kafka only.
         self.resync_pending = false;
-        self.first_ts = ts;
-        self.first_frame = frame_no;
+        self.start_at(ts, frame_no);
     }
 }
 

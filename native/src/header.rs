@@ -57,6 +57,21 @@ pub fn peek_request(payload: &[u8], versions: &dyn Versions) -> Option<RequestSt
     })
 }
 
+/// The request header of a frame not captured whole (`KafkaFrame::holed`): as
+/// `peek_request`, but a client_id cut off by the hole or the snap length is left out
+/// (None) rather than failing the header: key, version and correlation id suffice.
+pub fn peek_request_cut(payload: &[u8], versions: &dyn Versions) -> Option<RequestStart> {
+    peek_request(payload, versions).or_else(|| {
+        Some(RequestStart {
+            api_key: be_i16(payload, 0)?,
+            api_version: be_i16(payload, 2)?,
+            correlation_id: be_i32(payload, 4)?,
+            client_id: None,
+            header_end: payload.len(),
+        })
+    })
+}
+
 pub fn peek_correlation_id(payload: &[u8]) -> Option<i32> {
     be_i32(payload, 0)
 }

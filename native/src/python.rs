@@ -756,8 +756,18 @@ impl Summaries {
             };
             return Ok((name.map(Arc::from), None));
         };
-        let request = ex.request.as_ref().map(|f| f.payload.as_slice());
-        let response = ex.response.as_ref().map(|f| f.payload.as_slice());
+        // A side not captured whole is not decoded (its row says so: rows.rs).
+        let whole = |f: &&KafkaFrame| !f.holed();
+        let request = ex
+            .request
+            .as_ref()
+            .filter(whole)
+            .map(|f| f.payload.as_slice());
+        let response = ex
+            .response
+            .as_ref()
+            .filter(whole)
+            .map(|f| f.payload.as_slice());
         // One decompression budget per frame as the Python decoder sizes it (records.py),
         // within what is left of the capture's.
         let frame_bytes = request
@@ -883,8 +893,8 @@ impl RowSink {
     /// (`queueing`); then the held rows whose turn came.
     fn emit(&mut self, ex: &Exchange, api_name: Option<Arc<str>>, columns: Option<SummaryColumns>) {
         let timing = Timing {
-            request: ex.request.as_ref().map(|f| f.last_ts_ns),
-            response: ex.response.as_ref().map(|f| f.last_ts_ns),
+            request: ex.request.as_ref().and_then(KafkaFrame::end_ts),
+            response: ex.response.as_ref().and_then(KafkaFrame::end_ts),
             throttle_ms: columns.as_ref().and_then(|c| c.throttle_ms),
             waits: ex.kind != ExchangeKind::NoResponse,
         };

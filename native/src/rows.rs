@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::queueing::{LongPollRule, PollInput, Queued};
-use crate::types::{Exchange, ExchangeKind, Ts};
+use crate::types::{Exchange, ExchangeKind, KafkaFrame, Ts};
 
 /// Values of one nullable column.
 #[derive(Debug, Default)]
@@ -196,6 +196,11 @@ pub const SASL_TOKEN_API_NAME: &str = "SaslToken";
 
 /// Row flags kept apart from decode errors (issue #13 §6).
 pub const CAPTURE_GAP: &str = "capture_gap";
+/// Bytes of the pair were cut by the capture's snap length (the packets were seen).
+pub const TRUNCATED: &str = "truncated";
+/// Decode notes of a side not captured whole (its body is not decoded).
+pub const REQUEST_INCOMPLETE: &str = "request_incomplete";
+pub const RESPONSE_INCOMPLETE: &str = "response_incomplete";
 pub const NEGATIVE_LATENCY: &str = "negative_latency";
 pub const TLS: &str = "tls";
 
@@ -246,17 +251,30 @@ impl RowBuilder {
         summary: Option<&SummaryColumns>,
         queued: Queued,
     ) {
-        let req_done = ex.request.as_ref().map(|f| f.last_ts_ns);
+        let req_done = ex.request.as_ref().and_then(KafkaFrame::end_ts);
+        let resp_done = ex.response.as_ref().and_then(KafkaFrame::end_ts);
         let (latency, first_byte) = match (&ex.response, req_done) {
             // A request completed at time 0 is taken as unknown, as the Python rows do.
             (Some(resp), Some(done)) if done != 0 => (
-                Some(ms(resp.last_ts_ns.saturating_sub(done))),
+                resp_done.map(|t| ms(t.saturating_sub(done))),
                 Some(ms(resp.first_ts_ns.saturating_sub(done))),
             ),
             _ => (None, None),
         };
-        let after_gap = ex.request.as_ref().is_some_and(|f| f.after_gap)
-            || ex.response.as_ref().is_some_and(|f| f.after_gap);
+        let frames = || ex.request.iter().chain(ex.response.iter());
+        let lost = |f: &KafkaFrame| f.after_gap || (f.holed() && !f.snapped);
+        let after_gap = ex.gap || frames().any(lost);
+        let truncated = frames().any(|f| f.holed() && f.snapped);
+        let incomplete = join_notes(&[
+            ex.request
+                .as_ref()
+                .is_some_and(KafkaFrame::holed)
+                .then_some(REQUEST_INCOMPLETE),
+            ex.response
+                .as_ref()
+                .is_some_and(KafkaFrame::holed)
+                .then_some(RESPONSE_INCOMPLETE),
+        ]);
 
         self.capture.push(Some(capture));
         self.stream.push(Some(i64::from(ex.stream)));
@@ -265,8 +283,7 @@ impl RowBuilder {
         self.broker_ip.push_address(ex.broker.0);
         self.broker_port.push(Some(i64::from(ex.broker.1)));
         self.request_time.push(req_done);
-        self.response_time
-            .push(ex.response.as_ref().map(|f| f.last_ts_ns));
+        self.response_time.push(resp_done);
         self.latency_ms.push(latency);
         self.first_byte_ms.push(first_byte);
         self.api_key.push(ex.api_key.map(i64::from));
@@ -289,6 +306,9 @@ impl RowBuilder {
         if after_gap {
             flags.push(CAPTURE_GAP);
         }
+        if truncated {
+            flags.push(TRUNCATED);
+        }
         if latency.is_some_and(|l| l < 0.0) {
             flags.push(NEGATIVE_LATENCY);
         }
@@ -307,7 +327,8 @@ impl RowBuilder {
                 self.record_bytes.push(None);
                 self.compression.push(None);
                 self.throttle_ms.push(None);
-                self.decode_error.push(malformed_note);
+                let joined = join_notes(&[malformed_note, incomplete.as_deref()]);
+                self.decode_error.push(joined.as_deref());
                 for col in &mut self.extracts {
                     col.push(None);
                 }
@@ -333,7 +354,12 @@ impl RowBuilder {
                 } else {
                     ex.note.as_deref()
                 };
-                let joined = join_notes(&[malformed_note, note, s.decode_error.as_deref()]);
+                let joined = join_notes(&[
+                    malformed_note,
+                    note,
+                    incomplete.as_deref(),
+                    s.decode_error.as_deref(),
+                ]);
                 self.decode_error.push(joined.as_deref());
                 for (i, col) in self.extracts.iter_mut().enumerate() {
                     col.push(s.extracts.get(i).copied().flatten());

@@ -193,8 +193,13 @@ impl Session {
         };
         framer.decrypted = decrypted;
         let was_tls = framer.is_tls();
+        let src = ch.src;
         framer.feed(ch, counters, &mut frames);
         let now_tls = framer.is_tls();
+        let lost = framer.take_lost();
+        if let Some((from, to)) = lost {
+            self.corr.frames_lost(stream, src, from, to);
+        }
         if !frames.is_empty() {
             counters.add("kafka_frames", frames.len() as u64);
             for frame in frames.drain(..) {

@@ -25,7 +25,7 @@ use crate::table_model::{
     Acquired, ContextFills, Facts, GroupRole, PartitionRole, TablesModel, VersionRole,
     MAX_CONTEXT_SLOTS, MAX_ENTRY_COLUMNS, MAX_VALUE_SLOTS,
 };
-use crate::types::Exchange;
+use crate::types::{Exchange, KafkaFrame};
 
 // ------------------------------------------------------------------ sparse bodies
 
@@ -1227,9 +1227,9 @@ impl Identity {
         self.correlation_id.push(ex.correlation_id.map(i64::from));
         self.client_id.push(ex.client_id.as_deref());
         self.request_time
-            .push(ex.request.as_ref().map(|f| f.last_ts_ns));
+            .push(ex.request.as_ref().and_then(KafkaFrame::end_ts));
         self.response_time
-            .push(ex.response.as_ref().map(|f| f.last_ts_ns));
+            .push(ex.response.as_ref().and_then(KafkaFrame::end_ts));
     }
 
     fn take(&mut self, out: &mut Vec<(String, Column)>) {
@@ -1438,8 +1438,18 @@ impl TableSink {
         if !self.tables().wants(api_key) {
             return Observed::Done;
         }
-        let request = ex.request.as_ref().map(|f| f.payload.as_slice());
-        let response = ex.response.as_ref().map(|f| f.payload.as_slice());
+        // A side not captured whole (a capture hole, the snap length) is not decoded.
+        let whole = |f: &&KafkaFrame| !f.holed();
+        let request = ex
+            .request
+            .as_ref()
+            .filter(whole)
+            .map(|f| f.payload.as_slice());
+        let response = ex
+            .response
+            .as_ref()
+            .filter(whole)
+            .map(|f| f.payload.as_slice());
         let model = Arc::clone(&self.model);
         match decode_for_tables(&model, api_key, api_version, request, response) {
             Ok(sides) => {
@@ -1566,12 +1576,12 @@ impl TableSink {
         let req = ex
             .request
             .as_ref()
-            .map(|f| f.last_ts_ns)
+            .and_then(KafkaFrame::end_ts)
             .filter(|&t| t != 0);
         let resp = ex
             .response
             .as_ref()
-            .map(|f| f.last_ts_ns)
+            .and_then(KafkaFrame::end_ts)
             .filter(|&t| t != 0);
         g.latency_ms.push(match (req, resp) {
             (Some(q), Some(r)) => Some(r.wrapping_sub(q) as f64 / 1e6),

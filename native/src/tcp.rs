@@ -202,14 +202,23 @@ fn deque_eq(dq: &VecDeque<u8>, from: usize, other: &[u8]) -> bool {
     a[from..] == other[..split] && b[..to - a.len()] == other[split..]
 }
 
-/// A buffered out-of-order segment: bytes, bytes missing after them (snaplen), and the
-/// packet that brought them (the latest one, for a coalesced run).
+/// Where a packet's bytes begin inside a buffered run, and that packet: each keeps its
+/// own capture time, so frames released after a hole are timed by the packets that
+/// carried them, not by the latest packet of the run.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    at: usize,
+    ts: Ts,
+    frame: u64,
+}
+
+/// A buffered out-of-order run of bytes (segments coalesced), the packets that brought
+/// them (`marks`, at least one, in byte order) and the bytes missing after them (snaplen).
 #[derive(Debug)]
 struct Seg {
     data: VecDeque<u8>,
     missing: u64,
-    ts: Ts,
-    frame: u64,
+    marks: Vec<Mark>,
 }
 
 impl Seg {
@@ -217,10 +226,9 @@ impl Seg {
         len64(self.data.len())
     }
 
-    /// Append `right` (which starts where `self` ends), copying the smaller side. A
-    /// drained run is stamped by its latest packet, the first one on ties.
+    /// Append `right` (which starts where `self` ends), copying the smaller side.
     fn absorb(&mut self, mut right: Seg) {
-        let stamp_right = right.frame > self.frame;
+        let shift = self.data.len();
         if self.data.len() >= right.data.len() {
             self.data.append(&mut right.data);
         } else {
@@ -232,10 +240,10 @@ impl Seg {
             self.data = data;
         }
         self.missing = right.missing;
-        if stamp_right {
-            self.ts = right.ts;
-            self.frame = right.frame;
-        }
+        self.marks.extend(right.marks.into_iter().map(|m| Mark {
+            at: m.at + shift,
+            ..m
+        }));
     }
 }
 
@@ -250,8 +258,10 @@ struct BufIndex {
 }
 
 impl BufIndex {
+    /// `segs` counts the packets' marks of a direction's runs (at least one per run):
+    /// what a hostile stream of tiny segments costs.
     fn update(&mut self, d: &Dir, old_bytes: u64, old_segs: usize) {
-        let segs = d.segs.len();
+        let segs = d.nmarks;
         self.total = self
             .total
             .saturating_sub(old_bytes)
@@ -296,9 +306,11 @@ struct Dir {
     fin: Option<i64>, // unwrapped seq where the FIN sits
     segs: BTreeMap<i64, Seg>,
     buffered: u64,
-    resync: bool,  // the next chunk does not continue the previous one
-    lost: u64,     // bytes skipped before the next chunk
-    last_seq: i64, // last delivered segment, to check retransmitted copies
+    nmarks: usize,   // marks of all `segs`: the buffered packets (pieces)
+    resync: bool,    // the next chunk does not continue the previous one
+    lost: u64,       // bytes skipped before the next chunk
+    lost_lost: bool, // some of `lost` went with packets never seen (not snaplen)
+    last_seq: i64,   // last delivered segment, to check retransmitted copies
     last_data: Vec<u8>,
     // Peer packets acknowledging past our next byte (the capture lost bytes the
     // receiver got): how many since `next` was `ack_hole`, since when, how far.
@@ -306,6 +318,7 @@ struct Dir {
     ack_hole: Option<i64>,
     ack_since: Ts,
     ack_max: i64,
+    ack_top: i64, // the highest byte ever acknowledged past the next expected one
 }
 
 impl Dir {
@@ -322,14 +335,17 @@ impl Dir {
             fin: None,
             segs: BTreeMap::new(),
             buffered: 0,
+            nmarks: 0,
             resync: false,
             lost: 0,
+            lost_lost: false,
             last_seq: 0,
             last_data: Vec::new(),
             ack_count: 0,
             ack_hole: None,
             ack_since: 0,
             ack_max: 0,
+            ack_top: i64::MIN,
         }
     }
 
@@ -365,41 +381,52 @@ impl Dir {
             frame,
             resync: self.resync,
             lost: self.lost,
+            snapped: self.lost > 0 && !self.lost_lost,
         }));
         self.resync = false;
         self.lost = 0;
+        self.lost_lost = false;
     }
 
-    fn skip_to(&mut self, target: i64, ctx: &mut Ctx) {
+    /// Skip to `target`: the bytes before it were cut by the snap length (`snapped`)
+    /// or went with packets the capture never saw.
+    fn skip_to(&mut self, target: i64, snapped: bool, ctx: &mut Ctx) {
         let nxt = self.nxt();
         if target > nxt {
             let gap = (target - nxt) as u64;
             ctx.counters.inc("tcp_gaps");
             ctx.counters.add("tcp_gap_bytes", gap);
             self.lost = self.lost.saturating_add(gap);
+            self.lost_lost |= !snapped;
             self.resync = true;
             self.next = Some(target);
         }
     }
 
-    /// Bytes up to `target` are known to be missing (snaplen): skip them.
-    fn lose_after(&mut self, target: i64, ctx: &mut Ctx) {
+    /// Bytes up to `target` are known to be missing (cut by the snap length from the
+    /// packet `ts`/`frame`): skip them, and say so at once with an empty chunk of that
+    /// packet, so that framing can end a frame cut there without waiting for more bytes.
+    fn lose_after(&mut self, target: i64, ts: Ts, frame: u64, ctx: &mut Ctx) {
         let target = match self.first_key() {
             Some(first) if first < target => first,
             _ => target,
         };
-        self.skip_to(target, ctx);
+        if target > self.nxt() {
+            self.skip_to(target, true, ctx);
+            self.emit(Vec::new(), ts, frame, ctx);
+        }
     }
 
     /// Release buffered segments that now continue the stream, after `lead` (bytes just
-    /// delivered by the packet `ts`/`frame`). A chunk is stamped with the
-    /// latest-arriving packet among its bytes: that is when the capture had all of them.
+    /// delivered by the packet `ts`/`frame`). Every packet's bytes go out as a chunk of
+    /// their own, with its time: framing times a frame by the packets that carried it.
     fn drain(&mut self, lead: Option<(&[u8], Ts, u64)>, ctx: &mut Ctx) {
-        let (old_bytes, old_segs) = (self.buffered, self.segs.len());
-        let (mut parts, mut ts, mut frame) = match lead {
-            Some((data, t, f)) => (data.to_vec(), t, Some(f)),
-            None => (Vec::new(), 0, None),
-        };
+        let (old_bytes, old_marks) = (self.buffered, self.nmarks);
+        if let Some((data, ts, frame)) = lead {
+            if !data.is_empty() {
+                self.emit(data.to_vec(), ts, frame, ctx);
+            }
+        }
         loop {
             let nxt = self.nxt();
             let Some(entry) = self.segs.first_entry() else {
@@ -410,32 +437,35 @@ impl Dir {
             }
             let (sseq, seg) = entry.remove_entry();
             self.buffered = self.buffered.saturating_sub(seg.data.len() as u64);
+            self.nmarks = self.nmarks.saturating_sub(seg.marks.len());
             let send = sseq.saturating_add(seg.len());
             if send > nxt {
                 let skip = offset(nxt, sseq).unwrap_or(0);
-                let piece_start = parts.len();
-                parts.extend(seg.data.range(skip..));
-                self.last_seq = nxt;
-                self.last_data.clear();
-                self.last_data.extend_from_slice(&parts[piece_start..]);
+                let data = Vec::from(seg.data);
                 self.next = Some(send);
-                if frame.is_none_or(|f| seg.frame > f) {
-                    ts = seg.ts;
-                    frame = Some(seg.frame);
+                for (i, m) in seg.marks.iter().enumerate() {
+                    let end = seg.marks.get(i + 1).map_or(data.len(), |n| n.at);
+                    let lo = m.at.max(skip);
+                    if end > lo {
+                        let piece = &data[lo..end];
+                        self.last_seq = sseq.saturating_add(len64(lo));
+                        self.last_data.clear();
+                        self.last_data.extend_from_slice(piece);
+                        self.emit(piece.to_vec(), m.ts, m.frame, ctx);
+                    }
                 }
             }
             if seg.missing > 0 {
-                if !parts.is_empty() {
-                    self.emit(std::mem::take(&mut parts), ts, frame.unwrap_or(0), ctx);
-                    frame = None;
-                }
-                self.lose_after(send.saturating_add_unsigned(seg.missing), ctx);
+                let last = seg.marks.last().map_or((0, 0), |m| (m.ts, m.frame));
+                self.lose_after(
+                    send.saturating_add_unsigned(seg.missing),
+                    last.0,
+                    last.1,
+                    ctx,
+                );
             }
         }
-        if !parts.is_empty() {
-            self.emit(parts, ts, frame.unwrap_or(0), ctx);
-        }
-        ctx.buf.update(self, old_bytes, old_segs);
+        ctx.buf.update(self, old_bytes, old_marks);
     }
 
     /// Give up on the bytes before the first buffered segment and release what follows.
@@ -443,14 +473,14 @@ impl Dir {
         let Some(first) = self.first_key() else {
             return;
         };
-        self.skip_to(first, ctx);
+        self.skip_to(first, false, ctx);
         self.drain(None, ctx);
     }
 
     /// Insert an out-of-order segment, keeping buffered segments disjoint (first data
     /// wins) and coalescing it with the segments it touches.
     fn buffer(&mut self, start: i64, data: &[u8], missing: u64, ts: Ts, frame: u64, ctx: &mut Ctx) {
-        let (old_bytes, old_segs) = (self.buffered, self.segs.len());
+        let (old_bytes, old_segs) = (self.buffered, self.nmarks);
         let end = start.saturating_add(len64(data.len()));
         let mut cur = start;
         let mut conflicts = 0u64;
@@ -512,8 +542,7 @@ impl Dir {
         let new = |bytes: &[u8], missing| Seg {
             data: VecDeque::from(bytes.to_vec()),
             missing,
-            ts,
-            frame,
+            marks: vec![Mark { at: 0, ts, frame }],
         };
         if let Some(existing) = self.segs.get_mut(&key) {
             // Only a bytes-less segment (bytes missing after its position) can share a
@@ -526,6 +555,7 @@ impl Dir {
             self.join_next(key);
             return;
         }
+        self.nmarks += 1;
         let end = key.saturating_add(len64(bytes.len()));
         if !bytes.is_empty() {
             if let Some((&pkey, prev)) = self.segs.range_mut(..key).next_back() {
@@ -592,12 +622,12 @@ impl Dir {
             if !payload.is_empty() {
                 self.emit(payload.to_vec(), ts, frame, ctx);
             }
-            self.lose_after(end.saturating_add_unsigned(missing), ctx);
+            self.lose_after(end.saturating_add_unsigned(missing), ts, frame, ctx);
             if !self.segs.is_empty() {
                 self.drain(None, ctx);
             }
         } else if first == Some(end) {
-            // Fills the hole: one chunk, stamped with this (latest) packet.
+            // Fills the hole: this packet's chunk, then the buffered ones.
             self.drain(Some((payload, ts, frame)), ctx);
         } else if !payload.is_empty() {
             self.emit(payload.to_vec(), ts, frame, ctx);
@@ -640,7 +670,7 @@ impl Dir {
             }
             self.deliver_in_order(fresh, missing, ts, frame, ctx);
         } else {
-            self.lose_after(end.saturating_add_unsigned(missing), ctx);
+            self.lose_after(end.saturating_add_unsigned(missing), ts, frame, ctx);
             if !self.segs.is_empty() {
                 self.drain(None, ctx);
             }
@@ -683,6 +713,7 @@ impl Dir {
         }
         self.ack_count = self.ack_count.saturating_add(1);
         self.ack_max = self.ack_max.max(target);
+        self.ack_top = self.ack_top.max(target);
         if !self.segs.is_empty() {
             self.skip_acked(now, ctx);
         }
@@ -706,7 +737,7 @@ impl Dir {
     /// Over a per-direction bound: skip holes until back under it.
     fn relieve(&mut self, ctx: &mut Ctx) {
         let (max_bytes, max_segs) = (ctx.cfg.max_buffered_bytes, ctx.cfg.max_buffered_segments);
-        let over = |d: &Dir| d.buffered > max_bytes || d.segs.len() > max_segs;
+        let over = |d: &Dir| d.buffered > max_bytes || d.nmarks > max_segs;
         if !over(self) {
             return;
         }
@@ -716,16 +747,22 @@ impl Dir {
         }
     }
 
-    /// Closing: every hole becomes a gap, and so do bytes before the FIN never seen.
-    fn finish(&mut self, ctx: &mut Ctx) {
+    /// Closing: every hole becomes a gap, and so do the last bytes never seen: before
+    /// the FIN, or (no FIN seen) acknowledged by the peer. Those go out as an empty chunk
+    /// with `lost` at `now` (the connection's last packet): framing learns that its last
+    /// frames may be in the hole, and correlation that the responses still awaited may
+    /// be there.
+    fn finish(&mut self, now: Ts, ctx: &mut Ctx) {
         while !self.segs.is_empty() {
             self.skip_hole(ctx);
         }
-        if let (Some(fin), Some(nxt)) = (self.fin, self.next) {
-            if nxt < fin {
-                ctx.counters.inc("tcp_gaps");
-                ctx.counters.add("tcp_gap_bytes", (fin - nxt) as u64);
-            }
+        let Some(nxt) = self.next else { return };
+        let acked = self.ack_top.max(nxt);
+        // The FIN takes a sequence number the peer acknowledges: not a byte.
+        let end = self.fin.unwrap_or(acked);
+        if end > nxt {
+            self.skip_to(end, false, ctx);
+            self.emit(Vec::new(), now, 0, ctx);
         }
     }
 
@@ -756,6 +793,7 @@ struct Conn {
     stream: u32,
     dirs: [Dir; 2], // [0] is the direction of the packet that opened it
     last_ts: Ts,    // the idle clock at its latest packet
+    seen_ts: Ts,    // capture time of its latest packet
     rst: bool,
     rst_from: usize,
     rst_seq: i64,
@@ -808,6 +846,7 @@ impl Conn {
         let flags = pkt.flags;
         let now = pkt.ts_ns;
         let mut seq = pkt.seq;
+        self.seen_ts = now;
         let (d, peer) = self.pair(side);
         if flags & SYN != 0 {
             if !d.syn {
@@ -1115,6 +1154,7 @@ impl Reassembler {
                 Dir::new(reversed(&key), stream, slot, 1),
             ],
             last_ts: 0,
+            seen_ts: 0,
             rst: false,
             rst_from: 0,
             rst_seq: 0,
@@ -1398,7 +1438,7 @@ impl Reassembler {
                 buf: &mut self.buf,
             };
             for d in conn.dirs.iter_mut() {
-                d.finish(&mut ctx);
+                d.finish(conn.seen_ts, &mut ctx);
             }
         }
         if conn.pending_syn.is_some() {

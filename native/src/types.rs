@@ -145,10 +145,13 @@ pub struct Chunk {
     pub src: Endpoint,
     pub dst: Endpoint,
     pub data: Vec<u8>,
-    pub ts_ns: Ts, // time of the packet that delivered (the last of) these bytes
+    pub ts_ns: Ts, // time of the packet that delivered these bytes
     pub frame: u64,
     pub resync: bool, // data does not continue the previous bytes of this direction
     pub lost: u64,    // bytes known to be missing just before `data` (0 if unknown)
+    /// All of `lost` was cut by the snap length (packets seen, their bytes not kept),
+    /// none lost with a whole packet.
+    pub snapped: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -177,11 +180,29 @@ pub struct KafkaFrame {
     pub last_frame: u64,
     pub after_gap: bool, // the first frame accepted after a resync
     pub tls: bool,       // decrypted from a TLS connection
+    /// A hole fell inside the frame after its size prefix: `payload` holds the bytes
+    /// before the first hole only, `missing` the payload bytes beyond them.
+    pub missing: u64,
+    /// Every missing byte was cut by the snap length (else some were lost).
+    pub snapped: bool,
+    /// The frame's last byte was not captured: `last_ts_ns` is its last captured byte's.
+    pub end_lost: bool,
 }
 
 impl KafkaFrame {
+    /// The frame's size on the wire, its bytes not captured included.
     pub fn wire_size(&self) -> u64 {
-        self.payload.len() as u64 + 4
+        self.payload.len() as u64 + self.missing + 4
+    }
+
+    /// Some of its bytes were not captured.
+    pub fn holed(&self) -> bool {
+        self.missing > 0 || self.end_lost
+    }
+
+    /// When its last byte was captured; None when it was not.
+    pub fn end_ts(&self) -> Option<Ts> {
+        (!self.end_lost).then_some(self.last_ts_ns)
     }
 }
 
@@ -213,6 +234,8 @@ pub struct Exchange {
     /// were sent (None for a response without a request): the queueing columns are
     /// computed in this order (`queueing.rs`).
     pub seq: Option<u64>,
+    /// A capture hole may hold this exchange's missing part (its response or request).
+    pub gap: bool,
 }
 
 /// Versions are int16 on the wire but no API has come near this many.

@@ -66,17 +66,48 @@ fn several_frames_in_one_chunk_and_a_tail_into_the_next() {
 }
 
 #[test]
+fn hole_inside_a_frame_keeps_sync_by_its_size_prefix() {
+    let mut c = Counters::default();
+    let mut f = req_framer();
+    let mut big = wire_req(5);
+    big.extend_from_slice(&[b'x'; 300]);
+    let size = (big.len() - 4) as i32;
+    big[..4].copy_from_slice(&size.to_be_bytes());
+    let next = wire_req(6);
+    assert!(feed(&mut f, &mut c, &big[..100], 1, false).is_empty());
+    // Bytes 100..200 lost (the helper's hole is 100 bytes); the rest and the next request.
+    let out = feed(&mut f, &mut c, &[&big[200..], &next[..]].concat(), 3, true);
+    assert_eq!(out.len(), 2);
+    assert_eq!(out[0].payload, big[4..100]);
+    assert_eq!(
+        (out[0].missing, out[0].end_lost),
+        ((big.len() - 100) as u64, false)
+    );
+    assert_eq!((out[0].first_frame, out[0].last_frame), (1, 3));
+    assert_eq!(out[1].payload, next[4..]);
+    assert!(!out[1].after_gap);
+    assert!(f.take_lost().is_none());
+    assert_eq!(c.get("resyncs"), 0);
+    assert_eq!(c.get("resync_skipped_bytes"), 0);
+}
+
+#[test]
 fn resync_after_gap_skips_to_next_plausible_request_at_a_chunk_start() {
     let mut c = Counters::default();
     let mut f = req_framer();
     let msg = wire_req(5);
     assert!(feed(&mut f, &mut c, &msg[..6], 1, false).is_empty());
-    assert!(feed(&mut f, &mut c, b"\x12\x34\x56\x78garbage", 2, true).is_empty());
+    // The hole (100 bytes) runs past msg's end: msg goes on holed, its end lost.
+    let holed = feed(&mut f, &mut c, b"\x12\x34\x56\x78garbage", 2, true);
+    assert_eq!(holed.len(), 1);
+    assert_eq!(holed[0].payload, msg[4..6]);
+    assert!(holed[0].end_lost && holed[0].wire_size() == msg.len() as u64);
+    assert!(f.take_lost().is_some());
     let out = feed(&mut f, &mut c, &wire_req(6), 3, false);
     assert_eq!(out.len(), 1);
     assert!(out[0].after_gap);
     assert_eq!(c.get("frames_cut_by_gap"), 1);
-    assert_eq!(c.get("resync_skipped_bytes"), 6 + 11);
+    assert_eq!(c.get("resync_skipped_bytes"), 11);
     assert_eq!(c.get("resyncs"), 1);
     let out = feed(&mut f, &mut c, &wire_req(7), 4, false);
     assert!(!out[0].after_gap);

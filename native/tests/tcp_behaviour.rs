@@ -58,21 +58,30 @@ fn syn_ack_first_makes_its_receiver_the_initiator() {
 }
 
 #[test]
-fn out_of_order_is_buffered_and_released_with_the_latest_packet() {
+fn out_of_order_is_buffered_and_released_with_each_packets_time() {
     let mut c = Conn::new(40000, 100, 500);
     let mut pkts = c.handshake();
     let mut last = c.pkt(true, PSH | ACK, 6, b"ccc");
     let mut mid = c.pkt(true, PSH | ACK, 3, b"bbb");
     let mut first = c.pkt(true, PSH | ACK, 0, b"aaa");
     (last.ts_ns, mid.ts_ns, first.ts_ns) = (10, 20, 30);
-    let first_frame = first.frame;
+    let frames = (first.frame, mid.frame, last.frame);
     pkts.extend([last, mid, first]);
     let run = run(&pkts);
     let got = chunks(&run.events, c.a);
-    assert_eq!(got.len(), 1);
+    // Released in order, each packet's bytes with its own time (framing takes the
+    // latest-arriving packet among a frame's bytes).
+    let seen: Vec<(&[u8], u64, i64)> = got
+        .iter()
+        .map(|g| (g.data.as_slice(), g.frame, g.ts_ns))
+        .collect();
     assert_eq!(
-        (got[0].data.as_slice(), got[0].frame, got[0].ts_ns),
-        (&b"aaabbbccc"[..], first_frame, 30)
+        seen,
+        vec![
+            (&b"aaa"[..], frames.0, 30),
+            (&b"bbb"[..], frames.1, 20),
+            (&b"ccc"[..], frames.2, 10)
+        ]
     );
     assert_eq!(run.counters.get("tcp_out_of_order"), 2);
 }
@@ -142,7 +151,11 @@ fn snaplen_truncation_becomes_a_gap() {
     let run = run(&pkts);
     assert_eq!(
         summary(&run.events, c.a),
-        vec![(b"head".to_vec(), 0, false), (b"next".to_vec(), 96, true)]
+        vec![
+            (b"head".to_vec(), 0, false),
+            (Vec::new(), 96, true), // at once, with the packet it was cut from
+            (b"next".to_vec(), 0, false)
+        ]
     );
     assert_eq!(run.counters.get("tcp_gap_bytes"), 96);
 }
@@ -161,8 +174,11 @@ fn buffer_bound_skips_the_hole() {
     let run = run_with(cfg, &pkts);
     let got = summary(&run.events, c.a);
     assert_eq!(got[0], (vec![b'a'; 10], 0, false));
-    let expected: Vec<u8> = (0..6u8).flat_map(|i| [b'B' + i; 10]).collect();
-    assert_eq!(got[1], (expected, 10, true));
+    // Each held packet's bytes come out as a chunk of their own.
+    let expected: Vec<_> = (0..6u8)
+        .map(|i| (vec![b'B' + i; 10], if i == 0 { 10 } else { 0 }, i == 0))
+        .collect();
+    assert_eq!(got[1..], expected[..]);
     assert_eq!(run.counters.get("tcp_buffer_limit"), 1);
 }
 
@@ -184,7 +200,7 @@ fn global_bound_skips_the_biggest_backlog() {
             .iter()
             .map(|c| (c.lost, c.data.len()))
             .collect::<Vec<_>>(),
-        vec![(10, 40)]
+        vec![(10, 10), (0, 10), (0, 10), (0, 10)]
     );
     assert_eq!(run.counters.get("tcp_global_buffer_limit"), 1);
     // The other connection kept its backlog until the end of the capture.

@@ -48,10 +48,14 @@ fn check_one_byte_segments(reverse: bool) {
     for p in &pkts[..hole_filler] {
         r.feed(&p.packet(), &mut counters, &mut events);
     }
-    // Coalesced into one run, whatever the arrival order.
-    assert_eq!(r.buffered_segments(), 1);
-    assert_eq!(r.buffered_bytes(), u64::from(N_BYTES));
+    // Each packet keeps its mark (its own time) in a coalesced run, so the segment
+    // bound (`max_buffered_segments` packets a direction) caps them: past it the hole
+    // is skipped, and memory stays flat however many one-byte segments come.
+    let bound = TcpConfig::default().max_buffered_segments as u64;
+    assert!(r.buffered_segments() <= bound);
+    assert!(counters.get("tcp_buffer_limit") >= 1);
     r.feed(&pkts[hole_filler].packet(), &mut counters, &mut events);
+    r.flush(&mut counters, &mut events);
     let elapsed = started.elapsed();
     eprintln!(
         "{} one-byte segments, reverse={reverse}: {elapsed:?}",
@@ -59,16 +63,12 @@ fn check_one_byte_segments(reverse: bool) {
     );
     assert!(elapsed < limit(Duration::from_secs(3)), "{elapsed:?}");
     let got = chunks(&events, c.a);
-    assert_eq!(got.len(), 2);
     assert_eq!(got[0].data, b"head");
-    let mut expected = b"H".to_vec();
-    expected.extend((0..N_BYTES).map(|i| (i % 251) as u8));
-    assert_eq!(got[1].data, expected);
-    // Released when the last byte arrived, stamped with that packet.
-    assert_eq!(got[1].frame, pkts[hole_filler].frame);
-    assert!(!got[1].resync);
+    // Every byte after the hole is released or counted as a gap, none twice.
+    let released: u64 = got[1..].iter().map(|g| g.data.len() as u64).sum();
+    assert!(released + counters.get("tcp_gap_bytes") >= u64::from(N_BYTES));
+    assert!(released <= u64::from(N_BYTES) + 1);
     assert_eq!(r.buffered_bytes(), 0);
-    assert_eq!(counters.get("tcp_out_of_order"), u64::from(N_BYTES));
 }
 
 #[test]

@@ -61,6 +61,7 @@ fn chunk(stream: u32, from_client: bool, data: Vec<u8>) -> Chunk {
         frame: 1,
         resync: false,
         lost: 0,
+        snapped: false,
     }
 }
 

@@ -44,6 +44,7 @@ from tests.oracle.kafka_header import (
     is_request_like,
     peek_correlation_id,
     peek_request,
+    peek_request_cut,
     produce_acks,
     request_start_check,
     response_start_check,
@@ -66,6 +67,11 @@ class _Open:
     api_key: int
     api_version: int
     client_id: str | None
+    gap: bool = False  # a hole in the responses after it may hold its response
+
+
+# The note of an unanswered request whose response may have fallen in a capture hole.
+RESPONSE_IN_GAP = "response_in_capture_gap"
 
 
 @dataclass(slots=True)
@@ -84,6 +90,10 @@ class _KafkaConnection:
     sasl_handshake_ids: set[int] = field(default_factory=set)
     sasl_raw: bool = False
     sasl_token: KafkaFrame | None = None
+    # Capture time of the latest hole in the requests that may hold whole requests.
+    request_gap: int | None = None
+    # Holes noted before the roles were settled: sender -> (start, end).
+    unsettled_gaps: dict[Endpoint, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def client(self) -> Endpoint:
@@ -186,6 +196,9 @@ class Correlator:
         if broker is not None:
             conn.broker = broker
             self._counters.add("kafka_found_by_heuristic")
+            for src, (start, end) in conn.unsettled_gaps.items():
+                self.frames_lost(conn.stream, src, start, end)
+            conn.unsettled_gaps.clear()
             out: list[Exchange] = []
             held, conn.held = conn.held, []
             for h in held:
@@ -218,7 +231,7 @@ class Correlator:
             if not is_plausible_request(f.payload, known):
                 return self._raw_token(conn, f)
             conn.sasl_raw = False
-        start = peek_request(f.payload)
+        start = peek_request_cut(f.payload) if f.holed else peek_request(f.payload)
         if start is None:
             self._counters.add("malformed_requests")
             return [
@@ -280,6 +293,25 @@ class Correlator:
             self._key_known[api_key] = known
         return known
 
+    def frames_lost(self, stream: int, src: Endpoint, start: int, end: int) -> None:
+        """A hole between capture times ``start`` and ``end`` in the bytes ``src`` sent
+        may hold whole frames: requests open by ``end`` may have lost their response
+        (``src`` the broker), responses after ``start`` without a request may have lost
+        it (``src`` the client)."""
+        conn = self._conns.get(stream)
+        if conn is None:
+            return
+        if conn.broker is None:
+            first = conn.unsettled_gaps.get(src, (start, end))[0]
+            conn.unsettled_gaps[src] = (first, end)
+            return
+        if conn.broker == src:
+            for req in conn.pending.values():
+                if req.frame.last_ts_ns <= end:
+                    req.gap = True
+        else:
+            conn.request_gap = start
+
     def _on_response(self, conn: _KafkaConnection, f: KafkaFrame) -> list[Exchange]:
         if (conn.sasl_raw or conn.sasl_token is not None) and conn.sasl_token is not None:
             token, conn.sasl_token = conn.sasl_token, None
@@ -296,6 +328,7 @@ class Correlator:
                     ORPHAN_RESPONSE,
                     response=f,
                     correlation_id=corr,
+                    gap=conn.request_gap is not None and conn.request_gap <= f.last_ts_ns,
                 )
             ]
         if conn.pending and _older(conn, req):
@@ -352,7 +385,10 @@ class Correlator:
             api_version=req.api_version,
             correlation_id=corr,
             client_id=req.client_id,
-            note=note,
+            # Kafka answers every request but acks=0 Produce: one still open after a
+            # hole in the responses most likely had its response there.
+            note=note or (RESPONSE_IN_GAP if req.gap else None),
+            gap=req.gap,
         )
 
 

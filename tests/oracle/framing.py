@@ -19,9 +19,11 @@ taken back and its bytes are counted as ``non_kafka_bytes``, the direction as
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from dissector.accounting import Counters
 
@@ -53,6 +55,23 @@ def looks_like_tls(buf: bytes | bytearray | memoryview) -> bool:
     return len(buf) >= 3 and buf[0] in _TLS_CONTENT_TYPES and buf[1] == 0x03 and buf[2] <= 0x04
 
 
+@dataclass(slots=True)
+class _Holed:
+    """A frame a capture hole fell into after its size prefix was captured: where it
+    ends, and so where the next frame starts, is known by sequence arithmetic (as
+    Wireshark goes on with the next PDU after "previous segment not captured")."""
+
+    prefix: bytes  # payload bytes before the first hole
+    left: int  # bytes of the frame still to come
+    first_ts: int
+    first_frame: int
+    last_ts: int
+    last_frame: int
+    after_gap: bool
+    size: int  # the payload's size by its prefix
+    missing: int = 0  # payload bytes not captured so far
+
+
 class Framer:
     """Cuts one direction of one connection into size-prefixed frames."""
 
@@ -64,11 +83,16 @@ class Framer:
         "_first_frame",
         "_first_ts",
         "_framed",
+        "_holed",
+        "_last_frame",
+        "_last_ts",
         "_own",
         "_plausible",
         "_resync_pending",
+        "_seen_ts",
         "_synced",
         "dst",
+        "lost_at",
         "max_frame",
         "src",
         "stream",
@@ -92,11 +116,21 @@ class Framer:
         self._counters = counters
         self._plausible = plausible_start
         self._buf = bytearray()
+        self._holed: _Holed | None = None
+        # Capture times of the packets around a hole that may have swallowed whole
+        # frames (sync lost), and of the last chunk fed.
+        self.lost_at: tuple[int, int] | None = None
+        self._seen_ts = 0
         self._synced = True
         self._resync_pending = False
         self._after_gap = False
         self._first_ts = 0
         self._first_frame = 0
+        # The latest-arriving packet (highest frame number) among the bytes of the
+        # frame in ``_buf``: when the capture had all of them. After a hole the chunks
+        # of held segments come with their own, older, times.
+        self._last_ts = 0
+        self._last_frame = -1
         self._fed = 0  # bytes fed outside TLS
         self._framed = False  # a frame was cut: this direction speaks Kafka
         # What this direction added to the shared counters before its first frame,
@@ -108,10 +142,96 @@ class Framer:
             self._counters.add("tls_bytes", len(chunk.data))
             return []
         self._fed += len(chunk.data)
-        if chunk.resync:
+        out: list[Frame] = []
+        before, self._seen_ts = self._seen_ts, chunk.ts_ns
+        if chunk.resync and not self._bridge(chunk, out):
             self._lose_sync()
+            # A hole, not the start of a direction seen mid-connection (its first frame
+            # says so: after_gap).
+            if chunk.lost:
+                self.lost_at = (before, chunk.ts_ns)
+        if self._holed is not None:
+            rest = self._fill_holed(chunk, out)
+            if not rest:
+                return out
+            chunk = dataclasses.replace(chunk, data=rest)
+        return out + self._feed(chunk) if out else self._feed(chunk)
+
+    def _bridge(self, chunk: Chunk, out: list[Frame]) -> bool:
+        """A hole of ``chunk.lost`` bytes before ``chunk``: bridged when it falls inside
+        a frame whose size prefix was captured (True), or sync is lost (False). A hole
+        running past that frame's end ends it too, and loses sync unless it ends exactly
+        there."""
+        lost = chunk.lost
+        if not lost or not self._synced:
+            self._end_holed(True, out)
+            return False
+        if self._holed is None:
+            if len(self._buf) < 4:
+                return False  # the hole is at (or in) a size prefix: the next is unknown
+            (size,) = _SIZE.unpack_from(self._buf, 0)
+            prefix = bytes(self._buf[4:])
+            self._buf.clear()
+            self._count("frames_cut_by_gap")
+            self._holed = _Holed(
+                prefix,
+                max(size, 0) - len(prefix),
+                self._first_ts,
+                self._first_frame,
+                self._last_ts,
+                self._last_frame,
+                self._after_gap,
+                max(size, 0),
+            )
+            self._after_gap = False
+        h = self._holed
+        inside = min(lost, h.left)
+        h.missing += inside
+        h.left -= inside
+        if h.left:
+            return True
+        self._end_holed(True, out)
+        return lost == inside
+
+    def _fill_holed(self, chunk: Chunk, out: list[Frame]) -> bytes:
+        """Feed the holed frame the bytes it still expects; return the rest."""
+        h = self._holed
+        assert h is not None
+        take = min(h.left, len(chunk.data))
+        if take and chunk.frame > h.last_frame:
+            h.last_ts, h.last_frame = chunk.ts_ns, chunk.frame
+        h.left -= take
+        if not h.left:
+            self._end_holed(False, out)
+        return chunk.data[take:]
+
+    def _end_holed(self, end_lost: bool, out: list[Frame]) -> None:
+        h = self._holed
+        if h is None:
+            return
+        self._holed = None
+        out.append(
+            Frame(
+                self.stream,
+                self.src,
+                self.dst,
+                h.prefix,
+                h.first_ts,
+                h.last_ts,
+                h.first_frame,
+                h.last_frame,
+                h.after_gap,
+                # Everything not in the payload: lost, or captured after the first hole.
+                missing=h.size - len(h.prefix),
+                end_lost=end_lost or h.left > 0,
+            )
+        )
+        self._framed = True
+
+    def _feed(self, chunk: Chunk) -> list[Frame]:
         if not self._buf:
             self._first_ts, self._first_frame = chunk.ts_ns, chunk.frame
+            self._last_ts, self._last_frame = chunk.ts_ns, chunk.frame
             if self._synced:
                 whole = self._whole_frame(chunk)
                 if whole is not None:
@@ -119,7 +239,13 @@ class Framer:
         if not self._synced:
             return self._probe(chunk)
         self._buf += chunk.data
+        self._saw(chunk)
         return self._cut(chunk.ts_ns, chunk.frame)
+
+    def _saw(self, chunk: Chunk) -> None:
+        """``chunk``'s bytes joined the frame in ``_buf``."""
+        if chunk.frame > self._last_frame:
+            self._last_ts, self._last_frame = chunk.ts_ns, chunk.frame
 
     def _whole_frame(self, chunk: Chunk) -> Frame | None:
         """The chunk is exactly one frame (the usual case: one message per send and
@@ -147,6 +273,11 @@ class Framer:
 
     def close(self) -> None:
         """End of this direction: a partial frame left over is counted, not lost silently."""
+        if self._holed is not None:
+            # Its end is beyond the capture: counted like any frame cut off by the end.
+            self._count("truncated_frames")
+            self._count("truncated_frame_bytes", 4 + len(self._holed.prefix))
+            self._holed = None
         if self._buf and not self.tls:
             if self._synced:
                 self._count("truncated_frames")
@@ -192,11 +323,13 @@ class Framer:
             self._detect_tls(chunk.data)
             return []
         self._buf += chunk.data
+        self._saw(chunk)
         verdict = self._judge(self._buf)
         if verdict is False and len(self._buf) > len(chunk.data):
             self._count("resync_skipped_bytes", len(self._buf) - len(chunk.data))
             self._buf[:] = chunk.data
             self._first_ts, self._first_frame = chunk.ts_ns, chunk.frame
+            self._last_ts, self._last_frame = chunk.ts_ns, chunk.frame
             verdict = self._judge(self._buf)
         if verdict is None:
             return []
@@ -255,9 +388,9 @@ class Framer:
                     self.dst,
                     bytes(buf[pos + 4 : end]),
                     self._first_ts,
-                    ts_ns,
+                    self._last_ts,
                     self._first_frame,
-                    frame_no,
+                    self._last_frame,
                     self._after_gap,
                 )
             )
@@ -266,6 +399,7 @@ class Framer:
             pos = end
             # A following frame in the same chunk starts in this packet.
             self._first_ts, self._first_frame = ts_ns, frame_no
+            self._last_ts, self._last_frame = ts_ns, frame_no
         if pos:
             del buf[:pos]
         return out

@@ -61,6 +61,18 @@ def peek_request(payload: bytes) -> RequestStart | None:
     return RequestStart(api_key, api_version, correlation_id, client_id, end)
 
 
+def peek_request_cut(payload: bytes) -> RequestStart | None:
+    """The request header of a frame not captured whole: as ``peek_request``, but a
+    client_id cut off by the hole or the snap length is left out (None)."""
+    start = peek_request(payload)
+    if start is None and len(payload) >= 8:
+        api_key, api_version = _INT16.unpack_from(payload, 0)[0], _INT16.unpack_from(payload, 2)[0]
+        return RequestStart(
+            api_key, api_version, _INT32.unpack_from(payload, 4)[0], None, len(payload)
+        )
+    return start
+
+
 def peek_correlation_id(payload: bytes) -> int | None:
     if len(payload) < 4:
         return None

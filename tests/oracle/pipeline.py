@@ -112,6 +112,9 @@ class Session:
         out: list[Exchange] = []
         was_tls = framer.tls
         frames = framer.feed(ch)
+        if framer.lost_at is not None:
+            self._corr.frames_lost(ch.stream, ch.src, *framer.lost_at)
+            framer.lost_at = None
         if frames:
             self.counters.add("kafka_frames", len(frames))
             for frame in frames:

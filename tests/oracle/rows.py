@@ -17,7 +17,10 @@ from dissector.stages import (
     NO_RESPONSE,
     ORPHAN_RESPONSE,
     PAIR,
+    REQUEST_INCOMPLETE,
+    RESPONSE_INCOMPLETE,
     SASL_TOKEN,
+    TRUNCATED,
     UNANSWERED,
     Decoder,
     Exchange,
@@ -45,7 +48,8 @@ def _ms(ns: int) -> float:
 def base_record(capture: str, ex: Exchange) -> PairRecord:
     """Everything a row knows without decoding bodies: endpoints, times, sizes, header."""
     req, resp = ex.request, ex.response
-    req_done = req.last_ts_ns if req is not None else None
+    req_done = req.end_ts_ns if req is not None else None
+    resp_done = resp.end_ts_ns if resp is not None else None
     return PairRecord(
         capture=capture,
         stream=ex.stream,
@@ -54,8 +58,8 @@ def base_record(capture: str, ex: Exchange) -> PairRecord:
         broker_ip=ex.broker[0],
         broker_port=ex.broker[1],
         request_time=req_done,
-        response_time=resp.last_ts_ns if resp is not None else None,
-        latency_ms=_ms(resp.last_ts_ns - req_done) if resp is not None and req_done else None,
+        response_time=resp_done,
+        latency_ms=_ms(resp_done - req_done) if resp_done is not None and req_done else None,
         first_byte_ms=_ms(resp.first_ts_ns - req_done) if resp is not None and req_done else None,
         api_key=ex.api_key,
         api_name=SASL_TOKEN_API_NAME if ex.kind == SASL_TOKEN else None,
@@ -65,7 +69,7 @@ def base_record(capture: str, ex: Exchange) -> PairRecord:
         request_size=req.wire_size if req is not None else None,
         response_size=resp.wire_size if resp is not None else None,
         status=_BASE_STATUS[ex.kind],
-        decode_error=ex.note if ex.kind == MALFORMED else None,
+        decode_error=_join(ex.note if ex.kind == MALFORMED else None, _incomplete(ex)),
     )
 
 
@@ -81,17 +85,23 @@ def build_record(
     rec = base_record(capture, ex)
     if _after_gap(ex):
         # The first frame after lost bytes (or after a mid-connection start): what
-        # came before it is unknown, so the pair may lack context.
+        # came before it is unknown, so the pair may lack context. Or bytes of the pair
+        # itself were lost, or its missing side may be in a hole.
         rec.flags.append(CAPTURE_GAP)
+    if any(f is not None and f.holed and f.snapped for f in (ex.request, ex.response)):
+        rec.flags.append(TRUNCATED)
     if rec.latency_ms is not None and rec.latency_ms < 0:
         rec.flags.append(NEGATIVE_LATENCY)
     if ex.api_key is None or ex.api_version is None:
         return rec
     rec.api_name = decoder.api_name(ex.api_key)
-    request = decoder.decode_request(ex.request.payload) if ex.request is not None else None
+    # A side not captured whole is not decoded (its row says so).
+    req_f = ex.request if ex.request is not None and not ex.request.holed else None
+    resp_f = ex.response if ex.response is not None and not ex.response.holed else None
+    request = decoder.decode_request(req_f.payload) if req_f is not None else None
     response = (
-        decoder.decode_response(ex.response.payload, ex.api_key, ex.api_version)
-        if ex.response is not None
+        decoder.decode_response(resp_f.payload, ex.api_key, ex.api_version)
+        if resp_f is not None
         else None
     )
     s = decoder.summarize(ex.api_key, ex.api_version, request, response, topics)
@@ -114,7 +124,7 @@ def build_record(
     rec.compression = s.compression
     rec.throttle_ms = s.throttle_ms
     rec.assumed_version = s.assumed_version
-    rec.decode_error = _join(rec.decode_error, ex.note, s.decode_error)
+    rec.decode_error = _join(ex.note, _incomplete(ex), s.decode_error)
     if s.decode_error and _is_fatal(request, response):
         rec.status = "malformed"
     elif rec.status == "ok" and s.error_code:
@@ -123,7 +133,17 @@ def build_record(
 
 
 def _after_gap(ex: Exchange) -> bool:
-    return any(f is not None and f.after_gap for f in (ex.request, ex.response))
+    return ex.gap or any(
+        f is not None and (f.after_gap or (f.holed and not f.snapped))
+        for f in (ex.request, ex.response)
+    )
+
+
+def _incomplete(ex: Exchange) -> str | None:
+    return _join(
+        REQUEST_INCOMPLETE if ex.request is not None and ex.request.holed else None,
+        RESPONSE_INCOMPLETE if ex.response is not None and ex.response.holed else None,
+    )
 
 
 def _join(*notes: str | None) -> str | None:

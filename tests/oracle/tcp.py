@@ -123,6 +123,7 @@ class _Dir:
         "ack_hole",
         "ack_max",
         "ack_since",
+        "ack_top",
         "base",
         "buffered",
         "conn",
@@ -162,6 +163,7 @@ class _Dir:
         self.ack_hole = -1
         self.ack_since = 0
         self.ack_max = 0
+        self.ack_top = 0  # the highest byte ever acknowledged past the next expected one
 
     def unwrap(self, seq: int) -> int:
         """The unwrapped sequence number nearest to ``next`` with these low 32 bits."""
@@ -382,10 +384,20 @@ class Reassembler:
         for d in (conn.a, conn.b):
             while d.segs:
                 self._skip_hole(d, out)
-            if d.fin is not None and d.next is not None and d.next < d.fin:
-                # Bytes before the FIN that never arrived.
+            if d.next is None:
+                continue
+            # The last bytes never seen: before the FIN, or (no FIN seen) acknowledged
+            # by the peer (the FIN takes a sequence number, not a byte). An empty chunk
+            # with ``lost`` tells framing its last frames may be in that hole.
+            acked = max(d.ack_top, d.next)
+            end = d.fin if d.fin is not None else acked
+            if end > d.next:
                 self._counters.add("tcp_gaps")
-                self._counters.add("tcp_gap_bytes", d.fin - d.next)
+                self._counters.add("tcp_gap_bytes", end - d.next)
+                d.lost += end - d.next
+                d.resync = True
+                d.next = end
+                self._emit(d, b"", conn.last_ts, 0, out)
         out.append(StreamClose(conn.stream, reason))
         self._closing.pop(conn, None)
         closed = self._closed
@@ -486,12 +498,12 @@ class Reassembler:
         if missing:
             if payload:
                 self._emit(d, payload, pkt.ts_ns, pkt.frame, out)
-            self._lose_after(d, end + missing)
+            self._lose_after(d, end + missing, pkt.ts_ns, pkt.frame, out)
             if segs:
                 self._drain(d, out)
         elif segs and segs[0][0] == end:
-            # Fills the hole: one chunk, stamped with this (latest) packet.
-            self._drain(d, out, [payload], pkt.ts_ns, pkt.frame)
+            # Fills the hole: this packet's chunk, then the buffered ones.
+            self._drain(d, out, payload, pkt.ts_ns, pkt.frame)
         elif payload:
             self._emit(d, payload, pkt.ts_ns, pkt.frame, out)
 
@@ -520,7 +532,7 @@ class Reassembler:
                 return
             self._deliver_in_order(d, fresh, missing, pkt, out)
         else:
-            self._lose_after(d, end + missing)
+            self._lose_after(d, end + missing, pkt.ts_ns, pkt.frame, out)
             if d.segs:
                 self._drain(d, out)
 
@@ -532,8 +544,10 @@ class Reassembler:
         if hi > lo and payload[lo - start : hi - start] != last[lo - d.last_seq : hi - d.last_seq]:
             self._counters.add("tcp_overlap_conflict")
 
-    def _lose_after(self, d: _Dir, target: int) -> None:
-        """Bytes up to ``target`` are known to be missing (snaplen): skip them."""
+    def _lose_after(self, d: _Dir, target: int, ts_ns: int, frame: int, out: list[Event]) -> None:
+        """Bytes up to ``target`` are known to be missing (cut by the snap length from
+        the packet ``ts_ns``/``frame``): skip them, and say so at once with an empty chunk
+        of that packet, so that framing can end a frame cut there."""
         nxt: int = d.next  # type: ignore[assignment]
         if d.segs and d.segs[0][0] < target:
             target = d.segs[0][0]
@@ -543,6 +557,7 @@ class Reassembler:
             d.lost += target - nxt
             d.resync = True
             d.next = target
+            self._emit(d, b"", ts_ns, frame, out)
 
     def _emit(self, d: _Dir, data: bytes, ts_ns: int, frame: int, out: list[Event]) -> None:
         out.append(Chunk(d.conn.stream, d.src, d.dst, data, ts_ns, frame, d.resync, d.lost))
@@ -597,18 +612,19 @@ class Reassembler:
         self,
         d: _Dir,
         out: list[Event],
-        parts: list[bytes] | None = None,
+        lead: bytes = b"",
         ts_ns: int = -1,
         frame: int = -1,
     ) -> None:
-        """Release buffered segments that now continue the stream.
+        """Release buffered segments that now continue the stream, after ``lead`` (bytes
+        just delivered by the packet ``ts_ns``/``frame``).
 
-        A chunk is stamped with the latest-arriving packet among its bytes: that is
-        when the capture had all of them.
+        Every packet's bytes go out as a chunk of their own, with that packet's time:
+        framing times a frame by the packets that carried its bytes.
         """
         segs = d.segs
-        if parts is None:
-            parts = []
+        if lead:
+            self._emit(d, lead, ts_ns, frame, out)
         while segs and segs[0][0] <= d.next:  # type: ignore[operator]
             sseq, sdata, smissing, sts, sframe = segs.pop(0)
             size = len(sdata)
@@ -618,21 +634,12 @@ class Reassembler:
             send = sseq + size
             if send > nxt:
                 piece = sdata[nxt - sseq :] if nxt > sseq else sdata
-                parts.append(piece)
                 d.last_seq = nxt
                 d.last_data = piece
                 d.next = send
-                if sframe > frame:
-                    ts_ns, frame = sts, sframe
+                self._emit(d, piece, sts, sframe, out)
             if smissing:
-                if parts:
-                    self._emit(d, b"".join(parts), ts_ns, frame, out)
-                    parts = []
-                    frame = -1
-                self._lose_after(d, send + smissing)
-        if parts:
-            data = parts[0] if len(parts) == 1 else b"".join(parts)
-            self._emit(d, data, ts_ns, frame, out)
+                self._lose_after(d, send + smissing, sts, sframe, out)
 
     def _skip_hole(self, d: _Dir, out: list[Event]) -> None:
         """Give up on the bytes before the first buffered segment and release what follows."""
@@ -656,6 +663,7 @@ class Reassembler:
             d.ack_max = target
         d.ack_count += 1
         d.ack_max = max(d.ack_max, target)
+        d.ack_top = max(d.ack_top, target)
         if d.segs:
             self._skip_acked(d, now, out)
 

@@ -247,6 +247,7 @@ impl TlsStage {
                 frame: ch.frame,
                 resync: false,
                 lost: 0,
+                snapped: false,
             });
         }
         None
@@ -301,6 +302,7 @@ impl TlsStage {
                         frame: conn.last.1,
                         resync: false,
                         lost: 0,
+                        snapped: false,
                     });
                 }
             }

@@ -105,6 +105,7 @@ pub fn chunk(src: Endpoint, dst: Endpoint, data: &[u8], n: u64, resync: bool, lo
         frame: n,
         resync,
         lost,
+        snapped: false,
     }
 }
 
@@ -120,6 +121,9 @@ pub fn frame(payload: &[u8], src: Endpoint, dst: Endpoint, n: u64) -> KafkaFrame
         last_frame: n,
         after_gap: false,
         tls: false,
+        missing: 0,
+        snapped: false,
+        end_lost: false,
     }
 }
 
