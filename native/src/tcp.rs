@@ -563,7 +563,18 @@ impl Dir {
             if bytes.is_empty() || !existing.data.is_empty() {
                 return;
             }
-            *existing = new(bytes, existing.missing.saturating_sub(bytes.len() as u64));
+            let missing = existing.missing.saturating_sub(bytes.len() as u64);
+            let told = existing.marks.back().copied();
+            *existing = new(bytes, missing);
+            // The bytes still missing after these were told by the older packet: its
+            // mark, past the bytes, times their loss.
+            if let Some(told) = told.filter(|_| missing > 0) {
+                existing.marks.push_back(Mark {
+                    seq: key.saturating_add(len64(bytes.len())),
+                    ..told
+                });
+                self.nmarks += 1;
+            }
             self.join_next(key);
             return;
         }
