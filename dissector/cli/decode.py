@@ -162,7 +162,8 @@ def decode_row(item: dict[str, Any]) -> dict[str, Any]:
     for side in ("client", "broker"):
         ip, _, port = str(item[side]).rpartition(":")
         row[f"{side}_ip"], row[f"{side}_port"] = ip, int(port) if port.isdigit() else None
-    row.update(item.get("summary") or {})
+    for name, value in (item.get("summary") or {}).items():
+        row.setdefault(name, value)  # the row's own decode_error is the pairs table's
     return row
 
 
