@@ -1,19 +1,17 @@
 """One self-contained HTML report of a capture: facts, charts and tables.
 
-The page embeds its charts as PNG data URIs and its style inline, so the single
-file opens offline in any browser. Output is deterministic for a given input
-(no generation timestamp), so the example in ``reports/`` can be regenerated
-and diffed::
+The page inlines its charts as SVG (drawn without matplotlib: ``analytics.charts``)
+and its style, so the single file opens offline in any browser. Output is
+deterministic for a given input (no generation timestamp), so the example in
+``reports/`` can be regenerated and diffed::
 
     kafka-dissector report captures/kafka-4-mixed.pcapng -o reports/kafka-4-mixed.html
 """
 
 from __future__ import annotations
 
-import base64
 import math
 import re
-import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -23,10 +21,10 @@ from typing import TYPE_CHECKING, Any, cast
 import jinja2
 from markupsafe import Markup, escape
 
-# Imported here, not where used: a missing optional dependency (report extra:
-# matplotlib, jinja2) then surfaces as the CLI's clear message, not a traceback.
+# Imported here, not where used: a missing optional dependency (report extra: jinja2)
+# then surfaces as the CLI's clear message, not a traceback.
 from dissector import __version__, schema
-from dissector.analytics import plots, stats
+from dissector.analytics import charts, series, stats
 from dissector.analytics.no_kafka import no_kafka
 
 if TYPE_CHECKING:
@@ -57,9 +55,8 @@ class Header:
 class Chart:
     id: str
     title: str
-    png: str  # base64
-    width: int
-    height: int
+    svg: Markup
+    """One SVG document (``analytics.charts``), inlined in the page."""
     caption: str
     kind: str = "chart"
 
@@ -383,28 +380,9 @@ def pair_table(rows: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------------------
 
 
-def _png_size(png: bytes) -> tuple[int, int]:
-    # The IHDR chunk follows the 8-byte signature: width and height, big-endian.
-    width, height = struct.unpack(">II", png[16:24])
-    return width, height
-
-
 def chart(chart_id: str, df: pd.DataFrame, caption: str) -> Chart:
-    title, draw = plots.CHARTS[chart_id]
-    figure = draw(df)
-    png = plots.png_bytes(figure)
-    # A figure's artists reference each other: freed only by the cycle collector, so
-    # eleven figures' worth (tens of MB on a long capture) would wait for it.
-    figure.clear()
-    width, height = _png_size(png)
-    return Chart(
-        id=chart_id,
-        title=title,
-        png=base64.b64encode(png).decode("ascii"),
-        width=width,
-        height=height,
-        caption=caption,
-    )
+    title, draw = charts.CHARTS[chart_id]
+    return Chart(id=chart_id, title=title, svg=Markup(draw(df)), caption=caption)
 
 
 # ---------------------------------------------------------------------------
@@ -713,7 +691,7 @@ def _fetch_wait_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _n_series() -> int:
-    return plots.MAX_SERIES
+    return series.MAX_SERIES
 
 
 def _queueing(df: pd.DataFrame) -> Section:
@@ -748,7 +726,7 @@ def _queueing(df: pd.DataFrame) -> Section:
 
 def _traffic(df: pd.DataFrame) -> Section:
     timeline = timeline_rows(df)
-    _, per = plots._rate_unit(df)
+    _, per = series.rate_unit(df)
     return Section(
         id="traffic",
         title="Traffic over time",
@@ -788,7 +766,7 @@ def _errors(df: pd.DataFrame) -> Section:
             chart(
                 "error-timeline",
                 timeline_rows(df),
-                f"Error rows per time bucket by error code (the {plots.MAX_ERROR_SERIES} most "
+                f"Error rows per time bucket by error code (the {series.MAX_ERROR_SERIES} most "
                 "frequent; the legend gives each one's total).",
             ),
             frame_table(
@@ -1130,7 +1108,7 @@ def _groups(df: pd.DataFrame) -> Section:
             chart(
                 "groups",
                 timeline_rows(df),
-                f"Group API calls {plots._rate_unit(df)[1]}, stacked by activity.",
+                f"Group API calls {series.rate_unit(df)[1]}, stacked by activity.",
             ),
             frame_table(
                 "group-summary",
