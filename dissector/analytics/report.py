@@ -1291,19 +1291,13 @@ def _capture_column(frame: pd.DataFrame) -> tuple[Column, ...]:
 ROLE_LABELS: Mapping[str, str] = {"produce": "producer", "fetch": "consumer"}
 
 
-def partition_throughput(chunks: Iterable[pd.DataFrame]) -> pd.DataFrame:
-    """``partitions.throughput`` of the partitions table given in chunks of its rows
-    (its totals added up: memory for one chunk at a time), with readable roles,
+def partition_throughput(table: pa.Table) -> pd.DataFrame:
+    """``partitions.throughput`` of the partitions table (the core's Arrow table,
+    aggregated in Arrow: ``throughput_totals_in_table``), with readable roles,
     producers first per partition."""
-    from dissector.analytics.partitions import (
-        combined_totals,
-        throughput_rates,
-        throughput_totals,
-    )
+    from dissector.analytics.partitions import throughput_rates, throughput_totals_in_table
 
-    out = throughput_rates(combined_totals([throughput_totals(chunk) for chunk in chunks]))
-    # keys as text: a lean frame's categorical keys would sort by dictionary order
-    out = out.astype({"capture": "string", "topic": "string"})
+    out = throughput_rates(throughput_totals_in_table(table))
     return out.assign(role=out["role"].astype("object").map(ROLE_LABELS)).sort_values(
         ["capture", "topic", "partition", "role"], ascending=[True, True, True, False]
     )
@@ -1332,19 +1326,13 @@ def table_lag(tables: AnalyticsTables, end: Mapping[str, pd.Timestamp]) -> pd.Da
     """``lag_summary`` of the partitions table, built of the rows the lag reads: the
     Fetch entries it does not (``lag.superseded_fetches``, most of a long capture's
     table) are left out in Arrow, before the frame is built."""
-    import numpy as np
-
     from dissector.analytics import lag
 
-    # Three reads of the table's keys a chunk at a time (memory for one chunk): the
-    # evaluation times, the newest Fetch entries, then each chunk's superseded ones.
-    chosen = lag.evaluation_times(tables.partitions_chunks(lag.FETCH_INPUTS), end)
-    newest = lag.newest_fetches(tables.partitions_chunks(lag.FETCH_INPUTS), chosen)
-    superseded = [
-        lag.superseded_fetches(chunk, chosen, newest)
-        for chunk in tables.partitions_chunks(lag.FETCH_INPUTS)
-    ]
-    read = ~np.concatenate(superseded) if superseded else np.zeros(0, dtype=bool)
+    # The evaluation times and the superseded Fetch entries from the core's Arrow
+    # table (integer codes, numpy): no frame of every row.
+    table = tables.arrow.partitions
+    chosen = lag.evaluation_times_in_table(table, end)
+    read = ~lag.superseded_in_table(table, chosen)
     return lag_summary(tables.partitions_of(lag.INPUTS, rows=read), chosen)
 
 
@@ -1407,8 +1395,6 @@ def _carrying(tables: AnalyticsTables, field: str) -> pa.ChunkedArray:
 def _partitions(df: pd.DataFrame) -> Section:
     import pandas as pd
 
-    from dissector.analytics.partitions import THROUGHPUT_INPUTS
-
     tables = _tables(df)
     empty_parts = pd.DataFrame(columns=["capture", "topic", "partition"])
     none = NOT_COLLECTED if tables is None else None
@@ -1416,7 +1402,7 @@ def _partitions(df: pd.DataFrame) -> Section:
     if tables is not None:
         # Each table from the partitions rows and columns it reads (a long capture's
         # table has hundreds of thousands of rows): lean frames, one at a time.
-        traffic = partition_throughput(tables.partitions_chunks(THROUGHPUT_INPUTS))
+        traffic = partition_throughput(tables.arrow.partitions)
         lag = table_lag(tables, _capture_ends(df))
         p2f = produce_to_fetch_summary(
             tables.partitions_of(P2F_INPUTS, rows=_carrying(tables, "first_offset"))
