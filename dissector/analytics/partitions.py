@@ -182,44 +182,40 @@ def throughput_totals(parts: pd.DataFrame, window: str | None = None) -> pd.Data
 
 def throughput_totals_in_table(table: pa.Table) -> pd.DataFrame:
     """``throughput_totals`` (no window) of the whole partitions table as the core gives
-    it (Arrow), filtered and grouped in Arrow: no pandas frame of every row (a long
-    capture's table has hundreds of thousands). The keys come as strings."""
+    it (Arrow), filtered and grouped in Arrow on the core's dictionary-encoded strings:
+    no pandas frame of every row, no string column of every row (a long capture's table
+    has hundreds of thousands). The keys come as strings."""
     import pandas as pd
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    def text(name: str) -> pa.ChunkedArray:
-        column = table.column(name)
-        if pa.types.is_dictionary(column.type):
-            return column.cast(column.type.value_type)
-        return column
-
-    api = text("api_name")
+    # one dictionary per column for every chunk: what grouping by a dictionary needs
+    data = table.select(list(THROUGHPUT_INPUTS)).unify_dictionaries()
+    api = data.column("api_name")
     produce = pc.is_in(api, value_set=pa.array(_apis_of("produce"), pa.string()))
     fetch = pc.is_in(api, value_set=pa.array(_apis_of("fetch"), pa.string()))
     answered = pc.and_(
-        pc.is_valid(table.column("response_time")),
-        pc.equal(pc.fill_null(table.column("error_code"), 0), 0),
+        pc.is_valid(data.column("response_time")),
+        pc.equal(pc.fill_null(data.column("error_code"), 0), 0),
     )
-    landed = pc.or_(answered, pc.fill_null(pc.equal(table.column("acks"), 0), False))
-    keep = pc.and_(pc.and_(pc.or_(produce, fetch), pc.is_valid(table.column("records"))), landed)
-    data = pa.table(
+    landed = pc.or_(answered, pc.fill_null(pc.equal(data.column("acks"), 0), False))
+    keep = pc.and_(pc.and_(pc.or_(produce, fetch), pc.is_valid(data.column("records"))), landed)
+    data, produce = data.filter(keep), produce.filter(keep)
+    rows = pa.table(
         {
-            "capture": text("capture"),
-            "topic": text("topic"),
-            "partition": table.column("partition"),
+            "capture": data.column("capture"),
+            "topic": data.column("topic"),
+            "partition": data.column("partition"),
             "role": pc.if_else(produce, "produce", "fetch"),
-            "records": table.column("records"),
-            "record_bytes": table.column("record_bytes"),
-            "time": pc.if_else(
-                produce, table.column("request_time"), table.column("response_time")
-            ),
+            "records": data.column("records"),
+            "record_bytes": data.column("record_bytes"),
+            "time": pc.if_else(produce, data.column("request_time"), data.column("response_time")),
         }
-    ).filter(keep)
+    )
     every = pc.CountOptions(mode="all")
     # a sum of nulls is 0, as pandas sums
     sums = pc.ScalarAggregateOptions(skip_nulls=True, min_count=0)
-    grouped = data.group_by(_throughput_keys(None), use_threads=False).aggregate(
+    grouped = rows.group_by(_throughput_keys(None), use_threads=False).aggregate(
         [
             ("records", "count", every),
             ("records", "sum", sums),
@@ -237,6 +233,7 @@ def throughput_totals_in_table(table: pa.Table) -> pd.DataFrame:
             "time_max": "last_time",
         }
     )
+    # keys as text: categorical keys (the dictionaries) would sort by dictionary order
     out = out.astype({"capture": "string", "topic": "string", "role": "object"})
     keys = _throughput_keys(None)
     columns = [*keys, "pairs", "records", "record_bytes", "first_time", "last_time"]
