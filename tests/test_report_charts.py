@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dissector.analytics import charts, report, series, stats
+from dissector.analytics import charts, report, series, stats, svg
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = REPO / "captures" / "kafka-4-mixed.pcapng"
@@ -259,7 +259,7 @@ def test_svg_series_and_labels_are_the_series_numbers(df: pd.DataFrame) -> None:
     finite = matrix.values[np.isfinite(matrix.values)]
     cells = [t for t in texts if t and t[0].isdigit()]
     for value in finite:
-        assert series.plain_number(value) in cells
+        assert svg.plain_number(value) in cells
     assert {*matrix.apis, *matrix.brokers} <= set(texts)
 
 

@@ -181,16 +181,6 @@ def byte_unit(largest: float) -> tuple[float, str]:
     return 1.0, "B"
 
 
-def plain_number(value: float, _pos: object = None) -> str:
-    """A tick label without powers of ten: 0.01, 2.5, 27.4, 1,000."""
-    if value == 0 or not math.isfinite(value):
-        return "0" if value == 0 else ""
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    text = f"{value:.3g}"
-    return f"{float(text):,.0f}" if "e" in text else text
-
-
 def start_time(df: pd.DataFrame) -> pd.Timestamp | None:
     times = stats.event_time(df).dropna()
     return times.min() if len(times) else None

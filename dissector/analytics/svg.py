@@ -55,8 +55,9 @@ def esc(text: str) -> str:
     return html.escape(visible_text(str(text)), quote=True)
 
 
-def plain_number(value: float) -> str:
-    """A tick label without powers of ten: 0.01, 2.5, 27.4, 1,000."""
+def plain_number(value: float, _pos: object = None) -> str:
+    """A tick label without powers of ten: 0.01, 2.5, 27.4, 1,000 (``_pos``: what a
+    matplotlib tick formatter is also given; ``analytics.plots`` labels with this too)."""
     if value == 0 or not math.isfinite(value):
         return "0" if value == 0 else ""
     if abs(value) >= 1000:
