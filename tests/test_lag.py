@@ -319,6 +319,13 @@ def test_superseded_in_arrow_equals_the_frame_functions() -> None:
             got = superseded_in_table(arrow, times)
             assert (got == expected).all(), (name, when)
             checked += int(expected.sum())
+    for name, parts, arrow in _arrow_tables()[:3]:
+        # the report's way: superseded rows left out first, lag_at_end told so
+        chosen = evaluation_times(parts)
+        kept = parts[~superseded_in_table(arrow, chosen)]
+        pd.testing.assert_frame_equal(
+            lag_at_end(kept, chosen, reduced=True), lag_at_end(parts, chosen), obj=name
+        )
     hand = _hand_built_fetches()
     chosen = {"c": pd.Timestamp(10 * S, tz="UTC")}
     dropped = superseded_fetches(hand, chosen)

@@ -686,20 +686,25 @@ def committed_lag(parts: pd.DataFrame) -> pd.DataFrame:
     return _typed(_measures(rows, parts, rows["time"]), SERIES_COLUMNS)
 
 
-def lag_at_end(parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = None) -> pd.DataFrame:
+def lag_at_end(
+    parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = None, *, reduced: bool = False
+) -> pd.DataFrame:
     """Committed lag per group and partition at the end of each capture (``LAG_COLUMNS``),
     with the inputs' ages and the group's latest position lag on the partition.
 
     ``end``: evaluation time per capture, inputs after it left out (so an earlier time
     gives the lag as of then); by default, and for captures it does not name, the latest
-    request or response time of the capture's partition rows.
+    request or response time of the capture's partition rows. ``reduced``: ``parts``
+    already lacks the Fetch entries superseded at those times (``superseded_fetches`` or
+    ``superseded_in_table`` of the whole table): not looked for again.
     """
     import pandas as pd
 
     parts = _inputs(parts)
 
     chosen = evaluation_times(parts, end)
-    parts = parts[~superseded_fetches(parts, chosen)]
+    if not reduced:
+        parts = parts[~superseded_fetches(parts, chosen)]
 
     def until_end(events: pd.DataFrame) -> pd.DataFrame:
         return events[events["time"].dt.tz_convert(None).to_numpy() <= _limits(events, chosen)]

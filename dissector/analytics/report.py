@@ -1308,12 +1308,15 @@ NO_GROUP_OFFSETS = (
 )
 
 
-def lag_summary(parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = None) -> pd.DataFrame:
+def lag_summary(
+    parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = None, *, reduced: bool = False
+) -> pd.DataFrame:
     """``lag.lag_at_end``: committed lag per (capture, group, topic, partition) at the end
-    of the capture (``end`` per capture), the largest first and unknown lag last."""
+    of the capture (``end`` per capture), the largest first and unknown lag last
+    (``reduced``: as ``lag_at_end`` takes it)."""
     from dissector.analytics.lag import GROUP_KEYS, lag_at_end
 
-    out = lag_at_end(parts, end)
+    out = lag_at_end(parts, end, reduced=reduced)
     return out.sort_values(
         ["lag", "time_lag_ms", *GROUP_KEYS],
         ascending=[False, False, *[True] * len(GROUP_KEYS)],
@@ -1333,7 +1336,7 @@ def table_lag(tables: AnalyticsTables, end: Mapping[str, pd.Timestamp]) -> pd.Da
     table = tables.arrow.partitions
     chosen = lag.evaluation_times_in_table(table, end)
     read = ~lag.superseded_in_table(table, chosen)
-    return lag_summary(tables.partitions_of(lag.INPUTS, rows=read), chosen)
+    return lag_summary(tables.partitions_of(lag.INPUTS, rows=read), chosen, reduced=True)
 
 
 def _capture_ends(df: pd.DataFrame) -> dict[str, pd.Timestamp]:
@@ -1859,7 +1862,33 @@ def analyze(
     df.attrs[CAPTURES_ATTR] = [name for s in readable for name in s.file_names]
     df.attrs[CAPTURE_SETS_ATTR] = set_listing(readable)
     df.attrs[GROUPS_ATTR] = group_notes(tables.groups)
+    df.attrs = {name: _shared(value) for name, value in df.attrs.items()}
     return df
+
+
+class _SharedDict(dict):
+    """An ``attrs`` value that frames derived from the report's frame share: pandas
+    deep-copies ``attrs`` into every derived frame (thousands while a report is made: a
+    tenth of its statistics' time on a long capture), and the report's are never changed
+    in place."""
+
+    def __deepcopy__(self, memo: dict[int, object]) -> _SharedDict:
+        return self
+
+
+class _SharedList(list):
+    """A list in ``attrs`` shared by derived frames, as ``_SharedDict``."""
+
+    def __deepcopy__(self, memo: dict[int, object]) -> _SharedList:
+        return self
+
+
+def _shared(value: object) -> object:
+    if isinstance(value, dict):
+        return _SharedDict(value)
+    if isinstance(value, list):
+        return _SharedList(value)
+    return value
 
 
 def report_partition_columns() -> tuple[str, ...]:
