@@ -1406,6 +1406,7 @@ def _partitions(df: pd.DataFrame) -> Section:
         # Each table from the partitions rows and columns it reads (a long capture's
         # table has hundreds of thousands of rows): lean frames, one at a time.
         traffic = partition_throughput(tables.arrow.partitions)
+        _release_arrow_memory()
         lag = table_lag(tables, _capture_ends(df))
         p2f = produce_to_fetch_summary(
             tables.partitions_of(P2F_INPUTS, rows=_carrying(tables, "first_offset"))
@@ -1496,6 +1497,16 @@ def _partitions(df: pd.DataFrame) -> Section:
             ),
         ),
     )
+
+
+def _release_arrow_memory() -> None:
+    """Arrow's allocator keeps what a step freed for later allocations; the next steps
+    allocate with numpy and pandas instead, so it is handed back: without it a long
+    capture's report peaked some 25 MB higher (the throughput's grouping, then the lag's
+    arrays on top)."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
 
 
 def _range_text(low: object, high: object) -> str:
