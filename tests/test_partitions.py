@@ -241,14 +241,19 @@ def test_throughput_of_chunks_added_up_equals_the_whole(window: str | None) -> N
     assert len(whole) > 5 and whole["pairs"].sum() > 1000
 
 
-def test_throughput_totals_in_arrow_equal_the_frame_function() -> None:
-    """The report aggregates the core's Arrow table (``throughput_totals_in_table``):
-    the totals ``throughput_totals`` gives for the pandas frame of the same table, on
-    real captures (one alone, two read in a row: chunks with dictionaries of their own,
-    the shared ones when present)."""
+@pytest.mark.parametrize("chunk_rows", [65_536, 97])
+def test_throughput_totals_in_arrow_equal_the_frame_function(
+    chunk_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report aggregates the core's Arrow table (``throughput_totals_in_table``, a
+    chunk of rows at a time): the totals ``throughput_totals`` gives for the pandas frame
+    of the same table, on real captures (one alone, two read in a row: chunks with
+    dictionaries of their own, the shared ones when present)."""
+    from dissector.analytics import partitions as module
     from dissector.options import Options
     from dissector.wire.tables import capture_tables
 
+    monkeypatch.setattr(module, "TOTALS_CHUNK_ROWS", chunk_rows)  # 97: totals of many chunks
     sources: list[Any] = [REPO / "captures" / "kafka-4-longpoll-rotation.pcapng"]
     sources.append([CAPTURE, REPO / "captures" / "kafka-4-lag.pcapng"])
     if SHARED.is_dir():

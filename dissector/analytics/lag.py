@@ -393,30 +393,40 @@ class _FetchRows:
 
     @classmethod
     def of(cls, table: pa.Table, chosen: Mapping[str, pd.Timestamp]) -> _FetchRows:
+        """The arrays of ``table``: each column read, turned into what is kept of it and
+        let go before the next (a long capture's column is a few MB each)."""
         import numpy as np
         import pyarrow as pa
 
-        capture, captures = _codes(table.column("capture"))
-        topic, _ = _codes(table.column("topic"))
-        client, _ = _codes(table.column("client_id"))
-        api, apis = _codes(table.column("api_name"))
-        partition = _ints(table.column("partition"))
-        partition_id = _dense_ids(capture, topic, partition)
         time = _ints(table.column("response_time").cast(pa.int64()))
-        watermark = _ints(table.column("high_watermark"))
-        error = _ints(table.column("error_code"))
-        offset = _ints(table.column("fetch_offset"))
+        capture, captures = _codes(table.column("capture"))
         # a null capture (code -1) takes the limit appended last: none
         limits = np.array([_ns(chosen.get(c)) for c in captures] + [_NONE], dtype=np.int64)
         limit = limits[capture]
+        ok = (time != _NONE) & (limit != _NONE) & (time <= limit)
+        del limit
+        api, apis = _codes(table.column("api_name"))
         fetch = np.isin(api, [i for i, name in enumerate(apis) if name == "Fetch"])
-        answered = (time != _NONE) & ((error == 0) | (error == _NONE)) & (partition != _NONE)
-        before = (time != _NONE) & (limit != _NONE) & (time <= limit)
-        log_end = fetch & before & answered & (watermark >= 0)
+        del api
+        error = _ints(table.column("error_code"))
+        ok &= (error == 0) | (error == _NONE)  # answered without error, up to the time
+        del error
+        partition = _ints(table.column("partition"))
+        ok &= partition != _NONE
+        topic, _ = _codes(table.column("topic"))
+        partition_id = _dense_ids(capture, topic, partition)
+        del capture, topic, partition
+        watermark = _ints(table.column("high_watermark"))
+        log_end = fetch & ok & (watermark >= 0)
+        del ok
+        offset = _ints(table.column("fetch_offset"))
+        position = log_end & (offset >= 0)
+        del offset
+        client, _ = _codes(table.column("client_id"))
         return cls(
             fetch=fetch,
             log_end=log_end,
-            position=log_end & (offset >= 0),
+            position=position,
             client=client,
             partition_id=partition_id,
             partitions=int(partition_id.max()) + 1 if len(partition_id) else 0,
@@ -445,7 +455,7 @@ def _codes(column: pa.ChunkedArray) -> tuple[Any, list[Any]]:
     chunks = column.chunks
     values = chunks[0].dictionary.to_pylist() if chunks else []
     codes = [c.indices.fill_null(-1).to_numpy(zero_copy_only=False) for c in chunks]
-    return (np.concatenate(codes).astype(np.int64) if codes else np.zeros(0, np.int64)), values
+    return (np.concatenate(codes).astype(np.int32) if codes else np.zeros(0, np.int32)), values
 
 
 def _ints(column: pa.ChunkedArray) -> Any:

@@ -180,17 +180,58 @@ def throughput_totals(parts: pd.DataFrame, window: str | None = None) -> pd.Data
     ).reset_index()
 
 
+TOTALS_CHUNK_ROWS = 65_536
+"""Rows of the partitions table ``throughput_totals_in_table`` aggregates at a time."""
+
+
 def throughput_totals_in_table(table: pa.Table) -> pd.DataFrame:
     """``throughput_totals`` (no window) of the whole partitions table as the core gives
-    it (Arrow), filtered and grouped in Arrow on the core's dictionary-encoded strings:
-    no pandas frame of every row, no string column of every row (a long capture's table
-    has hundreds of thousands). The keys come as strings."""
+    it (Arrow), filtered and grouped in Arrow a chunk of rows at a time, each chunk's
+    totals then added up: no pandas frame of every row and memory for one chunk (a long
+    capture's table has hundreds of thousands of rows). The keys come as strings."""
     import pandas as pd
+    import pyarrow as pa
+
+    data = table.select(list(THROUGHPUT_INPUTS))
+    chunks = data.to_batches(TOTALS_CHUNK_ROWS)
+    parts = [_chunk_totals(pa.Table.from_batches([b])) for b in chunks]
+    keys = _throughput_keys(None)
+    if not parts:
+        parts = [_chunk_totals(data)]  # an empty table: empty totals, typed
+    grouped = (
+        pa.concat_tables(parts)
+        .group_by(keys, use_threads=False)
+        .aggregate(
+            [
+                ("pairs", "sum"),
+                ("records", "sum"),
+                ("record_bytes", "sum"),
+                ("first_time", "min"),
+                ("last_time", "max"),
+            ]
+        )
+    )
+    out = grouped.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get).rename(
+        columns={
+            "pairs_sum": "pairs",
+            "records_sum": "records",
+            "record_bytes_sum": "record_bytes",
+            "first_time_min": "first_time",
+            "last_time_max": "last_time",
+        }
+    )
+    # keys as text: categorical keys (the dictionaries) would sort by dictionary order
+    out = out.astype({"capture": "string", "topic": "string", "role": "object"})
+    columns = [*keys, "pairs", "records", "record_bytes", "first_time", "last_time"]
+    return out.sort_values(keys, na_position="last", kind="stable")[columns].reset_index(drop=True)
+
+
+def _chunk_totals(data: pa.Table) -> pa.Table:
+    """``throughput_totals`` of some rows of the partitions table, in Arrow, the keys as
+    strings (each chunk of the core's table has dictionaries of its own)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    # one dictionary per column for every chunk: what grouping by a dictionary needs
-    data = table.select(list(THROUGHPUT_INPUTS)).unify_dictionaries()
     api = data.column("api_name")
     produce = pc.is_in(api, value_set=pa.array(_apis_of("produce"), pa.string()))
     fetch = pc.is_in(api, value_set=pa.array(_apis_of("fetch"), pa.string()))
@@ -201,10 +242,17 @@ def throughput_totals_in_table(table: pa.Table) -> pd.DataFrame:
     landed = pc.or_(answered, pc.fill_null(pc.equal(data.column("acks"), 0), False))
     keep = pc.and_(pc.and_(pc.or_(produce, fetch), pc.is_valid(data.column("records"))), landed)
     data, produce = data.filter(keep), produce.filter(keep)
+
+    def text(name: str) -> pa.ChunkedArray:
+        column = data.column(name)
+        if pa.types.is_dictionary(column.type):
+            return column.cast(column.type.value_type)
+        return column
+
     rows = pa.table(
         {
-            "capture": data.column("capture"),
-            "topic": data.column("topic"),
+            "capture": text("capture"),
+            "topic": text("topic"),
             "partition": data.column("partition"),
             "role": pc.if_else(produce, "produce", "fetch"),
             "records": data.column("records"),
@@ -215,7 +263,7 @@ def throughput_totals_in_table(table: pa.Table) -> pd.DataFrame:
     every = pc.CountOptions(mode="all")
     # a sum of nulls is 0, as pandas sums
     sums = pc.ScalarAggregateOptions(skip_nulls=True, min_count=0)
-    grouped = rows.group_by(_throughput_keys(None), use_threads=False).aggregate(
+    totals = rows.group_by(_throughput_keys(None), use_threads=False).aggregate(
         [
             ("records", "count", every),
             ("records", "sum", sums),
@@ -224,20 +272,14 @@ def throughput_totals_in_table(table: pa.Table) -> pd.DataFrame:
             ("time", "max"),
         ]
     )
-    out = grouped.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get).rename(
-        columns={
-            "records_count": "pairs",
-            "records_sum": "records",
-            "record_bytes_sum": "record_bytes",
-            "time_min": "first_time",
-            "time_max": "last_time",
-        }
-    )
-    # keys as text: categorical keys (the dictionaries) would sort by dictionary order
-    out = out.astype({"capture": "string", "topic": "string", "role": "object"})
-    keys = _throughput_keys(None)
-    columns = [*keys, "pairs", "records", "record_bytes", "first_time", "last_time"]
-    return out.sort_values(keys, na_position="last", kind="stable")[columns].reset_index(drop=True)
+    names = {
+        "records_count": "pairs",
+        "records_sum": "records",
+        "record_bytes_sum": "record_bytes",
+        "time_min": "first_time",
+        "time_max": "last_time",
+    }
+    return totals.rename_columns([names.get(c, c) for c in totals.column_names])
 
 
 def combined_totals(totals: list[pd.DataFrame], window: str | None = None) -> pd.DataFrame:
