@@ -324,11 +324,15 @@ class Dots:
     def svg(self, sx: Scale, sy: Scale) -> str:
         x, y = sx(self.x), sy(self.y)
         finite = np.isfinite(x) & np.isfinite(y)
-        halves = np.column_stack([np.round(x[finite] * 2), np.round(y[finite] * 2)])
-        keys = np.unique(halves, axis=0)
-        if not len(keys):
+        if not finite.any():
             return ""
-        xs, ys = _coords(keys[:, 0] / 2), _coords(keys[:, 1] / 2)
+        # half pixels as one integer per dot (x major), its distinct values sorted
+        hx = np.round(x[finite] * 2).astype(np.int64)
+        hy = np.round(y[finite] * 2).astype(np.int64)
+        x0, y0 = hx.min(), hy.min()
+        rows = int(hy.max() - y0) + 1
+        keys = np.unique((hx - x0) * rows + (hy - y0))
+        xs, ys = _coords((keys // rows + x0) / 2), _coords((keys % rows + y0) / 2)
         r = self.radius
         if self.hollow:
             arc = f"a{r} {r} 0 1 0 {2 * r} 0a{r} {r} 0 1 0 {-2 * r} 0"
