@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -1195,10 +1195,6 @@ TABLES_ATTR = "tables"
 NOT_COLLECTED = "Not collected: make the report with kafka-dissector report or report.analyze."
 
 
-CHUNK_ROWS = 65_536
-"""Partitions rows per chunk where the report reads the table a chunk at a time."""
-
-
 @dataclass(frozen=True, eq=False)
 class AnalyticsTables:
     """``dissector.partitions``, ``groups`` and ``versions`` of the report's captures,
@@ -1228,35 +1224,6 @@ class AnalyticsTables:
         df = to_frame(self._partition_rows(rows, wanted), contract)
         df.attrs["counters"] = dict(self.arrow.counters.get("partitions", {}))
         return df
-
-    def partitions_keys(self, columns: Iterable[str], rows: Any = None) -> pd.DataFrame:
-        """``partitions_of`` as a lean frame for grouping and filtering: strings stay
-        the core's dictionaries (categorical, a small integer per row instead of a
-        string), integers ``Int64``; the whole table's keys take a few MB."""
-        import pandas as pd
-        import pyarrow as pa
-
-        mapper = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
-        table = self._partition_rows(rows, columns)
-        return table.to_pandas(types_mapper=mapper.get)
-
-    def partitions_chunks(
-        self, columns: Iterable[str], rows_per_chunk: int = CHUNK_ROWS
-    ) -> Iterator[pd.DataFrame]:
-        """``partitions_keys`` of every row, a chunk of rows at a time (at least one
-        chunk, empty for an empty table): for totals that add up over chunks, in the
-        memory of one."""
-        import pandas as pd
-        import pyarrow as pa
-
-        mapper = {pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
-        # one dictionary per string column: every chunk's categories the same
-        table = self._partition_rows(None, columns).unify_dictionaries()
-        if table.num_rows == 0:  # one empty chunk, typed: no batch to give it
-            yield table.to_pandas(types_mapper=mapper.get)
-            return
-        for batch in table.to_batches(max_chunksize=rows_per_chunk):
-            yield batch.to_pandas(types_mapper=mapper.get)
 
     def _partition_rows(self, rows: Any, columns: Iterable[str]) -> pa.Table:
         """The partitions table's ``columns`` (in the table's order), only ``rows``."""
