@@ -231,9 +231,14 @@ def _pairs(path: Path, capture: str) -> list[tuple[Any, ...]]:
 
 
 def _spark_equals_pandas(job: tuple[Path, list[Path], Any], captures: list[Path]) -> dict[str, int]:
+    import pyarrow.parquet as pq
+
     out, _, report = job
     got_pairs = pd.read_parquet(out / "pairs")
     got = {n: pd.read_parquet(out / n) for n in ANALYTICS_TABLES}
+    for name in ANALYTICS_TABLES:  # every file in Spark's units (written as the core's)
+        for part in (out / name).glob("*.parquet"):
+            assert pq.read_schema(part).remove_metadata() == arrow_schema(name), part
     rows = dict.fromkeys(ANALYTICS_TABLES, 0)
     for path in captures:
         uri = f"file:{path}"  # Spark's spelling of a local path

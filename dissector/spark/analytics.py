@@ -4,11 +4,12 @@ decodes its pairs, in the same pass of the native core.
 
 The core builds the partitions, groups and versions rows beside the pairs
 (``dissector.wire.tables``: the rows ``dissector.partitions``, ``groups`` and
-``versions`` give); ``PassTables`` takes its batches as they come and casts them to
-Spark's units (dictionaries -> strings, nanoseconds floored to microseconds, as in the
-pairs table). ``lag`` is ``analytics.lag.lag_at_end`` of the capture's partitions rows,
-of which ``PassTables`` keeps the columns lag reads (``lag.INPUTS``, as the core's
-compact Arrow) only when ``lag`` is asked for.
+``versions`` give); ``PassTables`` takes its batches as they come, and where they go
+they are in Spark's units (dictionaries -> strings, nanoseconds floored to
+microseconds, as in the pairs table): cast (``in_spark_units``) for rows handed to
+Spark, written so by the Parquet writer itself (``PARQUET_AS_SPARK``). ``lag`` is
+``analytics.lag.lag_at_end`` of the capture's partitions rows, of which ``LagRows``
+keeps the few lag reads (as the core's compact Arrow) only when ``lag`` is asked for.
 So the Spark tables are the pandas tables: same column names, in order, and the same
 values.
 
@@ -122,6 +123,31 @@ def to_spark(table: pa.Table, name: str) -> pa.Table:
         for f in schema
     ]
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def in_spark_units(table: pa.Table, name: str) -> pa.Table:
+    """A batch of table ``name`` as ``PassTables`` hands it on (the core's units for
+    the pass's tables, ``to_spark``'s for ``lag``) in ``arrow_schema(name)``."""
+    return to_spark(table, name) if name in PASS_TABLES else table
+
+
+def written_as_is(name: str) -> bool:
+    """Whether a Parquet writer takes the core's batches of table ``name`` as they
+    are (``parquet_options``): a table of the pass without list columns (whose
+    field names a file without a stored schema would not keep)."""
+    return name in PASS_TABLES and not any(pa.types.is_list(f.type) for f in arrow_schema(name))
+
+
+PARQUET_AS_SPARK = {
+    "coerce_timestamps": "us",  # floored to microseconds, Spark's unit, as ``to_spark``
+    "allow_truncated_timestamps": True,
+    "store_schema": False,  # readers see the Parquet types: strings, not dictionaries
+}
+"""``pyarrow.parquet.ParquetWriter`` options that write the core's batches (dictionary
+strings, nanosecond times) as a file of ``arrow_schema``'s types: the same file as
+the batches cast by ``to_spark`` (a Spark, pandas or pyarrow reader reads the same
+columns), without the cast, and the dictionaries written as Parquet's own (a quarter
+less of the writer's time on a long-poll capture's partitions)."""
 
 
 def lag_inputs(partitions: pa.Table) -> pa.Table:
@@ -319,10 +345,11 @@ Rename = Callable[[pa.Table], pa.Table]
 class PassTables:
     """Takes the analytics tables of one capture's pass as the core builds them
     (``wire.tables.TableCollector`` writers): each batch of a wanted table, renamed
-    by ``rename`` (the ``capture`` column: local paths -> URIs) and cast to Spark's
-    units, waits in ``pending`` until the task hands it on (``drain``): memory holds
-    one core batch, not the capture. The partitions batches are also kept when
-    ``lag`` is wanted: the lag table needs the whole capture's rows (``finish``)."""
+    by ``rename`` (the ``capture`` column: local paths -> URIs), as the core built it
+    (``in_spark_units`` gives Spark's), waits in ``pending`` until the task hands it
+    on (``drain``): memory holds one core batch, not the capture. When ``lag`` is
+    wanted, ``LagRows`` also keeps what lag reads of the partitions batches: the lag
+    table needs the whole capture's (``finish``)."""
 
     wanted: tuple[str, ...]
     rename: Rename
@@ -341,7 +368,7 @@ class PassTables:
                 return
             batch = self.rename(batch)
             if name in self.wanted:
-                self.pending.append((name, to_spark(batch, name)))
+                self.pending.append((name, batch))
             if name == "partitions" and self.keeps:
                 self.lag.add(batch)
 
