@@ -473,9 +473,9 @@ def _decoded(
     """(table name, rows) of one unit as the core's pass gives them: the pairs
     (``PAIRS_TABLE``, the core's Arrow) and, in the same pass, the analytics tables of
     ``config.tables`` (the core's Arrow; ``lag`` in Spark's units); ``capture`` renamed
-    by ``names``. An error that
-    stops decoding ends them and is noted in ``result`` (only the decoding's errors: the
-    caller's, e.g. writing, propagate); the rows before it stay, as for ``analyze``.
+    by ``names``. An error that stops decoding ends them and is noted in ``result``
+    (only the decoding's errors: the caller's, e.g. writing, propagate); the rows before
+    it stay, as for ``analyze``.
     """
     from dissector.wire.core import iter_tables
 
