@@ -99,6 +99,74 @@ def test_task_rows_equal_the_pandas_function(name: str) -> None:
         assert _canonical(rows.to_pandas()) == _canonical(want)
 
 
+def _lag_captures() -> list[Path]:
+    """Bundled and shared captures whose partitions tables give lag rows."""
+    found = [OWN / "kafka-4-lag.pcapng", OWN / "kafka-4-longpoll-rotation.pcapng"]
+    found += sorted(SHARED.glob("*.pcap*")) if SHARED.is_dir() else []
+    return [p for p in found if p.is_file()]
+
+
+def _mutant(table: pa.Table) -> pa.Table:
+    """``table`` with each high watermark moved by -3..+3 (a partition's highest is
+    then often not its latest, nor a client's latest position at its highest), and
+    the last Fetch request unanswered, a second after the last time in the table (a
+    capture that ends in a long poll: its end is that request, which lag never reads)."""
+    import numpy as np
+
+    rng = np.random.default_rng(19)
+    watermark = table.column("high_watermark").to_numpy(zero_copy_only=False)
+    shaken = np.where(np.isnan(watermark), np.nan, watermark + rng.integers(-3, 4, len(table)))
+    table = _replaced(table, "high_watermark", pa.array(shaken, from_pandas=True).cast(pa.int64()))
+    last_fetch = table.column("api_name").to_pylist()[::-1].index("Fetch")
+    row = table.num_rows - 1 - last_fetch
+    requests, responses = (table.column(c).cast(pa.int64()).to_pylist() for c in TIMES)
+    latest = max(t for t in requests + responses if t is not None)
+    requests[row], responses[row] = latest + 10**9, None
+    for name, values in zip(TIMES, (requests, responses), strict=True):
+        table = _replaced(table, name, pa.array(values, table.schema.field(name).type))
+    return table
+
+
+TIMES = ("request_time", "response_time")
+
+
+def _replaced(table: pa.Table, name: str, column: pa.Array) -> pa.Table:
+    index = table.schema.get_field_index(name)
+    return table.set_column(index, table.field(index), column)
+
+
+def test_lag_from_the_rows_kept_equals_lag_of_the_whole_table() -> None:
+    """A task keeps of a capture's partitions rows only those lag reads (``LagRows``:
+    most Fetch entries dropped, batch by batch); ``lag_at_end`` of them is
+    ``lag_at_end`` of the whole table, however the batches are cut."""
+    from dissector.analytics.lag import INPUTS
+    from dissector.spark.analytics import LagRows, to_arrow
+    from dissector.tables_schema import PARTITION_COLUMNS
+    from dissector.wire.tables import capture_tables, to_frame
+
+    contract = tuple(c for c in PARTITION_COLUMNS if c[0] in INPUTS)
+    compared = dropped = 0
+    tables = [(p.name, capture_tables(str(p)).partitions) for p in _lag_captures()]
+    tables += [(f"{name} (mutant)", _mutant(t)) for name, t in tables[:2]]
+    for name, table in tables:
+        want = to_arrow(lag_at_end(to_frame(table, contract)), "lag")
+        for rows_per_batch in (7, 65_536):  # cut anywhere, or the core's batches
+            kept = LagRows()
+            for batch in table.to_batches(rows_per_batch):
+                kept.add(pa.Table.from_batches([batch]))
+            left = sum(t.num_rows for t in kept.others) + (
+                kept.fetches.num_rows if kept.fetches is not None else 0
+            )
+            dropped += table.num_rows - left
+            got = kept.table()
+            assert got.schema == want.schema
+            assert got.to_pylist() == want.to_pylist(), (name, rows_per_batch)
+            compared += want.num_rows
+    if compared == 0:
+        pytest.skip("no capture with lag rows (../shared/captures absent?)")
+    assert dropped > 0  # the long-poll capture's superseded Fetch entries
+
+
 def test_task_gives_no_table_rows_for_a_capture_that_is_not_one() -> None:
     from dissector.spark.tasks import DecodeConfig, RowOutput, decode_units
 
@@ -163,9 +231,14 @@ def _pairs(path: Path, capture: str) -> list[tuple[Any, ...]]:
 
 
 def _spark_equals_pandas(job: tuple[Path, list[Path], Any], captures: list[Path]) -> dict[str, int]:
+    import pyarrow.parquet as pq
+
     out, _, report = job
     got_pairs = pd.read_parquet(out / "pairs")
     got = {n: pd.read_parquet(out / n) for n in ANALYTICS_TABLES}
+    for name in ANALYTICS_TABLES:  # every file in Spark's units (written as the core's)
+        for part in (out / name).glob("*.parquet"):
+            assert pq.read_schema(part).remove_metadata() == arrow_schema(name), part
     rows = dict.fromkeys(ANALYTICS_TABLES, 0)
     for path in captures:
         uri = f"file:{path}"  # Spark's spelling of a local path

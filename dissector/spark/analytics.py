@@ -4,11 +4,12 @@ decodes its pairs, in the same pass of the native core.
 
 The core builds the partitions, groups and versions rows beside the pairs
 (``dissector.wire.tables``: the rows ``dissector.partitions``, ``groups`` and
-``versions`` give); ``PassTables`` takes its batches as they come and casts them to
-Spark's units (dictionaries -> strings, nanoseconds floored to microseconds, as in the
-pairs table). ``lag`` is ``analytics.lag.lag_at_end`` of the capture's partitions rows,
-of which ``PassTables`` keeps the columns lag reads (``lag.INPUTS``, as the core's
-compact Arrow) only when ``lag`` is asked for.
+``versions`` give); ``PassTables`` takes its batches as they come, and where they go
+they are in Spark's units (dictionaries -> strings, nanoseconds floored to
+microseconds, as in the pairs table): cast (``in_spark_units``) for rows handed to
+Spark, written so by the Parquet writer itself (``PARQUET_AS_SPARK``). ``lag`` is
+``analytics.lag.lag_at_end`` of the capture's partitions rows, of which ``LagRows``
+keeps the few lag reads (as the core's compact Arrow) only when ``lag`` is asked for.
 So the Spark tables are the pandas tables: same column names, in order, and the same
 values.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -124,12 +125,38 @@ def to_spark(table: pa.Table, name: str) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+def in_spark_units(table: pa.Table, name: str) -> pa.Table:
+    """A batch of table ``name`` as ``PassTables`` hands it on (the core's units for
+    the pass's tables, ``to_spark``'s for ``lag``) in ``arrow_schema(name)``."""
+    return to_spark(table, name) if name in PASS_TABLES else table
+
+
+def written_as_is(name: str) -> bool:
+    """Whether a Parquet writer takes the core's batches of table ``name`` as they
+    are (``PARQUET_AS_SPARK``): a table of the pass without list columns (whose
+    field names a file without a stored schema would not keep)."""
+    return name in PASS_TABLES and not any(pa.types.is_list(f.type) for f in arrow_schema(name))
+
+
+PARQUET_AS_SPARK = {
+    "coerce_timestamps": "us",  # floored to microseconds, Spark's unit, as ``to_spark``
+    "allow_truncated_timestamps": True,
+    "store_schema": False,  # readers see the Parquet types: strings, not dictionaries
+}
+"""``pyarrow.parquet.ParquetWriter`` options that write the core's batches (dictionary
+strings, nanosecond times) as a file of ``arrow_schema``'s types: the same file as
+the batches cast by ``to_spark`` (a Spark, pandas or pyarrow reader reads the same
+columns), without the cast, and the dictionaries written as Parquet's own (about a
+fifth less of the writer's time on a long-poll capture's partitions table alone; within
+a task, beside the core's pass, the difference is in the noise)."""
+
+
 def lag_inputs(partitions: pa.Table) -> pa.Table:
     """The columns of a partitions batch that ``lag.lag_at_end`` reads
-    (``lag.INPUTS``): what a task keeps of a capture for its lag table."""
+    (``lag.INPUTS``), in one chunk per column with one dictionary each."""
     from dissector.analytics.lag import INPUTS
 
-    return partitions.select(list(INPUTS))
+    return partitions.select(list(INPUTS)).unify_dictionaries().combine_chunks()
 
 
 COMMIT_APIS = frozenset(("OffsetCommit", "OffsetFetch", "TxnOffsetCommit"))
@@ -149,9 +176,158 @@ def may_commit(partitions: pa.Table) -> bool:
     return False
 
 
-def lag_table(inputs: list[pa.Table]) -> pa.Table:
+def _codes(column: pa.ChunkedArray) -> Any:
+    """A one-chunk dictionary column's indices as numpy int64, -1 for null (a group
+    of its own, as ``groupby(dropna=False)`` has it)."""
+    import numpy as np
+
+    indices = column.chunk(0).indices if column.num_chunks else pa.array([], pa.int32())
+    return np.asarray(indices.fill_null(-1) if indices.null_count else indices, dtype=np.int64)
+
+
+def _int64s(column: pa.ChunkedArray, fill: int) -> Any:
+    """A one-chunk int64 (or timestamp) column as numpy int64, ``fill`` for null."""
+    import numpy as np
+
+    array = column.chunk(0) if column.num_chunks else pa.array([], pa.int64())
+    if pa.types.is_timestamp(array.type):
+        array = array.view(pa.int64())
+    return np.asarray(array.fill_null(fill) if array.null_count else array, dtype=np.int64)
+
+
+def _is_fetch(rows: pa.Table) -> Any:
+    """Per row of a ``lag_inputs`` table (numpy bool): a Fetch entry."""
+    words = rows.column("api_name").chunk(0).dictionary.to_pylist()
+    return _codes(rows.column("api_name")) == (words.index("Fetch") if "Fetch" in words else -2)
+
+
+def _group_ids(keys: list[Any]) -> tuple[Any, Any]:
+    """(order, starts) grouping rows by equal ``keys`` (numpy int64 arrays, the last
+    the most significant): ``order`` sorts the rows by group, ``starts`` are the
+    positions in it where each group begins."""
+    import numpy as np
+
+    order = np.lexsort(keys)
+    changed = np.zeros(len(order), dtype=bool)
+    changed[0] = True
+    for key in keys:
+        ranked = key[order]
+        changed[1:] |= ranked[1:] != ranked[:-1]
+    return order, np.flatnonzero(changed)
+
+
+def _group_max(values: Any, group: tuple[Any, Any]) -> Any:
+    """Per row: the largest of ``values`` in its group (``_group_ids``)."""
+    import numpy as np
+
+    order, starts = group
+    largest = np.maximum.reduceat(values[order], starts)
+    sizes = np.diff(np.append(starts, len(order)))
+    out = np.empty_like(values)
+    out[order] = np.repeat(largest, sizes)
+    return out
+
+
+def needed_fetches(rows: pa.Table) -> Any:
+    """Positions (numpy) of the Fetch rows of ``rows`` (``lag_inputs``) that
+    ``lag.lag_at_end`` may read at its default evaluation time (the capture's end,
+    which no row is after): ``lag.superseded_fetches``' rule. Of the answered Fetch
+    entries with a high watermark (its ``log_end`` reads), per (capture, client_id,
+    topic, partition) the latest of those at the highest high watermark, and the
+    latest with a fetch offset (its ``position`` reads); ties all kept. A row this
+    drops from part of a capture's rows ``superseded_fetches`` drops from all of them:
+    a later or higher one in the part is one in the whole (a row at the partition's
+    highest watermark is at its client's highest too). So ``lag_at_end`` of what is
+    kept, batch after batch, is ``lag_at_end`` of the whole table."""
+    import numpy as np
+
+    if rows.num_rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    fetch = _is_fetch(rows)
+    times = _int64s(rows.column("response_time"), np.iinfo(np.int64).min)
+    watermark = _int64s(rows.column("high_watermark"), -1)
+    log_end = (
+        fetch
+        & np.asarray(rows.column("response_time").is_valid())
+        & (_int64s(rows.column("error_code"), 0) == 0)
+        & np.asarray(rows.column("partition").is_valid())
+        & (watermark >= 0)
+    )
+    at = np.flatnonzero(log_end)
+    if at.size == 0:
+        return at
+    keys = [_int64s(rows.column("partition"), 0)[at]]
+    keys += [_codes(rows.column(c))[at] for c in ("topic", "client_id", "capture")]
+    group = _group_ids(keys)
+    time, watermark = times[at], watermark[at]
+    at_highest = watermark == _group_max(watermark, group)
+    latest_at_highest = _group_max(np.where(at_highest, time, np.iinfo(np.int64).min), group)
+    position = _int64s(rows.column("fetch_offset"), -1)[at] >= 0
+    latest_position = _group_max(np.where(position, time, np.iinfo(np.int64).min), group)
+    kept = (at_highest & (time == latest_at_highest)) | (position & (time == latest_position))
+    return at[kept]
+
+
+@dataclass
+class LagRows:
+    """The rows of one capture's partitions table that ``lag.lag_at_end`` reads, kept
+    as the core's batches come: the columns it reads (``lag.INPUTS``), every row but
+    the Fetch entries it never reads (``needed_fetches``: of the 235,089 rows of a
+    37.6 MB long-poll capture, 221,724 are Fetch entries, a few hundred needed), and
+    each capture's evaluation time (its latest request or response time, which the
+    dropped rows count in)."""
+
+    others: list[pa.Table] = field(default_factory=list)
+    fetches: pa.Table | None = None
+    ends: dict[str, int] = field(default_factory=dict)  # capture -> ns since the epoch
+    commits: bool = False  # a batch may hold a commit (``may_commit``)
+
+    def add(self, partitions: pa.Table) -> None:
+        """One batch of the core's partitions table (capture names as written)."""
+        if partitions.num_rows == 0:
+            return
+        rows = lag_inputs(partitions)
+        self.commits = self.commits or may_commit(rows)
+        self._note_ends(rows)
+        self.others.append(rows.filter(pa.array(~_is_fetch(rows))))
+        # this batch's candidates, then those of the ones before and them together
+        taken = rows.take(pa.array(needed_fetches(rows)))
+        both = taken if self.fetches is None else pa.concat_tables([self.fetches, taken])
+        both = both.unify_dictionaries().combine_chunks()
+        self.fetches = both.take(pa.array(needed_fetches(both)))
+
+    def _note_ends(self, rows: pa.Table) -> None:
+        import numpy as np
+
+        floor = np.iinfo(np.int64).min
+        latest = np.maximum(
+            _int64s(rows.column("request_time"), floor),
+            _int64s(rows.column("response_time"), floor),
+        )
+        captures = _codes(rows.column("capture"))
+        names = rows.column("capture").chunk(0).dictionary.to_pylist()
+        for code in np.unique(captures):
+            at = int(latest[captures == code].max())
+            name = names[code] if code >= 0 else None
+            if at != floor and name is not None:
+                self.ends[name] = max(self.ends.get(name, at), at)
+
+    def table(self) -> pa.Table:
+        """``lag.lag_at_end`` of the rows kept, in ``arrow_schema("lag")``."""
+        import pandas as pd
+
+        kept = [*self.others, *([self.fetches] if self.fetches is not None else [])]
+        self.others, self.fetches = [], None
+        if not self.commits or not kept:
+            return arrow_schema("lag").empty_table()
+        end = {name: pd.Timestamp(at, tz="UTC") for name, at in self.ends.items()}
+        return lag_table(kept, end)
+
+
+def lag_table(inputs: list[pa.Table], end: dict[str, Any] | None = None) -> pa.Table:
     """``lag.lag_at_end`` of one capture's partitions rows (``lag_inputs`` of the
-    core's Arrow batches), in ``arrow_schema("lag")``."""
+    core's Arrow batches, or what ``LagRows`` keeps of them, with the evaluation times
+    ``end``), in ``arrow_schema("lag")``."""
     from dissector.analytics.lag import INPUTS, lag_at_end
     from dissector.tables_schema import PARTITION_COLUMNS
     from dissector.wire.tables import to_frame
@@ -160,7 +336,7 @@ def lag_table(inputs: list[pa.Table]) -> pa.Table:
         return arrow_schema("lag").empty_table()
     contract = {c[0]: c for c in PARTITION_COLUMNS}
     frame = to_frame(pa.concat_tables(inputs), tuple(contract[n] for n in INPUTS))
-    return to_arrow(lag_at_end(frame), "lag")
+    return to_arrow(lag_at_end(frame, end), "lag")
 
 
 Rename = Callable[[pa.Table], pa.Table]
@@ -170,16 +346,16 @@ Rename = Callable[[pa.Table], pa.Table]
 class PassTables:
     """Takes the analytics tables of one capture's pass as the core builds them
     (``wire.tables.TableCollector`` writers): each batch of a wanted table, renamed
-    by ``rename`` (the ``capture`` column: local paths -> URIs) and cast to Spark's
-    units, waits in ``pending`` until the task hands it on (``drain``): memory holds
-    one core batch, not the capture. The partitions batches are also kept when
-    ``lag`` is wanted: the lag table needs the whole capture's rows (``finish``)."""
+    by ``rename`` (the ``capture`` column: local paths -> URIs), as the core built it
+    (``in_spark_units`` gives Spark's), waits in ``pending`` until the task hands it
+    on (``drain``): memory holds one core batch, not the capture. When ``lag`` is
+    wanted, ``LagRows`` also keeps what lag reads of the partitions batches: the lag
+    table needs the whole capture's (``finish``)."""
 
     wanted: tuple[str, ...]
     rename: Rename
     pending: list[tuple[str, pa.Table]] = field(default_factory=list)
-    kept: list[pa.Table] = field(default_factory=list)
-    commits: bool = False  # a kept batch may hold a commit (``may_commit``)
+    lag: LagRows = field(default_factory=LagRows)
 
     def collector(self) -> TableCollector:
         """The ``TableCollector`` to hand the pass (``wire.core.iter_tables``)."""
@@ -193,10 +369,9 @@ class PassTables:
                 return
             batch = self.rename(batch)
             if name in self.wanted:
-                self.pending.append((name, to_spark(batch, name)))
+                self.pending.append((name, batch))
             if name == "partitions" and self.keeps:
-                self.kept.append(lag_inputs(batch))
-                self.commits = self.commits or may_commit(batch)
+                self.lag.add(batch)
 
         return take
 
@@ -213,5 +388,4 @@ class PassTables:
         """What is left: the pending batches, then the lag table."""
         yield from self.drain()
         if self.keeps:
-            kept, self.kept = self.kept, []
-            yield "lag", lag_table(kept if self.commits else [])
+            yield "lag", self.lag.table()

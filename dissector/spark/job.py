@@ -18,7 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dissector.options import Options
-from dissector.spark.aggregate import DEFAULT_TOP, DEFAULT_WINDOW, summaries
+from dissector.spark.aggregate import DEFAULT_TOP, DEFAULT_WINDOW, summaries, summary_tables
 from dissector.spark.analytics import ANALYTICS_TABLES, arrow_schema
 from dissector.spark.read import (
     DEFAULT_GLOB,
@@ -495,12 +495,11 @@ def _run_direct(
     report.missing = list(missing)
     report.sets = list(plan.sets)
     pairs = spark.read.parquet(f"{location}/{PAIRS_TABLE}/part-*-{token}.parquet")
-    tables = summaries(pairs, window=settings.window, top=settings.top)
-    del tables[UNANSWERED_TABLE]  # written by the tasks, beside the pairs
-    # The summaries are small: Spark computes each (one job each: a Spark job costs
-    # less than caching the pairs would), the driver writes it.
-    for name, df in tables.items():
-        table = df.toArrow()
+    # The summaries are small: Spark computes them (five jobs, each a scan of the pairs
+    # files: cheaper than caching the pairs), the driver writes them.
+    # unanswered_requests is not among them: the tasks wrote it, beside the pairs.
+    tables = summary_tables(pairs, window=settings.window, top=settings.top)
+    for name, table in tables.items():
         if settings.mode == "overwrite":
             filesystem.delete_dir_contents(f"{base}/{name}", missing_dir_ok=True)
         filesystem.create_dir(f"{base}/{name}", recursive=True)

@@ -15,7 +15,9 @@ bytes Spark read for a one-file unit, or null.
   (``dissector.table.frame.pairs_table``: dictionaries -> strings, ns -> us): no Python
   object per pair. The analytics tables (partitions, groups, versions) come from the
   same pass of the core, batch by batch beside the pairs (``spark.analytics.PassTables``;
-  lag from the capture's partitions rows at its end): each capture is read once.
+  lag from the capture's partitions rows at its end): each capture is read once. The
+  task's Parquet writer takes them as the core built them, writing Spark's units itself
+  (``analytics.PARQUET_AS_SPARK``); rows handed to Spark are cast.
 * **Where they go.** With ``DecodeConfig.output`` (a directory pyarrow can write), the
   task writes each table's rows to its own Parquet file there (``ParquetOutput``; the
   pairs with frame's writer, as ``analyze -o``) and hands Spark only the trailer rows:
@@ -42,7 +44,15 @@ import pyarrow as pa
 from dissector.accounting import Counters
 from dissector.options import AnySource, CaptureBytes, CaptureSet, Options
 from dissector.schema import Status
-from dissector.spark.analytics import PassTables, arrow_schema, struct_column, struct_fields
+from dissector.spark.analytics import (
+    PARQUET_AS_SPARK,
+    PassTables,
+    arrow_schema,
+    in_spark_units,
+    struct_column,
+    struct_fields,
+    written_as_is,
+)
 from dissector.spark.typemap import (
     CAPTURE_INFO,
     CAPTURES_TABLE,
@@ -206,7 +216,7 @@ class RowOutput:
         yield from self._rows(PAIRS_TABLE, pairs_table(table).columns, [])
 
     def table(self, name: str, table: pa.Table) -> Iterator[pa.RecordBatch]:
-        rows = table.combine_chunks()
+        rows = in_spark_units(table, name).combine_chunks()
         structs = pa.StructArray.from_arrays(
             [c.chunk(0) if c.num_chunks else pa.array([], c.type) for c in rows.columns],
             fields=list(arrow_schema(name)),
@@ -266,7 +276,7 @@ class ParquetOutput:
     def _temporary(self, table: str) -> str:
         return f"{self.base}/{table}/.{self.name}.{self.attempt}.tmp"
 
-    def _writer(self, table: str) -> Any:
+    def _writer(self, table: str, schema: pa.Schema | None = None) -> Any:
         writer = self.writers.get(table)
         if writer is None:
             import pyarrow.parquet as pq
@@ -277,6 +287,10 @@ class ParquetOutput:
             self.filesystem.create_dir(f"{self.base}/{table}", recursive=True)
             if table in (PAIRS_TABLE, UNANSWERED_TABLE):
                 writer = open_pairs_parquet(where, filesystem=self.filesystem)
+            elif schema is not None:
+                writer = pq.ParquetWriter(
+                    where, schema, filesystem=self.filesystem, **PARQUET_AS_SPARK
+                )
             else:
                 writer = pq.ParquetWriter(where, arrow_schema(table), filesystem=self.filesystem)
             self.writers[table] = writer
@@ -294,8 +308,10 @@ class ParquetOutput:
         return iter(())
 
     def table(self, name: str, table: pa.Table) -> Iterator[pa.RecordBatch]:
-        if table.num_rows:
-            self._writer(name).write_table(table)
+        if table.num_rows and written_as_is(name):
+            self._writer(name, table.schema).write_table(table)
+        elif table.num_rows:
+            self._writer(name).write_table(in_spark_units(table, name))
         return iter(())
 
     def trailer(self, capture: str, result: CaptureResult) -> Iterator[pa.RecordBatch]:
@@ -456,9 +472,10 @@ def _decoded(
 ) -> Iterator[tuple[str, pa.Table]]:
     """(table name, rows) of one unit as the core's pass gives them: the pairs
     (``PAIRS_TABLE``, the core's Arrow) and, in the same pass, the analytics tables of
-    ``config.tables`` (Spark's units); ``capture`` renamed by ``names``. An error that
-    stops decoding ends them and is noted in ``result`` (only the decoding's errors: the
-    caller's, e.g. writing, propagate); the rows before it stay, as for ``analyze``.
+    ``config.tables`` (the core's Arrow; ``lag`` in Spark's units); ``capture`` renamed
+    by ``names``. An error that stops decoding ends them and is noted in ``result``
+    (only the decoding's errors: the caller's, e.g. writing, propagate); the rows before
+    it stay, as for ``analyze``.
     """
     from dissector.wire.core import iter_tables
 
