@@ -4,8 +4,11 @@
 //! connection); the ServerHello fixes version and cipher suite. From then on:
 //!
 //! - TLS 1.2: each direction's ChangeCipherSpec switches it to its record key (derived
-//!   from the master secret of the key log, found by client random or session id);
-//!   records are opened with that direction's sequence number.
+//!   from the master secret of the key log, found by client random or session id, or
+//!   derived from a pre-master secret found by client random or, for an RSA key
+//!   exchange, by its encrypted form; the extended master secret hashes the handshake
+//!   messages, kept until then in a `Transcript`); records are opened with that
+//!   direction's sequence number.
 //! - TLS 1.3: every record after the ServerHello is encrypted: first with the handshake
 //!   traffic key, then, after that direction's Finished, with the application traffic
 //!   key (moved on by each KeyUpdate). A key log may hold only the application secrets
@@ -21,9 +24,10 @@ use crate::types::Endpoint;
 
 use super::cipher::{self, RecordKey, Suite, TLS12, TLS13};
 use super::handshake::{
-    self, HandshakeReader, Message, ServerHello, CLIENT_HELLO, FINISHED, KEY_UPDATE, SERVER_HELLO,
+    self, HandshakeReader, Message, ServerHello, CLIENT_HELLO, CLIENT_KEY_EXCHANGE, FINISHED,
+    KEY_UPDATE, SERVER_HELLO, SERVER_HELLO_DONE,
 };
-use super::keylog::{KeyLog, Secret, Secrets};
+use super::keylog::{KeyLog, PreMaster, Secret, Secrets};
 
 /// Record content types (RFC 8446 5.1).
 const CHANGE_CIPHER_SPEC: u8 = 20;
@@ -39,6 +43,9 @@ pub const MAX_RECORD_13: usize = (1 << 14) + 256;
 /// Bytes a direction holds while its secret is awaited (a live run's key log not
 /// written yet); past it the connection is given up.
 pub const HOLD_MAX: usize = 1 << 20;
+/// TLS 1.2 handshake bytes kept for an extended master secret (hellos, certificate
+/// chains, key exchanges: a few KiB); a longer handshake is not kept.
+pub const MAX_TRANSCRIPT: usize = 256 * 1024;
 
 /// How a connection ended up; one per connection, counted under `counter()`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -115,6 +122,18 @@ impl Env<'_> {
         }
     }
 
+    fn pre_master(&self, client_random: &[u8; 32]) -> Option<&PreMaster> {
+        self.extra
+            .pre_master_by_random(client_random)
+            .or_else(|| self.keys.pre_master_by_random(client_random))
+    }
+
+    fn pre_master_rsa(&self, encrypted_prefix: &[u8; 8]) -> Option<&PreMaster> {
+        self.extra
+            .pre_master_by_rsa(encrypted_prefix)
+            .or_else(|| self.keys.pre_master_by_rsa(encrypted_prefix))
+    }
+
     fn master_by_session(&self, session_id: &[u8]) -> Option<Secret> {
         if session_id.is_empty() {
             return None;
@@ -151,6 +170,79 @@ struct Tls13Dir {
     /// The current application traffic secret (moved on by KeyUpdate).
     app_secret: Option<Vec<u8>>,
     in_app: bool,
+}
+
+/// The TLS 1.2 handshake messages a pre-master secret needs, in the order both peers
+/// hash them (RFC 7627 4: ClientHello up to and including ClientKeyExchange).
+#[derive(Default)]
+struct Transcript {
+    client_hello: Vec<u8>,
+    /// ServerHello up to and including ServerHelloDone.
+    server: Vec<u8>,
+    /// The client's messages after its hello, up to and including ClientKeyExchange.
+    client: Vec<u8>,
+    server_done: bool,
+    client_done: bool,
+    /// A message went by without its body, or the handshake was too long to keep.
+    lost: bool,
+    /// First 8 bytes of an RSA key exchange's encrypted pre-master secret.
+    rsa_prefix: Option<[u8; 8]>,
+}
+
+impl Transcript {
+    fn len(&self) -> usize {
+        self.client_hello.len() + self.server.len() + self.client.len()
+    }
+
+    fn note(&mut self, d: usize, m: &Message) {
+        if self.lost {
+            return;
+        }
+        let Some(body) = m.body.as_deref() else {
+            let past = if d == 0 {
+                self.client_done
+            } else {
+                self.server_done
+            };
+            self.lost |= !past;
+            return;
+        };
+        let part = match (d, m.kind) {
+            (0, CLIENT_HELLO) => {
+                self.client_hello.clear();
+                &mut self.client_hello
+            }
+            (0, _) if !self.client_done => &mut self.client,
+            (1, _) if !self.server_done => &mut self.server,
+            _ => return,
+        };
+        let len = body.len() as u32;
+        part.push(m.kind);
+        part.extend_from_slice(&len.to_be_bytes()[1..]);
+        part.extend_from_slice(body);
+        match (d, m.kind) {
+            (0, CLIENT_KEY_EXCHANGE) => {
+                self.client_done = true;
+                // RSA: a 2-byte length, then the encrypted pre-master secret.
+                self.rsa_prefix = body.get(2..10).and_then(|p| p.try_into().ok());
+            }
+            (1, SERVER_HELLO_DONE) => self.server_done = true,
+            _ => {}
+        }
+        if self.len() > MAX_TRANSCRIPT {
+            *self = Transcript {
+                lost: true,
+                ..Transcript::default()
+            };
+        }
+    }
+
+    /// The handshake hash of an extended master secret, when every message is here.
+    fn session_hash(&self, hash: cipher::Hash) -> Option<Vec<u8>> {
+        let whole = !self.lost && self.server_done && self.client_done;
+        let parts = [&self.client_hello, &self.server, &self.client];
+        whole.then(|| cipher::digest(hash, &parts))
+    }
 }
 
 #[derive(Default)]
@@ -195,6 +287,8 @@ pub struct Conn {
     keyed: bool,
     /// The TLS 1.2 master secret used (remembered by session id for resumptions).
     pub master: Option<Secret>,
+    /// TLS 1.2 handshake messages, kept until the keys are derived.
+    transcript: Transcript,
     /// The outcome was counted (when decryption failed, before the close).
     pub reported: bool,
     /// Bytes read through so far (counted as `tls_bytes` instead if it is given up).
@@ -219,7 +313,7 @@ pub fn starts_client_hello(data: &[u8]) -> bool {
 
 impl Conn {
     pub fn new(client: Endpoint, server: Endpoint) -> Self {
-        Conn {
+        let mut conn = Conn {
             client,
             server,
             last: (0, 0),
@@ -230,13 +324,27 @@ impl Conn {
             dirs: Default::default(),
             keyed: false,
             master: None,
+            transcript: Transcript::default(),
             reported: false,
             read: 0,
-        }
+        };
+        // Until the ServerHello tells the version, a pre-master secret may need them.
+        conn.keep_transcript(true);
+        conn
     }
 
     pub fn buffered(&self) -> usize {
-        self.dirs[0].buffered() + self.dirs[1].buffered()
+        self.dirs[0].buffered() + self.dirs[1].buffered() + self.transcript.len()
+    }
+
+    /// Keep (or stop keeping) the bodies of every handshake message.
+    fn keep_transcript(&mut self, keep: bool) {
+        for dir in &mut self.dirs {
+            dir.handshake.keep_all = keep;
+        }
+        if !keep {
+            self.transcript = Transcript::default();
+        }
     }
 
     /// A direction had bytes before this chunk (a gap now breaks its record chain).
@@ -256,6 +364,7 @@ impl Conn {
                 ..Dir::default()
             };
         }
+        self.transcript = Transcript::default();
         dropped
     }
 
@@ -424,6 +533,9 @@ impl Conn {
             return Step::Fail(Outcome::BadRecord);
         }
         for m in msgs {
+            if self.dirs[d].handshake.keep_all {
+                self.transcript.note(d, &m);
+            }
             match (d, m.kind, m.body) {
                 (0, CLIENT_HELLO, Some(body)) => match handshake::parse_client_hello(&body) {
                     Some(ch) => self.client_hello = Some(ch),
@@ -450,6 +562,8 @@ impl Conn {
     fn server_hello(&mut self, sh: ServerHello) -> Step {
         let (version, id) = (sh.version, sh.cipher_suite);
         self.server_hello = Some(sh);
+        // Only a TLS 1.2 key exchange may need the handshake messages.
+        self.keep_transcript(version == TLS12);
         if self.client_hello.is_none() {
             return Step::Fail(Outcome::NoHandshake);
         }
@@ -525,18 +639,56 @@ impl Conn {
         let master = env
             .secrets(&ch.random)
             .and_then(|s| s.master)
-            .or_else(|| env.master_by_session(&sh.session_id));
+            .or_else(|| env.master_by_session(&sh.session_id))
+            .or_else(|| self.master_from_pre_master(suite, env));
         let Some(master) = master else {
             return self.missing_secret(env);
         };
         let Some((c, s)) = cipher::keys12(suite, master.as_bytes(), &ch.random, &sh.random) else {
             return Step::Fail(Outcome::NoSecret);
         };
+        self.keep_transcript(false);
         self.dirs[0].pending = Some(c);
         self.dirs[1].pending = Some(s);
         self.master = Some(master);
         self.keyed = true;
         Step::Next
+    }
+
+    /// The master secret of a pre-master secret in the key log (RFC 5246 8.1; RFC 7627 4
+    /// when the extended master secret was negotiated).
+    fn master_from_pre_master(&self, suite: Suite, env: &Env<'_>) -> Option<Secret> {
+        let (ch, sh) = (self.client_hello.as_ref()?, self.server_hello.as_ref()?);
+        let t = &self.transcript;
+        let pms = env.pre_master(&ch.random).or_else(|| {
+            let prefix = t
+                .rsa_prefix
+                .filter(|_| cipher::rsa_key_exchange(suite.id))?;
+            env.pre_master_rsa(&prefix)
+        })?;
+        let mut master = [0u8; 48];
+        if sh.extended_master_secret {
+            let hash = t.session_hash(suite.hash)?;
+            cipher::prf12(
+                suite.hash,
+                pms.as_bytes(),
+                b"extended master secret",
+                &hash,
+                &mut master,
+            )?;
+        } else {
+            let mut seed = [0u8; 64];
+            seed[..32].copy_from_slice(&ch.random);
+            seed[32..].copy_from_slice(&sh.random);
+            cipher::prf12(
+                suite.hash,
+                pms.as_bytes(),
+                b"master secret",
+                &seed,
+                &mut master,
+            )?;
+        }
+        Secret::new(&master)
     }
 
     fn encrypted(
