@@ -188,11 +188,34 @@ impl RecordKey {
         fragment: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), OpenError> {
-        let explicit = if self.tls13 || self.fixed_iv_len == 12 {
+        self.open_at(self.seq, header, fragment, out)?;
+        self.seq = self.seq.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Bytes a record's fragment has besides its plaintext (explicit nonce and tag).
+    pub fn overhead(&self) -> usize {
+        self.explicit_len() + TAG_LEN
+    }
+
+    fn explicit_len(&self) -> usize {
+        if self.tls13 || self.fixed_iv_len == 12 {
             0
         } else {
             8
-        };
+        }
+    }
+
+    /// `open` as record number `seq`, the key's own sequence number left as it is (a
+    /// record after a capture hole is tried at each number the hole may have skipped).
+    pub fn open_at(
+        &self,
+        seq: u64,
+        header: &[u8; 5],
+        fragment: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), OpenError> {
+        let explicit = self.explicit_len();
         if fragment.len() < explicit + TAG_LEN {
             return Err(OpenError::Short);
         }
@@ -203,7 +226,7 @@ impl RecordKey {
             nonce[4..].copy_from_slice(&fragment[..8]);
         } else {
             nonce = self.iv;
-            for (n, s) in nonce[4..].iter_mut().zip(self.seq.to_be_bytes()) {
+            for (n, s) in nonce[4..].iter_mut().zip(seq.to_be_bytes()) {
                 *n ^= s;
             }
         }
@@ -215,7 +238,7 @@ impl RecordKey {
             aad13.copy_from_slice(header);
             &aad13
         } else {
-            aad12[..8].copy_from_slice(&self.seq.to_be_bytes());
+            aad12[..8].copy_from_slice(&seq.to_be_bytes());
             aad12[8..11].copy_from_slice(&header[..3]);
             aad12[11..].copy_from_slice(&(body.len() as u16).to_be_bytes());
             &aad12
@@ -235,7 +258,6 @@ impl RecordKey {
             out.truncate(start);
             return Err(OpenError::Auth);
         }
-        self.seq = self.seq.wrapping_add(1);
         Ok(())
     }
 }

@@ -15,6 +15,13 @@
 //!   (some tools write just those): a record the handshake key cannot open, or that no
 //!   handshake key is known for, is tried once with the application key.
 //!
+//! A hole in a direction's bytes whose size TCP knows (a lost segment) need not end it:
+//! a hole inside one record costs that record (the sequence number moves on by one and
+//! the record's remaining bytes are skipped); a hole across record boundaries is crossed
+//! by finding the first record after it whose header parses and that opens at one of the
+//! sequence numbers the hole can have skipped (`Hunt`; the AEAD tag confirms both the
+//! boundary and the number). The plaintext after a hole goes on marked as after a gap.
+//!
 //! Whatever cannot be decrypted ends the connection's decryption with one `Outcome`;
 //! its remaining bytes are counted (`tls_bytes`), never guessed at. Buffers are bounded:
 //! a partial record (at most one record) and, while waiting for a secret, the held
@@ -46,6 +53,11 @@ pub const HOLD_MAX: usize = 1 << 20;
 /// TLS 1.2 handshake bytes kept for an extended master secret (hellos, certificate
 /// chains, key exchanges: a few KiB); a longer handshake is not kept.
 pub const MAX_TRANSCRIPT: usize = 256 * 1024;
+/// Bytes of AEAD work a search after a hole may spend (a few milliseconds) before the
+/// connection is given up: bytes crafted to look like record headers cost no more.
+const MAX_HUNT_WORK: usize = 8 << 20;
+/// Smallest TLS record: a header, the tag and (TLS 1.3) the inner content type.
+const MIN_RECORD: u64 = 5 + 16 + 1;
 
 /// How a connection ended up; one per connection, counted under `counter()`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -245,6 +257,22 @@ impl Transcript {
     }
 }
 
+/// After a hole across record boundaries: the bytes after it, searched for the first
+/// record that opens.
+struct Hunt {
+    buf: Vec<u8>,
+    /// Offsets before this one were tried.
+    scanned: usize,
+    /// The sequence number the hole began at (records lost are counted from it).
+    from: u64,
+    /// The lowest sequence number the first record after the hole can have, and how
+    /// many records beyond it the hole can have swallowed.
+    seq: u64,
+    more: u64,
+    /// AEAD bytes spent so far.
+    work: usize,
+}
+
 #[derive(Default)]
 struct Dir {
     partial: Vec<u8>, // a record not complete yet (header included)
@@ -256,11 +284,17 @@ struct Dir {
     tls13: Tls13Dir,
     handshake: HandshakeReader,
     seen: bool,
+    /// Bytes still to skip: the rest of a record a hole broke.
+    skip: usize,
+    hunt: Option<Hunt>,
+    /// Plaintext bytes lost in a hole, for the next plaintext (0: not known).
+    gap: Option<u64>,
 }
 
 impl Dir {
     fn buffered(&self) -> usize {
-        self.partial.capacity() + self.held.capacity() + self.handshake.held()
+        let hunt = self.hunt.as_ref().map_or(0, |h| h.buf.capacity());
+        self.partial.capacity() + self.held.capacity() + self.handshake.held() + hunt
     }
 }
 
@@ -269,8 +303,10 @@ impl Dir {
 pub struct Fed {
     /// Bytes read through as records (handshake, decrypted, change cipher spec).
     pub read: u64,
-    /// Bytes given up (after a failure).
+    /// Bytes given up (after a failure, or lost records' remains after a hole).
     pub dropped: u64,
+    /// A hole was crossed: records it cost (the one it broke, those it swallowed).
+    pub resynced: Option<u64>,
 }
 
 pub struct Conn {
@@ -374,15 +410,36 @@ impl Conn {
         self.dirs[d].seen = true;
         if self.outcome.is_some() {
             return Fed {
-                read: 0,
                 dropped: data.len() as u64,
+                ..Fed::default()
             };
+        }
+        let mut data = data;
+        if self.dirs[d].skip > 0 {
+            let n = self.dirs[d].skip.min(data.len());
+            self.dirs[d].skip -= n;
+            data = &data[n..];
+            if data.is_empty() {
+                return Fed {
+                    dropped: n as u64,
+                    ..Fed::default()
+                };
+            }
+            let mut fed = self.feed(d, data, env, out);
+            fed.dropped += n as u64;
+            return fed;
+        }
+        if self.dirs[d].hunt.is_some() {
+            return self.hunt(d, data, env, out);
         }
         if self.dirs[d].waiting.is_some() {
             self.dirs[d].held.extend_from_slice(data);
             if self.dirs[d].held.len() > HOLD_MAX {
                 let dropped = self.fail(Outcome::BufferLimit);
-                return Fed { read: 0, dropped };
+                return Fed {
+                    dropped,
+                    ..Fed::default()
+                };
             }
             return Fed::default();
         }
@@ -403,6 +460,139 @@ impl Conn {
         let held = std::mem::take(&mut self.dirs[d].held);
         self.dirs[d].waiting = None;
         self.feed_records(d, &held, env, out)
+    }
+
+    /// `lost` bytes of direction `d` are missing before its next bytes (a capture hole
+    /// of known size). Some when decryption can go on after it (the direction reads
+    /// application records with a known key): the records known lost now (a hole inside
+    /// one record: 1; across records: counted when the search ends, `Fed::resynced`).
+    /// None ends the connection (the caller counts it as `CaptureGap`).
+    pub fn gap(&mut self, d: usize, lost: u64) -> Option<u64> {
+        let tls13 = self.server_hello.as_ref().map(|s| s.version) == Some(TLS13);
+        let dir = &mut self.dirs[d];
+        let ready = dir.waiting.is_none()
+            && dir.hunt.is_none()
+            && (!tls13 || dir.tls13.in_app)
+            && self.outcome.is_none();
+        let key = dir.key.as_ref().filter(|_| ready)?;
+        let mut lost = lost;
+        let from = key.seq;
+        let mut seq = key.seq;
+        if dir.skip > 0 {
+            // Already skipping a broken record: the hole starts inside it.
+            if (dir.skip as u64) > lost {
+                dir.skip -= lost as usize;
+                return Some(0);
+            }
+            lost -= dir.skip as u64;
+            dir.skip = 0;
+        } else if dir.partial.len() >= 5 {
+            let len = header_ok(&dir.partial)?;
+            let need = (5 + len - dir.partial.len()) as u64;
+            // The record the hole began in is lost, whatever the hole's length.
+            seq += 1;
+            if lost < need {
+                dir.skip = (need - lost) as usize;
+                let plain = !tls13 && dir.partial[0] == APPLICATION_DATA;
+                dir.gap = Some(if plain {
+                    (len - key.overhead()) as u64
+                } else {
+                    0
+                });
+                dir.partial.clear();
+                if let Some(k) = dir.key.as_mut() {
+                    k.seq = seq;
+                }
+                return Some(1);
+            }
+            lost -= need;
+        }
+        dir.partial.clear();
+        // The hole holds whole records and the start of the one it ends in: at most one
+        // per smallest record, none if it ends on a record boundary.
+        dir.hunt = Some(Hunt {
+            buf: Vec::new(),
+            scanned: 0,
+            from,
+            seq,
+            more: lost / MIN_RECORD + 1,
+            work: 0,
+        });
+        dir.gap = Some(0);
+        Some(0)
+    }
+
+    /// The plaintext bytes lost in a hole before the plaintext just produced, once.
+    pub fn take_gap(&mut self, d: usize) -> Option<u64> {
+        self.dirs[d].gap.take()
+    }
+
+    /// Bytes after a hole across record boundaries: the first record there that opens
+    /// at one of the sequence numbers the hole can have skipped ends the search.
+    fn hunt(&mut self, d: usize, data: &[u8], env: &Env<'_>, out: &mut Vec<u8>) -> Fed {
+        let tls13 = self.server_hello.as_ref().map(|s| s.version) == Some(TLS13);
+        let dir = &mut self.dirs[d];
+        let (Some(mut h), Some(key)) = (dir.hunt.take(), dir.key.as_mut()) else {
+            return Fed::default();
+        };
+        h.buf.extend_from_slice(data);
+        let mut scratch = Vec::new();
+        // The first record boundary after the hole is within one record of its end.
+        let last_start = 5 + MAX_RECORD_12;
+        let mut p = h.scanned;
+        while p <= last_start && p + 5 <= h.buf.len() {
+            let kind = h.buf[p];
+            let kind_ok = if tls13 {
+                kind == APPLICATION_DATA
+            } else {
+                matches!(kind, ALERT | HANDSHAKE | APPLICATION_DATA)
+            };
+            let len = header_ok(&h.buf[p..]).filter(|_| kind_ok);
+            let Some(len) = len else {
+                p += 1;
+                continue;
+            };
+            if h.buf.len() < p + 5 + len {
+                break; // the whole record first
+            }
+            let header: [u8; 5] = h.buf[p..p + 5].try_into().unwrap_or_default();
+            let fragment = &h.buf[p + 5..p + 5 + len];
+            let mut found = None;
+            for s in h.seq..=h.seq.saturating_add(h.more) {
+                if h.work > MAX_HUNT_WORK {
+                    break;
+                }
+                h.work += len;
+                scratch.clear();
+                if key.open_at(s, &header, fragment, &mut scratch).is_ok() {
+                    found = Some(s);
+                    break;
+                }
+            }
+            if h.work > MAX_HUNT_WORK {
+                p = last_start + 1;
+                break;
+            }
+            if let Some(s) = found {
+                key.seq = s;
+                let rest = h.buf.split_off(p);
+                let mut fed = self.feed_records(d, &rest, env, out);
+                fed.dropped += p as u64;
+                fed.resynced = Some(s - h.from);
+                return fed;
+            }
+            p += 1;
+        }
+        if p > last_start {
+            let held = h.buf.len() as u64;
+            return Fed {
+                dropped: held + self.fail(Outcome::CaptureGap),
+                ..Fed::default()
+            };
+        }
+        h.scanned = p;
+        self.dirs[d].hunt = Some(h);
+        Fed::default()
     }
 
     pub fn holding(&self) -> bool {
