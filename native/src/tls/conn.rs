@@ -394,7 +394,8 @@ impl Conn {
         }
         let mut dropped = 0;
         for dir in &mut self.dirs {
-            dropped += (dir.partial.len() + dir.held.len()) as u64;
+            let hunted = dir.hunt.as_ref().map_or(0, |h| h.buf.len());
+            dropped += (dir.partial.len() + dir.held.len() + hunted) as u64;
             *dir = Dir {
                 seen: dir.seen,
                 ..Dir::default()
@@ -464,10 +465,11 @@ impl Conn {
 
     /// `lost` bytes of direction `d` are missing before its next bytes (a capture hole
     /// of known size). Some when decryption can go on after it (the direction reads
-    /// application records with a known key): the records known lost now (a hole inside
-    /// one record: 1; across records: counted when the search ends, `Fed::resynced`).
+    /// application records with a known key): the bytes of the broken record given up,
+    /// and the records known lost now (a hole inside one record: 1; across records:
+    /// counted when the search ends, `Fed::resynced`).
     /// None ends the connection (the caller counts it as `CaptureGap`).
-    pub fn gap(&mut self, d: usize, lost: u64) -> Option<u64> {
+    pub fn gap(&mut self, d: usize, lost: u64) -> Option<Fed> {
         let tls13 = self.server_hello.as_ref().map(|s| s.version) == Some(TLS13);
         let dir = &mut self.dirs[d];
         let ready = dir.waiting.is_none()
@@ -478,11 +480,12 @@ impl Conn {
         let mut lost = lost;
         let from = key.seq;
         let mut seq = key.seq;
+        let dropped = dir.partial.len() as u64;
         if dir.skip > 0 {
             // Already skipping a broken record: the hole starts inside it.
             if (dir.skip as u64) > lost {
                 dir.skip -= lost as usize;
-                return Some(0);
+                return Some(Fed::default());
             }
             lost -= dir.skip as u64;
             dir.skip = 0;
@@ -503,7 +506,11 @@ impl Conn {
                 if let Some(k) = dir.key.as_mut() {
                     k.seq = seq;
                 }
-                return Some(1);
+                return Some(Fed {
+                    dropped,
+                    resynced: Some(1),
+                    ..Fed::default()
+                });
             }
             lost -= need;
         }
@@ -519,7 +526,10 @@ impl Conn {
             work: 0,
         });
         dir.gap = Some(0);
-        Some(0)
+        Some(Fed {
+            dropped,
+            ..Fed::default()
+        })
     }
 
     /// The plaintext bytes lost in a hole before the plaintext just produced, once.
@@ -1015,7 +1025,10 @@ impl Conn {
         if let Some(o) = self.outcome {
             return (o, 0);
         }
-        let o = if self.holding() && self.server_hello.is_some() {
+        let o = if self.dirs.iter().any(|d| d.hunt.is_some()) {
+            // It ended before a record after the hole opened.
+            Outcome::CaptureGap
+        } else if self.holding() && self.server_hello.is_some() {
             Outcome::NoSecret
         } else if !self.keyed {
             // The hellos, or the first encrypted record, never came.

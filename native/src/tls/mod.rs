@@ -181,9 +181,9 @@ impl TlsStage {
         } else {
             None
         };
-        if let Some(records) = crossed {
+        if let Some(fed) = crossed {
             counters.inc("tls_gaps");
-            count_resync(counters, Some(records).filter(|n| *n > 0));
+            count(counters, fed);
         }
         if (ch.resync || ch.lost > 0) && conn.seen(d) && crossed.is_none() {
             // A hole of unknown size, or one decryption cannot cross (no application
