@@ -11,6 +11,8 @@ __all__ = [
     "Analyzer",
     "CaptureError",
     "CaptureFacts",
+    "Exchange",
+    "Frame",
     "InterfaceFacts",
     "KeyLog",
     "KnownTopics",
@@ -31,27 +33,6 @@ _ColumnBuffer = tuple[Any, ...]
 """One column as the core hands it over: a tag ("i64", "f64", "dict", "list", ...) then
 its buffers; ``dissector.wire.core._arrow_column`` reads them."""
 
-_FrameTuple = tuple[str, int, str, int, bytes, int, int, int, int, bool]
-"""src ip, src port, dst ip, dst port, payload, first/last ts (ns), first/last frame,
-after_gap."""
-
-_ExchangeTuple = tuple[
-    str,  # capture
-    int,  # stream
-    str,  # client ip
-    int,  # client port
-    str,  # broker ip
-    int,  # broker port
-    str,  # kind (dissector.stages.ExchangeKind)
-    _FrameTuple | None,  # request
-    _FrameTuple | None,  # response
-    int | None,  # api_key
-    int | None,  # api_version
-    int | None,  # correlation_id
-    str | None,  # client_id
-    str | None,  # note
-]
-
 _Fallback = Callable[[int, int, bytes | None, bytes | None, str], tuple[Any, ...]]
 """(api_key, api_version, request, response, capture) -> the summary columns of a pair
 the native interpreter deferred."""
@@ -59,6 +40,68 @@ the native interpreter deferred."""
 _TablesFallback = Callable[[int, int, bytes | None, bytes | None, KnownTopics], Any]
 """(api_key, api_version, request, response, topic names learnt) -> the
 ``protocol.tables.PairFacts`` of a pair the native reading of the tables left to Python."""
+
+@final
+class Frame:
+    """One Kafka message as found in a TCP direction (``dissector.stages.Frame``)."""
+
+    @property
+    def stream(self) -> int: ...
+    @property
+    def src(self) -> tuple[str, int]: ...
+    @property
+    def dst(self) -> tuple[str, int]: ...
+    @property
+    def payload(self) -> bytes: ...
+    @property
+    def first_ts_ns(self) -> int: ...
+    @property
+    def last_ts_ns(self) -> int: ...
+    @property
+    def first_frame(self) -> int: ...
+    @property
+    def last_frame(self) -> int: ...
+    @property
+    def after_gap(self) -> bool: ...
+    @property
+    def tls(self) -> bool: ...
+    @property
+    def missing(self) -> int: ...
+    @property
+    def snapped(self) -> bool: ...
+    @property
+    def end_lost(self) -> bool: ...
+
+@final
+class Exchange:
+    """One exchange of a capture (``dissector.stages.Exchange``), with its capture."""
+
+    @property
+    def capture(self) -> str: ...
+    @property
+    def stream(self) -> int: ...
+    @property
+    def client(self) -> tuple[str, int]: ...
+    @property
+    def broker(self) -> tuple[str, int]: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def request(self) -> Frame | None: ...
+    @property
+    def response(self) -> Frame | None: ...
+    @property
+    def api_key(self) -> int | None: ...
+    @property
+    def api_version(self) -> int | None: ...
+    @property
+    def correlation_id(self) -> int | None: ...
+    @property
+    def client_id(self) -> str | None: ...
+    @property
+    def note(self) -> str | None: ...
+    @property
+    def gap(self) -> bool: ...
 
 @final
 class KnownTopics:
@@ -127,7 +170,7 @@ class Analyzer:
     def run(self, max_rows: int) -> bool: ...
     def take_columns(self) -> dict[str, _ColumnBuffer]: ...
     def take_tables(self) -> dict[str, Any]: ...
-    def take_exchanges(self) -> list[_ExchangeTuple]: ...
+    def take_exchanges(self) -> list[Exchange]: ...
     def counters(self) -> dict[str, int]: ...
     def tls_streams(self) -> list[tuple[str, int]]: ...
     def tls_connections(self) -> list[TlsConnections]: ...

@@ -28,8 +28,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from dissector._core import Analyzer, KeyLog, LiveRun, Model
+    from dissector._core import Exchange as CoreExchange
+    from dissector._core import Frame as CoreFrame
     from dissector.options import Options
-    from dissector.stages import Exchange
+    from dissector.stages import Exchange, Frame
     from dissector.tls import KeyLogs
     from dissector.wire.tables import TableCollector
 
@@ -352,7 +354,7 @@ class Batch:
     observer, and how far into the capture it has read."""
 
     columns: dict[str, Any]
-    exchanges: list[Any]
+    exchanges: list[CoreExchange]
     bytes_read: int
     tables: dict[str, Any]
     """The analytics tables' buffers (``Analyzer.take_tables``; empty unless asked)."""
@@ -595,16 +597,6 @@ def _category(column: pa.ChunkedArray) -> pd.Categorical:
 # ---------------------------------------------------------------- exchanges
 
 
-def _frame(stream: int, t: tuple[Any, ...]) -> Any:
-    from dissector.stages import Frame
-
-    src_ip, src_port, dst_ip, dst_port, payload, first_ts, last_ts, first_no, last_no, gap = t
-    return Frame(
-        stream, (src_ip, src_port), (dst_ip, dst_port), payload,
-        first_ts, last_ts, first_no, last_no, gap,
-    )  # fmt: skip
-
-
 def iter_exchanges(
     paths: Iterable[AnySource],
     options: Options,
@@ -625,28 +617,51 @@ def iter_exchanges(
         for path in sources:
             open_capture(analyzer, path)
             for b in _batches(analyzer, batch):
-                for t in b.exchanges:
-                    yield t[0], _exchange(t)
+                for x in b.exchanges:
+                    yield x.capture, exchange_record(x)
     finally:
         _merge_counters(counters, analyzer)
 
 
-def _exchange(t: tuple[Any, ...]) -> Exchange:
+def exchange_record(x: CoreExchange) -> Exchange:
+    """The stage record of an exchange the core handed over, read field by field."""
     from dissector.stages import Exchange
 
-    (_, stream, cip, cport, bip, bport, kind, req, resp, key, ver, corr, cid, note) = t
     return Exchange(
-        stream=stream,
-        client=(cip, cport),
-        broker=(bip, bport),
-        kind=kind,
-        request=_frame(stream, req) if req is not None else None,
-        response=_frame(stream, resp) if resp is not None else None,
-        api_key=key,
-        api_version=ver,
-        correlation_id=corr,
-        client_id=cid,
-        note=note,
+        stream=x.stream,
+        client=x.client,
+        broker=x.broker,
+        kind=x.kind,
+        request=_frame_record(x.request),
+        response=_frame_record(x.response),
+        api_key=x.api_key,
+        api_version=x.api_version,
+        correlation_id=x.correlation_id,
+        client_id=x.client_id,
+        note=x.note,
+        gap=x.gap,
+    )
+
+
+def _frame_record(f: CoreFrame | None) -> Frame | None:
+    from dissector.stages import Frame
+
+    if f is None:
+        return None
+    return Frame(
+        stream=f.stream,
+        src=f.src,
+        dst=f.dst,
+        payload=f.payload,
+        first_ts_ns=f.first_ts_ns,
+        last_ts_ns=f.last_ts_ns,
+        first_frame=f.first_frame,
+        last_frame=f.last_frame,
+        after_gap=f.after_gap,
+        missing=f.missing,
+        snapped=f.snapped,
+        end_lost=f.end_lost,
+        tls=f.tls,
     )
 
 

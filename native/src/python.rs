@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::capture::{open_path, scan_path, FileFacts, LinkDecoder, PacketReader};
 use crate::model::Model as SpecModel;
@@ -35,6 +35,7 @@ use crate::tables::{
 use crate::tls::{KeySource, Summary as TlsSummary};
 use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame, Ts};
 
+mod exchange;
 mod live;
 
 #[pyclass(frozen, module = "dissector._core")]
@@ -411,14 +412,13 @@ impl Analyzer {
         Ok(out)
     }
 
-    /// Exchanges kept so far (exchanges mode), then forgotten: tuples, see
-    /// `dissector/wire/core.py`.
-    fn take_exchanges<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let out = PyList::empty(py);
-        for (capture, ex) in self.sink.exchanges.drain(..) {
-            out.append(exchange_tuple(py, &capture, &ex)?)?;
-        }
-        Ok(out)
+    /// Exchanges kept so far (exchanges mode), then forgotten (`exchange::Exchange`).
+    fn take_exchanges(&mut self, py: Python<'_>) -> PyResult<Vec<Py<exchange::Exchange>>> {
+        self.sink
+            .exchanges
+            .drain(..)
+            .map(|(capture, ex)| exchange::exchange(py, &capture, &ex))
+            .collect()
     }
 
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -1267,73 +1267,6 @@ fn put_list(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &DictList)
     out.set_item(name, t)
 }
 
-fn kind_name(kind: ExchangeKind) -> &'static str {
-    match kind {
-        ExchangeKind::Pair => "pair",
-        ExchangeKind::NoResponse => "no_response",
-        ExchangeKind::Unanswered => "unanswered",
-        ExchangeKind::OrphanResponse => "orphan_response",
-        ExchangeKind::SaslToken => "sasl_token",
-        ExchangeKind::Malformed => "malformed",
-    }
-}
-
-fn frame_tuple<'py>(py: Python<'py>, f: &KafkaFrame) -> PyResult<Bound<'py, PyTuple>> {
-    PyTuple::new(
-        py,
-        [
-            f.src.0.to_string().into_pyobject(py)?.into_any(),
-            f.src.1.into_pyobject(py)?.into_any(),
-            f.dst.0.to_string().into_pyobject(py)?.into_any(),
-            f.dst.1.into_pyobject(py)?.into_any(),
-            PyBytes::new(py, &f.payload).into_any(),
-            f.first_ts_ns.into_pyobject(py)?.into_any(),
-            f.last_ts_ns.into_pyobject(py)?.into_any(),
-            f.first_frame.into_pyobject(py)?.into_any(),
-            f.last_frame.into_pyobject(py)?.into_any(),
-            pyo3::types::PyBool::new(py, f.after_gap)
-                .to_owned()
-                .into_any(),
-        ],
-    )
-}
-
-fn exchange_tuple<'py>(
-    py: Python<'py>,
-    capture: &str,
-    ex: &Exchange,
-) -> PyResult<Bound<'py, PyTuple>> {
-    let request = ex
-        .request
-        .as_ref()
-        .map(|f| frame_tuple(py, f))
-        .transpose()?;
-    let response = ex
-        .response
-        .as_ref()
-        .map(|f| frame_tuple(py, f))
-        .transpose()?;
-    PyTuple::new(
-        py,
-        [
-            capture.into_pyobject(py)?.into_any(),
-            ex.stream.into_pyobject(py)?.into_any(),
-            ex.client.0.to_string().into_pyobject(py)?.into_any(),
-            ex.client.1.into_pyobject(py)?.into_any(),
-            ex.broker.0.to_string().into_pyobject(py)?.into_any(),
-            ex.broker.1.into_pyobject(py)?.into_any(),
-            kind_name(ex.kind).into_pyobject(py)?.into_any(),
-            request.into_pyobject(py)?.into_any(),
-            response.into_pyobject(py)?.into_any(),
-            ex.api_key.into_pyobject(py)?.into_any(),
-            ex.api_version.into_pyobject(py)?.into_any(),
-            ex.correlation_id.into_pyobject(py)?.into_any(),
-            ex.client_id.as_deref().into_pyobject(py)?.into_any(),
-            ex.note.as_deref().into_pyobject(py)?.into_any(),
-        ],
-    )
-}
-
 /// One capture interface of `CaptureFacts` (`capture::InterfaceFacts`).
 #[pyclass(frozen, get_all, module = "dissector._core")]
 pub struct InterfaceFacts {
@@ -1414,6 +1347,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<InterfaceFacts>()?;
     m.add_function(wrap_pyfunction!(scan_facts, m)?)?;
     m.add_function(wrap_pyfunction!(scan_facts_bytes, m)?)?;
+    exchange::register(m)?;
     live::register(m)?;
     Ok(())
 }
