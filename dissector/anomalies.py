@@ -175,6 +175,8 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
     ("tls_unsupported_suite", _C, _TLS, _W, "TLS connections of a cipher suite not decrypted"),
     ("tls_decrypt_failed", _C, _TLS, _E, "TLS connections a record of failed to decrypt"),
     ("tls_capture_gap", _C, _TLS, _W, "TLS connections that lost bytes; decryption stopped"),
+    ("tls_gaps", _C, _TLS, _W, "holes of known size in TLS streams being decrypted"),
+    ("tls_records_lost", _C, _TLS, _W, "TLS records lost in holes decryption went on after"),
     ("tls_bad_record", _C, _TLS, _E, "TLS connections with an impossible record or hello"),
     ("tls_buffer_limit", _C, _TLS, _W, "TLS connections that held too much; given up"),
     ("tls_record_bytes", _C, _TLS, _I, "TLS record bytes read (hellos, decrypted records)"),

@@ -55,6 +55,15 @@ CASES = [
         "TLS 1.2",
         "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
     ),
+    # RSA key exchange, with and without the extended master secret: the pre-master forms
+    # (PMS_CLIENT_RANDOM; RSA <encrypted pre-master> <pre-master>), made from the capture
+    # with the broker's key by scripts/testbed/pms_keylog.py, and the broker's master
+    # secrets by session id.
+    *(
+        (name, suffix, "TLS 1.2", "TLS_RSA_WITH_AES_128_GCM_SHA256")
+        for name in ("tls12-rsa-kafka-python", "tls12-rsa-noems-kafka-python")
+        for suffix in ("pms.keys", "rsa.keys", "broker.keys")
+    ),
 ]
 
 
@@ -431,3 +440,31 @@ def test_pairs_equal_the_brokers_request_log(name: str) -> None:
     # it is authenticated itself, outside the request channel the logger sees.
     sasl = {e["listener"] for e in logged} == {"SASL_SSL"}
     assert extra <= ({"ApiVersions", "SaslHandshake", "SaslAuthenticate"} if sasl else set())
+
+
+@pytest.mark.parametrize("name", ["tls12-rsa-kafka-python", "tls12-rsa-noems-kafka-python"])
+def test_every_key_log_form_of_a_connection_decodes_the_same(name: str, tmp_path: Path) -> None:
+    """One capture, its secrets in each line form Wireshark reads for TLS 1.2: the
+    client's master secrets (CLIENT_RANDOM alone), the broker's (RSA Session-ID), the
+    pre-master secrets by client random and by encrypted pre-master: the same rows."""
+    lines = (TLS / f"{name}.keys").read_text().splitlines()
+    master_only = tmp_path / "client-random.keys"
+    master_only.write_text("".join(f"{ln}\n" for ln in lines if ln.startswith("CLIENT_RANDOM ")))
+    assert master_only.read_text().count("\n") == 7
+    # OpenSSL writes the RSA form too for an RSA key exchange: the same lines as the
+    # ones opened with the broker's key (an independent derivation of the pre-master).
+    assert {ln for ln in lines if ln.startswith("RSA ")} == set(
+        (TLS / f"{name}.rsa.keys").read_text().splitlines()
+    )
+
+    def rows(keys: Path) -> list[tuple[object, ...]]:
+        df = dissector.analyze(TLS / f"{name}.pcapng", tls_keylog=keys)
+        c = df.attrs["counters"]
+        assert c["tls_decrypted_connections"] == c["tls_connections"] == 7, keys.name
+        cols = ["stream", "api_key", "api_version", "correlation_id", "status", "records"]
+        return sorted(df[cols].astype(str).itertuples(index=False, name=None))
+
+    original = rows(master_only)
+    assert len(original) > 20
+    for suffix in ("pms.keys", "rsa.keys", "broker.keys"):
+        assert rows(TLS / f"{name}.{suffix}") == original, suffix

@@ -238,3 +238,121 @@ fn a_million_client_hellos_in_linear_time() {
     accounted(&counters, fed);
     assert!(plain.is_empty());
 }
+
+/// A TLS 1.3 application record of `secrets_line`'s traffic secret, sealed by another
+/// AEAD implementation (RustCrypto's) at record number `seq`.
+fn sealed(seq: u64, plaintext: &[u8]) -> Vec<u8> {
+    use _core::tls::cipher::{expand_label, Hash};
+    use aes_gcm::aead::{AeadInPlace, KeyInit};
+    let secret = [0x11u8; 32];
+    let mut key = [0u8; 16];
+    let mut iv = [0u8; 12];
+    expand_label(Hash::Sha256, &secret, b"key", &mut key).unwrap();
+    expand_label(Hash::Sha256, &secret, b"iv", &mut iv).unwrap();
+    for (n, s) in iv[4..].iter_mut().zip(seq.to_be_bytes()) {
+        *n ^= s;
+    }
+    let mut body = plaintext.to_vec();
+    body.push(23); // inner content type: application data
+    let header = [23, 3, 3, 0, 0];
+    let mut header = header;
+    header[3..].copy_from_slice(&((body.len() + 16) as u16).to_be_bytes());
+    let c = aes_gcm::Aes128Gcm::new_from_slice(&key).unwrap();
+    let tag = c
+        .encrypt_in_place_detached((&iv).into(), &header, &mut body)
+        .unwrap();
+    let mut rec = header.to_vec();
+    rec.extend_from_slice(&body);
+    rec.extend_from_slice(&tag);
+    rec
+}
+
+/// Only the application secrets of `secrets_line` (the first record of each direction
+/// then opens with the application key: the direction reads application records).
+fn app_secrets_line(random: [u8; 32]) -> String {
+    let cr: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let s = "11".repeat(32);
+    format!("CLIENT_TRAFFIC_SECRET_0 {cr} {s}\nSERVER_TRAFFIC_SECRET_0 {cr} {s}\n")
+}
+
+fn after_hole(lost: u64, data: Vec<u8>) -> Chunk {
+    let mut ch = chunk(1, false, data);
+    ch.resync = true;
+    ch.lost = lost;
+    ch
+}
+
+#[test]
+fn a_hole_across_records_is_crossed_at_the_record_that_opens() {
+    let random = [6; 32];
+    let mut stage = stage_with(&app_secrets_line(random));
+    // Record 0 opens with the application key; records 1-3 go into a 300-byte hole with
+    // the head of record 4, whose tail comes first after it; record 5 opens at number 5.
+    let rec4 = sealed(4, &[0x44; 50]);
+    let mut after = rec4[20..].to_vec();
+    after.extend_from_slice(&sealed(5, &[0x55; 30]));
+    after.extend_from_slice(&sealed(6, &[0x66; 30]));
+    let (c, plain, fed) = run(
+        &mut stage,
+        vec![
+            chunk(1, true, client_hello(random)),
+            chunk(1, false, server_hello()),
+            chunk(1, false, sealed(0, &[0x10; 40])),
+            after_hole(300, after),
+        ],
+    );
+    assert_eq!(c.get("tls_gaps"), 1);
+    assert_eq!(c.get("tls_records_lost"), 5 - 1, "{c:?}");
+    assert_eq!(c.get("tls_decrypted_connections"), 1, "{c:?}");
+    assert_eq!(plain, 40 + 30 + 30);
+    accounted(&c, fed);
+}
+
+#[test]
+fn a_hole_inside_a_record_costs_that_record() {
+    let random = [7; 32];
+    let mut stage = stage_with(&app_secrets_line(random));
+    let rec1 = sealed(1, &[0x11; 100]);
+    let (c, plain, fed) = run(
+        &mut stage,
+        vec![
+            chunk(1, true, client_hello(random)),
+            chunk(1, false, server_hello()),
+            chunk(1, false, sealed(0, &[0x10; 40])),
+            chunk(1, false, rec1[..30].to_vec()),
+            after_hole(20, [&rec1[50..], &sealed(2, &[0x22; 10])[..]].concat()),
+        ],
+    );
+    assert_eq!(c.get("tls_gaps"), 1);
+    assert_eq!(c.get("tls_records_lost"), 1);
+    assert_eq!(c.get("tls_decrypted_connections"), 1, "{c:?}");
+    assert_eq!(plain, 40 + 10);
+    // the 20 bytes of the hole were never fed; the rest of the broken record is given up
+    accounted(&c, fed);
+}
+
+#[test]
+fn look_alike_headers_after_a_hole_end_the_search_in_bounded_work() {
+    let random = [8; 32];
+    let mut stage = stage_with(&app_secrets_line(random));
+    // 64 KiB of fake application record headers with garbage bodies: none opens.
+    let mut fake = Vec::new();
+    while fake.len() < 64 * 1024 {
+        fake.extend_from_slice(&record(23, &[0x5a; 64]));
+    }
+    let started = std::time::Instant::now();
+    let (c, plain, fed) = run(
+        &mut stage,
+        vec![
+            chunk(1, true, client_hello(random)),
+            chunk(1, false, server_hello()),
+            chunk(1, false, sealed(0, &[0x10; 40])),
+            after_hole(1 << 20, fake),
+        ],
+    );
+    assert_eq!(c.get("tls_gaps"), 1);
+    assert_eq!(c.get("tls_capture_gap"), 1, "{c:?}");
+    assert_eq!(plain, 40);
+    assert!(started.elapsed().as_secs() < 5);
+    accounted(&c, fed);
+}

@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# Records the TLS captures of captures/tls/ (see captures/README.md): three broker runs
-# (default suites, AES-128-GCM only, ChaCha20-Poly1305 only), each with the broker-side
-# key log of the extract-tls-secrets javaagent, and the clients' own key logs.
+# Records the TLS captures of captures/tls/ (see captures/README.md): four broker runs
+# (default suites, AES-128-GCM only, ChaCha20-Poly1305 only, RSA key exchange only), each
+# with the broker-side key log of the extract-tls-secrets javaagent, and the clients' own
+# key logs; for the RSA key exchange also the pre-master key logs (scripts/testbed/pms_keylog.py).
 #
-#   scripts/testbed/record_tls.sh [OUT_DIR]      # default captures/tls
+#   scripts/testbed/record_tls.sh [OUT_DIR] [SET]   # default captures/tls, all; SET: all or rsa
 #
 # Uses the test bed broker on its own ports and state dir so that it does not collide
 # with a broker on the default ones; every key here is throw-away.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${1:-captures/tls}"
+SET="${2:-all}"
 mkdir -p "$OUT"
 WORK="$(mktemp -d)"
 trap 'scripts/kafka-broker stop >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
 export KAFKA_BROKER_DIR="$WORK/broker" KAFKA_PLAINTEXT_PORT=29092 KAFKA_CONTROLLER_PORT=29093 \
-    KAFKA_SASL_PORT=39092 KAFKA_SSL_PORT=9095 KAFKA_SASL_SSL_PORT=9096 KAFKA_REQUEST_LOG=1
+    KAFKA_SASL_PORT=39092 KAFKA_SSL_PORT="${KAFKA_SSL_PORT:-9095}" \
+    KAFKA_SASL_SSL_PORT="${KAFKA_SASL_SSL_PORT:-9096}" KAFKA_REQUEST_LOG=1
 BROKER_KEYS="$WORK/broker-keys.log"
 export KAFKA_TLS_KEYLOG="$BROKER_KEYS"
 
@@ -40,6 +43,23 @@ run_broker() {
     KAFKA_SSL_CIPHER_SUITES="${1:-}" scripts/kafka-broker start
 }
 
+record_rsa() {
+    run_broker "TLS_RSA_WITH_AES_128_GCM_SHA256,TLS_AES_128_GCM_SHA256"
+    local name
+    for name in tls12-rsa-kafka-python tls12-rsa-noems-kafka-python; do
+        local extra=()
+        [[ "$name" == *noems* ]] && extra=(--no-ems)
+        record "$name" --tls 1.2 --ciphers AES128-GCM-SHA256 "${extra[@]}"
+        python -m scripts.testbed.pms_keylog "$OUT/$name.pcapng" "$KAFKA_BROKER_DIR/tls/broker.key" \
+            --rsa "$OUT/$name.rsa.keys" --pms "$OUT/$name.pms.keys"
+    done
+}
+
+if [[ "$SET" == rsa ]]; then
+    record_rsa
+    exit 0
+fi
+
 run_broker ""
 record tls13-kafka-python
 record tls12-kafka-python --tls 1.2
@@ -55,3 +75,5 @@ record tls13-aes128-aiokafka --client aiokafka
 run_broker "TLS_CHACHA20_POLY1305_SHA256,TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"
 record tls13-chacha-kafka-python
 record tls12-chacha-kafka-python --tls 1.2 --ciphers ECDHE+CHACHA20
+
+record_rsa

@@ -27,15 +27,21 @@ from scripts.testbed.capture import Capture
 from scripts.testbed.ledger import ExpectedError, Ledger, Operation, Timed
 
 RECORDS = 10
+# OpenSSL's SSL_OP_NO_EXTENDED_MASTER_SECRET (3.0+; Python names no constant for it).
+OP_NO_EXTENDED_MASTER_SECRET = 0x1
 
 
-def tls_context(cafile: str, keylog: Path, version: str, ciphers: str) -> ssl.SSLContext:
+def tls_context(
+    cafile: str, keylog: Path, version: str, ciphers: str, ems: bool = True
+) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=cafile)
     ctx.check_hostname = False  # the test CA signs for localhost / 127.0.0.1 only
     ctx.keylog_filename = str(keylog)
     if version == "1.2":
         ctx.maximum_version = ssl.TLSVersion.TLSv1_2
         ctx.set_ciphers(ciphers)
+        if not ems:
+            ctx.options |= OP_NO_EXTENDED_MASTER_SECRET
     return ctx
 
 
@@ -344,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=RECORDS, help="records (kafka-python)")
     parser.add_argument("--record-size", type=int, default=0, help="pad records to this many bytes")
     parser.add_argument("--codec", default="gzip", help="kafka-python's producer compression")
+    parser.add_argument(
+        "--no-ems", action="store_true", help="TLS 1.2 without the extended master secret"
+    )
     args = parser.parse_args(argv)
     env = broker_env()
     if args.port is None:
@@ -359,7 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     keylog = out / f"{args.name}.keys"
     keylog.unlink(missing_ok=True)
-    ctx = None if args.plaintext else tls_context(cafile, keylog, args.tls, args.ciphers)
+    ctx = (
+        None
+        if args.plaintext
+        else tls_context(cafile, keylog, args.tls, args.ciphers, ems=not args.no_ems)
+    )
     work = Workload(args, ctx)
     own_admin = args.client in ("confluent-kafka", "java") and not args.plaintext
     if own_admin:

@@ -4,13 +4,23 @@
 //! connection); the ServerHello fixes version and cipher suite. From then on:
 //!
 //! - TLS 1.2: each direction's ChangeCipherSpec switches it to its record key (derived
-//!   from the master secret of the key log, found by client random or session id);
-//!   records are opened with that direction's sequence number.
+//!   from the master secret of the key log, found by client random or session id, or
+//!   derived from a pre-master secret found by client random or, for an RSA key
+//!   exchange, by its encrypted form; the extended master secret hashes the handshake
+//!   messages, kept until then in a `Transcript`); records are opened with that
+//!   direction's sequence number.
 //! - TLS 1.3: every record after the ServerHello is encrypted: first with the handshake
 //!   traffic key, then, after that direction's Finished, with the application traffic
 //!   key (moved on by each KeyUpdate). A key log may hold only the application secrets
 //!   (some tools write just those): a record the handshake key cannot open, or that no
 //!   handshake key is known for, is tried once with the application key.
+//!
+//! A hole in a direction's bytes whose size TCP knows (a lost segment) need not end it:
+//! a hole inside one record costs that record (the sequence number moves on by one and
+//! the record's remaining bytes are skipped); a hole across record boundaries is crossed
+//! by finding the first record after it whose header parses and that opens at one of the
+//! sequence numbers the hole can have skipped (`Hunt`; the AEAD tag confirms both the
+//! boundary and the number). The plaintext after a hole goes on marked as after a gap.
 //!
 //! Whatever cannot be decrypted ends the connection's decryption with one `Outcome`;
 //! its remaining bytes are counted (`tls_bytes`), never guessed at. Buffers are bounded:
@@ -21,9 +31,10 @@ use crate::types::Endpoint;
 
 use super::cipher::{self, RecordKey, Suite, TLS12, TLS13};
 use super::handshake::{
-    self, HandshakeReader, Message, ServerHello, CLIENT_HELLO, FINISHED, KEY_UPDATE, SERVER_HELLO,
+    self, HandshakeReader, Message, ServerHello, CLIENT_HELLO, CLIENT_KEY_EXCHANGE, FINISHED,
+    KEY_UPDATE, SERVER_HELLO, SERVER_HELLO_DONE,
 };
-use super::keylog::{KeyLog, Secret, Secrets};
+use super::keylog::{KeyLog, PreMaster, Secret, Secrets};
 
 /// Record content types (RFC 8446 5.1).
 const CHANGE_CIPHER_SPEC: u8 = 20;
@@ -39,6 +50,14 @@ pub const MAX_RECORD_13: usize = (1 << 14) + 256;
 /// Bytes a direction holds while its secret is awaited (a live run's key log not
 /// written yet); past it the connection is given up.
 pub const HOLD_MAX: usize = 1 << 20;
+/// TLS 1.2 handshake bytes kept for an extended master secret (hellos, certificate
+/// chains, key exchanges: a few KiB); a longer handshake is not kept.
+pub const MAX_TRANSCRIPT: usize = 256 * 1024;
+/// Bytes of AEAD work a search after a hole may spend (a few milliseconds) before the
+/// connection is given up: bytes crafted to look like record headers cost no more.
+const MAX_HUNT_WORK: usize = 8 << 20;
+/// Smallest TLS record: a header, the tag and (TLS 1.3) the inner content type.
+const MIN_RECORD: u64 = 5 + 16 + 1;
 
 /// How a connection ended up; one per connection, counted under `counter()`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -115,6 +134,18 @@ impl Env<'_> {
         }
     }
 
+    fn pre_master(&self, client_random: &[u8; 32]) -> Option<&PreMaster> {
+        self.extra
+            .pre_master_by_random(client_random)
+            .or_else(|| self.keys.pre_master_by_random(client_random))
+    }
+
+    fn pre_master_rsa(&self, encrypted_prefix: &[u8; 8]) -> Option<&PreMaster> {
+        self.extra
+            .pre_master_by_rsa(encrypted_prefix)
+            .or_else(|| self.keys.pre_master_by_rsa(encrypted_prefix))
+    }
+
     fn master_by_session(&self, session_id: &[u8]) -> Option<Secret> {
         if session_id.is_empty() {
             return None;
@@ -153,6 +184,95 @@ struct Tls13Dir {
     in_app: bool,
 }
 
+/// The TLS 1.2 handshake messages a pre-master secret needs, in the order both peers
+/// hash them (RFC 7627 4: ClientHello up to and including ClientKeyExchange).
+#[derive(Default)]
+struct Transcript {
+    client_hello: Vec<u8>,
+    /// ServerHello up to and including ServerHelloDone.
+    server: Vec<u8>,
+    /// The client's messages after its hello, up to and including ClientKeyExchange.
+    client: Vec<u8>,
+    server_done: bool,
+    client_done: bool,
+    /// A message went by without its body, or the handshake was too long to keep.
+    lost: bool,
+    /// First 8 bytes of an RSA key exchange's encrypted pre-master secret.
+    rsa_prefix: Option<[u8; 8]>,
+}
+
+impl Transcript {
+    fn len(&self) -> usize {
+        self.client_hello.len() + self.server.len() + self.client.len()
+    }
+
+    fn note(&mut self, d: usize, m: &Message) {
+        if self.lost {
+            return;
+        }
+        let Some(body) = m.body.as_deref() else {
+            let past = if d == 0 {
+                self.client_done
+            } else {
+                self.server_done
+            };
+            self.lost |= !past;
+            return;
+        };
+        let part = match (d, m.kind) {
+            (0, CLIENT_HELLO) => {
+                self.client_hello.clear();
+                &mut self.client_hello
+            }
+            (0, _) if !self.client_done => &mut self.client,
+            (1, _) if !self.server_done => &mut self.server,
+            _ => return,
+        };
+        let len = body.len() as u32;
+        part.push(m.kind);
+        part.extend_from_slice(&len.to_be_bytes()[1..]);
+        part.extend_from_slice(body);
+        match (d, m.kind) {
+            (0, CLIENT_KEY_EXCHANGE) => {
+                self.client_done = true;
+                // RSA: a 2-byte length, then the encrypted pre-master secret.
+                self.rsa_prefix = body.get(2..10).and_then(|p| p.try_into().ok());
+            }
+            (1, SERVER_HELLO_DONE) => self.server_done = true,
+            _ => {}
+        }
+        if self.len() > MAX_TRANSCRIPT {
+            *self = Transcript {
+                lost: true,
+                ..Transcript::default()
+            };
+        }
+    }
+
+    /// The handshake hash of an extended master secret, when every message is here.
+    fn session_hash(&self, hash: cipher::Hash) -> Option<Vec<u8>> {
+        let whole = !self.lost && self.server_done && self.client_done;
+        let parts = [&self.client_hello, &self.server, &self.client];
+        whole.then(|| cipher::digest(hash, &parts))
+    }
+}
+
+/// After a hole across record boundaries: the bytes after it, searched for the first
+/// record that opens.
+struct Hunt {
+    buf: Vec<u8>,
+    /// Offsets before this one were tried.
+    scanned: usize,
+    /// The sequence number the hole began at (records lost are counted from it).
+    from: u64,
+    /// The lowest sequence number the first record after the hole can have, and how
+    /// many records beyond it the hole can have swallowed.
+    seq: u64,
+    more: u64,
+    /// AEAD bytes spent so far.
+    work: usize,
+}
+
 #[derive(Default)]
 struct Dir {
     partial: Vec<u8>, // a record not complete yet (header included)
@@ -164,11 +284,17 @@ struct Dir {
     tls13: Tls13Dir,
     handshake: HandshakeReader,
     seen: bool,
+    /// Bytes still to skip: the rest of a record a hole broke.
+    skip: usize,
+    hunt: Option<Hunt>,
+    /// Plaintext bytes lost in a hole, for the next plaintext (0: not known).
+    gap: Option<u64>,
 }
 
 impl Dir {
     fn buffered(&self) -> usize {
-        self.partial.capacity() + self.held.capacity() + self.handshake.held()
+        let hunt = self.hunt.as_ref().map_or(0, |h| h.buf.capacity());
+        self.partial.capacity() + self.held.capacity() + self.handshake.held() + hunt
     }
 }
 
@@ -177,8 +303,10 @@ impl Dir {
 pub struct Fed {
     /// Bytes read through as records (handshake, decrypted, change cipher spec).
     pub read: u64,
-    /// Bytes given up (after a failure).
+    /// Bytes given up (after a failure, or lost records' remains after a hole).
     pub dropped: u64,
+    /// A hole was crossed: records it cost (the one it broke, those it swallowed).
+    pub resynced: Option<u64>,
 }
 
 pub struct Conn {
@@ -195,6 +323,8 @@ pub struct Conn {
     keyed: bool,
     /// The TLS 1.2 master secret used (remembered by session id for resumptions).
     pub master: Option<Secret>,
+    /// TLS 1.2 handshake messages, kept until the keys are derived.
+    transcript: Transcript,
     /// The outcome was counted (when decryption failed, before the close).
     pub reported: bool,
     /// Bytes read through so far (counted as `tls_bytes` instead if it is given up).
@@ -219,7 +349,7 @@ pub fn starts_client_hello(data: &[u8]) -> bool {
 
 impl Conn {
     pub fn new(client: Endpoint, server: Endpoint) -> Self {
-        Conn {
+        let mut conn = Conn {
             client,
             server,
             last: (0, 0),
@@ -230,13 +360,27 @@ impl Conn {
             dirs: Default::default(),
             keyed: false,
             master: None,
+            transcript: Transcript::default(),
             reported: false,
             read: 0,
-        }
+        };
+        // Until the ServerHello tells the version, a pre-master secret may need them.
+        conn.keep_transcript(true);
+        conn
     }
 
     pub fn buffered(&self) -> usize {
-        self.dirs[0].buffered() + self.dirs[1].buffered()
+        self.dirs[0].buffered() + self.dirs[1].buffered() + self.transcript.len()
+    }
+
+    /// Keep (or stop keeping) the bodies of every handshake message.
+    fn keep_transcript(&mut self, keep: bool) {
+        for dir in &mut self.dirs {
+            dir.handshake.keep_all = keep;
+        }
+        if !keep {
+            self.transcript = Transcript::default();
+        }
     }
 
     /// A direction had bytes before this chunk (a gap now breaks its record chain).
@@ -250,12 +394,14 @@ impl Conn {
         }
         let mut dropped = 0;
         for dir in &mut self.dirs {
-            dropped += (dir.partial.len() + dir.held.len()) as u64;
+            let hunted = dir.hunt.as_ref().map_or(0, |h| h.buf.len());
+            dropped += (dir.partial.len() + dir.held.len() + hunted) as u64;
             *dir = Dir {
                 seen: dir.seen,
                 ..Dir::default()
             };
         }
+        self.transcript = Transcript::default();
         dropped
     }
 
@@ -265,15 +411,36 @@ impl Conn {
         self.dirs[d].seen = true;
         if self.outcome.is_some() {
             return Fed {
-                read: 0,
                 dropped: data.len() as u64,
+                ..Fed::default()
             };
+        }
+        let mut data = data;
+        if self.dirs[d].skip > 0 {
+            let n = self.dirs[d].skip.min(data.len());
+            self.dirs[d].skip -= n;
+            data = &data[n..];
+            if data.is_empty() {
+                return Fed {
+                    dropped: n as u64,
+                    ..Fed::default()
+                };
+            }
+            let mut fed = self.feed(d, data, env, out);
+            fed.dropped += n as u64;
+            return fed;
+        }
+        if self.dirs[d].hunt.is_some() {
+            return self.hunt(d, data, env, out);
         }
         if self.dirs[d].waiting.is_some() {
             self.dirs[d].held.extend_from_slice(data);
             if self.dirs[d].held.len() > HOLD_MAX {
                 let dropped = self.fail(Outcome::BufferLimit);
-                return Fed { read: 0, dropped };
+                return Fed {
+                    dropped,
+                    ..Fed::default()
+                };
             }
             return Fed::default();
         }
@@ -294,6 +461,148 @@ impl Conn {
         let held = std::mem::take(&mut self.dirs[d].held);
         self.dirs[d].waiting = None;
         self.feed_records(d, &held, env, out)
+    }
+
+    /// `lost` bytes of direction `d` are missing before its next bytes (a capture hole
+    /// of known size). Some when decryption can go on after it (the direction reads
+    /// application records with a known key): the bytes of the broken record given up,
+    /// and the records known lost now (a hole inside one record: 1; across records:
+    /// counted when the search ends, `Fed::resynced`).
+    /// None ends the connection (the caller counts it as `CaptureGap`).
+    pub fn gap(&mut self, d: usize, lost: u64) -> Option<Fed> {
+        let tls13 = self.server_hello.as_ref().map(|s| s.version) == Some(TLS13);
+        let dir = &mut self.dirs[d];
+        let ready = dir.waiting.is_none()
+            && dir.hunt.is_none()
+            && (!tls13 || dir.tls13.in_app)
+            && self.outcome.is_none();
+        let key = dir.key.as_ref().filter(|_| ready)?;
+        let mut lost = lost;
+        let from = key.seq;
+        let mut seq = key.seq;
+        let dropped = dir.partial.len() as u64;
+        if dir.skip > 0 {
+            // Already skipping a broken record: the hole starts inside it.
+            if (dir.skip as u64) > lost {
+                dir.skip -= lost as usize;
+                return Some(Fed::default());
+            }
+            lost -= dir.skip as u64;
+            dir.skip = 0;
+        } else if dir.partial.len() >= 5 {
+            let len = header_ok(&dir.partial)?;
+            let need = (5 + len - dir.partial.len()) as u64;
+            // The record the hole began in is lost, whatever the hole's length.
+            seq += 1;
+            if lost < need {
+                dir.skip = (need - lost) as usize;
+                let plain = !tls13 && dir.partial[0] == APPLICATION_DATA;
+                dir.gap = Some(if plain {
+                    (len - key.overhead()) as u64
+                } else {
+                    0
+                });
+                dir.partial.clear();
+                if let Some(k) = dir.key.as_mut() {
+                    k.seq = seq;
+                }
+                return Some(Fed {
+                    dropped,
+                    resynced: Some(1),
+                    ..Fed::default()
+                });
+            }
+            lost -= need;
+        }
+        dir.partial.clear();
+        // The hole holds whole records and the start of the one it ends in: at most one
+        // per smallest record, none if it ends on a record boundary.
+        dir.hunt = Some(Hunt {
+            buf: Vec::new(),
+            scanned: 0,
+            from,
+            seq,
+            more: lost / MIN_RECORD + 1,
+            work: 0,
+        });
+        dir.gap = Some(0);
+        Some(Fed {
+            dropped,
+            ..Fed::default()
+        })
+    }
+
+    /// The plaintext bytes lost in a hole before the plaintext just produced, once.
+    pub fn take_gap(&mut self, d: usize) -> Option<u64> {
+        self.dirs[d].gap.take()
+    }
+
+    /// Bytes after a hole across record boundaries: the first record there that opens
+    /// at one of the sequence numbers the hole can have skipped ends the search.
+    fn hunt(&mut self, d: usize, data: &[u8], env: &Env<'_>, out: &mut Vec<u8>) -> Fed {
+        let tls13 = self.server_hello.as_ref().map(|s| s.version) == Some(TLS13);
+        let dir = &mut self.dirs[d];
+        let (Some(mut h), Some(key)) = (dir.hunt.take(), dir.key.as_mut()) else {
+            return Fed::default();
+        };
+        h.buf.extend_from_slice(data);
+        let mut scratch = Vec::new();
+        // The first record boundary after the hole is within one record of its end.
+        let last_start = 5 + MAX_RECORD_12;
+        let mut p = h.scanned;
+        while p <= last_start && p + 5 <= h.buf.len() {
+            let kind = h.buf[p];
+            let kind_ok = if tls13 {
+                kind == APPLICATION_DATA
+            } else {
+                matches!(kind, ALERT | HANDSHAKE | APPLICATION_DATA)
+            };
+            let len = header_ok(&h.buf[p..]).filter(|_| kind_ok);
+            let Some(len) = len else {
+                p += 1;
+                continue;
+            };
+            if h.buf.len() < p + 5 + len {
+                break; // the whole record first
+            }
+            let header: [u8; 5] = h.buf[p..p + 5].try_into().unwrap_or_default();
+            let fragment = &h.buf[p + 5..p + 5 + len];
+            let mut found = None;
+            for s in h.seq..=h.seq.saturating_add(h.more) {
+                if h.work > MAX_HUNT_WORK {
+                    break;
+                }
+                h.work += len;
+                scratch.clear();
+                if key.open_at(s, &header, fragment, &mut scratch).is_ok() {
+                    found = Some(s);
+                    break;
+                }
+            }
+            if h.work > MAX_HUNT_WORK {
+                p = last_start + 1;
+                break;
+            }
+            if let Some(s) = found {
+                key.seq = s;
+                let rest = h.buf.split_off(p);
+                let mut fed = self.feed_records(d, &rest, env, out);
+                fed.dropped += p as u64;
+                fed.resynced = Some(s - h.from);
+                return fed;
+            }
+            p += 1;
+        }
+        if p > last_start {
+            let held = h.buf.len() as u64;
+            return Fed {
+                dropped: held + self.fail(Outcome::CaptureGap),
+                ..Fed::default()
+            };
+        }
+        h.scanned = p;
+        self.dirs[d].hunt = Some(h);
+        Fed::default()
     }
 
     pub fn holding(&self) -> bool {
@@ -424,6 +733,9 @@ impl Conn {
             return Step::Fail(Outcome::BadRecord);
         }
         for m in msgs {
+            if self.dirs[d].handshake.keep_all {
+                self.transcript.note(d, &m);
+            }
             match (d, m.kind, m.body) {
                 (0, CLIENT_HELLO, Some(body)) => match handshake::parse_client_hello(&body) {
                     Some(ch) => self.client_hello = Some(ch),
@@ -450,6 +762,8 @@ impl Conn {
     fn server_hello(&mut self, sh: ServerHello) -> Step {
         let (version, id) = (sh.version, sh.cipher_suite);
         self.server_hello = Some(sh);
+        // Only a TLS 1.2 key exchange may need the handshake messages.
+        self.keep_transcript(version == TLS12);
         if self.client_hello.is_none() {
             return Step::Fail(Outcome::NoHandshake);
         }
@@ -525,18 +839,56 @@ impl Conn {
         let master = env
             .secrets(&ch.random)
             .and_then(|s| s.master)
-            .or_else(|| env.master_by_session(&sh.session_id));
+            .or_else(|| env.master_by_session(&sh.session_id))
+            .or_else(|| self.master_from_pre_master(suite, env));
         let Some(master) = master else {
             return self.missing_secret(env);
         };
         let Some((c, s)) = cipher::keys12(suite, master.as_bytes(), &ch.random, &sh.random) else {
             return Step::Fail(Outcome::NoSecret);
         };
+        self.keep_transcript(false);
         self.dirs[0].pending = Some(c);
         self.dirs[1].pending = Some(s);
         self.master = Some(master);
         self.keyed = true;
         Step::Next
+    }
+
+    /// The master secret of a pre-master secret in the key log (RFC 5246 8.1; RFC 7627 4
+    /// when the extended master secret was negotiated).
+    fn master_from_pre_master(&self, suite: Suite, env: &Env<'_>) -> Option<Secret> {
+        let (ch, sh) = (self.client_hello.as_ref()?, self.server_hello.as_ref()?);
+        let t = &self.transcript;
+        let pms = env.pre_master(&ch.random).or_else(|| {
+            let prefix = t
+                .rsa_prefix
+                .filter(|_| cipher::rsa_key_exchange(suite.id))?;
+            env.pre_master_rsa(&prefix)
+        })?;
+        let mut master = [0u8; 48];
+        if sh.extended_master_secret {
+            let hash = t.session_hash(suite.hash)?;
+            cipher::prf12(
+                suite.hash,
+                pms.as_bytes(),
+                b"extended master secret",
+                &hash,
+                &mut master,
+            )?;
+        } else {
+            let mut seed = [0u8; 64];
+            seed[..32].copy_from_slice(&ch.random);
+            seed[32..].copy_from_slice(&sh.random);
+            cipher::prf12(
+                suite.hash,
+                pms.as_bytes(),
+                b"master secret",
+                &seed,
+                &mut master,
+            )?;
+        }
+        Secret::new(&master)
     }
 
     fn encrypted(
@@ -673,7 +1025,10 @@ impl Conn {
         if let Some(o) = self.outcome {
             return (o, 0);
         }
-        let o = if self.holding() && self.server_hello.is_some() {
+        let o = if self.dirs.iter().any(|d| d.hunt.is_some()) {
+            // It ended before a record after the hole opened.
+            Outcome::CaptureGap
+        } else if self.holding() && self.server_hello.is_some() {
             Outcome::NoSecret
         } else if !self.keyed {
             // The hellos, or the first encrypted record, never came.

@@ -3,7 +3,9 @@
 //!
 //! Handshake messages (4-byte header: type, 24-bit length) may span records and records
 //! may hold several; `HandshakeReader` follows them across records, keeping the body
-//! only of the hellos (bounded by `MAX_HELLO`) and just the types of the others.
+//! of the hellos (bounded by `MAX_HELLO`), of every message while `keep_all` is set (a
+//! TLS 1.2 handshake whose pre-master secret may come from the key log: bounded the same)
+//! and just the types of the others.
 
 use tls_parser::{
     parse_tls_client_hello_extensions, parse_tls_handshake_client_hello,
@@ -12,6 +14,8 @@ use tls_parser::{
 
 pub const CLIENT_HELLO: u8 = 1;
 pub const SERVER_HELLO: u8 = 2;
+pub const SERVER_HELLO_DONE: u8 = 14;
+pub const CLIENT_KEY_EXCHANGE: u8 = 16;
 pub const FINISHED: u8 = 20;
 pub const KEY_UPDATE: u8 = 24;
 
@@ -90,7 +94,7 @@ pub fn parse_server_hello(body: &[u8]) -> Option<ServerHello> {
 }
 
 /// One handshake message as the reader hands it on: its type, and its body when it is
-/// a hello.
+/// a hello (or any message, with `keep_all`).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Message {
     pub kind: u8,
@@ -107,6 +111,8 @@ pub struct HandshakeReader {
     body: Vec<u8>,      // the current hello's body so far
     keep: bool,         // the current message's body is kept
     pub too_long: bool, // a hello past MAX_HELLO was met
+    /// Keep the body of every message, not only the hellos'.
+    pub keep_all: bool,
 }
 
 impl HandshakeReader {
@@ -125,9 +131,12 @@ impl HandshakeReader {
                 self.need = usize::from(self.head[1]) << 16
                     | usize::from(self.head[2]) << 8
                     | usize::from(self.head[3]);
-                self.keep = matches!(self.kind, CLIENT_HELLO | SERVER_HELLO);
+                let hello = matches!(self.kind, CLIENT_HELLO | SERVER_HELLO);
+                self.keep = hello || self.keep_all;
                 if self.keep && self.need > MAX_HELLO {
-                    self.too_long = true;
+                    // Only a hello that long is impossible; another message (a long
+                    // certificate chain) goes by with no body.
+                    self.too_long |= hello;
                     self.keep = false;
                 }
                 self.body.clear();

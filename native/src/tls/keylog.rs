@@ -6,11 +6,16 @@
 //! - `CLIENT_RANDOM <client random> <master secret>` (TLS 1.2, OpenSSL, NSS, Go, Python)
 //! - `RSA Session-ID:<session id> Master-Key:<master secret>` (TLS 1.2, keyed by the
 //!   session id; what the `extract-tls-secrets` Java agent writes)
+//! - `PMS_CLIENT_RANDOM <client random> <pre-master secret>` (TLS 1.2, any key exchange)
+//! - `RSA <first 8 bytes of the encrypted pre-master secret> <pre-master secret>` (TLS 1.2
+//!   RSA key exchange, matched on the ClientKeyExchange)
 //! - `CLIENT_HANDSHAKE_TRAFFIC_SECRET`, `SERVER_HANDSHAKE_TRAFFIC_SECRET`,
 //!   `CLIENT_TRAFFIC_SECRET_0`, `SERVER_TRAFFIC_SECRET_0` `<client random> <secret>` (TLS 1.3)
 //!
-//! Other labels (`EXPORTER_SECRET`, `CLIENT_EARLY_TRAFFIC_SECRET`, the pre-master forms
-//! `RSA <enc> <pms>` and `PMS_CLIENT_RANDOM`) are read and left unused; lines that fit no
+//! The master secret of a pre-master line is derived when the connection's handshake is
+//! read (`conn`: RFC 5246 8.1, or the extended master secret of RFC 7627). Other labels
+//! (`EXPORTER_SECRET`, `EARLY_EXPORTER_SECRET`: not record keys; `CLIENT_EARLY_TRAFFIC_SECRET`:
+//! 0-RTT data, which Kafka clients do not send) are read and left unused; lines that fit no
 //! form are counted, never fatal. Text is read incrementally (`KeyLogTail`) so that a
 //! live run can pick up lines a client appends while the capture runs.
 
@@ -24,9 +29,13 @@ use std::path::PathBuf;
 const MAX_SECRET: usize = 48;
 /// Longest TLS session id (RFC 5246 7.4.1.2).
 const MAX_SESSION_ID: usize = 32;
-/// A key log line is about 200 characters; a longer one is not a key log line (and a
-/// file without newlines must not be held whole while waiting for one).
-const MAX_LINE: usize = 1024;
+/// Longest pre-master secret: a finite-field Diffie-Hellman shared secret of a 4096-bit
+/// group (ECDHE's are 32 to 66 bytes, RSA's 48).
+const MAX_PRE_MASTER: usize = 512;
+/// A key log line is about 200 characters (a 4096-bit DHE pre-master line 1,100); a
+/// longer one is not a key log line (and a file without newlines must not be held whole
+/// while waiting for one).
+const MAX_LINE: usize = 2048;
 
 /// One secret, at most 48 bytes, kept inline (a key log may hold millions).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -70,11 +79,31 @@ pub struct Secrets {
     pub server_traffic: Option<Secret>,
 }
 
+/// A TLS 1.2 pre-master secret (its master secret depends on the handshake).
+#[derive(Clone, PartialEq, Eq)]
+pub struct PreMaster(Box<[u8]>);
+
+impl PreMaster {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for PreMaster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PreMaster({} bytes)", self.0.len())
+    }
+}
+
 /// What a key log holds, and what it could not use.
 #[derive(Debug, Default, Clone)]
 pub struct KeyLog {
     by_random: HashMap<[u8; 32], Secrets>,
     by_session: HashMap<Vec<u8>, Secret>,
+    /// `PMS_CLIENT_RANDOM` lines, by client random.
+    pre_master_by_random: HashMap<[u8; 32], PreMaster>,
+    /// `RSA` pre-master lines, by the first 8 bytes of the encrypted pre-master secret.
+    pre_master_by_rsa: HashMap<[u8; 8], PreMaster>,
     /// Lines that fit no form (or carry bad hex).
     pub bad_lines: u64,
     /// Lines of forms read but not used (pre-master secrets, exporter, early data).
@@ -86,6 +115,8 @@ pub struct KeyLog {
 enum Line {
     Random(Label, [u8; 32], Secret),
     Session(Vec<u8>, Secret),
+    PreMasterRandom([u8; 32], PreMaster),
+    PreMasterRsa([u8; 8], PreMaster),
     Unused,
     Blank,
 }
@@ -138,11 +169,11 @@ fn parse_line(line: &str) -> Option<Line> {
             let master = Secret::new(&hex(key, MAX_SECRET)?)?;
             return (!sid.is_empty() && master.len == 48).then_some(Line::Session(sid, master));
         }
-        // `RSA <first 8 bytes of the encrypted pre-master> <pre-master>`: needs the
-        // server's ClientKeyExchange, not used.
-        hex(first, 8)?;
-        hex(words.next()?, 48)?;
-        return Some(Line::Unused);
+        // `RSA <first 8 bytes of the encrypted pre-master> <pre-master>`: an RSA key
+        // exchange's pre-master secret is 48 bytes (RFC 5246 7.4.7.1).
+        let prefix: [u8; 8] = hex(first, 8)?.try_into().ok()?;
+        let pms = hex(words.next()?, 48)?;
+        return (pms.len() == 48).then(|| Line::PreMasterRsa(prefix, PreMaster(pms.into())));
     }
     let label = match label {
         "CLIENT_RANDOM" => Label::Master,
@@ -150,10 +181,12 @@ fn parse_line(line: &str) -> Option<Line> {
         "SERVER_HANDSHAKE_TRAFFIC_SECRET" => Label::ServerHandshake,
         "CLIENT_TRAFFIC_SECRET_0" => Label::ClientTraffic,
         "SERVER_TRAFFIC_SECRET_0" => Label::ServerTraffic,
-        "EXPORTER_SECRET"
-        | "CLIENT_EARLY_TRAFFIC_SECRET"
-        | "EARLY_EXPORTER_SECRET"
-        | "PMS_CLIENT_RANDOM" => {
+        "PMS_CLIENT_RANDOM" => {
+            let cr = random(words.next()?)?;
+            let pms = hex(words.next()?, MAX_PRE_MASTER)?;
+            return Some(Line::PreMasterRandom(cr, PreMaster(pms.into())));
+        }
+        "EXPORTER_SECRET" | "CLIENT_EARLY_TRAFFIC_SECRET" | "EARLY_EXPORTER_SECRET" => {
             random(words.next()?)?;
             hex(words.next()?, MAX_SECRET)?;
             return Some(Line::Unused);
@@ -190,6 +223,12 @@ impl KeyLog {
             Some(Line::Session(sid, master)) => {
                 self.by_session.insert(sid, master);
             }
+            Some(Line::PreMasterRandom(cr, pms)) => {
+                self.pre_master_by_random.insert(cr, pms);
+            }
+            Some(Line::PreMasterRsa(prefix, pms)) => {
+                self.pre_master_by_rsa.insert(prefix, pms);
+            }
             Some(Line::Random(label, cr, secret)) => {
                 let s = self.by_random.entry(cr).or_default();
                 let slot = match label {
@@ -205,12 +244,23 @@ impl KeyLog {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_random.is_empty() && self.by_session.is_empty()
+        self.entries() == 0
     }
 
-    /// Client randoms and session ids with secrets.
+    /// Client randoms, session ids and encrypted pre-master secrets with secrets.
     pub fn entries(&self) -> usize {
-        self.by_random.len() + self.by_session.len()
+        self.by_random.len()
+            + self.by_session.len()
+            + self.pre_master_by_random.len()
+            + self.pre_master_by_rsa.len()
+    }
+
+    pub fn pre_master_by_random(&self, client_random: &[u8; 32]) -> Option<&PreMaster> {
+        self.pre_master_by_random.get(client_random)
+    }
+
+    pub fn pre_master_by_rsa(&self, encrypted_prefix: &[u8; 8]) -> Option<&PreMaster> {
+        self.pre_master_by_rsa.get(encrypted_prefix)
     }
 
     pub fn by_random(&self, client_random: &[u8; 32]) -> Option<&Secrets> {
@@ -233,6 +283,12 @@ impl KeyLog {
         }
         for (sid, m) in &other.by_session {
             self.by_session.insert(sid.clone(), *m);
+        }
+        for (cr, pms) in &other.pre_master_by_random {
+            self.pre_master_by_random.insert(*cr, pms.clone());
+        }
+        for (prefix, pms) in &other.pre_master_by_rsa {
+            self.pre_master_by_rsa.insert(*prefix, pms.clone());
         }
         self.bad_lines += other.bad_lines;
         self.unused_lines += other.unused_lines;
@@ -317,11 +373,16 @@ mod tests {
              CLIENT_TRAFFIC_SECRET_0 {CR} {c}\n\
              SERVER_TRAFFIC_SECRET_0 {CR} {d}\n\
              EXPORTER_SECRET {CR} {d}\n\
+             PMS_CLIENT_RANDOM {CR} {e}\n\
+             RSA 0102030405060708 {f}\n\
+             RSA 01020304 {f}\n\
              NONSENSE 12 34\nCLIENT_RANDOM zz {master}\n",
             a = "01".repeat(32),
             b = "02".repeat(32),
             c = "03".repeat(48),
             d = "04".repeat(32),
+            e = "05".repeat(66),
+            f = "06".repeat(48),
         );
         let log = KeyLog::parse(&text);
         let cr: [u8; 32] = hex(CR, 32).unwrap().try_into().unwrap();
@@ -333,9 +394,13 @@ mod tests {
         assert_eq!(s.server_traffic.unwrap().as_bytes(), &[4; 32]);
         let sid = hex(sid, 32).unwrap();
         assert_eq!(log.by_session(&sid).unwrap().as_bytes(), &[0xab; 48]);
-        assert_eq!(log.bad_lines, 2);
+        assert_eq!(log.pre_master_by_random(&cr).unwrap().as_bytes(), &[5; 66]);
+        let prefix = [1, 2, 3, 4, 5, 6, 7, 8];
+        assert_eq!(log.pre_master_by_rsa(&prefix).unwrap().as_bytes(), &[6; 48]);
+        // the RSA line with a 4-byte prefix fits no form
+        assert_eq!(log.bad_lines, 3);
         assert_eq!(log.unused_lines, 1);
-        assert_eq!(log.entries(), 2);
+        assert_eq!(log.entries(), 4);
     }
 
     #[test]

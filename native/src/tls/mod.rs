@@ -176,10 +176,26 @@ impl TlsStage {
         let mut outs: Vec<(usize, Vec<u8>)> = Vec::new();
         let mut out = std::mem::take(scratch);
         out.clear();
-        if (ch.resync || ch.lost > 0) && conn.seen(d) {
-            // Records lost: neither their boundaries nor the sequence number are known.
+        let crossed = if ch.lost > 0 && conn.seen(d) {
+            conn.gap(d, ch.lost)
+        } else {
+            None
+        };
+        if let Some(fed) = crossed {
+            counters.inc("tls_gaps");
+            count(counters, fed);
+        }
+        if (ch.resync || ch.lost > 0) && conn.seen(d) && crossed.is_none() {
+            // A hole of unknown size, or one decryption cannot cross (no application
+            // key yet): the record sequence is lost from here.
             let dropped = conn.fail(Outcome::CaptureGap) + ch.data.len() as u64;
-            count(counters, Fed { read: 0, dropped });
+            count(
+                counters,
+                Fed {
+                    dropped,
+                    ..Fed::default()
+                },
+            );
         } else {
             let env = Env {
                 keys,
@@ -223,7 +239,13 @@ impl TlsStage {
         if *buffered > MAX_TOTAL_BUFFERED && after > before {
             *buffered = buffered.saturating_sub(after);
             let dropped = conn.fail(Outcome::BufferLimit);
-            count(counters, Fed { read: 0, dropped });
+            count(
+                counters,
+                Fed {
+                    dropped,
+                    ..Fed::default()
+                },
+            );
         }
         if let Some(o) = conn.outcome {
             if !conn.reported {
@@ -233,6 +255,9 @@ impl TlsStage {
         }
         for (dd, bytes) in outs {
             counters.add("tls_plaintext_bytes", bytes.len() as u64);
+            // The first plaintext after a hole: framing resyncs (and bridges a hole of
+            // known plaintext size inside a Kafka frame), its rows say after a gap.
+            let gap = conn.take_gap(dd);
             let (src, dst) = if dd == 0 {
                 (client, server)
             } else {
@@ -245,8 +270,8 @@ impl TlsStage {
                 data: bytes,
                 ts_ns: ch.ts_ns,
                 frame: ch.frame,
-                resync: false,
-                lost: 0,
+                resync: gap.is_some(),
+                lost: gap.unwrap_or(0),
                 snapped: false,
             });
         }
@@ -308,7 +333,13 @@ impl TlsStage {
             }
         }
         let (o, dropped) = conn.close();
-        count(counters, Fed { read: 0, dropped });
+        count(
+            counters,
+            Fed {
+                dropped,
+                ..Fed::default()
+            },
+        );
         if !conn.reported {
             report(&mut conn, o, counters, &mut self.summary);
             if o != Outcome::Decrypted {
@@ -387,7 +418,15 @@ fn summary_key(conn: &Conn, o: Outcome) -> (u16, u16, Outcome) {
     )
 }
 
+/// Records lost in a hole decryption went on after (`tls_gaps` counts the holes).
+fn count_resync(counters: &mut Counters, records: Option<u64>) {
+    if let Some(n) = records {
+        counters.add("tls_records_lost", n);
+    }
+}
+
 fn count(counters: &mut Counters, fed: Fed) {
+    count_resync(counters, fed.resynced);
     if fed.read > 0 {
         counters.add("tls_record_bytes", fed.read);
     }
