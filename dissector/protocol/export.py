@@ -24,6 +24,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from dissector.protocol import families as _families
 from dissector.protocol import messages as _messages
 from dissector.protocol import names as _names
 from dissector.protocol import summary as _summary
@@ -40,7 +41,7 @@ FORMAT = 1
 PRODUCE_ACKS_FIELD = "acks"
 
 # The APIs the broker may hold open as long polls (Fetch, ShareFetch).
-_LONG_POLLS = (ApiKey.FETCH.api_name, ApiKey.SHARE_FETCH.api_name)
+_LONG_POLLS = _families.names(_families.LONG_POLLS)
 
 # Extra columns: (column, direction, API names, top-level field). Issue #13 wants the
 # consumer's wait and size settings next to each Fetch/ShareFetch pair.
@@ -243,7 +244,7 @@ def _top_roles(layout: Layout, f: Field) -> tuple[int, bool]:
         roles |= ROLE_TOP_TOPIC | ROLE_VISIT
     if (
         layout.direction == RESPONSE
-        and layout.api_key in _summary._ID_SOURCES
+        and layout.api_key in _families.TOPIC_ID_SOURCES
         and f.name == "topics"
         and f.array
         and f.type == "struct"
@@ -254,12 +255,10 @@ def _top_roles(layout: Layout, f: Field) -> tuple[int, bool]:
 
 
 def _header_version(layout: Layout) -> int:
-    """Header version messages.py reads for this layout (request v0/1/2, response v0/1)."""
+    """Header version of this layout (request v0/1/2, response v0/1): ``families``' rule."""
     if layout.direction == REQUEST:
-        if layout.api_key == ApiKey.CONTROLLED_SHUTDOWN and layout.version == 0:
-            return 0
-        return 2 if layout.flexible else 1
-    return 1 if layout.flexible and layout.api_key != ApiKey.API_VERSIONS else 0
+        return _families.request_header_version(layout.api_key, layout.version, layout.flexible)
+    return _families.response_header_version(layout.api_key, layout.flexible)
 
 
 def _layout(layout: Layout, api_name: str) -> dict[str, Any]:
@@ -313,12 +312,12 @@ def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
         "roles": ROLES,
         "api_names": {str(k): _names.api_name(k, registry) for k in api_keys},
         "errors": {str(code): name for code, (name, _retriable) in ERROR_NAMES.items()},
-        "id_sources": sorted(int(k) for k in _summary._ID_SOURCES),
+        "id_sources": sorted(int(k) for k in _families.TOPIC_ID_SOURCES),
         "zero_uuid": _summary._ZERO_UUID,
         "produce": {"api_key": int(ApiKey.PRODUCE), "acks_field": PRODUCE_ACKS_FIELD},
         "sasl_handshake_key": int(ApiKey.SASL_HANDSHAKE),
         # requests whose header is v0 (no client_id), whether or not a spec describes them
-        "header_v0_requests": [[int(ApiKey.CONTROLLED_SHUTDOWN), 0]],
+        "header_v0_requests": sorted([int(k), v] for k, v in _families.HEADER_V0_REQUESTS),
         # keys no installed spec describes, still plausible for framing heuristics
         "specless_keys": {
             "api_keys": list(_messages._SPECLESS_KEYS),
@@ -328,7 +327,7 @@ def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
         # direction is decoded with (messages.ASSUMED_VERSION_RULE decides which)
         "assumed_layouts": _assumed_layouts(registry),
         "unsupported_version_fallback": {
-            "api_key": int(ApiKey.API_VERSIONS),
+            "api_key": int(_families.NEGOTIATION),
             "error_code": _messages.UNSUPPORTED_VERSION,
             "version": 0,
         },

@@ -12,12 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dissector.protocol.errors import error_name
-from dissector.protocol.keys import ApiKey
+from dissector.protocol.families import TOPIC_ID_SOURCES
 from dissector.protocol.messages import Decoded, settle_assumed
 from dissector.protocol.spec import Field, Layout
 
-# Responses that tell which name a topic id stands for.
-_ID_SOURCES = frozenset({ApiKey.METADATA, ApiKey.CREATE_TOPICS, ApiKey.DESCRIBE_TOPIC_PARTITIONS})
 _TOPIC_NAME_KEYS = ("topic", "topic_name", "name")
 _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
@@ -34,7 +32,7 @@ class TopicNames:
 
     def learn(self, api_key: int, response_body: dict[str, Any] | None) -> int:
         """Record the ids a response names; returns how many were new."""
-        if api_key not in _ID_SOURCES or not response_body:
+        if api_key not in TOPIC_ID_SOURCES or not response_body:
             return 0
         added = 0
         for topic in response_body.get("topics") or ():
