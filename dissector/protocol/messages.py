@@ -86,6 +86,10 @@ class Registry:
     def layout(self, api_key: int, version: int, direction: str) -> Layout | None:
         return self._layouts.get((api_key, version, direction))
 
+    def layouts(self) -> Iterable[Layout]:
+        """Every layout of the specs, in no particular order."""
+        return self._layouts.values()
+
     def decoder(self, layout: Layout, expand: bool) -> kc.DecodeFn:
         key = (layout.api_key, layout.version, layout.direction, expand)
         fn = self._fast.get(key)  # one dict lookup per message once compiled
@@ -464,8 +468,8 @@ def _unsupported(reg: Registry, api_key: int, version: int, direction: str) -> s
 
 # Kafka 4.0 removed the inter-broker keys 4-7 and no installed spec describes them;
 # for framing heuristics any small version of them is plausible.
-_SPECLESS_KEYS = range(ApiKey.LEADER_AND_ISR, ApiKey.CONTROLLED_SHUTDOWN + 1)
-_SPECLESS_MAX_VERSION = 15
+SPECLESS_KEYS = range(ApiKey.LEADER_AND_ISR, ApiKey.CONTROLLED_SHUTDOWN + 1)
+SPECLESS_MAX_VERSION = 15
 
 
 def is_known_version(api_key: int, api_version: int, registry: Registry | None = None) -> bool:
@@ -473,7 +477,7 @@ def is_known_version(api_key: int, api_version: int, registry: Registry | None =
     reg = registry or get_registry()
     if reg.layout(api_key, api_version, REQUEST) is not None:
         return True
-    return api_key in _SPECLESS_KEYS and 0 <= api_version <= _SPECLESS_MAX_VERSION
+    return api_key in SPECLESS_KEYS and 0 <= api_version <= SPECLESS_MAX_VERSION
 
 
 def request_is_flexible(api_key: int, api_version: int, registry: Registry | None = None) -> bool:

@@ -29,7 +29,7 @@ from dissector.protocol.families import (
     names,
 )
 from dissector.protocol.keys import ApiKey
-from dissector.protocol.spec import REQUEST, RESPONSE, Field, Layout
+from dissector.protocol.spec import INT_TYPES, REQUEST, RESPONSE, Field, Layout
 
 # ----------------------------------------------------------------- partitions
 
@@ -723,7 +723,6 @@ def pair_facts(
 # reads them). A field whose name says it plays a role but whose type cannot is
 # marked ``odd``: the core leaves such a pair to the functions above.
 
-_INTS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 _TEXT = frozenset({"string", "uuid"})
 
 Path = tuple[int, ...]
@@ -732,7 +731,7 @@ Roles = dict[str, Any]
 
 
 def _is_int(f: Field) -> bool:
-    return f.type in _INTS and not f.array
+    return f.type in INT_TYPES and not f.array
 
 
 def _is_text(f: Field) -> bool:
