@@ -26,6 +26,7 @@ from dissector.tables_schema import GROUP_COLUMNS, names
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.options import Options
     from dissector.tls import KeyLogs
 
 __all__ = [
@@ -86,6 +87,7 @@ def groups(
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
     tls: KeyLogs | None = None,
+    options: Options | None = None,
 ) -> pd.DataFrame:
     """One row per group-membership call (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
     ConsumerGroupHeartbeat, ShareGroupHeartbeat, StreamsGroupHeartbeat), from the native
@@ -93,7 +95,7 @@ def groups(
     ``df.attrs["counters"]`` counts the pairs and decode errors."""
     from dissector.analytics.frames import tables_of
 
-    return tables_of(source, ports=ports, specs=specs, tls=tls).groups
+    return tables_of(source, ports=ports, specs=specs, tls=tls, options=options).groups
 
 
 def group_notes(calls: pd.DataFrame) -> dict[str, dict[str, Any]]:

@@ -38,6 +38,7 @@ from dissector.tables_schema import PARTITION_COLUMNS, Contract, names
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.options import Options
     from dissector.tls import KeyLogs
 
 Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
@@ -114,6 +115,7 @@ def partitions(
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
     tls: KeyLogs | None = None,
+    options: Options | None = None,
 ) -> pd.DataFrame:
     """One row per (pair, topic, partition) of Produce, Fetch, ShareFetch,
     ShareAcknowledge, ListOffsets, OffsetCommit, OffsetFetch and TxnOffsetCommit, and one
@@ -122,7 +124,7 @@ def partitions(
     without a partition index."""
     from dissector.analytics.frames import tables_of
 
-    return tables_of(source, ports=ports, specs=specs, tls=tls).partitions
+    return tables_of(source, ports=ports, specs=specs, tls=tls, options=options).partitions
 
 
 # ----------------------------------------------------------------- derived quantities
