@@ -19,6 +19,7 @@ __all__ = [
     "PcapHandle",
     "TlsConnections",
     "__version__",
+    "counter_names",
     "pcap_check_filter",
     "pcap_devices",
     "scan_facts",
@@ -218,3 +219,6 @@ class LiveRun:
     def open_requests(self) -> list[tuple[int, int]]: ...
     def error(self) -> str | None: ...
     def pcap_error(self) -> str | None: ...
+
+def counter_names() -> list[str]:
+    """Every counter name the core may produce (native/src/counter.rs)."""

@@ -6,6 +6,7 @@
 
 pub mod capture;
 pub mod correlate;
+pub mod counter;
 pub mod defrag;
 pub mod framing;
 pub mod header;

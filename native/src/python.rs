@@ -1402,6 +1402,16 @@ fn scan_facts_bytes(py: Python<'_>, data: &[u8]) -> PyResult<CaptureFacts> {
     facts_object(py, facts)
 }
 
+/// Every counter name the core may produce (`counter::Counter`, generated from
+/// `dissector/anomalies.py`): tests compare the built module with the registry.
+#[pyfunction]
+fn counter_names() -> Vec<&'static str> {
+    crate::counter::Counter::ALL
+        .iter()
+        .map(|c| c.name())
+        .collect()
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -1414,6 +1424,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<InterfaceFacts>()?;
     m.add_function(wrap_pyfunction!(scan_facts, m)?)?;
     m.add_function(wrap_pyfunction!(scan_facts_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(counter_names, m)?)?;
     live::register(m)?;
     Ok(())
 }

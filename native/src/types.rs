@@ -47,6 +47,12 @@ pub struct Counters {
 impl Counters {
     #[inline]
     pub fn add(&mut self, name: &str, n: u64) {
+        // The names are dissector/anomalies.py's (src/counter.rs, generated from it):
+        // debug builds (cargo test) reject any other, so the registry cannot drift.
+        debug_assert!(
+            crate::counter::Counter::named(name).is_some(),
+            "counter {name:?} is not registered in dissector/anomalies.py"
+        );
         if let Some(v) = self.counts.get_mut(name) {
             *v += n;
         } else {
@@ -269,5 +275,35 @@ pub trait Versions {
         _field: &str,
     ) -> Option<i64> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Counters;
+    use crate::counter::Counter;
+
+    #[test]
+    fn registered_counters_count() {
+        let mut c = Counters::default();
+        c.inc(Counter::BytesRead.name());
+        c.add(Counter::RecordsCrcMismatch.name(), 2);
+        assert_eq!(c.get("bytes_read"), 1);
+        assert_eq!(c.get("records_crc_mismatch"), 2);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "not registered in dissector/anomalies.py")]
+    fn an_unregistered_counter_fails_debug_builds() {
+        Counters::default().inc("no_such_counter");
+    }
+
+    #[test]
+    fn names_and_variants_round_trip() {
+        for c in Counter::ALL {
+            assert_eq!(Counter::named(c.name()), Some(c));
+        }
+        assert_eq!(Counter::named("no_such_counter"), None);
     }
 }
