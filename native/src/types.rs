@@ -6,6 +6,7 @@
 //! Data flows one way: capture -> tcp -> framing -> correlate -> summary -> rows.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
 
 /// Nanoseconds since the Unix epoch, UTC.
@@ -13,6 +14,45 @@ pub type Ts = i64;
 
 /// (address, port) of one side of a TCP connection.
 pub type Endpoint = (IpAddr, u16);
+
+/// Which side of an exchange a layout or a frame belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Request,
+    Response,
+}
+
+/// A multiply-rotate hash for the per-pair lookups by small integer keys (layouts,
+/// error names): the tables are fixed at load, so SipHash's flood resistance buys
+/// nothing there and costs a tenth of a pair's time.
+#[derive(Default, Clone, Copy)]
+pub struct SmallKeyHasher(u64);
+
+impl Hasher for SmallKeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_i16(&mut self, n: i16) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_i64(&mut self, n: i64) {
+        self.write_u64(n as u64);
+    }
+}
+
+pub type SmallKeyMap<K, V> = HashMap<K, V, BuildHasherDefault<SmallKeyHasher>>;
 
 /// Named event counts every stage adds to; names are those of the Python stages
 /// (the anomaly catalogue), so the output's counters read the same.
