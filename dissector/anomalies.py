@@ -401,7 +401,7 @@ def rust_counter_module() -> str:
         *(f"        Counter::{v}," for v, _ in variants),
         "    ];",
         "",
-        "    /// The counter's name in the output (`df.attrs[\"counters\"]`).",
+        '    /// The counter\'s name in the output (`df.attrs["counters"]`).',
         "    pub const fn name(self) -> &'static str {",
         "        match self {",
         *(f'            Counter::{v} => "{n}",' for v, n in variants),

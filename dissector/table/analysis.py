@@ -45,8 +45,8 @@ def run_table(
 
         def on_batch(batch: core.Batch) -> None:
             if observe is not None:
-                for t in batch.exchanges:
-                    observe[1](t[0], core._exchange(t))
+                for record in batch.exchanges:
+                    observe[1](record.capture, core.exchange_of(record))
             if bar is not None:
                 bar(batch.bytes_read)
 

@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector._core import Analyzer, KeyLog, LiveRun, Model
+    from dissector._core import Analyzer, ExchangeRecord, FrameRecord, KeyLog, LiveRun, Model
     from dissector.options import Options
-    from dissector.stages import Exchange
+    from dissector.stages import Exchange, Frame
     from dissector.tls import KeyLogs
     from dissector.wire.tables import TableCollector
 
@@ -99,6 +99,26 @@ def _exported(decoder: Any) -> tuple[str, tuple[tuple[str, str, str], ...]]:
     return text, extracts
 
 
+@dataclass(frozen=True, slots=True)
+class FallbackSummary:
+    """The summary columns of a pair the native interpreter deferred, as the Python
+    decoder gives them (the core reads them by attribute: ``PyFallbackSummary``)."""
+
+    error_code: int | None
+    error_name: str | None
+    error_count: int | None
+    topics: list[str]
+    partitions: int | None
+    records: int | None
+    record_bytes: int | None
+    compression: str | None
+    throttle_ms: int | None
+    decode_error: str | None
+    fatal: bool  # the decode failure makes the frame unreadable (status malformed)
+    extracts: list[int | None]  # the model's extract columns, in order
+    assumed_version: int | None
+
+
 class _Fallback:
     """Summaries of deferred pairs by the Python decoder; topic names per capture."""
 
@@ -110,7 +130,7 @@ class _Fallback:
 
     def __call__(
         self, api_key: int, api_version: int, req: bytes | None, resp: bytes | None, capture: str
-    ) -> tuple[Any, ...]:
+    ) -> FallbackSummary:
         from dissector.stages import is_fatal
 
         if capture != self.capture:
@@ -121,20 +141,20 @@ class _Fallback:
         s = d.summarize(api_key, api_version, request, response, self.topics)
         bodies = {"request": request, "response": response}
         extracts = [_int_field(bodies[direction], name) for _, direction, name in self.extracts]
-        return (
-            s.error_code,
-            s.error_name,
-            s.error_count,
-            list(s.topics),
-            s.partitions,
-            s.records,
-            s.record_bytes,
-            s.compression,
-            s.throttle_ms,
-            s.decode_error,
-            bool(s.decode_error) and is_fatal(request, response),
-            extracts,
-            s.assumed_version,
+        return FallbackSummary(
+            error_code=s.error_code,
+            error_name=s.error_name,
+            error_count=s.error_count,
+            topics=list(s.topics),
+            partitions=s.partitions,
+            records=s.records,
+            record_bytes=s.record_bytes,
+            compression=s.compression,
+            throttle_ms=s.throttle_ms,
+            decode_error=s.decode_error,
+            fatal=bool(s.decode_error) and is_fatal(request, response),
+            extracts=extracts,
+            assumed_version=s.assumed_version,
         )
 
 
@@ -352,7 +372,7 @@ class Batch:
     observer, and how far into the capture it has read."""
 
     columns: dict[str, Any]
-    exchanges: list[Any]
+    exchanges: list[ExchangeRecord]
     bytes_read: int
     tables: dict[str, Any]
     """The analytics tables' buffers (``Analyzer.take_tables``; empty unless asked)."""
@@ -595,14 +615,20 @@ def _category(column: pa.ChunkedArray) -> pd.Categorical:
 # ---------------------------------------------------------------- exchanges
 
 
-def _frame(stream: int, t: tuple[Any, ...]) -> Any:
+def _frame(stream: int, f: FrameRecord) -> Frame:
     from dissector.stages import Frame
 
-    src_ip, src_port, dst_ip, dst_port, payload, first_ts, last_ts, first_no, last_no, gap = t
     return Frame(
-        stream, (src_ip, src_port), (dst_ip, dst_port), payload,
-        first_ts, last_ts, first_no, last_no, gap,
-    )  # fmt: skip
+        stream=stream,
+        src=(f.src_ip, f.src_port),
+        dst=(f.dst_ip, f.dst_port),
+        payload=f.payload,
+        first_ts_ns=f.first_ts_ns,
+        last_ts_ns=f.last_ts_ns,
+        first_frame=f.first_frame,
+        last_frame=f.last_frame,
+        after_gap=f.after_gap,
+    )
 
 
 def iter_exchanges(
@@ -625,28 +651,30 @@ def iter_exchanges(
         for path in sources:
             open_capture(analyzer, path)
             for b in _batches(analyzer, batch):
-                for t in b.exchanges:
-                    yield t[0], _exchange(t)
+                for record in b.exchanges:
+                    yield record.capture, exchange_of(record)
     finally:
         _merge_counters(counters, analyzer)
 
 
-def _exchange(t: tuple[Any, ...]) -> Exchange:
+def exchange_of(record: ExchangeRecord) -> Exchange:
+    """The core's exchange record as the stages' ``Exchange``."""
     from dissector.stages import Exchange
 
-    (_, stream, cip, cport, bip, bport, kind, req, resp, key, ver, corr, cid, note) = t
+    stream = record.stream
+    req, resp = record.request, record.response
     return Exchange(
         stream=stream,
-        client=(cip, cport),
-        broker=(bip, bport),
-        kind=kind,
+        client=(record.client_ip, record.client_port),
+        broker=(record.broker_ip, record.broker_port),
+        kind=record.kind,
         request=_frame(stream, req) if req is not None else None,
         response=_frame(stream, resp) if resp is not None else None,
-        api_key=key,
-        api_version=ver,
-        correlation_id=corr,
-        client_id=cid,
-        note=note,
+        api_key=record.api_key,
+        api_version=record.api_version,
+        correlation_id=record.correlation_id,
+        client_id=record.client_id,
+        note=record.note,
     )
 
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict};
 
 use crate::capture::{open_path, scan_path, FileFacts, LinkDecoder, PacketReader};
 use crate::model::Model as SpecModel;
@@ -411,14 +411,13 @@ impl Analyzer {
         Ok(out)
     }
 
-    /// Exchanges kept so far (exchanges mode), then forgotten: tuples, see
-    /// `dissector/wire/core.py`.
-    fn take_exchanges<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let out = PyList::empty(py);
-        for (capture, ex) in self.sink.exchanges.drain(..) {
-            out.append(exchange_tuple(py, &capture, &ex)?)?;
-        }
-        Ok(out)
+    /// Exchanges kept so far (exchanges mode), then forgotten.
+    fn take_exchanges(&mut self, py: Python<'_>) -> PyResult<Vec<Py<ExchangeRecord>>> {
+        self.sink
+            .exchanges
+            .drain(..)
+            .map(|(capture, ex)| exchange_record(py, &capture, &ex))
+            .collect()
     }
 
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -835,21 +834,21 @@ impl Summaries {
             let req = request.map(|b| PyBytes::new(py, b));
             let resp = response.map(|b| PyBytes::new(py, b));
             let got = cb.call1(py, (key, version, req, resp, self.capture.as_str()))?;
-            let t = got.bind(py).cast::<PyTuple>()?;
+            let s: PyFallbackSummary = got.bind(py).extract()?;
             Ok(SummaryColumns {
-                error_code: t.get_item(0)?.extract()?,
-                error_name: t.get_item(1)?.extract::<Option<String>>()?.map(Arc::from),
-                error_count: t.get_item(2)?.extract()?,
-                topics: t.get_item(3)?.extract()?,
-                partitions: t.get_item(4)?.extract()?,
-                records: t.get_item(5)?.extract()?,
-                record_bytes: t.get_item(6)?.extract()?,
-                compression: t.get_item(7)?.extract()?,
-                throttle_ms: t.get_item(8)?.extract()?,
-                decode_error: t.get_item(9)?.extract()?,
-                fatal: t.get_item(10)?.extract()?,
-                extracts: t.get_item(11)?.extract()?,
-                assumed_version: t.get_item(12)?.extract()?,
+                error_code: s.error_code,
+                error_name: s.error_name.map(Arc::from),
+                error_count: s.error_count,
+                topics: s.topics,
+                partitions: s.partitions,
+                records: s.records,
+                record_bytes: s.record_bytes,
+                compression: s.compression,
+                throttle_ms: s.throttle_ms,
+                decode_error: s.decode_error,
+                fatal: s.fatal,
+                extracts: s.extracts,
+                assumed_version: s.assumed_version,
             })
         })
     }
@@ -1278,60 +1277,101 @@ fn kind_name(kind: ExchangeKind) -> &'static str {
     }
 }
 
-fn frame_tuple<'py>(py: Python<'py>, f: &KafkaFrame) -> PyResult<Bound<'py, PyTuple>> {
-    PyTuple::new(
+/// One Kafka frame of an exchange (`dissector.stages.Frame`, its stream being the
+/// exchange's), handed to Python by attribute.
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct FrameRecord {
+    src_ip: String,
+    src_port: u16,
+    dst_ip: String,
+    dst_port: u16,
+    payload: Py<PyBytes>,
+    first_ts_ns: i64,
+    last_ts_ns: i64,
+    first_frame: u64,
+    last_frame: u64,
+    after_gap: bool,
+}
+
+/// One exchange of the exchanges mode (`dissector.stages.Exchange` and the capture it
+/// came from), handed to Python by attribute.
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct ExchangeRecord {
+    capture: String,
+    stream: u32,
+    client_ip: String,
+    client_port: u16,
+    broker_ip: String,
+    broker_port: u16,
+    /// `dissector.stages.ExchangeKind`'s value.
+    kind: &'static str,
+    request: Option<Py<FrameRecord>>,
+    response: Option<Py<FrameRecord>>,
+    api_key: Option<i16>,
+    api_version: Option<i16>,
+    correlation_id: Option<i32>,
+    client_id: Option<String>,
+    note: Option<String>,
+}
+
+fn frame_record(py: Python<'_>, f: &KafkaFrame) -> PyResult<Py<FrameRecord>> {
+    Py::new(
         py,
-        [
-            f.src.0.to_string().into_pyobject(py)?.into_any(),
-            f.src.1.into_pyobject(py)?.into_any(),
-            f.dst.0.to_string().into_pyobject(py)?.into_any(),
-            f.dst.1.into_pyobject(py)?.into_any(),
-            PyBytes::new(py, &f.payload).into_any(),
-            f.first_ts_ns.into_pyobject(py)?.into_any(),
-            f.last_ts_ns.into_pyobject(py)?.into_any(),
-            f.first_frame.into_pyobject(py)?.into_any(),
-            f.last_frame.into_pyobject(py)?.into_any(),
-            pyo3::types::PyBool::new(py, f.after_gap)
-                .to_owned()
-                .into_any(),
-        ],
+        FrameRecord {
+            src_ip: f.src.0.to_string(),
+            src_port: f.src.1,
+            dst_ip: f.dst.0.to_string(),
+            dst_port: f.dst.1,
+            payload: PyBytes::new(py, &f.payload).unbind(),
+            first_ts_ns: f.first_ts_ns,
+            last_ts_ns: f.last_ts_ns,
+            first_frame: f.first_frame,
+            last_frame: f.last_frame,
+            after_gap: f.after_gap,
+        },
     )
 }
 
-fn exchange_tuple<'py>(
-    py: Python<'py>,
-    capture: &str,
-    ex: &Exchange,
-) -> PyResult<Bound<'py, PyTuple>> {
-    let request = ex
-        .request
-        .as_ref()
-        .map(|f| frame_tuple(py, f))
-        .transpose()?;
-    let response = ex
-        .response
-        .as_ref()
-        .map(|f| frame_tuple(py, f))
-        .transpose()?;
-    PyTuple::new(
+fn exchange_record(py: Python<'_>, capture: &str, ex: &Exchange) -> PyResult<Py<ExchangeRecord>> {
+    let frame = |f: &Option<KafkaFrame>| f.as_ref().map(|f| frame_record(py, f)).transpose();
+    Py::new(
         py,
-        [
-            capture.into_pyobject(py)?.into_any(),
-            ex.stream.into_pyobject(py)?.into_any(),
-            ex.client.0.to_string().into_pyobject(py)?.into_any(),
-            ex.client.1.into_pyobject(py)?.into_any(),
-            ex.broker.0.to_string().into_pyobject(py)?.into_any(),
-            ex.broker.1.into_pyobject(py)?.into_any(),
-            kind_name(ex.kind).into_pyobject(py)?.into_any(),
-            request.into_pyobject(py)?.into_any(),
-            response.into_pyobject(py)?.into_any(),
-            ex.api_key.into_pyobject(py)?.into_any(),
-            ex.api_version.into_pyobject(py)?.into_any(),
-            ex.correlation_id.into_pyobject(py)?.into_any(),
-            ex.client_id.as_deref().into_pyobject(py)?.into_any(),
-            ex.note.as_deref().into_pyobject(py)?.into_any(),
-        ],
+        ExchangeRecord {
+            capture: capture.to_owned(),
+            stream: ex.stream,
+            client_ip: ex.client.0.to_string(),
+            client_port: ex.client.1,
+            broker_ip: ex.broker.0.to_string(),
+            broker_port: ex.broker.1,
+            kind: kind_name(ex.kind),
+            request: frame(&ex.request)?,
+            response: frame(&ex.response)?,
+            api_key: ex.api_key,
+            api_version: ex.api_version,
+            correlation_id: ex.correlation_id,
+            client_id: ex.client_id.clone(),
+            note: ex.note.clone(),
+        },
     )
+}
+
+/// The Python decoder's summary of a deferred pair (`dissector.wire.core.FallbackSummary`),
+/// read by attribute.
+#[derive(FromPyObject)]
+struct PyFallbackSummary {
+    error_code: Option<i64>,
+    error_name: Option<String>,
+    error_count: Option<i64>,
+    topics: Vec<String>,
+    partitions: Option<i64>,
+    records: Option<i64>,
+    record_bytes: Option<i64>,
+    compression: Option<String>,
+    throttle_ms: Option<i64>,
+    decode_error: Option<String>,
+    fatal: bool,
+    extracts: Vec<Option<i64>>,
+    assumed_version: Option<i64>,
 }
 
 /// One capture interface of `CaptureFacts` (`capture::InterfaceFacts`).
@@ -1422,6 +1462,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TlsConnections>()?;
     m.add_class::<CaptureFacts>()?;
     m.add_class::<InterfaceFacts>()?;
+    m.add_class::<ExchangeRecord>()?;
+    m.add_class::<FrameRecord>()?;
     m.add_function(wrap_pyfunction!(scan_facts, m)?)?;
     m.add_function(wrap_pyfunction!(scan_facts_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(counter_names, m)?)?;
