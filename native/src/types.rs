@@ -1,8 +1,9 @@
 //! Records that cross the stages of the native core.
 //!
-//! They mirror the Python dataclasses of the same stages (`capture.Packet`,
-//! `tcp.StreamOpen/Chunk/StreamClose`, `framing.Frame`, `correlate.Exchange`) so that
-//! the pure-Python pipeline stays a field-by-field oracle for this one.
+//! They mirror the Python dataclasses of the same stages (the test oracle's
+//! `tests/oracle/capture.py` `Packet`, `tests/oracle/tcp.py` `StreamOpen/Chunk/StreamClose`,
+//! and `dissector/stages.py`'s `Frame` and `Exchange`) so that the pure-Python pipeline
+//! under `tests/oracle/` stays a field-by-field oracle for this one.
 //! Data flows one way: capture -> tcp -> framing -> correlate -> summary -> rows.
 
 use std::collections::HashMap;
@@ -138,7 +139,7 @@ pub const SYN: u8 = 0x02;
 pub const RST: u8 = 0x04;
 pub const ACK: u8 = 0x10;
 
-/// One TCP segment as the capture stage hands it on (`capture.Packet`).
+/// One TCP segment as the capture stage hands it on (`tests/oracle/capture.py` `Packet`).
 /// `payload` borrows the reader's buffer: a stage that keeps bytes copies them.
 #[derive(Debug, Clone)]
 pub struct Packet<'a> {
@@ -213,7 +214,7 @@ pub enum Event {
     Close(StreamClose),
 }
 
-/// One size-prefixed Kafka message (`framing.Frame`).
+/// One size-prefixed Kafka message (`dissector.stages.Frame`).
 #[derive(Debug, Clone)]
 pub struct KafkaFrame {
     pub stream: u32,
@@ -262,7 +263,7 @@ pub enum ExchangeKind {
     Malformed,
 }
 
-/// A request with its response, or one of them alone (`correlate.Exchange`).
+/// A request with its response, or one of them alone (`dissector.stages.Exchange`).
 #[derive(Debug, Clone)]
 pub struct Exchange {
     pub stream: u32,
