@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from dissector._core import Analyzer, ExchangeRecord, FrameRecord, KeyLog, LiveRun, Model
     from dissector.options import Options
-    from dissector.stages import Exchange, Frame
+    from dissector.stages import Decoder, Exchange, Frame
     from dissector.tls import KeyLogs
     from dissector.wire.tables import TableCollector
 
@@ -37,7 +37,7 @@ BATCH_ROWS = 65_536
 """Rows per Arrow batch: memory of a streaming run is bounded by this, not the capture."""
 
 
-def _default_decoder() -> Any:
+def _default_decoder() -> Decoder:
     from dissector import protocol
 
     return protocol
@@ -70,7 +70,7 @@ def native() -> Any:
     return _core
 
 
-def _model(decoder: Any) -> _Model:
+def _model(decoder: Decoder) -> _Model:
     """The exported spec model of a decoder, built once per spec set and process."""
     _core = native()
 
@@ -89,7 +89,7 @@ def _model(decoder: Any) -> _Model:
     return model
 
 
-def _exported(decoder: Any) -> tuple[str, tuple[tuple[str, str, str], ...]]:
+def _exported(decoder: Decoder) -> tuple[str, tuple[tuple[str, str, str], ...]]:
     """The spec model as the core reads it (JSON text), and its extract columns."""
     from dissector.protocol.export import export_model
 
@@ -122,7 +122,7 @@ class FallbackSummary:
 class _Fallback:
     """Summaries of deferred pairs by the Python decoder; topic names per capture."""
 
-    def __init__(self, decoder: Any, extracts: tuple[tuple[str, str, str], ...]) -> None:
+    def __init__(self, decoder: Decoder, extracts: tuple[tuple[str, str, str], ...]) -> None:
         self.decoder = decoder
         self.extracts = extracts
         self.capture: str | None = None
@@ -166,7 +166,7 @@ def _int_field(decoded: Any, name: str) -> int | None:
 
 def new_analyzer(
     options: Options,
-    decoder: Any = None,
+    decoder: Decoder | None = None,
     *,
     exchanges: bool = False,
     keep_keys: Iterable[int] = (),
@@ -442,7 +442,7 @@ def iter_tables(
     paths: Iterable[AnySource],
     options: Options,
     *,
-    decoder: Any = None,
+    decoder: Decoder | None = None,
     counters: Counters | None = None,
     batch_rows: int = BATCH_ROWS,
     on_batch: Any = None,
@@ -506,7 +506,7 @@ def analyze_table(
     paths: list[AnySource],
     options: Options,
     *,
-    decoder: Any = None,
+    decoder: Decoder | None = None,
     on_batch: Any = None,
     keep_keys: Iterable[int] = (),
     analytics: TableCollector | None = None,
@@ -635,7 +635,7 @@ def iter_exchanges(
     paths: Iterable[AnySource],
     options: Options,
     *,
-    decoder: Any = None,
+    decoder: Decoder | None = None,
     counters: Counters | None = None,
     batch: int = 4096,
 ) -> Iterator[tuple[str, Exchange]]:
@@ -682,7 +682,7 @@ def iter_pairs(
     paths: Iterable[AnySource],
     options: Options,
     *,
-    decoder: Any = None,
+    decoder: Decoder | None = None,
     counters: Counters | None = None,
     batch_rows: int = 4096,
 ) -> Iterator[Any]:
@@ -716,7 +716,7 @@ class LiveSession:
     """The native core set up for a live source; ``start`` hands it a libpcap handle
     and the core's own threads capture (``_core.LiveRun``)."""
 
-    def __init__(self, options: Options, decoder: Any, label: str) -> None:
+    def __init__(self, options: Options, decoder: Decoder | None, label: str) -> None:
         self.decoder = decoder or _default_decoder()
         # A live run has no end: a total decompression budget would run out after hours
         # and leave later record batches undecoded. The per-frame budget still bounds each
