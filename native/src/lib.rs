@@ -13,6 +13,7 @@ pub mod header;
 pub mod model;
 pub mod pcap;
 pub mod pcapwrite;
+pub mod pipeline;
 pub mod queueing;
 pub mod records;
 pub mod rows;

@@ -26,12 +26,12 @@ use pyo3::exceptions::{PyException, PyOSError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::{columns_dict, Analyzer, RowSink, Source, Summaries};
+use super::{columns_dict, Analyzer, PyFallback, Source};
 use crate::capture::LinkDecoder;
 use crate::model::Model as SpecModel;
 use crate::pcap::{self, Handle, OpenOptions, PcapError, Stats};
 use crate::pcapwrite::PcapWriter;
-use crate::queueing::Queueing;
+use crate::pipeline::{RowSink, Summaries};
 use crate::rows::RowBuilder;
 use crate::session::Session;
 use crate::types::{Counters, Exchange};
@@ -400,7 +400,10 @@ impl Drop for LiveRun {
 
 /// The link decoder, session, summaries and row sink of an analyzer with a live source
 /// open; the analyzer keeps empty ones.
-fn take_parts(a: &mut Analyzer) -> PyResult<(LinkDecoder, Session, Summaries, RowSink)> {
+#[allow(clippy::type_complexity)]
+fn take_parts(
+    a: &mut Analyzer,
+) -> PyResult<(LinkDecoder, Session, Summaries<PyFallback>, RowSink)> {
     if !matches!(a.source_mut(), Some(Source::Live { .. })) || a.session.is_none() {
         return Err(PyRuntimeError::new_err(
             "no live source is open (open_live)",
@@ -412,28 +415,22 @@ fn take_parts(a: &mut Analyzer) -> PyResult<(LinkDecoder, Session, Summaries, Ro
     let Some(session) = a.session.take() else {
         unreachable!("checked above");
     };
-    let empty_summaries = Summaries {
-        model: a.model.clone(),
-        frame_budget: a.summaries.frame_budget,
-        capture_budget: a.summaries.capture_budget,
-        capture_budget_left: a.summaries.capture_budget,
-        topics: Arc::default(),
-        fallback: None,
-        capture: String::new(),
-        counters: Counters::default(),
-        tables: None,
-        tables_fallback: None,
-    };
-    let empty_sink = RowSink {
-        exchanges_mode: a.sink.exchanges_mode,
-        rows_mode: true,
-        keep_keys: Vec::new(),
-        rows: RowBuilder::new(a.model.extracts.len()),
-        exchanges: Vec::new(),
-        capture: String::new(),
-        queueing: Queueing::default(),
-        ready: Vec::new(),
-    };
+    let empty_summaries = Summaries::new(
+        a.model.clone(),
+        a.summaries.frame_budget,
+        a.summaries.capture_budget,
+        PyFallback {
+            summary: None,
+            tables: None,
+        },
+        None,
+    );
+    let empty_sink = RowSink::new(
+        RowBuilder::new(a.model.extracts.len()),
+        a.sink.exchanges_mode,
+        true,
+        Vec::new(),
+    );
     let summaries = std::mem::replace(&mut a.summaries, empty_summaries);
     let sink = std::mem::replace(&mut a.sink, empty_sink);
     Ok((decoder, session, summaries, sink))
@@ -599,7 +596,7 @@ impl CaptureThread {
 }
 
 /// Summaries and rows of the exchanges the capture thread hands over.
-fn rows_loop(mut summaries: Summaries, rx: Receiver<Vec<Exchange>>, shared: &Shared) {
+fn rows_loop(mut summaries: Summaries<PyFallback>, rx: Receiver<Vec<Exchange>>, shared: &Shared) {
     let mut published = Instant::now();
     for batch in rx.iter() {
         let done = match summaries.batch(batch, false) {
