@@ -227,6 +227,15 @@ def open_capture(analyzer: Analyzer, path: AnySource) -> None:
     _open_file(analyzer, path)
 
 
+@dataclass(frozen=True, slots=True)
+class NextFile:
+    """The next file of a capture set as ``Analyzer.chain_next`` reads it: its name, and
+    its path or bytes."""
+
+    name: str
+    source: str | os.PathLike[str] | bytes
+
+
 class _NextFiles:
     """A set's further files, handed to the core one at a time when the file before
     ends (``Analyzer.chain_next``): a set held as bytes is copied into the core one
@@ -238,14 +247,14 @@ class _NextFiles:
         self.files = files
         self.at = 1
 
-    def __call__(self) -> tuple[str, str | bytes] | None:
+    def __call__(self) -> NextFile | None:
         if self.at >= len(self.files):
             return None
         f = self.files[self.at]
         self.at += 1
         if isinstance(f, CaptureBytes):
-            return f.name, bytes(f.data)
-        return source_name(f), f
+            return NextFile(f.name, bytes(f.data))
+        return NextFile(source_name(f), f)
 
 
 def _open_file(analyzer: Analyzer, path: CaptureSource) -> None:
@@ -484,7 +493,7 @@ def iter_tables(
 def _merge_counters(counters: Counters, analyzer: Analyzer) -> None:
     for name, n in analyzer.counters().items():
         counters.add(name, n)
-    counters.tls_streams = [s for _, s in analyzer.tls_streams()]  # type: ignore[attr-defined]
+    counters.tls_streams = [s.stream for s in analyzer.tls_streams()]  # type: ignore[attr-defined]
     counters.tls = tls_table(analyzer)  # type: ignore[attr-defined]
 
 
@@ -737,7 +746,7 @@ class LiveSession:
     def open_requests(self, run: LiveRun) -> dict[str, int]:
         """Requests waiting for a response now, by API name."""
         name = self.decoder.api_name
-        return {name(key): n for key, n in run.open_requests()}
+        return {name(key): n for key, n in run.open_requests().items()}
 
 
 def table_records(table: pa.Table) -> list[Any]:

@@ -86,6 +86,20 @@ impl ChainedFile {
     }
 }
 
+/// A `chain_next` callable's `wire.core.NextFile`, read by attribute.
+#[derive(FromPyObject)]
+struct PyNextFile<'py> {
+    name: String,
+    source: Bound<'py, PyAny>,
+}
+
+/// A connection found to carry TLS not decrypted: its capture and stream.
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct TlsStream {
+    capture: String,
+    stream: u32,
+}
+
 /// What a `chain_next` callable returns: the next file (a path, or a capture's bytes)
 /// and its name, or None when the set has no more files.
 fn next_from(py: Python<'_>, next: &Py<PyAny>) -> PyResult<Option<ChainedFile>> {
@@ -94,7 +108,7 @@ fn next_from(py: Python<'_>, next: &Py<PyAny>) -> PyResult<Option<ChainedFile>> 
     if got.is_none() {
         return Ok(None);
     }
-    let (name, what): (String, Bound<'_, PyAny>) = got.extract()?;
+    let PyNextFile { name, source: what } = got.extract()?;
     let input = if let Ok(data) = what.cast::<PyBytes>() {
         ChainedInput::Bytes(data.as_bytes().to_vec())
     } else {
@@ -355,18 +369,21 @@ impl Analyzer {
         Ok(out)
     }
 
-    /// (capture, stream) of the connections found to carry TLS.
-    fn tls_streams(&self) -> Vec<(String, u32)> {
-        let mut all = self.tls.clone();
-        if let Some(session) = self.session.as_ref() {
-            all.extend(
-                session
-                    .tls_streams()
-                    .iter()
-                    .map(|s| (self.capture.clone(), *s)),
-            );
-        }
-        all
+    /// The connections found to carry TLS.
+    fn tls_streams(&self) -> Vec<TlsStream> {
+        let open = self
+            .session
+            .as_ref()
+            .map(|s| (&self.capture, s.tls_streams()));
+        let open = open
+            .iter()
+            .flat_map(|(capture, streams)| streams.iter().map(|s| ((*capture).clone(), *s)));
+        self.tls
+            .iter()
+            .cloned()
+            .chain(open)
+            .map(|(capture, stream)| TlsStream { capture, stream })
+            .collect()
     }
 
     /// TLS connections by capture, version, cipher suite and outcome.
@@ -382,11 +399,13 @@ impl Analyzer {
     }
 
     /// Requests waiting for a response now, by api_key (live views).
-    fn open_requests(&self) -> Vec<(i16, u64)> {
+    fn open_requests(&self) -> std::collections::HashMap<i16, u64> {
         self.session
             .as_ref()
             .map(Session::open_requests)
             .unwrap_or_default()
+            .into_iter()
+            .collect()
     }
 
     /// Rows (or exchanges) built and not taken yet.
@@ -1124,6 +1143,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<InterfaceFacts>()?;
     m.add_class::<ExchangeRecord>()?;
     m.add_class::<FrameRecord>()?;
+    m.add_class::<TlsStream>()?;
     m.add_function(wrap_pyfunction!(scan_facts, m)?)?;
     m.add_function(wrap_pyfunction!(scan_facts_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(counter_names, m)?)?;

@@ -14,6 +14,7 @@
 //! the first newer frame or once the ring is empty; then the session is finished (open
 //! requests become unanswered rows) and the rows thread ends (`done()`).
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -140,14 +141,14 @@ impl PcapHandle {
         })
     }
 
-    /// (received, dropped by the kernel ring, dropped by the interface).
-    fn stats(&self) -> PyResult<(u64, u64, u64)> {
+    /// libpcap's counters now.
+    fn stats(&self) -> PyResult<PcapStats> {
         let inner = lock(&self.inner);
         let Some(h) = inner.as_ref() else {
             return Err(PyRuntimeError::new_err("the handle is closed or in use"));
         };
         let s = h.stats().map_err(|e| capture_error(&e))?;
-        Ok((s.received, s.dropped, s.if_dropped))
+        Ok(PcapStats::from(s))
     }
 
     fn close(&self) {
@@ -346,11 +347,9 @@ impl LiveRun {
         self.shared.frames.load(Ordering::Acquire)
     }
 
-    /// libpcap's (received, dropped by the kernel ring, dropped by the interface), as
-    /// last read (every 50 ms, and at the end).
-    fn stats(&self) -> (u64, u64, u64) {
-        let s = *lock(&self.shared.stats);
-        (s.received, s.dropped, s.if_dropped)
+    /// libpcap's counters, as last read (every 50 ms, and at the end).
+    fn stats(&self) -> PcapStats {
+        PcapStats::from(*lock(&self.shared.stats))
     }
 
     /// Counters of both threads (as last published: every 50 ms, and at the end).
@@ -365,8 +364,8 @@ impl LiveRun {
     }
 
     /// Requests waiting for a response, by api_key (as last published).
-    fn open_requests(&self) -> Vec<(i16, u64)> {
-        lock(&self.shared.open_requests).clone()
+    fn open_requests(&self) -> HashMap<i16, u64> {
+        lock(&self.shared.open_requests).iter().copied().collect()
     }
 
     /// Why the capture ended early, if it did.
@@ -634,10 +633,30 @@ fn rows_loop(mut summaries: Summaries<PyFallback>, rx: Receiver<Vec<Exchange>>, 
     shared.changed.notify_all();
 }
 
+/// libpcap's counters (`pcap::Stats`): packets received, dropped by the kernel ring,
+/// dropped by the interface or driver.
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct PcapStats {
+    received: u64,
+    dropped: u64,
+    if_dropped: u64,
+}
+
+impl From<Stats> for PcapStats {
+    fn from(s: Stats) -> Self {
+        PcapStats {
+            received: s.received,
+            dropped: s.dropped,
+            if_dropped: s.if_dropped,
+        }
+    }
+}
+
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CaptureError", m.py().get_type::<CaptureError>())?;
     m.add_class::<PcapHandle>()?;
     m.add_class::<LiveRun>()?;
+    m.add_class::<PcapStats>()?;
     m.add_function(wrap_pyfunction!(pcap_devices, m)?)?;
     m.add_function(wrap_pyfunction!(pcap_check_filter, m)?)?;
     Ok(())
