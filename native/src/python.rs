@@ -251,7 +251,7 @@ impl Analyzer {
     }
 
     /// Files that continue the open capture, handed over one at a time by
-    /// `next() -> (name, path or bytes) | None` when the file before ends: a long set
+    /// `next() -> wire.core.NextFile | None` when the file before ends: a long set
     /// costs the memory of one file.
     fn chain_next(&mut self, next: Py<PyAny>) -> PyResult<()> {
         self.check_open()?;
