@@ -40,6 +40,7 @@ class Frame:
     missing: int = 0
     snapped: bool = False  # every missing byte was cut by the snap length
     end_lost: bool = False  # its last byte was not captured (last_ts_ns: last captured)
+    tls: bool = False  # decrypted from a TLS connection
 
     @property
     def wire_size(self) -> int:

@@ -24,11 +24,13 @@ from dissector.analytics.lag import (
     commit_events,
     committed_lag,
     evaluation_times,
+    evaluation_times_in_table,
     lag_at_end,
     log_end_events,
     newest_fetches,
     position_lag,
     superseded_fetches,
+    superseded_in_table,
 )
 from dissector.analytics.partitions import PARTITION_COLUMNS, partitions, table
 from tests.test_partitions import _consumers, _log_end_before
@@ -254,6 +256,82 @@ def test_superseded_fetches_are_the_ones_lag_at_end_never_reads() -> None:
     assert dropped == [False, True, False, False, False, True, False, False, True, False, True]
     # d's newest position (row 4) stays although row 7 tells a newer log end
     assert evaluation_times(parts) == {"c": pd.Timestamp(20 * S + MS, tz="UTC")}
+
+
+def _hand_built_fetches() -> pd.DataFrame:
+    return table([
+        _produce(0, 9, 0),                                   # 0: not a Fetch
+        _fetch(0, 10, 1 * S),                                # 1: c's older fetch
+        _fetch(0, 10, 2 * S),                                # 2: c's newest: stays
+        _fetch(0, 10, 2 * S),                                # 3: the same time: stays
+        _fetch(0, 10, 1 * S) | {"client_id": "d"},           # 4: d's newest: stays
+        _fetch(0, 12, 3 * S, error_code=6),                  # 5: failed, newer: dropped
+        _fetch(0, 10, 4 * S, topic="u"),                     # 6: another partition: stays
+        _fetch(-1, 11, 5 * S) | {"client_id": "d"},          # 7: log end only: stays
+        _fetch(0, 12, 20 * S),                               # 8: after the end: dropped
+        _commit(5, 6 * S),                                   # 9
+        _fetch(-1, 9, 7 * S) | {"client_id": "d"},           # 10: newer, stale: dropped
+        _fetch(0, 10, 8 * S) | {"client_id": None},          # 11: no client id: its own
+        _fetch(0, 10, 8 * S) | {"partition": None},          # 12: no partition: dropped
+    ], PARTITION_COLUMNS)  # fmt: skip
+
+
+def _arrow_tables() -> list[tuple[str, pd.DataFrame, Any]]:
+    """(name, frame, the core's Arrow table) of real captures: one read alone, two read
+    in a row (chunks with dictionaries of their own), the shared ones when present."""
+    import pyarrow as pa
+
+    from dissector.options import Options
+    from dissector.wire.tables import capture_tables
+
+    sources: list[tuple[str, Any]] = [
+        (name, REPO / "captures" / name)
+        for name in ("kafka-4-longpoll-rotation.pcapng", "kafka-4-lag.pcapng")
+    ]
+    sources.append(("two in a row", [CAPTURE, REPO / "captures" / "kafka-4-lag.pcapng"]))
+    shared = REPO.parent / "shared" / "captures"
+    if shared.is_dir():
+        sources += [(p.name, p) for p in sorted(shared.glob("*.pcap*"))]
+    out = []
+    for name, source in sources:
+        tables = capture_tables(source, Options())
+        out.append((name, tables.frame("partitions"), tables.partitions))
+    hand = _hand_built_fetches()
+    out.append(("hand-built", hand, pa.Table.from_pandas(hand, preserve_index=False)))
+    return out
+
+
+def test_superseded_in_arrow_equals_the_frame_functions() -> None:
+    """The report's Arrow/numpy reading of the lag's inputs (``evaluation_times_in_table``,
+    ``superseded_in_table``) gives the rows the pandas functions give, on real captures
+    (strings dictionary-encoded by the core, several chunks) and on hand-built rows with
+    null keys; at the end of each capture and at an earlier time."""
+    checked = 0
+    for name, parts, arrow in _arrow_tables():
+        chosen = evaluation_times(parts)
+        assert evaluation_times_in_table(arrow) == chosen, name
+        at_end = {"end": chosen}
+        at_end["halfway"] = {
+            c: t - (t - parts["request_time"].min()) / 2 for c, t in chosen.items()
+        }
+        for when, times in at_end.items():
+            expected = superseded_fetches(parts, times)
+            got = superseded_in_table(arrow, times)
+            assert (got == expected).all(), (name, when)
+            checked += int(expected.sum())
+    for name, parts, arrow in _arrow_tables()[:3]:
+        # the report's way: superseded rows left out first, lag_at_end told so
+        chosen = evaluation_times(parts)
+        kept = parts[~superseded_in_table(arrow, chosen)]
+        pd.testing.assert_frame_equal(
+            lag_at_end(kept, chosen, reduced=True), lag_at_end(parts, chosen), obj=name
+        )
+    hand = _hand_built_fetches()
+    chosen = {"c": pd.Timestamp(10 * S, tz="UTC")}
+    dropped = superseded_fetches(hand, chosen)
+    assert list(dropped) == [False, True, False, False, False, True, False, False, True,
+                             False, True, False, True]  # fmt: skip
+    assert checked > 1000
 
 
 def test_superseded_fetches_of_chunks_equal_the_whole() -> None:

@@ -28,6 +28,7 @@ from dissector.analytics.partitions import (
     throughput,
     throughput_rates,
     throughput_totals,
+    throughput_totals_in_table,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -238,6 +239,30 @@ def test_throughput_of_chunks_added_up_equals_the_whole(window: str | None) -> N
         totals = combined_totals([throughput_totals(c, window) for c in chunks], window)
         pd.testing.assert_frame_equal(throughput_rates(totals, window), whole)
     assert len(whole) > 5 and whole["pairs"].sum() > 1000
+
+
+def test_throughput_totals_in_arrow_equal_the_frame_function() -> None:
+    """The report aggregates the core's Arrow table (``throughput_totals_in_table``):
+    the totals ``throughput_totals`` gives for the pandas frame of the same table, on
+    real captures (one alone, two read in a row: chunks with dictionaries of their own,
+    the shared ones when present)."""
+    from dissector.options import Options
+    from dissector.wire.tables import capture_tables
+
+    sources: list[Any] = [REPO / "captures" / "kafka-4-longpoll-rotation.pcapng"]
+    sources.append([CAPTURE, REPO / "captures" / "kafka-4-lag.pcapng"])
+    if SHARED.is_dir():
+        sources += sorted(SHARED.glob("*.pcap*"))
+    pairs = 0
+    for source in sources:
+        tables = capture_tables(source, Options())
+        expected = throughput_totals(tables.frame("partitions"))
+        got = throughput_totals_in_table(tables.partitions)
+        expected = expected.astype({"capture": "string", "topic": "string", "role": "object"})
+        pd.testing.assert_frame_equal(got, expected.reset_index(drop=True), check_dtype=False)
+        assert list(got.dtypes) == list(expected.dtypes), source
+        pairs += int(got["pairs"].sum())
+    assert pairs > 1000
 
 
 def _deliveries_by_definition(parts: pd.DataFrame) -> list[tuple[Any, ...]]:

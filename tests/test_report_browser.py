@@ -80,7 +80,8 @@ return {top: r.top, bottom: r.bottom, left: r.left, right: r.right, text: el.tex
 
 NO_KAFKA_PROBE = """
 return {page: document.scrollingElement.scrollWidth, inner: window.innerWidth,
-        height: document.scrollingElement.scrollHeight, images: document.images.length,
+        height: document.scrollingElement.scrollHeight,
+        images: document.querySelectorAll('img, svg').length,
         sections: [...document.querySelectorAll('section')].map(s => s.id),
         text: document.body.innerText};
 """

@@ -206,3 +206,22 @@ def test_analyze_and_report_say_which_names_no_row_has(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     text = " ".join(out.read_text().split())
     assert "matched none of the 427 rows (no API named &#39;Fecth&#39; among them)." in text
+
+
+def test_decode_says_which_names_no_pair_has(tmp_path: Path) -> None:
+    """decode streams its lines: an empty output after a filter says so on stderr, with
+    the names no pair has, as analyze's table does."""
+    typo = "api == Fecth"
+    proc = _cli("decode", str(CAPTURE), "--filter", typo, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"no pair matches {typo!r} (427 pairs decoded: no API named 'Fecth' among them)"
+    )
+    real = "api == Fetch and error == UNKNOWN_TOPIC_OR_PARTITION"  # both names exist
+    proc = _cli("decode", str(CAPTURE), "--filter", real, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines()[-1] == (f"no pair matches {real!r} (427 pairs decoded)")
+    proc = _cli("decode", str(CAPTURE), "--filter", "api == fetch", cwd=tmp_path)
+    assert len(proc.stdout.splitlines()) == 13  # the report's count of Fetch rows
+    assert "no pair matches" not in proc.stderr

@@ -258,3 +258,29 @@ def test_a_failed_job_is_one_line_without_a_java_trace(tmp_path: Path) -> None:
     assert lines[0].startswith("Error: the Spark job failed: "), lines
     assert "spark.sql.shuffle.partitions" in lines[0]
     assert lines[0].endswith("(--verbose shows Spark's log)")
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_path_matching_nothing_is_named_skipped_and_fails_the_run(tmp_path: Path) -> None:
+    """The failure rule of analyze, decode and report: a path that matches nothing is
+    named, the captures that exist are decoded and written, the exit status is 1."""
+    capture = CAPTURES / "kafka-4-mixed.pcapng"
+    missing = str(tmp_path / "2026-11-2*-hour-*.pcap")
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [*command(), "spark", str(capture), missing, "--master", "local[2]", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        cwd=tmp_path,
+        env=spark_env(),
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert f"skipped (no such file or directory): {missing}" in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "Error: 1 path matched nothing (--skip-missing: no failure for those)"
+    )
+    assert len(pd.read_parquet(out / "pairs")) == len(dissector.analyze(str(capture)))
+    assert "Traceback" not in done.stderr and "Exception" not in done.stderr

@@ -37,6 +37,7 @@ out, typed by the column contracts below (documented in README.md).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dissector.protocol.families import GROUP_COMMITS, names
@@ -44,6 +45,7 @@ from dissector.protocol.keys import ApiKey
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 # ListOffsets: the timestamp that asks for the log end, and the isolation level whose
 # answer is the high watermark (read_committed answers the last stable offset).
@@ -324,6 +326,174 @@ def _fetch_reads(parts: pd.DataFrame, chosen: Mapping[str, pd.Timestamp]) -> tup
     return fetch, log_end, position
 
 
+def evaluation_times_in_table(
+    table: pa.Table, end: Mapping[str, pd.Timestamp] | None = None
+) -> dict[str, pd.Timestamp]:
+    """``evaluation_times`` of the whole partitions table as the core gives it (Arrow),
+    on integer codes with numpy."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    capture, captures = _codes(table.column("capture"))
+    request = _ints(table.column("request_time").cast(pa.int64()))
+    response = _ints(table.column("response_time").cast(pa.int64()))
+    named = capture >= 0
+    latest = _group_max(capture[named], np.maximum(request, response)[named], None,
+                        size=len(captures))  # fmt: skip
+    seen = np.bincount(capture[named], minlength=len(captures)) > 0
+    found = {
+        str(c): pd.Timestamp(int(at), tz="UTC") if at != _NONE else pd.NaT
+        for c, at, present in zip(captures, latest.tolist(), seen.tolist(), strict=True)
+        if present
+    }
+    return {**found, **dict(end or {})}
+
+
+def superseded_in_table(table: pa.Table, chosen: Mapping[str, pd.Timestamp]) -> Any:
+    """``superseded_fetches`` of the whole partitions table as the core gives it (Arrow,
+    its strings dictionary-encoded), computed on integer codes with numpy: the same
+    rows, without a pandas frame of every row (a long capture's table has hundreds of
+    thousands, most of them Fetch entries)."""
+    import numpy as np
+
+    rows = _FetchRows.of(table, chosen)
+    fetch, log_end, position = rows.fetch, rows.log_end, rows.position
+    client = _dense_ids(rows.partition_id, rows.client)  # per (partition, client_id)
+    # per client and partition (``newest_fetches``): the highest log end told, the
+    # latest response telling it, the latest response
+    hwm = _group_max(client, rows.watermark, log_end)
+    at_highest = log_end & (rows.watermark == hwm[client])
+    told = _group_max(client, rows.time, at_highest)
+    latest = _group_max(client, rows.time, position)
+    # per partition (``_newest_of`` of those): the highest of the clients', the latest
+    # response telling it
+    clients = np.flatnonzero(np.bincount(client, weights=log_end, minlength=len(hwm)) > 0)
+    part_of_client = np.zeros(len(hwm), dtype=np.int64)
+    part_of_client[client] = rows.partition_id
+    parts = part_of_client[clients]
+    top = _group_max(parts, hwm[clients], None, size=rows.partitions)
+    top_told = _group_max(parts, told[clients], hwm[clients] == top[parts], size=rows.partitions)
+    pid = rows.partition_id
+    highest = (rows.watermark == top[pid]) & (rows.time == top_told[pid]) & (top_told[pid] != _NONE)
+    newest_position = (rows.time == latest[client]) & (latest[client] != _NONE)
+    needed = (log_end & highest) | (position & newest_position)
+    return fetch & ~needed
+
+
+_NONE = -(2**63)
+"""Integer columns' stand-in for a null, below every value (so a max skips it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _FetchRows:
+    """The columns ``superseded_in_table`` reads, as numpy arrays: key codes (a null a
+    code of its own), response times in ns and high watermarks (``_NONE`` for null),
+    and the masks of ``_fetch_reads``."""
+
+    fetch: Any
+    log_end: Any
+    position: Any
+    client: Any
+    """Per row, the code of its client_id."""
+    partition_id: Any
+    """Per row, one id per (capture, topic, partition), 0 .. ``partitions`` - 1."""
+    partitions: int
+    time: Any
+    watermark: Any
+
+    @classmethod
+    def of(cls, table: pa.Table, chosen: Mapping[str, pd.Timestamp]) -> _FetchRows:
+        import numpy as np
+        import pyarrow as pa
+
+        capture, captures = _codes(table.column("capture"))
+        topic, _ = _codes(table.column("topic"))
+        client, _ = _codes(table.column("client_id"))
+        api, apis = _codes(table.column("api_name"))
+        partition = _ints(table.column("partition"))
+        partition_id = _dense_ids(capture, topic, partition)
+        time = _ints(table.column("response_time").cast(pa.int64()))
+        watermark = _ints(table.column("high_watermark"))
+        error = _ints(table.column("error_code"))
+        offset = _ints(table.column("fetch_offset"))
+        # a null capture (code -1) takes the limit appended last: none
+        limits = np.array([_ns(chosen.get(c)) for c in captures] + [_NONE], dtype=np.int64)
+        limit = limits[capture]
+        fetch = np.isin(api, [i for i, name in enumerate(apis) if name == _FETCH])
+        answered = (time != _NONE) & ((error == 0) | (error == _NONE)) & (partition != _NONE)
+        before = (time != _NONE) & (limit != _NONE) & (time <= limit)
+        log_end = fetch & before & answered & (watermark >= 0)
+        return cls(
+            fetch=fetch,
+            log_end=log_end,
+            position=log_end & (offset >= 0),
+            client=client,
+            partition_id=partition_id,
+            partitions=int(partition_id.max()) + 1 if len(partition_id) else 0,
+            time=time,
+            watermark=watermark,
+        )
+
+
+def _ns(at: Any) -> int:
+    import pandas as pd
+
+    if at is None or pd.isna(at):
+        return _NONE
+    return int(pd.Timestamp(at).value)
+
+
+def _codes(column: pa.ChunkedArray) -> tuple[Any, list[Any]]:
+    """A dictionary (or plain) column's per-row codes (-1: null) and its values."""
+    import numpy as np
+    import pyarrow as pa
+
+    if not pa.types.is_dictionary(column.type):
+        column = column.dictionary_encode()
+    # one dictionary for every chunk: a code means one value throughout
+    column = pa.table({"c": column}).unify_dictionaries().column("c")
+    chunks = column.chunks
+    values = chunks[0].dictionary.to_pylist() if chunks else []
+    codes = [c.indices.fill_null(-1).to_numpy(zero_copy_only=False) for c in chunks]
+    return (np.concatenate(codes).astype(np.int64) if codes else np.zeros(0, np.int64)), values
+
+
+def _ints(column: pa.ChunkedArray) -> Any:
+    """An integer column as int64, ``_NONE`` for null."""
+    import numpy as np
+    import pyarrow as pa
+
+    filled = column.cast(pa.int64()).fill_null(_NONE)
+    return np.asarray(filled.to_numpy(), dtype=np.int64)
+
+
+def _dense_ids(*keys: Any) -> Any:
+    """One id per distinct combination of the integer ``keys`` (0 .. n - 1)."""
+    import numpy as np
+
+    ids = np.zeros(len(keys[0]), dtype=np.int64)
+    for key in keys:
+        values, inverse = np.unique(key, return_inverse=True)
+        ids = ids * len(values) + inverse.reshape(-1)
+        _, ids = np.unique(ids, return_inverse=True)
+        ids = ids.reshape(-1)
+    return ids
+
+
+def _group_max(ids: Any, values: Any, mask: Any, size: int | None = None) -> Any:
+    """Per id (0 .. size - 1): the largest of ``values`` over the rows of ``mask``
+    (all when None); ``_NONE`` where none."""
+    import numpy as np
+
+    out = np.full(int(ids.max()) + 1 if size is None and len(ids) else size or 0, _NONE, np.int64)
+    if mask is None:
+        np.maximum.at(out, ids, values)
+    else:
+        np.maximum.at(out, ids[mask], values[mask])
+    return out
+
+
 def _equal(values: pd.Series, wanted: pd.Series) -> Any:
     """Per row: its value is the one ``wanted`` (a null never is)."""
     return values.eq(wanted).fillna(False).to_numpy(dtype=bool)
@@ -527,20 +697,25 @@ def committed_lag(parts: pd.DataFrame) -> pd.DataFrame:
     return _typed(_measures(rows, parts, rows["time"]), SERIES_COLUMNS)
 
 
-def lag_at_end(parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = None) -> pd.DataFrame:
+def lag_at_end(
+    parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = None, *, reduced: bool = False
+) -> pd.DataFrame:
     """Committed lag per group and partition at the end of each capture (``LAG_COLUMNS``),
     with the inputs' ages and the group's latest position lag on the partition.
 
     ``end``: evaluation time per capture, inputs after it left out (so an earlier time
     gives the lag as of then); by default, and for captures it does not name, the latest
-    request or response time of the capture's partition rows.
+    request or response time of the capture's partition rows. ``reduced``: ``parts``
+    already lacks the Fetch entries superseded at those times (``superseded_fetches`` or
+    ``superseded_in_table`` of the whole table): not looked for again.
     """
     import pandas as pd
 
     parts = _inputs(parts)
 
     chosen = evaluation_times(parts, end)
-    parts = parts[~superseded_fetches(parts, chosen)]
+    if not reduced:
+        parts = parts[~superseded_fetches(parts, chosen)]
 
     def until_end(events: pd.DataFrame) -> pd.DataFrame:
         return events[events["time"].dt.tz_convert(None).to_numpy() <= _limits(events, chosen)]

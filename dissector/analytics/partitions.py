@@ -37,6 +37,7 @@ from dissector.tables_schema import PARTITION_COLUMNS, Contract, names
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
     from dissector.options import Options
     from dissector.tls import KeyLogs
@@ -179,6 +180,66 @@ def throughput_totals(parts: pd.DataFrame, window: str | None = None) -> pd.Data
         first_time=("time", "min"),
         last_time=("time", "max"),
     ).reset_index()
+
+
+def throughput_totals_in_table(table: pa.Table) -> pd.DataFrame:
+    """``throughput_totals`` (no window) of the whole partitions table as the core gives
+    it (Arrow), filtered and grouped in Arrow on the core's dictionary-encoded strings:
+    no pandas frame of every row, no string column of every row (a long capture's table
+    has hundreds of thousands). The keys come as strings."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    # one dictionary per column for every chunk: what grouping by a dictionary needs
+    data = table.select(list(THROUGHPUT_INPUTS)).unify_dictionaries()
+    api = data.column("api_name")
+    produce = pc.is_in(api, value_set=pa.array(_apis_of("produce"), pa.string()))
+    fetch = pc.is_in(api, value_set=pa.array(_apis_of("fetch"), pa.string()))
+    answered = pc.and_(
+        pc.is_valid(data.column("response_time")),
+        pc.equal(pc.fill_null(data.column("error_code"), 0), 0),
+    )
+    landed = pc.or_(answered, pc.fill_null(pc.equal(data.column("acks"), 0), False))
+    keep = pc.and_(pc.and_(pc.or_(produce, fetch), pc.is_valid(data.column("records"))), landed)
+    data, produce = data.filter(keep), produce.filter(keep)
+    rows = pa.table(
+        {
+            "capture": data.column("capture"),
+            "topic": data.column("topic"),
+            "partition": data.column("partition"),
+            "role": pc.if_else(produce, "produce", "fetch"),
+            "records": data.column("records"),
+            "record_bytes": data.column("record_bytes"),
+            "time": pc.if_else(produce, data.column("request_time"), data.column("response_time")),
+        }
+    )
+    every = pc.CountOptions(mode="all")
+    # a sum of nulls is 0, as pandas sums
+    sums = pc.ScalarAggregateOptions(skip_nulls=True, min_count=0)
+    grouped = rows.group_by(_throughput_keys(None), use_threads=False).aggregate(
+        [
+            ("records", "count", every),
+            ("records", "sum", sums),
+            ("record_bytes", "sum", sums),
+            ("time", "min"),
+            ("time", "max"),
+        ]
+    )
+    out = grouped.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get).rename(
+        columns={
+            "records_count": "pairs",
+            "records_sum": "records",
+            "record_bytes_sum": "record_bytes",
+            "time_min": "first_time",
+            "time_max": "last_time",
+        }
+    )
+    # keys as text: categorical keys (the dictionaries) would sort by dictionary order
+    out = out.astype({"capture": "string", "topic": "string", "role": "object"})
+    keys = _throughput_keys(None)
+    columns = [*keys, "pairs", "records", "record_bytes", "first_time", "last_time"]
+    return out.sort_values(keys, na_position="last", kind="stable")[columns].reset_index(drop=True)
 
 
 def combined_totals(totals: list[pd.DataFrame], window: str | None = None) -> pd.DataFrame:

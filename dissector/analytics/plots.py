@@ -10,15 +10,14 @@ of one report consistent.
 from __future__ import annotations
 
 import io
-import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from functools import wraps
 from typing import TYPE_CHECKING, Any, ParamSpec
 
 import matplotlib
 from matplotlib.figure import Figure
 
-from dissector.analytics import stats
+from dissector.analytics import series, stats, svg
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,19 +48,26 @@ STYLE: dict[RcKeyType, Any] = {
     "legend.frameon": False,
 }
 
-STATUS_COLORS: Mapping[str, str] = {
-    "ok": "#2ca02c",
-    "error": "#d62728",
-    "malformed": "#9467bd",
-    "unanswered": "#ff7f0e",
-    "no_response": "#7f7f7f",
-    "orphan_response": "#8c564b",
-}
-BYTES_IN_COLOR = "#1f77b4"
-BYTES_OUT_COLOR = "#ff7f0e"
-MAX_SERIES = 10
-"""Charts with one series per API show the busiest ones; the rest are 'other'."""
-OTHER = "other"
+# The series choices and colours are shared with the report's SVG charts.
+STATUS_COLORS = series.STATUS_COLORS
+BYTES_IN_COLOR = series.BYTES_IN_COLOR
+BYTES_OUT_COLOR = series.BYTES_OUT_COLOR
+MAX_SERIES = series.MAX_SERIES
+OTHER = series.OTHER
+PALETTE = series.PALETTE
+LATENCY_PICKS = series.LATENCY_PICKS
+MAX_ERROR_SERIES = series.MAX_ERROR_SERIES
+api_colors = series.api_colors
+notable_apis = series.notable_apis
+plain_number = svg.plain_number
+_busiest = series.busiest
+_time_unit = series.time_unit
+_since_label = series.since_label
+_rate_unit = series.rate_unit
+_bucket_text = series.bucket_text
+_byte_unit = series.byte_unit
+_activity_colors = series.activity_colors
+_all_api_colors = series.all_api_colors
 
 
 def styled(func: Callable[P, Figure]) -> Callable[P, Figure]:
@@ -82,49 +88,8 @@ def png_bytes(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-PALETTE: tuple[str, ...] = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#bcbd22",
-    "#17becf",
-    "#393b79",
-)
-"""Distinct colours for the busiest APIs; grey is kept for 'other'."""
-
-
-def api_colors(names_by_rank: Iterable[str]) -> dict[str, Any]:
-    """A fixed colour per API: ``PALETTE`` for the first ones given (busiest first),
-    then tab20's lighter shades, tab20b and tab20c (59 distinct colours before any
-    repeats), grey for 'other'."""
-    light = matplotlib.colormaps["tab20"]
-    extra = [light(i) for i in range(1, 20, 2)]
-    extra += [matplotlib.colormaps[m](i) for m in ("tab20b", "tab20c") for i in range(20)]
-    taken = {matplotlib.colors.to_hex(c) for c in PALETTE}
-    shades = [*PALETTE, *(c for c in extra if matplotlib.colors.to_hex(c) not in taken)]
-    colors: dict[str, Any] = {}
-    for i, name in enumerate(n for n in dict.fromkeys(names_by_rank) if n != OTHER):
-        colors[name] = shades[i % len(shades)]
-    colors[OTHER] = "#b0b0b0"
-    return colors
-
-
-def _all_api_colors(df: pd.DataFrame) -> dict[str, Any]:
-    return api_colors(_busiest(_api_labels(df), limit=len(df)))
-
-
 def _api_labels(df: pd.DataFrame) -> pd.Series:
     return stats.api_labels(df)
-
-
-def _busiest(labels: pd.Series, limit: int = MAX_SERIES) -> list[str]:
-    counts = labels.value_counts()
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return [str(name) for name, _ in ranked[:limit]]
 
 
 def _empty(fig: Figure, ax: Axes, message: str) -> Figure:
@@ -138,40 +103,6 @@ def _start(df: pd.DataFrame) -> pd.Timestamp | None:
     return times.min() if len(times) else None
 
 
-_TIME_UNITS: tuple[tuple[float, str, float], ...] = (
-    (1.0, "seconds", 600.0),
-    (60.0, "minutes", 600.0 * 60),
-    (3600.0, "hours", 72.0 * 3600),
-    (86400.0, "days", math.inf),
-)
-"""(seconds per unit, unit name, longest span shown in that unit) for time axes."""
-
-
-def _time_unit(span_s: float) -> tuple[float, str]:
-    """A time-axis unit that keeps tick labels short for the capture's span."""
-    for divisor, unit, limit in _TIME_UNITS:
-        if span_s <= limit:
-            return divisor, unit
-    return _TIME_UNITS[-1][:2]
-
-
-def _since_label(unit: str, start: pd.Timestamp) -> str:
-    return f"{unit} since {start.strftime('%Y-%m-%d %H:%M:%S')} UTC"
-
-
-def _rate_unit(df: pd.DataFrame) -> tuple[float, str]:
-    """The report's one rate unit (``stats.rate_unit``), as axis words."""
-    factor, label = stats.rate_unit(df)
-    return factor, {"per s": "per second", "per min": "per minute", "per h": "per hour"}[label]
-
-
-def _bucket_text(bucket_s: int) -> str:
-    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
-        if bucket_s >= size and bucket_s % size == 0:
-            return f"{bucket_s // size} {unit}"
-    return f"{bucket_s} s"
-
-
 def _bucket_axis(
     index: pd.DatetimeIndex, start: pd.Timestamp, width: int, span_s: float
 ) -> tuple[Any, float, str]:
@@ -180,23 +111,6 @@ def _bucket_axis(
     divisor, unit = _time_unit(span_s)
     x = (index - start.floor(f"{width}s")).total_seconds().to_numpy() / divisor
     return x, width / divisor, _since_label(unit, start)
-
-
-def _byte_unit(largest: float) -> tuple[float, str]:
-    for divisor, unit in ((1024.0**3, "GiB"), (1024.0**2, "MiB"), (1024.0, "KiB")):
-        if largest >= divisor:
-            return divisor, unit
-    return 1.0, "B"
-
-
-def plain_number(value: float, _pos: object = None) -> str:
-    """A tick label without powers of ten: 0.01, 2.5, 27.4, 1,000."""
-    if value == 0 or not math.isfinite(value):
-        return "0" if value == 0 else ""
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    text = f"{value:.3g}"
-    return f"{float(text):,.0f}" if "e" in text else text
 
 
 def plain_log_axis(axis: Any) -> None:
@@ -262,30 +176,6 @@ def latency_cdf(df: pd.DataFrame) -> Figure:
     ax.set_title("Latency CDF per API")
     ax.legend(loc="upper left", bbox_to_anchor=(1.06, 1.0))
     return fig
-
-
-LATENCY_PICKS = 5
-"""Latency-over-time shows the busiest APIs and, as many again, the slowest (by p99):
-the slow ones are what the chart is looked at for."""
-
-
-def notable_apis(df: pd.DataFrame, limit: int = MAX_SERIES) -> list[str]:
-    """APIs worth a colour of their own in a latency chart: the slowest by p99 of
-    ``service_ms`` and the busiest, alternately, at most ``limit``."""
-    service = stats.service_latency(df)["service_ms"]
-    labels = _api_labels(df)
-    timed = service.notna()
-    p99 = service[timed].groupby(labels[timed]).quantile(0.99)
-    slowest = [str(n) for n, _ in sorted(p99.items(), key=lambda kv: (-kv[1], kv[0]))]
-    busiest = _busiest(labels[timed], limit=len(df))
-    picked: list[str] = []
-    # One name at a time: when the slowest API is also the busiest, a pair of the two
-    # would otherwise add it twice (a legend listing the same API twice).
-    alternated = [n for pair in zip(slowest[:LATENCY_PICKS], busiest, strict=False) for n in pair]
-    for name in [*alternated, *busiest]:
-        if name not in picked:
-            picked.append(name)
-    return picked[:limit]
 
 
 @styled
@@ -611,9 +501,6 @@ def latency_percentiles(df: pd.DataFrame, bucket_s: int | None = None) -> Figure
     return fig
 
 
-MAX_ERROR_SERIES = 8
-
-
 @styled
 def error_timeline(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
     """Error rows per bucket, stacked by error name (the most frequent; the rest 'other')."""
@@ -770,15 +657,6 @@ def connection_churn(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
     ax.set_title("Connection churn: opened above the line, closed below")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
-
-
-def _activity_colors() -> dict[str, Any]:
-    """One colour per group activity, fixed by ``stats.GROUP_ACTIVITY`` order: the
-    same activity has the same colour in every report."""
-    cmap = matplotlib.colormaps["tab20"]
-    shades = [cmap(i) for i in range(0, 20, 2)] + [cmap(i) for i in range(1, 20, 2)]
-    activities = dict.fromkeys(v[1] for v in stats.GROUP_ACTIVITY.values())
-    return {name: shades[i % len(shades)] for i, name in enumerate(activities)}
 
 
 CHARTS: Mapping[str, tuple[str, Callable[[pd.DataFrame], Figure]]] = {

@@ -1,19 +1,17 @@
 """One self-contained HTML report of a capture: facts, charts and tables.
 
-The page embeds its charts as PNG data URIs and its style inline, so the single
-file opens offline in any browser. Output is deterministic for a given input
-(no generation timestamp), so the example in ``reports/`` can be regenerated
-and diffed::
+The page inlines its charts as SVG (drawn without matplotlib: ``analytics.charts``)
+and its style, so the single file opens offline in any browser. Output is
+deterministic for a given input (no generation timestamp), so the example in
+``reports/`` can be regenerated and diffed::
 
     kafka-dissector report captures/kafka-4-mixed.pcapng -o reports/kafka-4-mixed.html
 """
 
 from __future__ import annotations
 
-import base64
 import math
 import re
-import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -23,10 +21,10 @@ from typing import TYPE_CHECKING, Any, cast
 import jinja2
 from markupsafe import Markup, escape
 
-# Imported here, not where used: a missing optional dependency (report extra:
-# matplotlib, jinja2) then surfaces as the CLI's clear message, not a traceback.
+# Imported here, not where used: a missing optional dependency (report extra: jinja2)
+# then surfaces as the CLI's clear message, not a traceback.
 from dissector import __version__, schema
-from dissector.analytics import plots, stats
+from dissector.analytics import charts, series, stats
 from dissector.analytics.no_kafka import no_kafka
 
 if TYPE_CHECKING:
@@ -57,9 +55,8 @@ class Header:
 class Chart:
     id: str
     title: str
-    png: str  # base64
-    width: int
-    height: int
+    svg: Markup
+    """One SVG document (``analytics.charts``), inlined in the page."""
     caption: str
     kind: str = "chart"
 
@@ -383,28 +380,9 @@ def pair_table(rows: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------------------
 
 
-def _png_size(png: bytes) -> tuple[int, int]:
-    # The IHDR chunk follows the 8-byte signature: width and height, big-endian.
-    width, height = struct.unpack(">II", png[16:24])
-    return width, height
-
-
 def chart(chart_id: str, df: pd.DataFrame, caption: str) -> Chart:
-    title, draw = plots.CHARTS[chart_id]
-    figure = draw(df)
-    png = plots.png_bytes(figure)
-    # A figure's artists reference each other: freed only by the cycle collector, so
-    # eleven figures' worth (tens of MB on a long capture) would wait for it.
-    figure.clear()
-    width, height = _png_size(png)
-    return Chart(
-        id=chart_id,
-        title=title,
-        png=base64.b64encode(png).decode("ascii"),
-        width=width,
-        height=height,
-        caption=caption,
-    )
+    title, draw = charts.CHARTS[chart_id]
+    return Chart(id=chart_id, title=title, svg=Markup(draw(df)), caption=caption)
 
 
 # ---------------------------------------------------------------------------
@@ -713,7 +691,7 @@ def _fetch_wait_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _n_series() -> int:
-    return plots.MAX_SERIES
+    return series.MAX_SERIES
 
 
 def _queueing(df: pd.DataFrame) -> Section:
@@ -748,7 +726,7 @@ def _queueing(df: pd.DataFrame) -> Section:
 
 def _traffic(df: pd.DataFrame) -> Section:
     timeline = timeline_rows(df)
-    _, per = plots._rate_unit(df)
+    _, per = series.rate_unit(df)
     return Section(
         id="traffic",
         title="Traffic over time",
@@ -788,7 +766,7 @@ def _errors(df: pd.DataFrame) -> Section:
             chart(
                 "error-timeline",
                 timeline_rows(df),
-                f"Error rows per time bucket by error code (the {plots.MAX_ERROR_SERIES} most "
+                f"Error rows per time bucket by error code (the {series.MAX_ERROR_SERIES} most "
                 "frequent; the legend gives each one's total).",
             ),
             frame_table(
@@ -1130,7 +1108,7 @@ def _groups(df: pd.DataFrame) -> Section:
             chart(
                 "groups",
                 timeline_rows(df),
-                f"Group API calls {plots._rate_unit(df)[1]}, stacked by activity.",
+                f"Group API calls {series.rate_unit(df)[1]}, stacked by activity.",
             ),
             frame_table(
                 "group-summary",
@@ -1313,19 +1291,13 @@ def _capture_column(frame: pd.DataFrame) -> tuple[Column, ...]:
 ROLE_LABELS: Mapping[str, str] = {"produce": "producer", "fetch": "consumer"}
 
 
-def partition_throughput(chunks: Iterable[pd.DataFrame]) -> pd.DataFrame:
-    """``partitions.throughput`` of the partitions table given in chunks of its rows
-    (its totals added up: memory for one chunk at a time), with readable roles,
+def partition_throughput(table: pa.Table) -> pd.DataFrame:
+    """``partitions.throughput`` of the partitions table (the core's Arrow table,
+    aggregated in Arrow: ``throughput_totals_in_table``), with readable roles,
     producers first per partition."""
-    from dissector.analytics.partitions import (
-        combined_totals,
-        throughput_rates,
-        throughput_totals,
-    )
+    from dissector.analytics.partitions import throughput_rates, throughput_totals_in_table
 
-    out = throughput_rates(combined_totals([throughput_totals(chunk) for chunk in chunks]))
-    # keys as text: a lean frame's categorical keys would sort by dictionary order
-    out = out.astype({"capture": "string", "topic": "string"})
+    out = throughput_rates(throughput_totals_in_table(table))
     return out.assign(role=out["role"].astype("object").map(ROLE_LABELS)).sort_values(
         ["capture", "topic", "partition", "role"], ascending=[True, True, True, False]
     )
@@ -1336,12 +1308,15 @@ NO_GROUP_OFFSETS = (
 )
 
 
-def lag_summary(parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = None) -> pd.DataFrame:
+def lag_summary(
+    parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = None, *, reduced: bool = False
+) -> pd.DataFrame:
     """``lag.lag_at_end``: committed lag per (capture, group, topic, partition) at the end
-    of the capture (``end`` per capture), the largest first and unknown lag last."""
+    of the capture (``end`` per capture), the largest first and unknown lag last
+    (``reduced``: as ``lag_at_end`` takes it)."""
     from dissector.analytics.lag import GROUP_KEYS, lag_at_end
 
-    out = lag_at_end(parts, end)
+    out = lag_at_end(parts, end, reduced=reduced)
     return out.sort_values(
         ["lag", "time_lag_ms", *GROUP_KEYS],
         ascending=[False, False, *[True] * len(GROUP_KEYS)],
@@ -1354,20 +1329,14 @@ def table_lag(tables: AnalyticsTables, end: Mapping[str, pd.Timestamp]) -> pd.Da
     """``lag_summary`` of the partitions table, built of the rows the lag reads: the
     Fetch entries it does not (``lag.superseded_fetches``, most of a long capture's
     table) are left out in Arrow, before the frame is built."""
-    import numpy as np
-
     from dissector.analytics import lag
 
-    # Three reads of the table's keys a chunk at a time (memory for one chunk): the
-    # evaluation times, the newest Fetch entries, then each chunk's superseded ones.
-    chosen = lag.evaluation_times(tables.partitions_chunks(lag.FETCH_INPUTS), end)
-    newest = lag.newest_fetches(tables.partitions_chunks(lag.FETCH_INPUTS), chosen)
-    superseded = [
-        lag.superseded_fetches(chunk, chosen, newest)
-        for chunk in tables.partitions_chunks(lag.FETCH_INPUTS)
-    ]
-    read = ~np.concatenate(superseded) if superseded else np.zeros(0, dtype=bool)
-    return lag_summary(tables.partitions_of(lag.INPUTS, rows=read), chosen)
+    # The evaluation times and the superseded Fetch entries from the core's Arrow
+    # table (integer codes, numpy): no frame of every row.
+    table = tables.arrow.partitions
+    chosen = lag.evaluation_times_in_table(table, end)
+    read = ~lag.superseded_in_table(table, chosen)
+    return lag_summary(tables.partitions_of(lag.INPUTS, rows=read), chosen, reduced=True)
 
 
 def _capture_ends(df: pd.DataFrame) -> dict[str, pd.Timestamp]:
@@ -1429,8 +1398,6 @@ def _carrying(tables: AnalyticsTables, field: str) -> pa.ChunkedArray:
 def _partitions(df: pd.DataFrame) -> Section:
     import pandas as pd
 
-    from dissector.analytics.partitions import THROUGHPUT_INPUTS
-
     tables = _tables(df)
     empty_parts = pd.DataFrame(columns=["capture", "topic", "partition"])
     none = NOT_COLLECTED if tables is None else None
@@ -1438,7 +1405,8 @@ def _partitions(df: pd.DataFrame) -> Section:
     if tables is not None:
         # Each table from the partitions rows and columns it reads (a long capture's
         # table has hundreds of thousands of rows): lean frames, one at a time.
-        traffic = partition_throughput(tables.partitions_chunks(THROUGHPUT_INPUTS))
+        traffic = partition_throughput(tables.arrow.partitions)
+        _release_arrow_memory()
         lag = table_lag(tables, _capture_ends(df))
         p2f = produce_to_fetch_summary(
             tables.partitions_of(P2F_INPUTS, rows=_carrying(tables, "first_offset"))
@@ -1529,6 +1497,16 @@ def _partitions(df: pd.DataFrame) -> Section:
             ),
         ),
     )
+
+
+def _release_arrow_memory() -> None:
+    """Arrow's allocator keeps what a step freed for later allocations; the next steps
+    allocate with numpy and pandas instead, so it is handed back: without it a long
+    capture's report peaked some 25 MB higher (the throughput's grouping, then the lag's
+    arrays on top)."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
 
 
 def _range_text(low: object, high: object) -> str:
@@ -1895,7 +1873,33 @@ def analyze(
     df.attrs[CAPTURES_ATTR] = [name for s in readable for name in s.file_names]
     df.attrs[CAPTURE_SETS_ATTR] = set_listing(readable)
     df.attrs[GROUPS_ATTR] = group_notes(tables.groups)
+    df.attrs = {name: _shared(value) for name, value in df.attrs.items()}
     return df
+
+
+class _SharedDict(dict):
+    """An ``attrs`` value that frames derived from the report's frame share: pandas
+    deep-copies ``attrs`` into every derived frame (thousands while a report is made: a
+    tenth of its statistics' time on a long capture), and the report's are never changed
+    in place."""
+
+    def __deepcopy__(self, memo: dict[int, object]) -> _SharedDict:
+        return self
+
+
+class _SharedList(list):
+    """A list in ``attrs`` shared by derived frames, as ``_SharedDict``."""
+
+    def __deepcopy__(self, memo: dict[int, object]) -> _SharedList:
+        return self
+
+
+def _shared(value: object) -> object:
+    if isinstance(value, dict):
+        return _SharedDict(value)
+    if isinstance(value, list):
+        return _SharedList(value)
+    return value
 
 
 def report_partition_columns() -> tuple[str, ...]:

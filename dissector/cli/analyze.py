@@ -268,6 +268,10 @@ class Analysed:
     rows_before_filter: int | None = None
     filter_absent: tuple[str, ...] = ()  # Filter.absent when no row matched
 
+    def has_frame(self) -> bool:
+        """Whether the pandas frame is built already (the summary table needs it)."""
+        return self._frame is not None
+
     def frame(self) -> pd.DataFrame:
         if self._frame is None:
             from dissector.table.analysis import CAPTURE_SETS_ATTR, set_listing
@@ -368,15 +372,19 @@ def analyze_each(
 
 def _write(result: Analysed, output: str, quiet: bool) -> None:
     from dissector.table.frame import export, write_pairs_parquet
+    from dissector.table.text_rows import write_table_text
 
     make_parent_dirs(output)
     done = outputs()
     done.writing = output
     try:
-        if output.lower().endswith(".parquet"):
+        ext = os.path.splitext(output)[1].lower()
+        if ext == ".parquet":
             write_pairs_parquet(result.table, output)
-        else:
+        elif result.has_frame():
             export(result.frame(), output)
+        else:  # batch by batch from Arrow: no frame of the whole table for this
+            write_table_text(result.table, output, ext)
     except OSError as exc:
         raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc
     done.writing = None

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import click
@@ -29,6 +30,7 @@ from dissector.json_values import jsonable
 from dissector.protocol import Registry, get_registry, supported_apis
 from dissector.protocol.names import version_ranges
 from dissector.stages import CaptureError
+from dissector.table.row_filter import Filter
 from dissector.wire.full_decode import iter_decoded
 
 
@@ -102,6 +104,7 @@ def decode_command(
     failures: list[tuple[str, str]] = []
     sets = group_captures(paths, chain_rule(chain, no_chain, chain_gap), failures)
     note_sets(sets)
+    tally = _FilterTally()
     for capture_set in sets:
         counters = Counters()
         items = iter_decoded(
@@ -114,7 +117,7 @@ def decode_command(
             tls=tls,
         )
         if wanted is not None:
-            items = (item for item in items if wanted.matches(decode_row(item)))
+            items = tally.filtered(items, wanted)
         try:
             _write_lines(items, sys.stdout)
         except CaptureError as exc:
@@ -122,7 +125,35 @@ def decode_command(
             failures.append((capture_set.name, str(exc)))
             continue
         warn_damage(capture_set.name, counters.as_dict())
+    if wanted is not None and not tally.matched:
+        click.echo(tally.no_match(wanted), err=True)
     report_failures(failures, len(paths))
+
+
+@dataclass
+class _FilterTally:
+    """What ``--filter`` saw go by: an empty output must not read like an answer when
+    the filter named an API or error no pair has (``api == Fecth``)."""
+
+    decoded: int = 0
+    matched: int = 0
+    names: dict[str, set[str]] = field(default_factory=dict)  # case-folded, per column
+
+    def filtered(self, items: Iterable[dict[str, Any]], wanted: Filter) -> Iterator[dict[str, Any]]:
+        for item in items:
+            row = decode_row(item)
+            self.decoded += 1
+            for column in wanted.name_columns:
+                if row.get(column) is not None:
+                    self.names.setdefault(column, set()).add(str(row[column]).casefold())
+            if wanted.matches(row):
+                self.matched += 1
+                yield item
+
+    def no_match(self, wanted: Filter) -> str:
+        unknown = "; ".join(wanted.absent_among(self.names))
+        among = f": {unknown} among them" if unknown else ""
+        return f"no pair matches {wanted.text!r} ({self.decoded} pairs decoded{among})"
 
 
 def decode_row(item: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +162,8 @@ def decode_row(item: dict[str, Any]) -> dict[str, Any]:
     for side in ("client", "broker"):
         ip, _, port = str(item[side]).rpartition(":")
         row[f"{side}_ip"], row[f"{side}_port"] = ip, int(port) if port.isdigit() else None
-    row.update(item.get("summary") or {})
+    for name, value in (item.get("summary") or {}).items():
+        row.setdefault(name, value)  # the row's own decode_error is the pairs table's
     return row
 
 

@@ -119,15 +119,26 @@ def _check_all_failed(report: JobReport) -> None:
         )
 
 
-def _check_failed(report: JobReport) -> None:
+def _check_failed(report: JobReport, missing_fails: bool = True) -> None:
     """The failure rule of the commands that take captures (analyze, decode, report): the
-    others are written and the run exits non-zero, the failed ones named above."""
+    others are written and the run exits non-zero, the failed and missing ones named above.
+    ``missing_fails`` False (--skip-missing): a path that matched nothing is no failure."""
     _check_all_failed(report)
+    missing = len(report.missing) if missing_fails else 0
+    problems = []
     if report.failed:
-        raise click.ClickException(
+        problems.append(
             f"{report.failed} of {report.captures} captures failed to decode "
             "(flagged in pairs and captures)"
         )
+    if missing:
+        problems.append(f"{_paths(missing)} matched nothing (--skip-missing: no failure for those)")
+    if problems:
+        raise click.ClickException("; ".join(problems))
+
+
+def _paths(n: int) -> str:
+    return "1 path" if n == 1 else f"{n} paths"
 
 
 @click.command("spark")
@@ -160,7 +171,9 @@ def _check_failed(report: JobReport) -> None:
 @click.option(
     "--skip-missing",
     is_flag=True,
-    help="skip paths and globs that match nothing (listed on stderr) instead of failing",
+    help="paths and globs that match nothing are named on stderr and skipped, the rest read "
+    "and written, and the run exits 1; with this flag they do not make it fail (e.g. a glob "
+    "over rotated hours of which some are empty)",
 )
 @click.option(
     "--analytics",
@@ -261,7 +274,7 @@ class _Job:
     top: int
     recursive: bool
     glob: str | None
-    skip_missing: bool
+    skip_missing: bool  # a path that matches nothing does not fail the run
     analytics: tuple[str, ...] = ANALYTICS_TABLES
     progress_every: float | None = None  # None: no progress lines
     verbose: bool = False
@@ -288,15 +301,15 @@ def _run(spark: SparkSession, paths: tuple[str, ...], out_dir: str | None, job: 
             top=job.top,
             recursive=job.recursive,
             glob=job.glob,
-            skip_missing=job.skip_missing,
+            skip_missing=True,  # named and counted: _check_failed decides the exit
             analytics=job.analytics,
             on_progress=_echo_progress if job.progress_every else None,
             progress_every=job.progress_every or PROGRESS_EVERY,
         )
         _echo_report(report, out_dir)
-        _check_failed(report)
-    except MissingPathError as exc:
-        raise click.ClickException(f"{exc} (--skip-missing skips such paths)") from exc
+        _check_failed(report, missing_fails=not job.skip_missing)
+    except MissingPathError as exc:  # every path matched nothing: nothing to read
+        raise click.ClickException(str(exc)) from exc
     except AnalysisException as exc:
         # e.g. a path that cannot be listed: Spark's message names it.
         raise click.ClickException(str(exc).splitlines()[0]) from exc
@@ -321,7 +334,7 @@ def _print_summary(spark: SparkSession, paths: tuple[str, ...], job: _Job) -> No
         options=job.options,
         recursive=job.recursive,
         glob=job.glob,
-        skip_missing=job.skip_missing,
+        skip_missing=True,  # named and counted: _check_failed decides the exit
         progress=progress,
     )
     try:
@@ -337,7 +350,7 @@ def _print_summary(spark: SparkSession, paths: tuple[str, ...], job: _Job) -> No
         for name in ("latency_by_api", "latency_by_broker", "top_errors", "unanswered_summary"):
             df = _times_as_text(tables[name])
             _echo_table(name, df.limit(50).collect(), df.columns)
-        _check_failed(report)
+        _check_failed(report, missing_fails=not job.skip_missing)
     finally:
         fleet.unpersist()
 

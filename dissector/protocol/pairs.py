@@ -29,9 +29,14 @@ from dissector.stages import (
     NO_RESPONSE,
     ORPHAN_RESPONSE,
     PAIR,
+    REQUEST_INCOMPLETE,
+    RESPONSE_INCOMPLETE,
     SASL_TOKEN,
+    TLS,
+    TRUNCATED,
     UNANSWERED,
     Exchange,
+    Frame,
     is_fatal,
 )
 
@@ -106,10 +111,11 @@ def decode_exchanges(
         assert api is not None  # a known header has an api_key
         if not want and api not in TOPIC_NAME_SOURCES:
             continue
+        # A side not captured whole is not decoded, as in the pairs table's row.
         request = response = None
-        if ex.request is not None:
+        if ex.request is not None and not ex.request.holed:
             request = decoder.decode_request(ex.request.payload, records=expand(api, True))
-        if ex.response is not None:
+        if ex.response is not None and not ex.response.holed:
             response = decoder.decode_response(
                 ex.response.payload, ex.api_key, ex.api_version, records=expand(api, False)
             )
@@ -139,8 +145,13 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
                 names.annotate(side.body)
         summary = dataclasses.asdict(s)
     request, response = ex.request, ex.response
-    sent = request.last_ts_ns if request is not None else None
-    answered = response.last_ts_ns if response is not None else None
+    # The pair's times as in the pairs table: the packets completing each side (none
+    # for a side whose last byte was not captured).
+    sent = request.end_ts_ns if request is not None else None
+    answered = response.end_ts_ns if response is not None else None
+    # A request completed at time 0 is taken as unknown, as the pairs table does.
+    timed = sent is not None and sent != 0 and response is not None
+    latency = _ms(answered - sent) if timed and sent is not None and answered is not None else None
     return {
         "capture": dx.capture,
         "stream": ex.stream,
@@ -152,30 +163,53 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
         "api_version": ex.api_version,
         "correlation_id": ex.correlation_id,
         "client_id": ex.client_id,
-        # The pair's times as in the pairs table: the packets completing each side.
         "request_time": iso_ns(sent),
         "response_time": iso_ns(answered),
-        "latency_ms": _ms(answered - sent) if sent is not None and answered is not None else None,
+        "latency_ms": latency,
         "first_byte_ms": _ms(response.first_ts_ns - sent)
-        if sent is not None and response is not None
+        if timed and sent is not None and response is not None
         else None,
         "status": _status(ex.kind, summary, dx),
-        "flags": _flags(ex, sent, answered),
+        "flags": row_flags(ex, latency),
+        "decode_error": row_decode_error(ex, summary),
         "note": ex.note,
-        "request": _side(dx.request),
-        "response": _side(dx.response),
+        "request": _side(dx.request, request),
+        "response": _side(dx.response, response),
         "summary": summary,
     }
 
 
-def _flags(ex: Exchange, sent: int | None, answered: int | None) -> list[str]:
-    """The row flags of the pairs table (``stages.RowFlag``) for this exchange."""
+def row_flags(ex: Exchange, latency_ms: float | None) -> list[str]:
+    """The row flags of the pairs table (``stages.RowFlag``) for this exchange, in its
+    order (native core: rows.rs)."""
+    frames = [f for f in (ex.request, ex.response) if f is not None]
     flags = []
-    if any(f is not None and f.after_gap for f in (ex.request, ex.response)):
+    # After lost bytes, bytes of the pair lost, or its missing side maybe in a hole.
+    if ex.gap or any(f.after_gap or (f.holed and not f.snapped) for f in frames):
         flags.append(CAPTURE_GAP)
-    if sent is not None and answered is not None and answered < sent:
+    if any(f.holed and f.snapped for f in frames):
+        flags.append(TRUNCATED)
+    if latency_ms is not None and latency_ms < 0:
         flags.append(NEGATIVE_LATENCY)
+    if any(f.tls for f in frames):
+        flags.append(TLS)
     return flags
+
+
+def row_decode_error(ex: Exchange, summary: dict[str, Any] | None) -> str | None:
+    """The pairs table's ``decode_error`` of this exchange (native core: rows.rs): why
+    it is malformed, its note, the sides not captured whole, the summary's error."""
+    parts = [ex.note if ex.kind == MALFORMED else None]
+    if summary is not None and ex.kind != MALFORMED:
+        parts.append(ex.note)
+    parts += [
+        REQUEST_INCOMPLETE if ex.request is not None and ex.request.holed else None,
+        RESPONSE_INCOMPLETE if ex.response is not None and ex.response.holed else None,
+    ]
+    if summary is not None:
+        parts.append(summary.get("decode_error"))
+    present = [p for p in parts if p]
+    return "; ".join(present) if present else None
 
 
 def _ms(ns: int) -> float:
@@ -205,7 +239,14 @@ def _status(kind: str, summary: dict[str, Any] | None, dx: DecodedExchange) -> s
     return status
 
 
-def _side(decoded: Any) -> dict[str, Any] | None:
+def _side(decoded: Any, frame: Frame | None) -> dict[str, Any] | None:
+    if frame is not None and frame.holed:
+        # Not decoded: say how much of it the capture holds.
+        return {
+            "incomplete": "snap length" if frame.snapped else "capture hole",
+            "kept_bytes": len(frame.payload) + 4,  # its bytes before the first hole
+            "wire_size": frame.wire_size,
+        }
     if decoded is None:
         return None
     out: dict[str, Any] = {"header": decoded.header, "body": decoded.body}

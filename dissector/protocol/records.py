@@ -23,7 +23,8 @@ Rules it keeps, whatever the bytes:
   and records are bounded too (``ITEM_BUDGET_FACTOR * max_decompressed``, error
   ``expand_limit``): past that, records are counted but not kept.
 * Without ``expand`` nothing per record is built: a batch is counted by walking the
-  length prefixes of its records, which also checks the header's records count.
+  length prefixes of its records, which also checks the header's records count, and
+  each record's fields are read (not kept), so both modes report the same anomalies.
 * A batch whose declared length runs past the end of the data is a *partial* batch
   (brokers cut Fetch responses at the byte limit), counted in ``partial_batches``,
   not an error, and its records are not counted: franz-go and Kafka's clients do the
@@ -499,7 +500,7 @@ def _v2_records(
     """Walk the records in ``body[pos:total]``; return how many were found. Each
     record is skipped by its length prefix, so a bad record never hides the next one."""
     if out is None:
-        found, pos, bad = _skip_v2_records(body, pos, total, count)
+        found, pos, bad = _skip_v2_records(ctx, body, pos, total, count, where)
         if bad is not None:
             code, before, after = bad
             ctx.error(code, f"{before}record {found}{after} in {where}")
@@ -516,14 +517,17 @@ def _v2_records(
 
 
 def _skip_v2_records(
-    body: bytes, pos: int, total: int, count: int
+    ctx: _Ctx, body: bytes, pos: int, total: int, count: int, where: str
 ) -> tuple[int, int, tuple[str, str, str] | None]:
     """Step over up to ``count`` records by their length prefixes, building nothing.
 
-    Returns (records found, offset after them, anomaly or None); an anomaly is
-    (code, text before and after "record N" in its message). This runs for every
-    record of every batch, so one- and two-byte lengths (records under 8 KiB) are
-    decoded inline.
+    Returns (records found, offset after them, anomaly that stopped the walk or
+    None); such an anomaly is (code, text before and after "record N" in its
+    message). Each record's fields are checked as ``_v2_record`` reads them, and what
+    is wrong inside one is reported as expand reports it, so the summary (and the
+    pairs table) lists every anomaly ``decode --records`` does (issue #21: an 11-byte
+    varint inside a record passed ``analyze``). This runs for every record of every
+    batch, so one- and two-byte lengths (records under 8 KiB) are decoded inline.
     """
     found = 0
     while found < count and pos < total:
@@ -543,6 +547,10 @@ def _skip_v2_records(
         if length < _V2_MIN_RECORD:  # also keeps the walk at >= 7 bytes a record
             return found, pos, ("bad_record_length", f"{length} for ", "")
         pos = start + length
+        try:
+            _check_v2_record(body, start, pos)
+        except _Bad as bad:
+            ctx.error(bad.code, f"{bad.detail}: record {found} in {where}")
         found += 1
     return found, pos, None
 
@@ -582,11 +590,13 @@ def _expand_v2_records(
         if length < _V2_MIN_RECORD:
             ctx.error("bad_record_length", f"{length} for record {found} in {where}")
             return found, pos, True
-        if ctx.keep(length, f"record {found} in {where}"):
-            try:
+        try:
+            if ctx.keep(length, f"record {found} in {where}"):
                 out.append(_v2_record(env, body, start, start + length))
-            except _Bad as bad:
-                ctx.error(bad.code, f"{bad.detail}: record {found} in {where}")
+            else:  # counted, not kept: still checked, as without expand
+                _check_v2_record(body, start, start + length)
+        except _Bad as bad:
+            ctx.error(bad.code, f"{bad.detail}: record {found} in {where}")
         pos = start + length
         found += 1
     return found, pos, False
@@ -642,6 +652,27 @@ def _v2_record(env: _RecordEnv, buf: bytes, pos: int, end: int) -> Item:
     return record
 
 
+def _check_v2_record(buf: bytes, pos: int, end: int) -> None:
+    """Raise what ``_v2_record`` would raise for the record in ``buf[pos:end]``, building
+    nothing (the same reads in the same order; keep the two in step)."""
+    if pos >= end:
+        raise _Bad("truncated_record", "no attributes")
+    pos = _varint(buf, pos + 1, end, 10)[1]  # after attributes: timestamp delta
+    pos = _varint(buf, pos, end, 5)[1]  # offset delta
+    pos = _var_span(buf, pos, end)[1]  # key
+    pos = _var_span(buf, pos, end)[1]  # value
+    n_headers, pos = _varint(buf, pos, end, 5)
+    if n_headers < 0 or n_headers > (end - pos) // 2:
+        raise _Bad("bad_header_count", str(n_headers))
+    for _ in range(n_headers):
+        length, pos = _var_span(buf, pos, end)
+        if length == -1:
+            raise _Bad("bad_header_key", "null")
+        pos = _var_span(buf, pos, end)[1]
+    if pos != end:
+        raise _Bad("record_length_mismatch", f"{end - pos} bytes left")
+
+
 def _control_type(key: bytes | None) -> str | None:
     if key is None or len(key) < _CONTROL_KEY.size:
         return None
@@ -664,8 +695,9 @@ def _varint(buf: bytes, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
 
 
 def _var_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
+    # _var_span's reads, inline: this runs for every key and value that expand keeps
     raw = buf[pos] if pos < end else 0x80
-    if raw < 0x80:  # one-byte length, inlined: this runs for every key and value
+    if raw < 0x80:
         length, pos = (raw >> 1) ^ -(raw & 1), pos + 1
     else:
         length, pos = _varint(buf, pos, end, 5)
@@ -676,6 +708,22 @@ def _var_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
     if pos + length > end:
         raise _Bad("truncated_record", f"field of {length} bytes")
     return buf[pos : pos + length], pos + length
+
+
+def _var_span(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """(length, offset after the field) of a varint-length byte field; -1: null."""
+    raw = buf[pos] if pos < end else 0x80
+    if raw < 0x80:  # one-byte length, inlined: this runs for every key and value
+        length, pos = (raw >> 1) ^ -(raw & 1), pos + 1
+    else:
+        length, pos = _varint(buf, pos, end, 5)
+    if length == -1:
+        return -1, pos
+    if length < -1:
+        raise _Bad("bad_length", str(length))
+    if pos + length > end:
+        raise _Bad("truncated_record", f"field of {length} bytes")
+    return length, pos + length
 
 
 # --- magic 0 and 1 ---------------------------------------------------------------

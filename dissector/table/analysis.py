@@ -45,8 +45,8 @@ def run_table(
 
         def on_batch(batch: core.Batch) -> None:
             if observe is not None:
-                for record in batch.exchanges:
-                    observe[1](record.capture, core.exchange_of(record))
+                for x in batch.exchanges:
+                    observe[1](x.capture, core.exchange_record(x))
             if bar is not None:
                 bar(batch.bytes_read)
 

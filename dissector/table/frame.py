@@ -13,12 +13,10 @@ Spark reads no nanosecond timestamps, and a fleet table must load in Spark.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from dissector.json_values import jsonable
 from dissector.schema import (
     COLUMN_NAMES,
     COLUMNS,
@@ -131,19 +129,10 @@ def export(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
 def write_text_rows(df: pd.DataFrame, fh: Any, ext: str, *, header: bool) -> None:
     """The rows of ``df`` as CSV (``header``: with the column line first) or JSON lines,
     appended to the open text file ``fh``: a file written in pieces (``live -o``) reads
-    back as one written at once."""
-    if ext == ".csv":
-        flat = df.copy()
-        # CSV has no lists: lists become one ';'-separated cell.
-        for col in COLUMNS:
-            if col.kind == "str_list":
-                flat[col.name] = flat[col.name].map(_list_cell)
-            elif col.kind == "str":
-                flat[col.name] = flat[col.name].map(csv_safe, na_action="ignore")
-        flat.to_csv(fh, index=False, header=header)
-    else:
-        for row in df.to_dict(orient="records"):
-            fh.write(json.dumps(jsonable(row), ensure_ascii=False) + "\n")
+    back as one written at once. A batch of rows at a time (``text_rows``)."""
+    from dissector.table.text_rows import write_frame_text
+
+    write_frame_text(df, fh, ext, header=header)
 
 
 # Spreadsheets run a cell that starts with one of these as a formula (OWASP's "CSV

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -123,13 +124,25 @@ class Filter:
     def matches(self, row: Row) -> bool:
         return self.test(row)
 
+    @property
+    def name_columns(self) -> tuple[str, ...]:
+        """The columns whose names the filter compares (``api_name``, ``error_name``)."""
+        return tuple(dict.fromkeys(column for column, _ in self.names))
+
     def absent(self, df: pd.DataFrame) -> tuple[str, ...]:
         """The API and error names the filter asks for that no row of ``df`` has (a
         typo reads like an answer otherwise): ``no API named 'Fecth'``."""
+        seen = {
+            c: set(df[c].dropna().astype(str).str.casefold()) if c in df else set()
+            for c in self.name_columns
+        }
+        return self.absent_among(seen)
+
+    def absent_among(self, seen: Mapping[str, AbstractSet[str]]) -> tuple[str, ...]:
+        """``absent`` over the case-folded names seen per column, for a stream of rows."""
         out: list[str] = []
         for column, value in self.names:
-            present = df[column].dropna().astype(str).str.casefold() if column in df else ()
-            if value.casefold() not in set(present):
+            if value.casefold() not in seen.get(column, ()):
                 what = "API" if column == "api_name" else "error"
                 out.append(f"no {what} named {value!r}")
         return tuple(dict.fromkeys(out))

@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector._core import Analyzer, ExchangeRecord, FrameRecord, KeyLog, LiveRun, Model
+    from dissector._core import Analyzer, KeyLog, LiveRun, Model
+    from dissector._core import Exchange as CoreExchange
+    from dissector._core import Frame as CoreFrame
     from dissector.options import Options
     from dissector.stages import Decoder, Exchange, Frame
     from dissector.tls import KeyLogs
@@ -381,7 +383,7 @@ class Batch:
     observer, and how far into the capture it has read."""
 
     columns: dict[str, Any]
-    exchanges: list[ExchangeRecord]
+    exchanges: list[CoreExchange]
     bytes_read: int
     tables: dict[str, Any]
     """The analytics tables' buffers (``Analyzer.take_tables``; empty unless asked)."""
@@ -624,22 +626,6 @@ def _category(column: pa.ChunkedArray) -> pd.Categorical:
 # ---------------------------------------------------------------- exchanges
 
 
-def _frame(stream: int, f: FrameRecord) -> Frame:
-    from dissector.stages import Frame
-
-    return Frame(
-        stream=stream,
-        src=(f.src_ip, f.src_port),
-        dst=(f.dst_ip, f.dst_port),
-        payload=f.payload,
-        first_ts_ns=f.first_ts_ns,
-        last_ts_ns=f.last_ts_ns,
-        first_frame=f.first_frame,
-        last_frame=f.last_frame,
-        after_gap=f.after_gap,
-    )
-
-
 def iter_exchanges(
     paths: Iterable[AnySource],
     options: Options,
@@ -660,30 +646,51 @@ def iter_exchanges(
         for path in sources:
             open_capture(analyzer, path)
             for b in _batches(analyzer, batch):
-                for record in b.exchanges:
-                    yield record.capture, exchange_of(record)
+                for x in b.exchanges:
+                    yield x.capture, exchange_record(x)
     finally:
         _merge_counters(counters, analyzer)
 
 
-def exchange_of(record: ExchangeRecord) -> Exchange:
-    """The core's exchange record as the stages' ``Exchange``."""
+def exchange_record(x: CoreExchange) -> Exchange:
+    """The stage record of an exchange the core handed over, read field by field."""
     from dissector.stages import Exchange
 
-    stream = record.stream
-    req, resp = record.request, record.response
     return Exchange(
-        stream=stream,
-        client=(record.client_ip, record.client_port),
-        broker=(record.broker_ip, record.broker_port),
-        kind=record.kind,
-        request=_frame(stream, req) if req is not None else None,
-        response=_frame(stream, resp) if resp is not None else None,
-        api_key=record.api_key,
-        api_version=record.api_version,
-        correlation_id=record.correlation_id,
-        client_id=record.client_id,
-        note=record.note,
+        stream=x.stream,
+        client=x.client,
+        broker=x.broker,
+        kind=x.kind,
+        request=_frame_record(x.request),
+        response=_frame_record(x.response),
+        api_key=x.api_key,
+        api_version=x.api_version,
+        correlation_id=x.correlation_id,
+        client_id=x.client_id,
+        note=x.note,
+        gap=x.gap,
+    )
+
+
+def _frame_record(f: CoreFrame | None) -> Frame | None:
+    from dissector.stages import Frame
+
+    if f is None:
+        return None
+    return Frame(
+        stream=f.stream,
+        src=f.src,
+        dst=f.dst,
+        payload=f.payload,
+        first_ts_ns=f.first_ts_ns,
+        last_ts_ns=f.last_ts_ns,
+        first_frame=f.first_frame,
+        last_frame=f.last_frame,
+        after_gap=f.after_gap,
+        missing=f.missing,
+        snapped=f.snapped,
+        end_lost=f.end_lost,
+        tls=f.tls,
     )
 
 

@@ -31,8 +31,9 @@ use crate::tables::{
     TableSink,
 };
 use crate::tls::{KeySource, Summary as TlsSummary};
-use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame, Ts};
+use crate::types::{Counters, Exchange, Ts};
 
+mod exchange;
 mod live;
 
 #[pyclass(frozen, module = "dissector._core")]
@@ -352,12 +353,12 @@ impl Analyzer {
         Ok(out)
     }
 
-    /// Exchanges kept so far (exchanges mode), then forgotten.
-    fn take_exchanges(&mut self, py: Python<'_>) -> PyResult<Vec<Py<ExchangeRecord>>> {
+    /// Exchanges kept so far (exchanges mode), then forgotten (`exchange::Exchange`).
+    fn take_exchanges(&mut self, py: Python<'_>) -> PyResult<Vec<Py<exchange::Exchange>>> {
         self.sink
             .exchanges
             .drain(..)
-            .map(|(capture, ex)| exchange_record(py, &capture, &ex))
+            .map(|(capture, ex)| exchange::exchange(py, &capture, &ex))
             .collect()
     }
 
@@ -945,95 +946,6 @@ fn put_list(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &DictList)
     out.set_item(name, t)
 }
 
-fn kind_name(kind: ExchangeKind) -> &'static str {
-    match kind {
-        ExchangeKind::Pair => "pair",
-        ExchangeKind::NoResponse => "no_response",
-        ExchangeKind::Unanswered => "unanswered",
-        ExchangeKind::OrphanResponse => "orphan_response",
-        ExchangeKind::SaslToken => "sasl_token",
-        ExchangeKind::Malformed => "malformed",
-    }
-}
-
-/// One Kafka frame of an exchange (`dissector.stages.Frame`, its stream being the
-/// exchange's), handed to Python by attribute.
-#[pyclass(frozen, get_all, module = "dissector._core")]
-pub struct FrameRecord {
-    src_ip: String,
-    src_port: u16,
-    dst_ip: String,
-    dst_port: u16,
-    payload: Py<PyBytes>,
-    first_ts_ns: i64,
-    last_ts_ns: i64,
-    first_frame: u64,
-    last_frame: u64,
-    after_gap: bool,
-}
-
-/// One exchange of the exchanges mode (`dissector.stages.Exchange` and the capture it
-/// came from), handed to Python by attribute.
-#[pyclass(frozen, get_all, module = "dissector._core")]
-pub struct ExchangeRecord {
-    capture: String,
-    stream: u32,
-    client_ip: String,
-    client_port: u16,
-    broker_ip: String,
-    broker_port: u16,
-    /// `dissector.stages.ExchangeKind`'s value.
-    kind: &'static str,
-    request: Option<Py<FrameRecord>>,
-    response: Option<Py<FrameRecord>>,
-    api_key: Option<i16>,
-    api_version: Option<i16>,
-    correlation_id: Option<i32>,
-    client_id: Option<String>,
-    note: Option<String>,
-}
-
-fn frame_record(py: Python<'_>, f: &KafkaFrame) -> PyResult<Py<FrameRecord>> {
-    Py::new(
-        py,
-        FrameRecord {
-            src_ip: f.src.0.to_string(),
-            src_port: f.src.1,
-            dst_ip: f.dst.0.to_string(),
-            dst_port: f.dst.1,
-            payload: PyBytes::new(py, &f.payload).unbind(),
-            first_ts_ns: f.first_ts_ns,
-            last_ts_ns: f.last_ts_ns,
-            first_frame: f.first_frame,
-            last_frame: f.last_frame,
-            after_gap: f.after_gap,
-        },
-    )
-}
-
-fn exchange_record(py: Python<'_>, capture: &str, ex: &Exchange) -> PyResult<Py<ExchangeRecord>> {
-    let frame = |f: &Option<KafkaFrame>| f.as_ref().map(|f| frame_record(py, f)).transpose();
-    Py::new(
-        py,
-        ExchangeRecord {
-            capture: capture.to_owned(),
-            stream: ex.stream,
-            client_ip: ex.client.0.to_string(),
-            client_port: ex.client.1,
-            broker_ip: ex.broker.0.to_string(),
-            broker_port: ex.broker.1,
-            kind: kind_name(ex.kind),
-            request: frame(&ex.request)?,
-            response: frame(&ex.response)?,
-            api_key: ex.api_key,
-            api_version: ex.api_version,
-            correlation_id: ex.correlation_id,
-            client_id: ex.client_id.clone(),
-            note: ex.note.clone(),
-        },
-    )
-}
-
 /// The Python decoder's summary of a deferred pair (`dissector.wire.core.FallbackSummary`),
 /// read by attribute.
 #[derive(FromPyObject)]
@@ -1141,12 +1053,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TlsConnections>()?;
     m.add_class::<CaptureFacts>()?;
     m.add_class::<InterfaceFacts>()?;
-    m.add_class::<ExchangeRecord>()?;
-    m.add_class::<FrameRecord>()?;
     m.add_class::<TlsStream>()?;
     m.add_function(wrap_pyfunction!(scan_facts, m)?)?;
     m.add_function(wrap_pyfunction!(scan_facts_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(counter_names, m)?)?;
+    exchange::register(m)?;
     live::register(m)?;
     Ok(())
 }

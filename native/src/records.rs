@@ -412,7 +412,13 @@ fn walk_v2_records(ctx: &mut Ctx, body: &[u8], count: i64, at: At) -> u64 {
             );
             return found as u64;
         }
-        pos = start + length as usize;
+        let end = start + length as usize;
+        // Each record's fields are read too, so the summary lists every anomaly that
+        // `decode --records` does (issue #21: an 11-byte varint inside a record).
+        if let Err((code, detail)) = v2_record_offset_delta(&body[start..end]) {
+            ctx.error(code, format_args!("{detail}: record {found} in {at}"));
+        }
+        pos = end;
         found += 1;
     }
     if found < count {
@@ -731,7 +737,10 @@ fn v2_expanded(
         if !x.keep(length as usize) {
             return found as u64;
         }
-        match record_offset_delta(&records[start..end]).and_then(|d| base.checked_add(d)) {
+        match v2_record_offset_delta(&records[start..end])
+            .ok()
+            .and_then(|d| base.checked_add(d))
+        {
             Some(offset) if !control => x.offsets.push(offset),
             Some(_) => {} // transaction markers are not data the fetch delivered
             None => {
@@ -748,36 +757,53 @@ fn v2_expanded(
     found as u64
 }
 
-/// A v2 record's offset delta, when the whole record reads as records.py's `_v2_record`
-/// reads it (attributes, timestamp and offset deltas, key, value, headers, nothing left).
-fn record_offset_delta(rec: &[u8]) -> Option<i64> {
-    let (_timestamp_delta, p) = varint(rec, 1, 10).ok()?;
-    let (delta, p) = varint(rec, p, 5).ok()?;
+/// A v2 record's offset delta, read as records.py's `_v2_record` reads the record
+/// (attributes, timestamp and offset deltas, key, value, headers, nothing left), or
+/// what is wrong with it in records.py's words (code, detail).
+fn v2_record_offset_delta(rec: &[u8]) -> Result<i64, Bad> {
+    let bad_varint = |detail: String| ("bad_varint", detail);
+    if rec.is_empty() {
+        return Err(("truncated_record", "no attributes".into()));
+    }
+    let (_timestamp_delta, p) = varint(rec, 1, 10).map_err(bad_varint)?;
+    let (delta, p) = varint(rec, p, 5).map_err(bad_varint)?;
     let (_, p) = var_bytes(rec, p)?; // key
     let (_, p) = var_bytes(rec, p)?; // value
-    let (headers, mut p) = varint(rec, p, 5).ok()?;
+    let (headers, mut p) = varint(rec, p, 5).map_err(bad_varint)?;
     // each header takes at least 2 bytes
     if headers < 0 || headers > ((rec.len() - p) / 2) as i64 {
-        return None;
+        return Err(("bad_header_count", headers.to_string()));
     }
     for _ in 0..headers {
         let (null_key, q) = var_bytes(rec, p)?;
         if null_key {
-            return None;
+            return Err(("bad_header_key", "null".into()));
         }
         p = var_bytes(rec, q)?.1;
     }
-    (p == rec.len()).then_some(delta)
+    if p != rec.len() {
+        return Err((
+            "record_length_mismatch",
+            format!("{} bytes left", rec.len() - p),
+        ));
+    }
+    Ok(delta)
 }
 
-/// A varint-length byte field: (is null, offset after it), None when records.py fails.
-fn var_bytes(buf: &[u8], pos: usize) -> Option<(bool, usize)> {
-    let (length, pos) = varint(buf, pos, 5).ok()?;
+/// A varint-length byte field: (is null, offset after it), or records.py's complaint.
+fn var_bytes(buf: &[u8], pos: usize) -> Result<(bool, usize), Bad> {
+    let (length, pos) = varint(buf, pos, 5).map_err(|detail| ("bad_varint", detail))?;
     if length == -1 {
-        return Some((true, pos));
+        return Ok((true, pos));
     }
-    let end = pos.checked_add(usize::try_from(length).ok()?)?;
-    (end <= buf.len()).then_some((false, end))
+    if length < -1 {
+        return Err(("bad_length", length.to_string()));
+    }
+    // length < 2^35 and pos <= buf.len(): no overflow
+    match pos.checked_add(length as usize) {
+        Some(end) if end <= buf.len() => Ok((false, end)),
+        _ => Err(("truncated_record", format!("field of {length} bytes"))),
+    }
 }
 
 /// A magic 0/1 top-level entry read with expansion (records.py's `_legacy_top`):

@@ -202,12 +202,13 @@ fn deque_eq(dq: &VecDeque<u8>, from: usize, other: &[u8]) -> bool {
     a[from..] == other[..split] && b[..to - a.len()] == other[split..]
 }
 
-/// Where a packet's bytes begin inside a buffered run, and that packet: each keeps its
-/// own capture time, so frames released after a hole are timed by the packets that
-/// carried them, not by the latest packet of the run.
+/// Where a packet's bytes begin in the stream, and that packet: each keeps its own
+/// capture time, so frames released after a hole are timed by the packets that carried
+/// them, not by the latest packet of the run. A stream position, not an offset in its
+/// run, so that coalescing runs never rewrites the marks already held.
 #[derive(Debug, Clone, Copy)]
 struct Mark {
-    at: usize,
+    seq: i64,
     ts: Ts,
     frame: u64,
 }
@@ -218,7 +219,7 @@ struct Mark {
 struct Seg {
     data: VecDeque<u8>,
     missing: u64,
-    marks: Vec<Mark>,
+    marks: VecDeque<Mark>,
 }
 
 impl Seg {
@@ -226,9 +227,10 @@ impl Seg {
         len64(self.data.len())
     }
 
-    /// Append `right` (which starts where `self` ends), copying the smaller side.
+    /// Append `right` (which starts where `self` ends), copying the smaller side of the
+    /// bytes and of the marks: a run grown one segment at a time, from either end, costs
+    /// linear time.
     fn absorb(&mut self, mut right: Seg) {
-        let shift = self.data.len();
         if self.data.len() >= right.data.len() {
             self.data.append(&mut right.data);
         } else {
@@ -240,10 +242,15 @@ impl Seg {
             self.data = data;
         }
         self.missing = right.missing;
-        self.marks.extend(right.marks.into_iter().map(|m| Mark {
-            at: m.at + shift,
-            ..m
-        }));
+        if self.marks.len() >= right.marks.len() {
+            self.marks.append(&mut right.marks);
+        } else {
+            let mut marks = right.marks;
+            for &m in self.marks.iter().rev() {
+                marks.push_front(m);
+            }
+            self.marks = marks;
+        }
     }
 }
 
@@ -443,9 +450,10 @@ impl Dir {
                 let skip = offset(nxt, sseq).unwrap_or(0);
                 let data = Vec::from(seg.data);
                 self.next = Some(send);
+                let at = |m: &Mark| offset(m.seq, sseq).unwrap_or(0);
                 for (i, m) in seg.marks.iter().enumerate() {
-                    let end = seg.marks.get(i + 1).map_or(data.len(), |n| n.at);
-                    let lo = m.at.max(skip);
+                    let end = seg.marks.get(i + 1).map_or(data.len(), at);
+                    let lo = at(m).max(skip);
                     if end > lo {
                         let piece = &data[lo..end];
                         self.last_seq = sseq.saturating_add(len64(lo));
@@ -456,7 +464,7 @@ impl Dir {
                 }
             }
             if seg.missing > 0 {
-                let last = seg.marks.last().map_or((0, 0), |m| (m.ts, m.frame));
+                let last = seg.marks.back().map_or((0, 0), |m| (m.ts, m.frame));
                 self.lose_after(
                     send.saturating_add_unsigned(seg.missing),
                     last.0,
@@ -542,7 +550,11 @@ impl Dir {
         let new = |bytes: &[u8], missing| Seg {
             data: VecDeque::from(bytes.to_vec()),
             missing,
-            marks: vec![Mark { at: 0, ts, frame }],
+            marks: VecDeque::from([Mark {
+                seq: key,
+                ts,
+                frame,
+            }]),
         };
         if let Some(existing) = self.segs.get_mut(&key) {
             // Only a bytes-less segment (bytes missing after its position) can share a
@@ -551,7 +563,18 @@ impl Dir {
             if bytes.is_empty() || !existing.data.is_empty() {
                 return;
             }
-            *existing = new(bytes, existing.missing.saturating_sub(bytes.len() as u64));
+            let missing = existing.missing.saturating_sub(bytes.len() as u64);
+            let told = existing.marks.back().copied();
+            *existing = new(bytes, missing);
+            // The bytes still missing after these were told by the older packet: its
+            // mark, past the bytes, times their loss.
+            if let Some(told) = told.filter(|_| missing > 0) {
+                existing.marks.push_back(Mark {
+                    seq: key.saturating_add(len64(bytes.len())),
+                    ..told
+                });
+                self.nmarks += 1;
+            }
             self.join_next(key);
             return;
         }
