@@ -153,14 +153,17 @@ def decode(
     specs: Iterable[str | os.PathLike[str]] = (),
     ports: Iterable[int] | None = None,
     tls_keylog: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] = (),
+    options: Options | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Every pair fully decoded: request and response headers and bodies as nested
     dicts (Apache's field names in snake_case), one dict per pair, streaming.
-    ``records=True`` expands record batches into records."""
+    ``records=True`` expands record batches into records. ``options``: the run's
+    options (``ports`` and ``tls_keylog`` laid over them)."""
     from dissector.wire.full_decode import iter_decoded
 
+    keys = _key_logs(tls_keylog)
     return iter_decoded(
-        source, api=api, records=records, specs=specs, ports=ports, tls=_key_logs(tls_keylog)
+        source, api=api, records=records, specs=specs, ports=ports, tls=keys, options=options
     )
 
 

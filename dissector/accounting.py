@@ -7,6 +7,7 @@ there is no module-level state.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -28,3 +29,13 @@ class Counters:
 
     def as_dict(self) -> dict[str, int]:
         return dict(sorted(self.counts.items()))
+
+
+def sum_counts(runs: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """The counters of several runs (captures, capture sets) added up, by name in
+    sorted order: the one place per-run counters are merged."""
+    total: Counter[str] = Counter()
+    for counts in runs:
+        for name, n in counts.items():
+            total[name] += n
+    return dict(sorted(total.items()))

@@ -369,3 +369,54 @@ def markdown_table(entries: Iterable[Anomaly] = ANOMALIES) -> str:
     for a in ordered(entries):
         lines.append(f"| `{a.name}` | {a.kind} | {a.stage} | {a.severity} | {a.description} |")
     return "\n".join(lines) + "\n"
+
+
+RUST_COUNTER_MODULE: Final = "native/src/counter.rs"
+"""The native core's ``Counter`` enum, generated from this table by
+``scripts/native-counters`` (``rust_counter_module``)."""
+
+
+def _rust_variant(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def rust_counter_module() -> str:
+    """The text of ``RUST_COUNTER_MODULE``: one variant per counter name
+    (``counter_names``, sorted) with its name, so that the core counts only names
+    registered here (``Counters::add`` checks in debug builds, and the built module's
+    ``counter_names()`` is compared with this table by ``tests/test_anomalies.py``)."""
+    names = sorted(counter_names())
+    variants = [(_rust_variant(n), n) for n in names]
+    lines = [
+        "//! Every counter name the pipelines may produce: generated from",
+        "//! dissector/anomalies.py by scripts/native-counters (do not edit; run it after",
+        "//! changing the registry). `Counters::add` checks names against it in debug builds.",
+        "",
+        "/// A registered counter (`dissector.anomalies.counter_names()`).",
+        "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]",
+        "pub enum Counter {",
+        *(f"    {v}," for v, _ in variants),
+        "}",
+        "",
+        "impl Counter {",
+        f"    pub const ALL: [Counter; {len(variants)}] = [",
+        *(f"        Counter::{v}," for v, _ in variants),
+        "    ];",
+        "",
+        '    /// The counter\'s name in the output (`df.attrs["counters"]`).',
+        "    pub const fn name(self) -> &'static str {",
+        "        match self {",
+        *(f'            Counter::{v} => "{n}",' for v, n in variants),
+        "        }",
+        "    }",
+        "",
+        "    /// The counter of a name; None for a name the registry does not hold.",
+        "    pub fn named(name: &str) -> Option<Counter> {",
+        "        match name {",
+        *(f'            "{n}" => Some(Counter::{v}),' for v, n in variants),
+        "            _ => None,",
+        "        }",
+        "    }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"

@@ -6,7 +6,8 @@ import the pure-Python stages just to read the defaults.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -68,6 +69,24 @@ class Options:
     @property
     def find_kafka_by_heuristic(self) -> bool:
         return self.heuristic if self.heuristic is not None else self.ports is None
+
+
+def keyword_options(
+    options: Options | None,
+    *,
+    ports: Iterable[int] | None = None,
+    tls: KeyLogs | None = None,
+) -> Options:
+    """``options`` (``Options()`` when None) with the ports and key logs a keyword API
+    was given laid over it: the one way a function that takes ``ports=``/``tls=`` builds
+    the ``Options`` its pass runs with, so every other field (``max_frame``, ``chain``,
+    ...) reaches the pass as the caller set it."""
+    base = options if options is not None else Options()
+    return dataclasses.replace(
+        base,
+        ports=frozenset(ports) if ports is not None else base.ports,
+        tls=tls if tls is not None else base.tls,
+    )
 
 
 @dataclass(frozen=True, slots=True)

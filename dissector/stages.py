@@ -9,6 +9,7 @@ pair decoder reads an ``Exchange`` too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Protocol
@@ -106,6 +107,11 @@ class Decoder(Protocol):
     ) -> Any: ...
 
     def api_name(self, api_key: int) -> str: ...
+
+    @property
+    def TopicNames(self) -> Callable[[], Any]:
+        """Makes the topic-id table of one capture (``protocol.summary.TopicNames``)."""
+        ...
 
 
 @dataclass(slots=True)

@@ -253,3 +253,24 @@ def test_command_filters_and_prints_a_table() -> None:
     assert result.exit_code == 0, result.output
     assert "capture_gap" in result.output and "negative_latency" in result.output
     assert "tcp_gaps" not in result.output
+
+
+# ------------------------------------------------------------------ the native Counter enum
+
+
+def test_native_counter_enum_is_the_registry() -> None:
+    # The built core's Counter enum (native/src/counter.rs, generated from the registry)
+    # holds exactly the registry's counter names; debug builds of the core (cargo test)
+    # refuse to count any other name, so a stage cannot drift from the registry.
+    from dissector import _core
+
+    names = _core.counter_names()
+    assert len(names) == len(set(names))
+    assert set(names) == an.counter_names()
+
+
+def test_native_counter_module_is_generated_from_the_registry() -> None:
+    path = REPO / an.RUST_COUNTER_MODULE
+    assert path.read_text(encoding="utf-8") == an.rust_counter_module(), (
+        "run scripts/native-counters"
+    )

@@ -28,9 +28,10 @@ from typing import Any
 
 import pytest
 
-from dissector import anomalies, protocol
+from dissector import anomalies
 from dissector.accounting import Counters
-from tests.oracle import kafka_header
+from dissector.protocol.export import export_model
+from dissector.protocol.messages import get_registry
 from tests.oracle.capture import read_packets
 from tests.oracle.correlate import DEFAULT_BROKER_PORTS, Exchange
 from tests.oracle.framing import DEFAULT_MAX_FRAME, Frame
@@ -41,10 +42,6 @@ REPO = Path(__file__).resolve().parents[1]
 NATIVE = REPO / "native"
 BUNDLED = sorted((REPO / "captures").glob("*.pcap*"))
 SHARED = REPO.parent / "shared" / "captures"
-
-# Where the Python model's tables are sampled: every key and version in use today.
-KEYS = range(129)
-VERSIONS = range(33)
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +62,10 @@ def dump_exchanges() -> Path:
 
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pairs = [(k, v) for k in KEYS for v in VERSIONS]
+    # The exported spec model, as the core gets it (versions, header versions, Produce's
+    # acks); the oracle (tests/oracle/correlate.py, kafka_header) reads its own rules.
     model = {
-        "known": [p for p in pairs if protocol.is_known_version(*p)],
-        "flexible": [p for p in pairs if protocol.request_is_flexible(*p)],
-        "header_v0": [(kafka_header.CONTROLLED_SHUTDOWN, 0)],
-        "produce_key": kafka_header.PRODUCE,
-        "sasl_handshake_key": kafka_header.SASL_HANDSHAKE,
+        "model": export_model(get_registry()),
         "broker_ports": sorted(DEFAULT_BROKER_PORTS),
         "heuristic": True,
         "max_frame": DEFAULT_MAX_FRAME,

@@ -198,7 +198,8 @@ def _python_notes(sources: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     them (``protocol.notes.NotingDecoder``) from every exchange of ``sources``."""
     from dissector import protocol
     from dissector.analytics.stats import MISSING_LABEL
-    from dissector.protocol.notes import GROUP_MEMBERSHIP_APIS, NotingDecoder, note_group_call
+    from dissector.protocol.families import GROUP_MEMBERSHIP
+    from dissector.protocol.notes import NotingDecoder, note_group_call
 
     decoder = NotingDecoder(protocol, missing_client=MISSING_LABEL)
     for _, ex in iter_exchanges(sources, Options()):
@@ -210,7 +211,7 @@ def _python_notes(sources: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
             if ex.response is not None
             else None
         )
-        if ex.api_key in GROUP_MEMBERSHIP_APIS:
+        if ex.api_key in GROUP_MEMBERSHIP:
             name = protocol.api_name(ex.api_key)
             note_group_call(decoder.groups, ex.api_key, name, request, response)
     return decoder.group_notes(), decoder.software()

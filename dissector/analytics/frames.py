@@ -12,6 +12,7 @@ from dissector.options import AnySource
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.options import Options
     from dissector.tls import KeyLogs
     from dissector.wire.tables import CaptureTables
 
@@ -37,14 +38,16 @@ def tables_of(
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
     tls: KeyLogs | None = None,
+    options: Options | None = None,
 ) -> AnalyticsFrames:
     """The three tables of ``source`` (one path, or several read in a row; files of one
     rotated recording read as one capture, as by ``analyze``), in one pass of the native
-    core. A capture that cannot be read raises, as ``analyze`` does."""
-    from dissector.options import Options
+    core. A capture that cannot be read raises, as ``analyze`` does. ``options``: the
+    pass's options (``ports``/``tls`` laid over them)."""
+    from dissector.options import keyword_options
     from dissector.protocol.pairs import decoder_for_specs
     from dissector.wire.tables import capture_tables
 
-    options = Options(ports=frozenset(ports) if ports is not None else None, tls=tls)
+    options = keyword_options(options, ports=ports, tls=tls)
     tables = capture_tables(source, options, decoder=decoder_for_specs(specs))
     return AnalyticsFrames.of(tables)

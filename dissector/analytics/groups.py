@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from dissector.analytics.partitions import DecodedExchange, Source
 from dissector.protocol.errors import error_name
+from dissector.protocol.families import CLASSIC_JOIN, CLASSIC_SYNC
 from dissector.protocol.tables import FENCING_ERRORS, GROUP_APIS, group_facts
 from dissector.tables_schema import GROUP_COLUMNS, names
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.options import Options
     from dissector.tls import KeyLogs
 
 __all__ = [
@@ -85,6 +87,7 @@ def groups(
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
     tls: KeyLogs | None = None,
+    options: Options | None = None,
 ) -> pd.DataFrame:
     """One row per group-membership call (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
     ConsumerGroupHeartbeat, ShareGroupHeartbeat, StreamsGroupHeartbeat), from the native
@@ -92,7 +95,7 @@ def groups(
     ``df.attrs["counters"]`` counts the pairs and decode errors."""
     from dissector.analytics.frames import tables_of
 
-    return tables_of(source, ports=ports, specs=specs, tls=tls).groups
+    return tables_of(source, ports=ports, specs=specs, tls=tls, options=options).groups
 
 
 def group_notes(calls: pd.DataFrame) -> dict[str, dict[str, Any]]:
@@ -121,7 +124,7 @@ def group_notes(calls: pd.DataFrame) -> dict[str, dict[str, Any]]:
         if not pd.isna(row.error_code) and row.error_code != 0:
             note["errors"] += 1
         elif not pd.isna(row.response_time) and not pd.isna(row.generation):
-            classic_join = row.api_name == "JoinGroup" and row.generation >= 0
+            classic_join = row.api_name == CLASSIC_JOIN.api_name and row.generation >= 0
             epoch = row.group_protocol != "classic" and row.generation > 0
             if classic_join or epoch:
                 note["generations"].add(int(row.generation))
@@ -183,9 +186,9 @@ def _counts(g: pd.DataFrame, start: Any, stop: Any) -> dict[str, int]:
 
 
 def _classic(capture: str, group: str, g: pd.DataFrame) -> list[dict[str, Any]]:
-    joins = g[g["api_name"] == "JoinGroup"]
+    joins = g[g["api_name"] == CLASSIC_JOIN.api_name]
     won = joins[joins["error_code"].eq(0) & joins["generation"].ge(0)]
-    syncs = g[(g["api_name"] == "SyncGroup") & g["error_code"].eq(0)]
+    syncs = g[(g["api_name"] == CLASSIC_SYNC.api_name) & g["error_code"].eq(0)]
     generations = sorted(int(x) for x in won["generation"].dropna().unique())
     rounds = []
     previous_end = None

@@ -40,6 +40,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dissector.protocol.families import GROUP_COMMITS, names
+from dissector.protocol.keys import ApiKey
+
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
@@ -52,6 +55,14 @@ READ_UNCOMMITTED = 0
 PARTITION_KEYS = ["capture", "topic", "partition"]
 GROUP_KEYS = ["capture", "group_id", "topic", "partition"]
 _TIME = "datetime64[ns, UTC]"
+
+# The APIs each input is read from, by the names of the ``api_name`` column.
+_PRODUCE = ApiKey.PRODUCE.api_name
+_FETCH = ApiKey.FETCH.api_name
+_LIST_OFFSETS = ApiKey.LIST_OFFSETS.api_name
+_END_TXN = ApiKey.END_TXN.api_name
+_TXN_OFFSET_COMMIT = ApiKey.TXN_OFFSET_COMMIT.api_name
+_GROUP_COMMITS = names(GROUP_COMMITS)
 
 Columns = tuple[tuple[str, str, str], ...]
 """(name, pandas dtype, meaning): a table's contract."""
@@ -306,7 +317,7 @@ def _fetch_reads(parts: pd.DataFrame, chosen: Mapping[str, pd.Timestamp]) -> tup
     """Per row (numpy bool arrays): a Fetch entry; one ``lag_at_end`` may read for its
     log end (answered, with a high watermark, up to its capture's time); and for its
     position (also with a fetch offset)."""
-    fetch = parts["api_name"].eq("Fetch").fillna(False).to_numpy(dtype=bool)
+    fetch = parts["api_name"].eq(_FETCH).fillna(False).to_numpy(dtype=bool)
     before = parts["response_time"].dt.tz_convert(None).to_numpy() <= _limits(parts, chosen)
     answered = (_ok(parts) & parts["partition"].notna()).to_numpy(dtype=bool)
     watermark = parts["high_watermark"].ge(0).fillna(False).to_numpy(dtype=bool)
@@ -406,7 +417,7 @@ class _FetchRows:
         ok = (time != _NONE) & (limit != _NONE) & (time <= limit)
         del limit
         api, apis = _codes(table.column("api_name"))
-        fetch = np.isin(api, [i for i, name in enumerate(apis) if name == "Fetch"])
+        fetch = np.isin(api, [i for i, name in enumerate(apis) if name == _FETCH])
         del api
         error = _ints(table.column("error_code"))
         ok &= (error == 0) | (error == _NONE)  # answered without error, up to the time
@@ -509,11 +520,11 @@ def log_end_events(parts: pd.DataFrame) -> pd.DataFrame:
     parts = _inputs(parts)
 
     ok, api = _ok(parts) & parts["partition"].notna(), parts["api_name"]
-    produce = parts[ok & api.eq("Produce") & parts["last_offset"].notna()]
-    fetch = parts[ok & api.eq("Fetch") & parts["high_watermark"].ge(0).fillna(False)]
+    produce = parts[ok & api.eq(_PRODUCE) & parts["last_offset"].notna()]
+    fetch = parts[ok & api.eq(_FETCH) & parts["high_watermark"].ge(0).fillna(False)]
     latest = parts[
         ok
-        & api.eq("ListOffsets")
+        & api.eq(_LIST_OFFSETS)
         & parts["timestamp"].eq(LATEST_TIMESTAMP).fillna(False)
         & parts["isolation_level"].fillna(READ_UNCOMMITTED).eq(READ_UNCOMMITTED)
         & parts["offset"].ge(0).fillna(False)
@@ -547,9 +558,9 @@ def commit_events(parts: pd.DataFrame) -> pd.DataFrame:
         & parts["partition"].notna()
         & parts["committed_offset"].notna()
     )
-    direct = parts[known & parts["api_name"].isin(("OffsetCommit", "OffsetFetch"))]
+    direct = parts[known & parts["api_name"].isin(_GROUP_COMMITS)]
     direct = direct.rename(columns={"response_time": "time", "api_name": "committed_api"})
-    txn = _transaction_commits(parts[known & parts["api_name"].eq("TxnOffsetCommit")], parts)
+    txn = _transaction_commits(parts[known & parts["api_name"].eq(_TXN_OFFSET_COMMIT)], parts)
     out = pd.concat([direct, txn], ignore_index=True) if len(txn) else direct
     # -1 (OffsetFetch: no offset committed) says the group has none
     out = out.assign(committed_offset=out["committed_offset"].where(out["committed_offset"] >= 0))
@@ -563,7 +574,7 @@ def _transaction_commits(offsets: pd.DataFrame, parts: pd.DataFrame) -> pd.DataF
     import pandas as pd
 
     ends = parts[
-        parts["api_name"].eq("EndTxn")
+        parts["api_name"].eq(_END_TXN)
         & _ok(parts)
         & parts["request_time"].notna()
         & parts["transactional_id"].notna()
@@ -585,7 +596,7 @@ def _transaction_commits(offsets: pd.DataFrame, parts: pd.DataFrame) -> pd.DataF
         direction="forward",
     )
     done = matched[matched["txn_committed"].eq(True)]
-    return done.assign(time=done["end_answered"], committed_api="TxnOffsetCommit")
+    return done.assign(time=done["end_answered"], committed_api=_TXN_OFFSET_COMMIT)
 
 
 def _plain_keys(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -600,7 +611,7 @@ def _produced_at(parts: pd.DataFrame, frame: pd.DataFrame, offsets: str) -> pd.S
     import pandas as pd
 
     naive = np.full(len(frame), np.datetime64("NaT", "ns"))
-    produced = parts[parts["api_name"].eq("Produce") & parts["first_offset"].notna()]
+    produced = parts[parts["api_name"].eq(_PRODUCE) & parts["first_offset"].notna()]
     wanted = frame[PARTITION_KEYS].assign(offset=frame[offsets].to_numpy(), row=range(len(frame)))
     wanted = wanted[wanted["offset"].notna()]
     if len(produced) and len(wanted):
@@ -771,7 +782,7 @@ def _groups_by_client(parts: pd.DataFrame) -> dict[tuple[str, str], str]:
     named = parts[
         parts["group_id"].notna()
         & parts["client_id"].notna()
-        & parts["api_name"].isin(("OffsetCommit", "OffsetFetch"))
+        & parts["api_name"].isin(_GROUP_COMMITS)
     ]
     out: dict[tuple[str, str], str] = {}
     for (capture, client), groups in named.groupby(["capture", "client_id"])["group_id"]:
@@ -800,7 +811,7 @@ def position_lag(parts: pd.DataFrame) -> pd.DataFrame:
     response's records are in (as the consumer's records-lag metric counts it)."""
     parts = _inputs(parts)
     fetch = parts[
-        parts["api_name"].eq("Fetch")
+        parts["api_name"].eq(_FETCH)
         & _ok(parts)
         & parts["partition"].notna()
         & parts["fetch_offset"].ge(0).fillna(False)

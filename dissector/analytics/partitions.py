@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from dissector.options import Options
     from dissector.tls import KeyLogs
 
 Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
@@ -115,6 +116,7 @@ def partitions(
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
     tls: KeyLogs | None = None,
+    options: Options | None = None,
 ) -> pd.DataFrame:
     """One row per (pair, topic, partition) of Produce, Fetch, ShareFetch,
     ShareAcknowledge, ListOffsets, OffsetCommit, OffsetFetch and TxnOffsetCommit, and one
@@ -123,7 +125,7 @@ def partitions(
     without a partition index."""
     from dissector.analytics.frames import tables_of
 
-    return tables_of(source, ports=ports, specs=specs, tls=tls).partitions
+    return tables_of(source, ports=ports, specs=specs, tls=tls, options=options).partitions
 
 
 # ----------------------------------------------------------------- derived quantities

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dissector.protocol.families import LONG_POLLS
 from dissector.protocol.keys import ApiKey
 
 # Which statuses are errors, and which are unanswered requests: one rule everywhere
@@ -826,9 +827,6 @@ def unanswered(df: pd.DataFrame) -> pd.DataFrame:
 # Long polls: Fetch latency that is waiting, not service
 # ---------------------------------------------------------------------------
 
-LONG_POLL_API_KEYS: Mapping[int, str] = {k: k.api_name for k in (ApiKey.FETCH, ApiKey.SHARE_FETCH)}
-"""APIs the broker may hold open up to the request's max_wait_ms while fewer than
-min_bytes are available (long polling)."""
 
 MAX_WAIT_COLUMN = "max_wait_ms"
 """Optional pairs column: the Fetch/ShareFetch request's max_wait_ms. Used when present."""
@@ -848,7 +846,7 @@ SERVICE_LATENCY_RULE = (
 
 def _is_long_poll_api(df: pd.DataFrame) -> pd.Series:
     keys = df["api_key"].astype("Int64")
-    return keys.isin(list(LONG_POLL_API_KEYS)).fillna(False).astype(bool)
+    return keys.isin([int(k) for k in LONG_POLLS]).fillna(False).astype(bool)
 
 
 def _max_wait(df: pd.DataFrame) -> pd.Series:

@@ -23,6 +23,7 @@ from dissector.tables_schema import VERSION_COLUMNS, names
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dissector.options import Options
     from dissector.tls import KeyLogs
 
 __all__ = [
@@ -42,6 +43,7 @@ def versions(
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
     tls: KeyLogs | None = None,
+    options: Options | None = None,
 ) -> pd.DataFrame:
     """The version-skew view: one row per (capture, connection, api_key) used, from the
     native core's pass over the captures. ``df.attrs["counters"]`` counts exchanges
@@ -49,7 +51,7 @@ def versions(
     ``tls``: key logs for Kafka over TLS."""
     from dissector.analytics.frames import tables_of
 
-    return tables_of(source, ports=ports, specs=specs, tls=tls).versions
+    return tables_of(source, ports=ports, specs=specs, tls=tls, options=options).versions
 
 
 # ``dissector.analytics.versions`` is both this module and the function users call (see partitions).

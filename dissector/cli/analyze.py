@@ -326,12 +326,13 @@ def analyze_each(
     """
     # pyarrow is imported after the first capture started: the import then overlaps
     # the native core's work (it releases the GIL), a third of a second saved.
+    from dissector.accounting import sum_counts
     from dissector.stages import CaptureError
     from dissector.table.analysis import run_table
     from dissector.wire.core import arrow_schema
 
     tables: list[pa.Table] = []
-    counters: dict[str, int] = {}
+    counted: list[dict[str, int]] = []
     tls: list[int] = []
     tls_table: list[dict[str, object]] = []
     failures: list[tuple[str, str]] = []
@@ -359,15 +360,14 @@ def analyze_each(
         if absent is not None and len(sets) > 1:
             # The table covers them all: say which capture held none.
             click.echo(f"note: {capture_set.name}: {absent.sentence()}", err=True)
-        for name, n in seen.items():
-            counters[name] = counters.get(name, 0) + n
+        counted.append(seen)
         tls.extend(run.tls_streams)
         tls_table.extend(run.tls)
         tables.append(table)
     import pyarrow as pa
 
     table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
-    return Analysed(table, dict(sorted(counters.items())), tls, done, tls_table), failures
+    return Analysed(table, sum_counts(counted), tls, done, tls_table), failures
 
 
 def _write(result: Analysed, output: str, quiet: bool) -> None:

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector._core import LiveRun
+    from dissector._core import LiveRun, PcapStats
     from dissector.tls import KeyLogs
 DEFAULT_INTERVAL = 1.0
 POLL_S = 0.1  # longest wait for rows before checking stop conditions
@@ -175,7 +175,7 @@ class LiveCapture:
             return self.final_stats
         if self._run is None:
             return self.source.stats()
-        return CaptureStats(*self._run.stats())
+        return _stats(self._run.stats())
 
     def health(self) -> CaptureHealth:
         s = self.capture_stats()
@@ -314,7 +314,7 @@ class LiveCapture:
             return
         run.stop(drain=False)
         run.join(END_LIMIT_S)
-        self.final_stats = CaptureStats(*run.stats())
+        self.final_stats = _stats(run.stats())
         self._sync_counters()
         self.pcap_error = run.pcap_error()
 
@@ -343,6 +343,10 @@ class LiveCapture:
             whole_run=whole_run,
             final=tick.final,
         )
+
+
+def _stats(s: PcapStats) -> CaptureStats:
+    return CaptureStats(s.received, s.dropped, s.if_dropped)
 
 
 def _check_writable(path: str) -> None:

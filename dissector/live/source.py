@@ -79,8 +79,8 @@ class PcapSource:
         self.linktype: int = self.handle.linktype
 
     def stats(self) -> CaptureStats:
-        received, dropped, if_dropped = self.handle.stats()
-        return CaptureStats(received, dropped, if_dropped)
+        s = self.handle.stats()
+        return CaptureStats(s.received, s.dropped, s.if_dropped)
 
     def close(self) -> None:
         self.handle.close()

@@ -6,7 +6,7 @@ and ``summary`` use, and handed over once per run:
 
 * every layout (api_key, version, direction) with its flexible flag, the header
   version ``decode`` would use for it, and its field tree;
-* per field, the summary roles ``summary._plan`` derives from names and types
+* per field, the summary roles ``summary.field_plan`` derives from names and types
   (error codes, partition and topic arrays, topic-naming members, records, the
   top-level error_code / throttle_time_ms / topic strings), so Rust only interprets;
 * API names, error names, which responses teach topic_id -> name, the header quirks
@@ -24,13 +24,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from dissector.protocol import families as _families
 from dissector.protocol import messages as _messages
 from dissector.protocol import names as _names
 from dissector.protocol import summary as _summary
 from dissector.protocol import tables as _tables
 from dissector.protocol.errors import ERROR_NAMES
-from dissector.protocol.keys import ApiKey
-from dissector.protocol.spec import REQUEST, RESPONSE, Field, Layout
+from dissector.protocol.keys import ApiKey, api_names
+from dissector.protocol.spec import INT_TYPES, REQUEST, RESPONSE, Field, Layout
 from dissector.stages import NOT_MALFORMED_PREFIXES
 
 FORMAT = 1
@@ -40,7 +41,7 @@ FORMAT = 1
 PRODUCE_ACKS_FIELD = "acks"
 
 # The APIs the broker may hold open as long polls (Fetch, ShareFetch).
-_LONG_POLLS = (ApiKey.FETCH.api_name, ApiKey.SHARE_FETCH.api_name)
+_LONG_POLLS = _families.names(_families.LONG_POLLS)
 
 # Extra columns: (column, direction, API names, top-level field). Issue #13 wants the
 # consumer's wait and size settings next to each Fetch/ShareFetch pair.
@@ -124,10 +125,10 @@ def _registry(obj: Any) -> _messages.Registry:
 
 
 def _step_roles(f: Field) -> int:
-    """Roles of one field as summary._step/_array_step decide them (names and types)."""
+    """Roles of one field as summary.field_step/array_step decide them (names and types)."""
     roles = 0
     if f.array:
-        step = _summary._array_step(f)
+        step = _summary.array_step(f)
         if step is not None:
             plan = step[2]
             roles |= ROLE_VISIT
@@ -136,16 +137,16 @@ def _step_roles(f: Field) -> int:
             roles |= ROLE_TOPIC_OF_ITEMS if plan.topic_of_items else 0
             roles |= ROLE_TOPIC_STRINGS if plan.topic_strings else 0
         return roles
-    step = _summary._step(f)
+    step = _summary.field_step(f)
     if step is None:
         return roles
     roles |= ROLE_VISIT
     op = step[0]
-    if op == _summary._RECORDS:
+    if op == _summary.OP_RECORDS:
         roles |= ROLE_RECORDS
-    elif op == _summary._ERROR:
+    elif op == _summary.OP_ERROR:
         roles |= ROLE_ERROR
-    elif op == _summary._STRUCT and _looks_like_size(f):
+    elif op == _summary.OP_STRUCT and _looks_like_size(f):
         roles |= ROLE_SIZE_STRUCT
     return roles
 
@@ -158,8 +159,8 @@ def _looks_like_size(f: Field) -> bool:
 
 
 def _is_generic(fields: tuple[Field, ...]) -> bool:
-    plan = _summary._plan(fields)
-    return bool(plan) and plan[0][0] == _summary._GENERIC
+    plan = _summary.field_plan(fields)
+    return bool(plan) and plan[0][0] == _summary.OP_GENERIC
 
 
 def _field(
@@ -175,7 +176,7 @@ def _field(
     roles |= _step_roles(f)
     if under_generic:
         roles |= ROLE_VISIT  # summary._walk looks at every value of such a struct
-    if f.type in _summary._INTS and not f.array and _summary._is_error_key(f.name):
+    if f.type in INT_TYPES and not f.array and _summary.is_error_key(f.name):
         roles |= ROLE_ERROR  # generic walks check every int by its name
     members_generic = f.type == "struct" and (under_generic or _is_generic(f.fields))
     if members_generic and f.type == "struct":
@@ -234,7 +235,7 @@ def _top_roles(layout: Layout, f: Field) -> tuple[int, bool]:
     """Roles the body's own fields get from summarize/_scan/TopicNames.learn."""
     roles = 0
     learn = False
-    is_int = f.type in _summary._INTS and not f.array
+    is_int = f.type in INT_TYPES and not f.array
     if is_int and f.name == "error_code":
         roles |= ROLE_TOP_ERROR | ROLE_VISIT
     if is_int and f.name == "throttle_time_ms":
@@ -243,7 +244,7 @@ def _top_roles(layout: Layout, f: Field) -> tuple[int, bool]:
         roles |= ROLE_TOP_TOPIC | ROLE_VISIT
     if (
         layout.direction == RESPONSE
-        and layout.api_key in _summary._ID_SOURCES
+        and layout.api_key in _families.TOPIC_ID_SOURCES
         and f.name == "topics"
         and f.array
         and f.type == "struct"
@@ -254,12 +255,10 @@ def _top_roles(layout: Layout, f: Field) -> tuple[int, bool]:
 
 
 def _header_version(layout: Layout) -> int:
-    """Header version messages.py reads for this layout (request v0/1/2, response v0/1)."""
+    """Header version of this layout (request v0/1/2, response v0/1): ``families``' rule."""
     if layout.direction == REQUEST:
-        if layout.api_key == ApiKey.CONTROLLED_SHUTDOWN and layout.version == 0:
-            return 0
-        return 2 if layout.flexible else 1
-    return 1 if layout.flexible and layout.api_key != ApiKey.API_VERSIONS else 0
+        return _families.request_header_version(layout.api_key, layout.version, layout.flexible)
+    return _families.response_header_version(layout.api_key, layout.flexible)
 
 
 def _layout(layout: Layout, api_name: str) -> dict[str, Any]:
@@ -281,7 +280,7 @@ def _layout(layout: Layout, api_name: str) -> dict[str, Any]:
 
 
 def _api_keys(registry: _messages.Registry, wanted: tuple[str, ...]) -> list[int]:
-    keys = set(_names._names()) | set(registry.specs.keys())
+    keys = set(api_names()) | set(registry.specs.keys())
     return sorted(k for k in keys if _names.api_name(k, registry) in wanted)
 
 
@@ -306,29 +305,29 @@ def _known_versions(registry: _messages.Registry) -> list[list[Any]]:
 
 def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
     registry = _registry(registry_or_decoder)
-    layouts = sorted(registry._layouts.values(), key=lambda x: (x.api_key, x.version, x.direction))
-    api_keys = sorted(set(_names._names()) | set(registry.specs.keys()))
+    layouts = sorted(registry.layouts(), key=lambda x: (x.api_key, x.version, x.direction))
+    api_keys = sorted(set(api_names()) | set(registry.specs.keys()))
     return {
         "format": FORMAT,
         "roles": ROLES,
         "api_names": {str(k): _names.api_name(k, registry) for k in api_keys},
         "errors": {str(code): name for code, (name, _retriable) in ERROR_NAMES.items()},
-        "id_sources": sorted(int(k) for k in _summary._ID_SOURCES),
-        "zero_uuid": _summary._ZERO_UUID,
+        "id_sources": sorted(int(k) for k in _families.TOPIC_ID_SOURCES),
+        "zero_uuid": _summary.ZERO_UUID,
         "produce": {"api_key": int(ApiKey.PRODUCE), "acks_field": PRODUCE_ACKS_FIELD},
         "sasl_handshake_key": int(ApiKey.SASL_HANDSHAKE),
         # requests whose header is v0 (no client_id), whether or not a spec describes them
-        "header_v0_requests": [[int(ApiKey.CONTROLLED_SHUTDOWN), 0]],
+        "header_v0_requests": sorted([int(k), v] for k, v in _families.HEADER_V0_REQUESTS),
         # keys no installed spec describes, still plausible for framing heuristics
         "specless_keys": {
-            "api_keys": list(_messages._SPECLESS_KEYS),
-            "max_version": _messages._SPECLESS_MAX_VERSION,
+            "api_keys": list(_messages.SPECLESS_KEYS),
+            "max_version": _messages.SPECLESS_MAX_VERSION,
         },
         # (api_key, direction, version): the layout a newer version of that key and
         # direction is decoded with (messages.ASSUMED_VERSION_RULE decides which)
         "assumed_layouts": _assumed_layouts(registry),
         "unsupported_version_fallback": {
-            "api_key": int(ApiKey.API_VERSIONS),
+            "api_key": int(_families.NEGOTIATION),
             "error_code": _messages.UNSUPPORTED_VERSION,
             "version": 0,
         },
@@ -362,7 +361,7 @@ def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
 
 def _keys_named(registry: _messages.Registry, names: Mapping[str, Any]) -> dict[str, Any]:
     """{api_key: value} of the APIs ``names`` maps by name (the keys these specs give)."""
-    keys = set(_names._names()) | set(registry.specs.keys())
+    keys = set(api_names()) | set(registry.specs.keys())
     out = {}
     for key in sorted(keys):
         name = _names.api_name(key, registry)

@@ -13,6 +13,7 @@ from typing import Any
 
 from dissector.protocol import compile as kc
 from dissector.protocol.diskcache import load_or_build
+from dissector.protocol.families import request_header_version, response_header_version
 from dissector.protocol.keys import ApiKey
 from dissector.protocol.spec import REQUEST, RESPONSE, Field, Layout, SpecSet
 
@@ -84,6 +85,10 @@ class Registry:
 
     def layout(self, api_key: int, version: int, direction: str) -> Layout | None:
         return self._layouts.get((api_key, version, direction))
+
+    def layouts(self) -> Iterable[Layout]:
+        """Every layout of the specs, in no particular order."""
+        return self._layouts.values()
 
     def decoder(self, layout: Layout, expand: bool) -> kc.DecodeFn:
         key = (layout.api_key, layout.version, layout.direction, expand)
@@ -231,8 +236,8 @@ def decode_request(
     out = Decoded(header=header, body=None, api_key=api_key, api_version=version)
     layout = reg.layout(api_key, version, REQUEST)
     p = 8
-    if api_key == ApiKey.CONTROLLED_SHUTDOWN and version == 0:
-        pass  # the only request whose header has no client_id (header v0)
+    if request_header_version(api_key, version, flexible=False) == 0:
+        pass  # header v0: no client_id
     else:
         # client_id stays a legacy nullable string even in header v2.
         if len(buf) < p + 2:
@@ -254,10 +259,10 @@ def decode_request(
     if layout is None:
 
         def body_with(d: Decoded, lay: Layout) -> Decoded:
-            return _header_tags_and_body(reg, lay, buf, p, records, d, lay.flexible)
+            return _header_tags_and_body(reg, lay, buf, p, records, d, _request_header_tagged(lay))
 
         return _assumed(reg, api_key, version, REQUEST, out, body_with)
-    return _header_tags_and_body(reg, layout, buf, p, records, out, layout.flexible)
+    return _header_tags_and_body(reg, layout, buf, p, records, out, _request_header_tagged(layout))
 
 
 def _header_tags_and_body(
@@ -333,10 +338,14 @@ def decode_response(
     return _header_tags_and_body(reg, layout, buf, p, records, out, _response_header_tagged(layout))
 
 
+def _request_header_tagged(layout: Layout) -> bool:
+    """Request header v2 has tagged fields (``families.request_header_version``)."""
+    return request_header_version(layout.api_key, layout.version, layout.flexible) == 2
+
+
 def _response_header_tagged(layout: Layout) -> bool:
-    """Response header v1 (tagged fields) in flexible versions, except ApiVersions,
-    whose response keeps header v0 so that any client can read it."""
-    return layout.flexible and layout.api_key != ApiKey.API_VERSIONS
+    """Response header v1 has tagged fields (``families.response_header_version``)."""
+    return response_header_version(layout.api_key, layout.flexible) == 1
 
 
 ASSUMED_VERSION_RULE = (
@@ -459,8 +468,8 @@ def _unsupported(reg: Registry, api_key: int, version: int, direction: str) -> s
 
 # Kafka 4.0 removed the inter-broker keys 4-7 and no installed spec describes them;
 # for framing heuristics any small version of them is plausible.
-_SPECLESS_KEYS = range(ApiKey.LEADER_AND_ISR, ApiKey.CONTROLLED_SHUTDOWN + 1)
-_SPECLESS_MAX_VERSION = 15
+SPECLESS_KEYS = range(ApiKey.LEADER_AND_ISR, ApiKey.CONTROLLED_SHUTDOWN + 1)
+SPECLESS_MAX_VERSION = 15
 
 
 def is_known_version(api_key: int, api_version: int, registry: Registry | None = None) -> bool:
@@ -468,7 +477,7 @@ def is_known_version(api_key: int, api_version: int, registry: Registry | None =
     reg = registry or get_registry()
     if reg.layout(api_key, api_version, REQUEST) is not None:
         return True
-    return api_key in _SPECLESS_KEYS and 0 <= api_version <= _SPECLESS_MAX_VERSION
+    return api_key in SPECLESS_KEYS and 0 <= api_version <= SPECLESS_MAX_VERSION
 
 
 def request_is_flexible(api_key: int, api_version: int, registry: Registry | None = None) -> bool:

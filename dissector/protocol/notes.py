@@ -5,22 +5,10 @@ and generations. The report notes them in the same pass as the analysis."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dissector.protocol.keys import ApiKey
-
-GROUP_MEMBERSHIP_APIS: Mapping[int, str] = {
-    ApiKey.JOIN_GROUP: "classic",
-    ApiKey.HEARTBEAT: "classic",
-    ApiKey.LEAVE_GROUP: "classic",
-    ApiKey.SYNC_GROUP: "classic",
-    ApiKey.CONSUMER_GROUP_HEARTBEAT: "consumer",
-    ApiKey.SHARE_GROUP_HEARTBEAT: "share",
-    ApiKey.STREAMS_GROUP_HEARTBEAT: "streams",
-}
-"""APIs by which members join and stay in a group, and the group protocol each means."""
+from dissector.protocol.families import CLASSIC_JOIN, GROUP_MEMBERSHIP, NEGOTIATION
 
 
 @dataclass
@@ -53,8 +41,8 @@ def _body(decoded: Any) -> dict[str, Any]:
 def note_group_call(
     groups: dict[str, GroupNote], api_key: int, api_name: str, request: Any, response: Any
 ) -> None:
-    """Add one decoded membership call (``GROUP_MEMBERSHIP_APIS``) to ``groups``."""
-    protocol = GROUP_MEMBERSHIP_APIS.get(api_key)
+    """Add one decoded membership call (``families.GROUP_MEMBERSHIP``) to ``groups``."""
+    protocol = GROUP_MEMBERSHIP.get(api_key)
     req, resp = _body(request), _body(response)
     group = req.get("group_id")
     if protocol is None or not isinstance(group, str):
@@ -71,7 +59,7 @@ def note_group_call(
         return
     if not resp:
         return
-    if api_key == ApiKey.JOIN_GROUP:
+    if api_key == CLASSIC_JOIN:
         generation = resp.get("generation_id")
         if isinstance(generation, int) and generation >= 0:
             note.generations.add(generation)
@@ -98,7 +86,7 @@ class NotingDecoder:
     def decode_request(self, payload: Any, *, records: bool = False) -> Any:
         decoded = self.inner.decode_request(payload, records=records)
         body = _body(decoded)
-        if getattr(decoded, "api_key", None) == ApiKey.API_VERSIONS:
+        if getattr(decoded, "api_key", None) == NEGOTIATION:
             name = body.get("client_software_name")
             if name:
                 software = f"{name} {body.get('client_software_version') or ''}".strip()
@@ -109,7 +97,7 @@ class NotingDecoder:
     def summarize(
         self, api_key: int, api_version: int, request: Any, response: Any, topics: Any
     ) -> Any:
-        if api_key in GROUP_MEMBERSHIP_APIS:
+        if api_key in GROUP_MEMBERSHIP:
             note_group_call(self.groups, api_key, self.inner.api_name(api_key), request, response)
         return self.inner.summarize(api_key, api_version, request, response, topics)
 

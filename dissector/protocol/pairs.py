@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dissector.json_values import iso_ns
+from dissector.protocol.families import TOPIC_ID_SOURCES, names
 from dissector.protocol.messages import settle_assumed
 from dissector.schema import Status
 from dissector.stages import (
@@ -39,8 +40,8 @@ from dissector.stages import (
     is_fatal,
 )
 
-TOPIC_NAME_SOURCES = frozenset({"Metadata", "CreateTopics", "DescribeTopicPartitions"})
-"""APIs whose responses map topic ids to names."""
+TOPIC_NAME_SOURCES = frozenset(names(TOPIC_ID_SOURCES))
+"""APIs whose responses map topic ids to names, by name (``families.TOPIC_ID_SOURCES``)."""
 
 Expand = Callable[[str, bool], bool]
 """(api_name, is_request) -> expand the record batches of that side into records?"""

@@ -32,6 +32,9 @@ PRIMITIVES: frozenset[str] = frozenset(
     }
 )
 
+INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+"""The integer field types of the specs."""
+
 REQUEST = "request"
 RESPONSE = "response"
 

@@ -12,14 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dissector.protocol.errors import error_name
-from dissector.protocol.keys import ApiKey
+from dissector.protocol.families import TOPIC_ID_SOURCES
 from dissector.protocol.messages import Decoded, settle_assumed
-from dissector.protocol.spec import Field, Layout
+from dissector.protocol.spec import INT_TYPES, Field, Layout
 
-# Responses that tell which name a topic id stands for.
-_ID_SOURCES = frozenset({ApiKey.METADATA, ApiKey.CREATE_TOPICS, ApiKey.DESCRIBE_TOPIC_PARTITIONS})
 _TOPIC_NAME_KEYS = ("topic", "topic_name", "name")
-_ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 
 @dataclass
@@ -34,14 +32,14 @@ class TopicNames:
 
     def learn(self, api_key: int, response_body: dict[str, Any] | None) -> int:
         """Record the ids a response names; returns how many were new."""
-        if api_key not in _ID_SOURCES or not response_body:
+        if api_key not in TOPIC_ID_SOURCES or not response_body:
             return 0
         added = 0
         for topic in response_body.get("topics") or ():
             if not isinstance(topic, dict):
                 continue
             tid, name = topic.get("topic_id"), topic.get("name")
-            if isinstance(tid, str) and isinstance(name, str) and tid != _ZERO_UUID:
+            if isinstance(tid, str) and isinstance(name, str) and tid != ZERO_UUID:
                 if self.names.get(tid) != name:
                     added += 1
                 self.names[tid] = name
@@ -115,7 +113,7 @@ class _Scan:
     partial_batches: int = 0
 
 
-def _is_error_key(key: str) -> bool:
+def is_error_key(key: str) -> bool:
     return key == "error_code" or key.endswith("_error_code")
 
 
@@ -125,7 +123,7 @@ def _walk(d: dict[str, Any], scan: _Scan, depth: int = 0) -> None:
     for key, value in d.items():
         kind = type(value)
         if kind is int:
-            if _is_error_key(key):
+            if is_error_key(key):
                 scan.saw_error_code = True
                 if value:
                     scan.error_count += 1
@@ -190,7 +188,7 @@ def _topic_of(topic_array: bool, item: dict[str, Any], scan: _Scan) -> None:
         scan.topics.setdefault(value)
         return
     tid = item.get("topic_id")
-    if type(tid) is str and tid != _ZERO_UUID:
+    if type(tid) is str and tid != ZERO_UUID:
         scan.topics.setdefault(scan.names.name(tid) or tid)
 
 
@@ -222,14 +220,16 @@ def _scan(decoded: Decoded | None, names: TopicNames, topics: dict[str, None]) -
 # at run time exactly as ``_walk`` checks them (partial bodies of malformed frames
 # lack fields; null arrays and structs are None), so both give the same summary.
 
-_ERROR = 0  # an integer field named like an error code
-_ARRAY = 1
-_STRUCT = 2  # a nested (non-array) struct
-_RECORDS = 3
-_GENERIC = 4  # a struct the plan does not describe: walked by ``_walk``
+# The plan's vocabulary: a step is (op, field name, sub-plan). Public because
+# export.py derives the native core's role bits from the same steps (field_step,
+# array_step, field_plan), so the core and this module read the same fields.
+OP_ERROR = 0  # an integer field named like an error code
+OP_ARRAY = 1
+OP_STRUCT = 2  # a nested (non-array) struct
+OP_RECORDS = 3
+OP_GENERIC = 4  # a struct the plan does not describe: walked by ``_walk``
 
 _TOPIC_ITEM_KEYS = frozenset({"topic", "topic_name", "topic_id"})
-_INTS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 
 Step = tuple[int, str, Any]
 
@@ -243,38 +243,38 @@ class _ArrayPlan:
     topic_strings: bool  # entries are strings or uuids of a topic array
 
 
-def _plan(fields: tuple[Field, ...]) -> tuple[Step, ...]:
+def field_plan(fields: tuple[Field, ...]) -> tuple[Step, ...]:
     plain = [f for f in fields if f.tag is None]
     tagged = [f for f in fields if f.tag is not None]
-    steps = [s for s in map(_step, plain) if s is not None]
-    tagged_steps = [s for s in map(_step, tagged) if s is not None]
+    steps = [s for s in map(field_step, plain) if s is not None]
+    tagged_steps = [s for s in map(field_step, tagged) if s is not None]
     if len(tagged_steps) > 1:
         # Tagged fields enter the dict in wire order, which the layout does not fix;
         # order decides the first error and the topic order, so walk such a struct.
-        return ((_GENERIC, "", None),)
+        return ((OP_GENERIC, "", None),)
     return tuple(steps + tagged_steps)
 
 
-def _step(f: Field) -> Step | None:
+def field_step(f: Field) -> Step | None:
     if f.array:
-        return _array_step(f)
+        return array_step(f)
     if f.type == "struct":
-        sub = _plan(f.fields)
+        sub = field_plan(f.fields)
         # a struct of just ``size`` (and ``error``) reads like a records summary
         looks_like_size = "size" in {m.name for m in f.fields}
-        return (_STRUCT, f.name, sub) if sub or looks_like_size else None
+        return (OP_STRUCT, f.name, sub) if sub or looks_like_size else None
     if f.type == "records":
-        return (_RECORDS, f.name, None)
-    if f.type in _INTS and _is_error_key(f.name):
-        return (_ERROR, f.name, None)
+        return (OP_RECORDS, f.name, None)
+    if f.type in INT_TYPES and is_error_key(f.name):
+        return (OP_ERROR, f.name, None)
     return None
 
 
-def _array_step(f: Field) -> Step | None:
+def array_step(f: Field) -> Step | None:
     items: tuple[Step, ...] | None = None
     topic_of_items = False
     if f.type == "struct":
-        items = _plan(f.fields) or None
+        items = field_plan(f.fields) or None
         topic_of_items = _may_name_topic("topic" in f.name, f.fields)
     plan = _ArrayPlan(
         partitions="partition" in f.name,
@@ -284,7 +284,7 @@ def _array_step(f: Field) -> Step | None:
         topic_strings=f.type in ("string", "uuid") and "topic" in f.name,
     )
     if plan.partitions or plan.items or plan.topic_of_items or plan.topic_strings:
-        return (_ARRAY, f.name, plan)
+        return (OP_ARRAY, f.name, plan)
     return None
 
 
@@ -308,22 +308,22 @@ def _plan_of(layout: Layout) -> tuple[Step, ...]:
     if entry is None or entry[0] is not layout:
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
-        entry = _PLANS[id(layout)] = (layout, _plan(layout.fields))
+        entry = _PLANS[id(layout)] = (layout, field_plan(layout.fields))
     return entry[1]
 
 
 def _run(steps: tuple[Step, ...], d: dict[str, Any], scan: _Scan) -> None:
     for op, key, arg in steps:
-        if op == _GENERIC:
+        if op == OP_GENERIC:
             _walk(d, scan)
             return
         value = d.get(key)
         if value is None:
             continue
-        if op == _ARRAY:
+        if op == OP_ARRAY:
             if type(value) is list:
                 _run_array(arg, value, scan)
-        elif op == _ERROR:
+        elif op == OP_ERROR:
             if type(value) is int:
                 scan.saw_error_code = True
                 if value:
@@ -333,11 +333,11 @@ def _run(steps: tuple[Step, ...], d: dict[str, Any], scan: _Scan) -> None:
         elif type(value) is dict:  # a struct, or the records hook's size summary
             if "size" in value and len(value) <= 2 and set(value) <= {"size", "error"}:
                 _add_records_size(value, scan)
-            elif op == _STRUCT:
+            elif op == OP_STRUCT:
                 _run(arg, value, scan)
             else:
                 _walk(value, scan)
-        elif op == _RECORDS and hasattr(value, "codecs"):
+        elif op == OP_RECORDS and hasattr(value, "codecs"):
             _add_record_set(value, scan)
 
 

@@ -20,33 +20,33 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from dissector.protocol.spec import REQUEST, RESPONSE, Field, Layout
+from dissector.protocol.families import (
+    GROUP_MEMBERSHIP,
+    LONG_POLLS,
+    NEGOTIATION,
+    PARTITION_ROLES,
+    by_name,
+    names,
+)
+from dissector.protocol.keys import ApiKey
+from dissector.protocol.spec import INT_TYPES, REQUEST, RESPONSE, Field, Layout
 
 # ----------------------------------------------------------------- partitions
 
-PARTITION_APIS: Mapping[str, str] = {
-    "Produce": "produce",
-    "Fetch": "fetch",
-    "ShareFetch": "fetch",
-    "ShareAcknowledge": "acknowledge",
-    "ListOffsets": "offsets",
-    "OffsetCommit": "commit",
-    "OffsetFetch": "commit",
-    "TxnOffsetCommit": "commit",
-    "EndTxn": "transaction",
-}
-"""The APIs of the partitions table, by Kafka's names, and the role each plays for the
-derived quantities (``produce``: offsets written; ``fetch``: offsets delivered)."""
+PARTITION_APIS: Mapping[str, str] = by_name(PARTITION_ROLES)
+"""``families.PARTITION_ROLES`` by Kafka's names: the APIs of the partitions table and
+the role each plays for the derived quantities."""
 
-PAIR_ROW_APIS = frozenset({"EndTxn"})
+PAIR_ROW_APIS = frozenset(names((ApiKey.END_TXN,)))
 """APIs whose pair is one row of its own: their bodies name no partition. The row has
 the request's context fields, the response's error_code and ``TXN_COMMITTED_FIELD``."""
 TXN_COMMITTED_FIELD = "committed"
 """EndTxn request: true commits the transaction, false aborts it."""
 
-EXPAND_RESPONSES = frozenset({"Fetch", "ShareFetch"})
-"""Responses whose record batches are expanded: the delivered offset range needs the
-offsets of the records, which counting does not keep."""
+EXPAND_RESPONSES = frozenset(names(LONG_POLLS))
+"""Responses whose record batches are expanded (the long polls, Fetch and ShareFetch):
+the delivered offset range needs the offsets of the records, which counting does not
+keep."""
 
 TOPIC_NAME_FIELDS = ("topic", "topic_name", "name")
 """Role "topic name" of a partition-array's owner: the first non-empty text wins."""
@@ -122,16 +122,9 @@ FETCH_START_COLUMN = "fetch_offset"
 
 # ----------------------------------------------------------------- groups
 
-GROUP_APIS: Mapping[str, str] = {
-    "JoinGroup": "classic",
-    "SyncGroup": "classic",
-    "Heartbeat": "classic",
-    "LeaveGroup": "classic",
-    "ConsumerGroupHeartbeat": "consumer",
-    "ShareGroupHeartbeat": "share",
-    "StreamsGroupHeartbeat": "streams",
-}
-"""The membership APIs by Kafka's names, and the group protocol each belongs to."""
+GROUP_APIS: Mapping[str, str] = by_name(GROUP_MEMBERSHIP)
+"""``families.GROUP_MEMBERSHIP`` by Kafka's names: the membership APIs and the group
+protocol each belongs to."""
 
 GROUP_FIELDS: Mapping[str, tuple[str, ...]] = {
     "group_id": ("group_id",),
@@ -176,7 +169,7 @@ FENCING_ERRORS = frozenset(
 
 # ----------------------------------------------------------------- versions
 
-NEGOTIATION_API = "ApiVersions"
+NEGOTIATION_API = NEGOTIATION.api_name
 NO_RESPONSE = "no response"
 NO_API_KEYS = "no api_keys in the response"
 """``negotiation_error`` when the ApiVersions request got no response, or one that
@@ -730,7 +723,6 @@ def pair_facts(
 # reads them). A field whose name says it plays a role but whose type cannot is
 # marked ``odd``: the core leaves such a pair to the functions above.
 
-_INTS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 _TEXT = frozenset({"string", "uuid"})
 
 Path = tuple[int, ...]
@@ -739,7 +731,7 @@ Roles = dict[str, Any]
 
 
 def _is_int(f: Field) -> bool:
-    return f.type in _INTS and not f.array
+    return f.type in INT_TYPES and not f.array
 
 
 def _is_text(f: Field) -> bool:

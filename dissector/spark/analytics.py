@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from dissector.protocol.families import COMMITS, names
 from dissector.spark.typemap import ARROW_TIMESTAMP
 from dissector.tables_schema import CONTRACTS, Contract
 
@@ -159,7 +160,7 @@ def lag_inputs(partitions: pa.Table) -> pa.Table:
     return partitions.select(list(INPUTS)).unify_dictionaries().combine_chunks()
 
 
-COMMIT_APIS = frozenset(("OffsetCommit", "OffsetFetch", "TxnOffsetCommit"))
+COMMIT_APIS = frozenset(names(COMMITS))
 """The partitions rows ``lag.commit_events`` reads commits from: a capture without any
 has no lag rows (``lag_at_end`` of it is empty), so its lag is not computed."""
 

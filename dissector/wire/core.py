@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from dissector._core import Exchange as CoreExchange
     from dissector._core import Frame as CoreFrame
     from dissector.options import Options
-    from dissector.stages import Exchange, Frame
+    from dissector.stages import Decoder, Exchange, Frame
     from dissector.tls import KeyLogs
     from dissector.wire.tables import TableCollector
 
@@ -39,7 +39,7 @@ BATCH_ROWS = 65_536
 """Rows per Arrow batch: memory of a streaming run is bounded by this, not the capture."""
 
 
-def _default_decoder() -> Any:
+def _default_decoder() -> Decoder:
     from dissector import protocol
 
     return protocol
@@ -72,7 +72,7 @@ def native() -> Any:
     return _core
 
 
-def _model(decoder: Any) -> _Model:
+def _model(decoder: Decoder) -> _Model:
     """The exported spec model of a decoder, built once per spec set and process."""
     _core = native()
 
@@ -91,7 +91,7 @@ def _model(decoder: Any) -> _Model:
     return model
 
 
-def _exported(decoder: Any) -> tuple[str, tuple[tuple[str, str, str], ...]]:
+def _exported(decoder: Decoder) -> tuple[str, tuple[tuple[str, str, str], ...]]:
     """The spec model as the core reads it (JSON text), and its extract columns."""
     from dissector.protocol.export import export_model
 
@@ -101,10 +101,30 @@ def _exported(decoder: Any) -> tuple[str, tuple[tuple[str, str, str], ...]]:
     return text, extracts
 
 
+@dataclass(frozen=True, slots=True)
+class FallbackSummary:
+    """The summary columns of a pair the native interpreter deferred, as the Python
+    decoder gives them (the core reads them by attribute: ``PyFallbackSummary``)."""
+
+    error_code: int | None
+    error_name: str | None
+    error_count: int | None
+    topics: list[str]
+    partitions: int | None
+    records: int | None
+    record_bytes: int | None
+    compression: str | None
+    throttle_ms: int | None
+    decode_error: str | None
+    fatal: bool  # the decode failure makes the frame unreadable (status malformed)
+    extracts: list[int | None]  # the model's extract columns, in order
+    assumed_version: int | None
+
+
 class _Fallback:
     """Summaries of deferred pairs by the Python decoder; topic names per capture."""
 
-    def __init__(self, decoder: Any, extracts: tuple[tuple[str, str, str], ...]) -> None:
+    def __init__(self, decoder: Decoder, extracts: tuple[tuple[str, str, str], ...]) -> None:
         self.decoder = decoder
         self.extracts = extracts
         self.capture: str | None = None
@@ -112,7 +132,7 @@ class _Fallback:
 
     def __call__(
         self, api_key: int, api_version: int, req: bytes | None, resp: bytes | None, capture: str
-    ) -> tuple[Any, ...]:
+    ) -> FallbackSummary:
         from dissector.stages import is_fatal
 
         if capture != self.capture:
@@ -123,20 +143,20 @@ class _Fallback:
         s = d.summarize(api_key, api_version, request, response, self.topics)
         bodies = {"request": request, "response": response}
         extracts = [_int_field(bodies[direction], name) for _, direction, name in self.extracts]
-        return (
-            s.error_code,
-            s.error_name,
-            s.error_count,
-            list(s.topics),
-            s.partitions,
-            s.records,
-            s.record_bytes,
-            s.compression,
-            s.throttle_ms,
-            s.decode_error,
-            bool(s.decode_error) and is_fatal(request, response),
-            extracts,
-            s.assumed_version,
+        return FallbackSummary(
+            error_code=s.error_code,
+            error_name=s.error_name,
+            error_count=s.error_count,
+            topics=list(s.topics),
+            partitions=s.partitions,
+            records=s.records,
+            record_bytes=s.record_bytes,
+            compression=s.compression,
+            throttle_ms=s.throttle_ms,
+            decode_error=s.decode_error,
+            fatal=bool(s.decode_error) and is_fatal(request, response),
+            extracts=extracts,
+            assumed_version=s.assumed_version,
         )
 
 
@@ -148,7 +168,7 @@ def _int_field(decoded: Any, name: str) -> int | None:
 
 def new_analyzer(
     options: Options,
-    decoder: Any = None,
+    decoder: Decoder | None = None,
     *,
     exchanges: bool = False,
     keep_keys: Iterable[int] = (),
@@ -209,6 +229,15 @@ def open_capture(analyzer: Analyzer, path: AnySource) -> None:
     _open_file(analyzer, path)
 
 
+@dataclass(frozen=True, slots=True)
+class NextFile:
+    """The next file of a capture set as ``Analyzer.chain_next`` reads it: its name, and
+    its path or bytes."""
+
+    name: str
+    source: str | os.PathLike[str] | bytes
+
+
 class _NextFiles:
     """A set's further files, handed to the core one at a time when the file before
     ends (``Analyzer.chain_next``): a set held as bytes is copied into the core one
@@ -220,14 +249,14 @@ class _NextFiles:
         self.files = files
         self.at = 1
 
-    def __call__(self) -> tuple[str, str | bytes] | None:
+    def __call__(self) -> NextFile | None:
         if self.at >= len(self.files):
             return None
         f = self.files[self.at]
         self.at += 1
         if isinstance(f, CaptureBytes):
-            return f.name, bytes(f.data)
-        return source_name(f), f
+            return NextFile(f.name, bytes(f.data))
+        return NextFile(source_name(f), f)
 
 
 def _open_file(analyzer: Analyzer, path: CaptureSource) -> None:
@@ -424,7 +453,7 @@ def iter_tables(
     paths: Iterable[AnySource],
     options: Options,
     *,
-    decoder: Any = None,
+    decoder: Decoder | None = None,
     counters: Counters | None = None,
     batch_rows: int = BATCH_ROWS,
     on_batch: Any = None,
@@ -466,7 +495,7 @@ def iter_tables(
 def _merge_counters(counters: Counters, analyzer: Analyzer) -> None:
     for name, n in analyzer.counters().items():
         counters.add(name, n)
-    counters.tls_streams = [s for _, s in analyzer.tls_streams()]  # type: ignore[attr-defined]
+    counters.tls_streams = [s.stream for s in analyzer.tls_streams()]  # type: ignore[attr-defined]
     counters.tls = tls_table(analyzer)  # type: ignore[attr-defined]
 
 
@@ -488,7 +517,7 @@ def analyze_table(
     paths: list[AnySource],
     options: Options,
     *,
-    decoder: Any = None,
+    decoder: Decoder | None = None,
     on_batch: Any = None,
     keep_keys: Iterable[int] = (),
     analytics: TableCollector | None = None,
@@ -601,7 +630,7 @@ def iter_exchanges(
     paths: Iterable[AnySource],
     options: Options,
     *,
-    decoder: Any = None,
+    decoder: Decoder | None = None,
     counters: Counters | None = None,
     batch: int = 4096,
 ) -> Iterator[tuple[str, Exchange]]:
@@ -669,7 +698,7 @@ def iter_pairs(
     paths: Iterable[AnySource],
     options: Options,
     *,
-    decoder: Any = None,
+    decoder: Decoder | None = None,
     counters: Counters | None = None,
     batch_rows: int = 4096,
 ) -> Iterator[Any]:
@@ -703,7 +732,7 @@ class LiveSession:
     """The native core set up for a live source; ``start`` hands it a libpcap handle
     and the core's own threads capture (``_core.LiveRun``)."""
 
-    def __init__(self, options: Options, decoder: Any, label: str) -> None:
+    def __init__(self, options: Options, decoder: Decoder | None, label: str) -> None:
         self.decoder = decoder or _default_decoder()
         # A live run has no end: a total decompression budget would run out after hours
         # and leave later record batches undecoded. The per-frame budget still bounds each
@@ -724,7 +753,7 @@ class LiveSession:
     def open_requests(self, run: LiveRun) -> dict[str, int]:
         """Requests waiting for a response now, by API name."""
         name = self.decoder.api_name
-        return {name(key): n for key, n in run.open_requests()}
+        return {name(key): n for key, n in run.open_requests().items()}
 
 
 def table_records(table: pa.Table) -> list[Any]:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
-from dissector.options import AnySource, Options, capture_paths
+from dissector.options import AnySource, Options, capture_paths, keyword_options
 from dissector.protocol.pairs import (
     DecodedExchange,
     Expand,
@@ -44,11 +44,13 @@ def decoded_exchanges(
     counters: Counters | None = None,
     decoder: Any = None,
     tls: KeyLogs | None = None,
+    options: Options | None = None,
 ) -> Iterator[tuple[DecodedExchange, Any]]:
     """(decoded exchange, the capture's TopicNames) for each wanted exchange of the
-    captures (see ``protocol.pairs.decode_exchanges``); ``counters``: the run's counters."""
+    captures (see ``protocol.pairs.decode_exchanges``); ``counters``: the run's counters;
+    ``options``: the run's options (``ports``/``tls`` laid over them)."""
     decoder = decoder if decoder is not None else decoder_for_specs(specs)
-    options = Options(ports=frozenset(ports) if ports is not None else None, tls=tls)
+    options = keyword_options(options, ports=ports, tls=tls)
     exchanges = iter_exchanges(capture_paths(source), options, decoder=decoder, counters=counters)
     return decode_exchanges(exchanges, decoder, wanted, expand=expand, counts=counts)
 
@@ -62,6 +64,7 @@ def iter_decoded(
     ports: Iterable[int] | None = None,
     counters: Counters | None = None,
     tls: KeyLogs | None = None,
+    options: Options | None = None,
 ) -> Iterator[dict[str, Any]]:
     """One JSON-able dict per request/response pair (or lone frame), in capture order:
     only API key ``api`` when given; ``records`` expands record batches into records."""
@@ -74,6 +77,13 @@ def iter_decoded(
         return records
 
     for dx, names in decoded_exchanges(
-        source, wanted, ports=ports, expand=expand, counters=counters, decoder=decoder, tls=tls
+        source,
+        wanted,
+        ports=ports,
+        expand=expand,
+        counters=counters,
+        decoder=decoder,
+        tls=tls,
+        options=options,
     ):
         yield as_json(dx, decoder, names)

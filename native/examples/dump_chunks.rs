@@ -1,5 +1,6 @@
 //! Runs the native TCP reassembler over a packet dump and prints its events as JSON
-//! lines, for the differential test against `dissector.tcp` (tests/test_native_tcp.py).
+//! lines, for the differential test against the oracle `tests/oracle/tcp.py`
+//! (tests/test_native_tcp.py).
 //!
 //! Usage: `dump_chunks PACKETS [option=value ...]`, options being `TcpConfig` fields.
 //!

@@ -3,98 +3,25 @@
 //!
 //! Usage: dump_exchanges MODEL.json EVENTS.jsonl
 //!
-//! MODEL.json is dumped from the Python spec model (which (api_key, version) exist, which
-//! requests are flexible or use header v0, the keys of Produce and SaslHandshake, and the
-//! session options). EVENTS.jsonl has one event a line:
+//! MODEL.json holds the exported spec model (`dissector.protocol.export`, as the core gets
+//! it: which (api_key, version) exist, header versions, where Produce's acks sits) under
+//! "model", and the session options. EVENTS.jsonl has one event a line:
 //! `{"open": [stream, [ip, port], [ip, port], syn_seen]}`,
 //! `{"chunk": [stream, src, dst, hex, ts_ns, frame, resync, lost]}`,
 //! `{"close": [stream, reason]}`.
 //! Payloads are printed as their length and CRC-32, which Python's zlib computes alike.
 
-use std::collections::HashSet;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use _core::model::Model;
 use _core::session::{Session, SessionConfig};
 use _core::types::{
     Chunk, CloseReason, Counters, Endpoint, Event, Exchange, ExchangeKind, KafkaFrame, StreamClose,
-    StreamOpen, Versions,
+    StreamOpen,
 };
 use serde_json::{json, Value};
-
-/// `Versions` from tables dumped by the Python model. Produce's acks is read with the
-/// rule of `kafka_header.produce_acks`, re-expressed here for the test only.
-struct TableVersions {
-    known: HashSet<(i16, i16)>,
-    flexible: HashSet<(i16, i16)>,
-    header_v0: HashSet<(i16, i16)>,
-    produce_key: i16,
-}
-
-fn pairs(v: &Value) -> HashSet<(i16, i16)> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| Some((p.get(0)?.as_i64()? as i16, p.get(1)?.as_i64()? as i16)))
-        .collect()
-}
-
-impl Versions for TableVersions {
-    fn known(&self, api_key: i16, version: i16) -> bool {
-        self.known.contains(&(api_key, version))
-    }
-    fn request_flexible(&self, api_key: i16, version: i16) -> bool {
-        self.flexible.contains(&(api_key, version))
-    }
-    fn request_header_v0(&self, api_key: i16, version: i16) -> bool {
-        self.header_v0.contains(&(api_key, version))
-    }
-    fn request_int_field(
-        &self,
-        api_key: i16,
-        version: i16,
-        body: &[u8],
-        field: &str,
-    ) -> Option<i64> {
-        if api_key != self.produce_key || field != "acks" {
-            return None;
-        }
-        let flexible = self.known(api_key, version) && self.request_flexible(api_key, version);
-        let mut pos = 0usize;
-        if version >= 3 {
-            // transactional_id precedes acks from v3 on.
-            if flexible {
-                let (len, p) = uvarint(body, pos)?;
-                pos = p.checked_add(len.saturating_sub(1) as usize)?;
-            } else {
-                let len = i16::from_be_bytes([*body.get(pos)?, *body.get(pos + 1)?]);
-                pos += 2 + len.max(0) as usize;
-            }
-        }
-        Some(i64::from(i16::from_be_bytes([
-            *body.get(pos)?,
-            *body.get(pos + 1)?,
-        ])))
-    }
-}
-
-fn uvarint(buf: &[u8], mut pos: usize) -> Option<(u64, usize)> {
-    let mut value = 0u64;
-    let mut shift = 0;
-    loop {
-        if shift > 28 {
-            return None;
-        }
-        let b = *buf.get(pos)?;
-        pos += 1;
-        value |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Some((value, pos));
-        }
-        shift += 7;
-    }
-}
 
 fn endpoint(v: &Value) -> Endpoint {
     let ip: IpAddr = v[0].as_str().and_then(|s| s.parse().ok()).expect("ip");
@@ -190,13 +117,9 @@ fn main() {
     };
     let m: Value =
         serde_json::from_str(&std::fs::read_to_string(model).expect("model")).expect("model json");
-    let key = |name: &str| m[name].as_i64().expect(name) as i16;
-    let versions = TableVersions {
-        known: pairs(&m["known"]),
-        flexible: pairs(&m["flexible"]),
-        header_v0: pairs(&m["header_v0"]),
-        produce_key: key("produce_key"),
-    };
+    // The exported spec model itself, as the core gets it: versions, header versions and
+    // where Produce's acks sits all come from it.
+    let spec = Model::from_json(m["model"].as_str().expect("model text")).expect("spec model");
     let cfg = SessionConfig {
         broker_ports: m["broker_ports"]
             .as_array()
@@ -208,10 +131,10 @@ fn main() {
         heuristic: m["heuristic"].as_bool().expect("heuristic"),
         max_frame: m["max_frame"].as_u64().expect("max_frame") as u32,
         idle_timeout_ns: None,
-        sasl_handshake_key: key("sasl_handshake_key"),
-        produce_key: key("produce_key"),
+        sasl_handshake_key: spec.sasl_handshake_key,
+        produce_key: spec.produce_key,
     };
-    let mut session = Session::new(cfg, Arc::new(versions));
+    let mut session = Session::new(cfg, Arc::new(spec));
     let mut counters = Counters::default();
     let mut out = Vec::new();
     let stdout = std::io::stdout();

@@ -1,5 +1,5 @@
 //! Print every TCP packet of a capture, then its counters, one TSV line each: the Rust
-//! side of the differential test against `dissector.capture.read_packets`
+//! side of the differential test against `tests/oracle/capture.py`'s `read_packets`
 //! (tests/test_native_capture.py).
 //!
 //! Usage: dump_packets CAPTURE...   (one "#file" line starts each capture's output)

@@ -8,7 +8,7 @@
 //!   with the Python stage's counter names. Memory is bounded by one read buffer.
 //! * `decode_link` turns one link-layer frame into a TCP packet (live capture uses it).
 //!
-//! Counter names are those of `capture.py` (see its module docstring), plus the
+//! Counter names are those of `tests/oracle/capture.py` (see its module docstring), plus the
 //! hostile-input ones the Python stage does not have:
 //! `bad_timestamp` (pcapng time outside i64 nanoseconds: that packet is skipped, still
 //! numbered), `bad_pcapng_option` (an IDB option cut by the block end: ignored),
@@ -533,7 +533,7 @@ fn mpls(data: &[u8], mut off: usize, counters: &mut Counters) -> Option<(u16, us
 /// `wire_len` is the frame's length on the wire when the capture records it. It tells
 /// a snaplen cut (the IP length fits the wire length: the rest is `missing`) from an IP
 /// header that lies (`bad_ip_length`: the captured bytes are all there is). Without it
-/// (live frames) every shortfall is taken for a snaplen cut, as `capture.py` does.
+/// (live frames) every shortfall is taken for a snaplen cut, as `tests/oracle/capture.py` does.
 fn tcp_segment(
     data: &[u8],
     ip: &IpLayer,
@@ -679,7 +679,7 @@ impl LinkDecoder {
     /// One link-layer frame (tcpdump LINKTYPE_*) -> TCP packet, or None (counted).
     ///
     /// The live entry point: it counts `frames` and `tcp_packets` itself, as
-    /// `capture.py`'s `decode_frames` does; `frame` is the caller's 1-based numbering.
+    /// `tests/oracle/capture.py`'s `decode_frames` does; `frame` is the caller's 1-based numbering.
     pub fn decode_link<'a>(
         &'a mut self,
         linktype: u32,

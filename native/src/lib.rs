@@ -6,12 +6,14 @@
 
 pub mod capture;
 pub mod correlate;
+pub mod counter;
 pub mod defrag;
 pub mod framing;
 pub mod header;
 pub mod model;
 pub mod pcap;
 pub mod pcapwrite;
+pub mod pipeline;
 pub mod queueing;
 pub mod records;
 pub mod rows;

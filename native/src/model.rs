@@ -9,13 +9,14 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use serde::Deserialize;
 
 use crate::table_model::{Facts, JFacts, JTables, TablesModel, NO_FACTS};
-use crate::types::Versions;
+// Shared with table_model (which the model parses its tables section with): kept in
+// types so that neither module depends on the other both ways.
+pub use crate::types::{Direction, SmallKeyHasher, SmallKeyMap};
 
 /// Deepest field nesting accepted from the JSON (Kafka's specs nest about five levels);
 /// it bounds the recursion of every walk over wire data.
@@ -77,38 +78,6 @@ pub mod role {
     pub const ITEM_ANY: u32 =
         ITEM_TOPIC | ITEM_TOPIC_NAME | ITEM_NAME | ITEM_TOPIC_ID | PARTITION_KEY | ITEM_ODD;
 }
-
-/// A multiply-rotate hash for the per-pair lookups by small integer keys (layouts,
-/// error names): the tables are fixed at load, so SipHash's flood resistance buys
-/// nothing there and costs a tenth of a pair's time.
-#[derive(Default, Clone, Copy)]
-pub struct SmallKeyHasher(u64);
-
-impl Hasher for SmallKeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_i16(&mut self, n: i16) {
-        self.write_u64(n as u64);
-    }
-
-    fn write_i64(&mut self, n: i64) {
-        self.write_u64(n as u64);
-    }
-}
-
-pub type SmallKeyMap<K, V> = HashMap<K, V, BuildHasherDefault<SmallKeyHasher>>;
 
 /// Wire type of a node (of each element, for arrays).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,12 +195,6 @@ pub enum Step {
     Int(u32),
     /// A visited `records` member, summarised (what `Visit` comes to for it).
     Records(u32),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Direction {
-    Request,
-    Response,
 }
 
 #[derive(Debug, Clone)]
@@ -1019,34 +982,6 @@ fn parse_keys<K: std::str::FromStr + std::hash::Hash + Eq, V: Clone>(
                 .map_err(|_| format!("bad {what} key {k:?}"))
         })
         .collect()
-}
-
-impl Versions for Model {
-    fn known(&self, api_key: i16, version: i16) -> bool {
-        self.layout(api_key, version, Direction::Request).is_some()
-            || (self.specless_keys.contains(&api_key)
-                && (0..=self.specless_max_version).contains(&version))
-    }
-
-    fn request_flexible(&self, api_key: i16, version: i16) -> bool {
-        self.layout(api_key, version, Direction::Request)
-            .is_some_and(|l| l.flexible)
-    }
-
-    fn request_header_v0(&self, api_key: i16, version: i16) -> bool {
-        self.header_v0_requests.contains(&(api_key, version))
-    }
-
-    fn request_int_field(
-        &self,
-        api_key: i16,
-        version: i16,
-        body: &[u8],
-        field: &str,
-    ) -> Option<i64> {
-        let layout = self.layout(api_key, version, Direction::Request)?;
-        crate::summary::top_int_field(self, layout, body, field)
-    }
 }
 
 #[cfg(test)]

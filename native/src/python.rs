@@ -11,29 +11,27 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::io::Read;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyDict};
 
 use crate::capture::{open_path, scan_path, FileFacts, LinkDecoder, PacketReader};
 use crate::model::Model as SpecModel;
+use crate::pipeline::{self, batch_full, not_summarised, Fallback, RowSink, Summaries};
 use crate::python_tls::{summary_lines, KeyLog, TlsConnections};
-use crate::queueing::{LongPollRule, Queued, Queueing, Timing};
-use crate::records::Budget;
+use crate::queueing::LongPollRule;
 use crate::rows::{Dict, DictList, Nullable, RowBuilder, SummaryColumns};
 use crate::session::{Session, SessionConfig};
-use crate::summary::{summarize, TopicNames};
+use crate::summary::TopicNames;
 use crate::table_model::MAX_ENTRY_COLUMNS;
 use crate::tables::{
-    Column, EntryValues, GroupFacts, Negotiation, Observed, PairFacts, PartitionFacts,
-    TableColumns, TableSink,
+    Column, EntryValues, GroupFacts, Negotiation, PairFacts, PartitionFacts, TableColumns,
+    TableSink,
 };
 use crate::tls::{KeySource, Summary as TlsSummary};
-use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame, Ts};
+use crate::types::{Counters, Exchange, Ts};
 
 mod exchange;
 mod live;
@@ -89,6 +87,20 @@ impl ChainedFile {
     }
 }
 
+/// A `chain_next` callable's `wire.core.NextFile`, read by attribute.
+#[derive(FromPyObject)]
+struct PyNextFile<'py> {
+    name: String,
+    source: Bound<'py, PyAny>,
+}
+
+/// A connection found to carry TLS not decrypted: its capture and stream.
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct TlsStream {
+    capture: String,
+    stream: u32,
+}
+
 /// What a `chain_next` callable returns: the next file (a path, or a capture's bytes)
 /// and its name, or None when the set has no more files.
 fn next_from(py: Python<'_>, next: &Py<PyAny>) -> PyResult<Option<ChainedFile>> {
@@ -97,7 +109,7 @@ fn next_from(py: Python<'_>, next: &Py<PyAny>) -> PyResult<Option<ChainedFile>> 
     if got.is_none() {
         return Ok(None);
     }
-    let (name, what): (String, Bound<'_, PyAny>) = got.extract()?;
+    let PyNextFile { name, source: what } = got.extract()?;
     let input = if let Ok(data) = what.cast::<PyBytes>() {
         ChainedInput::Bytes(data.as_bytes().to_vec())
     } else {
@@ -129,68 +141,8 @@ pub struct Analyzer {
     session: Option<Session>,
     tls: Vec<(String, u32)>,
     tls_table: Vec<(String, TlsSummary)>,
-    summaries: Summaries,
+    summaries: Summaries<PyFallback>,
     sink: RowSink,
-}
-
-/// Stage 5, summaries: one pair's bodies -> its summary columns. Its state is the
-/// capture's (topic ids learnt so far, decompression budget left), so pairs pass through
-/// it in capture order.
-struct Summaries {
-    model: Arc<SpecModel>,
-    frame_budget: u64,
-    capture_budget: u64,
-    capture_budget_left: u64,
-    /// Shared with the `KnownTopics` a Python fallback call holds (copied on the next
-    /// change only if it is kept past the call).
-    topics: Arc<TopicNames>,
-    fallback: Option<Py<PyAny>>,
-    capture: String,
-    counters: Counters,
-    /// The analytics tables, when asked for; `tables_fallback` gives the facts of the
-    /// pairs the native reading leaves to the Python decoder.
-    tables: Option<TableSink>,
-    tables_fallback: Option<Py<PyAny>>,
-}
-
-/// A pair and what the summary stage made of it: the row's API name and columns (None
-/// for exchanges that are not decoded, or when exchanges are wanted instead of rows).
-struct Summarised {
-    ex: Exchange,
-    api_name: Option<Arc<str>>,
-    columns: Option<SummaryColumns>,
-}
-
-/// Stage 6, rows: summarised pairs -> column buffers, each row built when every earlier
-/// request of its connection has been (`queueing`); or the exchanges themselves.
-struct RowSink {
-    exchanges_mode: bool,
-    /// Rows mode builds the pairs' rows (not when only the tables are wanted).
-    rows_mode: bool,
-    /// Rows mode: exchanges of these API keys are kept too (the report's notes).
-    keep_keys: Vec<i16>,
-    rows: RowBuilder,
-    exchanges: Vec<(String, Exchange)>,
-    capture: String,
-    queueing: Queueing<HeldRow>,
-    ready: Vec<(HeldRow, Queued)>, // scratch: held rows whose turn came
-}
-
-/// A row waiting for the earlier requests of its connection (`queueing`): its exchange
-/// without payload bytes (the sizes are kept) and its summary.
-struct HeldRow {
-    ex: Exchange,
-    api_name: Option<Arc<str>>,
-    columns: Option<SummaryColumns>,
-    sizes: (Option<i64>, Option<i64>),
-}
-
-/// A frame without its bytes: what a held row still needs (times, flags).
-fn without_payload(f: &KafkaFrame) -> KafkaFrame {
-    KafkaFrame {
-        payload: Vec::new(),
-        ..*f
-    }
 }
 
 #[pymethods]
@@ -253,28 +205,17 @@ impl Analyzer {
             session: None,
             tls: Vec::new(),
             tls_table: Vec::new(),
-            summaries: Summaries {
-                model: m,
+            summaries: Summaries::new(
+                m,
                 frame_budget,
                 capture_budget,
-                capture_budget_left: capture_budget,
-                topics: Arc::default(),
-                fallback,
-                capture: String::new(),
-                counters: Counters::default(),
+                PyFallback {
+                    summary: fallback,
+                    tables: tables_fallback,
+                },
                 tables,
-                tables_fallback,
-            },
-            sink: RowSink {
-                exchanges_mode: exchanges,
-                rows_mode: pairs,
-                keep_keys,
-                rows,
-                exchanges: Vec::new(),
-                capture: String::new(),
-                queueing: Queueing::default(),
-                ready: Vec::new(),
-            },
+            ),
+            sink: RowSink::new(rows, exchanges, pairs, keep_keys),
         })
     }
 
@@ -311,7 +252,7 @@ impl Analyzer {
     }
 
     /// Files that continue the open capture, handed over one at a time by
-    /// `next() -> (name, path or bytes) | None` when the file before ends: a long set
+    /// `next() -> wire.core.NextFile | None` when the file before ends: a long set
     /// costs the memory of one file.
     fn chain_next(&mut self, next: Py<PyAny>) -> PyResult<()> {
         self.check_open()?;
@@ -429,18 +370,21 @@ impl Analyzer {
         Ok(out)
     }
 
-    /// (capture, stream) of the connections found to carry TLS.
-    fn tls_streams(&self) -> Vec<(String, u32)> {
-        let mut all = self.tls.clone();
-        if let Some(session) = self.session.as_ref() {
-            all.extend(
-                session
-                    .tls_streams()
-                    .iter()
-                    .map(|s| (self.capture.clone(), *s)),
-            );
-        }
-        all
+    /// The connections found to carry TLS.
+    fn tls_streams(&self) -> Vec<TlsStream> {
+        let open = self
+            .session
+            .as_ref()
+            .map(|s| (&self.capture, s.tls_streams()));
+        let open = open
+            .iter()
+            .flat_map(|(capture, streams)| streams.iter().map(|s| ((*capture).clone(), *s)));
+        self.tls
+            .iter()
+            .cloned()
+            .chain(open)
+            .map(|(capture, stream)| TlsStream { capture, stream })
+            .collect()
     }
 
     /// TLS connections by capture, version, cipher suite and outcome.
@@ -456,11 +400,13 @@ impl Analyzer {
     }
 
     /// Requests waiting for a response now, by api_key (live views).
-    fn open_requests(&self) -> Vec<(i16, u64)> {
+    fn open_requests(&self) -> std::collections::HashMap<i16, u64> {
         self.session
             .as_ref()
             .map(Session::open_requests)
             .unwrap_or_default()
+            .into_iter()
+            .collect()
     }
 
     /// Rows (or exchanges) built and not taken yet.
@@ -489,11 +435,9 @@ impl Analyzer {
             return Err(PyRuntimeError::new_err("no capture file is open"));
         };
         self.sink.rows.reserve(max_rows);
-        // The GIL is released while packets are read and summarised: Python may go on
-        // meanwhile (the CLI imports pyarrow while the core runs); the rare Python
-        // summaries take it back for their call. Two threads, each about half the work:
-        // one turns packets into exchanges (capture, TCP, framing, correlation), this
-        // one summarises them into rows, batches handed over a bounded channel.
+        // The GIL is released while packets are read and summarised (`pipeline::run_file`):
+        // Python may go on meanwhile (the CLI imports pyarrow while the core runs); the
+        // rare Python summaries take it back for their call.
         let last_file = self.chained.is_empty();
         let Analyzer {
             counters,
@@ -502,63 +446,15 @@ impl Analyzer {
             ..
         } = &mut *self;
         let (result, ended, reader, session) = py.detach(move || {
-            let stop = AtomicBool::new(false);
-            let mut wire_counters = Counters::default();
-            let (tx, rx) = sync_channel::<Vec<Exchange>>(8);
-            let exchanges_mode = sink.exchanges_mode;
-            let (result, ended) = std::thread::scope(|scope| {
-                let producer = scope.spawn(|| {
-                    // Owned here: the next stage's loop ends when this sender is dropped.
-                    let tx = tx;
-                    let mut out = Vec::with_capacity(BATCH);
-                    loop {
-                        // Secrets the capture carries (pcapng Decryption Secrets Blocks)
-                        // precede the connections they are for.
-                        for text in reader.take_secrets() {
-                            session.add_secrets(&text, &mut wire_counters);
-                        }
-                        let ended = match reader.next_packet(&mut wire_counters) {
-                            Some(pkt) => {
-                                session.packet(&pkt, &mut wire_counters, &mut out);
-                                false
-                            }
-                            None => {
-                                // The next file of a set carries the state on.
-                                if last_file {
-                                    session.finish(&mut wire_counters, &mut out);
-                                }
-                                true
-                            }
-                        };
-                        if ended || out.len() >= BATCH {
-                            let batch = std::mem::replace(&mut out, Vec::with_capacity(BATCH));
-                            if tx.send(batch).is_err() || ended {
-                                return ended;
-                            }
-                            if stop.load(Ordering::Relaxed) {
-                                return false;
-                            }
-                        }
-                    }
-                });
-                // Summaries and rows on this thread: a third thread for either costs more
-                // in hand-overs than it gains on two cores (measured).
-                let mut result = Ok(());
-                for batch in rx.iter() {
-                    if result.is_ok() {
-                        result = summaries
-                            .batch(batch, exchanges_mode)
-                            .map(|b| sink.consume(b));
-                    }
-                    if result.is_err() || batch_full(sink, summaries, max_rows) {
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                }
-                // A panic on the wire side ends the capture as if it were cut there.
-                let ended = producer.join().unwrap_or(true);
-                (result, ended)
-            });
-            counters.merge(&wire_counters);
+            let (result, ended) = pipeline::run_file(
+                &mut reader,
+                &mut session,
+                summaries,
+                sink,
+                counters,
+                last_file,
+                max_rows,
+            );
             (result, ended, reader, session)
         });
         *self.source_mut() = Some(Source::Reader(reader));
@@ -664,289 +560,72 @@ impl Analyzer {
     }
 }
 
-/// Exchanges handed from the wire stages to the summaries, and on to the rows, at a time.
-const BATCH: usize = 256;
-
-/// Analytics-table rows after which a step ends, whatever `max_rows` says: a Fetch
-/// response of a long-poll consumer gives a row per partition, so the tables outgrow
-/// the pairs, and their column buffers are copied once more when taken; smaller steps
-/// keep that copy small (measured on a 33 MB capture: 20 MB less peak, the same time).
-const TABLE_ROWS: usize = 16_384;
-
-/// Whether the rows waiting (pairs, and the analytics tables' rows) fill a step.
-fn batch_full(sink: &RowSink, summaries: &Summaries, max_rows: usize) -> bool {
-    let tables = summaries.tables_waiting();
-    sink.waiting() + tables >= max_rows || tables >= TABLE_ROWS
+/// The Python decoder as the pipeline's `Fallback`: `summary(api_key, api_version,
+/// request, response, capture)` returns a `wire.core.FallbackSummary`, `tables(api_key,
+/// api_version, request, response, topic_names)` a `protocol.tables.PairFacts`. Both run
+/// with the GIL released (see `run`): they take it back for their one call.
+pub(crate) struct PyFallback {
+    pub(crate) summary: Option<Py<PyAny>>,
+    pub(crate) tables: Option<Py<PyAny>>,
 }
 
-impl Summaries {
-    fn start(&mut self, capture: &str) {
-        self.capture = capture.to_owned();
-        self.topics = Arc::default();
-        self.capture_budget_left = self.capture_budget;
-        if let Some(tables) = self.tables.as_mut() {
-            tables.start(capture);
-        }
-    }
+impl Fallback for PyFallback {
+    type Error = PyErr;
 
-    fn tables_waiting(&self) -> usize {
-        self.tables.as_ref().map_or(0, TableSink::waiting)
-    }
-
-    /// The tables' view of one exchange, after its summary (which learnt topic names).
-    fn observe_tables(&mut self, ex: &Exchange) -> PyResult<()> {
-        let Some(tables) = self.tables.as_mut() else {
-            return Ok(());
+    fn summary(
+        &self,
+        key: i16,
+        version: i16,
+        request: Option<&[u8]>,
+        response: Option<&[u8]>,
+        capture: &str,
+    ) -> PyResult<SummaryColumns> {
+        let Some(cb) = self.summary.as_ref() else {
+            return Ok(not_summarised());
         };
-        if let Observed::Defer = tables.observe(ex, &self.topics) {
-            let facts = self.facts_from_python(ex)?;
-            if let Some(tables) = self.tables.as_mut() {
-                tables.apply(ex, facts);
-            }
-        }
-        Ok(())
-    }
-
-    /// The Python decoder's facts of one pair the native reading left to it.
-    fn facts_from_python(&self, ex: &Exchange) -> PyResult<PairFacts<'static>> {
-        let (Some(key), Some(version), Some(cb)) =
-            (ex.api_key, ex.api_version, self.tables_fallback.as_ref())
-        else {
-            return Ok(PairFacts::default());
-        };
-        // Runs with the GIL released (see `run`): take it back for this one call.
         Python::attach(|py| {
-            let req = ex.request.as_ref().map(|f| PyBytes::new(py, &f.payload));
-            let resp = ex.response.as_ref().map(|f| PyBytes::new(py, &f.payload));
-            let names = KnownTopics {
-                names: Arc::clone(&self.topics),
-            };
-            let got = cb.call1(py, (key, version, req, resp, names))?;
-            let facts: PyPairFacts = got.bind(py).extract()?;
-            Ok(facts.into())
-        })
-    }
-
-    /// The summaries of a batch of exchanges, in order (none in exchanges mode).
-    fn batch(&mut self, batch: Vec<Exchange>, exchanges_mode: bool) -> PyResult<Vec<Summarised>> {
-        let mut out = Vec::with_capacity(batch.len());
-        for ex in batch {
-            let (api_name, columns) = if exchanges_mode {
-                (None, None)
-            } else {
-                let summarised = self.summarise(&ex)?;
-                self.observe_tables(&ex)?;
-                summarised
-            };
-            out.push(Summarised {
-                ex,
-                api_name,
-                columns,
-            });
-        }
-        Ok(out)
-    }
-
-    fn summarise(&mut self, ex: &Exchange) -> PyResult<(Option<Arc<str>>, Option<SummaryColumns>)> {
-        let (Some(key), Some(version)) = (ex.api_key, ex.api_version) else {
-            let name = if ex.kind == ExchangeKind::SaslToken {
-                Some(crate::rows::SASL_TOKEN_API_NAME)
-            } else {
-                None
-            };
-            return Ok((name.map(Arc::from), None));
-        };
-        // A side not captured whole is not decoded (its row says so: rows.rs).
-        let whole = |f: &&KafkaFrame| !f.holed();
-        let request = ex
-            .request
-            .as_ref()
-            .filter(whole)
-            .map(|f| f.payload.as_slice());
-        let response = ex
-            .response
-            .as_ref()
-            .filter(whole)
-            .map(|f| f.payload.as_slice());
-        // One decompression budget per frame as the Python decoder sizes it (records.py),
-        // within what is left of the capture's.
-        let frame_bytes = request
-            .map_or(0, <[u8]>::len)
-            .max(response.map_or(0, <[u8]>::len));
-        let mut budget = Budget::for_frame(frame_bytes as u64, self.frame_budget);
-        budget.remaining = budget.remaining.min(self.capture_budget_left);
-        let before = budget.remaining;
-        let s = summarize(
-            &self.model,
-            Arc::make_mut(&mut self.topics),
-            key,
-            version,
-            request,
-            response,
-            &mut budget,
-            &mut self.counters,
-        );
-        self.capture_budget_left = self
-            .capture_budget_left
-            .saturating_sub(before.saturating_sub(budget.remaining));
-        let columns = if s.defer {
-            self.counters.inc("summary_deferred");
-            self.summary_from_python(key, version, request, response)?
-        } else {
-            SummaryColumns {
+            let req = request.map(|b| PyBytes::new(py, b));
+            let resp = response.map(|b| PyBytes::new(py, b));
+            let got = cb.call1(py, (key, version, req, resp, capture))?;
+            let s: PyFallbackSummary = got.bind(py).extract()?;
+            Ok(SummaryColumns {
                 error_code: s.error_code,
-                error_name: s.error_name,
-                error_count: Some(i64::from(s.error_count)),
+                error_name: s.error_name.map(Arc::from),
+                error_count: s.error_count,
                 topics: s.topics,
-                partitions: s.partitions.map(|v| v as i64),
-                records: s.records.map(|v| v as i64),
-                record_bytes: s.record_bytes.map(|v| v as i64),
+                partitions: s.partitions,
+                records: s.records,
+                record_bytes: s.record_bytes,
                 compression: s.compression,
                 throttle_ms: s.throttle_ms,
                 decode_error: s.decode_error,
                 fatal: s.fatal,
                 extracts: s.extracts,
                 assumed_version: s.assumed_version,
-            }
-        };
-        if columns.assumed_version.is_some() {
-            self.counters.inc("assumed_version_pairs");
-        }
-        Ok((Some(self.model.shared_api_name(key)), Some(columns)))
-    }
-
-    /// The Python decoder's summary of one pair: the rare path (malformed bodies,
-    /// versions the exported model does not describe).
-    fn summary_from_python(
-        &self,
-        key: i16,
-        version: i16,
-        request: Option<&[u8]>,
-        response: Option<&[u8]>,
-    ) -> PyResult<SummaryColumns> {
-        let Some(cb) = self.fallback.as_ref() else {
-            return Ok(SummaryColumns {
-                decode_error: Some("not summarised".to_owned()),
-                ..Default::default()
-            });
-        };
-        // Runs with the GIL released (see `run`): take it back for this one call.
-        Python::attach(|py| {
-            let req = request.map(|b| PyBytes::new(py, b));
-            let resp = response.map(|b| PyBytes::new(py, b));
-            let got = cb.call1(py, (key, version, req, resp, self.capture.as_str()))?;
-            let t = got.bind(py).cast::<PyTuple>()?;
-            Ok(SummaryColumns {
-                error_code: t.get_item(0)?.extract()?,
-                error_name: t.get_item(1)?.extract::<Option<String>>()?.map(Arc::from),
-                error_count: t.get_item(2)?.extract()?,
-                topics: t.get_item(3)?.extract()?,
-                partitions: t.get_item(4)?.extract()?,
-                records: t.get_item(5)?.extract()?,
-                record_bytes: t.get_item(6)?.extract()?,
-                compression: t.get_item(7)?.extract()?,
-                throttle_ms: t.get_item(8)?.extract()?,
-                decode_error: t.get_item(9)?.extract()?,
-                fatal: t.get_item(10)?.extract()?,
-                extracts: t.get_item(11)?.extract()?,
-                assumed_version: t.get_item(12)?.extract()?,
             })
         })
     }
-}
 
-impl RowSink {
-    fn start(&mut self, capture: &str) {
-        self.capture = capture.to_owned();
-        self.queueing = Queueing::default();
-    }
-
-    fn waiting(&self) -> usize {
-        if self.exchanges_mode {
-            self.exchanges.len()
-        } else {
-            self.rows.len
-        }
-    }
-
-    fn consume(&mut self, batch: Vec<Summarised>) {
-        for Summarised {
-            ex,
-            api_name,
-            columns,
-        } in batch
-        {
-            if self.exchanges_mode {
-                self.exchanges.push((self.capture.clone(), ex));
-                continue;
-            }
-            if self.rows_mode {
-                self.emit(&ex, api_name, columns);
-            }
-            if ex.api_key.is_some_and(|k| self.keep_keys.contains(&k)) {
-                self.exchanges.push((self.capture.clone(), ex));
-            }
-        }
-    }
-
-    /// Build the row now when every earlier request of its connection was, else hold it
-    /// (`queueing`); then the held rows whose turn came.
-    fn emit(&mut self, ex: &Exchange, api_name: Option<Arc<str>>, columns: Option<SummaryColumns>) {
-        let timing = Timing {
-            request: ex.request.as_ref().and_then(KafkaFrame::end_ts),
-            response: ex.response.as_ref().and_then(KafkaFrame::end_ts),
-            throttle_ms: columns.as_ref().and_then(|c| c.throttle_ms),
-            waits: ex.kind != ExchangeKind::NoResponse,
+    fn facts(
+        &self,
+        key: i16,
+        version: i16,
+        ex: &Exchange,
+        topics: &Arc<TopicNames>,
+    ) -> PyResult<PairFacts<'static>> {
+        let Some(cb) = self.tables.as_ref() else {
+            return Ok(PairFacts::default());
         };
-        match ex.seq {
-            Some(seq) if !self.queueing.ready(ex.stream, ex.seq) => {
-                let held = HeldRow {
-                    ex: Exchange {
-                        request: ex.request.as_ref().map(without_payload),
-                        response: ex.response.as_ref().map(without_payload),
-                        client_id: ex.client_id.clone(),
-                        note: ex.note.clone(),
-                        ..*ex
-                    },
-                    api_name,
-                    columns,
-                    sizes: (
-                        ex.request.as_ref().map(|f| f.wire_size() as i64),
-                        ex.response.as_ref().map(|f| f.wire_size() as i64),
-                    ),
-                };
-                self.queueing.hold(ex.stream, seq, timing, held);
-            }
-            _ => {
-                let q = self.queueing.take(ex.stream, ex.seq, &timing);
-                self.rows
-                    .push(&self.capture, ex, api_name.as_deref(), columns.as_ref(), q);
-            }
-        }
-        self.take_held(ex.stream, false);
-    }
-
-    fn take_held(&mut self, stream: u32, all: bool) {
-        let mut ready = std::mem::take(&mut self.ready);
-        self.queueing.drain(stream, all, &mut ready);
-        for (h, q) in ready.drain(..) {
-            self.rows.push(
-                &self.capture,
-                &h.ex,
-                h.api_name.as_deref(),
-                h.columns.as_ref(),
-                q,
-            );
-            self.rows.set_last_sizes(h.sizes.0, h.sizes.1);
-        }
-        self.ready = ready;
-    }
-
-    /// Rows still waiting for an earlier request that never came: taken as they are.
-    fn take_all_held(&mut self) {
-        for stream in self.queueing.held_streams() {
-            self.take_held(stream, true);
-        }
+        Python::attach(|py| {
+            let req = ex.request.as_ref().map(|f| PyBytes::new(py, &f.payload));
+            let resp = ex.response.as_ref().map(|f| PyBytes::new(py, &f.payload));
+            let names = KnownTopics {
+                names: Arc::clone(topics),
+            };
+            let got = cb.call1(py, (key, version, req, resp, names))?;
+            let facts: PyPairFacts = got.bind(py).extract()?;
+            Ok(facts.into())
+        })
     }
 }
 
@@ -1267,6 +946,25 @@ fn put_list(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &DictList)
     out.set_item(name, t)
 }
 
+/// The Python decoder's summary of a deferred pair (`dissector.wire.core.FallbackSummary`),
+/// read by attribute.
+#[derive(FromPyObject)]
+struct PyFallbackSummary {
+    error_code: Option<i64>,
+    error_name: Option<String>,
+    error_count: Option<i64>,
+    topics: Vec<String>,
+    partitions: Option<i64>,
+    records: Option<i64>,
+    record_bytes: Option<i64>,
+    compression: Option<String>,
+    throttle_ms: Option<i64>,
+    decode_error: Option<String>,
+    fatal: bool,
+    extracts: Vec<Option<i64>>,
+    assumed_version: Option<i64>,
+}
+
 /// One capture interface of `CaptureFacts` (`capture::InterfaceFacts`).
 #[pyclass(frozen, get_all, module = "dissector._core")]
 pub struct InterfaceFacts {
@@ -1335,6 +1033,16 @@ fn scan_facts_bytes(py: Python<'_>, data: &[u8]) -> PyResult<CaptureFacts> {
     facts_object(py, facts)
 }
 
+/// Every counter name the core may produce (`counter::Counter`, generated from
+/// `dissector/anomalies.py`): tests compare the built module with the registry.
+#[pyfunction]
+fn counter_names() -> Vec<&'static str> {
+    crate::counter::Counter::ALL
+        .iter()
+        .map(|c| c.name())
+        .collect()
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -1345,8 +1053,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TlsConnections>()?;
     m.add_class::<CaptureFacts>()?;
     m.add_class::<InterfaceFacts>()?;
+    m.add_class::<TlsStream>()?;
     m.add_function(wrap_pyfunction!(scan_facts, m)?)?;
     m.add_function(wrap_pyfunction!(scan_facts_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(counter_names, m)?)?;
     exchange::register(m)?;
     live::register(m)?;
     Ok(())

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::model::{role, Direction, Kind, Layout, Model, NoSpec, Node, Step};
 use crate::records::{summarize_records, Budget, CODEC_NAMES};
-use crate::types::Counters;
+use crate::types::{Counters, Versions};
 
 /// Distinct topics kept per pair; a frame of millions of names keeps this many.
 pub const MAX_TOPICS: usize = 10_000;
@@ -994,6 +994,37 @@ pub fn top_int_field(model: &Model, layout: &Layout, body: &[u8], field: &str) -
         skip_field(model, n, &mut cur, layout.flexible, 1).ok()?;
     }
     None // tagged top-level ints are not needed by correlation
+}
+
+/// The model answers the wire stages' questions (framing, correlation); reading a
+/// top-level int of a body takes this module's walk, so the impl lives here: the model
+/// does not depend on the summary.
+impl Versions for Model {
+    fn known(&self, api_key: i16, version: i16) -> bool {
+        self.layout(api_key, version, Direction::Request).is_some()
+            || (self.specless_keys.contains(&api_key)
+                && (0..=self.specless_max_version).contains(&version))
+    }
+
+    fn request_flexible(&self, api_key: i16, version: i16) -> bool {
+        self.layout(api_key, version, Direction::Request)
+            .is_some_and(|l| l.flexible)
+    }
+
+    fn request_header_v0(&self, api_key: i16, version: i16) -> bool {
+        self.header_v0_requests.contains(&(api_key, version))
+    }
+
+    fn request_int_field(
+        &self,
+        api_key: i16,
+        version: i16,
+        body: &[u8],
+        field: &str,
+    ) -> Option<i64> {
+        let layout = self.layout(api_key, version, Direction::Request)?;
+        top_int_field(self, layout, body, field)
+    }
 }
 
 // ------------------------------------------------------------------ one side, one pair

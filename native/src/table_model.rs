@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::model::{Direction, SmallKeyMap};
+use crate::types::{Direction, SmallKeyMap};
 
 /// A node without table roles (`Node::facts`).
 pub const NO_FACTS: u32 = u32::MAX;

@@ -1,11 +1,13 @@
 //! Records that cross the stages of the native core.
 //!
-//! They mirror the Python dataclasses of the same stages (`capture.Packet`,
-//! `tcp.StreamOpen/Chunk/StreamClose`, `framing.Frame`, `correlate.Exchange`) so that
-//! the pure-Python pipeline stays a field-by-field oracle for this one.
+//! They mirror the Python dataclasses of the same stages (the test oracle's
+//! `tests/oracle/capture.py` `Packet`, `tests/oracle/tcp.py` `StreamOpen/Chunk/StreamClose`,
+//! and `dissector/stages.py`'s `Frame` and `Exchange`) so that the pure-Python pipeline
+//! under `tests/oracle/` stays a field-by-field oracle for this one.
 //! Data flows one way: capture -> tcp -> framing -> correlate -> summary -> rows.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
 
 /// Nanoseconds since the Unix epoch, UTC.
@@ -13,6 +15,45 @@ pub type Ts = i64;
 
 /// (address, port) of one side of a TCP connection.
 pub type Endpoint = (IpAddr, u16);
+
+/// Which side of an exchange a layout or a frame belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Request,
+    Response,
+}
+
+/// A multiply-rotate hash for the per-pair lookups by small integer keys (layouts,
+/// error names): the tables are fixed at load, so SipHash's flood resistance buys
+/// nothing there and costs a tenth of a pair's time.
+#[derive(Default, Clone, Copy)]
+pub struct SmallKeyHasher(u64);
+
+impl Hasher for SmallKeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_i16(&mut self, n: i16) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_i64(&mut self, n: i64) {
+        self.write_u64(n as u64);
+    }
+}
+
+pub type SmallKeyMap<K, V> = HashMap<K, V, BuildHasherDefault<SmallKeyHasher>>;
 
 /// Named event counts every stage adds to; names are those of the Python stages
 /// (the anomaly catalogue), so the output's counters read the same.
@@ -47,6 +88,12 @@ pub struct Counters {
 impl Counters {
     #[inline]
     pub fn add(&mut self, name: &str, n: u64) {
+        // The names are dissector/anomalies.py's (src/counter.rs, generated from it):
+        // debug builds (cargo test) reject any other, so the registry cannot drift.
+        debug_assert!(
+            crate::counter::Counter::named(name).is_some(),
+            "counter {name:?} is not registered in dissector/anomalies.py"
+        );
         if let Some(v) = self.counts.get_mut(name) {
             *v += n;
         } else {
@@ -92,7 +139,7 @@ pub const SYN: u8 = 0x02;
 pub const RST: u8 = 0x04;
 pub const ACK: u8 = 0x10;
 
-/// One TCP segment as the capture stage hands it on (`capture.Packet`).
+/// One TCP segment as the capture stage hands it on (`tests/oracle/capture.py` `Packet`).
 /// `payload` borrows the reader's buffer: a stage that keeps bytes copies them.
 #[derive(Debug, Clone)]
 pub struct Packet<'a> {
@@ -167,7 +214,7 @@ pub enum Event {
     Close(StreamClose),
 }
 
-/// One size-prefixed Kafka message (`framing.Frame`).
+/// One size-prefixed Kafka message (`dissector.stages.Frame`).
 #[derive(Debug, Clone)]
 pub struct KafkaFrame {
     pub stream: u32,
@@ -216,7 +263,7 @@ pub enum ExchangeKind {
     Malformed,
 }
 
-/// A request with its response, or one of them alone (`correlate.Exchange`).
+/// A request with its response, or one of them alone (`dissector.stages.Exchange`).
 #[derive(Debug, Clone)]
 pub struct Exchange {
     pub stream: u32,
@@ -269,5 +316,35 @@ pub trait Versions {
         _field: &str,
     ) -> Option<i64> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Counters;
+    use crate::counter::Counter;
+
+    #[test]
+    fn registered_counters_count() {
+        let mut c = Counters::default();
+        c.inc(Counter::BytesRead.name());
+        c.add(Counter::RecordsCrcMismatch.name(), 2);
+        assert_eq!(c.get("bytes_read"), 1);
+        assert_eq!(c.get("records_crc_mismatch"), 2);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "not registered in dissector/anomalies.py")]
+    fn an_unregistered_counter_fails_debug_builds() {
+        Counters::default().inc("no_such_counter");
+    }
+
+    #[test]
+    fn names_and_variants_round_trip() {
+        for c in Counter::ALL {
+            assert_eq!(Counter::named(c.name()), Some(c));
+        }
+        assert_eq!(Counter::named("no_such_counter"), None);
     }
 }

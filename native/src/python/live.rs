@@ -14,6 +14,7 @@
 //! the first newer frame or once the ring is empty; then the session is finished (open
 //! requests become unanswered rows) and the rows thread ends (`done()`).
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -26,12 +27,12 @@ use pyo3::exceptions::{PyException, PyOSError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::{columns_dict, Analyzer, RowSink, Source, Summaries};
+use super::{columns_dict, Analyzer, PyFallback, Source};
 use crate::capture::LinkDecoder;
 use crate::model::Model as SpecModel;
 use crate::pcap::{self, Handle, OpenOptions, PcapError, Stats};
 use crate::pcapwrite::PcapWriter;
-use crate::queueing::Queueing;
+use crate::pipeline::{RowSink, Summaries};
 use crate::rows::RowBuilder;
 use crate::session::Session;
 use crate::types::{Counters, Exchange};
@@ -140,14 +141,14 @@ impl PcapHandle {
         })
     }
 
-    /// (received, dropped by the kernel ring, dropped by the interface).
-    fn stats(&self) -> PyResult<(u64, u64, u64)> {
+    /// libpcap's counters now.
+    fn stats(&self) -> PyResult<PcapStats> {
         let inner = lock(&self.inner);
         let Some(h) = inner.as_ref() else {
             return Err(PyRuntimeError::new_err("the handle is closed or in use"));
         };
         let s = h.stats().map_err(|e| capture_error(&e))?;
-        Ok((s.received, s.dropped, s.if_dropped))
+        Ok(PcapStats::from(s))
     }
 
     fn close(&self) {
@@ -346,11 +347,9 @@ impl LiveRun {
         self.shared.frames.load(Ordering::Acquire)
     }
 
-    /// libpcap's (received, dropped by the kernel ring, dropped by the interface), as
-    /// last read (every 50 ms, and at the end).
-    fn stats(&self) -> (u64, u64, u64) {
-        let s = *lock(&self.shared.stats);
-        (s.received, s.dropped, s.if_dropped)
+    /// libpcap's counters, as last read (every 50 ms, and at the end).
+    fn stats(&self) -> PcapStats {
+        PcapStats::from(*lock(&self.shared.stats))
     }
 
     /// Counters of both threads (as last published: every 50 ms, and at the end).
@@ -365,8 +364,8 @@ impl LiveRun {
     }
 
     /// Requests waiting for a response, by api_key (as last published).
-    fn open_requests(&self) -> Vec<(i16, u64)> {
-        lock(&self.shared.open_requests).clone()
+    fn open_requests(&self) -> HashMap<i16, u64> {
+        lock(&self.shared.open_requests).iter().copied().collect()
     }
 
     /// Why the capture ended early, if it did.
@@ -400,7 +399,10 @@ impl Drop for LiveRun {
 
 /// The link decoder, session, summaries and row sink of an analyzer with a live source
 /// open; the analyzer keeps empty ones.
-fn take_parts(a: &mut Analyzer) -> PyResult<(LinkDecoder, Session, Summaries, RowSink)> {
+#[allow(clippy::type_complexity)]
+fn take_parts(
+    a: &mut Analyzer,
+) -> PyResult<(LinkDecoder, Session, Summaries<PyFallback>, RowSink)> {
     if !matches!(a.source_mut(), Some(Source::Live { .. })) || a.session.is_none() {
         return Err(PyRuntimeError::new_err(
             "no live source is open (open_live)",
@@ -412,28 +414,22 @@ fn take_parts(a: &mut Analyzer) -> PyResult<(LinkDecoder, Session, Summaries, Ro
     let Some(session) = a.session.take() else {
         unreachable!("checked above");
     };
-    let empty_summaries = Summaries {
-        model: a.model.clone(),
-        frame_budget: a.summaries.frame_budget,
-        capture_budget: a.summaries.capture_budget,
-        capture_budget_left: a.summaries.capture_budget,
-        topics: Arc::default(),
-        fallback: None,
-        capture: String::new(),
-        counters: Counters::default(),
-        tables: None,
-        tables_fallback: None,
-    };
-    let empty_sink = RowSink {
-        exchanges_mode: a.sink.exchanges_mode,
-        rows_mode: true,
-        keep_keys: Vec::new(),
-        rows: RowBuilder::new(a.model.extracts.len()),
-        exchanges: Vec::new(),
-        capture: String::new(),
-        queueing: Queueing::default(),
-        ready: Vec::new(),
-    };
+    let empty_summaries = Summaries::new(
+        a.model.clone(),
+        a.summaries.frame_budget,
+        a.summaries.capture_budget,
+        PyFallback {
+            summary: None,
+            tables: None,
+        },
+        None,
+    );
+    let empty_sink = RowSink::new(
+        RowBuilder::new(a.model.extracts.len()),
+        a.sink.exchanges_mode,
+        true,
+        Vec::new(),
+    );
     let summaries = std::mem::replace(&mut a.summaries, empty_summaries);
     let sink = std::mem::replace(&mut a.sink, empty_sink);
     Ok((decoder, session, summaries, sink))
@@ -599,7 +595,7 @@ impl CaptureThread {
 }
 
 /// Summaries and rows of the exchanges the capture thread hands over.
-fn rows_loop(mut summaries: Summaries, rx: Receiver<Vec<Exchange>>, shared: &Shared) {
+fn rows_loop(mut summaries: Summaries<PyFallback>, rx: Receiver<Vec<Exchange>>, shared: &Shared) {
     let mut published = Instant::now();
     for batch in rx.iter() {
         let done = match summaries.batch(batch, false) {
@@ -637,10 +633,30 @@ fn rows_loop(mut summaries: Summaries, rx: Receiver<Vec<Exchange>>, shared: &Sha
     shared.changed.notify_all();
 }
 
+/// libpcap's counters (`pcap::Stats`): packets received, dropped by the kernel ring,
+/// dropped by the interface or driver.
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct PcapStats {
+    received: u64,
+    dropped: u64,
+    if_dropped: u64,
+}
+
+impl From<Stats> for PcapStats {
+    fn from(s: Stats) -> Self {
+        PcapStats {
+            received: s.received,
+            dropped: s.dropped,
+            if_dropped: s.if_dropped,
+        }
+    }
+}
+
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CaptureError", m.py().get_type::<CaptureError>())?;
     m.add_class::<PcapHandle>()?;
     m.add_class::<LiveRun>()?;
+    m.add_class::<PcapStats>()?;
     m.add_function(wrap_pyfunction!(pcap_devices, m)?)?;
     m.add_function(wrap_pyfunction!(pcap_check_filter, m)?)?;
     Ok(())

@@ -1,0 +1,500 @@
+//! The pipeline after the wire stages, in Rust alone: summaries (stage 5: a pair's
+//! bodies -> its summary columns and the analytics tables' facts), the row sink (stage 6:
+//! summarised pairs -> column buffers, in queueing order) and `run_file`, the two-thread
+//! run of one capture file through the wire stages and these. `python.rs` and
+//! `python/live.rs` only bind it to Python: their `Fallback` is the Python decoder.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::sync_channel;
+use std::sync::Arc;
+
+use crate::capture::PacketReader;
+use crate::model::Model;
+use crate::queueing::{Queued, Queueing, Timing};
+use crate::records::Budget;
+use crate::rows::{RowBuilder, SummaryColumns};
+use crate::session::Session;
+use crate::summary::{summarize, TopicNames};
+use crate::tables::{Observed, PairFacts, TableSink};
+use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame};
+
+/// What the native reading leaves to a fuller decoder: the summary of a pair it
+/// deferred (malformed bodies, versions the model does not describe) and the tables'
+/// facts of a pair it could not read.
+pub trait Fallback {
+    type Error;
+
+    fn summary(
+        &self,
+        api_key: i16,
+        api_version: i16,
+        request: Option<&[u8]>,
+        response: Option<&[u8]>,
+        capture: &str,
+    ) -> Result<SummaryColumns, Self::Error>;
+
+    fn facts(
+        &self,
+        api_key: i16,
+        api_version: i16,
+        ex: &Exchange,
+        topics: &Arc<TopicNames>,
+    ) -> Result<PairFacts<'static>, Self::Error>;
+}
+
+/// No fuller decoder (cargo tests, examples): a deferred pair's row says it was not
+/// summarised, and the tables get no facts of it.
+pub struct NoFallback;
+
+impl Fallback for NoFallback {
+    type Error = std::convert::Infallible;
+
+    fn summary(
+        &self,
+        _api_key: i16,
+        _api_version: i16,
+        _request: Option<&[u8]>,
+        _response: Option<&[u8]>,
+        _capture: &str,
+    ) -> Result<SummaryColumns, Self::Error> {
+        Ok(not_summarised())
+    }
+
+    fn facts(
+        &self,
+        _api_key: i16,
+        _api_version: i16,
+        _ex: &Exchange,
+        _topics: &Arc<TopicNames>,
+    ) -> Result<PairFacts<'static>, Self::Error> {
+        Ok(PairFacts::default())
+    }
+}
+
+/// The summary of a deferred pair when no fuller decoder is there.
+pub fn not_summarised() -> SummaryColumns {
+    SummaryColumns {
+        decode_error: Some("not summarised".to_owned()),
+        ..Default::default()
+    }
+}
+
+/// Stage 5, summaries: one pair's bodies -> its summary columns. Its state is the
+/// capture's (topic ids learnt so far, decompression budget left), so pairs pass through
+/// it in capture order.
+pub struct Summaries<F> {
+    pub model: Arc<Model>,
+    pub frame_budget: u64,
+    pub capture_budget: u64,
+    pub capture_budget_left: u64,
+    /// Shared with what a fallback call holds (the Python binding's `KnownTopics`;
+    /// copied on the next change only if it is kept past the call).
+    pub topics: Arc<TopicNames>,
+    /// Summaries and table facts of the pairs the native reading leaves over.
+    pub fallback: F,
+    pub capture: String,
+    pub counters: Counters,
+    /// The analytics tables, when asked for.
+    pub tables: Option<TableSink>,
+}
+
+/// A pair and what the summary stage made of it: the row's API name and columns (None
+/// for exchanges that are not decoded, or when exchanges are wanted instead of rows).
+pub struct Summarised {
+    pub ex: Exchange,
+    pub api_name: Option<Arc<str>>,
+    pub columns: Option<SummaryColumns>,
+}
+
+/// Stage 6, rows: summarised pairs -> column buffers, each row built when every earlier
+/// request of its connection has been (`queueing`); or the exchanges themselves.
+pub struct RowSink {
+    pub exchanges_mode: bool,
+    /// Rows mode builds the pairs' rows (not when only the tables are wanted).
+    pub rows_mode: bool,
+    /// Rows mode: exchanges of these API keys are kept too (the report's notes).
+    pub keep_keys: Vec<i16>,
+    pub rows: RowBuilder,
+    pub exchanges: Vec<(String, Exchange)>,
+    pub capture: String,
+    pub queueing: Queueing<HeldRow>,
+    ready: Vec<(HeldRow, Queued)>, // scratch: held rows whose turn came
+}
+
+/// A row waiting for the earlier requests of its connection (`queueing`): its exchange
+/// without payload bytes (the sizes are kept) and its summary.
+pub struct HeldRow {
+    ex: Exchange,
+    api_name: Option<Arc<str>>,
+    columns: Option<SummaryColumns>,
+    sizes: (Option<i64>, Option<i64>),
+}
+
+/// A frame without its bytes: what a held row still needs (times, flags).
+fn without_payload(f: &KafkaFrame) -> KafkaFrame {
+    KafkaFrame {
+        payload: Vec::new(),
+        ..*f
+    }
+}
+
+/// Exchanges handed from the wire stages to the summaries, and on to the rows, at a time.
+pub const BATCH: usize = 256;
+
+/// Analytics-table rows after which a step ends, whatever `max_rows` says: a Fetch
+/// response of a long-poll consumer gives a row per partition, so the tables outgrow
+/// the pairs, and their column buffers are copied once more when taken; smaller steps
+/// keep that copy small (measured on a 33 MB capture: 20 MB less peak, the same time).
+const TABLE_ROWS: usize = 16_384;
+
+/// Whether the rows waiting (pairs, and the analytics tables' rows) fill a step.
+pub fn batch_full<F: Fallback>(sink: &RowSink, summaries: &Summaries<F>, max_rows: usize) -> bool {
+    let tables = summaries.tables_waiting();
+    sink.waiting() + tables >= max_rows || tables >= TABLE_ROWS
+}
+
+impl<F: Fallback> Summaries<F> {
+    /// The summary stage of a run, no capture started yet.
+    pub fn new(
+        model: Arc<Model>,
+        frame_budget: u64,
+        capture_budget: u64,
+        fallback: F,
+        tables: Option<TableSink>,
+    ) -> Self {
+        Summaries {
+            model,
+            frame_budget,
+            capture_budget,
+            capture_budget_left: capture_budget,
+            topics: Arc::default(),
+            fallback,
+            capture: String::new(),
+            counters: Counters::default(),
+            tables,
+        }
+    }
+
+    /// A new capture: topic ids, budgets and the tables' per-capture state start afresh.
+    pub fn start(&mut self, capture: &str) {
+        self.capture = capture.to_owned();
+        self.topics = Arc::default();
+        self.capture_budget_left = self.capture_budget;
+        if let Some(tables) = self.tables.as_mut() {
+            tables.start(capture);
+        }
+    }
+
+    pub fn tables_waiting(&self) -> usize {
+        self.tables.as_ref().map_or(0, TableSink::waiting)
+    }
+
+    /// The tables' view of one exchange, after its summary (which learnt topic names).
+    fn observe_tables(&mut self, ex: &Exchange) -> Result<(), F::Error> {
+        let Some(tables) = self.tables.as_mut() else {
+            return Ok(());
+        };
+        if let Observed::Defer = tables.observe(ex, &self.topics) {
+            let facts = match (ex.api_key, ex.api_version) {
+                (Some(key), Some(version)) => {
+                    self.fallback.facts(key, version, ex, &self.topics)?
+                }
+                _ => PairFacts::default(),
+            };
+            if let Some(tables) = self.tables.as_mut() {
+                tables.apply(ex, facts);
+            }
+        }
+        Ok(())
+    }
+
+    /// The summaries of a batch of exchanges, in order (none in exchanges mode).
+    pub fn batch(
+        &mut self,
+        batch: Vec<Exchange>,
+        exchanges_mode: bool,
+    ) -> Result<Vec<Summarised>, F::Error> {
+        let mut out = Vec::with_capacity(batch.len());
+        for ex in batch {
+            let (api_name, columns) = if exchanges_mode {
+                (None, None)
+            } else {
+                let summarised = self.summarise(&ex)?;
+                self.observe_tables(&ex)?;
+                summarised
+            };
+            out.push(Summarised {
+                ex,
+                api_name,
+                columns,
+            });
+        }
+        Ok(out)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn summarise(
+        &mut self,
+        ex: &Exchange,
+    ) -> Result<(Option<Arc<str>>, Option<SummaryColumns>), F::Error> {
+        let (Some(key), Some(version)) = (ex.api_key, ex.api_version) else {
+            let name = if ex.kind == ExchangeKind::SaslToken {
+                Some(crate::rows::SASL_TOKEN_API_NAME)
+            } else {
+                None
+            };
+            return Ok((name.map(Arc::from), None));
+        };
+        // A side not captured whole is not decoded (its row says so: rows.rs).
+        let whole = |f: &&KafkaFrame| !f.holed();
+        let request = ex
+            .request
+            .as_ref()
+            .filter(whole)
+            .map(|f| f.payload.as_slice());
+        let response = ex
+            .response
+            .as_ref()
+            .filter(whole)
+            .map(|f| f.payload.as_slice());
+        // One decompression budget per frame as the Python decoder sizes it (records.py),
+        // within what is left of the capture's.
+        let frame_bytes = request
+            .map_or(0, <[u8]>::len)
+            .max(response.map_or(0, <[u8]>::len));
+        let mut budget = Budget::for_frame(frame_bytes as u64, self.frame_budget);
+        budget.remaining = budget.remaining.min(self.capture_budget_left);
+        let before = budget.remaining;
+        let s = summarize(
+            &self.model,
+            Arc::make_mut(&mut self.topics),
+            key,
+            version,
+            request,
+            response,
+            &mut budget,
+            &mut self.counters,
+        );
+        self.capture_budget_left = self
+            .capture_budget_left
+            .saturating_sub(before.saturating_sub(budget.remaining));
+        let columns = if s.defer {
+            self.counters.inc("summary_deferred");
+            self.fallback
+                .summary(key, version, request, response, &self.capture)?
+        } else {
+            SummaryColumns {
+                error_code: s.error_code,
+                error_name: s.error_name,
+                error_count: Some(i64::from(s.error_count)),
+                topics: s.topics,
+                partitions: s.partitions.map(|v| v as i64),
+                records: s.records.map(|v| v as i64),
+                record_bytes: s.record_bytes.map(|v| v as i64),
+                compression: s.compression,
+                throttle_ms: s.throttle_ms,
+                decode_error: s.decode_error,
+                fatal: s.fatal,
+                extracts: s.extracts,
+                assumed_version: s.assumed_version,
+            }
+        };
+        if columns.assumed_version.is_some() {
+            self.counters.inc("assumed_version_pairs");
+        }
+        Ok((Some(self.model.shared_api_name(key)), Some(columns)))
+    }
+}
+
+impl RowSink {
+    /// The row stage of a run: rows (`rows_mode`) or the exchanges themselves
+    /// (`exchanges_mode`); `keep_keys`: exchanges also kept beside the rows.
+    pub fn new(
+        rows: RowBuilder,
+        exchanges_mode: bool,
+        rows_mode: bool,
+        keep_keys: Vec<i16>,
+    ) -> Self {
+        RowSink {
+            exchanges_mode,
+            rows_mode,
+            keep_keys,
+            rows,
+            exchanges: Vec::new(),
+            capture: String::new(),
+            queueing: Queueing::default(),
+            ready: Vec::new(),
+        }
+    }
+
+    /// A new capture: its rows are named after it, its connections queue afresh.
+    pub fn start(&mut self, capture: &str) {
+        self.capture = capture.to_owned();
+        self.queueing = Queueing::default();
+    }
+
+    /// Rows (or exchanges) built and not taken yet.
+    pub fn waiting(&self) -> usize {
+        if self.exchanges_mode {
+            self.exchanges.len()
+        } else {
+            self.rows.len
+        }
+    }
+
+    pub fn consume(&mut self, batch: Vec<Summarised>) {
+        for Summarised {
+            ex,
+            api_name,
+            columns,
+        } in batch
+        {
+            if self.exchanges_mode {
+                self.exchanges.push((self.capture.clone(), ex));
+                continue;
+            }
+            if self.rows_mode {
+                self.emit(&ex, api_name, columns);
+            }
+            if ex.api_key.is_some_and(|k| self.keep_keys.contains(&k)) {
+                self.exchanges.push((self.capture.clone(), ex));
+            }
+        }
+    }
+
+    /// Build the row now when every earlier request of its connection was, else hold it
+    /// (`queueing`); then the held rows whose turn came.
+    fn emit(&mut self, ex: &Exchange, api_name: Option<Arc<str>>, columns: Option<SummaryColumns>) {
+        let timing = Timing {
+            request: ex.request.as_ref().and_then(KafkaFrame::end_ts),
+            response: ex.response.as_ref().and_then(KafkaFrame::end_ts),
+            throttle_ms: columns.as_ref().and_then(|c| c.throttle_ms),
+            waits: ex.kind != ExchangeKind::NoResponse,
+        };
+        match ex.seq {
+            Some(seq) if !self.queueing.ready(ex.stream, ex.seq) => {
+                let held = HeldRow {
+                    ex: Exchange {
+                        request: ex.request.as_ref().map(without_payload),
+                        response: ex.response.as_ref().map(without_payload),
+                        client_id: ex.client_id.clone(),
+                        note: ex.note.clone(),
+                        ..*ex
+                    },
+                    api_name,
+                    columns,
+                    sizes: (
+                        ex.request.as_ref().map(|f| f.wire_size() as i64),
+                        ex.response.as_ref().map(|f| f.wire_size() as i64),
+                    ),
+                };
+                self.queueing.hold(ex.stream, seq, timing, held);
+            }
+            _ => {
+                let q = self.queueing.take(ex.stream, ex.seq, &timing);
+                self.rows
+                    .push(&self.capture, ex, api_name.as_deref(), columns.as_ref(), q);
+            }
+        }
+        self.take_held(ex.stream, false);
+    }
+
+    fn take_held(&mut self, stream: u32, all: bool) {
+        let mut ready = std::mem::take(&mut self.ready);
+        self.queueing.drain(stream, all, &mut ready);
+        for (h, q) in ready.drain(..) {
+            self.rows.push(
+                &self.capture,
+                &h.ex,
+                h.api_name.as_deref(),
+                h.columns.as_ref(),
+                q,
+            );
+            self.rows.set_last_sizes(h.sizes.0, h.sizes.1);
+        }
+        self.ready = ready;
+    }
+
+    /// Rows still waiting for an earlier request that never came: taken as they are.
+    pub fn take_all_held(&mut self) {
+        for stream in self.queueing.held_streams() {
+            self.take_held(stream, true);
+        }
+    }
+}
+
+/// Run one capture file until at least `max_rows` rows (or exchanges) are waiting or the
+/// file ends; returns the summaries' result and whether the file ended. Two threads,
+/// each about half the work: one turns packets into exchanges (capture, TCP, framing,
+/// correlation) into `counters`, this one summarises them into rows, batches handed
+/// over a bounded channel. The capture's state is finished (open requests unanswered)
+/// at the end of its `last_file` only.
+#[allow(clippy::too_many_arguments)]
+pub fn run_file<F: Fallback>(
+    reader: &mut PacketReader,
+    session: &mut Session,
+    summaries: &mut Summaries<F>,
+    sink: &mut RowSink,
+    counters: &mut Counters,
+    last_file: bool,
+    max_rows: usize,
+) -> (Result<(), F::Error>, bool) {
+    let stop = AtomicBool::new(false);
+    let mut wire_counters = Counters::default();
+    let (tx, rx) = sync_channel::<Vec<Exchange>>(8);
+    let exchanges_mode = sink.exchanges_mode;
+    let (result, ended) = std::thread::scope(|scope| {
+        let producer = scope.spawn(|| {
+            // Owned here: the next stage's loop ends when this sender is dropped.
+            let tx = tx;
+            let mut out = Vec::with_capacity(BATCH);
+            loop {
+                // Secrets the capture carries (pcapng Decryption Secrets Blocks)
+                // precede the connections they are for.
+                for text in reader.take_secrets() {
+                    session.add_secrets(&text, &mut wire_counters);
+                }
+                let ended = match reader.next_packet(&mut wire_counters) {
+                    Some(pkt) => {
+                        session.packet(&pkt, &mut wire_counters, &mut out);
+                        false
+                    }
+                    None => {
+                        // The next file of a set carries the state on.
+                        if last_file {
+                            session.finish(&mut wire_counters, &mut out);
+                        }
+                        true
+                    }
+                };
+                if ended || out.len() >= BATCH {
+                    let batch = std::mem::replace(&mut out, Vec::with_capacity(BATCH));
+                    if tx.send(batch).is_err() || ended {
+                        return ended;
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        return false;
+                    }
+                }
+            }
+        });
+        // Summaries and rows on this thread: a third thread for either costs more
+        // in hand-overs than it gains on two cores (measured).
+        let mut result = Ok(());
+        for batch in rx.iter() {
+            if result.is_ok() {
+                result = summaries
+                    .batch(batch, exchanges_mode)
+                    .map(|b| sink.consume(b));
+            }
+            if result.is_err() || batch_full(sink, summaries, max_rows) {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+        // A panic on the wire side ends the capture as if it were cut there.
+        let ended = producer.join().unwrap_or(true);
+        (result, ended)
+    });
+    counters.merge(&wire_counters);
+    (result, ended)
+}
