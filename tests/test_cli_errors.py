@@ -247,7 +247,7 @@ def _shim(tmp_path: Path, module: str) -> Path:
 
 @pytest.mark.parametrize(
     ("command", "module", "extra"),
-    [("spark", "pyspark", "spark"), ("report", "matplotlib", "report")],
+    [("spark", "pyspark", "spark"), ("report", "jinja2", "report")],
 )
 def test_missing_extra_names_the_extra(
     tmp_path: Path, good: Path, command: str, module: str, extra: str
