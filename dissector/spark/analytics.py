@@ -25,8 +25,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from dissector.protocol.families import COMMITS, names
+from dissector.protocol.keys import ApiKey
 from dissector.spark.typemap import ARROW_TIMESTAMP
 from dissector.tables_schema import CONTRACTS, Contract
+
+_FETCH = ApiKey.FETCH.api_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -199,7 +202,7 @@ def _int64s(column: pa.ChunkedArray, fill: int) -> Any:
 def _is_fetch(rows: pa.Table) -> Any:
     """Per row of a ``lag_inputs`` table (numpy bool): a Fetch entry."""
     words = rows.column("api_name").chunk(0).dictionary.to_pylist()
-    return _codes(rows.column("api_name")) == (words.index("Fetch") if "Fetch" in words else -2)
+    return _codes(rows.column("api_name")) == (words.index(_FETCH) if _FETCH in words else -2)
 
 
 def _group_ids(keys: list[Any]) -> tuple[Any, Any]:
