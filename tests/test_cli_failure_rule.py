@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -115,6 +116,17 @@ def test_empty_port_items_are_refused(tmp_path: Path, command: str, ports: str) 
     assert not list(tmp_path.iterdir())  # nothing written
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """Run in the child before exec: a job started in the background (``cmd &``, as a CI
+    runner may start the suite) inherits SIGINT ignored, and Python then installs no
+    KeyboardInterrupt handler. A user's Ctrl-C reaches a command whose SIGINT is default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _start(args: list[str], **kwargs: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(args, text=True, preexec_fn=_sigint_as_at_a_terminal, **kwargs)
+
+
 def _interrupt_when(proc: subprocess.Popen[str], ready: Path, min_size: int = 1) -> None:
     deadline = time.monotonic() + TIMEOUT_S
     while not (ready.is_file() and ready.stat().st_size >= min_size):
@@ -124,31 +136,13 @@ def _interrupt_when(proc: subprocess.Popen[str], ready: Path, min_size: int = 1)
     proc.send_signal(signal.SIGINT)
 
 
-def _interrupt_when_complete(proc: subprocess.Popen[str], parquet: Path) -> None:
-    """SIGINT once ``parquet`` is whole (its footer, written last, reads) and a moment on."""
-    import pyarrow.parquet as pq
-
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
-        assert proc.poll() is None, "the command ended before it could be interrupted"
-        assert time.monotonic() < deadline
-        try:
-            pq.read_metadata(parquet)
-            break
-        except (OSError, ValueError):
-            time.sleep(0.05)
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-
-
 def test_ctrl_c_during_analysis_exits_130_saying_nothing_was_written(tmp_path: Path) -> None:
     # Enough copies of the capture to be busy for a while; interrupted after start-up.
     args = ["analyze", *[str(CAPTURE)] * 2000, "-o", str(tmp_path / "p.parquet"), "--quiet"]
-    proc = subprocess.Popen(
+    proc = _start(
         [sys.executable, "-X", "importtime", "-m", "dissector.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
         cwd=tmp_path,
     )
     # -X importtime prints each import to stderr: pyarrow's comes once capture work began
@@ -173,11 +167,10 @@ def test_ctrl_c_during_the_pass_removes_the_tables_written_as_it_goes(tmp_path: 
     parts = tmp_path / "parts.parquet"
     copies = [str(CAPTURE)] * 2000
     args = ["analyze", *copies, "-o", str(pairs), "--partitions", str(parts), "--quiet"]
-    proc = subprocess.Popen(
+    proc = _start(
         [sys.executable, "-m", "dissector.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
         cwd=tmp_path,
     )
     deadline = time.monotonic() + TIMEOUT_S
@@ -196,11 +189,10 @@ def test_ctrl_c_during_the_pass_removes_the_tables_written_as_it_goes(tmp_path: 
 def test_ctrl_c_during_decode_counts_the_lines_written(tmp_path: Path) -> None:
     out = tmp_path / "lines.jsonl"
     with out.open("w") as sink:
-        proc = subprocess.Popen(
+        proc = _start(
             [sys.executable, "-m", "dissector.cli", "decode", *[str(CAPTURE)] * 200],
             stdout=sink,
             stderr=subprocess.PIPE,
-            text=True,
             cwd=tmp_path,
         )
         _interrupt_when(proc, out, min_size=100_000)
