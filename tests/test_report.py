@@ -802,14 +802,20 @@ def test_partition_section_matches_the_ledger_and_the_library(
     known = [int(v.replace(",", "")) for v in shown if v != "–"]
     assert known == sorted(known, reverse=True) and known[0] > 0
     assert shown[len(known) :] == ["–"] * (len(shown) - len(known))
-    cells = {(r["group id"], r["topic"]): r for r in lag_rows}
+    cells = {(r["group id"], r["topic"], r["partition"]): r for r in lag_rows}
+    assert len(cells) == len(lag_rows)
     for row in lag.itertuples():
-        cell = cells[(row.group_id, row.topic)]
+        cell = cells[(row.group_id, row.topic, report.fmt_int(row.partition))]
         assert cell["lag (offsets)"] == report.fmt_int(row.lag)
+        assert cell["time lag ms"] == report.fmt_ms(row.time_lag_ms)
         assert cell["committed"] == report.fmt_int(row.committed_offset)
         assert cell["log end"] == report.fmt_int(row.log_end_offset)
+        # Both measures' ages: the committed lag's inputs and the position's Fetch.
         assert cell["commit age ms"] == report.fmt_ms(row.committed_age_ms)
+        assert cell["log-end age ms"] == report.fmt_ms(row.log_end_age_ms)
+        assert cell["position lag"] == report.fmt_int(row.position_lag)
         assert cell["fetch age ms"] == report.fmt_ms(row.position_age_ms)
+    assert any(r["log-end age ms"] != "–" for r in lag_rows)
     p2f = dissector.analytics.partitions.produce_to_fetch(parts)
     p2f_rows = {r["topic"]: r for r in table_rows(page, "produce-to-fetch")}
     assert set(p2f_rows) == set(p2f["topic"])
