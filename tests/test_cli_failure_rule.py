@@ -202,3 +202,61 @@ def test_ctrl_c_during_decode_counts_the_lines_written(tmp_path: Path) -> None:
     assert f"interrupted: wrote {len(lines)} JSON lines to stdout" in err
     for line in lines:
         json.loads(line)  # whole lines only
+
+
+def test_ctrl_c_during_report_exits_130_writing_no_page(tmp_path: Path) -> None:
+    page = tmp_path / "r.html"
+    args = ["report", *[str(CAPTURE)] * 2000, "-o", str(page)]
+    proc = _start(
+        [sys.executable, "-X", "importtime", "-m", "dissector.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    seen = ""  # pyarrow's import (-X importtime) comes once the pass began
+    assert proc.stderr is not None
+    while "pyarrow" not in seen:
+        line = proc.stderr.readline()
+        assert line, "the command ended before it could be interrupted"
+        seen += line
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted: nothing written" in err
+    assert "Traceback" not in err and "Aborted" not in err
+    assert not page.exists()
+
+
+def test_ctrl_c_during_a_spark_job_cancels_it_and_names_the_output(tmp_path: Path) -> None:
+    """The first Ctrl-C cancels Spark's jobs; the command exits 130 saying that the
+    output folder holds a cancelled job's tables (many tasks wrote into it at once:
+    named, not removed), not 'the Spark job failed'."""
+    from tests.test_spark_cli import command, spark_env
+
+    env = spark_env()
+    folder = tmp_path / "captures"
+    folder.mkdir()
+    for i in range(40):
+        (folder / f"c{i:02}.pcapng").symlink_to(CAPTURE)
+    out = tmp_path / "out"
+    args = [*command(), "spark", str(folder), "--master", "local[2]", "-o", str(out)]
+    proc = _start(
+        [*args, "--progress-every", "0.5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.stderr is not None
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:  # interrupted once the tasks began to finish captures
+        line = proc.stderr.readline()
+        assert line, "the command ended before it could be interrupted"
+        assert time.monotonic() < deadline
+        if line.startswith("decoding: ") and not line.startswith("decoding: 0 of"):
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 130, err[-2000:]
+    assert f"{out} (the cancelled job's tables) is incomplete" in err
+    assert "job failed" not in err and "Traceback" not in err

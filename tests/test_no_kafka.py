@@ -147,3 +147,25 @@ def test_report_is_one_page_saying_why(which: str, http: Path, udp: Path, tmp_pa
     assert "<img" not in html  # no empty chart frames
     assert html.count("<section") == 2
     assert len(html) < 20_000
+
+
+@pytest.mark.parametrize("which", ["http", "udp"])
+def test_decode_says_no_kafka_on_stderr(which: str, http: Path, udp: Path, tmp_path: Path) -> None:
+    """decode's stdout is JSON lines: no line at all, and the sentence on stderr."""
+    capture = {"http": http, "udp": udp}[which]
+    proc = _cli("decode", str(capture), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    err = " ".join(proc.stderr.split())
+    held = "2 TCP connections whose traffic was not Kafka" if which == "http" else "5 IP packets"
+    assert f"note: {capture}: No Kafka found: the capture held {held}" in err
+
+
+def test_decode_filtered_to_nothing_does_not_say_no_kafka(tmp_path: Path) -> None:
+    """A Kafka capture whose lines --api thins out to none held Kafka all the same."""
+    bundled = ROOT / "captures" / "heuristic-port-19192.pcapng"
+    proc = _cli("decode", str(bundled), "--api", "DeleteTopics", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and "No Kafka found" not in proc.stderr
+    with_kafka = _cli("decode", str(bundled), cwd=tmp_path)
+    assert with_kafka.stdout.count("\n") > 0 and "No Kafka found" not in with_kafka.stderr

@@ -69,6 +69,39 @@ def test_unanswered_and_hot_connections(df: pd.DataFrame, page: object) -> None:
     assert len(hot) == min(report.TROUBLE_ROWS, len(per_stream))
 
 
+def test_throttled_responses_by_client_and_api(df: pd.DataFrame) -> None:
+    """The bundled capture has no quota: throttle times are laid on some of its Produce
+    and Fetch responses, and the table must count, sum and rank them as pandas does."""
+    assert "trouble-throttled" not in parse(report.render(df)).tables  # type: ignore[attr-defined]
+    throttled = df.copy()
+    answered = throttled.index[throttled["response_time"].notna()]
+    chosen = [i for i in answered if throttled.at[i, "api_name"] in ("Produce", "Fetch")][:9]
+    assert len(chosen) == 9
+    for n, i in enumerate(chosen):
+        throttled.at[i, "throttle_ms"] = 100 * (n + 1)
+    rows = table_rows(parse(report.render(throttled)), "trouble-throttled")  # type: ignore[arg-type]
+    marked = throttled.loc[chosen]
+    want = (
+        marked.assign(ms=marked["throttle_ms"].astype(float))
+        .groupby([marked["client_id"].astype(object), marked["api_name"].astype(object)])["ms"]
+        .agg(["size", "max", "sum"])
+    )
+    shown = {
+        (r["client id"], r["API"]): (
+            int(r["responses"]),
+            r["max throttle ms"],
+            r["total throttle ms"],
+        )
+        for r in rows
+    }
+    assert shown == {
+        key: (int(v["size"]), report.fmt_ms(v["max"]), report.fmt_ms(v["sum"]))
+        for key, v in want.iterrows()
+    }
+    totals = [float(r["total throttle ms"].replace(",", "")) for r in rows]
+    assert totals == sorted(totals, reverse=True)  # worst first
+
+
 def test_slowest_are_ranked_by_service_time_and_long_polls_marked(
     df: pd.DataFrame, page: object
 ) -> None:

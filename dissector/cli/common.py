@@ -234,6 +234,9 @@ class Outputs:
     # until the pass ends and they are closed
     streaming: list[str] = field(default_factory=list)
     lines: int = 0  # JSON lines written to stdout (decode)
+    # outputs a cancelled run leaves incomplete and cannot take back (a Spark job's
+    # output folder, written by many tasks at once): named, not removed
+    incomplete: list[str] = field(default_factory=list)
 
 
 def outputs() -> Outputs:
@@ -258,6 +261,8 @@ def interrupted(done: Outputs) -> NoReturn:
         if cut is not None and cut not in done.written and Path(cut).is_file():
             Path(cut).unlink(missing_ok=True)
             message += f"; {cut} was cut off while being written: removed"
+    for left in done.incomplete:
+        message += f"; {left} is incomplete"
     click.echo(message, err=True)
     sys.exit(EXIT_INTERRUPTED)
 

@@ -12,6 +12,7 @@ from typing import Any, TextIO
 import click
 
 from dissector.accounting import Counters
+from dissector.analytics.no_kafka import no_kafka
 from dissector.cli.common import (
     FILTER_HELP,
     chain_options,
@@ -124,10 +125,23 @@ def decode_command(
             # lines of this capture already written stay: they are complete pairs
             failures.append((capture_set.name, str(exc)))
             continue
-        warn_damage(capture_set.name, counters.as_dict())
+        seen = counters.as_dict()
+        warn_damage(capture_set.name, seen)
+        _say_if_no_kafka(capture_set.name, seen, port_set)
     if wanted is not None and not tally.matched:
         click.echo(tally.no_match(wanted), err=True)
     report_failures(failures, len(paths))
+
+
+def _say_if_no_kafka(name: str, counters: dict[str, int], ports: frozenset[int] | None) -> None:
+    """The lines go to stdout, so the sentence that no Kafka was there goes to stderr:
+    no line at all must not read like an answer. Decided on the frames found, not on
+    the lines written, which --api and --filter thin out."""
+    if counters.get("kafka_frames", 0):
+        return
+    absent = no_kafka(0, counters, (), ports)
+    if absent is not None:
+        click.echo(f"note: {name}: {absent.sentence()}", err=True)
 
 
 @dataclass

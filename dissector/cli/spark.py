@@ -18,16 +18,21 @@ if __name__ == "__main__":
     # The package itself comes from --py-files or site-packages.
     sys.path.pop(0)
 
+import signal
+import threading
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from dissector.cli.common import (
     chain_options,
     chain_rule,
+    outputs,
     parse_ports,
     tls_key_logs,
     tls_keylog_option,
@@ -259,10 +264,52 @@ def spark_command(
                 raise
             raise click.ClickException(f"Spark did not start: {describe_failure(exc)}") from exc
         try:
-            _run(spark, paths, out_dir, job)
+            cancelled = False
+            with _cancelled_on_ctrl_c(spark) as asked:
+                try:
+                    _run(spark, paths, out_dir, job)
+                except Exception:
+                    if not asked.is_set():
+                        raise
+                    cancelled = True
+            if asked.is_set():
+                if out_dir is not None:
+                    done = outputs()
+                    if cancelled:
+                        done.incomplete.append(f"{out_dir} (the cancelled job's tables)")
+                    else:  # Ctrl-C came as the job ended: what it wrote is whole
+                        done.written.append(out_dir)
+                raise KeyboardInterrupt
         finally:
             if owned:
                 spark.stop()
+
+
+@contextmanager
+def _cancelled_on_ctrl_c(spark: SparkSession) -> Iterator[threading.Event]:
+    """Ctrl-C cancels the running Spark jobs and the command then exits 130 (app.py),
+    naming what it leaves behind. PySpark's own handler raises KeyboardInterrupt inside
+    a py4j call, which comes back as a 'job failed' error; here the first Ctrl-C asks
+    Spark to cancel (from a thread: the main thread may be inside py4j) and lets the job
+    end, a second one interrupts at once."""
+    asked = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield asked
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if asked.is_set():
+            raise KeyboardInterrupt
+        asked.set()
+        threading.Thread(
+            target=spark.sparkContext.cancelAllJobs, name="kafka-dissector-cancel", daemon=True
+        ).start()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield asked
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @dataclass(frozen=True)
