@@ -255,7 +255,8 @@ def open_pairs_parquet(
 ) -> pq.ParquetWriter:
     """A writer for a pairs file built in pieces (``write_table(pairs_table(...))`` per piece).
 
-    Each piece becomes a row group, so a long ``live`` run or a Spark task keeps flat memory.
+    Each piece becomes a row group. The writer keeps each row group's footer metadata
+    (about 30 KiB) until it closes, so a long run writes large pieces (``live.sinks``).
     """
     import pyarrow.parquet as pq
 
