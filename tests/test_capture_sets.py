@@ -149,11 +149,11 @@ def test_cli_analyze_and_report_read_the_parts_as_one_capture(parts, whole, tmp_
 
 
 @needs_editcap
-def test_report_reads_the_parts_as_one_capture(tmp_path) -> None:
+def test_report_reads_the_parts_as_one_capture(parts, tmp_path) -> None:
     from dissector.analytics.report import analyze as report_analyze
 
-    files = _editcap(["-c", "180"], MIXED, tmp_path / "cut" / "r.pcapng")
-    want = report_analyze([str(MIXED)])
+    capture, files = parts
+    want = report_analyze([str(capture)])
     got = report_analyze(files)
     assert_same_rows(got, want)
     for name in ("partitions", "versions"):
