@@ -178,10 +178,6 @@ def test_a_flood_of_client_hellos_costs_no_memory(tmp_path: Path, baseline: dict
         assert stats["ok"] == baseline["ok"]
         tls = _tls(stats)
         assert tls["tls_connections"] == 1 and tls["tls_no_handshake"] == 1, tls
-    print(
-        f"hellos x50k {small['seconds']:.1f} s {small['peak_rss'] >> 20} MiB, "
-        f"x400k {large['seconds']:.1f} s {large['peak_rss'] >> 20} MiB"
-    )
     # One connection's hellos: bytes are read or given up as they come, none held.
     assert large["peak_rss"] - small["peak_rss"] < 64 * 2**20, (
         small["peak_rss"] >> 20,
