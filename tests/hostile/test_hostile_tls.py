@@ -183,3 +183,36 @@ def test_a_flood_of_client_hellos_costs_no_memory(tmp_path: Path, baseline: dict
         small["peak_rss"] >> 20,
         large["peak_rss"] >> 20,
     )
+
+
+def _hello_per_connection(n: int) -> list[tuple[int, bytes]]:
+    """``n`` connections that each send one ClientHello and close."""
+    frames: list[tuple[int, bytes]] = []
+    t = _t()
+    for i in range(n):
+        conv = Conversation(
+            t_ns=t + i * 10_000,
+            client=(f"127.1.{i // 50_000}.{1 + i // 250 % 200}", 1024 + i % 50_000),
+            broker=("127.0.0.20", TLS_PORT),
+        )
+        conv.step_ns = 1_000
+        conv.handshake().send(True, client_hello(struct.pack(">I", i).rjust(32, b"\x08")))
+        frames += conv.close().frames
+    frames.sort(key=lambda f: f[0])
+    return frames
+
+
+def test_a_client_hello_on_each_of_many_connections(
+    tmp_path: Path, baseline: dict[str, Any]
+) -> None:
+    small = _analyze(tmp_path, _hello_per_connection(10_000), "")
+    large = _analyze(tmp_path, _hello_per_connection(80_000), "")
+    for n, stats in ((10_000, small), (80_000, large)):
+        assert stats["ok"] == baseline["ok"]
+        tls = _tls(stats)
+        assert tls["tls_connections"] == n and tls["tls_no_handshake"] == n, tls
+    # Each connection's TLS state goes with it: 8x the connections, flat memory.
+    assert large["peak_rss"] - small["peak_rss"] < 64 * 2**20, (
+        small["peak_rss"] >> 20,
+        large["peak_rss"] >> 20,
+    )
