@@ -12,10 +12,16 @@ pcapng capture (Decryption Secrets Blocks) are found by the core itself.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 ENV_VAR = "SSLKEYLOGFILE"
+
+# A scheme then ":/" (hdfs://nn/keys, s3a://bucket/keys/, file:/tmp/keys, file:///tmp/keys):
+# a Hadoop path, which only the spark command reads. Requiring the slash keeps a local
+# file named "keys:2024.log" local.
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
 
 
 class KeyLogError(ValueError):
@@ -33,6 +39,12 @@ class KeyLogs:
 
     def __bool__(self) -> bool:
         return bool(self.paths or self.texts)
+
+
+def is_uri(path: str) -> bool:
+    """True for a key log spelled as a URI with a scheme (``hdfs://...``, ``file:/...``):
+    read through Hadoop's FileSystem by the spark command, never opened as a local file."""
+    return _URI.match(path) is not None
 
 
 def key_logs(
@@ -63,7 +75,9 @@ def _check(path: str) -> None:
     if os.path.isdir(path):
         raise KeyLogError(f"TLS key log {path}: is a directory, not a key log file")
     if not os.path.exists(path):
-        raise KeyLogError(f"TLS key log {path}: no such file")
+        # A URI names a file for Hadoop to read, not a local one (dissector.spark.keylogs).
+        hint = " (a URI is read by the spark command only)" if is_uri(path) else ""
+        raise KeyLogError(f"TLS key log {path}: no such file{hint}")
     if not os.access(path, os.R_OK):
         raise KeyLogError(f"TLS key log {path}: not readable")
 

@@ -138,32 +138,45 @@ def _port_range(item: str, whole: str) -> range:
     return range(first, last + 1)
 
 
-def tls_keylog_option(command: Any) -> Any:
-    """``--tls-keylog FILE`` (repeatable): NSS key logs to decrypt Kafka over TLS with."""
+def tls_keylog_option(command: Any, *, hadoop: bool = False) -> Any:
+    """``--tls-keylog FILE`` (repeatable): NSS key logs to decrypt Kafka over TLS with.
+    ``hadoop``: the spark command's, which also reads folders and Hadoop URIs."""
+    where = (
+        "; a folder stands for its files, and a URI (hdfs://, s3a://, file:/...) is read "
+        "through Hadoop"
+        if hadoop
+        else ""
+    )
     return click.option(
         "--tls-keylog",
         "tls_keylog",
         multiple=True,
         metavar="FILE",
         help="NSS key log (SSLKEYLOGFILE format) to decrypt TLS with; repeatable "
-        "(SSLKEYLOGFILE is read too when set)",
+        f"(SSLKEYLOGFILE is read too when set){where}",
     )(command)
 
 
 def tls_key_logs(paths: Sequence[str], *, follow: bool = False, ship: bool = False) -> Any:
     """The run's key logs (``dissector.tls.key_logs``), or one clear error line.
-    ``ship``: their contents instead of their paths (Spark tasks run elsewhere), and a
-    folder stands for the files in it."""
-    from dissector.tls import KeyLogError, KeyLogs, key_logs, read_texts
+    ``ship``: their contents instead of their paths (Spark tasks run elsewhere), a folder
+    stands for the files in it, and URIs (``hdfs://``, ``file:/``: ``tls.is_uri``) are
+    kept as paths for the driver to read through Hadoop once Spark is up
+    (``dissector.spark.keylogs``)."""
+    from dissector.tls import KeyLogError, KeyLogs, is_uri, key_logs, read_texts
 
+    uris = tuple(p for p in paths if ship and is_uri(p))
     if ship:  # a folder of key logs (one per broker, say): every file in it
         paths = [
-            str(f) for p in paths for f in (sorted(Path(p).iterdir()) if Path(p).is_dir() else [p])
+            str(f)
+            for p in paths
+            if not is_uri(p)
+            for f in (sorted(Path(p).iterdir()) if Path(p).is_dir() else [p])
         ]
     try:
         logs = key_logs(paths, follow=follow)
-        if ship and logs is not None:
-            return KeyLogs(texts=read_texts(logs.paths))
+        if ship and (logs is not None or uris):
+            return KeyLogs(paths=uris, texts=read_texts(logs.paths) if logs else ())
     except KeyLogError as exc:
         raise click.ClickException(str(exc)) from None
     return logs

@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -53,6 +54,7 @@ from dissector.spark.job import (
     worker_import_hint,
 )
 from dissector.spark.read import DEFAULT_GLOB, MissingPathError, load
+from dissector.tls import KeyLogError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -198,7 +200,7 @@ def _paths(n: int) -> str:
     f"default: every {PROGRESS_EVERY:g} s when stderr is a terminal, else none",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Spark's own log (WARN), traces, progress bars")
-@tls_keylog_option
+@partial(tls_keylog_option, hadoop=True)
 @chain_options
 def spark_command(
     paths: tuple[str, ...],
@@ -355,7 +357,7 @@ def _run(spark: SparkSession, paths: tuple[str, ...], out_dir: str | None, job: 
         )
         _echo_report(report, out_dir)
         _check_failed(report, missing_fails=not job.skip_missing)
-    except MissingPathError as exc:  # every path matched nothing: nothing to read
+    except (MissingPathError, KeyLogError) as exc:  # nothing to read, or a key log
         raise click.ClickException(str(exc)) from exc
     except AnalysisException as exc:
         # e.g. a path that cannot be listed: Spark's message names it.

@@ -8,6 +8,8 @@ Layout (each module imports only the ones above it):
 * ``tasks``: what runs inside a Spark task: a unit of capture files -> the core's
   Arrow batches of pairs (and the analytics tables), written to Parquet by the task or
   handed to Spark, plus one trailer row per capture file. Needs pyarrow, not pyspark.
+* ``keylogs``: TLS key logs on Hadoop paths, read on the driver and shipped to the
+  tasks as text (``dissector.tls.is_uri`` tells them from local files).
 * ``read``: listing and planning on the driver; ``load(spark, paths)`` -> a ``Fleet``
   (pairs, per-capture status and analytics tables, held by Spark).
 * ``aggregate``: the fleet summary tables (latency percentiles, errors, unanswered

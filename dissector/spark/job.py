@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dissector.options import Options
 from dissector.spark.aggregate import DEFAULT_TOP, DEFAULT_WINDOW, summaries, summary_tables
 from dissector.spark.analytics import ANALYTICS_TABLES, arrow_schema
+from dissector.spark.keylogs import ship_options
 from dissector.spark.read import (
     DEFAULT_GLOB,
     Fleet,
@@ -397,13 +398,16 @@ def run_job(
     (e.g. ``s3a://``), and with ``out_dir`` None (nothing written: the tables are
     counted), the rows go through Spark, kept on disk while the tables are written.
     ``on_progress`` is called every ``progress_every`` seconds while captures decode.
+    Key logs of ``options.tls`` given as URIs are read through Hadoop and shipped to the
+    tasks, as ``load`` does.
     """
     started = time.monotonic()
     # Also in a session built elsewhere: Parquet times must be UTC microseconds.
     key = "spark.sql.parquet.outputTimestampType"
     spark.conf.set(key, JOB_CONF[key])
     settings = JobSettings(
-        options=options or Options(),
+        # Before any work: a key log that cannot be read stops the job in one line.
+        options=ship_options(spark, options or Options()),
         window=window,
         top=top,
         recursive=recursive,

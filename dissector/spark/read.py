@@ -34,6 +34,7 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 
 from dissector.options import ChainRule, Options
+from dissector.spark.keylogs import ship_options
 from dissector.spark.tasks import (
     FACTS_SCHEMA,
     UNIT_SCHEMA,
@@ -432,7 +433,9 @@ def load(
     path matching nothing raises ``MissingPathError``, or with ``skip_missing`` lands in
     ``Fleet.missing``. ``tables``: analytics tables to make in the same pass.
     ``max_bytes`` refuses larger files unread (flagged rows); files Spark must read are
-    refused over what a task can hold anyway (``spark_read_budget``).
+    refused over what a task can hold anyway (``spark_read_budget``). Key logs of
+    ``options.tls`` given as URIs (``hdfs://``, ``file:/``, a folder) are read here
+    through Hadoop and shipped to the tasks (``keylogs.ship_key_logs``).
     """
     from pyspark import StorageLevel
 
@@ -445,7 +448,7 @@ def load(
     if not targets.files and not targets.directories:
         raise MissingPathError(", ".join(targets.missing))
     files = list_captures(spark, targets, recursive=recursive, glob=glob)
-    options = options or Options()
+    options = ship_options(spark, options or Options())
     plan = plan_units(
         files,
         spark_budget=spark_read_budget(spark),
