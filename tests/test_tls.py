@@ -562,6 +562,26 @@ def test_the_broker_key_log_has_no_updated_secrets() -> None:
     assert len(logged) == len(tshark_key_updates(name)) > 10
 
 
+def test_updated_secrets_in_the_capture_are_no_bad_lines(tmp_path: Path) -> None:
+    """OpenSSL's key log injected into the capture (a Decryption Secrets Block), its
+    TRAFFIC_SECRET_N lines with it: known lines, not counted as lines that fit no form,
+    and the capture decrypts as with the file."""
+    editcap = shutil.which("editcap")
+    if editcap is None:
+        pytest.skip("editcap is not installed (scripts/run-tests installs it)")
+    name = "tls13-keyupdate-kafka-python"
+    out = tmp_path / "with-secrets.pcapng"
+    keys = TLS / f"{name}.keys"
+    _run([editcap, "--inject-secrets", f"tls,{keys}", str(TLS / f"{name}.pcapng"), str(out)])
+    df = dissector.analyze(out)
+    c = df.attrs["counters"]
+    assert "tls_keylog_bad_lines" not in c
+    assert c["tls_decrypted_connections"] == c["tls_connections"] == 7
+    cols = ["stream", "api_key", "api_version", "correlation_id", "status", "records"]
+    ref = decrypted(name, "keys")
+    assert df[cols].astype(str).values.tolist() == ref[cols].astype(str).values.tolist()
+
+
 @pytest.mark.parametrize("name", ["tls12-rsa-kafka-python", "tls12-rsa-noems-kafka-python"])
 def test_every_key_log_form_of_a_connection_decodes_the_same(name: str, tmp_path: Path) -> None:
     """One capture, its secrets in each line form Wireshark reads for TLS 1.2: the
