@@ -47,7 +47,7 @@ TLS = REPO / "captures" / "tls"
 REPLAY_PORT = 39395  # the captures' broker port is rewritten to this (nothing else on it)
 
 # (capture, key log): TLS 1.3 and 1.2, AES-GCM and ChaCha20, client and broker key
-# logs, a SASL_SSL listener, three client libraries.
+# logs, a SASL_SSL listener, three client libraries, TLS 1.3 KeyUpdates.
 CASES = [
     ("tls13-kafka-python", "keys"),
     ("tls12-kafka-python", "broker.keys"),
@@ -56,6 +56,9 @@ CASES = [
     ("sasl-ssl-aiokafka", "keys"),
     ("tls13-confluent", "broker.keys"),
     ("tls12-java", "keys"),
+    # KeyUpdates both ways, each end asking for the other's; the broker's key log holds
+    # only the first traffic secrets
+    ("tls13-keyupdate-java", "broker.keys"),
 ]
 
 pytestmark = NEEDS

@@ -64,7 +64,18 @@ CASES = [
         for name in ("tls12-rsa-kafka-python", "tls12-rsa-noems-kafka-python")
         for suffix in ("pms.keys", "rsa.keys", "broker.keys")
     ),
+    # TLS 1.3 KeyUpdates: a broker whose keys last 8 KiB (KAFKA_TLS_KEY_LIMIT), bulk
+    # records. The broker's key log holds only the first traffic secrets: every later key
+    # is derived.
+    *(
+        (name, suffix, "TLS 1.3", "TLS_AES_256_GCM_SHA384")
+        for name in ("tls13-keyupdate-kafka-python", "tls13-keyupdate-java")
+        for suffix in ("keys", "broker.keys")
+    ),
 ]
+KEYUPDATE = ["tls13-keyupdate-kafka-python", "tls13-keyupdate-java"]
+# Records produced and consumed by each workload, where not 10.
+RECORDS = {name: 100 for name in KEYUPDATE}
 
 
 def _ledger(name: str) -> dict[str, Any]:
@@ -87,12 +98,14 @@ def _run(args: list[str]) -> str:
 
 
 @functools.cache
-def tshark_pairs(
-    name: str, keys: Path
-) -> tuple[Counter[tuple[int, int, int, int]], set[tuple[int, int]], int]:
-    """tshark's Kafka over TLS: (stream, api key, version, correlation id) of every
-    request, the (stream, correlation id) answered, and the connections."""
-    fields = ["tcp.stream", "kafka.request_key", "kafka.api_version", "kafka.correlation_id"]
+def tshark_kafka(name: str, keys: Path) -> list[tuple[int, int, list[tuple[int, int, int]]]]:
+    """tshark's Kafka over TLS, one entry a frame with Kafka in it: frame number, stream,
+    and (api key, version, correlation id) of each request in it, or (-1, -1, correlation
+    id) of each response."""
+    fields = [
+        *("frame.number", "tcp.stream"),
+        *("kafka.request_key", "kafka.api_version", "kafka.correlation_id"),
+    ]
     out = _run(
         [
             *(_tshark(), "-r", str(TLS / f"{name}.pcapng"), "-o", f"tls.keylog_file:{keys}"),
@@ -100,17 +113,36 @@ def tshark_pairs(
             *("-E", "aggregator=|", *(a for f in fields for a in ("-e", f))),
         ]
     )
+    frames = []
+    for line in out.splitlines():
+        frame, stream, keys_, versions, corrs = [*line.split("\t"), "", "", ""][:5]
+        if keys_:
+            msgs = [
+                (int(k), int(v), int(c))
+                for k, v, c in zip(
+                    keys_.split("|"), versions.split("|"), corrs.split("|"), strict=True
+                )
+            ]
+        else:
+            msgs = [(-1, -1, int(c)) for c in corrs.split("|") if c]
+        frames.append((int(frame), int(stream), msgs))
+    return frames
+
+
+@functools.cache
+def tshark_pairs(
+    name: str, keys: Path
+) -> tuple[Counter[tuple[int, int, int, int]], set[tuple[int, int]], int]:
+    """tshark's Kafka over TLS: (stream, api key, version, correlation id) of every
+    request, the (stream, correlation id) answered, and the connections."""
     requests: Counter[tuple[int, int, int, int]] = Counter()
     answered: set[tuple[int, int]] = set()
-    for line in out.splitlines():
-        stream, keys_, versions, corrs = [*line.split("\t"), "", "", ""][:4]
-        if keys_:
-            for k, v, c in zip(
-                keys_.split("|"), versions.split("|"), corrs.split("|"), strict=True
-            ):
-                requests[(int(stream), int(k), int(v), int(c))] += 1
-        else:
-            answered |= {(int(stream), int(c)) for c in corrs.split("|") if c}
+    for _, stream, msgs in tshark_kafka(name, keys):
+        for k, v, c in msgs:
+            if k >= 0:
+                requests[(stream, k, v, c)] += 1
+            else:
+                answered.add((stream, c))
     # Every connection of these captures carries Kafka: tshark's Kafka streams are all.
     return requests, answered, len({key[0] for key in requests})
 
@@ -163,10 +195,10 @@ def test_decrypted_rows_match_the_clients_ledger(name: str) -> None:
             assert api in set(rows["api_name"]), (op["op"], api)
         if op["op"] == "produce":
             produced = rows[(rows["api_name"] == "Produce") & (rows["status"] == "ok")]
-            assert produced["records"].sum() == op["records"] == 10
+            assert produced["records"].sum() == op["records"] == RECORDS.get(name, 10)
         if op["op"] == "consume":
             fetched = rows[rows["api_name"] == "Fetch"]["records"].sum()
-            assert fetched >= op["records"] == 10
+            assert fetched >= op["records"] == RECORDS.get(name, 10)
         for err in op["errors"]:
             hit = rows[(rows["api_name"] == err["api"]) & (rows["error_name"] == err["error"])]
             assert len(hit) >= 1, err
@@ -440,6 +472,114 @@ def test_pairs_equal_the_brokers_request_log(name: str) -> None:
     # it is authenticated itself, outside the request channel the logger sees.
     sasl = {e["listener"] for e in logged} == {"SASL_SSL"}
     assert extra <= ({"ApiVersions", "SaslHandshake", "SaslAuthenticate"} if sasl else set())
+
+
+@functools.cache
+def tshark_key_updates(name: str) -> list[tuple[int, int, bool, bool]]:
+    """tshark's TLS 1.3 KeyUpdates, decrypted with the broker's key log: (frame, stream,
+    sent by the broker, update_requested) of each."""
+    keys = TLS / f"{name}.broker.keys"
+    fields = [
+        "frame.number",
+        "tcp.stream",
+        "tcp.srcport",
+        "tls.handshake.key_update.request_update",
+    ]
+    out = _run(
+        [
+            *(_tshark(), "-r", str(TLS / f"{name}.pcapng"), "-o", f"tls.keylog_file:{keys}"),
+            *("-Y", "tls.handshake.type == 24", "-T", "fields", "-E", "aggregator=|"),
+            *(a for f in fields for a in ("-e", f)),
+        ]
+    )
+    updates = []
+    for line in out.splitlines():
+        frame, stream, port, requested = line.split("\t")
+        for r in requested.split("|"):  # a segment can carry more than one
+            updates.append((int(frame), int(stream), int(port) == _port(name), r == "1"))
+    return updates
+
+
+@pytest.mark.parametrize("suffix", ["keys", "broker.keys"])
+@pytest.mark.parametrize("name", KEYUPDATE)
+def test_requests_after_key_updates_are_decoded(name: str, suffix: str) -> None:
+    """Each connection that moved its keys on (tshark sees the KeyUpdates: several each
+    way, the broker asking the client for its own, the Java client asking too) decodes
+    every request and response tshark finds under a later key, as tshark decodes them."""
+    updates = tshark_key_updates(name)
+    sides = Counter((broker, requested) for _, _, broker, requested in updates)
+    assert sides[(True, True)] >= 5  # the broker's, update_requested
+    assert sides[(False, False)] >= 5  # the client's answers
+    if name == "tls13-keyupdate-java":
+        assert sides[(False, True)] >= 5 and sides[(True, False)] >= 5
+    first: dict[tuple[int, bool], int] = {}
+    for frame, stream, broker, _ in updates:
+        first.setdefault((stream, broker), frame)
+    later_requests: dict[tuple[int, int], tuple[int, int]] = {}
+    later_responses: set[tuple[int, int]] = set()
+    for frame, stream, msgs in tshark_kafka(name, TLS / f"{name}.broker.keys"):
+        for k, v, c in msgs:
+            if k >= 0 and frame > first.get((stream, False), 1 << 62):
+                later_requests[(stream, c)] = (k, v)
+            if k < 0 and frame > first.get((stream, True), 1 << 62):
+                later_responses.add((stream, c))
+    # Both bulk connections (Produce, Fetch) go on after their first KeyUpdates.
+    streams = {s for s, _ in first}
+    assert {s for s, _ in later_requests} == {s for s, _ in later_responses} == streams
+    assert len(streams) == 2 and len(later_requests) >= 10
+    df = decrypted(name, suffix)
+    mine = {(int(r.stream), int(r.correlation_id)): r for r in df.itertuples()}
+    for pair, (k, v) in later_requests.items():
+        row = mine[pair]
+        assert (int(row.api_key), int(row.api_version)) == (k, v), pair
+    for pair in later_responses:
+        assert mine[pair].status in ("ok", "error"), pair
+    c = df.attrs["counters"]
+    assert c["tls_decrypted_connections"] == c["tls_connections"]
+    assert not {k for k in c if k.startswith("tls_") and k not in TLS_FINE}
+
+
+# The counters of a capture whose every connection decrypted.
+TLS_FINE = {
+    "tls_connections",
+    "tls_connections_directions",
+    "tls_decrypted_connections",
+    "tls_plaintext_bytes",
+    "tls_record_bytes",
+}
+
+
+def test_the_broker_key_log_has_no_updated_secrets() -> None:
+    """The javaagent logs the first traffic secrets only; OpenSSL (the Python client) also
+    logs each updated one (CLIENT/SERVER_TRAFFIC_SECRET_N, with no generation: nothing to
+    decrypt with), one a KeyUpdate sent or received."""
+    for name in KEYUPDATE:
+        assert "TRAFFIC_SECRET_N " not in (TLS / f"{name}.broker.keys").read_text()
+    name = "tls13-keyupdate-kafka-python"
+    logged = [
+        ln for ln in (TLS / f"{name}.keys").read_text().splitlines() if "TRAFFIC_SECRET_N " in ln
+    ]
+    assert len(logged) == len(tshark_key_updates(name)) > 10
+
+
+def test_updated_secrets_in_the_capture_are_no_bad_lines(tmp_path: Path) -> None:
+    """OpenSSL's key log injected into the capture (a Decryption Secrets Block), its
+    TRAFFIC_SECRET_N lines with it: known lines, not counted as lines that fit no form,
+    and the capture decrypts as with the file."""
+    editcap = shutil.which("editcap")
+    if editcap is None:
+        pytest.skip("editcap is not installed (scripts/run-tests installs it)")
+    name = "tls13-keyupdate-kafka-python"
+    out = tmp_path / "with-secrets.pcapng"
+    keys = TLS / f"{name}.keys"
+    _run([editcap, "--inject-secrets", f"tls,{keys}", str(TLS / f"{name}.pcapng"), str(out)])
+    df = dissector.analyze(out)
+    c = df.attrs["counters"]
+    assert "tls_keylog_bad_lines" not in c
+    assert c["tls_decrypted_connections"] == c["tls_connections"] == 7
+    cols = ["stream", "api_key", "api_version", "correlation_id", "status", "records"]
+    ref = decrypted(name, "keys")
+    assert df[cols].astype(str).values.tolist() == ref[cols].astype(str).values.tolist()
 
 
 @pytest.mark.parametrize("name", ["tls12-rsa-kafka-python", "tls12-rsa-noems-kafka-python"])

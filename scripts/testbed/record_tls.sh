@@ -3,8 +3,10 @@
 # (default suites, AES-128-GCM only, ChaCha20-Poly1305 only, RSA key exchange only), each
 # with the broker-side key log of the extract-tls-secrets javaagent, and the clients' own
 # key logs; for the RSA key exchange also the pre-master key logs (scripts/testbed/pms_keylog.py).
+# The keyupdate set: a broker with a small TLS key usage limit (KAFKA_TLS_KEY_LIMIT), so that
+# a bulk workload crosses it many times and the capture holds TLS 1.3 KeyUpdates.
 #
-#   scripts/testbed/record_tls.sh [OUT_DIR] [SET]   # default captures/tls, all; SET: all or rsa
+#   scripts/testbed/record_tls.sh [OUT_DIR] [SET]   # default captures/tls, all; SET: all, rsa or keyupdate
 #
 # Uses the test bed broker on its own ports and state dir so that it does not collide
 # with a broker on the default ones; every key here is throw-away.
@@ -40,7 +42,7 @@ record() {
 
 run_broker() {
     scripts/kafka-broker stop >/dev/null 2>&1 || true
-    KAFKA_SSL_CIPHER_SUITES="${1:-}" scripts/kafka-broker start
+    KAFKA_SSL_CIPHER_SUITES="${1:-}" KAFKA_TLS_KEY_LIMIT="${2:-}" scripts/kafka-broker start
 }
 
 record_rsa() {
@@ -55,10 +57,32 @@ record_rsa() {
     done
 }
 
-if [[ "$SET" == rsa ]]; then
-    record_rsa
-    exit 0
-fi
+# The broker's JSSE sends a KeyUpdate (update_requested) each time it has sent, or received,
+# KAFKA_TLS_KEY_LIMIT bytes under one key; OpenSSL answers with its own, the Java client
+# (the same limit) sends its own too. Incompressible records, no codec: 100 KB each way
+# (Produce, then Fetch in 16 KiB parts) under keys that last 8 KiB.
+record_keyupdate() {
+    run_broker "" "2^13"
+    local bulk=(--records 100 --record-size 1000 --fetch-bytes 16384)
+    record tls13-keyupdate-kafka-python "${bulk[@]}" --codec none
+    record tls13-keyupdate-java --client java "${bulk[@]}"
+}
+
+case "$SET" in
+    rsa)
+        record_rsa
+        exit 0
+        ;;
+    keyupdate)
+        record_keyupdate
+        exit 0
+        ;;
+    all) ;;
+    *)
+        echo "record_tls.sh: SET is all, rsa or keyupdate, not $SET" >&2
+        exit 64
+        ;;
+esac
 
 run_broker ""
 record tls13-kafka-python
@@ -77,3 +101,4 @@ record tls13-chacha-kafka-python
 record tls12-chacha-kafka-python --tls 1.2 --ciphers ECDHE+CHACHA20
 
 record_rsa
+record_keyupdate

@@ -9,7 +9,9 @@ Writes NAME.pcapng (dumpcap on lo, the TLS ports only), NAME.keys (the client's 
 log: Python's ``ssl.SSLContext.keylog_filename``) and NAME.drivers.json (the ledger:
 what the client did and saw, errors provoked on purpose). ``--tls 1.2`` caps the client
 at TLS 1.2 with AES-GCM suites; the suite of TLS 1.3 is the broker's choice
-(``KAFKA_SSL_CIPHER_SUITES``). ``--plaintext-port`` runs the same workload on a
+(``KAFKA_SSL_CIPHER_SUITES``). The Java client takes the broker's TLS key usage limit
+(``KAFKA_TLS_KEY_LIMIT``, the ``KAFKA_TLS_SECURITY_FILE`` of ``kafka-broker env``) when it
+has one, so that both ends send KeyUpdates. ``--plaintext-port`` runs the same workload on a
 PLAINTEXT listener instead (no TLS: the plaintext oracle capture).
 """
 
@@ -85,6 +87,13 @@ class Workload:
         size = int(self.args.record_size)
         return head + os.urandom(max(size - len(head), 0))
 
+    def line(self, i: int) -> str:
+        """Record i as a console producer's line: its number, padded to --record-size with
+        random hex digits."""
+        head = f"record-{i}"
+        pad = max(int(self.args.record_size) - len(head) - 1, 0)
+        return head if pad == 0 else f"{head}-{os.urandom(pad // 2 + 1).hex()[:pad]}"
+
     def op(self, op: str, client_id: str, apis: list[str], **kw: Any) -> Operation:
         return self.ledger.add(
             Operation(
@@ -125,7 +134,7 @@ class Workload:
             prod_id = f"{self.args.name}-producer"
             op = self.op("produce", prod_id, ["Produce"], topic=self.topic, codec="none")
             with Timed(op):
-                lines_in = "".join(f"record-{i}\n" for i in range(self.records))
+                lines_in = "".join(f"{self.line(i)}\n" for i in range(self.records))
                 done = run_tool(
                     "org.apache.kafka.tools.ConsoleProducer",
                     [
@@ -138,11 +147,18 @@ class Workload:
                         f"client.id={prod_id}",
                     ],
                     stdin=lines_in,
+                    timeout=120,
                 )
                 op.ok = done.returncode == 0
                 op.records = self.records if op.ok else 0
             cons_id = f"{self.args.name}-consumer"
             group = f"{self.args.name}-group"
+            fetch: list[str] = []
+            if self.args.fetch_bytes:
+                fetch = [
+                    *("--consumer-property", f"max.partition.fetch.bytes={self.args.fetch_bytes}"),
+                    *("--consumer-property", f"fetch.max.bytes={self.args.fetch_bytes}"),
+                ]
             op = self.op("consume", cons_id, ["Fetch"], topic=self.topic, group_id=group)
             with Timed(op):
                 done = run_tool(
@@ -160,7 +176,9 @@ class Workload:
                         str(props),
                         "--consumer-property",
                         f"client.id={cons_id}",
+                        *fetch,
                     ],
+                    timeout=120,
                 )
                 op.records = sum(1 for ln in done.stdout.splitlines() if ln.startswith("record-"))
         finally:
@@ -270,12 +288,20 @@ class Workload:
             "consume", cons_id, ["Fetch"], topic=self.topic, group_id=f"{self.args.name}-group"
         )
         with Timed(op):
+            fetch: dict[str, int] = {}
+            if self.args.fetch_bytes:
+                # Many Fetch requests instead of one that takes every record.
+                fetch = {
+                    "max_partition_fetch_bytes": self.args.fetch_bytes,
+                    "fetch_max_bytes": self.args.fetch_bytes,
+                }
             consumer = KafkaConsumer(
                 self.topic,
                 client_id=cons_id,
                 group_id=f"{self.args.name}-group",
                 auto_offset_reset="earliest",
                 consumer_timeout_ms=8000,
+                **fetch,
                 **self.settings(),
             )
             got = 0
@@ -347,9 +373,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cafile", help="the test bed's CA (default: from kafka-broker env)")
     parser.add_argument("--port", type=int, help="broker port (default: SSL 9095, SASL_SSL 9096)")
     parser.add_argument("--plaintext", action="store_true", help="no TLS: the plaintext oracle")
-    parser.add_argument("--records", type=int, default=RECORDS, help="records (kafka-python)")
+    parser.add_argument("--records", type=int, default=RECORDS, help="records (kafka-python, java)")
     parser.add_argument("--record-size", type=int, default=0, help="pad records to this many bytes")
     parser.add_argument("--codec", default="gzip", help="kafka-python's producer compression")
+    parser.add_argument(
+        "--fetch-bytes",
+        type=int,
+        default=0,
+        help="the consumer's bytes per Fetch (kafka-python, java)",
+    )
     parser.add_argument(
         "--no-ems", action="store_true", help="TLS 1.2 without the extended master secret"
     )
@@ -384,6 +416,12 @@ def main(argv: list[str] | None = None) -> int:
         # The agent appends the Java client's secrets to the same key log.
         agent = next(Path(env["KAFKA_TLS_AGENT_DIR"]).glob("extract-tls-secrets-*.jar"))
         os.environ["JAVA_TOOL_OPTIONS"] = f"-javaagent:{agent}={keylog.resolve()}"
+        if env.get("KAFKA_TLS_SECURITY_FILE"):
+            # The broker's TLS key usage limit (KAFKA_TLS_KEY_LIMIT) for the Java client
+            # too: it sends KeyUpdates of its own.
+            os.environ["JAVA_TOOL_OPTIONS"] += (
+                f" -Djava.security.properties={env['KAFKA_TLS_SECURITY_FILE']}"
+            )
     with Capture(out / f"{args.name}.pcapng", ports=(args.port,)):
         if own_admin:
             admin.create_topic()

@@ -15,8 +15,10 @@
 //! The master secret of a pre-master line is derived when the connection's handshake is
 //! read (`conn`: RFC 5246 8.1, or the extended master secret of RFC 7627). Other labels
 //! (`EXPORTER_SECRET`, `EARLY_EXPORTER_SECRET`: not record keys; `CLIENT_EARLY_TRAFFIC_SECRET`:
-//! 0-RTT data, which Kafka clients do not send) are read and left unused; lines that fit no
-//! form are counted, never fatal. Text is read incrementally (`KeyLogTail`) so that a
+//! 0-RTT data, which Kafka clients do not send; `CLIENT_TRAFFIC_SECRET_N`,
+//! `SERVER_TRAFFIC_SECRET_N`: the secret after a KeyUpdate, which OpenSSL 3 logs on each
+//! one without saying which generation it is, and which `conn` derives from the first one
+//! anyway) are read and left unused; lines that fit no form are counted, never fatal. Text is read incrementally (`KeyLogTail`) so that a
 //! live run can pick up lines a client appends while the capture runs.
 
 use std::collections::HashMap;
@@ -186,7 +188,11 @@ fn parse_line(line: &str) -> Option<Line> {
             let pms = hex(words.next()?, MAX_PRE_MASTER)?;
             return Some(Line::PreMasterRandom(cr, PreMaster(pms.into())));
         }
-        "EXPORTER_SECRET" | "CLIENT_EARLY_TRAFFIC_SECRET" | "EARLY_EXPORTER_SECRET" => {
+        "EXPORTER_SECRET"
+        | "CLIENT_EARLY_TRAFFIC_SECRET"
+        | "EARLY_EXPORTER_SECRET"
+        | "CLIENT_TRAFFIC_SECRET_N"
+        | "SERVER_TRAFFIC_SECRET_N" => {
             random(words.next()?)?;
             hex(words.next()?, MAX_SECRET)?;
             return Some(Line::Unused);
@@ -373,6 +379,8 @@ mod tests {
              CLIENT_TRAFFIC_SECRET_0 {CR} {c}\n\
              SERVER_TRAFFIC_SECRET_0 {CR} {d}\n\
              EXPORTER_SECRET {CR} {d}\n\
+             CLIENT_TRAFFIC_SECRET_N {CR} {a}\n\
+             SERVER_TRAFFIC_SECRET_N {CR} {b}\n\
              PMS_CLIENT_RANDOM {CR} {e}\n\
              RSA 0102030405060708 {f}\n\
              RSA 01020304 {f}\n\
@@ -399,7 +407,9 @@ mod tests {
         assert_eq!(log.pre_master_by_rsa(&prefix).unwrap().as_bytes(), &[6; 48]);
         // the RSA line with a 4-byte prefix fits no form
         assert_eq!(log.bad_lines, 3);
-        assert_eq!(log.unused_lines, 1);
+        // EXPORTER_SECRET and OpenSSL's secrets after a KeyUpdate: known, not used (the
+        // first traffic secrets stay those of the _0 lines)
+        assert_eq!(log.unused_lines, 3);
         assert_eq!(log.entries(), 4);
     }
 
