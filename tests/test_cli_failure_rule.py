@@ -136,14 +136,14 @@ def _interrupt_when(proc: subprocess.Popen[str], ready: Path, min_size: int = 1)
     proc.send_signal(signal.SIGINT)
 
 
-def test_ctrl_c_during_analysis_exits_130_saying_nothing_was_written(tmp_path: Path) -> None:
-    # Enough copies of the capture to be busy for a while; interrupted after start-up.
-    args = ["analyze", *[str(CAPTURE)] * 2000, "-o", str(tmp_path / "p.parquet"), "--quiet"]
+def _interrupted_once_busy(args: list[str], cwd: Path) -> str:
+    """Run the CLI with ``args``, Ctrl-C it once its capture work began, and return its
+    stderr after checking that it exited 130."""
     proc = _start(
         [sys.executable, "-X", "importtime", "-m", "dissector.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        cwd=tmp_path,
+        cwd=cwd,
     )
     # -X importtime prints each import to stderr: pyarrow's comes once capture work began
     seen = ""
@@ -155,6 +155,13 @@ def test_ctrl_c_during_analysis_exits_130_saying_nothing_was_written(tmp_path: P
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=TIMEOUT_S)
     assert proc.returncode == 130, err[-2000:]
+    return err
+
+
+def test_ctrl_c_during_analysis_exits_130_saying_nothing_was_written(tmp_path: Path) -> None:
+    # Enough copies of the capture to be busy for a while; interrupted after start-up.
+    args = ["analyze", *[str(CAPTURE)] * 2000, "-o", str(tmp_path / "p.parquet"), "--quiet"]
+    err = _interrupted_once_busy(args, tmp_path)
     assert "interrupted: nothing written" in err
     assert "Traceback" not in err and "FATAL" not in err and "Aborted" not in err
     assert not (tmp_path / "p.parquet").exists()
@@ -207,21 +214,7 @@ def test_ctrl_c_during_decode_counts_the_lines_written(tmp_path: Path) -> None:
 def test_ctrl_c_during_report_exits_130_writing_no_page(tmp_path: Path) -> None:
     page = tmp_path / "r.html"
     args = ["report", *[str(CAPTURE)] * 2000, "-o", str(page)]
-    proc = _start(
-        [sys.executable, "-X", "importtime", "-m", "dissector.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=tmp_path,
-    )
-    seen = ""  # pyarrow's import (-X importtime) comes once the pass began
-    assert proc.stderr is not None
-    while "pyarrow" not in seen:
-        line = proc.stderr.readline()
-        assert line, "the command ended before it could be interrupted"
-        seen += line
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=TIMEOUT_S)
-    assert proc.returncode == 130, err[-2000:]
+    err = _interrupted_once_busy(args, tmp_path)
     assert "interrupted: nothing written" in err
     assert "Traceback" not in err and "Aborted" not in err
     assert not page.exists()
