@@ -72,6 +72,29 @@ class Run:
     broken: Path  # a file named on the command line that is not a capture
 
 
+JVM_NOTE = "WARNING: Using incubator modules"  # the JVM's own start-up line
+
+
+def spark_cli(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = CLI_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    """``kafka-dissector spark ARGS`` as a user runs it (``command``, ``spark_env``)."""
+    return subprocess.run(
+        [*command(), "spark", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=spark_env() if env is None else env,
+        check=False,
+    )
+
+
+def error_lines(stderr: str) -> list[str]:
+    """The command's own stderr lines: the JVM's start-up note left out."""
+    return [line for line in stderr.splitlines() if not line.startswith(JVM_NOTE)]
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     env = spark_env()
@@ -92,15 +115,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     missing = str(root / "nothing-here-*.pcap")
     out = root / "out"
     args = [str(folder), str(named), str(broken), missing, "--skip-missing", "--master", "local[2]"]
-    done = subprocess.run(
-        [*command(), "spark", *args, "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        cwd=root,
-        env=env,
-        check=False,
-    )
+    done = spark_cli([*args, "-o", str(out)], root, env)
     return Run(done.returncode, done.stdout, done.stderr, out, read, broken)
 
 
@@ -209,14 +224,7 @@ def test_without_pyspark_one_line_names_the_extra(tmp_path: Path) -> None:
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text("raise ImportError('pyspark is not installed')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker.parent), str(REPO)]))
-    done = subprocess.run(
-        [*command(), "spark", str(CAPTURES)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+    done = spark_cli([str(CAPTURES)], tmp_path, env, timeout=120)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "Error: the spark command needs pyspark: pip install 'kafka-dissector[spark]' "
@@ -229,31 +237,13 @@ def test_without_pyspark_one_line_names_the_extra(tmp_path: Path) -> None:
 def test_a_failed_job_is_one_line_without_a_java_trace(tmp_path: Path) -> None:
     """A setting the JVM rejects while the job runs: one line on stderr (besides the
     JVM's own start-up line), no Java or Python trace."""
-    done = subprocess.run(
-        [
-            *command(),
-            "spark",
-            str(CAPTURES / "kafka-4-mixed.pcapng"),
-            "--master",
-            "local[2]",
-            "-o",
-            str(tmp_path / "out"),
-            "--conf",
-            "spark.sql.shuffle.partitions=0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        cwd=tmp_path,
-        env=spark_env(),
-        check=False,
+    capture = str(CAPTURES / "kafka-4-mixed.pcapng")
+    conf = ["--conf", "spark.sql.shuffle.partitions=0"]
+    done = spark_cli(
+        [capture, "--master", "local[2]", "-o", str(tmp_path / "out"), *conf], tmp_path
     )
     assert done.returncode == 1, done.stderr[-3000:]
-    lines = [
-        line
-        for line in done.stderr.splitlines()
-        if not line.startswith("WARNING: Using incubator modules")
-    ]
+    lines = error_lines(done.stderr)
     assert len(lines) == 1, done.stderr[-3000:]
     assert lines[0].startswith("Error: the Spark job failed: "), lines
     assert "spark.sql.shuffle.partitions" in lines[0]
@@ -268,15 +258,7 @@ def test_a_path_matching_nothing_is_named_skipped_and_fails_the_run(tmp_path: Pa
     capture = CAPTURES / "kafka-4-mixed.pcapng"
     missing = str(tmp_path / "2026-11-2*-hour-*.pcap")
     out = tmp_path / "out"
-    done = subprocess.run(
-        [*command(), "spark", str(capture), missing, "--master", "local[2]", "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        cwd=tmp_path,
-        env=spark_env(),
-        check=False,
-    )
+    done = spark_cli([str(capture), missing, "--master", "local[2]", "-o", str(out)], tmp_path)
     assert done.returncode == 1, done.stderr[-3000:]
     assert f"skipped (no such file or directory): {missing}" in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (

@@ -24,7 +24,7 @@ from dissector.options import Options
 from dissector.schema import COLUMN_NAMES
 from dissector.table.frame import write_pairs_parquet
 from dissector.tls import KeyLogError, KeyLogs, is_uri
-from tests.test_spark_cli import CLI_TIMEOUT_S, command, spark_env
+from tests.test_spark_cli import error_lines, spark_cli
 
 REPO = Path(__file__).resolve().parent.parent
 TLS = REPO / "captures" / "tls"
@@ -36,7 +36,6 @@ KEYED = {
     "tls12-java": "broker.keys",
     "tls13-chacha-kafka-python": "keys",
 }
-JVM_NOTE = "WARNING: Using incubator modules"  # the JVM's own start-up line
 
 
 @dataclass(frozen=True)
@@ -50,19 +49,7 @@ class Fleet:
 
 
 def _spark_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*command(), "spark", *args, "--master", "local[2]", "--analytics", "none"],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        cwd=cwd,
-        env=spark_env(),
-        check=False,
-    )
-
-
-def _error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if not line.startswith(JVM_NOTE)]
+    return spark_cli([*args, "--master", "local[2]", "--analytics", "none"], cwd)
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +125,7 @@ def test_a_missing_key_log_uri_is_one_error_line(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = _spark_cli([str(capture), "--tls-keylog", missing, "-o", str(out)], tmp_path)
     assert done.returncode == 1, done.stderr[-3000:]
-    assert _error_lines(done.stderr) == [f"Error: TLS key log {missing}: no such file"]
+    assert error_lines(done.stderr) == [f"Error: TLS key log {missing}: no such file"]
     assert not out.exists()
 
 
