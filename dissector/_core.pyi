@@ -28,6 +28,7 @@ __all__ = [
     "pcap_devices",
     "scan_facts",
     "scan_facts_bytes",
+    "status_words",
 ]
 
 __version__: str
@@ -325,3 +326,6 @@ class LiveRun:
 
 def counter_names() -> list[str]:
     """Every counter name the core may produce (native/src/counter.rs)."""
+
+def status_words() -> list[str]:
+    """Every word of the pairs table's status column the core writes (native/src/rows.rs)."""

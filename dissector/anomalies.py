@@ -189,6 +189,13 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
     ("resyncs", _C, _FRM, _W, "times framing found a frame boundary again after losing it"),
     ("resync_skipped_bytes", _C, _FRM, _W, "bytes skipped while looking for a frame boundary"),
     (
+        "resync_unconfirmed",
+        _C,
+        _FRM,
+        _W,
+        "frame starts after a hole refused: their correlation id fits no request",
+    ),
+    (
         "frames_cut_by_gap",
         _C,
         _FRM,
@@ -229,13 +236,6 @@ _TABLE: Final[tuple[tuple[str, Kind, Stage, Severity, str], ...]] = (
     ),
     ("duplicate_correlation_id", _D, _COR, _W, "unanswered: a later request reused its id"),
     ("evicted", _D, _COR, _W, "unanswered: dropped from the open requests (limit reached)"),
-    (
-        "response_in_capture_gap",
-        _D,
-        _COR,
-        _W,
-        "unanswered: response bytes were lost after it; its response likely among them",
-    ),
     ("request_incomplete", _D, _ROW, _W, "request bytes not captured (hole or snap length)"),
     ("response_incomplete", _D, _ROW, _W, "response bytes not captured (hole or snap length)"),
     # ---- protocol: messages

@@ -56,7 +56,8 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "status",
         "str",
-        "ok | error | no_response | unanswered | orphan_response | malformed",
+        "ok | error | no_response | unanswered | response_lost | unknown | orphan_response | "
+        "malformed (Status)",
     ),
     Column("error_code", "int", "top-level error code, else the first non-zero nested one"),
     Column("error_name", "str", "Kafka's name of error_code, e.g. UNKNOWN_TOPIC_OR_PARTITION"),
@@ -121,6 +122,12 @@ class Status(StrEnum):
     ERROR = "error"  # a non-zero Kafka error code
     NO_RESPONSE = "no_response"  # none expected (Produce acks=0)
     UNANSWERED = "unanswered"  # expected, not in the capture
+    # Not in the capture, but after a capture hole in that connection's responses: the
+    # answer was most likely among the bytes lost (flag capture_gap). Not unanswered.
+    RESPONSE_LOST = "response_lost"
+    # Answered, but the bytes that tell ok from error were not captured (snap length or
+    # a hole cut the response before its last error code) and none seen was non-zero.
+    UNKNOWN = "unknown"
     ORPHAN_RESPONSE = "orphan_response"  # its request is not in the capture
     MALFORMED = "malformed"  # a body that could not be decoded
 
@@ -133,7 +140,12 @@ decoded (CLI table, live view, report, stats, Spark: one rule)."""
 
 UNANSWERED_STATUSES: tuple[str, ...] = (Status.UNANSWERED.value,)
 """Requests that expected a response and got none within the capture. Produce with
-acks=0 (status ``no_response``) expects none and is not counted."""
+acks=0 (status ``no_response``) expects none and is not counted; nor is a request whose
+response fell in a capture hole (``response_lost``: the capture lost it, not the broker)."""
+
+LOST_STATUSES: tuple[str, ...] = (Status.RESPONSE_LOST.value,)
+"""Requests whose response was most likely in a capture hole (flag ``capture_gap``):
+listed beside the unanswered ones, counted apart from them."""
 
 
 PANDAS_DTYPES: dict[str, str] = {

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Protocol
 
+from dissector.schema import Status
+
 Endpoint = tuple[str, int]
 """(ip, port) of one side of a TCP connection."""
 
@@ -91,6 +93,25 @@ class Exchange:
     client_id: str | None = None
     note: str | None = None
     gap: bool = False  # a capture hole may hold its missing part (response or request)
+
+
+_KIND_STATUS = {
+    PAIR: Status.OK.value,
+    NO_RESPONSE: Status.NO_RESPONSE.value,
+    UNANSWERED: Status.UNANSWERED.value,
+    ORPHAN_RESPONSE: Status.ORPHAN_RESPONSE.value,
+    SASL_TOKEN: Status.OK.value,
+    MALFORMED: Status.MALFORMED.value,
+}
+
+
+def base_status(ex: Exchange) -> str:
+    """A row's status before its bodies are looked at (native core: rows.rs
+    ``base_status``). A request left open after a hole in its connection's responses
+    (``gap``, no other reason noted) most likely had its answer in the hole."""
+    if ex.kind == UNANSWERED and ex.gap and ex.note is None:
+        return Status.RESPONSE_LOST.value
+    return _KIND_STATUS.get(ex.kind, Status.OK.value)
 
 
 class Decoder(Protocol):

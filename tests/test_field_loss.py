@@ -20,6 +20,9 @@ import pytest
 
 import dissector
 from tests import field_transforms as ft
+from tests import tshark_kafka as tsk
+from tests.oracle import correlate as oracle_correlate
+from tests.oracle.pipeline import iter_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = REPO / "captures"
@@ -197,3 +200,220 @@ def test_a_fetch_response_missing_segments_the_client_acknowledged(
     off = (rest["latency_ms"] - rest_orig["latency_ms"]).abs().max()
     assert off <= TOLERANCE_MS
     check_against_original(whole, damaged)
+
+
+# --- a response lost whole; frame starts after a hole; tshark on the same copy ---------
+
+COMPARED = (
+    "api_key",
+    "api_version",
+    "correlation_id",
+    "client_id",
+    "request_size",
+    "response_size",
+    "request_time",
+    "response_time",
+    "error_code",
+    "topics",
+    "records",
+    "decode_error",
+)
+
+
+def _broker_payload(frames: list[ft.Frame], i: int, port: int) -> bytes:
+    """The TCP payload of frame ``i`` when the broker (``port``) sent it, else b""."""
+    f = frames[i][1]
+    lay = ft._tcp_layout(f)
+    if lay is None or f[lay[1] : lay[1] + 2] != port.to_bytes(2, "big"):
+        return b""
+    return f[lay[2] : lay[2] + ft.tcp_payload_len(f)]
+
+
+def whole_responses(frames: list[ft.Frame], port: int) -> list[tuple[int, int, int]]:
+    """(frame index, tcp.stream, correlation id) of the losable packets that carry exactly
+    one whole response of the broker on ``port``."""
+    streams: dict[tuple[object, ...], int] = {}
+    index = [ft.stream_of(f, streams) if ft._tcp_layout(f) else -1 for _ts, f in frames]
+    out = []
+    for i in ft.losable(frames):
+        data = _broker_payload(frames, i, port)
+        if len(data) >= 8 and int.from_bytes(data[:4], "big") + 4 == len(data):
+            out.append((i, index[i], int.from_bytes(data[4:8], "big", signed=True)))
+    return out
+
+
+def _same_cell(a: object, b: object) -> bool:
+    if isinstance(a, list | tuple) or hasattr(a, "__array__"):
+        return list(a) == list(b)  # type: ignore[call-overload]
+    return bool(pd.isna(a) and pd.isna(b)) or a == b
+
+
+def tshark_agrees(tshark: str, path: Path, got: pd.DataFrame) -> int:
+    """tshark's reading of the same damaged copy, the second oracle: every pair tshark
+    finds there is a pair here, of the same API and version, and nothing tshark saw
+    answered is shown without its answer. (After a hole tshark frames nothing more of
+    that stream; returns how many answered rows here tshark did not pair.)"""
+    seen = tsk.read(tshark, path, got["broker_port"].dropna().astype(int))
+    rows = {
+        (int(r.stream), int(r.correlation_id)): r
+        for r in got.itertuples()
+        if r.correlation_id is not pd.NA
+    }
+    for key, req in seen.requests.items():
+        if not seen.answered(key):
+            continue
+        assert key in rows, f"{key}: tshark pairs it, the dissector has no row"
+        r = rows[key]
+        assert r.status in ANSWERED, f"{key}: tshark pairs it, shown {r.status}"
+        assert (r.api_key, r.api_version) == (req.api_key, req.api_version), key
+    answered = [k for k, r in rows.items() if r.status in ANSWERED]
+    return sum(not seen.answered(k) for k in answered)
+
+
+ANSWERED = ("ok", "error", "unknown")
+
+
+@pytest.mark.parametrize("nth", [10, 100, 200, 300])
+def test_a_response_lost_whole_is_response_lost(nth: int, tshark: str, tmp_path: Path) -> None:
+    """One packet carrying one whole response of the mixed capture removed: that
+    request's row is ``response_lost`` flagged ``capture_gap`` (not ``unanswered``), and
+    every other row is the original's (the next pair of the connection may say
+    ``capture_gap``: it came after lost bytes). tshark reads the copy the same way."""
+    original = CAPTURES / "kafka-4-mixed.pcapng"
+    frames = ft.read_frames(original)
+    whole = dissector.analyze(original)
+    i, stream, corr = whole_responses(frames, 9092)[nth]
+    path = ft.write_pcap(tmp_path / "lost.pcap", ft.without(frames, [i]))
+    got = dissector.analyze(path)
+    assert len(got) == len(whole)
+    a, b = whole.assign(k=_key(whole)).set_index("k"), got.assign(k=_key(got)).set_index("k")
+    lost = f"{stream}/{corr}"
+    row, before = b.loc[lost], a.loc[lost]
+    assert before["status"] in ("ok", "error")
+    assert row["status"] == "response_lost" and list(row["flags"]) == ["capture_gap"]
+    assert pd.isna(row["response_size"]) and pd.isna(row["latency_ms"])
+    for col in ("api_key", "api_version", "request_size", "request_time", "client_id"):
+        assert _same_cell(row[col], before[col]), col
+    rest = b.drop(index=lost)
+    assert set(rest.index) == set(a.index) - {lost}
+    for key, r in rest.iterrows():
+        o = a.loc[key]
+        assert r["status"] == o["status"], key
+        for col in (*COMPARED, "latency_ms"):
+            assert _same_cell(r[col], o[col]), (key, col)
+        extra = [f for f in r["flags"] if f not in list(o["flags"])]
+        assert extra in ([], ["capture_gap"]) and (not extra or r["stream"] == stream), key
+    assert tshark_agrees(tshark, path, got) == 0  # no hole left tshark behind here
+    seen = tsk.read(tshark, path, [9092])
+    assert (stream, corr) in seen.requests and (stream, corr) not in seen.responses
+
+
+def frame_starts(frames: list[ft.Frame], port: int) -> list[int]:
+    """The losable packets that open a response of several packets (its size prefix
+    and header): losing one leaves framing to find the next frame in a body."""
+    out = []
+    for i in ft.losable(frames):
+        data = _broker_payload(frames, i, port)
+        if len(data) >= 8 and int.from_bytes(data[:4], "big") + 4 > len(data):
+            out.append(i)
+    return out
+
+
+@pytest.fixture(scope="module")
+def rotation_536(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[ft.Frame], pd.DataFrame]:
+    """The long-poll capture at a 536-byte MSS (the IPv4 default): more packets start
+    inside a body, where a hole leaves framing to look for the next frame."""
+    frames = ft.resegment(ft.read_frames(CAPTURES / "kafka-4-longpoll-rotation.pcapng"), mss=536)
+    path = ft.write_pcap(tmp_path_factory.mktemp("whole") / "rotation-536.pcap", frames)
+    return frames, dissector.analyze(path)
+
+
+def nothing_false(whole: pd.DataFrame, got: pd.DataFrame) -> dict[str, int]:
+    """Every row of ``got`` is a pair of ``whole``: the same API, version and sides;
+    its status and times the original's unless flagged ``capture_gap``; an orphan
+    response only with a correlation id the original's connection used."""
+    a = whole[whole["status"] != "orphan_response"]
+    a = a.assign(k=_key(a)).set_index("k")
+    used = set(zip(whole["stream"], whole["correlation_id"], strict=True))
+    seen = {"same": 0, "flagged": 0, "orphans": 0}
+    for r in got.itertuples():
+        if r.status == "orphan_response":
+            assert (r.stream, r.correlation_id) in used, f"false orphan {r.correlation_id}"
+            seen["orphans"] += 1
+            continue
+        key = f"{r.stream}/{r.correlation_id}"
+        assert key in a.index, f"{key}: a pair the original does not have"
+        o = a.loc[key]
+        assert (r.api_key, r.api_version, r.request_size) == (
+            o["api_key"],
+            o["api_version"],
+            o["request_size"],
+        ), key
+        if "capture_gap" in list(r.flags):
+            seen["flagged"] += 1
+            continue
+        assert r.status == o["status"], key
+        for col in COMPARED:
+            assert _same_cell(getattr(r, col), o[col]), (key, col)
+        seen["same"] += 1
+    return seen
+
+
+def test_frame_starts_after_a_hole_are_confirmed_by_correlation_ids(
+    rotation_536: tuple[list[ft.Frame], pd.DataFrame], tshark: str, tmp_path: Path
+) -> None:
+    """The first packet of a multi-packet response lost: framing must find the next
+    frame inside what follows, where look-alike headers sit in record data. A frame
+    start is taken only when its correlation id fits the connection's requests (a
+    response answers one still open; a request repeats no recent id), so no false
+    pair or orphan comes out of a body; the refusals are counted. Against the whole
+    original and tshark's reading of each copy."""
+    frames, whole = rotation_536
+    starts = frame_starts(frames, 19392)
+    assert len(starts) > 100
+    refused = 0
+    for i in starts[::24][:8]:
+        path = ft.write_pcap(tmp_path / f"hole-{i}.pcap", ft.without(frames, [i]))
+        got = dissector.analyze(path)
+        seen = nothing_false(whole, got)
+        assert seen["same"] >= len(whole) - 40, (i, seen)
+        refused += got.attrs["counters"].get("resync_unconfirmed", 0)
+        tshark_agrees(tshark, path, got)
+    assert refused >= 4  # look-alike headers were met and refused
+
+
+def test_without_the_correlation_check_a_body_hides_the_next_frame(
+    rotation_536: tuple[list[ft.Frame], pd.DataFrame],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the check above guards against, on the Python twin of the framing and
+    correlation stages: the first response of connection 0 (ApiVersions, two packets)
+    loses its first packet; its second packet starts with record-like bytes that read
+    as a sane size. Refused by its correlation id, the next packet (the Metadata
+    response) is found; taken as a candidate, it waits for more bytes that never come
+    and swallows that response: an answered request shown ``unanswered`` unflagged."""
+    frames, _whole = rotation_536
+    path = ft.write_pcap(
+        tmp_path / "hole.pcap", ft.without(frames, [frame_starts(frames, 19392)[0]])
+    )
+
+    def stream_0() -> list[tuple[int | None, str, list[str]]]:
+        return sorted(
+            (r.correlation_id, r.status, r.flags) for r in iter_pairs(path) if r.stream == 0
+        )
+
+    checked = stream_0()
+    native = dissector.analyze(path)
+    native_0 = native[native["stream"] == 0]
+    assert checked == sorted(
+        zip(
+            native_0["correlation_id"],
+            native_0["status"],
+            map(list, native_0["flags"]),
+            strict=True,
+        )
+    )
+    assert checked == [(1, "response_lost", ["capture_gap"]), (2, "ok", ["capture_gap"])]
+    monkeypatch.setattr(oracle_correlate.Correlator, "confirms_start", lambda *_a: True)
+    assert stream_0() == [(1, "response_lost", ["capture_gap"]), (2, "unanswered", [])]

@@ -872,3 +872,11 @@ def test_cli_summary_percentiles_are_service_time_and_polls_are_counted() -> Non
     service = [1.0, 3.0, 2.0, 4.0]  # empty polls: latency - max_wait
     assert summary["p50_ms"] == pytest.approx(float(np.percentile(service, 50)))
     assert summary["p99_ms"] == pytest.approx(float(np.percentile(service, 99)))
+
+
+def test_status_words_of_the_core_are_the_schemas() -> None:
+    """One vocabulary: every status the native core writes is a ``schema.Status`` and
+    every ``schema.Status`` is one the core can write."""
+    from dissector import _core
+
+    assert _core.status_words() == list(dissector.schema.STATUSES)

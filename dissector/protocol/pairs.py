@@ -26,17 +26,13 @@ from dissector.stages import (
     CAPTURE_GAP,
     MALFORMED,
     NEGATIVE_LATENCY,
-    NO_RESPONSE,
-    ORPHAN_RESPONSE,
-    PAIR,
     REQUEST_INCOMPLETE,
     RESPONSE_INCOMPLETE,
-    SASL_TOKEN,
     TLS,
     TRUNCATED,
-    UNANSWERED,
     Exchange,
     Frame,
+    base_status,
     is_fatal,
 )
 
@@ -169,7 +165,7 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
         "first_byte_ms": _ms(response.first_ts_ns - sent)
         if timed and sent is not None and response is not None
         else None,
-        "status": _status(ex.kind, summary, dx),
+        "status": _status(ex, summary, dx),
         "flags": row_flags(ex, latency),
         "decode_error": row_decode_error(ex, summary),
         "note": ex.note,
@@ -216,20 +212,8 @@ def _ms(ns: int) -> float:
     return ns / 1_000_000
 
 
-# The status of a row by the kind of exchange, before its bodies are looked at; the
-# same rule as the pairs table's (native core: rows.rs).
-_KIND_STATUS = {
-    PAIR: Status.OK.value,
-    NO_RESPONSE: Status.NO_RESPONSE.value,
-    UNANSWERED: Status.UNANSWERED.value,
-    ORPHAN_RESPONSE: Status.ORPHAN_RESPONSE.value,
-    SASL_TOKEN: Status.OK.value,
-    MALFORMED: Status.MALFORMED.value,
-}
-
-
-def _status(kind: str, summary: dict[str, Any] | None, dx: DecodedExchange) -> str:
-    status = _KIND_STATUS.get(kind, Status.OK.value)
+def _status(ex: Exchange, summary: dict[str, Any] | None, dx: DecodedExchange) -> str:
+    status = base_status(ex)
     if summary is None:
         return status
     if summary.get("decode_error") and is_fatal(dx.request, dx.response):

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::header::{
-    body_offset, is_plausible_request, peek_correlation_id, peek_request, peek_request_cut,
+    be_i32, body_offset, is_plausible_request, peek_correlation_id, peek_request, peek_request_cut,
     request_like_id, RequestStart, StartCheck,
 };
 use crate::types::{
@@ -50,8 +50,12 @@ pub const MAX_HELD_RESPONSE_BYTES: usize = 8 << 20;
 /// A held response older than this (capture time) when a later response arrives is
 /// given up: the reassembler releases a direction held back by a hole well before.
 pub const MAX_RESPONSE_HOLD_NS: Ts = 5_000_000_000;
-/// The note of an unanswered request whose response may have fallen in a capture hole.
-pub const RESPONSE_IN_GAP: &str = "response_in_capture_gap";
+/// Request correlation ids remembered per connection to judge resync candidates.
+pub const RECENT_REQUEST_IDS: usize = 64;
+/// A response candidate after a hole may answer a request not framed yet (its
+/// direction held back by a hole of its own): ids up to this far above the highest
+/// request id seen are taken as such.
+pub const RESYNC_ID_LEAD: i64 = 1024;
 
 #[derive(Debug, Clone)]
 pub struct CorrelationConfig {
@@ -136,9 +140,38 @@ struct Conn {
     request_gap: Option<Ts>,
     /// Holes noted before the roles were settled (by sender; at most one each).
     unsettled_gaps: Vec<(Endpoint, Ts, Ts)>,
+    /// The correlation ids of the latest requests (bounded), and the highest one:
+    /// what a frame start found after a hole is checked against (`confirms_start`).
+    recent_ids: VecDeque<i32>,
+    highest_id: Option<i32>,
 }
 
 impl Conn {
+    fn saw_request_id(&mut self, corr: i32) {
+        if self.recent_ids.len() >= RECENT_REQUEST_IDS {
+            self.recent_ids.pop_front();
+        }
+        self.recent_ids.push_back(corr);
+        self.highest_id = Some(self.highest_id.map_or(corr, |h| h.max(corr)));
+    }
+
+    /// Can a response with this correlation id come now? One of a request still open,
+    /// or of one not framed yet (above every id seen, by at most `RESYNC_ID_LEAD`).
+    /// Nothing known (no request seen yet) proves nothing either way.
+    fn may_answer(&self, corr: i32) -> bool {
+        let Some(highest) = self.highest_id else {
+            return true;
+        };
+        let lead = i64::from(corr) - i64::from(highest);
+        self.pending.by_id.contains_key(&corr) || (1..=RESYNC_ID_LEAD).contains(&lead)
+    }
+
+    /// Can a request with this correlation id come now? Not one still open nor one of
+    /// the latest requests: clients number their requests and do not reuse an id.
+    fn may_ask(&self, corr: i32) -> bool {
+        !self.pending.by_id.contains_key(&corr) && !self.recent_ids.contains(&corr)
+    }
+
     /// A hole in the bytes `src` sent between capture times `from` and `to`.
     fn frames_lost(&mut self, src: Endpoint, from: Ts, to: Ts) {
         match self.broker {
@@ -212,6 +245,8 @@ impl Correlator {
                 early_bytes: 0,
                 request_gap: None,
                 unsettled_gaps: Vec::new(),
+                recent_ids: VecDeque::new(),
+                highest_id: None,
             },
         );
     }
@@ -238,6 +273,30 @@ impl Correlator {
             None => StartCheck::Either,
             Some(broker) if broker == src => StartCheck::Response,
             Some(_) => StartCheck::Request,
+        }
+    }
+
+    /// Does the connection's state confirm a frame start framing found after losing
+    /// sync in what `src` sends? `payload` is the candidate's bytes after its size
+    /// prefix; None while its correlation id is not all there. A response must answer
+    /// a request that may be waiting for it (`Conn::may_answer`), a request must not
+    /// repeat an id (`Conn::may_ask`): a look-alike header inside a body after a hole
+    /// carries an arbitrary correlation id, and is refused. Raw SASL tokens (no header)
+    /// and connections whose roles are not settled are not checked.
+    pub fn confirms_start(&self, stream: u32, src: Endpoint, payload: &[u8]) -> Option<bool> {
+        let Some(conn) = self.conns.get(&stream) else {
+            return Some(true);
+        };
+        let Some(broker) = conn.broker else {
+            return Some(true);
+        };
+        if conn.sasl_raw || conn.sasl_token.is_some() {
+            return Some(true);
+        }
+        if src == broker {
+            peek_correlation_id(payload).map(|corr| conn.may_answer(corr))
+        } else {
+            be_i32(payload, 4).map(|corr| conn.may_ask(corr))
         }
     }
 
@@ -428,6 +487,7 @@ fn on_request(
         }
     }
     let corr = start.correlation_id;
+    conn.saw_request_id(corr);
     // Held responses with a lower id answered requests that will not come any more.
     release_early(conn, |id| id < corr, counters, out);
     if let Some(dup) = conn.pending.pop(corr) {
@@ -693,10 +753,10 @@ fn sasl(conn: &Conn, token: KafkaFrame, seq: u64, answer: Option<KafkaFrame>) ->
     }
 }
 
+/// A request that got no answer in the capture; `gap`: Kafka answers every request but
+/// acks=0 Produce, so one still open after a hole in the responses most likely had its
+/// response there (its row's status says so: `rows::status_of`).
 fn unanswered(conn: &Conn, corr: i32, req: Open, note: Option<&str>) -> Exchange {
-    // Kafka answers every request but acks=0 Produce: one still open after a hole in
-    // the responses most likely had its response there.
-    let note = note.or(req.gap.then_some(RESPONSE_IN_GAP));
     Exchange {
         stream: conn.stream,
         client: conn.client(),

@@ -75,6 +75,7 @@ pub enum Counter {
     RecordsUnknownMagic,
     ResponsesOutOfOrder,
     ResyncSkippedBytes,
+    ResyncUnconfirmed,
     Resyncs,
     SaslRawTokens,
     SnaplenTruncated,
@@ -138,7 +139,7 @@ pub enum Counter {
 }
 
 impl Counter {
-    pub const ALL: [Counter; 130] = [
+    pub const ALL: [Counter; 131] = [
         Counter::AssumedVersionPairs,
         Counter::BadFrameSize,
         Counter::BadIpHeader,
@@ -209,6 +210,7 @@ impl Counter {
         Counter::RecordsUnknownMagic,
         Counter::ResponsesOutOfOrder,
         Counter::ResyncSkippedBytes,
+        Counter::ResyncUnconfirmed,
         Counter::Resyncs,
         Counter::SaslRawTokens,
         Counter::SnaplenTruncated,
@@ -344,6 +346,7 @@ impl Counter {
             Counter::RecordsUnknownMagic => "records_unknown_magic",
             Counter::ResponsesOutOfOrder => "responses_out_of_order",
             Counter::ResyncSkippedBytes => "resync_skipped_bytes",
+            Counter::ResyncUnconfirmed => "resync_unconfirmed",
             Counter::Resyncs => "resyncs",
             Counter::SaslRawTokens => "sasl_raw_tokens",
             Counter::SnaplenTruncated => "snaplen_truncated",
@@ -480,6 +483,7 @@ impl Counter {
             "records_unknown_magic" => Some(Counter::RecordsUnknownMagic),
             "responses_out_of_order" => Some(Counter::ResponsesOutOfOrder),
             "resync_skipped_bytes" => Some(Counter::ResyncSkippedBytes),
+            "resync_unconfirmed" => Some(Counter::ResyncUnconfirmed),
             "resyncs" => Some(Counter::Resyncs),
             "sasl_raw_tokens" => Some(Counter::SaslRawTokens),
             "snaplen_truncated" => Some(Counter::SnaplenTruncated),

@@ -29,6 +29,11 @@ use std::sync::Arc;
 use crate::header::{be_i32, looks_like_tls, StartCheck};
 use crate::types::{Chunk, Counters, Endpoint, KafkaFrame, Ts, Versions};
 
+/// Correlation's check of a frame start found after losing sync, given the candidate's
+/// bytes after its size prefix (`Framer::feed_checked`): refused (`Some(false)`), or
+/// None while the bytes that decide are not all there.
+pub type Confirm<'a> = &'a dyn Fn(&[u8]) -> Option<bool>;
+
 /// The broker's socket.request.max.bytes default; a bigger size prefix means we are not
 /// looking at a frame boundary (or at Kafka at all).
 pub const DEFAULT_MAX_FRAME: u32 = 100 * 1024 * 1024;
@@ -239,8 +244,22 @@ impl Framer {
         self.buf.len()
     }
 
-    /// Push the frames this chunk completes onto `out`.
+    /// Push the frames this chunk completes onto `out` (frame starts found after losing
+    /// sync are not checked against the connection: see `feed_checked`).
     pub fn feed(&mut self, chunk: Chunk, counters: &mut Counters, out: &mut Vec<KafkaFrame>) {
+        self.feed_checked(chunk, &|_| Some(true), counters, out);
+    }
+
+    /// `feed`, where a frame start found after losing sync must also satisfy `confirm`
+    /// (given the candidate's bytes after its size prefix): correlation's check that its
+    /// correlation id fits the other direction's requests (`Correlator::confirms_start`).
+    pub fn feed_checked(
+        &mut self,
+        chunk: Chunk,
+        confirm: Confirm<'_>,
+        counters: &mut Counters,
+        out: &mut Vec<KafkaFrame>,
+    ) {
         self.cleared_in_chunk = false;
         match self.tls {
             Tls::Yes => {
@@ -249,7 +268,7 @@ impl Framer {
             }
             Tls::Suspected(_) => {
                 self.fed += chunk.data.len() as u64;
-                return self.feed_suspected(chunk, counters, out);
+                return self.feed_suspected(chunk, confirm, counters, out);
             }
             Tls::No => {}
         }
@@ -278,14 +297,14 @@ impl Framer {
                         out.push(frame);
                         return;
                     }
-                    Err(chunk) => return self.append_and_cut(&chunk, counters, out),
+                    Err(chunk) => return self.append_and_cut(&chunk, confirm, counters, out),
                 }
             }
         }
         if !self.synced {
-            return self.probe(chunk.data, chunk.ts_ns, chunk.frame, counters, out);
+            return self.probe(chunk.data, chunk.ts_ns, chunk.frame, confirm, counters, out);
         }
-        self.append_and_cut(&chunk, counters, out);
+        self.append_and_cut(&chunk, confirm, counters, out);
     }
 
     /// A hole may have swallowed whole frames of this direction since the last call:
@@ -445,13 +464,14 @@ impl Framer {
     fn append_and_cut(
         &mut self,
         chunk: &Chunk,
+        confirm: Confirm<'_>,
         counters: &mut Counters,
         out: &mut Vec<KafkaFrame>,
     ) {
         self.buf.extend_from_slice(&chunk.data);
         self.saw(chunk.ts_ns, chunk.frame);
         if let Some(rest) = self.cut(chunk.ts_ns, chunk.frame, counters, out) {
-            self.probe(rest, chunk.ts_ns, chunk.frame, counters, out);
+            self.probe(rest, chunk.ts_ns, chunk.frame, confirm, counters, out);
         }
     }
 
@@ -509,6 +529,7 @@ impl Framer {
         mut data: Vec<u8>,
         ts: Ts,
         frame_no: u64,
+        confirm: Confirm<'_>,
         counters: &mut Counters,
         out: &mut Vec<KafkaFrame>,
     ) {
@@ -525,14 +546,14 @@ impl Framer {
             }
             self.buf.extend_from_slice(&data);
             self.saw(ts, frame_no);
-            let mut verdict = self.judge(&self.buf);
+            let mut verdict = self.judge_confirmed(confirm, counters);
             if verdict == Some(false) && self.buf.len() > data.len() {
                 let n = (self.buf.len() - data.len()) as u64;
                 self.count(counters, "resync_skipped_bytes", n);
                 self.buf.clear();
                 self.buf.extend_from_slice(&data);
                 self.start_at(ts, frame_no);
-                verdict = self.judge(&self.buf);
+                verdict = self.judge_confirmed(confirm, counters);
             }
             match verdict {
                 None => return,
@@ -571,6 +592,23 @@ impl Framer {
             self.check
                 .check(probe, buf, self.versions.as_ref(), self.max_frame),
         )
+    }
+
+    /// `judge` on `buf`, and the connection must not refuse the candidate: a false
+    /// header inside a body after a hole carries a correlation id nothing waits for.
+    /// The id is read as soon as its bytes are there, before the probe window fills:
+    /// a candidate waiting for more bytes would swallow the next real frame's start.
+    /// Refusals are counted.
+    fn judge_confirmed(&mut self, confirm: Confirm<'_>, counters: &mut Counters) -> Option<bool> {
+        let plausible = self.judge(&self.buf);
+        if plausible == Some(false) {
+            return plausible;
+        }
+        if self.buf.get(4..).and_then(confirm) == Some(false) {
+            counters.inc("resync_unconfirmed");
+            return Some(false);
+        }
+        plausible
     }
 
     /// A whole Kafka frame, plausible for the sender's role, at the start of `data`:
@@ -688,7 +726,13 @@ impl Framer {
         }
     }
 
-    fn feed_suspected(&mut self, chunk: Chunk, counters: &mut Counters, out: &mut Vec<KafkaFrame>) {
+    fn feed_suspected(
+        &mut self,
+        chunk: Chunk,
+        confirm: Confirm<'_>,
+        counters: &mut Counters,
+        out: &mut Vec<KafkaFrame>,
+    ) {
         let inside = match &mut self.tls {
             Tls::Suspected(p) => {
                 if chunk.resync {
@@ -703,7 +747,7 @@ impl Framer {
         if inside && self.kafka_frame_at_start(&chunk.data) {
             let held = probe_bytes(&self.tls);
             self.tls_false_alarm(held, chunk.ts_ns, chunk.frame, counters);
-            return self.probe(chunk.data, chunk.ts_ns, chunk.frame, counters, out);
+            return self.probe(chunk.data, chunk.ts_ns, chunk.frame, confirm, counters, out);
         }
         let Tls::Suspected(p) = &mut self.tls else {
             return;
@@ -719,7 +763,7 @@ impl Framer {
                 self.tls_false_alarm(held, chunk.ts_ns, chunk.frame, counters);
                 let mut rest = chunk.data;
                 rest.drain(..at);
-                self.probe(rest, chunk.ts_ns, chunk.frame, counters, out);
+                self.probe(rest, chunk.ts_ns, chunk.frame, confirm, counters, out);
             }
             Walk::Confirmed => {
                 p.bytes += chunk.data.len() as u64;

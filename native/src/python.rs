@@ -1043,6 +1043,13 @@ fn counter_names() -> Vec<&'static str> {
         .collect()
 }
 
+/// Every word the core writes in the pairs table's `status` column (`rows::status`):
+/// tests compare them with `dissector.schema.Status`, the one definition.
+#[pyfunction]
+fn status_words() -> Vec<&'static str> {
+    crate::rows::status::ALL.to_vec()
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -1057,6 +1064,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan_facts, m)?)?;
     m.add_function(wrap_pyfunction!(scan_facts_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(counter_names, m)?)?;
+    m.add_function(wrap_pyfunction!(status_words, m)?)?;
     exchange::register(m)?;
     live::register(m)?;
     Ok(())

@@ -204,13 +204,40 @@ pub const RESPONSE_INCOMPLETE: &str = "response_incomplete";
 pub const NEGATIVE_LATENCY: &str = "negative_latency";
 pub const TLS: &str = "tls";
 
-fn base_status(kind: ExchangeKind) -> &'static str {
-    match kind {
-        ExchangeKind::Pair | ExchangeKind::SaslToken => "ok",
-        ExchangeKind::NoResponse => "no_response",
-        ExchangeKind::Unanswered => "unanswered",
-        ExchangeKind::OrphanResponse => "orphan_response",
-        ExchangeKind::Malformed => "malformed",
+/// The `status` column's words (`dissector.schema.Status`, the one definition: a test
+/// compares this list with it through `_core.status_words`).
+pub mod status {
+    pub const OK: &str = "ok";
+    pub const ERROR: &str = "error";
+    pub const NO_RESPONSE: &str = "no_response";
+    pub const UNANSWERED: &str = "unanswered";
+    pub const RESPONSE_LOST: &str = "response_lost";
+    pub const UNKNOWN: &str = "unknown";
+    pub const ORPHAN_RESPONSE: &str = "orphan_response";
+    pub const MALFORMED: &str = "malformed";
+    pub const ALL: [&str; 8] = [
+        OK,
+        ERROR,
+        NO_RESPONSE,
+        UNANSWERED,
+        RESPONSE_LOST,
+        UNKNOWN,
+        ORPHAN_RESPONSE,
+        MALFORMED,
+    ];
+}
+
+/// The status of an exchange before its bodies are looked at. A request left open
+/// after a hole in its connection's responses (`Exchange::gap`, no other reason noted)
+/// most likely had its answer in the hole: `response_lost`, not `unanswered`.
+fn base_status(ex: &Exchange) -> &'static str {
+    match ex.kind {
+        ExchangeKind::Pair | ExchangeKind::SaslToken => status::OK,
+        ExchangeKind::NoResponse => status::NO_RESPONSE,
+        ExchangeKind::Unanswered if ex.gap && ex.note.is_none() => status::RESPONSE_LOST,
+        ExchangeKind::Unanswered => status::UNANSWERED,
+        ExchangeKind::OrphanResponse => status::ORPHAN_RESPONSE,
+        ExchangeKind::Malformed => status::MALFORMED,
     }
 }
 
@@ -296,7 +323,7 @@ impl RowBuilder {
         self.response_size
             .push(ex.response.as_ref().map(|f| f.wire_size() as i64));
 
-        let mut status = base_status(ex.kind);
+        let mut status = base_status(ex);
         let malformed_note = if ex.kind == ExchangeKind::Malformed {
             ex.note.as_deref()
         } else {
@@ -336,9 +363,9 @@ impl RowBuilder {
             }
             Some(s) => {
                 if s.decode_error.is_some() && s.fatal {
-                    status = "malformed";
-                } else if status == "ok" && s.error_code.is_some_and(|c| c != 0) {
-                    status = "error";
+                    status = status::MALFORMED;
+                } else if status == status::OK && s.error_code.is_some_and(|c| c != 0) {
+                    status = status::ERROR;
                 }
                 self.error_code.push(s.error_code);
                 self.error_name.push(s.error_name.as_deref());

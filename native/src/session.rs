@@ -186,15 +186,22 @@ impl Session {
     ) {
         let stream = ch.stream;
         let mut frames = std::mem::take(&mut self.frames);
-        let Some(framer) = self.framer_for(stream, ch.src, ch.dst) else {
+        let Some(i) = self.framer_for(stream, ch.src, ch.dst) else {
             counters.add("non_kafka_bytes", ch.data.len() as u64);
+            self.frames = frames;
+            return;
+        };
+        let Some(framer) = self.framers.get_mut(&stream).and_then(|fs| fs.get_mut(i)) else {
             self.frames = frames;
             return;
         };
         framer.decrypted = decrypted;
         let was_tls = framer.is_tls();
         let src = ch.src;
-        framer.feed(ch, counters, &mut frames);
+        // A frame start found after a hole must fit the other direction's requests.
+        let corr = &self.corr;
+        let confirm = |payload: &[u8]| corr.confirms_start(stream, src, payload);
+        framer.feed_checked(ch, &confirm, counters, &mut frames);
         let now_tls = framer.is_tls();
         let lost = framer.take_lost();
         if let Some((from, to)) = lost {
@@ -212,9 +219,9 @@ impl Session {
         }
     }
 
-    /// The framer of this direction, made on its first chunk; None when the connection
-    /// is not a Kafka candidate.
-    fn framer_for(&mut self, stream: u32, src: Endpoint, dst: Endpoint) -> Option<&mut Framer> {
+    /// The index (in `framers[stream]`) of this direction's framer, made on its first
+    /// chunk; None when the connection is not a Kafka candidate.
+    fn framer_for(&mut self, stream: u32, src: Endpoint, dst: Endpoint) -> Option<usize> {
         let known = self
             .framers
             .get(&stream)
@@ -238,7 +245,7 @@ impl Session {
                 framers.len() - 1
             }
         };
-        framers.get_mut(i)
+        Some(i)
     }
 
     fn close_framers(&mut self, stream: u32, counters: &mut Counters) {

@@ -20,7 +20,8 @@ frames without Kafka headers until authentication ends; those are paired as
 
 from __future__ import annotations
 
-from collections import Counter
+import struct
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from dissector.accounting import Counters
@@ -54,6 +55,11 @@ from tests.oracle.tcp import Endpoint, StreamOpen
 # Bounds that keep memory flat on hostile or lossy traffic.
 MAX_OPEN_REQUESTS = 10_000
 MAX_HELD_FRAMES = 16
+# Request correlation ids remembered per connection to judge resync candidates, and how
+# far above the highest one a response's id may be (its request not framed yet).
+RECENT_REQUEST_IDS = 64
+RESYNC_ID_LEAD = 1024
+_I32 = struct.Struct("!i")
 
 # An api_key is known when the specs know one of these versions of it. Versions
 # are int16 on the wire but no API has come near this many; the bound keeps the
@@ -68,10 +74,6 @@ class _Open:
     api_version: int
     client_id: str | None
     gap: bool = False  # a hole in the responses after it may hold its response
-
-
-# The note of an unanswered request whose response may have fallen in a capture hole.
-RESPONSE_IN_GAP = "response_in_capture_gap"
 
 
 @dataclass(slots=True)
@@ -94,6 +96,24 @@ class _KafkaConnection:
     request_gap: int | None = None
     # Holes noted before the roles were settled: sender -> (start, end).
     unsettled_gaps: dict[Endpoint, tuple[int, int]] = field(default_factory=dict)
+    # The latest request correlation ids and the highest: resync candidates are judged
+    # against them (``Correlator.confirms_start``).
+    recent_ids: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_REQUEST_IDS))
+    highest_id: int | None = None
+
+    def saw_request_id(self, corr: int) -> None:
+        self.recent_ids.append(corr)
+        self.highest_id = corr if self.highest_id is None else max(self.highest_id, corr)
+
+    def may_answer(self, corr: int) -> bool:
+        """A response id of a request still open, or of one not framed yet."""
+        if self.highest_id is None:
+            return True
+        return corr in self.pending or 1 <= corr - self.highest_id <= RESYNC_ID_LEAD
+
+    def may_ask(self, corr: int) -> bool:
+        """A request id neither open nor among the latest requests'."""
+        return corr not in self.pending and corr not in self.recent_ids
 
     @property
     def client(self) -> Endpoint:
@@ -137,6 +157,18 @@ class Correlator:
         if conn.broker is None:
             return self._either_check
         return self._resp_check if src == conn.broker else self._req_check
+
+    def confirms_start(self, stream: int, src: Endpoint, payload: bytes) -> bool | None:
+        """Does the connection confirm a frame start found after losing sync (None while
+        the candidate's correlation id is not all there)? A response must answer a
+        request that may wait for it, a request must not repeat an id; raw SASL tokens
+        and connections of unsettled roles are not checked."""
+        conn = self._conns.get(stream)
+        if conn is None or conn.broker is None or conn.sasl_raw or conn.sasl_token is not None:
+            return True
+        if src == conn.broker:
+            return None if len(payload) < 4 else conn.may_answer(_I32.unpack_from(payload, 0)[0])
+        return None if len(payload) < 8 else conn.may_ask(_I32.unpack_from(payload, 4)[0])
 
     def close(self, stream: int) -> list[Exchange]:
         conn = self._conns.pop(stream, None)
@@ -248,6 +280,7 @@ class Correlator:
         if not known(start.api_key, start.api_version):
             self._count_unknown(start.api_key)
         corr = start.correlation_id
+        conn.saw_request_id(corr)
         if corr in conn.pending:
             self._counters.add("duplicate_correlation_ids")
             out.append(
@@ -386,8 +419,9 @@ class Correlator:
             correlation_id=corr,
             client_id=req.client_id,
             # Kafka answers every request but acks=0 Produce: one still open after a
-            # hole in the responses most likely had its response there.
-            note=note or (RESPONSE_IN_GAP if req.gap else None),
+            # hole in the responses most likely had its response there (its row's
+            # status says so: stages.base_status).
+            note=note,
             gap=req.gap,
         )
 

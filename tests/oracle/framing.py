@@ -47,6 +47,9 @@ _TLS_CONTENT_TYPES = frozenset((0x14, 0x15, 0x16, 0x17))
 
 
 StartCheck = Callable[[bytes, bytes], bool]
+# The connection's check of a candidate's bytes after its size prefix: refused (False),
+# or None while its correlation id is not all there (``Correlator.confirms_start``).
+Confirm = Callable[[bytes], bool | None]
 """Is the probe window (first arg) a plausible frame start, given everything buffered
 from it on (second arg)?"""
 
@@ -78,6 +81,7 @@ class Framer:
     __slots__ = (
         "_after_gap",
         "_buf",
+        "_confirm",
         "_counters",
         "_fed",
         "_first_frame",
@@ -107,6 +111,7 @@ class Framer:
         counters: Counters,
         plausible_start: StartCheck,
         max_frame: int = DEFAULT_MAX_FRAME,
+        confirm: Confirm = lambda _payload: True,
     ) -> None:
         self.stream = stream
         self.src = src
@@ -115,6 +120,7 @@ class Framer:
         self.tls = False
         self._counters = counters
         self._plausible = plausible_start
+        self._confirm = confirm
         self._buf = bytearray()
         self._holed: _Holed | None = None
         # Capture times of the packets around a hole that may have swallowed whole
@@ -344,16 +350,25 @@ class Framer:
         return self._cut(chunk.ts_ns, chunk.frame)
 
     def _judge(self, buf: bytearray) -> bool | None:
-        """Is buf a plausible frame start: True, False, or None (need more bytes)."""
+        """Is buf a plausible frame start: True, False, or None (need more bytes)? The
+        connection must not refuse it either (``Correlator.confirms_start``), asked as
+        soon as the candidate's correlation id is there."""
         if len(buf) < 4:
             return None
         (size,) = _SIZE.unpack_from(buf, 0)
         if size < 0 or size > self.max_frame:
             return False
         need = min(4 + size, _PROBE_BYTES)
-        if len(buf) < need:
-            return None
-        return self._plausible(bytes(buf[: max(need, min(len(buf), _PROBE_BYTES))]), bytes(buf))
+        plausible = None
+        if len(buf) >= need:
+            window = bytes(buf[: max(need, min(len(buf), _PROBE_BYTES))])
+            plausible = self._plausible(window, bytes(buf))
+        if plausible is False:
+            return False
+        if self._confirm(bytes(buf[4:12])) is False:
+            self._counters.add("resync_unconfirmed")
+            return False
+        return plausible
 
     def _detect_tls(self, data: bytes | bytearray) -> None:
         self.tls = True

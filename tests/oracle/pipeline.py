@@ -8,6 +8,7 @@ connections, not the capture length.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -107,6 +108,7 @@ class Session:
                 self.counters,
                 self._corr.start_check(ch.stream, ch.src),
                 self.options.max_frame,
+                functools.partial(self._corr.confirms_start, ch.stream, ch.src),
             )
             self._framers.setdefault(ch.stream, {})[ch.src] = framer
         out: list[Exchange] = []

@@ -14,31 +14,18 @@ from dissector.stages import (
     CAPTURE_GAP,
     MALFORMED,
     NEGATIVE_LATENCY,
-    NO_RESPONSE,
-    ORPHAN_RESPONSE,
-    PAIR,
     REQUEST_INCOMPLETE,
     RESPONSE_INCOMPLETE,
     SASL_TOKEN,
     TRUNCATED,
-    UNANSWERED,
     Decoder,
     Exchange,
     PairRecord,
+    base_status,
 )
 from dissector.stages import is_fatal as _is_fatal
 
 SASL_TOKEN_API_NAME = "SaslToken"
-
-
-_BASE_STATUS = {
-    PAIR: "ok",
-    NO_RESPONSE: "no_response",
-    UNANSWERED: "unanswered",
-    ORPHAN_RESPONSE: "orphan_response",
-    SASL_TOKEN: "ok",
-    MALFORMED: "malformed",
-}
 
 
 def _ms(ns: int) -> float:
@@ -68,7 +55,7 @@ def base_record(capture: str, ex: Exchange) -> PairRecord:
         client_id=ex.client_id,
         request_size=req.wire_size if req is not None else None,
         response_size=resp.wire_size if resp is not None else None,
-        status=_BASE_STATUS[ex.kind],
+        status=base_status(ex),
         decode_error=_join(ex.note if ex.kind == MALFORMED else None, _incomplete(ex)),
     )
 
