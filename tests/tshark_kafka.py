@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 FIELDS = (
     "frame.number",
     "tcp.stream",
@@ -102,3 +104,29 @@ def read(tshark: str, path: Path, broker_ports: Iterable[int]) -> Messages:
             for cid, key, ver in zip(corr_ids, _ints(keys), _ints(versions), strict=False):
                 requests.setdefault((int(stream), cid), Request(int(frame), key, ver))
     return Messages(requests, responses)
+
+
+# Statuses of rows that got their response.
+ANSWERED = ("ok", "error", "unknown")
+
+
+def agrees(tshark: str, path: Path, got: pd.DataFrame) -> int:
+    """tshark's reading of the same damaged copy, the second oracle: every pair tshark
+    finds there is a pair here, of the same API and version, and nothing tshark saw
+    answered is shown without its answer. (After a hole tshark frames nothing more of
+    that stream; returns how many answered rows here tshark did not pair.)"""
+    seen = read(tshark, path, got["broker_port"].dropna().astype(int))
+    rows = {
+        (int(r.stream), int(r.correlation_id)): r
+        for r in got.itertuples()
+        if r.correlation_id is not pd.NA
+    }
+    for key, req in seen.requests.items():
+        if not seen.answered(key):
+            continue
+        assert key in rows, f"{key}: tshark pairs it, the dissector has no row"
+        r = rows[key]
+        assert r.status in ANSWERED, f"{key}: tshark pairs it, shown {r.status}"
+        assert (r.api_key, r.api_version) == (req.api_key, req.api_version), key
+    answered = [k for k, r in rows.items() if r.status in ANSWERED]
+    return sum(not seen.answered(k) for k in answered)

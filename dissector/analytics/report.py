@@ -395,6 +395,7 @@ def _overview(df: pd.DataFrame) -> Section:
     polls = stats.long_poll_summary(df)
     errors = int(df["status"].isin(stats.ERROR_STATUSES).sum())
     missing = int(df["status"].isin(stats.UNANSWERED_STATUSES).sum())
+    lost = int(df["status"].isin(schema.LOST_STATUSES).sum())
     rate = errors / len(df) if len(df) else math.nan
     poll_label = "empty long polls"
     if polls["polls"]:
@@ -409,6 +410,7 @@ def _overview(df: pd.DataFrame) -> Section:
             Card("span", fmt_duration(stats.span_seconds(df))),
             Card("errors", f"{errors:,} ({fmt_pct(rate)})", "bad" if errors else ""),
             Card("unanswered", fmt_int(missing), "warn" if missing else ""),
+            *([Card("responses lost (capture holes)", fmt_int(lost), "warn")] if lost else []),
             Card("p50 service latency", f"{fmt_ms(lat['p50_ms'])} ms"),
             Card("p99 service latency", f"{fmt_ms(lat['p99_ms'])} ms"),
             Card(poll_label, fmt_int(polls["polls"])),

@@ -140,6 +140,8 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
             if side is not None:
                 names.annotate(side.body)
         summary = dataclasses.asdict(s)
+        if any(f is not None and f.holed for f in (ex.request, ex.response)):
+            summary.update(cut_facts(decoder, ex, names))
     request, response = ex.request, ex.response
     # The pair's times as in the pairs table: the packets completing each side (none
     # for a side whose last byte was not captured).
@@ -208,6 +210,28 @@ def row_decode_error(ex: Exchange, summary: dict[str, Any] | None) -> str | None
     return "; ".join(present) if present else None
 
 
+def cut_facts(decoder: Any, ex: Exchange, names: Any) -> dict[str, Any]:
+    """What the captured bytes of a response not captured whole tell (native core:
+    summary.rs ``summarize_cut``): a non-zero error code read before the cut (its error
+    count is then unknown), its throttle. The decoder reads a prefix as far as it goes;
+    nothing past the cut is guessed."""
+    assert ex.api_key is not None and ex.api_version is not None
+    req, resp = ex.request, ex.response
+    request = decoder.decode_request(req.payload) if req is not None and req.holed else None
+    response = (
+        decoder.decode_response(resp.payload, ex.api_key, ex.api_version)
+        if resp is not None and resp.holed
+        else None
+    )
+    s = decoder.summarize(ex.api_key, ex.api_version, request, response, names)
+    facts: dict[str, Any] = {}
+    if response is not None:
+        code = s.error_code or None
+        facts.update(error_code=code, error_name=s.error_name if code else None)
+        facts.update(error_count=None, throttle_ms=s.throttle_ms)
+    return facts
+
+
 def _ms(ns: int) -> float:
     return ns / 1_000_000
 
@@ -220,6 +244,8 @@ def _status(ex: Exchange, summary: dict[str, Any] | None, dx: DecodedExchange) -
         return Status.MALFORMED.value
     if status == Status.OK.value and summary.get("error_code"):
         return Status.ERROR.value
+    if status == Status.OK.value and ex.response is not None and ex.response.holed:
+        return Status.UNKNOWN.value  # no error code in what was captured; the rest may hold one
     return status
 
 

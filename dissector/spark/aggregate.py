@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 PERCENTILES: tuple[float, ...] = (0.5, 0.9, 0.99)
-ANSWERED: tuple[str, ...] = (Status.OK.value, Status.ERROR.value)
+ANSWERED: tuple[str, ...] = (Status.OK.value, Status.ERROR.value, Status.UNKNOWN.value)
 API_KEYS: tuple[str, ...] = ("api_key", "api_name", "api_version")
 BROKER_KEYS: tuple[str, ...] = ("broker_ip", "broker_port")
 CLIENT_KEYS: tuple[str, ...] = ("client_id",)

@@ -14,7 +14,7 @@ use crate::queueing::{Queued, Queueing, Timing};
 use crate::records::Budget;
 use crate::rows::{RowBuilder, SummaryColumns};
 use crate::session::Session;
-use crate::summary::{summarize, TopicNames};
+use crate::summary::{summarize, summarize_cut, CutFacts, TopicNames};
 use crate::tables::{Observed, PairFacts, TableSink};
 use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame};
 
@@ -299,10 +299,48 @@ impl<F: Fallback> Summaries<F> {
                 assumed_version: s.assumed_version,
             }
         };
+        let mut columns = columns;
+        // A side not captured whole: what its captured bytes tell (rows.rs words the status).
+        let cut = |f: &&KafkaFrame| f.holed();
+        let cut_request = ex
+            .request
+            .as_ref()
+            .filter(cut)
+            .map(|f| f.payload.as_slice());
+        let cut_response = ex
+            .response
+            .as_ref()
+            .filter(cut)
+            .map(|f| f.payload.as_slice());
+        if cut_request.is_some() || cut_response.is_some() {
+            let facts = summarize_cut(
+                &self.model,
+                Arc::make_mut(&mut self.topics),
+                key,
+                version,
+                cut_request,
+                cut_response,
+                &mut self.counters,
+            );
+            add_cut_facts(&mut columns, facts, cut_response.is_some());
+        }
         if columns.assumed_version.is_some() {
             self.counters.inc("assumed_version_pairs");
         }
         Ok((Some(self.model.shared_api_name(key)), Some(columns)))
+    }
+}
+
+/// What the captured bytes of a response cut short tell, added to a pair's columns:
+/// the error code read. Its error count is unknown: its other error codes were not
+/// captured. (The topics `CutFacts` reads are not added yet: the Python twin, which
+/// `decode` uses, reads a cut item's keys differently; see summary.rs.)
+fn add_cut_facts(columns: &mut SummaryColumns, facts: CutFacts, response_cut: bool) {
+    if response_cut {
+        columns.error_code = facts.error_code;
+        columns.error_name = facts.error_name;
+        columns.error_count = None;
+        columns.throttle_ms = facts.throttle_ms;
     }
 }
 

@@ -362,10 +362,14 @@ impl RowBuilder {
                 self.assumed_version.push(None);
             }
             Some(s) => {
+                let response_cut = ex.response.as_ref().is_some_and(KafkaFrame::holed);
                 if s.decode_error.is_some() && s.fatal {
                     status = status::MALFORMED;
                 } else if status == status::OK && s.error_code.is_some_and(|c| c != 0) {
                     status = status::ERROR;
+                } else if status == status::OK && response_cut {
+                    // No error code seen in what was captured; the cut bytes may hold one.
+                    status = status::UNKNOWN;
                 }
                 self.error_code.push(s.error_code);
                 self.error_name.push(s.error_name.as_deref());

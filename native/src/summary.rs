@@ -459,6 +459,9 @@ struct Walker<'m, 'b, 'a> {
     budget: &'b mut Budget,
     counters: &'b mut Counters,
     extracts: &'b mut [Option<i64>],
+    /// The bytes are a prefix of the body (the rest was not captured): arrays are read
+    /// into as far as the bytes go, and an item's topic counts even when its end is cut.
+    prefix: bool,
 }
 
 impl<'m, 'a> Walker<'m, '_, 'a> {
@@ -509,6 +512,9 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
         let Some(data) = cur.sized(self.flexible, true)? else {
             return Ok(());
         };
+        if self.prefix {
+            return Ok(()); // record counts of a cut body are not reported
+        }
         let s = &mut self.scan;
         if data.is_empty() {
             // what `summarize_records` finds in no bytes (a long poll's partitions)
@@ -666,9 +672,14 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
         if count < 0 {
             return Ok(()); // null: Python's value is None, which no rule reads
         }
-        let count = count as u64;
+        let mut count = count as u64;
         if count > cur.left() as u64 {
-            return Err(Stop("array_count"));
+            if !self.prefix {
+                return Err(Stop("array_count"));
+            }
+            // Every element takes a byte at least: one more than the bytes left meets
+            // the cut, whatever the count says.
+            count = cur.left() as u64 + 1;
         }
         if n.roles & role::PARTITIONS != 0 {
             let s = &mut self.scan;
@@ -699,12 +710,13 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
             }
             let mark = self.scan.topics.len();
             let mut item = Item::default();
-            self.members(n, cur, depth + 1, Some(&mut item))?;
-            if items {
+            let read = self.members(n, cur, depth + 1, Some(&mut item));
+            if items && (read.is_ok() || self.prefix) {
                 if let Some(c) = self.topic_of(topic_array, &item) {
                     self.scan.topics.add_at(mark, c);
                 }
             }
+            read?;
             if learn {
                 if let (Some(id), Some(name)) = (item.learn_id, item.learn_name) {
                     let id = id.text();
@@ -1049,6 +1061,7 @@ fn walk_side<'a>(
         budget,
         counters,
         extracts,
+        prefix: false,
     };
     let mut cur = Cur::new(buf, start);
     let root = model.node(layout.root);
@@ -1072,6 +1085,92 @@ fn deferred(reason: Stop, extracts: Vec<Option<i64>>) -> Summary {
         extracts,
         ..Default::default()
     }
+}
+
+/// What the captured prefix of a side cut by the snap length or a capture hole tells.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CutFacts {
+    /// A non-zero error code read in a response's captured bytes: the top-level one,
+    /// else the first nested one. None: none seen (the cut ones may hold any).
+    pub error_code: Option<i64>,
+    pub error_name: Option<Arc<str>>,
+    /// Topic names read whole in the captured bytes (ids resolved as far as known;
+    /// ids named in a cut response of a source of names are learnt).
+    pub topics: Vec<String>,
+    pub throttle_ms: Option<i64>,
+}
+
+/// Read the captured prefix of each side not captured whole (`request`/`response`:
+/// header and body up to the cut) as far as it goes, keeping only what is certain: the
+/// values read before the cut. Counts (partitions, records, errors) are not: the rest
+/// of the body holds more. Nothing here defers to Python: the cut is no decode error.
+pub fn summarize_cut(
+    model: &Model,
+    topics: &mut TopicNames,
+    api_key: i16,
+    api_version: i16,
+    request: Option<&[u8]>,
+    response: Option<&[u8]>,
+    counters: &mut Counters,
+) -> CutFacts {
+    let mut extracts = vec![None; model.extracts.len()];
+    let mut budget = Budget::for_frame(0, 0);
+    let mut scans = [Scan::default(), Scan::default()];
+    let [req_scan, resp_scan] = &mut scans;
+    let sides = [
+        (request.map(|b| (request_start(model, b), b)), req_scan),
+        (
+            response.map(|b| (response_start(model, b, api_key, api_version), b)),
+            resp_scan,
+        ),
+    ];
+    for (side, scan) in sides {
+        let Some((Ok(Start::Body { layout, at, .. }), buf)) = side else {
+            continue;
+        };
+        let mut w = Walker {
+            model,
+            flexible: layout.flexible,
+            scan,
+            budget: &mut budget,
+            counters,
+            extracts: &mut extracts,
+            prefix: true,
+        };
+        let mut cur = Cur::new(buf, at);
+        // Stops at the cut: what was read before it is in the scan.
+        let _ = w.members(model.node(layout.root), &mut cur, 0, None);
+    }
+    let [req_scan, resp_scan] = &mut scans;
+    // Topic ids named whole in the captured bytes are learnt as from a whole response.
+    if model.is_id_source(api_key) {
+        for (id, name) in resp_scan.learned.drain(..) {
+            topics.learn(id, name, counters);
+        }
+    }
+    let (req_scan, resp_scan) = (&*req_scan, &*resp_scan);
+    let mut out = CutFacts::default();
+    let code = match resp_scan.top_error {
+        Some(top) if top != 0 => Some(top),
+        _ => resp_scan.first_nonzero_error,
+    };
+    out.error_code = code.and_then(|c| i64::try_from(c).ok());
+    out.error_name = out.error_code.and_then(|c| model.error_name(c));
+    out.throttle_ms = resp_scan.throttle.and_then(|t| i64::try_from(t).ok());
+    for scan in [req_scan, resp_scan] {
+        let names = scan.topics.order.iter().map(|c| resolve(topics, c));
+        let tops = [&scan.top_topic, &scan.top_topic_name];
+        let tops = tops
+            .into_iter()
+            .flatten()
+            .map(|t| Cow::Borrowed(t.as_str()));
+        for name in names.chain(tops) {
+            if out.topics.len() < MAX_TOPICS && !out.topics.iter().any(|t| *t == name) {
+                out.topics.push(name.into_owned());
+            }
+        }
+    }
+    out
 }
 
 /// The summary columns of one pair; `request`/`response` are whole frame payloads
