@@ -1,0 +1,224 @@
+"""One pass per capture for a report: the pairs and the analytics tables
+(``analyze``), and ``report_file``, which analyses captures and writes their report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dissector.analytics import stats
+from dissector.analytics.report.derived import P2F_INPUTS
+from dissector.analytics.report.model import (
+    CAPTURES_ATTR,
+    CLIENT_SOFTWARE_ATTR,
+    GROUPS_ATTR,
+    TABLES_ATTR,
+    AnalyticsTables,
+)
+from dissector.analytics.report.page import write_report
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from dissector.options import CaptureSet, ChainRule
+    from dissector.tls import KeyLogs
+    from dissector.wire.tables import CaptureTables
+
+
+def analyze(
+    paths: Iterable[str | Path],
+    *,
+    ports: frozenset[int] | None = None,
+    failures: list[tuple[str, str]] | None = None,
+    chain: ChainRule | None = None,
+    tls: KeyLogs | None = None,
+    show: bool = False,
+    partition_columns: Iterable[str] | None = None,
+) -> pd.DataFrame:
+    """``dissector.analyze`` plus ``df.attrs["tables"]`` (``AnalyticsTables``: the
+    partitions, groups and versions tables), ``df.attrs["client_software"]``
+    (``versions.client_software``) and ``df.attrs["groups"]`` (``groups.group_notes``),
+    all from one native pass over each capture; ``show``: a progress bar per capture
+    (as ``analyze`` shows).
+
+    ``failures``, when given, receives (capture, reason) for each capture that cannot be
+    read, and the report covers the others; without it the first such capture raises.
+    ``chain``: which files of ``paths`` are read as one capture (``wire.sets``).
+    ``partition_columns``: keep only these columns of the partitions table, the others
+    dropped batch by batch as the pass makes them (``REPORT_PARTITION_COLUMNS``: what the
+    report reads); None keeps them all.
+    """
+    from dissector.analytics.groups import group_notes
+    from dissector.analytics.versions import client_software
+    from dissector.options import ChainRule, Options
+    from dissector.stages import CaptureError
+    from dissector.table.analysis import CAPTURE_SETS_ATTR, set_listing
+    from dissector.wire.sets import capture_sets
+    from dissector.wire.tables import TableCollector
+
+    options = Options(ports=ports, chain=chain or ChainRule(), tls=tls)
+    # Files of one rotated recording are one capture (``chain``, see wire.sets).
+    sets = capture_sets([str(p) for p in paths], options.chain, failures=failures)
+    readable: list[CaptureSet] = []
+    frames = []
+    collected = TableCollector()
+    kept: list[pa.Table] = []
+    for source in sets:
+        narrowed = _Narrowed(partition_columns)
+        analytics = TableCollector(writers=narrowed.writers())
+        try:
+            frames.append(_run_one(source, options, analytics, show))
+        except (CaptureError, OSError) as exc:
+            if failures is None:
+                raise
+            failures.append((source.name, str(exc)))
+            continue
+        readable.append(source)
+        collected.merge(analytics)
+        kept.extend(narrowed.batches)
+    df = _combined(frames)
+    tables = AnalyticsTables(_Narrowed(partition_columns).result(collected.result(), kept))
+    df.attrs[TABLES_ATTR] = tables
+    df.attrs[CLIENT_SOFTWARE_ATTR] = client_software(df, tables.versions, stats.MISSING_LABEL)
+    df.attrs[CAPTURES_ATTR] = [name for s in readable for name in s.file_names]
+    df.attrs[CAPTURE_SETS_ATTR] = set_listing(readable)
+    df.attrs[GROUPS_ATTR] = group_notes(tables.groups)
+    df.attrs = {name: _shared(value) for name, value in df.attrs.items()}
+    return df
+
+
+class _SharedDict(dict):
+    """An ``attrs`` value that frames derived from the report's frame share: pandas
+    deep-copies ``attrs`` into every derived frame (thousands while a report is made: a
+    tenth of its statistics' time on a long capture), and the report's are never changed
+    in place."""
+
+    def __deepcopy__(self, memo: dict[int, object]) -> _SharedDict:
+        return self
+
+
+class _SharedList(list):
+    """A list in ``attrs`` shared by derived frames, as ``_SharedDict``."""
+
+    def __deepcopy__(self, memo: dict[int, object]) -> _SharedList:
+        return self
+
+
+def _shared(value: object) -> object:
+    if isinstance(value, dict):
+        return _SharedDict(value)
+    if isinstance(value, list):
+        return _SharedList(value)
+    return value
+
+
+def report_partition_columns() -> tuple[str, ...]:
+    """The partitions table's columns the report reads (lag, throughput,
+    produce_to_fetch): ``analyze(partition_columns=...)`` for a report keeps only these."""
+    from dissector.analytics import lag
+    from dissector.analytics.partitions import THROUGHPUT_INPUTS
+
+    return tuple(dict.fromkeys((*lag.INPUTS, *lag.FETCH_INPUTS, *THROUGHPUT_INPUTS, *P2F_INPUTS)))
+
+
+@dataclass
+class _Narrowed:
+    """The partitions batches of a pass with only ``columns`` (all when None): a
+    ``TableCollector`` writer keeps each batch's wanted columns, and the core's buffers
+    of the others are freed as the pass goes."""
+
+    columns: Iterable[str] | None
+    batches: list[pa.Table] = field(default_factory=list)
+
+    def writers(self) -> dict[str, Callable[[pa.Table], None]]:
+        return {} if self.columns is None else {"partitions": self._keep}
+
+    def _keep(self, batch: pa.Table) -> None:
+        self.batches.append(_selected(batch, self.columns or ()))
+
+    def result(self, tables: CaptureTables, kept: list[pa.Table]) -> CaptureTables:
+        """``tables`` with the kept partitions batches as its partitions table."""
+        import dataclasses
+
+        import pyarrow as pa
+
+        if self.columns is None:
+            return tables
+        narrow = pa.concat_tables(kept) if kept else _selected(tables.partitions, self.columns)
+        return dataclasses.replace(tables, partitions=narrow)
+
+
+def _selected(table: pa.Table, columns: Iterable[str]) -> pa.Table:
+    wanted = set(columns)
+    return table.select([name for name in table.column_names if name in wanted])
+
+
+def _run_one(source: CaptureSet, options: Any, analytics: Any, show: bool) -> pd.DataFrame:
+    from dissector.table.analysis import run_analysis
+
+    return run_analysis([source], options, analytics=analytics, show=show)
+
+
+def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """One frame of per-capture frames, their counters summed."""
+    import pandas as pd
+
+    from dissector.table.frame import records_to_frame
+
+    if not frames:
+        return records_to_frame([])
+    if len(frames) == 1:
+        return frames[0]
+    counters: dict[str, int] = {}
+    tls: list[int] = []
+    tls_table: list[dict[str, object]] = []
+    for df in frames:
+        for name, n in (df.attrs.get("counters") or {}).items():
+            counters[name] = counters.get(name, 0) + n
+        tls.extend(df.attrs.get("tls_streams") or [])
+        tls_table.extend(df.attrs.get("tls") or [])
+    combined = pd.concat(frames, ignore_index=True)
+    from dissector.table.analysis import CAPTURE_SETS_ATTR
+
+    sets = [entry for df in frames for entry in df.attrs.get(CAPTURE_SETS_ATTR) or []]
+    combined.attrs = {
+        "counters": dict(sorted(counters.items())),
+        "tls_streams": tls,
+        "tls": tls_table,
+        CAPTURE_SETS_ATTR: sets,
+    }
+    return combined
+
+
+def report_file(
+    paths: Iterable[str | Path],
+    output: str | Path,
+    *,
+    ports: frozenset[int] | None = None,
+    title: str | None = None,
+    failures: list[tuple[str, str]] | None = None,
+    chain: ChainRule | None = None,
+    tls: KeyLogs | None = None,
+    show: bool = False,
+) -> Path:
+    """Analyse ``paths`` and write their report to ``output`` (``failures``, ``chain``,
+    ``show``: see ``analyze``)."""
+    sources = [str(p) for p in paths]
+    df = analyze(
+        sources,
+        ports=ports,
+        failures=failures,
+        chain=chain,
+        tls=tls,
+        show=show,
+        partition_columns=report_partition_columns(),
+    )
+    command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
+    if ports:
+        command += " --ports " + ",".join(str(p) for p in sorted(ports))
+    if tls:
+        command += "".join(f" --tls-keylog {p}" for p in tls.paths)
+    return write_report(df, output, title=title, command=command, ports=ports)
