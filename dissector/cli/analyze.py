@@ -25,6 +25,7 @@ from dissector.cli.common import (
     group_captures,
     load_decoder,
     make_parent_dirs,
+    max_frame_option,
     note_sets,
     outputs,
     parse_ports,
@@ -99,12 +100,7 @@ def one_shot(command: Callable[..., None]) -> Callable[..., None]:
     help="broker ports and ranges, e.g. 9092,9094-9096 "
     "(default: the usual Kafka ports plus a heuristic)",
 )
-@click.option(
-    "--max-frame",
-    type=click.IntRange(min=1),
-    default=None,
-    help="largest Kafka frame accepted, bytes (default 100 MiB)",
-)
+@max_frame_option
 @click.option(
     "--specs",
     multiple=True,

@@ -300,6 +300,17 @@ def parse_row_filter(text: str | None) -> Any:
         raise click.BadParameter(str(exc), param_hint="--filter") from None
 
 
+def max_frame_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--max-frame N``: the largest Kafka frame the pass accepts (``Options.max_frame``;
+    None when not given: the default)."""
+    return click.option(
+        "--max-frame",
+        type=click.IntRange(min=1),
+        default=None,
+        help="largest Kafka frame accepted, bytes (default 100 MiB)",
+    )(command)
+
+
 def chain_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """``--chain``, ``--no-chain`` and ``--chain-gap``: how several files group into
     continuous captures (``dissector.wire.sets``); read by ``chain_rule``."""

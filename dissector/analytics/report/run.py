@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dissector.analytics import stats
 from dissector.analytics.report.derived import P2F_INPUTS
@@ -23,13 +24,14 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector.options import CaptureSet, ChainRule
+    from dissector.options import CaptureSet, ChainRule, Options
     from dissector.tls import KeyLogs
-    from dissector.wire.tables import CaptureTables
+    from dissector.wire.tables import CaptureTables, TableCollector
 
 
 def analyze(
     paths: Iterable[str | Path],
+    options: Options | None = None,
     *,
     ports: frozenset[int] | None = None,
     failures: list[tuple[str, str]] | None = None,
@@ -44,6 +46,8 @@ def analyze(
     all from one native pass over each capture; ``show``: a progress bar per capture
     (as ``analyze`` shows).
 
+    ``options``: the pass's ``Options`` whole (``max_frame``, ...), with ``ports``,
+    ``tls`` and ``chain`` laid over it when given (``options.keyword_options``).
     ``failures``, when given, receives (capture, reason) for each capture that cannot be
     read, and the report covers the others; without it the first such capture raises.
     ``chain``: which files of ``paths`` are read as one capture (``wire.sets``).
@@ -53,13 +57,12 @@ def analyze(
     """
     from dissector.analytics.groups import group_notes
     from dissector.analytics.versions import client_software
-    from dissector.options import ChainRule, Options
     from dissector.stages import CaptureError
     from dissector.table.analysis import CAPTURE_SETS_ATTR, set_listing
     from dissector.wire.sets import capture_sets
     from dissector.wire.tables import TableCollector
 
-    options = Options(ports=ports, chain=chain or ChainRule(), tls=tls)
+    options = _laid_over(options, ports, tls, chain)
     # Files of one rotated recording are one capture (``chain``, see wire.sets).
     sets = capture_sets([str(p) for p in paths], options.chain, failures=failures)
     readable: list[CaptureSet] = []
@@ -156,7 +159,9 @@ def _selected(table: pa.Table, columns: Iterable[str]) -> pa.Table:
     return table.select([name for name in table.column_names if name in wanted])
 
 
-def _run_one(source: CaptureSet, options: Any, analytics: Any, show: bool) -> pd.DataFrame:
+def _run_one(
+    source: CaptureSet, options: Options, analytics: TableCollector, show: bool
+) -> pd.DataFrame:
     from dissector.table.analysis import run_analysis
 
     return run_analysis([source], options, analytics=analytics, show=show)
@@ -166,18 +171,16 @@ def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """One frame of per-capture frames, their counters summed."""
     import pandas as pd
 
+    from dissector.accounting import sum_counts
     from dissector.table.frame import records_to_frame
 
     if not frames:
         return records_to_frame([])
     if len(frames) == 1:
         return frames[0]
-    counters: dict[str, int] = {}
     tls: list[int] = []
     tls_table: list[dict[str, object]] = []
     for df in frames:
-        for name, n in (df.attrs.get("counters") or {}).items():
-            counters[name] = counters.get(name, 0) + n
         tls.extend(df.attrs.get("tls_streams") or [])
         tls_table.extend(df.attrs.get("tls") or [])
     combined = pd.concat(frames, ignore_index=True)
@@ -185,7 +188,7 @@ def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
     sets = [entry for df in frames for entry in df.attrs.get(CAPTURE_SETS_ATTR) or []]
     combined.attrs = {
-        "counters": dict(sorted(counters.items())),
+        "counters": sum_counts(df.attrs.get("counters") or {} for df in frames),
         "tls_streams": tls,
         "tls": tls_table,
         CAPTURE_SETS_ATTR: sets,
@@ -196,6 +199,7 @@ def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def report_file(
     paths: Iterable[str | Path],
     output: str | Path,
+    options: Options | None = None,
     *,
     ports: frozenset[int] | None = None,
     title: str | None = None,
@@ -204,21 +208,33 @@ def report_file(
     tls: KeyLogs | None = None,
     show: bool = False,
 ) -> Path:
-    """Analyse ``paths`` and write their report to ``output`` (``failures``, ``chain``,
-    ``show``: see ``analyze``)."""
+    """Analyse ``paths`` and write their report to ``output`` (``options``,
+    ``failures``, ``chain``, ``show``: see ``analyze``)."""
+    from dissector.options import DEFAULT_MAX_FRAME
+
     sources = [str(p) for p in paths]
+    opts = _laid_over(options, ports, tls, chain)
     df = analyze(
-        sources,
-        ports=ports,
-        failures=failures,
-        chain=chain,
-        tls=tls,
-        show=show,
-        partition_columns=report_partition_columns(),
+        sources, opts, failures=failures, show=show, partition_columns=report_partition_columns()
     )
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
-    if ports:
-        command += " --ports " + ",".join(str(p) for p in sorted(ports))
-    if tls:
-        command += "".join(f" --tls-keylog {p}" for p in tls.paths)
-    return write_report(df, output, title=title, command=command, ports=ports)
+    if opts.ports:
+        command += " --ports " + ",".join(str(p) for p in sorted(opts.ports))
+    if opts.max_frame != DEFAULT_MAX_FRAME:
+        command += f" --max-frame {opts.max_frame}"
+    if opts.tls:
+        command += "".join(f" --tls-keylog {p}" for p in opts.tls.paths)
+    return write_report(df, output, title=title, command=command, ports=opts.ports)
+
+
+def _laid_over(
+    options: Options | None,
+    ports: frozenset[int] | None,
+    tls: KeyLogs | None,
+    chain: ChainRule | None,
+) -> Options:
+    """``options`` whole (``Options()`` when None) with the keywords given laid over it."""
+    from dissector.options import keyword_options
+
+    laid = keyword_options(options, ports=ports, tls=tls)
+    return laid if chain is None else dataclasses.replace(laid, chain=chain)
