@@ -181,8 +181,17 @@ def span_seconds(df: pd.DataFrame) -> float:
 
 
 def as_float(series: pd.Series) -> pd.Series:
-    """Nullable numbers -> float64 with NaN, what numpy-style quantiles expect."""
-    return series.astype("Float64").astype("float64")
+    """Nullable numbers -> float64 with NaN, what numpy-style quantiles expect (a new
+    array: callers may change it)."""
+    import numpy as np
+    import pandas as pd
+
+    try:
+        # one conversion (an Arrow or masked column's values, nulls as NaN), not two
+        values = series.to_numpy(dtype="float64", na_value=np.nan, copy=True)
+    except (TypeError, ValueError):  # e.g. numbers written as text: pandas parses them
+        return series.astype("Float64").astype("float64")
+    return pd.Series(values, index=series.index, name=series.name)
 
 
 def _label(series: pd.Series, missing: str = MISSING_LABEL) -> pd.Series:
@@ -196,14 +205,32 @@ def _orphan_or(df: pd.DataFrame, missing: str) -> pd.Series:
 
 def api_labels(df: pd.DataFrame) -> pd.Series:
     """api_name, or what a missing one means (``ORPHAN_LABEL``, ``UNKNOWN_API_LABEL``)."""
-    names = df["api_name"].astype("object")
-    return names.where(names.notna(), _orphan_or(df, UNKNOWN_API_LABEL)).astype(str)
+    return _named_or(df, "api_name", UNKNOWN_API_LABEL)
 
 
 def client_labels(df: pd.DataFrame) -> pd.Series:
     """client_id, or what a missing one means (``ORPHAN_LABEL``, ``MISSING_LABEL``)."""
-    ids = df["client_id"].astype("object")
-    return ids.where(ids.notna(), _orphan_or(df, MISSING_LABEL)).astype(str)
+    return _named_or(df, "client_id", MISSING_LABEL)
+
+
+def _named_or(df: pd.DataFrame, column: str, missing: str) -> pd.Series:
+    """``column`` as text (object dtype), a missing value named by ``_orphan_or``."""
+    import numpy as np
+    import pandas as pd
+
+    values = df[column]
+    if not isinstance(values.dtype, pd.CategoricalDtype):
+        named = values.astype("object")
+        return named.where(named.notna(), _orphan_or(df, missing)).astype(str)
+    # The core's categories: each name made text once, not once per row (a long
+    # capture has a million rows and a few dozen names)
+    codes = values.cat.codes.to_numpy()
+    names = np.array([str(c) for c in values.cat.categories] + [""], dtype=object)
+    out = names[codes]  # code -1 (missing) takes the "" appended last
+    absent = codes < 0
+    if absent.any():
+        out[absent] = _orphan_or(df[absent], missing).to_numpy(dtype=object)
+    return pd.Series(out, index=df.index, name=column)
 
 
 def _labels_of(df: pd.DataFrame, column: str) -> pd.Series:
@@ -921,8 +948,11 @@ def service_latency(df: pd.DataFrame) -> pd.DataFrame:
 
     if not _has_columns(df, ("fetch_wait", "service_ms")):
         return service_latency_by_rule(df)
+    # The core filled both columns (fetch_wait null on every row of a capture without
+    # a long poll: not a frame without the column, so not ``fetch_wait``'s fallback)
     return pd.DataFrame(
-        {"fetch_wait": fetch_wait(df), "service_ms": as_float(df["service_ms"])}, index=df.index
+        {"fetch_wait": df["fetch_wait"].astype("string"), "service_ms": as_float(df["service_ms"])},
+        index=df.index,
     )
 
 

@@ -70,7 +70,7 @@ def render(
     return _template().render(
         title=title or f"Kafka traffic report: {names}",
         subtitle=subtitle,
-        sections=sections(df, command, ports=ports),
+        sections=sections(df, command, ports=ports, facts=facts),
         collapse_rows=COLLAPSE_ROWS,
         version=__version__,
         command=command,

@@ -120,8 +120,7 @@ def _tls_text(streams: Sequence[int]) -> str:
     return f"{count} connection{plural} (tcp.stream {', '.join(map(str, streams))})"
 
 
-def _capture(df: pd.DataFrame) -> Section:
-    facts = stats.capture_facts(df)
+def _capture(df: pd.DataFrame, facts: stats.CaptureFacts) -> Section:
     counters = df.attrs.get("counters") or {}
     tls = df.attrs.get("tls_streams") or []
     rows: list[tuple[str, str | Folded]] = [
@@ -898,14 +897,20 @@ def _no_kafka_capture(df: pd.DataFrame, command: str) -> Section:
 
 
 def sections(
-    df: pd.DataFrame, command: str, *, ports: frozenset[int] | None = None
+    df: pd.DataFrame,
+    command: str,
+    *,
+    ports: frozenset[int] | None = None,
+    facts: stats.CaptureFacts | None = None,
 ) -> list[Section]:
+    """The page's sections (``facts``: ``stats.capture_facts(df)`` when the caller has
+    them already: they take a pass over every row)."""
     if df.empty:
         return [_no_kafka_overview(df, ports), _no_kafka_capture(df, command)]
     out = [
         _overview(df),
         _trouble(df),
-        _capture(df),
+        _capture(df, facts or stats.capture_facts(df)),
         _latency(df),
         _queueing(df),
         _traffic(df),
