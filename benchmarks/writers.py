@@ -1,15 +1,13 @@
-"""The pairs writers and the report on a million-pair capture: time and peak memory per
-output format.
+"""The pairs writers on a million-pair capture: time and peak memory per output format.
 
-    python benchmarks/writers.py [--pairs 1500000] [--runs 2] [--formats parquet,jsonl,json,csv,html]
+    python benchmarks/writers.py [--pairs 1500000] [--runs 2] [--formats parquet,jsonl,json,csv]
 
 The capture is made here: one TCP connection carrying ``--pairs`` ApiVersions v0
 requests and responses, pipelined 50 to a 1,400-byte segment (28 bytes of Kafka a pair:
 1.5M pairs take 42 MB, issue #21's size). Each format is written by a fresh process
 (``kafka-dissector analyze FILE -o out.EXT --quiet`` run in-process by a small probe, so
-its peak is its own ``VmHWM``, Linux; ``html`` is ``kafka-dissector report FILE -o
-out.html``, issue #21's report on a million pairs), formats alternating, ``--runs``
-rounds; min and median wall time, the peak, and the output's size are printed.
+its peak is its own ``VmHWM``, Linux), formats alternating, ``--runs`` rounds; min and
+median wall time, the peak, and the output's size are printed.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ _PROBE = """
 import sys
 from dissector.cli.app import main
 try:
-    main(sys.argv[1:], standalone_mode=False)
+    main(["analyze", sys.argv[1], "-o", sys.argv[2], "--quiet"], standalone_mode=False)
 finally:
     with open("/proc/self/status") as status:
         kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
@@ -79,12 +77,8 @@ def make_capture(path: Path, pairs: int) -> int:
 def write_once(capture: Path, out: Path) -> tuple[float, int]:
     """Wall seconds and the writer process's peak RSS (bytes)."""
     start = time.perf_counter()
-    if out.suffix == ".html":
-        command = ["report", str(capture), "-o", str(out)]
-    else:
-        command = ["analyze", str(capture), "-o", str(out), "--quiet"]
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE, *command],
+        [sys.executable, "-c", _PROBE, str(capture), str(out)],
         capture_output=True, text=True, check=True, timeout=1800,
     )  # fmt: skip
     return time.perf_counter() - start, int(done.stdout.split()[-1])
@@ -94,7 +88,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--pairs", type=int, default=1_500_000)
     ap.add_argument("--runs", type=int, default=2)
-    ap.add_argument("--formats", default="parquet,jsonl,json,csv,html")
+    ap.add_argument("--formats", default="parquet,jsonl,json,csv")
     args = ap.parse_args()
     formats = args.formats.split(",")
     with tempfile.TemporaryDirectory() as tmp:

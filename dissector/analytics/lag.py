@@ -754,9 +754,10 @@ def lag_at_end(
     def until_end(events: pd.DataFrame) -> pd.DataFrame:
         return events[events["time"].dt.tz_convert(None).to_numpy() <= _limits(events, chosen)]
 
-    commits, ends = until_end(commit_events(parts)), until_end(log_end_events(parts))
-    if commits.empty:
+    commits = until_end(commit_events(parts))
+    if commits.empty:  # no lag to tell: the log ends (most rows, often) are not read
         return _typed(commits.iloc[:0], LAG_COLUMNS)
+    ends = until_end(log_end_events(parts))
     last = commits.drop_duplicates(GROUP_KEYS, keep="last").rename(
         columns={"time": "committed_time"}
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dissector.analytics import stats
-from dissector.analytics.report.derived import P2F_INPUTS
+from dissector.analytics.report.derived import P2F_INPUTS, release_memory
 from dissector.analytics.report.model import (
     CAPTURES_ATTR,
     CLIENT_SOFTWARE_ATTR,
@@ -84,7 +84,7 @@ def analyze(
         kept.extend(narrowed.batches)
     df = _combined(frames)
     del frames
-    _return_freed_memory()
+    release_memory()
     tables = AnalyticsTables(_Narrowed(partition_columns).result(collected.result(), kept))
     df.attrs[TABLES_ATTR] = tables
     df.attrs[CLIENT_SOFTWARE_ATTR] = client_software(df, tables.versions, stats.MISSING_LABEL)
@@ -93,24 +93,6 @@ def analyze(
     df.attrs[GROUPS_ATTR] = group_notes(tables.groups)
     df.attrs = {name: _shared(value) for name, value in df.attrs.items()}
     return df
-
-
-def _return_freed_memory() -> None:
-    """Hand what the pass freed back to the system. The core builds the pairs table on
-    threads of its own, and glibc keeps what such a thread freed in that thread's arena,
-    where the report's numpy and pandas work on the main thread cannot reuse it: on 1.5M
-    pairs the report then peaked at 950 MB, 690 MB with it trimmed (the pass's own
-    peak). Not glibc (no ``malloc_trim``): nothing to do."""
-    import ctypes
-
-    import pyarrow as pa
-
-    pa.default_memory_pool().release_unused()
-    try:
-        trim = ctypes.CDLL(None).malloc_trim  # the process's own symbols: libc's
-    except (OSError, AttributeError):
-        return
-    trim(0)
 
 
 class _SharedDict(dict):

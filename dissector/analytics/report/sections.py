@@ -24,7 +24,7 @@ from dissector.analytics.report.derived import (
     known_max_wait,
     partition_throughput,
     produce_to_fetch_summary,
-    release_arrow_memory,
+    release_memory,
     table_lag,
     throttling,
     timeline_rows,
@@ -686,7 +686,7 @@ def _partitions(df: pd.DataFrame) -> Section:
         # Each table from the partitions rows and columns it reads (a long capture's
         # table has hundreds of thousands of rows): lean frames, one at a time.
         traffic = partition_throughput(tables.arrow.partitions)
-        release_arrow_memory()
+        release_memory()
         lag = table_lag(tables, capture_ends(df))
         p2f = produce_to_fetch_summary(
             tables.partitions_of(P2F_INPUTS, rows=carrying(tables, "first_offset"))
