@@ -322,7 +322,7 @@ def release_memory() -> None:
     pa.default_memory_pool().release_unused()
     try:
         trim = ctypes.CDLL(None).malloc_trim  # the process's own symbols: libc's
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # TypeError: no CDLL(None) (Windows)
         return
     trim(0)
 
