@@ -28,7 +28,7 @@ import dissector
 from dissector.cli.app import main
 from dissector.json_values import jsonable
 from dissector.schema import COLUMNS
-from dissector.table.frame import csv_safe
+from dissector.table.text_rows import csv_safe
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = sorted((REPO / "captures").glob("*.pcapng"))

@@ -143,7 +143,7 @@ def _registry_for(spec_dirs: tuple[str, ...], backend: str) -> Registry:
 def _load_specs(spec_dirs: tuple[str, ...] = ()) -> SpecSet:
     # Imported on use: a run that loads the specs from the start-up cache never needs
     # the readers (nor their imports: zipfile, importlib.resources, about 10 ms).
-    from dissector.protocol.sources import load_specs
+    from dissector.protocol.bundled import load_specs
 
     return load_specs(spec_dirs)
 

@@ -30,6 +30,25 @@ _KINDS = {c.name: c.kind for c in COLUMNS}
 _encode_json_string: Callable[[str], str] = json.encoder.encode_basestring
 
 
+# Spreadsheets run a cell that starts with one of these as a formula (OWASP's "CSV
+# injection"); a leading apostrophe makes it text and is what they hide on display.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if c not in (0x09,)}
+
+
+def visible_text(value: str) -> str:
+    """A wire string with its control characters (ESC, NUL, ...) written as ``\\xNN``,
+    for outputs a person reads (CSV, HTML): a client id must not drive a terminal."""
+    return value.translate(_CONTROL)
+
+
+def csv_safe(value: str) -> str:
+    """A wire string made safe for a spreadsheet: control characters escaped as ``\\xNN``
+    and a leading formula character neutralised. Parquet and JSON keep the real value."""
+    text = visible_text(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
 def table_frames(table: pa.Table, rows: int = BATCH_ROWS) -> Iterator[pd.DataFrame]:
     """The contract's frame of each batch of ``rows`` rows of a pairs table."""
     from dissector.wire.core import table_to_frame
@@ -124,8 +143,6 @@ def _json_cells(series: pd.Series, kind: str | None) -> list[str]:
 
 
 def _csv_cells(series: pd.Series, kind: str | None) -> list[str]:
-    from dissector.table.frame import csv_safe
-
     if kind == "str" and hasattr(series, "cat"):
         return _category_cells(series, csv_safe, "")
     if kind == "timestamp":
