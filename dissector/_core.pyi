@@ -34,7 +34,7 @@ __version__: str
 
 _ColumnBuffer = tuple[Any, ...]
 """One column as the core hands it over: a tag ("i64", "f64", "dict", "list", ...) then
-its buffers; ``dissector.wire.core._arrow_column`` reads them."""
+its buffers; ``dissector.wire.native.ColumnBuffer`` spells them out."""
 
 class _FallbackSummary(Protocol):
     """``dissector.wire.core.FallbackSummary``: what the core reads of it."""

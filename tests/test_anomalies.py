@@ -30,7 +30,6 @@ RUST_ROOT = REPO / "native" / "src"
 # Python calls that pass a counter name through rather than naming one.
 PASS_THROUGH = {
     ("framing.py", "name"),  # FrameSplitter._count(name, n) -> counters.add(name, n)
-    ("core.py", "name"),  # the native core's counters merged into the run's Counters
 }
 
 # `counters.inc(...)`/`counters.add(...)` in Rust, first argument up to `,` or `)`.

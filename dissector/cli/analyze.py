@@ -39,8 +39,10 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector.options import CaptureSet, Options
+    from dissector.options import Options
     from dissector.stages import Decoder
+    from dissector.table.row_filter import Filter
+    from dissector.wire.core import Run
     from dissector.wire.tables import TableCollector
 
 
@@ -258,10 +260,7 @@ class Analysed:
     goes from Arrow straight to disk."""
 
     table: pa.Table
-    counters: dict[str, int]
-    tls_streams: list[int]
-    sets: list[CaptureSet]  # the captures read, each from one or more files
-    tls: list[dict[str, object]]
+    run: Run  # what the runs saw besides the rows, put together (``merged_run``)
     _frame: pd.DataFrame | None = None
 
     filter_text: str | None = None
@@ -274,24 +273,19 @@ class Analysed:
 
     def frame(self) -> pd.DataFrame:
         if self._frame is None:
-            from dissector.table.analysis import CAPTURE_SETS_ATTR, set_listing
+            from dissector.table.analysis import run_attrs
             from dissector.wire.core import table_to_frame
 
             self._frame = table_to_frame(self.table)
-            self._frame.attrs = {
-                "counters": self.counters,
-                "tls_streams": self.tls_streams,
-                CAPTURE_SETS_ATTR: set_listing(self.sets),
-                "tls": self.tls,
-            }
+            self._frame.attrs = run_attrs(self.run)
             if self.filter_text is not None:
                 self._frame.attrs["filter"] = (self.filter_text, self.rows_before_filter)
                 self._frame.attrs[FILTER_ABSENT_ATTR] = self.filter_absent
         return self._frame
 
-    def filtered(self, wanted: Any) -> Analysed:
-        """Only the rows ``wanted`` (a ``row_filter.Filter``) matches; counters stay the
-        capture's (they account for every packet, not for the rows shown)."""
+    def filtered(self, wanted: Filter) -> Analysed:
+        """Only the rows ``wanted`` matches; counters stay the capture's (they account
+        for every packet, not for the rows shown)."""
         import pyarrow as pa
 
         mask = wanted.mask(self.frame())
@@ -299,10 +293,7 @@ class Analysed:
         absent = () if mask.any() else wanted.absent(self.frame())
         return Analysed(
             table,
-            self.counters,
-            self.tls_streams,
-            self.sets,
-            self.tls,
+            self.run,
             filter_text=wanted.text,
             rows_before_filter=self.table.num_rows,
             filter_absent=absent,
@@ -326,48 +317,28 @@ def analyze_each(
     """
     # pyarrow is imported after the first capture started: the import then overlaps
     # the native core's work (it releases the GIL), a third of a second saved.
-    from dissector.accounting import sum_counts
-    from dissector.stages import CaptureError
-    from dissector.table.analysis import run_table
+    from dissector.table.analysis import each_capture, merged_run
     from dissector.wire.core import arrow_schema
 
-    tables: list[pa.Table] = []
-    counted: list[dict[str, int]] = []
-    tls: list[int] = []
-    tls_table: list[dict[str, object]] = []
     failures: list[tuple[str, str]] = []
     sets = group_captures(paths, options.chain, failures)
     note_sets(sets)
-    done: list[CaptureSet] = []
-    for capture_set in sets:
-        rows_before = analytics.rows() if analytics is not None else 0
-        try:
-            # the analytics tables are built in the same pass
-            table, run = run_table(
-                [capture_set], options, show=show, decoder=decoder, analytics=analytics
-            )
-        except (CaptureError, OSError) as exc:
-            reason = str(exc)
-            if analytics is not None and analytics.rows() > rows_before:
-                # a file of the set vanished mid-run: what was read of it stays
-                reason += " (the analytics tables keep the rows read before this)"
-            failures.append((capture_set.name, reason))
-            continue
-        done.append(capture_set)
-        seen = run.counters.as_dict()
-        warn_damage(capture_set.name, seen)
-        absent = no_kafka(table.num_rows, seen, run.tls_streams, options.ports)
+    done = []
+    for capture in each_capture(
+        sets, options, failures=failures, show=show, decoder=decoder, analytics=analytics
+    ):
+        seen = capture.run.counters.as_dict()
+        warn_damage(capture.source.name, seen)
+        absent = no_kafka(capture.table.num_rows, seen, capture.run.tls_streams, options.ports)
         if absent is not None and len(sets) > 1:
             # The table covers them all: say which capture held none.
-            click.echo(f"note: {capture_set.name}: {absent.sentence()}", err=True)
-        counted.append(seen)
-        tls.extend(run.tls_streams)
-        tls_table.extend(run.tls)
-        tables.append(table)
+            click.echo(f"note: {capture.source.name}: {absent.sentence()}", err=True)
+        done.append(capture)
     import pyarrow as pa
 
+    tables = [c.table for c in done]
     table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
-    return Analysed(table, sum_counts(counted), tls, done, tls_table), failures
+    return Analysed(table, merged_run([c.run for c in done])), failures
 
 
 def _write(result: Analysed, output: str, quiet: bool) -> None:

@@ -47,7 +47,7 @@ def default_filter(ports: Iterable[int] | None = None) -> str:
 
 
 def _core() -> Any:
-    from dissector.wire.core import native
+    from dissector.wire.native import native
 
     return native()
 
