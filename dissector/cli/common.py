@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from dissector.options import CaptureSet, ChainRule
+    from dissector.protocol.bound_decoder import BoundDecoder
+    from dissector.table.row_filter import Filter
+    from dissector.tls import KeyLogs
 
 # Top-level module of an optional dependency -> the extra of pyproject.toml installing it.
 _EXTRAS = {
@@ -157,7 +160,9 @@ def tls_keylog_option(command: Any, *, hadoop: bool = False) -> Any:
     )(command)
 
 
-def tls_key_logs(paths: Sequence[str], *, follow: bool = False, ship: bool = False) -> Any:
+def tls_key_logs(
+    paths: Sequence[str], *, follow: bool = False, ship: bool = False
+) -> KeyLogs | None:
     """The run's key logs (``dissector.tls.key_logs``), or one clear error line.
     ``ship``: their contents instead of their paths (Spark tasks run elsewhere), a folder
     stands for the files in it, and URIs (``hdfs://``, ``file:/``: ``tls.is_uri``) are
@@ -221,7 +226,7 @@ def warn_damage(path: str, counters: dict[str, int]) -> None:
             click.echo(f"warning: {path}: {meaning} ({name}={counters[name]})", err=True)
 
 
-def load_decoder(specs: tuple[str, ...]) -> Any:
+def load_decoder(specs: tuple[str, ...]) -> BoundDecoder:
     from dissector.protocol.bound_decoder import decoder_for
 
     try:
@@ -288,7 +293,7 @@ FILTER_HELP = (
 )
 
 
-def parse_row_filter(text: str | None) -> Any:
+def parse_row_filter(text: str | None) -> Filter | None:
     """``--filter``: the parsed filter, or a usage error naming what is wrong."""
     if text is None:
         return None

@@ -7,7 +7,7 @@ import sys
 import time
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,9 @@ from dissector.cli.common import parse_ports, tls_key_logs, tls_keylog_option
 from dissector.live.loop import DEFAULT_INTERVAL, LiveCapture, LiveOptions, Tick
 from dissector.live.sinks import open_sink
 from dissector.live.source import DEFAULT_BUFFER_MIB, DEFAULT_SNAPLEN, LiveError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def _install_stop_signals(cap: LiveCapture) -> Callable[[], None]:
@@ -38,7 +41,7 @@ def _install_stop_signals(cap: LiveCapture) -> Callable[[], None]:
     return restore
 
 
-def _console(*, stderr: bool) -> Any:
+def _console(*, stderr: bool) -> Console:
     from rich.console import Console
 
     console = Console(stderr=stderr)

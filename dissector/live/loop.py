@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dissector.accounting import Counters
 from dissector.live.source import (
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from dissector._core import LiveRun, PcapStats
+    from dissector.stages import Decoder
     from dissector.tls import KeyLogs
 DEFAULT_INTERVAL = 1.0
 POLL_S = 0.1  # longest wait for rows before checking stop conditions
@@ -110,7 +111,7 @@ class LiveCapture:
     """
 
     options: LiveOptions
-    decoder: Any = None
+    decoder: Decoder | None = None
     counters: Counters = field(default_factory=Counters)
     stats_view: LiveStats = field(default_factory=LiveStats)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from dissector.schema import (
     COLUMN_NAMES,
@@ -128,7 +128,7 @@ def export(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
         raise ValueError(f"unknown output format {ext!r}: use one of {', '.join(EXPORT_FORMATS)}")
 
 
-def write_text_rows(df: pd.DataFrame, fh: Any, ext: str, *, header: bool) -> None:
+def write_text_rows(df: pd.DataFrame, fh: IO[str], ext: str, *, header: bool) -> None:
     """The rows of ``df`` as CSV (``header``: with the column line first) or JSON lines,
     appended to the open text file ``fh``: a file written in pieces (``live -o``) reads
     back as one written at once. A batch of rows at a time (``text_rows``)."""

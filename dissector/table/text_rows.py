@@ -15,7 +15,7 @@ import csv
 import json
 import math
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from dissector.schema import COLUMNS
 
@@ -69,7 +69,7 @@ def write_table_text(table: pa.Table, path: str, ext: str) -> None:
             fh.write(",".join(table.column_names) + "\n")
 
 
-def write_frame_text(df: pd.DataFrame, fh: Any, ext: str, *, header: bool) -> None:
+def write_frame_text(df: pd.DataFrame, fh: IO[str], ext: str, *, header: bool) -> None:
     """The rows of ``df`` as CSV (``header``: the column line first) or JSON lines,
     appended to the open text file ``fh`` (a file written in pieces reads back as one
     written at once)."""
@@ -83,14 +83,14 @@ def write_frame_text(df: pd.DataFrame, fh: Any, ext: str, *, header: bool) -> No
         _write_csv(df, fh, header=True)
 
 
-def _write_jsonl(df: pd.DataFrame, fh: Any) -> None:
+def _write_jsonl(df: pd.DataFrame, fh: IO[str]) -> None:
     names = list(df.columns)
     cells = [_json_cells(df[name], _KINDS.get(name)) for name in names]
     template = "{" + ", ".join(f"{_encode_json_string(str(n))}: %s" for n in names) + "}\n"
     fh.write("".join(template % row for row in zip(*cells, strict=True)))
 
 
-def _write_csv(df: pd.DataFrame, fh: Any, *, header: bool) -> None:
+def _write_csv(df: pd.DataFrame, fh: IO[str], *, header: bool) -> None:
     # pandas' to_csv writes through the csv module with these settings
     writer = csv.writer(fh, lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
     names = list(df.columns)

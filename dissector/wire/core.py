@@ -35,11 +35,14 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector._core import Analyzer, KeyLog, LiveRun, Model
+    from dissector._core import Analyzer, KeyLog, LiveRun, Model, PcapHandle
     from dissector._core import Exchange as CoreExchange
     from dissector._core import Frame as CoreFrame
-    from dissector.stages import Decoder, Exchange, Frame
+    from dissector.protocol.messages import Decoded
+    from dissector.protocol.summary import TopicNames
+    from dissector.stages import Decoder, Exchange, Frame, PairRecord
     from dissector.tls import KeyLogs
+    from dissector.wire.native import ColumnBuffer
     from dissector.wire.tables import CaptureTables, TableCollector
 
 BATCH_ROWS = 65_536
@@ -117,7 +120,7 @@ class _Fallback:
         self.decoder = decoder
         self.extracts = extracts
         self.capture: str | None = None
-        self.topics: Any = None
+        self.topics: TopicNames | None = None
 
     def __call__(
         self, api_key: int, api_version: int, req: bytes | None, resp: bytes | None, capture: str
@@ -149,7 +152,7 @@ class _Fallback:
         )
 
 
-def _int_field(decoded: Any, name: str) -> int | None:
+def _int_field(decoded: Decoded | None, name: str) -> int | None:
     body = getattr(decoded, "body", None) if decoded is not None else None
     value = body.get(name) if isinstance(body, dict) else None
     return value if type(value) is int else None
@@ -287,7 +290,7 @@ def arrow_schema() -> pa.Schema:
     return pa.schema([pa.field(c.name, field_type(c.kind)) for c in COLUMNS])
 
 
-def columns_to_table(cols: dict[str, Any], schema: pa.Schema) -> pa.Table:
+def columns_to_table(cols: dict[str, ColumnBuffer], schema: pa.Schema) -> pa.Table:
     """The core's column buffers as a table of ``schema``."""
     import pyarrow as pa
 
@@ -316,7 +319,7 @@ class Batch:
     """What the core produced in one step: column buffers, the exchanges kept for an
     observer, and how far into the capture it has read."""
 
-    columns: dict[str, Any]
+    columns: dict[str, ColumnBuffer]
     exchanges: list[CoreExchange]
     bytes_read: int
     tables: dict[str, Any]
@@ -695,15 +698,15 @@ def iter_pairs(
     decoder: Decoder | None = None,
     counters: Counters | None = None,
     batch_rows: int = 4096,
-) -> Iterator[Any]:
-    """``rows.PairRecord`` per pair, streaming: memory follows ``batch_rows``."""
+) -> Iterator[PairRecord]:
+    """``stages.PairRecord`` per pair, streaming: memory follows ``batch_rows``."""
     for table in iter_tables(
         paths, options, decoder=decoder, counters=counters, batch_rows=batch_rows
     ):
         yield from _records(table)
 
 
-def _records(table: pa.Table) -> list[Any]:
+def _records(table: pa.Table) -> list[PairRecord]:
     import pyarrow as pa
 
     from dissector.stages import PairRecord
@@ -735,12 +738,12 @@ class LiveSession:
         self._analyzer.open_live(label)
         self._schema = arrow_schema()
 
-    def start(self, handle: Any, write_pcap: str | None, snaplen: int) -> LiveRun:
+    def start(self, handle: PcapHandle, write_pcap: str | None, snaplen: int) -> LiveRun:
         """Start capturing on ``handle`` (a ``_core.PcapHandle``, taken over); an
         unwritable ``write_pcap`` raises OSError."""
         return native().LiveRun(self._analyzer, handle, write_pcap, snaplen)
 
-    def table(self, columns: dict[str, Any]) -> pa.Table:
+    def table(self, columns: dict[str, ColumnBuffer]) -> pa.Table:
         """Column buffers taken from the run as a table of ``arrow_schema()``."""
         return columns_to_table(columns, self._schema)
 
@@ -750,7 +753,7 @@ class LiveSession:
         return {name(key): n for key, n in run.open_requests().items()}
 
 
-def table_records(table: pa.Table) -> list[Any]:
+def table_records(table: pa.Table) -> list[PairRecord]:
     """``stages.PairRecord`` per row of a pairs table: one Python object per pair, for
     callers who want rows rather than Arrow."""
     return _records(table)

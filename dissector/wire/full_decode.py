@@ -24,6 +24,8 @@ from dissector.stages import Exchange
 from dissector.wire.core import iter_exchanges
 
 if TYPE_CHECKING:
+    from dissector.protocol.summary import TopicNames
+    from dissector.stages import Decoder
     from dissector.tls import KeyLogs
 
 Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
@@ -42,10 +44,10 @@ def decoded_exchanges(
     expand: Expand = _never,
     counts: Counter[str] | None = None,
     counters: Counters | None = None,
-    decoder: Any = None,
+    decoder: Decoder | None = None,
     tls: KeyLogs | None = None,
     options: Options | None = None,
-) -> Iterator[tuple[DecodedExchange, Any]]:
+) -> Iterator[tuple[DecodedExchange, TopicNames]]:
     """(decoded exchange, the capture's TopicNames) for each wanted exchange of the
     captures (see ``protocol.pairs.decode_exchanges``); ``counters``: the run's counters;
     ``options``: the run's options (``ports``/``tls`` laid over them)."""
