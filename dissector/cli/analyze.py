@@ -371,7 +371,7 @@ def analyze_each(
 
 
 def _write(result: Analysed, output: str, quiet: bool) -> None:
-    from dissector.table.frame import export, write_pairs_parquet
+    from dissector.table.frame import write_pairs_parquet
     from dissector.table.text_rows import write_table_text
 
     make_parent_dirs(output)
@@ -381,9 +381,7 @@ def _write(result: Analysed, output: str, quiet: bool) -> None:
         ext = os.path.splitext(output)[1].lower()
         if ext == ".parquet":
             write_pairs_parquet(result.table, output)
-        elif result.has_frame():
-            export(result.frame(), output)
-        else:  # batch by batch from Arrow: no frame of the whole table for this
+        else:  # batch by batch from Arrow, whether the summary built the frame or not
             write_table_text(result.table, output, ext)
     except OSError as exc:
         raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc
