@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import io
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +30,7 @@ import dissector
 from dissector.cli.app import main
 from dissector.json_values import jsonable
 from dissector.schema import COLUMNS
-from dissector.table.frame import csv_safe
+from dissector.table.frame import csv_safe, export
 
 REPO = Path(__file__).resolve().parents[1]
 CAPTURES = sorted((REPO / "captures").glob("*.pcapng"))
@@ -45,7 +47,7 @@ def _old_csv(df: pd.DataFrame, path: Path) -> None:
     for col in COLUMNS:
         if col.kind == "str_list":
             flat[col.name] = flat[col.name].map(
-                lambda v: ";".join(csv_safe(t) for t in v) if v is not None else ""
+                lambda v: "" if v is None or v is pd.NA else ";".join(csv_safe(t) for t in v)
             )
         elif col.kind == "str":
             flat[col.name] = flat[col.name].map(csv_safe, na_action="ignore")
@@ -89,6 +91,80 @@ def test_text_outputs_equal_the_per_row_writers(capture: Path, quiet: bool, tmp_
             assert got == _json_rows(tmp_path / "old.jsonl")
             # one batch a column: the text itself is the per-row writer's
             assert out.read_bytes() == (tmp_path / "old.jsonl").read_bytes()
+
+
+# Values the capture does not hold: every string hazard (CSV delimiter, quote, line ends,
+# formula starts, control characters, non-ASCII, surrogate pairs), floats whose notation
+# differs between Arrow and repr (whole numbers, the 1e-4 and 1e16 edges, extremes, NaN
+# and the infinities), times of every precision, before 1970 and missing, list cells.
+STRINGS = ["", "a,b", 'say "hi"', "line\nbreak", "cr\rx", "=1+2", "-x", "@sum", "\ttab",
+           "caf\u00e9", "\u2028sep", "esc\x1b[31m", "nul\x00", "back\\slash",
+           "emoji \U0001f600", None]  # fmt: skip
+FLOATS = [0.0, -0.0, 1.0, 0.1, 1e-4, 9.999e-5, 1e16, 9999999999999998.0, 1e22, 5e-324,
+          1.7976931348623157e308, 123456.789, math.nan, math.inf, -math.inf, None]  # fmt: skip
+TIMES = [0, 1, 1000, 10**9, 1_700_000_000_123_456_789, -1, -1_000_000_001, None,
+         1_700_000_000_000_001_000, 2**62, -(2**62), 5, 6, 7, 8, None]  # fmt: skip
+LISTS = [[], None, ["a"], ["x,y", 'q"'], ["=cmd"], ["\n"], ["caf\u00e9", ""], ["a", "b", "c"]]
+
+
+def _crafted() -> pd.DataFrame:
+    import pyarrow as pa
+
+    df = dissector.analyze(REPO / "captures" / "kafka-4-mixed.pcapng").head(len(STRINGS))
+    df = df.reset_index(drop=True)
+    df["client_id"] = pd.Categorical(STRINGS)
+    df["latency_ms"] = pd.array(FLOATS, dtype="double[pyarrow]")
+    df["request_time"] = pd.to_datetime(pd.array(TIMES, dtype="Int64"), unit="ns", utc=True)
+    lists = pa.array(LISTS * 2, pa.list_(pa.string()))
+    df["topics"] = pd.arrays.ArrowExtensionArray(lists)
+    return df
+
+
+@pytest.mark.parametrize("ext", [".jsonl", ".csv"])
+def test_crafted_values_equal_the_per_row_writers(ext: str, tmp_path: Path) -> None:
+    df = _crafted()
+    old = tmp_path / f"old{ext}"
+    (_old_jsonl if ext == ".jsonl" else _old_csv)(df, old)
+    export(df, tmp_path / f"new{ext}")
+    assert (tmp_path / f"new{ext}").read_bytes() == old.read_bytes()
+
+
+def test_floats_are_written_as_repr(tmp_path: Path) -> None:
+    # Arrow and Python agree on the digits, not the notation: random bit patterns (every
+    # exponent) and latency-like values, three batches' worth
+    import numpy as np
+
+    rng = np.random.default_rng(21)
+    bits = rng.integers(0, 2**63, 30_000, dtype=np.int64).view(np.float64)
+    latencies = rng.integers(0, 10**10, 20_000) / 1e6
+    values = np.concatenate([bits, -bits[:5000], latencies])
+    df = pd.concat([_crafted()] * (len(values) // len(STRINGS) + 1), ignore_index=True)
+    df = df.head(len(values)).copy()
+    df["latency_ms"] = pd.array(values, dtype="double[pyarrow]")
+    _old_jsonl(df, tmp_path / "old.jsonl")
+    export(df, tmp_path / "new.jsonl")
+    assert (tmp_path / "new.jsonl").read_bytes() == (tmp_path / "old.jsonl").read_bytes()
+    got = [line.split('"latency_ms": ')[1].split(",")[0] for line in _lines(tmp_path / "new.jsonl")]
+    finite = [v for v in values.tolist() if math.isfinite(v)]
+    assert [g for g in got if g not in ("null", "Infinity", "-Infinity")] == list(map(repr, finite))
+
+
+def _lines(path: Path) -> list[str]:
+    # not splitlines: JSON in UTF-8 keeps U+2028 as it is, inside a string
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def test_csv_quoting_is_the_csv_modules() -> None:
+    # every character of the basic plane inside a field: quoted exactly when csv quotes it
+    from dissector.table.text_rows import csv_field
+
+    for code in range(0x10000):
+        if 0xD800 <= code < 0xE000:
+            continue
+        field = f"a{chr(code)}b"
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerow([field, "z"])
+        assert csv_field(field) + ",z\n" == out.getvalue(), hex(code)
 
 
 PAIRS = 150_000

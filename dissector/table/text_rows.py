@@ -191,17 +191,19 @@ def _frame_column(series: pd.Series) -> pa.Array:
     import pyarrow as pa
 
     try:
-        return pa.array(series, from_pandas=True)
+        array = pa.array(series, from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         # mixed Python objects (not a column of the contract): written as their str
         return pa.array([None if v is None else str(v) for v in series.tolist()], pa.string())
+    # an Arrow-backed column of several chunks (frames concatenated) comes as it is held
+    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
 
 
 # --- lines ----------------------------------------------------------------------------
 
 
 def csv_header(names: list[str]) -> bytes:
-    return (",".join(_csv_field(str(n)) for n in names) + "\n").encode("utf-8")
+    return (",".join(csv_field(str(n)) for n in names) + "\n").encode("utf-8")
 
 
 def batch_text(batch: pa.RecordBatch, ext: str, style: TextStyle) -> pa.Buffer:
@@ -293,7 +295,7 @@ def _json_format(style: TextStyle) -> _Format:
 def _csv_format(style: TextStyle) -> _Format:
     return _Format(
         missing="",
-        string=lambda v: _csv_field(style.csv_string(v)),
+        string=lambda v: csv_field(style.csv_string(v)),
         item=style.csv_string,
         true="True",
         false="False",
@@ -474,7 +476,7 @@ def _python_cells(values: list[Any], fmt: _Format) -> pa.Array:
     from dissector.json_values import jsonable
 
     if fmt.quote:
-        texts = [fmt.missing if v is None else _csv_field(str(v)) for v in values]
+        texts = [fmt.missing if v is None else csv_field(str(v)) for v in values]
     else:
         texts = [json.dumps(jsonable(v), ensure_ascii=False) for v in values]
     return pa.array(texts, pa.large_string())
@@ -500,14 +502,14 @@ def _csv_specials() -> str:
     return found
 
 
-def _csv_field(text: str) -> str:
+def csv_field(text: str) -> str:
     if any(c in text for c in _csv_specials()):
         return '"' + text.replace('"', '""') + '"'
     return text
 
 
 def _quoted(cells: pa.Array) -> pa.Array:
-    """``_csv_field`` of each cell, vectorised."""
+    """``csv_field`` of each cell, vectorised."""
     import re
 
     import pyarrow.compute as pc
