@@ -201,3 +201,83 @@ def test_text_writers_memory_stays_near_parquets(tmp_path: Path) -> None:
     # pandas' import (Parquet is written from Arrow without it) and one batch of rows
     assert peak < parquet + 128 * 2**20, (peak >> 20, parquet >> 20)
     assert out.read_text(encoding="utf-8").count("\n") == PAIRS
+
+
+# --- the analytics tables (--partitions, --groups) ------------------------------------
+
+
+def _old_export_table(df: pd.DataFrame, path: Path) -> None:
+    """``analytics.partitions.export_table``'s text formats before the batch writers."""
+    if path.suffix == ".csv":
+        flat = df.copy()
+        for name in flat.columns:
+            if flat[name].dtype == object:
+                flat[name] = flat[name].map(
+                    lambda v: ";".join(map(str, v)) if isinstance(v, list | tuple) else v
+                )
+        flat.to_csv(path, index=False)
+        return
+    with open(path, "w", encoding="utf-8") as fh:
+        for row in df.to_dict(orient="records"):
+            fh.write(json.dumps({k: _old_json_value(v) for k, v in row.items()}) + "\n")
+
+
+def _old_json_value(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return [_old_json_value(v) for v in value]
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+        return None
+    if value is pd.NaT:
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def _table_csv_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for row in rows:  # the instant, whatever digits a chunk's times were written with
+        for name in ("request_time", "response_time"):
+            if row[name]:
+                row[name] = str(pd.Timestamp(row[name]).value)
+    return rows
+
+
+def _parquet_rows(path: Path) -> list[dict[str, Any]]:
+    """A Parquet file's rows as JSON values: an independent reading of the same table."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(path).to_pylist()
+    for row in rows:
+        for name, value in row.items():
+            if isinstance(value, float) and value != value:
+                row[name] = None
+            elif hasattr(value, "isoformat"):
+                row[name] = pd.Timestamp(value).isoformat()
+    return rows
+
+
+TABLE_CAPTURES = [REPO / "captures" / n for n in ("kafka-4-mixed.pcapng", "kafka-4-lag.pcapng")]
+
+
+@pytest.mark.parametrize("capture", TABLE_CAPTURES, ids=lambda p: p.name)
+def test_table_outputs_are_the_old_text(capture: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    frames = {"partitions": dissector.partitions(capture), "groups": dissector.groups(capture)}
+    for ext in (".jsonl", ".csv", ".parquet"):
+        args = ["analyze", str(capture), "--quiet"]
+        for name in frames:
+            args += [f"--{name}", str(tmp_path / f"{name}{ext}")]
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, result.output
+    for name, frame in frames.items():
+        assert len(frame) > 0, name
+        _old_export_table(frame, tmp_path / f"old-{name}.jsonl")
+        _old_export_table(frame, tmp_path / f"old-{name}.csv")
+        new_json = tmp_path / f"{name}.jsonl"
+        assert new_json.read_bytes() == (tmp_path / f"old-{name}.jsonl").read_bytes(), name
+        assert _table_csv_rows(tmp_path / f"{name}.csv") == _table_csv_rows(
+            tmp_path / f"old-{name}.csv"
+        ), name
+        assert _json_rows(new_json) == _parquet_rows(tmp_path / f"{name}.parquet"), name

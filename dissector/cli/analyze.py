@@ -196,59 +196,40 @@ def _cannot_write(out: str, exc: OSError) -> click.ClickException:
 
 
 class _AnalyticsOutputs:
-    """The analytics tables asked for, built in the pass over the captures: Parquet
-    files written batch by batch as the pass goes, the other formats at the end."""
+    """The analytics tables asked for, written batch by batch as the pass builds them
+    (Parquet, CSV or JSON lines): memory does not grow with the tables."""
 
     def __init__(self, wanted: dict[str, str | None]) -> None:
         from dissector.table.frame import ParquetTableWriter
-        from dissector.tables_schema import CONTRACTS
+        from dissector.table.text_rows import TextTableWriter
+        from dissector.tables_schema import CONTRACTS, names
         from dissector.wire.tables import TableCollector
 
         self.outputs = {name: out for name, out in wanted.items() if out}
-        self.parquet: dict[str, ParquetTableWriter] = {}
+        self.writers: dict[str, ParquetTableWriter | TextTableWriter] = {}
         for name, out in self.outputs.items():
             make_parent_dirs(out)
-            if out.lower().endswith(".parquet"):
-                try:
-                    self.parquet[name] = ParquetTableWriter(out, CONTRACTS[name])
-                except OSError as exc:
-                    raise click.ClickException(
-                        f"cannot write {out}: {exc.strerror or exc}"
-                    ) from exc
-                outputs().streaming.append(out)
-        self.collector: TableCollector = TableCollector(writers=dict(self.parquet))
+            try:
+                if out.lower().endswith(".parquet"):
+                    self.writers[name] = ParquetTableWriter(out, CONTRACTS[name])
+                else:
+                    self.writers[name] = TextTableWriter(out, list(names(CONTRACTS[name])))
+            except OSError as exc:
+                raise _cannot_write(out, exc) from exc
+            outputs().streaming.append(out)
+        self.collector: TableCollector = TableCollector(writers=dict(self.writers))
 
     def finish(self, quiet: bool) -> None:
-        # Only the formats written at the end need the kept tables: pyarrow's
-        # concat_tables imports pandas (about a third of a second) to join them.
-        tables = (
-            self.collector.result()
-            if any(name not in self.parquet for name in self.outputs)
-            else None
-        )
         done = outputs()
         for name, out in self.outputs.items():
-            writer = self.parquet.get(name)
-            if writer is not None:
+            writer = self.writers[name]
+            try:
                 writer.close()
-                rows = writer.rows
-            else:
-                done.writing = out
-                from dissector.analytics.partitions import export_table
-
-                assert tables is not None
-                frame = tables.frame(name)
-                try:
-                    export_table(frame, out)
-                except OSError as exc:
-                    raise click.ClickException(
-                        f"cannot write {out}: {exc.strerror or exc}"
-                    ) from exc
-                rows = len(frame)
-            done.writing = None
+            except OSError as exc:
+                raise _cannot_write(out, exc) from exc
             done.written.append(out)
             if not quiet:
-                click.echo(f"wrote {rows} rows to {out}")
+                click.echo(f"wrote {writer.rows} rows to {out}")
 
 
 @dataclass

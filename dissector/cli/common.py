@@ -243,7 +243,7 @@ class Outputs:
 
     written: list[str] = field(default_factory=list)
     writing: str | None = None  # an output file being written now
-    # files written batch by batch during a pass (analytics tables to Parquet): cut off
+    # files written batch by batch during a pass (the analytics tables): cut off
     # until the pass ends and they are closed
     streaming: list[str] = field(default_factory=list)
     lines: int = 0  # JSON lines written to stdout (decode)
