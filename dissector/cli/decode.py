@@ -183,8 +183,10 @@ def decode_row(item: dict[str, Any]) -> dict[str, Any]:
 
 def _write_lines(items: Iterable[dict[str, Any]], out: TextIO) -> None:
     done = outputs()
+    # one encoder for every line: json.dumps with options builds a new one each call
+    encode = json.JSONEncoder(default=jsonable, ensure_ascii=False).encode
     for item in items:
-        out.write(json.dumps(item, default=jsonable, ensure_ascii=False))
+        out.write(encode(item))
         out.write("\n")
         done.lines += 1
 
