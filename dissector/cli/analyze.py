@@ -25,6 +25,7 @@ from dissector.cli.common import (
     group_captures,
     load_decoder,
     make_parent_dirs,
+    max_decompressed_option,
     note_sets,
     outputs,
     parse_ports,
@@ -125,6 +126,7 @@ def one_shot(command: Callable[..., None]) -> Callable[..., None]:
 )
 @click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
 @click.option("--quiet", is_flag=True, help="no summary table (warnings and errors still show)")
+@max_decompressed_option
 @chain_options
 @tls_keylog_option
 @one_shot
@@ -138,6 +140,7 @@ def analyze(
     partitions_out: str | None = None,
     groups_out: str | None = None,
     row_filter: str | None = None,
+    max_decompressed: int | None = None,
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
@@ -165,6 +168,7 @@ def analyze(
         max_frame=max_frame if max_frame is not None else DEFAULT_MAX_FRAME,
         chain=chain_rule(chain, no_chain, chain_gap),
         tls=tls_key_logs(tls_keylog),
+        max_decompressed=max_decompressed,
     )
     decoder = load_decoder(specs) if specs else None
     tables = _AnalyticsOutputs(tables_out) if any(tables_out.values()) else None

@@ -183,11 +183,15 @@ def new_analyzer(
     (``wire.tables``); ``pairs``: build the pairs' rows (off: the tables alone);
     ``capture_budget``: bytes one capture may decompress in all (None: the core's
     default, 4 GiB)."""
-    decoder = decoder or _default_decoder()
+    from dissector.protocol.bound_decoder import with_max_decompressed
+
+    decoder = with_max_decompressed(decoder or _default_decoder(), options.max_decompressed)
     model = _model(decoder)
     _core = native()
     idle = options.idle_timeout_s
     budget = {"capture_budget": capture_budget} if capture_budget is not None else {}
+    if options.max_decompressed is not None:  # the same cap for the core and the decoder
+        budget["frame_cap"] = options.max_decompressed
     tls_keys = native_key_log(options.tls) if options.tls else None
     fallback = None
     if tables:

@@ -86,6 +86,8 @@ pub fn not_summarised() -> SummaryColumns {
 pub struct Summaries<F> {
     pub model: Arc<Model>,
     pub frame_budget: u64,
+    /// The most one frame may decompress to (`Budget::for_frame_capped`).
+    pub frame_cap: u64,
     pub capture_budget: u64,
     pub capture_budget_left: u64,
     /// Shared with what a fallback call holds (the Python binding's `KnownTopics`;
@@ -174,6 +176,7 @@ impl<F: Fallback> Summaries<F> {
     pub fn new(
         model: Arc<Model>,
         frame_budget: u64,
+        frame_cap: u64,
         capture_budget: u64,
         fallback: F,
         tables: Option<TableSink>,
@@ -181,6 +184,7 @@ impl<F: Fallback> Summaries<F> {
         Summaries {
             model,
             frame_budget,
+            frame_cap,
             capture_budget,
             capture_budget_left: capture_budget,
             topics: Arc::default(),
@@ -280,7 +284,8 @@ impl<F: Fallback> Summaries<F> {
         let frame_bytes = request
             .map_or(0, <[u8]>::len)
             .max(response.map_or(0, <[u8]>::len));
-        let mut budget = Budget::for_frame(frame_bytes as u64, self.frame_budget);
+        let mut budget =
+            Budget::for_frame_capped(frame_bytes as u64, self.frame_budget, self.frame_cap);
         budget.remaining = budget.remaining.min(self.capture_budget_left);
         let before = budget.remaining;
         let s = summarize(
