@@ -281,3 +281,25 @@ def test_table_outputs_are_the_old_text(capture: Path, tmp_path: Path) -> None:
             tmp_path / f"old-{name}.csv"
         ), name
         assert _json_rows(new_json) == _parquet_rows(tmp_path / f"{name}.parquet"), name
+
+
+def test_no_rows_leave_the_csv_column_line(tmp_path: Path) -> None:
+    # a capture without Kafka: every CSV still names its columns, JSON lines are empty
+    from dissector.tables_schema import GROUP_COLUMNS, PARTITION_COLUMNS, names
+
+    capture = REPO / "captures" / "tls-on-kafka-port.pcapng"
+    outs = {n: tmp_path / f"{n}.csv" for n in ("pairs", "partitions", "groups")}
+    args = ["analyze", str(capture), "--quiet", "-o", str(outs["pairs"])]
+    args += ["--partitions", str(outs["partitions"]), "--groups", str(tmp_path / "groups.jsonl")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert outs["pairs"].read_text() == ",".join(c.name for c in COLUMNS) + "\n"
+    assert outs["partitions"].read_text() == ",".join(names(PARTITION_COLUMNS)) + "\n"
+    assert (tmp_path / "groups.jsonl").read_bytes() == b""
+    export(dissector.analyze(capture), tmp_path / "export.csv")
+    assert (tmp_path / "export.csv").read_text() == outs["pairs"].read_text()
+    result = CliRunner().invoke(
+        main, ["analyze", str(capture), "--quiet", "--groups", str(outs["groups"])]
+    )
+    assert result.exit_code == 0, result.output
+    assert outs["groups"].read_text() == ",".join(names(GROUP_COLUMNS)) + "\n"

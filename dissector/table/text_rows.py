@@ -76,14 +76,16 @@ strings as they are."""
 def write_table_text(table: pa.Table, path: str, ext: str) -> None:
     """A pairs table (``core`` Arrow) to a CSV or JSON lines file, batch by batch."""
     with open(path, "wb") as fh:
-        write_batches(pairs_batches(table), fh, ext, PAIRS_STYLE, header=True)
+        batches = pairs_batches(table)
+        write_batches(batches, fh, ext, PAIRS_STYLE, header=True, names=table.schema.names)
 
 
 def write_frame_text(df: pd.DataFrame, fh: IO[Any], ext: str, *, header: bool) -> None:
     """The rows of a pairs frame as CSV (``header``: the column line first) or JSON lines,
     appended to the open file ``fh`` (text or binary): a file written in pieces reads
     back as one written at once."""
-    write_batches(frame_batches(df), fh, ext, PAIRS_STYLE, header=header)
+    names = [str(n) for n in df.columns]
+    write_batches(frame_batches(df), fh, ext, PAIRS_STYLE, header=header, names=names)
 
 
 def write_batches(
