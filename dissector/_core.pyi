@@ -216,6 +216,7 @@ class Analyzer:
         exchanges: bool = False,
         keep_keys: list[int] = ...,
         frame_budget: int = ...,
+        frame_cap: int = ...,
         capture_budget: int = ...,
         tls_keys: KeyLog | None = None,
         tables: bool = False,

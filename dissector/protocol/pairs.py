@@ -11,7 +11,6 @@ wanted, so ``decode --api Fetch`` resolves ids as a full run does.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -143,7 +142,7 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
         for side in (dx.request, dx.response):
             if side is not None:
                 names.annotate(side.body)
-        summary = dataclasses.asdict(s)
+        summary = s.as_dict()
     request, response = ex.request, ex.response
     # The pair's times as in the pairs table: the packets completing each side (none
     # for a side whose last byte was not captured).

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dissector.accounting import Counters
 from dissector.options import AnySource, CaptureBytes, CaptureSet, CaptureSource, source_name
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from dissector.stages import Decoder, Exchange, Frame
     from dissector.tls import KeyLogs
     from dissector.wire.tables import TableCollector
+
+ArrowColumn = TypeVar("ArrowColumn", "pa.Array", "pa.ChunkedArray")
+"""One column of a table (chunked) or of a record batch: functions give back what they took."""
 
 BATCH_ROWS = 65_536
 """Rows per Arrow batch: memory of a streaming run is bounded by this, not the capture."""
@@ -180,11 +183,15 @@ def new_analyzer(
     (``wire.tables``); ``pairs``: build the pairs' rows (off: the tables alone);
     ``capture_budget``: bytes one capture may decompress in all (None: the core's
     default, 4 GiB)."""
-    decoder = decoder or _default_decoder()
+    from dissector.protocol.bound_decoder import with_max_decompressed
+
+    decoder = with_max_decompressed(decoder or _default_decoder(), options.max_decompressed)
     model = _model(decoder)
     _core = native()
     idle = options.idle_timeout_s
     budget = {"capture_budget": capture_budget} if capture_budget is not None else {}
+    if options.max_decompressed is not None:  # the same cap for the core and the decoder
+        budget["frame_cap"] = options.max_decompressed
     tls_keys = native_key_log(options.tls) if options.tls else None
     fallback = None
     if tables:
@@ -571,18 +578,31 @@ def table_to_frame(table: pa.Table) -> pd.DataFrame:
 def _numbers(name: str, column: pa.ChunkedArray, dtype_name: str) -> Any:
     """A column cast to its frame dtype: Arrow-backed as it is, or a numpy array."""
     import pandas as pd
+
+    dtype = pd.api.types.pandas_dtype(dtype_name)
+    typed = frame_numbers(name, dtype_name, column)
+    if isinstance(dtype, pd.ArrowDtype):
+        return pd.arrays.ArrowExtensionArray(typed)
+    return typed.to_numpy()
+
+
+def frame_numbers(name: str, dtype_name: str, column: ArrowColumn) -> ArrowColumn:
+    """A number column as Arrow in the type of its frame dtype ``dtype_name``, with the
+    values the frame holds (``_saturated``): what the text writers write of the core's
+    table is what ``dissector.analyze`` shows. A numpy dtype has no nulls: a null is
+    an error, as is a value past its range (a safe cast)."""
+    import pandas as pd
     import pyarrow as pa
 
     dtype = pd.api.types.pandas_dtype(dtype_name)
     if isinstance(dtype, pd.ArrowDtype):
-        typed = column if column.type == dtype.pyarrow_dtype else _saturated(column, dtype)
-        return pd.arrays.ArrowExtensionArray(typed)
+        return column if column.type == dtype.pyarrow_dtype else _saturated(column, dtype)
     if column.null_count:
         raise ValueError(f"column {name!r} holds nulls, its dtype {dtype_name} has none")
-    return column.cast(pa.from_numpy_dtype(dtype)).to_numpy()
+    return column.cast(pa.from_numpy_dtype(dtype))
 
 
-def _saturated(column: pa.ChunkedArray, dtype: pd.ArrowDtype) -> pa.ChunkedArray:
+def _saturated(column: ArrowColumn, dtype: pd.ArrowDtype) -> ArrowColumn:
     """Cast to a narrower integer type, values past its range held at its bounds: only a
     hostile frame gets there (record counts summed from forged batch headers, already
     flagged in decode_error), and one such pair must not fail the whole table."""

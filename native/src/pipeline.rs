@@ -4,6 +4,7 @@
 //! run of one capture file through the wire stages and these. `python.rs` and
 //! `python/live.rs` only bind it to Python: their `Fallback` is the Python decoder.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
@@ -85,6 +86,8 @@ pub fn not_summarised() -> SummaryColumns {
 pub struct Summaries<F> {
     pub model: Arc<Model>,
     pub frame_budget: u64,
+    /// The most one frame may decompress to (`Budget::for_frame_capped`).
+    pub frame_cap: u64,
     pub capture_budget: u64,
     pub capture_budget_left: u64,
     /// Shared with what a fallback call holds (the Python binding's `KnownTopics`;
@@ -96,6 +99,21 @@ pub struct Summaries<F> {
     pub counters: Counters,
     /// The analytics tables, when asked for.
     pub tables: Option<TableSink>,
+    /// Exchanges the wire stages read ahead of a full step (`run_file`).
+    pub read_ahead: ReadAhead,
+}
+
+/// Exchanges read but not summarised when a step filled up: up to the channel's depth
+/// of batches were on their way, and one exchange can make thousands of table rows (a
+/// Fetch of many partitions), so summarising them all overran the step by ~9 batches
+/// (512,000 partition rows in one step of 200-partition OffsetFetch pairs, 500 MB).
+/// They are summarised first by the next step instead, raw bytes being far smaller
+/// than their rows.
+#[derive(Default)]
+pub struct ReadAhead {
+    batches: VecDeque<Vec<Exchange>>,
+    /// The file ended after these were read: the step that drains them ends it.
+    file_ended: bool,
 }
 
 /// A pair and what the summary stage made of it: the row's API name and columns (None
@@ -158,6 +176,7 @@ impl<F: Fallback> Summaries<F> {
     pub fn new(
         model: Arc<Model>,
         frame_budget: u64,
+        frame_cap: u64,
         capture_budget: u64,
         fallback: F,
         tables: Option<TableSink>,
@@ -165,6 +184,7 @@ impl<F: Fallback> Summaries<F> {
         Summaries {
             model,
             frame_budget,
+            frame_cap,
             capture_budget,
             capture_budget_left: capture_budget,
             topics: Arc::default(),
@@ -172,6 +192,7 @@ impl<F: Fallback> Summaries<F> {
             capture: String::new(),
             counters: Counters::default(),
             tables,
+            read_ahead: ReadAhead::default(),
         }
     }
 
@@ -180,6 +201,7 @@ impl<F: Fallback> Summaries<F> {
         self.capture = capture.to_owned();
         self.topics = Arc::default();
         self.capture_budget_left = self.capture_budget;
+        self.read_ahead = ReadAhead::default(); // a capture given up mid-way left them
         if let Some(tables) = self.tables.as_mut() {
             tables.start(capture);
         }
@@ -262,7 +284,8 @@ impl<F: Fallback> Summaries<F> {
         let frame_bytes = request
             .map_or(0, <[u8]>::len)
             .max(response.map_or(0, <[u8]>::len));
-        let mut budget = Budget::for_frame(frame_bytes as u64, self.frame_budget);
+        let mut budget =
+            Budget::for_frame_capped(frame_bytes as u64, self.frame_budget, self.frame_cap);
         budget.remaining = budget.remaining.min(self.capture_budget_left);
         let before = budget.remaining;
         let s = summarize(
@@ -439,6 +462,29 @@ pub fn run_file<F: Fallback>(
     last_file: bool,
     max_rows: usize,
 ) -> (Result<(), F::Error>, bool) {
+    // Exchanges read ahead by an earlier step come first, a batch at a time.
+    let mut drained = false;
+    while let Some(batch) = summaries.read_ahead.batches.pop_front() {
+        drained = true;
+        let result = summaries
+            .batch(batch, sink.exchanges_mode)
+            .map(|b| sink.consume(b));
+        if result.is_err() {
+            summaries.read_ahead = ReadAhead::default();
+            return (result, false);
+        }
+        if batch_full(sink, summaries, max_rows) {
+            break;
+        }
+    }
+    if summaries.read_ahead.batches.is_empty()
+        && std::mem::take(&mut summaries.read_ahead.file_ended)
+    {
+        return (Ok(()), true);
+    }
+    if drained && batch_full(sink, summaries, max_rows) {
+        return (Ok(()), false);
+    }
     let stop = AtomicBool::new(false);
     let mut wire_counters = Counters::default();
     let (tx, rx) = sync_channel::<Vec<Exchange>>(8);
@@ -481,18 +527,29 @@ pub fn run_file<F: Fallback>(
         // Summaries and rows on this thread: a third thread for either costs more
         // in hand-overs than it gains on two cores (measured).
         let mut result = Ok(());
+        let mut full = false;
         for batch in rx.iter() {
+            if full {
+                summaries.read_ahead.batches.push_back(batch);
+                continue;
+            }
             if result.is_ok() {
                 result = summaries
                     .batch(batch, exchanges_mode)
                     .map(|b| sink.consume(b));
             }
             if result.is_err() || batch_full(sink, summaries, max_rows) {
+                full = result.is_ok();
                 stop.store(true, Ordering::Relaxed);
             }
         }
         // A panic on the wire side ends the capture as if it were cut there.
         let ended = producer.join().unwrap_or(true);
+        if ended && !summaries.read_ahead.batches.is_empty() {
+            // the file ends once what was read ahead is summarised
+            summaries.read_ahead.file_ended = true;
+            return (result, false);
+        }
         (result, ended)
     });
     counters.merge(&wire_counters);

@@ -155,7 +155,7 @@ impl Analyzer {
     /// `tables_fallback(api_key, api_version, request, response, topic_names)` returns the
     /// `protocol.tables.PairFacts` of a pair the native reading leaves to Python;
     /// `pairs`: build the pairs' rows (off when only the tables are wanted).
-    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32, tls_keys=None, tables=false, tables_fallback=None, pairs=true))]
+    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, frame_cap=256 << 20, capture_budget=1 << 32, tls_keys=None, tables=false, tables_fallback=None, pairs=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         model: &Model,
@@ -167,6 +167,7 @@ impl Analyzer {
         exchanges: bool,
         keep_keys: Vec<i16>,
         frame_budget: u64,
+        frame_cap: u64,
         capture_budget: u64,
         tls_keys: Option<PyRef<'_, KeyLog>>,
         tables: bool,
@@ -187,7 +188,7 @@ impl Analyzer {
         rows.long_poll = LongPollRule::from_model(&m);
         let tables = match tables {
             false => None,
-            true => Some(TableSink::new(m.clone()).ok_or_else(|| {
+            true => Some(TableSink::new(m.clone(), frame_cap).ok_or_else(|| {
                 PyValueError::new_err("the spec model has no tables section (an older export)")
             })?),
         };
@@ -208,6 +209,7 @@ impl Analyzer {
             summaries: Summaries::new(
                 m,
                 frame_budget,
+                frame_cap,
                 capture_budget,
                 PyFallback {
                     summary: fallback,

@@ -124,10 +124,19 @@ impl Budget {
     /// `max_decompressed`, or FRAME_RATIO times the frame's size if that is more, up to
     /// FRAME_BUDGET_CAP: a fixed cap, not one an attacker's frame size raises.
     pub fn for_frame(frame_bytes: u64, max_decompressed: u64) -> Self {
-        let scaled = frame_bytes
-            .saturating_mul(FRAME_RATIO)
-            .min(FRAME_BUDGET_CAP);
-        Budget::per_frame(max_decompressed.max(scaled))
+        Budget::for_frame_capped(
+            frame_bytes,
+            max_decompressed,
+            max_decompressed.max(FRAME_BUDGET_CAP),
+        )
+    }
+
+    /// [`Budget::for_frame`] with the cap a run chose (`--max-decompressed`): never more
+    /// than `cap`, however large the frame or `max_decompressed` (records.py's
+    /// `Budget.for_frame` with `cap`).
+    pub fn for_frame_capped(frame_bytes: u64, max_decompressed: u64, cap: u64) -> Self {
+        let scaled = frame_bytes.saturating_mul(FRAME_RATIO);
+        Budget::per_frame(cap.min(max_decompressed.max(scaled)))
     }
 
     fn charge(&mut self, n: u64) {

@@ -301,6 +301,7 @@ type AssumedKey = (i16, i16, Direction);
 fn decode_side<'a>(
     model: &Model,
     tables: &TablesModel,
+    frame_cap: u64,
     start: R<Start<'_>>,
     buf: &'a [u8],
     expand: bool,
@@ -314,7 +315,7 @@ fn decode_side<'a>(
         model,
         tables,
         flexible: layout.flexible,
-        budget: Budget::for_frame(buf.len() as u64, DEFAULT_MAX_DECOMPRESSED),
+        budget: Budget::for_frame_capped(buf.len() as u64, DEFAULT_MAX_DECOMPRESSED, frame_cap),
         items: tables.item_budget,
         expand,
     };
@@ -341,6 +342,7 @@ fn decode_side<'a>(
 fn decode_pair<'a>(
     model: &Model,
     tables: &TablesModel,
+    frame_cap: u64,
     api_key: i16,
     api_version: i16,
     request: Option<&'a [u8]>,
@@ -349,11 +351,18 @@ fn decode_pair<'a>(
     let expand = tables.expand_responses.contains(&api_key);
     let mut sides = [(Side::Absent, None), (Side::Absent, None)];
     if let Some(buf) = request {
-        sides[0] = decode_side(model, tables, request_start(model, buf), buf, false)?;
+        sides[0] = decode_side(
+            model,
+            tables,
+            frame_cap,
+            request_start(model, buf),
+            buf,
+            false,
+        )?;
     }
     if let Some(buf) = response {
         let start = response_start(model, buf, api_key, api_version);
-        sides[1] = decode_side(model, tables, start, buf, expand)?;
+        sides[1] = decode_side(model, tables, frame_cap, start, buf, expand)?;
     }
     let newer = sides.iter().any(|(s, _)| {
         matches!(
@@ -1137,13 +1146,22 @@ fn add(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 /// borrow from); Err: leave the pair to the Python decoder.
 pub fn decode_for_tables<'a>(
     model: &Model,
+    frame_cap: u64,
     api_key: i16,
     api_version: i16,
     request: Option<&'a [u8]>,
     response: Option<&'a [u8]>,
 ) -> Result<[Side<'a>; 2], Stop> {
     let tables = model.tables.as_ref().ok_or(Stop("no tables"))?;
-    decode_pair(model, tables, api_key, api_version, request, response)
+    decode_pair(
+        model,
+        tables,
+        frame_cap,
+        api_key,
+        api_version,
+        request,
+        response,
+    )
 }
 
 /// The facts of one pair, read from its decoded sides (`decode_for_tables`); its
@@ -1366,6 +1384,8 @@ pub enum Observed {
 /// The tables of a run, built exchange by exchange in capture order.
 pub struct TableSink {
     model: Arc<Model>,
+    /// The most one frame's record batches may decompress to (`--max-decompressed`).
+    frame_cap: u64,
     capture: String,
     partitions: PartitionColumns,
     groups: GroupColumns,
@@ -1377,7 +1397,7 @@ pub struct TableSink {
 
 impl TableSink {
     /// None when the model has no tables section.
-    pub fn new(model: Arc<Model>) -> Option<Self> {
+    pub fn new(model: Arc<Model>, frame_cap: u64) -> Option<Self> {
         let columns = model.tables.as_ref()?.entry_columns.len();
         let partitions = PartitionColumns {
             entries: (0..columns).map(|_| Nullable::default()).collect(),
@@ -1385,6 +1405,7 @@ impl TableSink {
         };
         Some(TableSink {
             model,
+            frame_cap,
             capture: String::new(),
             partitions,
             groups: GroupColumns::default(),
@@ -1451,7 +1472,14 @@ impl TableSink {
             .filter(whole)
             .map(|f| f.payload.as_slice());
         let model = Arc::clone(&self.model);
-        match decode_for_tables(&model, api_key, api_version, request, response) {
+        match decode_for_tables(
+            &model,
+            self.frame_cap,
+            api_key,
+            api_version,
+            request,
+            response,
+        ) {
             Ok(sides) => {
                 let api_name = model.api_name(api_key);
                 let mut row = |f: &PartitionFacts<'_>| self.partition_row(ex, &api_name, f);

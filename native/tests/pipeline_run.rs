@@ -79,7 +79,14 @@ fn a_capture_runs_through_the_pipeline_without_python() {
     };
     let mut reader = open_path(capture).expect("capture");
     let mut session = Session::new(cfg, model.clone());
-    let mut summaries = Summaries::new(model.clone(), 64 << 20, 1 << 32, NoFallback, None);
+    let mut summaries = Summaries::new(
+        model.clone(),
+        64 << 20,
+        256 << 20,
+        1 << 32,
+        NoFallback,
+        None,
+    );
     let mut sink = RowSink::new(RowBuilder::new(0), false, true, Vec::new());
     let mut counters = Counters::default();
     summaries.start("mixed");

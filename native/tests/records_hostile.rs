@@ -348,6 +348,21 @@ fn large_frames_get_a_budget_in_proportion() {
         FRAME_BUDGET_CAP
     );
     assert_eq!(Budget::for_frame(32 * MIB, 512 * MIB).remaining, 512 * MIB);
+    // A run's own cap (--max-decompressed) bounds every frame, small ones too, and a
+    // larger one lets a large frame scale past the default.
+    assert_eq!(Budget::for_frame_capped(1000, 64 * MIB, MIB).remaining, MIB);
+    assert_eq!(
+        Budget::for_frame_capped(u64::MAX, 64 * MIB, 3 * MIB).remaining,
+        3 * MIB
+    );
+    assert_eq!(
+        Budget::for_frame_capped(32 * MIB, 64 * MIB, 2048 * MIB).remaining,
+        FRAME_RATIO * 32 * MIB
+    );
+    assert_eq!(
+        Budget::for_frame_capped(1000, 64 * MIB, 2048 * MIB).remaining,
+        64 * MIB
+    );
     // Within the capture's allowance all the same.
     let mut capture = CaptureBudget::new(0, 64 * MIB, 2);
     assert_eq!(capture.frame(10 * MIB).remaining, 20 * MIB);

@@ -417,6 +417,7 @@ fn take_parts(
     let empty_summaries = Summaries::new(
         a.model.clone(),
         a.summaries.frame_budget,
+        a.summaries.frame_cap,
         a.summaries.capture_budget,
         PyFallback {
             summary: None,
