@@ -102,7 +102,7 @@ def rust_counter_names(root: Path) -> tuple[dict[str, set[str]], list[str]]:
 
 
 def rust_record_error_codes(root: Path) -> set[str]:
-    return set(_RUST_RECORD_ERROR.findall((root / "records.rs").read_text()))
+    return set(_RUST_RECORD_ERROR.findall((root / "kafka" / "records.rs").read_text()))
 
 
 def all_source_text() -> str:

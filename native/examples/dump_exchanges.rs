@@ -15,8 +15,8 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use _core::model::Model;
-use _core::session::{Session, SessionConfig};
+use _core::kafka::model::Model;
+use _core::kafka::session::{Session, SessionConfig};
 use _core::types::{
     Chunk, CloseReason, Counters, Endpoint, Event, Exchange, ExchangeKind, KafkaFrame, StreamClose,
     StreamOpen,

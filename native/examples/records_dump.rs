@@ -8,7 +8,7 @@
 
 use std::process::ExitCode;
 
-use _core::records::{summarize_records, Budget, DEFAULT_MAX_DECOMPRESSED};
+use _core::kafka::records::{summarize_records, Budget, DEFAULT_MAX_DECOMPRESSED};
 use _core::types::Counters;
 
 fn main() -> ExitCode {

@@ -8,9 +8,9 @@
 
 use std::io::{BufWriter, Write};
 
-use _core::model::Model;
-use _core::records::Budget;
-use _core::summary::{summarize, Summary, TopicNames};
+use _core::kafka::model::Model;
+use _core::kafka::records::Budget;
+use _core::kafka::summary::{summarize, Summary, TopicNames};
 use _core::types::Counters;
 use serde_json::{json, Value};
 

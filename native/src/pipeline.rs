@@ -9,13 +9,13 @@ use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 
 use crate::capture::PacketReader;
-use crate::model::Model;
-use crate::queueing::{Queued, Queueing, Timing};
-use crate::records::Budget;
+use crate::kafka::model::Model;
+use crate::kafka::records::Budget;
+use crate::kafka::session::Session;
+use crate::kafka::summary::{summarize, TopicNames};
+use crate::rows::queueing::{Queued, Queueing, Timing};
+use crate::rows::tables::{Observed, PairFacts, TableSink};
 use crate::rows::{RowBuilder, SummaryColumns};
-use crate::session::Session;
-use crate::summary::{summarize, TopicNames};
-use crate::tables::{Observed, PairFacts, TableSink};
 use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame};
 
 /// What the native reading leaves to a fuller decoder: the summary of a pair it

@@ -3,7 +3,7 @@
 
 mod corr_common;
 
-use _core::correlate::{
+use _core::kafka::correlate::{
     CorrelationConfig, Correlator, DEFAULT_BROKER_PORTS, MAX_HELD_FRAMES, MAX_HELD_RESPONSES,
     MAX_HELD_RESPONSE_BYTES, MAX_OPEN_REQUESTS,
 };

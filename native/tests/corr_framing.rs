@@ -2,8 +2,8 @@
 
 mod corr_common;
 
-use _core::framing::{Framer, DEFAULT_MAX_FRAME, TLS_TENTATIVE_MAX};
-use _core::header::StartCheck;
+use _core::kafka::framing::{Framer, DEFAULT_MAX_FRAME, TLS_TENTATIVE_MAX};
+use _core::kafka::header::StartCheck;
 use _core::types::{Counters, KafkaFrame};
 use corr_common::*;
 

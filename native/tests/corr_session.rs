@@ -2,9 +2,9 @@
 
 mod corr_common;
 
-use _core::correlate::DEFAULT_BROKER_PORTS;
-use _core::framing::DEFAULT_MAX_FRAME;
-use _core::session::{Session, SessionConfig};
+use _core::kafka::correlate::DEFAULT_BROKER_PORTS;
+use _core::kafka::framing::DEFAULT_MAX_FRAME;
+use _core::kafka::session::{Session, SessionConfig};
 use _core::types::{
     CloseReason, Counters, Endpoint, Event, Exchange, ExchangeKind, StreamClose, StreamOpen,
 };

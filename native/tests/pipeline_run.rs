@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use _core::capture::open_path;
-use _core::model::Model;
+use _core::kafka::model::Model;
+use _core::kafka::session::{Session, SessionConfig};
 use _core::pipeline::{run_file, NoFallback, RowSink, Summaries};
 use _core::rows::RowBuilder;
-use _core::session::{Session, SessionConfig};
 use _core::types::Counters;
 use serde_json::json;
 

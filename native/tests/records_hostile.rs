@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use _core::records::{
+use _core::kafka::records::{
     summarize_records, xxh32, Budget, CaptureBudget, RecordsSummary, CODEC_UNKNOWN_BIT,
     FRAME_BUDGET_CAP, FRAME_RATIO, MAX_ERRORS,
 };
@@ -137,7 +137,7 @@ fn every_codec_counts_its_records() {
     let (s, _, _) = run(&all, 64 * MIB);
     assert_eq!((s.records, s.batches, s.codecs), (5000, 5, 0b11111));
     assert_eq!(
-        _core::records::compression_label(s.codecs).as_deref(),
+        _core::kafka::records::compression_label(s.codecs).as_deref(),
         Some("gzip,lz4,none,snappy,zstd")
     );
 }

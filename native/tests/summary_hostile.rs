@@ -4,9 +4,9 @@
 
 use std::time::Instant;
 
-use _core::model::{Direction, Model, MAX_DEPTH};
-use _core::records::Budget;
-use _core::summary::{summarize, Summary, TopicNames, MAX_TOPICS};
+use _core::kafka::model::{Direction, Model, MAX_DEPTH};
+use _core::kafka::records::Budget;
+use _core::kafka::summary::{summarize, Summary, TopicNames, MAX_TOPICS};
 use _core::types::{Counters, Versions};
 use serde_json::{json, Value};
 

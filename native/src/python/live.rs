@@ -1,7 +1,7 @@
 //! Live capture inside the core: `PcapHandle` and `LiveRun`.
 //!
 //! Two threads of the core's own, no Python call per frame or per batch: the capture
-//! thread reads libpcap's ring (`crate::pcap`), writes `--write-pcap`, and runs the
+//! thread reads libpcap's ring (`crate::capture::pcap`), writes `--write-pcap`, and runs the
 //! wire stages (link, TCP, framing, correlation); the rows thread summarises the
 //! exchanges it hands over and builds row columns. Python takes the rows built so far
 //! as column buffers (`take_columns`, then Arrow) whenever it likes, e.g. once per view
@@ -28,13 +28,13 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::{columns_dict, Analyzer, PyFallback, Source};
+use crate::capture::pcap::{self, Handle, OpenOptions, PcapError, Stats};
+use crate::capture::pcapwrite::PcapWriter;
 use crate::capture::LinkDecoder;
-use crate::model::Model as SpecModel;
-use crate::pcap::{self, Handle, OpenOptions, PcapError, Stats};
-use crate::pcapwrite::PcapWriter;
+use crate::kafka::model::Model as SpecModel;
+use crate::kafka::session::Session;
 use crate::pipeline::{RowSink, Summaries};
 use crate::rows::RowBuilder;
-use crate::session::Session;
 use crate::types::{Counters, Exchange};
 
 pyo3::create_exception!(

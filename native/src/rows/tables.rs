@@ -14,17 +14,17 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::model::{Direction, Kind, Model, NoSpec, Node, MAX_DEPTH};
-use crate::records::{table_records, Budget, Expansion, DEFAULT_MAX_DECOMPRESSED};
-use crate::rows::{Dict as Words, Nullable};
-use crate::summary::{
+use crate::kafka::model::{Direction, Kind, Model, NoSpec, Node, MAX_DEPTH};
+use crate::kafka::records::{table_records, Budget, Expansion, DEFAULT_MAX_DECOMPRESSED};
+use crate::kafka::summary::{
     is_assumed, lossy, request_start, response_start, skip_elements, skip_field, skip_value,
     uuid_text, Cur, Start, Stop, TopicNames, R, SHORT,
 };
-use crate::table_model::{
+use crate::kafka::table_model::{
     Acquired, ContextFills, Facts, GroupRole, PartitionRole, TablesModel, VersionRole,
     MAX_CONTEXT_SLOTS, MAX_ENTRY_COLUMNS, MAX_VALUE_SLOTS,
 };
+use crate::rows::{Dict as Words, Nullable};
 use crate::types::{Exchange, KafkaFrame};
 
 // ------------------------------------------------------------------ sparse bodies
@@ -321,7 +321,7 @@ fn decode_side<'a>(
     let mut cur = Cur::new(buf, at);
     let walked = walk.dict(model.node(layout.root), &mut cur, 0);
     let exact = walked.is_ok() && cur.p == buf.len();
-    let describe = |u: &crate::model::Unsupported| {
+    let describe = |u: &crate::kafka::model::Unsupported| {
         Side::Unsupported(u.describe(key.0, key.1, layout.direction))
     };
     match (walked, assumed) {

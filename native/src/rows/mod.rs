@@ -6,11 +6,14 @@
 //! Strings are dictionary-encoded as they arrive: a capture repeats the same few
 //! addresses, API names, client ids and statuses over every row.
 
+pub mod queueing;
+pub mod tables;
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::queueing::{LongPollRule, PollInput, Queued};
+use crate::rows::queueing::{LongPollRule, PollInput, Queued};
 use crate::types::{Exchange, ExchangeKind, KafkaFrame, Ts};
 
 /// Values of one nullable column.

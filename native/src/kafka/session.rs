@@ -12,8 +12,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::correlate::{CorrelationConfig, Correlator};
-use crate::framing::Framer;
+use crate::kafka::correlate::{CorrelationConfig, Correlator};
+use crate::kafka::framing::Framer;
 use crate::tcp::{Reassembler, TcpConfig};
 use crate::tls::{KeySource, Summary as TlsSummary, TlsStage};
 use crate::types::{Chunk, Counters, Endpoint, Event, Exchange, KafkaFrame, Packet, Versions};

@@ -29,7 +29,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use crate::header::{
+use crate::kafka::header::{
     body_offset, is_plausible_request, peek_correlation_id, peek_request, peek_request_cut,
     request_like_id, RequestStart, StartCheck,
 };

@@ -15,7 +15,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-use crate::model::Model;
+use crate::kafka::model::Model;
 use crate::types::{Counters, Ts};
 
 /// Rows held per connection waiting for earlier requests; past it the oldest is taken

@@ -18,12 +18,16 @@
 //! `bad_record` also ends a run of `MAX_EMPTY_RUN` records in a row that deliver no
 //! packet bytes (a zero-filled tail, a decompression bomb): the rest is not inflated.
 
+pub mod defrag;
+pub mod pcap;
+pub mod pcapwrite;
+
 use std::io::{Cursor, ErrorKind, Read};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::defrag::{Datagram, Defrag, FragKey, Fragment, TIMEOUT_V4_NS, TIMEOUT_V6_NS};
+use crate::capture::defrag::{Datagram, Defrag, FragKey, Fragment, TIMEOUT_V4_NS, TIMEOUT_V6_NS};
 use crate::types::{Counters, Packet, Ts};
 
 /// The file is not a capture we can read (bad magic, unreadable header).

@@ -15,8 +15,8 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::model::{role, Direction, Kind, Layout, Model, NoSpec, Node, Step};
-use crate::records::{summarize_records, Budget, CODEC_NAMES};
+use crate::kafka::model::{role, Direction, Kind, Layout, Model, NoSpec, Node, Step};
+use crate::kafka::records::{summarize_records, Budget, CODEC_NAMES};
 use crate::types::{Counters, Versions};
 
 /// Distinct topics kept per pair; a frame of millions of names keeps this many.
@@ -589,7 +589,7 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
         depth: usize,
         mut item: Option<&mut Item<'a>>,
     ) -> R<()> {
-        if depth > crate::model::MAX_DEPTH {
+        if depth > crate::kafka::model::MAX_DEPTH {
             return Err(Stop("depth"));
         }
         let model = self.model;
@@ -827,7 +827,7 @@ pub(crate) fn skip_value(
 }
 
 fn skip_members(model: &Model, n: &Node, cur: &mut Cur<'_>, flexible: bool, depth: usize) -> R<()> {
-    if depth > crate::model::MAX_DEPTH {
+    if depth > crate::kafka::model::MAX_DEPTH {
         return Err(Stop("depth"));
     }
     for &step in model.skip_steps(n) {

@@ -18,23 +18,24 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::capture::{open_path, scan_path, FileFacts, LinkDecoder, PacketReader};
-use crate::model::Model as SpecModel;
+use crate::kafka::model::Model as SpecModel;
+use crate::kafka::session::{Session, SessionConfig};
+use crate::kafka::summary::TopicNames;
+use crate::kafka::table_model::MAX_ENTRY_COLUMNS;
 use crate::pipeline::{self, batch_full, not_summarised, Fallback, RowSink, Summaries};
-use crate::python_tls::{summary_lines, KeyLog, TlsConnections};
-use crate::queueing::LongPollRule;
-use crate::rows::{Dict, DictList, Nullable, RowBuilder, SummaryColumns};
-use crate::session::{Session, SessionConfig};
-use crate::summary::TopicNames;
-use crate::table_model::MAX_ENTRY_COLUMNS;
-use crate::tables::{
+use crate::python::tls::{summary_lines, KeyLog, TlsConnections};
+use crate::rows::queueing::LongPollRule;
+use crate::rows::tables::{
     Column, EntryValues, GroupFacts, Negotiation, PairFacts, PartitionFacts, TableColumns,
     TableSink,
 };
+use crate::rows::{Dict, DictList, Nullable, RowBuilder, SummaryColumns};
 use crate::tls::{KeySource, Summary as TlsSummary};
 use crate::types::{Counters, Exchange, Ts};
 
 mod exchange;
 mod live;
+mod tls;
 
 #[pyclass(frozen, module = "dissector._core")]
 pub struct Model {
