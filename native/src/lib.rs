@@ -6,6 +6,7 @@
 
 pub mod capture;
 pub mod counter;
+pub mod cursor;
 pub mod kafka;
 pub mod pipeline;
 pub mod rows;

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::capture::defrag::{Datagram, Defrag, FragKey, Fragment, TIMEOUT_V4_NS, TIMEOUT_V6_NS};
+use crate::cursor::{self, be_u16};
 use crate::types::{Counters, Packet, Ts};
 
 /// The file is not a capture we can read (bad magic, unreadable header).
@@ -115,43 +116,25 @@ const OPT_IF_TSOFFSET: u16 = 14;
 const NS_PER_S: i128 = 1_000_000_000;
 
 // ---------------------------------------------------------------------------
-// Byte helpers: every read of wire data is bounds-checked.
-
-#[inline]
-fn be16(d: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes(
-        d.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
-}
+// Byte helpers: every read of wire data goes through the bounds-checked `Cursor`; a
+// capture file's own fields are in the byte order its header declares (`big`).
 
 #[inline]
 fn rd16(d: &[u8], at: usize, big: bool) -> Option<u16> {
-    let b: [u8; 2] = d.get(at..at.checked_add(2)?)?.try_into().ok()?;
-    Some(if big {
-        u16::from_be_bytes(b)
-    } else {
-        u16::from_le_bytes(b)
-    })
+    let mut c = cursor::Cursor::new(d, at);
+    if big { c.u16() } else { c.u16_le() }.ok()
 }
 
 #[inline]
 fn rd32(d: &[u8], at: usize, big: bool) -> Option<u32> {
-    let b: [u8; 4] = d.get(at..at.checked_add(4)?)?.try_into().ok()?;
-    Some(if big {
-        u32::from_be_bytes(b)
-    } else {
-        u32::from_le_bytes(b)
-    })
+    let mut c = cursor::Cursor::new(d, at);
+    if big { c.u32() } else { c.u32_le() }.ok()
 }
 
 #[inline]
 fn rd64(d: &[u8], at: usize, big: bool) -> Option<u64> {
-    let b: [u8; 8] = d.get(at..at.checked_add(8)?)?.try_into().ok()?;
-    Some(if big {
-        u64::from_be_bytes(b)
-    } else {
-        u64::from_le_bytes(b)
-    })
+    let mut c = cursor::Cursor::new(d, at);
+    if big { c.u64() } else { c.u64_le() }.ok()
 }
 
 // ---------------------------------------------------------------------------
@@ -179,7 +162,7 @@ struct Segment {
 /// An Ethernet header at `off` -> (ethertype, offset of what it carries), its VLAN tags
 /// walked, or None (counted).
 fn ethernet(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, usize)> {
-    match be16(data, off + 12) {
+    match be_u16(data, off + 12) {
         Some(e) => vlan_tags(data, e, off + 14, counters),
         None => {
             counters.inc("bad_link_header");
@@ -196,7 +179,7 @@ fn vlan_tags(
     counters: &mut Counters,
 ) -> Option<(u16, usize)> {
     while matches!(etype, 0x8100 | 0x88A8 | 0x9100 | 0x9200) {
-        match be16(data, off + 2) {
+        match be_u16(data, off + 2) {
             Some(inner) => {
                 etype = inner;
                 off += 4;
@@ -220,7 +203,7 @@ fn link_layer(linktype: u32, data: &[u8], counters: &mut Counters) -> Option<(u1
             } else {
                 (20, 0)
             };
-            match be16(data, ppos) {
+            match be_u16(data, ppos) {
                 Some(e) if data.len() >= off => (e, off),
                 _ => {
                     counters.inc("bad_link_header");
@@ -367,7 +350,7 @@ fn ipv6_ext(
             }
             IPV6_FRAGMENT => {
                 let (Some(&next), Some(offm), Some(id)) =
-                    (data.get(l4), be16(data, l4 + 2), rd32(data, l4 + 4, true))
+                    (data.get(l4), be_u16(data, l4 + 2), rd32(data, l4 + 4, true))
                 else {
                     counters.inc("bad_ip_header");
                     return None;
@@ -427,7 +410,7 @@ fn ipv6(data: &[u8], off: usize, counters: &mut Counters) -> Option<IpLayer> {
 /// A GRE header at `off` (RFC 2784/2890; ERSPAN types I-III ride on it) -> what it
 /// carries, or None (counted).
 fn gre(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, usize)> {
-    let (Some(flags), Some(proto)) = (be16(data, off), be16(data, off + 2)) else {
+    let (Some(flags), Some(proto)) = (be_u16(data, off), be_u16(data, off + 2)) else {
         counters.inc("bad_tunnel_header");
         return None;
     };
@@ -475,7 +458,7 @@ fn gre(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, usize)>
 /// other UDP is not TCP).
 fn udp_tunnel(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, usize)> {
     let at = off + 8;
-    match be16(data, off + 2) {
+    match be_u16(data, off + 2) {
         Some(UDP_VXLAN) => {
             // RFC 7348: 8 bytes (flags, VNI), then the inner Ethernet frame.
             counters.inc("tunnel_vxlan");
@@ -484,7 +467,7 @@ fn udp_tunnel(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, 
         Some(UDP_GENEVE) => {
             // RFC 8926: version, option length in 4-byte words, protocol type, VNI.
             counters.inc("tunnel_geneve");
-            let (Some(&vo), Some(ptype)) = (data.get(at), be16(data, at + 2)) else {
+            let (Some(&vo), Some(ptype)) = (data.get(at), be_u16(data, at + 2)) else {
                 counters.inc("bad_tunnel_header");
                 return None;
             };

@@ -26,7 +26,8 @@
 
 use std::sync::Arc;
 
-use crate::kafka::header::{be_i32, looks_like_tls, StartCheck};
+use crate::cursor::be_i32;
+use crate::kafka::header::{looks_like_tls, StartCheck};
 use crate::types::{Chunk, Counters, Endpoint, KafkaFrame, Ts, Versions};
 
 /// The broker's socket.request.max.bytes default; a bigger size prefix means we are not

@@ -15,6 +15,7 @@
 use std::fmt;
 use std::io::Read;
 
+use crate::cursor::{be_i16, be_i32, be_i64, be_u32, le_u16, le_u32, Cursor, Fault};
 use crate::types::Counters;
 
 /// Codec names by their id in the batch attributes; bit i of `RecordsSummary::codecs`.
@@ -261,30 +262,6 @@ impl fmt::Display for At {
     }
 }
 
-fn be_i16(b: &[u8], at: usize) -> Option<i16> {
-    Some(i16::from_be_bytes(
-        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
-}
-
-fn be_i32(b: &[u8], at: usize) -> Option<i32> {
-    Some(i32::from_be_bytes(
-        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
-}
-
-fn be_i64(b: &[u8], at: usize) -> Option<i64> {
-    Some(i64::from_be_bytes(
-        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
-    ))
-}
-
-fn be_u32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(
-        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
-}
-
 /// One step of the framing loop.
 enum Entry {
     /// A complete entry, ending at this offset.
@@ -437,19 +414,13 @@ fn walk_v2_records(ctx: &mut Ctx, body: &[u8], count: i64, at: At) -> u64 {
 
 /// Zigzag varint (max_bytes 5) or varlong (10) as Kafka's record format uses; returns
 /// (value, offset after it) or records.py's wording of what is wrong.
-fn varint(buf: &[u8], mut pos: usize, max_bytes: u32) -> Result<(i64, usize), String> {
-    let mut raw: u64 = 0;
-    for i in 0..max_bytes {
-        let Some(&byte) = buf.get(pos) else {
-            return Err("cut off".into());
-        };
-        pos += 1;
-        raw |= u64::from(byte & 0x7F) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Ok(((raw >> 1) as i64 ^ -((raw & 1) as i64), pos));
-        }
+fn varint(buf: &[u8], pos: usize, max_bytes: u32) -> Result<(i64, usize), String> {
+    let mut cur = Cursor::new(buf, pos);
+    match cur.varint(max_bytes) {
+        Ok(value) => Ok((value, cur.pos())),
+        Err(Fault::Short) => Err("cut off".into()),
+        Err(Fault::LongVarint) => Err(format!("longer than {max_bytes} bytes")),
     }
-    Err(format!("longer than {max_bytes} bytes"))
 }
 
 // --- magic 0 and 1 ---------------------------------------------------------------
@@ -1114,17 +1085,13 @@ fn inflate_member(
     let used = start + inflate(&mut z, body, out, limit, produced)?;
     let trailer = data.get(used..used + 8).ok_or_else(cut_off)?;
     let member = out.get(before..).unwrap_or_default();
-    if be_u32_le(trailer, 0) != Some(crc32fast::hash(member)) {
+    if le_u32(trailer, 0) != Some(crc32fast::hash(member)) {
         return Err(gz_bad("incorrect data check"));
     }
-    if be_u32_le(trailer, 4) != Some(member.len() as u32) {
+    if le_u32(trailer, 4) != Some(member.len() as u32) {
         return Err(gz_bad("incorrect length check"));
     }
     Ok(used + 8)
-}
-
-fn be_u32_le(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
 /// Where the deflate data of a gzip member starts (RFC 1952), checked as zlib does.
@@ -1143,8 +1110,8 @@ fn gzip_header_end(data: &[u8]) -> Result<usize, Fail> {
     }
     let mut p = 10usize;
     if flags & FEXTRA != 0 {
-        let n = data.get(p..p + 2).ok_or_else(cut_off)?;
-        p += 2 + usize::from(u16::from_le_bytes([n[0], n[1]]));
+        let n = le_u16(data, p).ok_or_else(cut_off)?;
+        p += 2 + usize::from(n);
         if p > data.len() {
             return Err(cut_off());
         }
@@ -1159,10 +1126,8 @@ fn gzip_header_end(data: &[u8]) -> Result<usize, Fail> {
         }
     }
     if flags & FHCRC != 0 {
-        let stored = data.get(p..p + 2).ok_or_else(cut_off)?;
-        if u16::from_le_bytes([stored[0], stored[1]])
-            != (crc32fast::hash(&data[..p]) & 0xFFFF) as u16
-        {
+        let stored = le_u16(data, p).ok_or_else(cut_off)?;
+        if stored != (crc32fast::hash(&data[..p]) & 0xFFFF) as u16 {
             return Err(gz_bad("header crc mismatch"));
         }
         p += 2;
@@ -1345,17 +1310,19 @@ fn lz4_frame(
     let max_block = 1usize << (8 + 2 * (bd >> 4)); // 64 KiB, 256 KiB, 1 MiB, 4 MiB
     let descriptor_end = pos + 6 + if flags & LZ4_CONTENT_SIZE != 0 { 8 } else { 0 };
     let descriptor = data.get(pos + 4..descriptor_end)?;
-    if *data.get(descriptor_end)? != (xxh32(descriptor, 0) >> 8) as u8 {
+    if *data.get(descriptor_end)? != (twox_hash::XxHash32::oneshot(0, descriptor) >> 8) as u8 {
         return None;
     }
-    let content_size = (flags & LZ4_CONTENT_SIZE != 0)
-        .then(|| u64::from_le_bytes(descriptor[2..10].try_into().unwrap_or_default()));
+    let content_size = match flags & LZ4_CONTENT_SIZE {
+        0 => None,
+        _ => Some(Cursor::new(descriptor, 2).u64_le().ok()?),
+    };
     pos = descriptor_end + 1;
     if block.len() < max_block {
         block.resize(max_block, 0);
     }
     loop {
-        let word = u32::from_le_bytes(data.get(pos..pos + 4)?.try_into().ok()?);
+        let word = le_u32(data, pos)?;
         pos += 4;
         if word == 0 {
             break;
@@ -1367,7 +1334,7 @@ fn lz4_frame(
         }
         pos += len;
         if flags & LZ4_BLOCK_CHECKSUM != 0 {
-            let sum = u32::from_le_bytes(data.get(pos..pos + 4)?.try_into().ok()?);
+            let sum = le_u32(data, pos)?;
             pos += 4;
             if twox_hash::XxHash32::oneshot(0, raw) != sum {
                 return None;
@@ -1389,7 +1356,7 @@ fn lz4_frame(
         return None;
     }
     if flags & LZ4_CONTENT_CHECKSUM != 0 {
-        let sum = u32::from_le_bytes(data.get(pos..pos + 4)?.try_into().ok()?);
+        let sum = le_u32(data, pos)?;
         pos += 4;
         if twox_hash::XxHash32::oneshot(0, content) != sum {
             return None;
@@ -1406,69 +1373,6 @@ fn fix_lz4_header_checksum(data: &[u8]) -> Option<Vec<u8>> {
     let hc_at = 6 + if flags & 0x08 != 0 { 8 } else { 0 } + if flags & 0x01 != 0 { 4 } else { 0 };
     let descriptor = data.get(4..hc_at).filter(|_| hc_at < data.len())?;
     let mut fixed = data.to_vec();
-    fixed[hc_at] = (xxh32(descriptor, 0) >> 8) as u8;
+    fixed[hc_at] = (twox_hash::XxHash32::oneshot(0, descriptor) >> 8) as u8;
     Some(fixed)
-}
-
-const P1: u32 = 2654435761;
-const P2: u32 = 2246822519;
-const P3: u32 = 3266489917;
-const P4: u32 = 668265263;
-const P5: u32 = 374761393;
-
-fn word(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    if let Some(s) = b.get(at..at + 4) {
-        w.copy_from_slice(s);
-    }
-    u32::from_le_bytes(w)
-}
-
-/// XXH32, only needed for the few bytes of an LZ4 frame descriptor.
-pub fn xxh32(data: &[u8], seed: u32) -> u32 {
-    let n = data.len();
-    let mut pos = 0;
-    let mut acc = if n >= 16 {
-        let mut lanes = [
-            seed.wrapping_add(P1).wrapping_add(P2),
-            seed.wrapping_add(P2),
-            seed,
-            seed.wrapping_sub(P1),
-        ];
-        while pos + 16 <= n {
-            for lane in lanes.iter_mut() {
-                *lane = lane
-                    .wrapping_add(word(data, pos).wrapping_mul(P2))
-                    .rotate_left(13)
-                    .wrapping_mul(P1);
-                pos += 4;
-            }
-        }
-        lanes[0]
-            .rotate_left(1)
-            .wrapping_add(lanes[1].rotate_left(7))
-            .wrapping_add(lanes[2].rotate_left(12))
-            .wrapping_add(lanes[3].rotate_left(18))
-    } else {
-        seed.wrapping_add(P5)
-    };
-    acc = acc.wrapping_add(n as u32);
-    while pos + 4 <= n {
-        acc = acc
-            .wrapping_add(word(data, pos).wrapping_mul(P3))
-            .rotate_left(17)
-            .wrapping_mul(P4);
-        pos += 4;
-    }
-    for &b in data.get(pos..).unwrap_or_default() {
-        acc = acc
-            .wrapping_add(u32::from(b).wrapping_mul(P5))
-            .rotate_left(11)
-            .wrapping_mul(P1);
-    }
-    acc ^= acc >> 15;
-    acc = acc.wrapping_mul(P2);
-    acc ^= acc >> 13;
-    acc = acc.wrapping_mul(P3);
-    acc ^ (acc >> 16)
 }
