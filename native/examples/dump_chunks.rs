@@ -147,7 +147,7 @@ fn run() -> Result<(), String> {
     write(&mut events)?;
     let counts: serde_json::Map<String, Value> = counters
         .iter()
-        .map(|(k, v)| (k.to_owned(), json!(v)))
+        .map(|(k, v)| (k.name().to_owned(), json!(v)))
         .collect();
     writeln!(w, "{}", json!({"streams": streams})).map_err(|e| e.to_string())?;
     writeln!(w, "{}", json!({"counters": counts})).map_err(|e| e.to_string())?;

@@ -161,7 +161,7 @@ fn main() {
     }
     let counts: serde_json::Map<String, Value> = counters
         .iter()
-        .map(|(k, v)| (k.to_owned(), json!(v)))
+        .map(|(k, v)| (k.name().to_owned(), json!(v)))
         .collect();
     writeln!(
         w,

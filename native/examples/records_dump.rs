@@ -57,8 +57,10 @@ fn main() -> ExitCode {
         }
         let mut counters = Counters::default();
         let s = summarize_records(blob, &mut frame, &mut counters);
-        let mut counts: Vec<(String, u64)> =
-            counters.iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        let mut counts: Vec<(String, u64)> = counters
+            .iter()
+            .map(|(k, v)| (k.name().to_owned(), v))
+            .collect();
         counts.sort();
         let line = serde_json::json!({
             "records": s.records,

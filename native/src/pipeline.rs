@@ -9,6 +9,7 @@ use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 
 use crate::capture::PacketReader;
+use crate::counter::Counter;
 use crate::kafka::model::Model;
 use crate::kafka::records::Budget;
 use crate::kafka::session::Session;
@@ -279,7 +280,7 @@ impl<F: Fallback> Summaries<F> {
             .capture_budget_left
             .saturating_sub(before.saturating_sub(budget.remaining));
         let columns = if s.defer {
-            self.counters.inc("summary_deferred");
+            self.counters.inc(Counter::SummaryDeferred);
             self.fallback
                 .summary(key, version, request, response, &self.capture)?
         } else {
@@ -300,7 +301,7 @@ impl<F: Fallback> Summaries<F> {
             }
         };
         if columns.assumed_version.is_some() {
-            self.counters.inc("assumed_version_pairs");
+            self.counters.inc(Counter::AssumedVersionPairs);
         }
         Ok((Some(self.model.shared_api_name(key)), Some(columns)))
     }

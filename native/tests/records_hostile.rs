@@ -6,6 +6,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use _core::counter::Counter;
 use _core::kafka::records::{
     summarize_records, Budget, CaptureBudget, RecordsSummary, CODEC_UNKNOWN_BIT, FRAME_BUDGET_CAP,
     FRAME_RATIO, MAX_ERRORS,
@@ -152,7 +153,7 @@ fn crc_mismatch_is_reported_not_fatal() {
         s.errors,
         vec!["crc_mismatch: batch 0 at offset 0".to_string()]
     );
-    assert_eq!(c.get("records_crc_mismatch"), 1);
+    assert_eq!(c.get(Counter::RecordsCrcMismatch), 1);
 
     let mut message = legacy(1, 0, Some(b"v"));
     let last = message.len() - 1;
@@ -173,7 +174,7 @@ fn partial_trailing_batch_is_counted_not_an_error() {
     let (s, _, c) = run(&data, MIB);
     assert_eq!((s.records, s.batches, s.partial_batches), (3, 1, 1));
     assert!(s.errors.is_empty());
-    assert_eq!(c.get("records_partial_batches"), 1);
+    assert_eq!(c.get(Counter::RecordsPartialBatches), 1);
 }
 
 #[test]
@@ -236,7 +237,7 @@ fn zstd_record_bomb_in_100_partitions_is_linear() {
     for s in &summaries[1..] {
         assert_eq!(codes(s), vec!["decompression_limit"]);
     }
-    assert_eq!(counters.get("records_decompression_limit"), 99);
+    assert_eq!(counters.get(Counter::RecordsDecompressionLimit), 99);
     // The first walk left 4 bytes; the second partition's overrun spent them.
     assert_eq!((frame.remaining, frame.used), (0, 64 * MIB));
     // One decompression of 64 MiB, not 100 (debug build: generous).
@@ -403,7 +404,7 @@ fn nested_wrappers_stop_at_the_nesting_bound() {
     let (s, _, c) = run(&value, MIB);
     assert_eq!(s.records, 0);
     assert_eq!(codes(&s), vec!["nesting_too_deep"]);
-    assert_eq!(c.get("records_nesting_too_deep"), 1);
+    assert_eq!(c.get(Counter::RecordsNestingTooDeep), 1);
     // A wrapper with a null value.
     let (s, _, _) = run(&legacy(1, 2, None), MIB);
     assert_eq!(
@@ -425,7 +426,7 @@ fn error_floods_are_listed_up_to_the_cap_and_counted() {
         s.errors[MAX_ERRORS],
         format!("too_many_errors: {} more not listed", 20_000 - MAX_ERRORS)
     );
-    assert_eq!(c.get("records_unknown_magic"), 20_000);
+    assert_eq!(c.get(Counter::RecordsUnknownMagic), 20_000);
 }
 
 #[test]

@@ -15,6 +15,7 @@
 use std::fmt;
 use std::io::Read;
 
+use crate::counter::Counter;
 use crate::cursor::{be_i16, be_i32, be_i64, be_u32, le_u16, le_u32, Cursor, Fault};
 use crate::types::Counters;
 
@@ -212,12 +213,26 @@ pub fn summarize_records(
     }
     if ctx.out.partial_batches > 0 {
         ctx.counters
-            .add("records_partial_batches", ctx.out.partial_batches);
+            .add(Counter::RecordsPartialBatches, ctx.out.partial_batches);
     }
     ctx.out
 }
 
 // --- internals -------------------------------------------------------------------
+
+/// The prefix of the record-batch counters (`anomalies.RECORDS_COUNTER_PREFIX`).
+const COUNTER_PREFIX: &str = "records_";
+
+/// The code `records.py` writes for an anomaly, the name of its counter without the
+/// prefix (`records_crc_mismatch` -> `crc_mismatch`).
+pub fn record_error_code(counter: Counter) -> &'static str {
+    let name = counter.name();
+    debug_assert!(
+        name.starts_with(COUNTER_PREFIX),
+        "{name} is no record error"
+    );
+    name.strip_prefix(COUNTER_PREFIX).unwrap_or(name)
+}
 
 struct Ctx<'a> {
     budget: &'a mut Budget,
@@ -229,10 +244,13 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn error(&mut self, code: &str, detail: impl fmt::Display) {
-        self.counters.inc(&format!("records_{code}"));
+    /// A record-batch anomaly: counted as its `records_*` counter and listed under its
+    /// code, the counter's name without the prefix (`records.py`'s wording).
+    fn error(&mut self, counter: Counter, detail: impl fmt::Display) {
+        self.counters.inc(counter);
         // Garbage input can hold one anomaly per dozen bytes: keep the list bounded.
         if self.out.errors.len() < MAX_ERRORS {
+            let code = record_error_code(counter);
             self.out.errors.push(format!("{code}: {detail}"));
         } else {
             self.dropped += 1;
@@ -298,16 +316,22 @@ fn walk_top(ctx: &mut Ctx, buf: &[u8]) {
                 return;
             }
             Entry::Negative => {
-                ctx.error("bad_batch_length", format_args!("negative length in {at}"));
+                ctx.error(
+                    Counter::RecordsBadBatchLength,
+                    format_args!("negative length in {at}"),
+                );
                 return;
             }
             Entry::Whole(end) => end,
         };
         match buf.get(pos + MAGIC_AT).filter(|_| end - pos > MAGIC_AT) {
-            None => ctx.error("bad_batch_length", format_args!("{at} too short")),
+            None => ctx.error(
+                Counter::RecordsBadBatchLength,
+                format_args!("{at} too short"),
+            ),
             Some(2) => v2_batch(ctx, buf, pos, end, at),
             Some(&m @ (0 | 1)) => legacy_top(ctx, buf, pos, end, m, at),
-            Some(m) => ctx.error("unknown_magic", format_args!("{m} in {at}")),
+            Some(m) => ctx.error(Counter::RecordsUnknownMagic, format_args!("{m} in {at}")),
         }
         pos = end;
         index += 1;
@@ -325,19 +349,22 @@ fn v2_batch(ctx: &mut Ctx, buf: &[u8], pos: usize, end: usize, at: At) {
             .filter(|_| end - pos >= V2_HEADER),
     ) else {
         ctx.error(
-            "bad_batch_length",
+            Counter::RecordsBadBatchLength,
             format_args!("{at}: {} bytes, header needs {V2_HEADER}", end - pos),
         );
         return;
     };
     if crc32c::crc32c(covered) != crc {
-        ctx.error("crc_mismatch", at);
+        ctx.error(Counter::RecordsCrcMismatch, at);
     }
     let codec = (attributes & 0x07) as u8;
     ctx.codec(codec);
     let mut count = i64::from(count);
     if count < 0 {
-        ctx.error("bad_record_count", format_args!("{count} in {at}"));
+        ctx.error(
+            Counter::RecordsBadRecordCount,
+            format_args!("{count} in {at}"),
+        );
         count = 0;
     }
     let body = buf.get(pos + V2_HEADER..end).unwrap_or_default();
@@ -371,7 +398,7 @@ fn walk_v2_records(ctx: &mut Ctx, body: &[u8], count: i64, at: At) -> u64 {
             Ok(v) => v,
             Err(detail) => {
                 ctx.error(
-                    "bad_varint",
+                    Counter::RecordsBadVarint,
                     format_args!("{detail}: record {found} length in {at}"),
                 );
                 return found as u64;
@@ -379,12 +406,15 @@ fn walk_v2_records(ctx: &mut Ctx, body: &[u8], count: i64, at: At) -> u64 {
         };
         // start <= total and length < 2^35: no overflow in i64.
         if length < 0 || start as i64 + length > total as i64 {
-            ctx.error("truncated_record", format_args!("record {found} in {at}"));
+            ctx.error(
+                Counter::RecordsTruncatedRecord,
+                format_args!("record {found} in {at}"),
+            );
             return found as u64;
         }
         if length < V2_MIN_RECORD {
             ctx.error(
-                "bad_record_length",
+                Counter::RecordsBadRecordLength,
                 format_args!("{length} for record {found} in {at}"),
             );
             return found as u64;
@@ -400,12 +430,12 @@ fn walk_v2_records(ctx: &mut Ctx, body: &[u8], count: i64, at: At) -> u64 {
     }
     if found < count {
         ctx.error(
-            "record_count_mismatch",
+            Counter::RecordsRecordCountMismatch,
             format_args!("header says {count}, found {found} in {at}"),
         );
     } else if pos < total {
         ctx.error(
-            "trailing_bytes",
+            Counter::RecordsTrailingBytes,
             format_args!("{} after record {} in {at}", total - pos, found - 1),
         );
     }
@@ -462,14 +492,17 @@ fn legacy_message<'a>(
     // Callers checked that the magic byte (0 or 1) lies inside the entry.
     let size = end - pos - ENTRY;
     if size < LEGACY_MIN_SIZE[usize::from(magic & 1)] {
-        ctx.error("bad_message_size", format_args!("{size} in {where_}"));
+        ctx.error(
+            Counter::RecordsBadMessageSize,
+            format_args!("{size} in {where_}"),
+        );
         return None;
     }
     let crc = be_u32(buf, pos + LEGACY_CRC_AT)?;
     let attributes = *buf.get(pos + LEGACY_ATTRIBUTES_AT)?;
     if crc32fast::hash(buf.get(pos + MAGIC_AT..end)?) != crc {
         ctx.error(
-            "crc_mismatch",
+            Counter::RecordsCrcMismatch,
             format_args!("message at offset {pos} in {where_}"),
         );
     }
@@ -489,7 +522,7 @@ fn legacy_message<'a>(
     };
     if p != end {
         ctx.error(
-            "message_size_mismatch",
+            Counter::RecordsMessageSizeMismatch,
             format_args!("{} bytes left at offset {pos} in {where_}", end - p),
         );
     }
@@ -501,26 +534,30 @@ fn legacy_message<'a>(
     })
 }
 
-type Bad = (&'static str, String);
+type Bad = (Counter, String);
 
 /// An int32-length-prefixed byte field at `pos` (None for length -1).
 fn i32_bytes(buf: &[u8], pos: usize, end: usize) -> Result<(Option<&[u8]>, usize), Bad> {
-    let length = be_i32(buf, pos)
-        .filter(|_| pos + 4 <= end)
-        .ok_or(("truncated_record", "length cut off".to_string()))?;
+    let length = be_i32(buf, pos).filter(|_| pos + 4 <= end).ok_or((
+        Counter::RecordsTruncatedRecord,
+        "length cut off".to_string(),
+    ))?;
     let pos = pos + 4;
     if length == -1 {
         return Ok((None, pos));
     }
     let Ok(n) = usize::try_from(length) else {
-        return Err(("bad_length", length.to_string()));
+        return Err((Counter::RecordsBadLength, length.to_string()));
     };
     match buf
         .get(pos..pos.saturating_add(n))
         .filter(|_| pos + n <= end)
     {
         Some(v) => Ok((Some(v), pos + n)),
-        None => Err(("truncated_record", format!("field of {length} bytes"))),
+        None => Err((
+            Counter::RecordsTruncatedRecord,
+            format!("field of {length} bytes"),
+        )),
     }
 }
 
@@ -529,7 +566,7 @@ fn i32_bytes(buf: &[u8], pos: usize, end: usize) -> Result<(Option<&[u8]>, usize
 fn wrapper_inner(ctx: &mut Ctx, wrapper: &Legacy, where_: &str) -> Option<Vec<u8>> {
     let Some(value) = wrapper.value else {
         ctx.error(
-            "bad_compressed_message",
+            Counter::RecordsBadCompressedMessage,
             format_args!("null value in {where_}"),
         );
         return None;
@@ -558,11 +595,11 @@ fn legacy_inner(ctx: &mut Ctx, wrapper: &Legacy, depth: u32, where_: &str) -> u6
         let end = match entry_at(&inner, pos) {
             Entry::Whole(end) => end,
             Entry::Partial => {
-                ctx.error("truncated_batch", here);
+                ctx.error(Counter::RecordsTruncatedBatch, here);
                 break;
             }
             Entry::Negative => {
-                ctx.error("bad_batch_length", here);
+                ctx.error(Counter::RecordsBadBatchLength, here);
                 break;
             }
         };
@@ -583,9 +620,9 @@ fn pos_step(
     count: &mut u64,
 ) {
     let magic = match inner.get(pos + MAGIC_AT).filter(|_| end - pos > MAGIC_AT) {
-        None => return ctx.error("bad_message_size", here),
+        None => return ctx.error(Counter::RecordsBadMessageSize, here),
         Some(&m @ (0 | 1)) => m,
-        Some(m) => return ctx.error("unknown_magic", format_args!("{m} in {here}")),
+        Some(m) => return ctx.error(Counter::RecordsUnknownMagic, format_args!("{m} in {here}")),
     };
     let Some(message) = legacy_message(ctx, inner, pos, end, magic, here) else {
         return;
@@ -593,7 +630,7 @@ fn pos_step(
     if message.attributes & 0x07 == 0 {
         *count += 1;
     } else if depth >= MAX_NESTING {
-        ctx.error("nesting_too_deep", here);
+        ctx.error(Counter::RecordsNestingTooDeep, here);
     } else {
         *count += legacy_inner(ctx, &message, depth + 1, here);
     }
@@ -732,9 +769,9 @@ fn v2_expanded(
 /// (attributes, timestamp and offset deltas, key, value, headers, nothing left), or
 /// what is wrong with it in records.py's words (code, detail).
 fn v2_record_offset_delta(rec: &[u8]) -> Result<i64, Bad> {
-    let bad_varint = |detail: String| ("bad_varint", detail);
+    let bad_varint = |detail: String| (Counter::RecordsBadVarint, detail);
     if rec.is_empty() {
-        return Err(("truncated_record", "no attributes".into()));
+        return Err((Counter::RecordsTruncatedRecord, "no attributes".into()));
     }
     let (_timestamp_delta, p) = varint(rec, 1, 10).map_err(bad_varint)?;
     let (delta, p) = varint(rec, p, 5).map_err(bad_varint)?;
@@ -743,18 +780,18 @@ fn v2_record_offset_delta(rec: &[u8]) -> Result<i64, Bad> {
     let (headers, mut p) = varint(rec, p, 5).map_err(bad_varint)?;
     // each header takes at least 2 bytes
     if headers < 0 || headers > ((rec.len() - p) / 2) as i64 {
-        return Err(("bad_header_count", headers.to_string()));
+        return Err((Counter::RecordsBadHeaderCount, headers.to_string()));
     }
     for _ in 0..headers {
         let (null_key, q) = var_bytes(rec, p)?;
         if null_key {
-            return Err(("bad_header_key", "null".into()));
+            return Err((Counter::RecordsBadHeaderKey, "null".into()));
         }
         p = var_bytes(rec, q)?.1;
     }
     if p != rec.len() {
         return Err((
-            "record_length_mismatch",
+            Counter::RecordsRecordLengthMismatch,
             format!("{} bytes left", rec.len() - p),
         ));
     }
@@ -763,17 +800,21 @@ fn v2_record_offset_delta(rec: &[u8]) -> Result<i64, Bad> {
 
 /// A varint-length byte field: (is null, offset after it), or records.py's complaint.
 fn var_bytes(buf: &[u8], pos: usize) -> Result<(bool, usize), Bad> {
-    let (length, pos) = varint(buf, pos, 5).map_err(|detail| ("bad_varint", detail))?;
+    let (length, pos) =
+        varint(buf, pos, 5).map_err(|detail| (Counter::RecordsBadVarint, detail))?;
     if length == -1 {
         return Ok((true, pos));
     }
     if length < -1 {
-        return Err(("bad_length", length.to_string()));
+        return Err((Counter::RecordsBadLength, length.to_string()));
     }
     // length < 2^35 and pos <= buf.len(): no overflow
     match pos.checked_add(length as usize) {
         Some(end) if end <= buf.len() => Ok((false, end)),
-        _ => Err(("truncated_record", format!("field of {length} bytes"))),
+        _ => Err((
+            Counter::RecordsTruncatedRecord,
+            format!("field of {length} bytes"),
+        )),
     }
 }
 
@@ -821,12 +862,12 @@ fn legacy_inner_expanded(
     while pos < inner.len() {
         let here = format!("inner message {index} of {where_}");
         let Entry::Whole(end) = entry_at(&inner, pos) else {
-            ctx.error("truncated_batch", here);
+            ctx.error(Counter::RecordsTruncatedBatch, here);
             return (count, last);
         };
         let Some(&magic @ (0 | 1)) = inner.get(pos + MAGIC_AT).filter(|_| end - pos > MAGIC_AT)
         else {
-            ctx.error("bad_message_size", here);
+            ctx.error(Counter::RecordsBadMessageSize, here);
             return (count, last);
         };
         let Some(message) = legacy_message(ctx, &inner, pos, end, magic, &here) else {
@@ -834,7 +875,7 @@ fn legacy_inner_expanded(
         };
         if message.attributes & 0x07 != 0 {
             if depth >= MAX_NESTING {
-                ctx.error("nesting_too_deep", here);
+                ctx.error(Counter::RecordsNestingTooDeep, here);
                 return (count, last);
             }
             let (found, nested_last) = legacy_inner_expanded(ctx, &message, depth + 1, &here, out);
@@ -855,14 +896,14 @@ fn legacy_inner_expanded(
             // A producer's wrapper has offset 0 and its inner offsets 0..n-1: a negative
             // base, and Kafka keeps the inner offsets then.
             let Some(base) = wrapper.offset.checked_sub(l) else {
-                ctx.error("internal_error", "offset out of range");
+                ctx.error(Counter::RecordsInternalError, "offset out of range");
                 return (count, last);
             };
             if base >= 0 {
                 for o in &mut out[first_kept..] {
                     match o.checked_add(base) {
                         Some(v) => *o = v,
-                        None => ctx.error("internal_error", "offset out of range"),
+                        None => ctx.error(Counter::RecordsInternalError, "offset out of range"),
                     }
                 }
                 last = l.checked_add(base);
@@ -902,7 +943,10 @@ fn decompress(
     where_: &dyn fmt::Display,
 ) -> Result<Vec<u8>, Outcome> {
     if usize::from(codec) >= CODEC_NAMES.len() {
-        ctx.error("unknown_codec", format_args!("{codec} in {where_}"));
+        ctx.error(
+            Counter::RecordsUnknownCodec,
+            format_args!("{codec} in {where_}"),
+        );
         return Err(Outcome::Failed);
     }
     let limit = ctx.budget.remaining;
@@ -911,7 +955,7 @@ fn decompress(
         // The frame decoders read no frame as no output; records.py's reject it.
         let name = CODEC_NAMES[usize::from(codec)];
         ctx.error(
-            "decompression_failed",
+            Counter::RecordsDecompressionFailed,
             format_args!("{name}: empty input in {where_}"),
         );
         return Err(Outcome::Failed);
@@ -929,12 +973,18 @@ fn decompress(
         }
         Err(Fail::Limit(detail)) => {
             ctx.budget.charge(limit);
-            ctx.error("decompression_limit", format_args!("{detail} in {where_}"));
+            ctx.error(
+                Counter::RecordsDecompressionLimit,
+                format_args!("{detail} in {where_}"),
+            );
             Err(Outcome::Limit)
         }
         Err(Fail::Bad(detail)) => {
             ctx.budget.charge(produced);
-            ctx.error("decompression_failed", format_args!("{detail} in {where_}"));
+            ctx.error(
+                Counter::RecordsDecompressionFailed,
+                format_args!("{detail} in {where_}"),
+            );
             Err(Outcome::Failed)
         }
     }

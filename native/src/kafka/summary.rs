@@ -15,6 +15,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::counter::Counter;
 use crate::cursor::{be_i16, Cursor, Fault, VARINT_BYTES};
 use crate::kafka::model::{role, Direction, Kind, Layout, Model, NoSpec, Node, Step};
 use crate::kafka::records::{summarize_records, Budget, CODEC_NAMES};
@@ -56,7 +57,7 @@ impl TopicNames {
 
     fn learn(&mut self, id: String, name: String, counters: &mut Counters) {
         if self.names.len() >= MAX_KNOWN_IDS && !self.names.contains_key(&id) {
-            counters.inc("summary_topic_ids_dropped");
+            counters.inc(Counter::SummaryTopicIdsDropped);
             return;
         }
         self.names.insert(id, name);
@@ -1336,7 +1337,7 @@ fn combine(
     }
     out.topics = picked.into_iter().map(Cow::into_owned).collect();
     if truncated {
-        counters.inc("summary_topics_truncated");
+        counters.inc(Counter::SummaryTopicsTruncated);
     }
     if let Some(r) = resp {
         out.error_count = r.error_count;

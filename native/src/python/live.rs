@@ -31,6 +31,7 @@ use super::{columns_dict, Analyzer, PyFallback, Source};
 use crate::capture::pcap::{self, Handle, OpenOptions, PcapError, Stats};
 use crate::capture::pcapwrite::PcapWriter;
 use crate::capture::LinkDecoder;
+use crate::counter::Counter;
 use crate::kafka::model::Model as SpecModel;
 use crate::kafka::session::Session;
 use crate::pipeline::{RowSink, Summaries};
@@ -358,7 +359,7 @@ impl LiveRun {
         all.merge(&lock(&self.shared.summary_counters));
         let out = PyDict::new(py);
         for (k, v) in all.iter() {
-            out.set_item(k, v)?;
+            out.set_item(k.name(), v)?;
         }
         Ok(out)
     }
@@ -544,7 +545,7 @@ impl CaptureThread {
                 return false;
             }
             *frame_no += 1;
-            counters.add("bytes_read", data.len() as u64);
+            counters.add(Counter::BytesRead, data.len() as u64);
             let failed = writer
                 .as_mut()
                 .and_then(|w| w.write(ts_ns, data, wire_len).err());

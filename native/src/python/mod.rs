@@ -18,6 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::capture::{open_path, scan_path, FileFacts, LinkDecoder, PacketReader};
+use crate::counter::Counter;
 use crate::kafka::model::Model as SpecModel;
 use crate::kafka::session::{Session, SessionConfig};
 use crate::kafka::summary::TopicNames;
@@ -366,7 +367,7 @@ impl Analyzer {
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let out = PyDict::new(py);
         for (k, v) in self.counters.iter() {
-            out.set_item(k, v)?;
+            out.set_item(k.name(), v)?;
         }
         Ok(out)
     }
@@ -419,7 +420,7 @@ impl Analyzer {
         let bytes_done = self.bytes_done;
         match self.source_mut().as_ref() {
             Some(Source::Reader(r)) => bytes_done + r.bytes_read(),
-            _ => self.counters.get("bytes_read"),
+            _ => self.counters.get(Counter::BytesRead),
         }
     }
 }
@@ -490,7 +491,7 @@ impl Analyzer {
         };
         let mut reader = next.open()?;
         reader.set_frames_before(frames_before);
-        self.counters.inc("chained_files");
+        self.counters.inc(Counter::ChainedFiles);
         *self.source_mut() = Some(Source::Reader(reader));
         Ok(())
     }
