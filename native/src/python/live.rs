@@ -27,7 +27,8 @@ use pyo3::exceptions::{PyException, PyOSError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::{columns_dict, Analyzer, PyFallback, Source};
+use super::columns::pair_columns;
+use super::{Analyzer, PyFallback, Source};
 use crate::capture::pcap::{self, Handle, OpenOptions, PcapError, Stats};
 use crate::capture::pcapwrite::PcapWriter;
 use crate::capture::LinkDecoder;
@@ -334,7 +335,7 @@ impl LiveRun {
             shared.changed.notify_all();
             rows
         });
-        columns_dict(py, &rows, &self.model)
+        pair_columns(py, &rows, &self.model)
     }
 
     /// Rows built and not taken yet.

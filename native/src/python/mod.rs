@@ -27,13 +27,13 @@ use crate::pipeline::{self, batch_full, not_summarised, Fallback, RowSink, Summa
 use crate::python::tls::{summary_lines, KeyLog, TlsConnections};
 use crate::rows::queueing::LongPollRule;
 use crate::rows::tables::{
-    Column, EntryValues, GroupFacts, Negotiation, PairFacts, PartitionFacts, TableColumns,
-    TableSink,
+    EntryValues, GroupFacts, Negotiation, PairFacts, PartitionFacts, TableSink,
 };
-use crate::rows::{Dict, DictList, Nullable, RowBuilder, SummaryColumns};
+use crate::rows::{RowBuilder, SummaryColumns};
 use crate::tls::{KeySource, Summary as TlsSummary};
 use crate::types::{Counters, Exchange, Ts};
 
+mod columns;
 mod exchange;
 mod live;
 mod tls;
@@ -321,7 +321,7 @@ impl Analyzer {
     /// Rows built so far as column buffers (then forgotten): name -> tuple, see
     /// `dissector/wire/core.py`.
     fn take_columns<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let out = columns_dict(py, &self.sink.rows, &self.model)?;
+        let out = columns::pair_columns(py, &self.sink.rows, &self.model)?;
         self.sink.rows.clear();
         Ok(out)
     }
@@ -335,7 +335,7 @@ impl Analyzer {
             return Ok(out);
         };
         for (name, table) in sink.take() {
-            out.set_item(name, table_dict(py, &table)?)?;
+            out.set_item(name, columns::table_columns(py, &table)?)?;
         }
         let c = std::mem::take(&mut sink.counters);
         let counters = PyDict::new(py);
@@ -762,192 +762,6 @@ impl From<PyPairFacts> for PairFacts<'static> {
     }
 }
 
-/// One table's columns as a dict of column buffers (and "__len__").
-fn table_dict<'py>(py: Python<'py>, table: &TableColumns) -> PyResult<Bound<'py, PyDict>> {
-    let out = PyDict::new(py);
-    out.set_item("__len__", table.len)?;
-    for (name, column) in &table.columns {
-        match column {
-            Column::I64(c) => put_i64(py, &out, name, c)?,
-            Column::F64(c) => put_f64(py, &out, name, c)?,
-            Column::Str(c) => put_dict(py, &out, name, c)?,
-            Column::Bool(c) => {
-                let mut bits = vec![0u8; c.values.len().div_ceil(8)];
-                for (i, _) in c.values.iter().enumerate().filter(|(_, v)| **v) {
-                    bits[i / 8] |= 1 << (i % 8);
-                }
-                let (valid, nulls) = validity(&c.valid);
-                let t = (
-                    "bool",
-                    PyBytes::new(py, &bits),
-                    bitmap(py, valid),
-                    nulls,
-                    c.values.len(),
-                );
-                out.set_item(name, t)?;
-            }
-            Column::I64List { offsets, values } => {
-                let t = (
-                    "i64list",
-                    PyBytes::new(py, &i32_bytes(offsets.iter().copied())),
-                    le_bytes(py, values, i64::to_le_bytes)?,
-                );
-                out.set_item(name, t)?;
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Rows built so far as column buffers: name -> tuple, see `dissector/wire/core.py`.
-fn columns_dict<'py>(
-    py: Python<'py>,
-    r: &RowBuilder,
-    model: &SpecModel,
-) -> PyResult<Bound<'py, PyDict>> {
-    let out = PyDict::new(py);
-    out.set_item("__len__", r.len)?;
-    put_dict(py, &out, "capture", &r.capture)?;
-    put_i64(py, &out, "stream", &r.stream)?;
-    put_dict(py, &out, "client_ip", &r.client_ip)?;
-    put_i64(py, &out, "client_port", &r.client_port)?;
-    put_dict(py, &out, "broker_ip", &r.broker_ip)?;
-    put_i64(py, &out, "broker_port", &r.broker_port)?;
-    put_i64(py, &out, "request_time", &r.request_time)?;
-    put_i64(py, &out, "response_time", &r.response_time)?;
-    put_f64(py, &out, "latency_ms", &r.latency_ms)?;
-    put_f64(py, &out, "first_byte_ms", &r.first_byte_ms)?;
-    put_i64(py, &out, "api_key", &r.api_key)?;
-    put_dict(py, &out, "api_name", &r.api_name)?;
-    put_i64(py, &out, "api_version", &r.api_version)?;
-    put_i64(py, &out, "correlation_id", &r.correlation_id)?;
-    put_dict(py, &out, "client_id", &r.client_id)?;
-    put_i64(py, &out, "request_size", &r.request_size)?;
-    put_i64(py, &out, "response_size", &r.response_size)?;
-    put_dict(py, &out, "status", &r.status)?;
-    put_i64(py, &out, "error_code", &r.error_code)?;
-    put_dict(py, &out, "error_name", &r.error_name)?;
-    put_i64(py, &out, "error_count", &r.error_count)?;
-    put_list(py, &out, "topics", &r.topics)?;
-    put_i64(py, &out, "partitions", &r.partitions)?;
-    put_i64(py, &out, "records", &r.records)?;
-    put_i64(py, &out, "record_bytes", &r.record_bytes)?;
-    put_dict(py, &out, "compression", &r.compression)?;
-    put_i64(py, &out, "throttle_ms", &r.throttle_ms)?;
-    put_dict(py, &out, "decode_error", &r.decode_error)?;
-    put_list(py, &out, "flags", &r.flags)?;
-    put_dict(py, &out, "fetch_wait", &r.fetch_wait)?;
-    put_f64(py, &out, "service_ms", &r.service_ms)?;
-    put_f64(py, &out, "queue_ms", &r.queue_ms)?;
-    put_i64(py, &out, "inflight", &r.inflight)?;
-    put_i64(py, &out, "assumed_version", &r.assumed_version)?;
-    for (e, col) in model.extracts.iter().zip(&r.extracts) {
-        put_i64(py, &out, &e.column, col)?;
-    }
-    Ok(out)
-}
-
-/// Arrow's validity bitmap (bit i of byte i/8 set when row i is valid, least
-/// significant bit first), and the null count; None when nothing is null.
-fn validity(valid: &[bool]) -> (Option<Vec<u8>>, usize) {
-    let nulls = valid.iter().filter(|v| !**v).count();
-    if nulls == 0 {
-        return (None, 0);
-    }
-    let mut bits = vec![0u8; valid.len().div_ceil(8)];
-    for (i, _) in valid.iter().enumerate().filter(|(_, v)| **v) {
-        bits[i / 8] |= 1 << (i % 8);
-    }
-    (Some(bits), nulls)
-}
-
-fn bitmap<'py>(py: Python<'py>, bits: Option<Vec<u8>>) -> Option<Bound<'py, PyBytes>> {
-    bits.map(|b| PyBytes::new(py, &b))
-}
-
-/// Values as one bytes object of their little-endian bytes, written in place (one copy).
-fn le_bytes<'py, T: Copy>(
-    py: Python<'py>,
-    values: &[T],
-    bytes: impl Fn(T) -> [u8; 8],
-) -> PyResult<Bound<'py, PyBytes>> {
-    PyBytes::new_with(py, values.len() * 8, |buf| {
-        for (chunk, v) in buf.chunks_exact_mut(8).zip(values) {
-            chunk.copy_from_slice(&bytes(*v));
-        }
-        Ok(())
-    })
-}
-
-fn put_i64(
-    py: Python<'_>,
-    out: &Bound<'_, PyDict>,
-    name: &str,
-    col: &Nullable<i64>,
-) -> PyResult<()> {
-    let (bits, nulls) = validity(&col.valid);
-    let values = le_bytes(py, &col.values, i64::to_le_bytes)?;
-    out.set_item(name, ("i64", values, bitmap(py, bits), nulls))
-}
-
-fn put_f64(
-    py: Python<'_>,
-    out: &Bound<'_, PyDict>,
-    name: &str,
-    col: &Nullable<f64>,
-) -> PyResult<()> {
-    let (bits, nulls) = validity(&col.valid);
-    let values = le_bytes(py, &col.values, f64::to_le_bytes)?;
-    out.set_item(name, ("f64", values, bitmap(py, bits), nulls))
-}
-
-fn i32_bytes(values: impl Iterator<Item = i32>) -> Vec<u8> {
-    values.flat_map(|v| v.to_le_bytes()).collect()
-}
-
-/// A dictionary's words as an Arrow string array: (offsets, data).
-fn words<'py>(py: Python<'py>, words: &[String]) -> (Bound<'py, PyBytes>, Bound<'py, PyBytes>) {
-    let mut offsets = Vec::with_capacity(words.len() + 1);
-    let mut data = Vec::new();
-    offsets.push(0i32);
-    for w in words {
-        data.extend_from_slice(w.as_bytes());
-        offsets.push(i32::try_from(data.len()).unwrap_or(i32::MAX));
-    }
-    (
-        PyBytes::new(py, &i32_bytes(offsets.into_iter())),
-        PyBytes::new(py, &data),
-    )
-}
-
-fn put_dict(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &Dict) -> PyResult<()> {
-    let valid: Vec<bool> = col.indices.iter().map(|i| *i >= 0).collect();
-    let (bits, nulls) = validity(&valid);
-    let indices = i32_bytes(col.indices.iter().map(|i| (*i).max(0)));
-    let (w_offsets, w_data) = words(py, &col.words);
-    let t = (
-        "dict",
-        PyBytes::new(py, &indices),
-        bitmap(py, bits),
-        nulls,
-        w_offsets,
-        w_data,
-    );
-    out.set_item(name, t)
-}
-
-fn put_list(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &DictList) -> PyResult<()> {
-    let (w_offsets, w_data) = words(py, &col.items.words);
-    let t = (
-        "list",
-        PyBytes::new(py, &i32_bytes(col.offsets.iter().copied())),
-        PyBytes::new(py, &i32_bytes(col.items.indices.iter().copied())),
-        w_offsets,
-        w_data,
-    );
-    out.set_item(name, t)
-}
-
 /// The Python decoder's summary of a deferred pair (`dissector.wire.core.FallbackSummary`),
 /// read by attribute.
 #[derive(FromPyObject)]
@@ -1060,6 +874,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan_facts_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(counter_names, m)?)?;
     exchange::register(m)?;
+    columns::register(m)?;
     live::register(m)?;
     Ok(())
 }
