@@ -1,4 +1,7 @@
-//! The Python face: `dissector._core`.
+//! The Python face: `dissector._core`, bindings only (the pipeline they bind is
+//! `crate::pipeline`). The module itself and the capture facts are `module`; the column
+//! buffers `columns`; exchanges, frames and endpoints `exchange`; live capture `live`;
+//! key logs `tls`.
 //!
 //! `Model` holds the spec model exported by `dissector/protocol/export.py`.
 //! `Analyzer` runs captures (a path, bytes in memory, or link frames fed one by one)
@@ -17,7 +20,7 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::capture::{open_path, scan_path, FileFacts, LinkDecoder, PacketReader};
+use crate::capture::{open_path, LinkDecoder, PacketReader};
 use crate::counter::Counter;
 use crate::kafka::model::Model as SpecModel;
 use crate::kafka::session::{Session, SessionConfig};
@@ -31,11 +34,12 @@ use crate::rows::tables::{
 };
 use crate::rows::{RowBuilder, SummaryColumns};
 use crate::tls::{KeySource, Summary as TlsSummary};
-use crate::types::{Counters, Exchange, Ts};
+use crate::types::{Counters, Exchange};
 
 mod columns;
 mod exchange;
 mod live;
+mod module;
 mod tls;
 
 #[pyclass(frozen, module = "dissector._core")]
@@ -779,102 +783,4 @@ struct PyFallbackSummary {
     fatal: bool,
     extracts: Vec<Option<i64>>,
     assumed_version: Option<i64>,
-}
-
-/// One capture interface of `CaptureFacts` (`capture::InterfaceFacts`).
-#[pyclass(frozen, get_all, module = "dissector._core")]
-pub struct InterfaceFacts {
-    linktype: u32,
-    snaplen: u32,
-    name: Option<String>,
-}
-
-/// What a capture file says about where and when it was recorded
-/// (`capture::FileFacts`): what decides whether files chain into one capture.
-#[pyclass(frozen, get_all, module = "dissector._core")]
-pub struct CaptureFacts {
-    format: &'static str,
-    link_types: Vec<u32>,
-    interfaces: Vec<Py<InterfaceFacts>>,
-    records: u64,
-    first_ts_ns: Option<Ts>,
-    last_ts_ns: Option<Ts>,
-    min_ts_ns: Option<Ts>,
-    max_ts_ns: Option<Ts>,
-    damaged: bool,
-}
-
-fn facts_object(py: Python<'_>, f: FileFacts) -> PyResult<CaptureFacts> {
-    let interfaces = f
-        .interfaces
-        .into_iter()
-        .map(|i| {
-            Py::new(
-                py,
-                InterfaceFacts {
-                    linktype: i.linktype,
-                    snaplen: i.snaplen,
-                    name: i.name,
-                },
-            )
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    Ok(CaptureFacts {
-        format: f.format,
-        link_types: f.link_types,
-        interfaces,
-        records: f.records,
-        first_ts_ns: f.first_ts_ns,
-        last_ts_ns: f.last_ts_ns,
-        min_ts_ns: f.min_ts_ns,
-        max_ts_ns: f.max_ts_ns,
-        damaged: f.damaged,
-    })
-}
-
-/// The facts of a capture file: every record header is read, no packet decoded.
-#[pyfunction]
-fn scan_facts(py: Python<'_>, path: PathBuf) -> PyResult<CaptureFacts> {
-    let facts = py
-        .detach(|| scan_path(path))
-        .map_err(|e| PyOSError::new_err(e.to_string()))?;
-    facts_object(py, facts)
-}
-
-/// `scan_facts` of a capture held in memory.
-#[pyfunction]
-fn scan_facts_bytes(py: Python<'_>, data: &[u8]) -> PyResult<CaptureFacts> {
-    let facts =
-        crate::capture::scan_slice(data).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    facts_object(py, facts)
-}
-
-/// Every counter name the core may produce (`counter::Counter`, generated from
-/// `dissector/anomalies.py`): tests compare the built module with the registry.
-#[pyfunction]
-fn counter_names() -> Vec<&'static str> {
-    crate::counter::Counter::ALL
-        .iter()
-        .map(|c| c.name())
-        .collect()
-}
-
-#[pymodule]
-fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add_class::<Model>()?;
-    m.add_class::<Analyzer>()?;
-    m.add_class::<KnownTopics>()?;
-    m.add_class::<KeyLog>()?;
-    m.add_class::<TlsConnections>()?;
-    m.add_class::<CaptureFacts>()?;
-    m.add_class::<InterfaceFacts>()?;
-    m.add_class::<TlsStream>()?;
-    m.add_function(wrap_pyfunction!(scan_facts, m)?)?;
-    m.add_function(wrap_pyfunction!(scan_facts_bytes, m)?)?;
-    m.add_function(wrap_pyfunction!(counter_names, m)?)?;
-    exchange::register(m)?;
-    columns::register(m)?;
-    live::register(m)?;
-    Ok(())
 }
