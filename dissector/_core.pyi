@@ -267,7 +267,7 @@ class Model:
 
 @final
 class KeyLog:
-    """NSS key log files and texts (native/src/python_tls.rs), parsed once for a run."""
+    """NSS key log files and texts (native/src/python/tls.rs), parsed once for a run."""
 
     def __new__(
         cls, paths: list[str] = ..., texts: list[str] = ..., follow: bool = False

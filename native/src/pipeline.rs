@@ -1,7 +1,7 @@
 //! The pipeline after the wire stages, in Rust alone: summaries (stage 5: a pair's
 //! bodies -> its summary columns and the analytics tables' facts), the row sink (stage 6:
 //! summarised pairs -> column buffers, in queueing order) and `run_file`, the two-thread
-//! run of one capture file through the wire stages and these. `python.rs` and
+//! run of one capture file through the wire stages and these. `python/mod.rs` and
 //! `python/live.rs` only bind it to Python: their `Fallback` is the Python decoder.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -246,7 +246,7 @@ impl<F: Fallback> Summaries<F> {
             };
             return Ok((name.map(Arc::from), None));
         };
-        // A side not captured whole is not decoded (its row says so: rows.rs).
+        // A side not captured whole is not decoded (its row says so: rows/mod.rs).
         let whole = |f: &&KafkaFrame| !f.holed();
         let request = ex
             .request

@@ -286,7 +286,7 @@ pub struct Exchange {
     pub note: Option<String>,
     /// Position of the request among the requests of its connection, in the order they
     /// were sent (None for a response without a request): the queueing columns are
-    /// computed in this order (`queueing.rs`).
+    /// computed in this order (`rows/queueing.rs`).
     pub seq: Option<u64>,
     /// A capture hole may hold this exchange's missing part (its response or request).
     pub gap: bool,

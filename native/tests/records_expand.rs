@@ -1,4 +1,4 @@
-//! records.rs read for the analytics tables (`table_records`): counts, and with an
+//! kafka/records.rs read for the analytics tables (`table_records`): counts, and with an
 //! `Expansion` the offsets of the data records, as records.py's `parse_records(expand=True)`
 //! keeps them; None wherever records.py would report an anomaly. The differential test
 //! against records.py on real and damaged captures is tests/test_native_tables.py.

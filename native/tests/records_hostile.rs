@@ -1,4 +1,4 @@
-//! Hostile `records` fields (issue #11) and the codec paths of records.rs, each input
+//! Hostile `records` fields (issue #11) and the codec paths of kafka/records.rs, each input
 //! built here with the encoders of the crate's own dependencies (zstd, flate2,
 //! lz4_flex, snap) and CRCs from crc32c / crc32fast. The differential test against
 //! records.py lives in tests/test_native_records.py.

@@ -1,4 +1,4 @@
-//! IPv4 and IPv6 fragment reassembly for the capture stage (`capture.rs`).
+//! IPv4 and IPv6 fragment reassembly for the capture stage (`capture/mod.rs`).
 //!
 //! Captures taken where the MTU is smaller than the senders' (tunnels, mirror ports,
 //! jumbo-frame hosts behind ordinary links) carry IP fragments; a TCP segment split
