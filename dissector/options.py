@@ -39,7 +39,7 @@ class ChainRule:
 
     mode: ChainMode = "auto"
     # Beyond an hour of silence the core closes every connection of a file anyway
-    # (native/src/tcp.rs, file_idle_timeout_ns): nothing could carry over.
+    # (native/src/tcp/, file_idle_timeout_ns): nothing could carry over.
     max_gap_s: float = 3600.0
     # Timestamps jitter by microseconds across a rotation (several capture queues):
     # a next file may start this much before the previous one ended.

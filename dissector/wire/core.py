@@ -28,10 +28,12 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from dissector._core import Analyzer, KeyLog, LiveRun, Model
+    from dissector._core import Endpoint as CoreEndpoint
     from dissector._core import Exchange as CoreExchange
     from dissector._core import Frame as CoreFrame
+    from dissector._core import _ColumnBuffer as ColumnBuffer
     from dissector.options import Options
-    from dissector.stages import Decoder, Exchange, Frame
+    from dissector.stages import Decoder, Endpoint, Exchange, Frame
     from dissector.tls import KeyLogs
     from dissector.wire.tables import TableCollector
 
@@ -290,52 +292,55 @@ def _open_file(analyzer: Analyzer, path: CaptureSource) -> None:
 # ---------------------------------------------------------------- rows -> Arrow
 
 
-def _arrow_column(spec: tuple[Any, ...]) -> pa.Array:
+def _arrow_column(col: ColumnBuffer) -> pa.Array:
     """One column buffer of the core as an Arrow array, built from the buffers as they
     are (no per-value Python objects; ``pa.array`` would also import pandas, and
     ``take``/``cast`` ``pyarrow.compute``: see ``arrow_cast``)."""
     import pyarrow as pa
 
+    from dissector import _core
     from dissector.arrow_cast import take
 
-    tag = spec[0]
-    if tag in ("i64", "f64"):
-        _, values, bits, nulls = spec
-        kind = pa.int64() if tag == "i64" else pa.float64()
-        buffers = [pa.py_buffer(bits) if bits is not None else None, pa.py_buffer(values)]
-        return pa.Array.from_buffers(kind, len(values) // 8, buffers, null_count=nulls)
-    if tag == "dict":
-        _, indices, bits, nulls, w_offsets, w_data = spec
-        words = _strings(w_offsets, w_data)
-        validity = pa.py_buffer(bits) if bits is not None else None
+    def validity(bits: bytes | None) -> pa.Buffer | None:
+        return pa.py_buffer(bits) if bits is not None else None
+
+    if isinstance(col, _core.Int64Column | _core.Float64Column):
+        kind = pa.int64() if isinstance(col, _core.Int64Column) else pa.float64()
+        buffers = [validity(col.validity), pa.py_buffer(col.values)]
+        return pa.Array.from_buffers(kind, len(col.values) // 8, buffers, null_count=col.null_count)
+    if isinstance(col, _core.DictColumn):
         idx = pa.Array.from_buffers(
-            pa.int32(), len(indices) // 4, [validity, pa.py_buffer(indices)], null_count=nulls
+            pa.int32(),
+            len(col.indices) // 4,
+            [validity(col.validity), pa.py_buffer(col.indices)],
+            null_count=col.null_count,
         )
-        return pa.DictionaryArray.from_arrays(idx, words)
-    if tag == "bool":
-        _, values, bits, nulls, n = spec
-        buffers = [pa.py_buffer(bits) if bits is not None else None, pa.py_buffer(values)]
-        return pa.Array.from_buffers(pa.bool_(), n, buffers, null_count=nulls)
-    if tag == "i64list":
-        _, offsets, values = spec
-        items = pa.Array.from_buffers(pa.int64(), len(values) // 8, [None, pa.py_buffer(values)])
+        return pa.DictionaryArray.from_arrays(idx, _strings(col.word_offsets, col.word_data))
+    if isinstance(col, _core.BoolColumn):
+        buffers = [validity(col.validity), pa.py_buffer(col.values)]
+        return pa.Array.from_buffers(pa.bool_(), col.length, buffers, null_count=col.null_count)
+    if isinstance(col, _core.Int64ListColumn):
+        items = pa.Array.from_buffers(
+            pa.int64(), len(col.values) // 8, [None, pa.py_buffer(col.values)]
+        )
         return pa.ListArray.from_buffers(
             pa.list_(pa.int64()),
-            len(offsets) // 4 - 1,
-            [None, pa.py_buffer(offsets)],
+            len(col.offsets) // 4 - 1,
+            [None, pa.py_buffer(col.offsets)],
             children=[items],
         )
-    if tag == "list":
-        _, offsets, items, w_offsets, w_data = spec
-        idx = pa.Array.from_buffers(pa.int32(), len(items) // 4, [None, pa.py_buffer(items)])
-        values = take(_strings(w_offsets, w_data), idx)
+    if isinstance(col, _core.StrListColumn):
+        idx = pa.Array.from_buffers(
+            pa.int32(), len(col.items) // 4, [None, pa.py_buffer(col.items)]
+        )
+        values = take(_strings(col.word_offsets, col.word_data), idx)
         return pa.ListArray.from_buffers(
             pa.list_(pa.string()),
-            len(offsets) // 4 - 1,
-            [None, pa.py_buffer(offsets)],
+            len(col.offsets) // 4 - 1,
+            [None, pa.py_buffer(col.offsets)],
             children=[values],
         )
-    raise ValueError(f"unknown column buffer {tag!r}")
+    raise TypeError(f"not a column buffer of the core: {type(col).__name__}")
 
 
 def _strings(offsets: bytes, data: bytes) -> pa.Array:
@@ -360,7 +365,7 @@ def arrow_schema() -> pa.Schema:
     return pa.schema([pa.field(c.name, field_type(c.kind)) for c in COLUMNS])
 
 
-def columns_to_table(cols: dict[str, Any], schema: pa.Schema) -> pa.Table:
+def columns_to_table(cols: dict[str, ColumnBuffer], schema: pa.Schema) -> pa.Table:
     """The core's column buffers as a table of ``schema``."""
     import pyarrow as pa
 
@@ -389,7 +394,7 @@ class Batch:
     """What the core produced in one step: column buffers, the exchanges kept for an
     observer, and how far into the capture it has read."""
 
-    columns: dict[str, Any]
+    columns: dict[str, ColumnBuffer]
     exchanges: list[CoreExchange]
     bytes_read: int
     tables: dict[str, Any]
@@ -678,8 +683,8 @@ def exchange_record(x: CoreExchange) -> Exchange:
 
     return Exchange(
         stream=x.stream,
-        client=x.client,
-        broker=x.broker,
+        client=_endpoint(x.client),
+        broker=_endpoint(x.broker),
         kind=x.kind,
         request=_frame_record(x.request),
         response=_frame_record(x.response),
@@ -692,6 +697,10 @@ def exchange_record(x: CoreExchange) -> Exchange:
     )
 
 
+def _endpoint(e: CoreEndpoint) -> Endpoint:
+    return (e.ip, e.port)
+
+
 def _frame_record(f: CoreFrame | None) -> Frame | None:
     from dissector.stages import Frame
 
@@ -699,8 +708,8 @@ def _frame_record(f: CoreFrame | None) -> Frame | None:
         return None
     return Frame(
         stream=f.stream,
-        src=f.src,
-        dst=f.dst,
+        src=_endpoint(f.src),
+        dst=_endpoint(f.dst),
         payload=f.payload,
         first_ts_ns=f.first_ts_ns,
         last_ts_ns=f.last_ts_ns,
@@ -766,7 +775,7 @@ class LiveSession:
         unwritable ``write_pcap`` raises OSError."""
         return native().LiveRun(self._analyzer, handle, write_pcap, snaplen)
 
-    def table(self, columns: dict[str, Any]) -> pa.Table:
+    def table(self, columns: dict[str, ColumnBuffer]) -> pa.Table:
         """Column buffers taken from the run as a table of ``arrow_schema()``."""
         return columns_to_table(columns, self._schema)
 

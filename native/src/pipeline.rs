@@ -1,7 +1,7 @@
 //! The pipeline after the wire stages, in Rust alone: summaries (stage 5: a pair's
 //! bodies -> its summary columns and the analytics tables' facts), the row sink (stage 6:
 //! summarised pairs -> column buffers, in queueing order) and `run_file`, the two-thread
-//! run of one capture file through the wire stages and these. `python.rs` and
+//! run of one capture file through the wire stages and these. `python/mod.rs` and
 //! `python/live.rs` only bind it to Python: their `Fallback` is the Python decoder.
 
 use std::collections::VecDeque;
@@ -10,13 +10,14 @@ use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 
 use crate::capture::PacketReader;
-use crate::model::Model;
-use crate::queueing::{Queued, Queueing, Timing};
-use crate::records::Budget;
+use crate::counter::Counter;
+use crate::kafka::model::Model;
+use crate::kafka::records::Budget;
+use crate::kafka::session::Session;
+use crate::kafka::summary::{summarize, TopicNames};
+use crate::rows::queueing::{Queued, Queueing, Timing};
+use crate::rows::tables::{Observed, PairFacts, TableSink};
 use crate::rows::{RowBuilder, SummaryColumns};
-use crate::session::Session;
-use crate::summary::{summarize, TopicNames};
-use crate::tables::{Observed, PairFacts, TableSink};
 use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame};
 
 /// What the native reading leaves to a fuller decoder: the summary of a pair it
@@ -267,7 +268,7 @@ impl<F: Fallback> Summaries<F> {
             };
             return Ok((name.map(Arc::from), None));
         };
-        // A side not captured whole is not decoded (its row says so: rows.rs).
+        // A side not captured whole is not decoded (its row says so: rows/mod.rs).
         let whole = |f: &&KafkaFrame| !f.holed();
         let request = ex
             .request
@@ -302,7 +303,7 @@ impl<F: Fallback> Summaries<F> {
             .capture_budget_left
             .saturating_sub(before.saturating_sub(budget.remaining));
         let columns = if s.defer {
-            self.counters.inc("summary_deferred");
+            self.counters.inc(Counter::SummaryDeferred);
             self.fallback
                 .summary(key, version, request, response, &self.capture)?
         } else {
@@ -323,7 +324,7 @@ impl<F: Fallback> Summaries<F> {
             }
         };
         if columns.assumed_version.is_some() {
-            self.counters.inc("assumed_version_pairs");
+            self.counters.inc(Counter::AssumedVersionPairs);
         }
         Ok((Some(self.model.shared_api_name(key)), Some(columns)))
     }
