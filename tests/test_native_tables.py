@@ -1,4 +1,4 @@
-"""The native core's analytics tables (``native/src/tables.rs``) against the Python full
+"""The native core's analytics tables (``native/src/rows/tables.rs``) against the Python full
 decoder (``tests/oracle/tables.py``: every exchange decoded whole by
 ``dissector.protocol``, read by ``protocol.tables``' per-pair functions).
 

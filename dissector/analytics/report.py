@@ -1791,6 +1791,7 @@ def analyze(
     tls: KeyLogs | None = None,
     show: bool = False,
     partition_columns: Iterable[str] | None = None,
+    max_decompressed: int | None = None,
 ) -> pd.DataFrame:
     """``dissector.analyze`` plus ``df.attrs["tables"]`` (``AnalyticsTables``: the
     partitions, groups and versions tables), ``df.attrs["client_software"]``
@@ -1803,7 +1804,7 @@ def analyze(
     ``chain``: which files of ``paths`` are read as one capture (``wire.sets``).
     ``partition_columns``: keep only these columns of the partitions table, the others
     dropped batch by batch as the pass makes them (``REPORT_PARTITION_COLUMNS``: what the
-    report reads); None keeps them all.
+    report reads); None keeps them all. ``max_decompressed``: ``Options.max_decompressed``.
     """
     from dissector.analytics.groups import group_notes
     from dissector.analytics.versions import client_software
@@ -1813,7 +1814,9 @@ def analyze(
     from dissector.wire.sets import capture_sets
     from dissector.wire.tables import TableCollector
 
-    options = Options(ports=ports, chain=chain or ChainRule(), tls=tls)
+    options = Options(
+        ports=ports, chain=chain or ChainRule(), tls=tls, max_decompressed=max_decompressed
+    )
     # Files of one rotated recording are one capture (``chain``, see wire.sets).
     sets = capture_sets([str(p) for p in paths], options.chain, failures=failures)
     readable: list[CaptureSet] = []
@@ -1957,6 +1960,7 @@ def report_file(
     chain: ChainRule | None = None,
     tls: KeyLogs | None = None,
     show: bool = False,
+    max_decompressed: int | None = None,
 ) -> Path:
     """Analyse ``paths`` and write their report to ``output`` (``failures``, ``chain``,
     ``show``: see ``analyze``)."""
@@ -1969,6 +1973,7 @@ def report_file(
         tls=tls,
         show=show,
         partition_columns=report_partition_columns(),
+        max_decompressed=max_decompressed,
     )
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if ports:

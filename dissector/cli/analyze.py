@@ -25,6 +25,7 @@ from dissector.cli.common import (
     group_captures,
     load_decoder,
     make_parent_dirs,
+    max_decompressed_option,
     note_sets,
     outputs,
     parse_ports,
@@ -127,6 +128,7 @@ def one_shot(command: Callable[..., None]) -> Callable[..., None]:
 )
 @click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
 @click.option("--quiet", is_flag=True, help="no summary table (warnings and errors still show)")
+@max_decompressed_option
 @chain_options
 @tls_keylog_option
 @one_shot
@@ -140,6 +142,7 @@ def analyze(
     partitions_out: str | None = None,
     groups_out: str | None = None,
     row_filter: str | None = None,
+    max_decompressed: int | None = None,
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
@@ -167,6 +170,7 @@ def analyze(
         max_frame=max_frame if max_frame is not None else DEFAULT_MAX_FRAME,
         chain=chain_rule(chain, no_chain, chain_gap),
         tls=tls_key_logs(tls_keylog),
+        max_decompressed=max_decompressed,
     )
     decoder = load_decoder(specs) if specs else None
     tables = _AnalyticsOutputs(tables_out) if any(tables_out.values()) else None
@@ -198,59 +202,40 @@ def _cannot_write(out: str, exc: OSError) -> click.ClickException:
 
 
 class _AnalyticsOutputs:
-    """The analytics tables asked for, built in the pass over the captures: Parquet
-    files written batch by batch as the pass goes, the other formats at the end."""
+    """The analytics tables asked for, written batch by batch as the pass builds them
+    (Parquet, CSV or JSON lines): memory does not grow with the tables."""
 
     def __init__(self, wanted: dict[str, str | None]) -> None:
         from dissector.table.frame import ParquetTableWriter
-        from dissector.tables_schema import CONTRACTS
+        from dissector.table.text_rows import TextTableWriter
+        from dissector.tables_schema import CONTRACTS, names
         from dissector.wire.tables import TableCollector
 
         self.outputs = {name: out for name, out in wanted.items() if out}
-        self.parquet: dict[str, ParquetTableWriter] = {}
+        self.writers: dict[str, ParquetTableWriter | TextTableWriter] = {}
         for name, out in self.outputs.items():
             make_parent_dirs(out)
-            if out.lower().endswith(".parquet"):
-                try:
-                    self.parquet[name] = ParquetTableWriter(out, CONTRACTS[name])
-                except OSError as exc:
-                    raise click.ClickException(
-                        f"cannot write {out}: {exc.strerror or exc}"
-                    ) from exc
-                outputs().streaming.append(out)
-        self.collector: TableCollector = TableCollector(writers=dict(self.parquet))
+            try:
+                if out.lower().endswith(".parquet"):
+                    self.writers[name] = ParquetTableWriter(out, CONTRACTS[name])
+                else:
+                    self.writers[name] = TextTableWriter(out, list(names(CONTRACTS[name])))
+            except OSError as exc:
+                raise _cannot_write(out, exc) from exc
+            outputs().streaming.append(out)
+        self.collector: TableCollector = TableCollector(writers=dict(self.writers))
 
     def finish(self, quiet: bool) -> None:
-        # Only the formats written at the end need the kept tables: pyarrow's
-        # concat_tables imports pandas (about a third of a second) to join them.
-        tables = (
-            self.collector.result()
-            if any(name not in self.parquet for name in self.outputs)
-            else None
-        )
         done = outputs()
         for name, out in self.outputs.items():
-            writer = self.parquet.get(name)
-            if writer is not None:
+            writer = self.writers[name]
+            try:
                 writer.close()
-                rows = writer.rows
-            else:
-                done.writing = out
-                from dissector.analytics.partitions import export_table
-
-                assert tables is not None
-                frame = tables.frame(name)
-                try:
-                    export_table(frame, out)
-                except OSError as exc:
-                    raise click.ClickException(
-                        f"cannot write {out}: {exc.strerror or exc}"
-                    ) from exc
-                rows = len(frame)
-            done.writing = None
+            except OSError as exc:
+                raise _cannot_write(out, exc) from exc
             done.written.append(out)
             if not quiet:
-                click.echo(f"wrote {rows} rows to {out}")
+                click.echo(f"wrote {writer.rows} rows to {out}")
 
 
 @dataclass
@@ -342,7 +327,7 @@ def analyze_each(
 
 
 def _write(result: Analysed, output: str, quiet: bool) -> None:
-    from dissector.table.frame import export, write_pairs_parquet
+    from dissector.table.frame import write_pairs_parquet
     from dissector.table.text_rows import write_table_text
 
     make_parent_dirs(output)
@@ -352,9 +337,7 @@ def _write(result: Analysed, output: str, quiet: bool) -> None:
         ext = os.path.splitext(output)[1].lower()
         if ext == ".parquet":
             write_pairs_parquet(result.table, output)
-        elif result.has_frame():
-            export(result.frame(), output)
-        else:  # batch by batch from Arrow: no frame of the whole table for this
+        else:  # batch by batch from Arrow, whether the summary built the frame or not
             write_table_text(result.table, output, ext)
     except OSError as exc:
         raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc

@@ -160,6 +160,23 @@ def tls_keylog_option(command: Any, *, hadoop: bool = False) -> Any:
     )(command)
 
 
+def max_decompressed_option(command: Any) -> Any:
+    """``--max-decompressed BYTES``: the most the record batches of one Kafka frame may
+    decompress to (``Options.max_decompressed``), in every pass of the command."""
+    from dissector.options import MAX_DECOMPRESSED_LIMIT
+
+    return click.option(
+        "--max-decompressed",
+        "max_decompressed",
+        type=click.IntRange(min=1, max=MAX_DECOMPRESSED_LIMIT),
+        default=None,
+        metavar="BYTES",
+        help="most bytes the record batches of one Kafka frame may decompress to (default "
+        "256 MiB: a frame gets 32 times its size, at least 64 MiB, up to this); past it a "
+        "batch is flagged decompression_limit",
+    )(command)
+
+
 def tls_key_logs(
     paths: Sequence[str], *, follow: bool = False, ship: bool = False
 ) -> KeyLogs | None:
@@ -248,7 +265,7 @@ class Outputs:
 
     written: list[str] = field(default_factory=list)
     writing: str | None = None  # an output file being written now
-    # files written batch by batch during a pass (analytics tables to Parquet): cut off
+    # files written batch by batch during a pass (the analytics tables): cut off
     # until the pass ends and they are closed
     streaming: list[str] = field(default_factory=list)
     lines: int = 0  # JSON lines written to stdout (decode)

@@ -16,6 +16,7 @@ from dissector.cli.common import (
     capture_problem,
     chain_options,
     chain_rule,
+    max_decompressed_option,
     outputs,
     parse_ports,
     parse_row_filter,
@@ -40,6 +41,7 @@ from dissector.cli.common import (
 @click.option("--ports", help="broker ports, comma-separated (default: usual ports + heuristic)")
 @click.option("--title", help="page title (default: names the capture files)")
 @click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
+@max_decompressed_option
 @chain_options
 @tls_keylog_option
 def report_command(
@@ -48,6 +50,7 @@ def report_command(
     ports: str | None,
     title: str | None,
     row_filter: str | None = None,
+    max_decompressed: int | None = None,
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
@@ -75,6 +78,7 @@ def report_command(
             "chain": rule,
             "tls": tls,
             "show": sys.stderr.isatty(),
+            "max_decompressed": max_decompressed,
         }
         path = _write(readable, output, title, wanted, settings)
         if len(failures) < len(paths):

@@ -94,6 +94,8 @@ class LiveOptions:
     buffer_mib: int = DEFAULT_BUFFER_MIB
     # TLS key logs, read on as they grow (``dissector.tls.key_logs(..., follow=True)``).
     tls: KeyLogs | None = None
+    # The most one frame's record batches may decompress to (``Options.max_decompressed``).
+    max_decompressed: int | None = None
 
     @property
     def filter(self) -> str:
@@ -132,7 +134,12 @@ class LiveCapture:
         self.source = PcapSource(
             opts.iface, opts.filter, snaplen=opts.snaplen, buffer_bytes=opts.buffer_mib << 20
         )
-        options = Options(ports=opts.ports, idle_timeout_s=LIVE_IDLE_TIMEOUT_S, tls=opts.tls)
+        options = Options(
+            ports=opts.ports,
+            idle_timeout_s=LIVE_IDLE_TIMEOUT_S,
+            tls=opts.tls,
+            max_decompressed=opts.max_decompressed,
+        )
         self.label = f"live:{opts.iface}"
         try:
             if opts.write_pcap:

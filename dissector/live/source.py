@@ -1,6 +1,6 @@
 """Where live frames come from: one libpcap handle, opened and read by the native core.
 
-The core loads libpcap when a capture starts (``native/src/pcap.rs``) and reads its
+The core loads libpcap when a capture starts (``native/src/capture/pcap.rs``) and reads its
 memory-mapped ring (TPACKET_V3 on Linux) on a thread of its own, so no Python code runs
 per frame or per batch of frames. libpcap reports its own drop counts
 (``pcap_stats``), sizes the kernel ring and compiles BPF in-process; scapy's sniffing

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from dissector.accounting import Counters
 from dissector.options import (
@@ -36,14 +36,18 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from dissector._core import Analyzer, KeyLog, LiveRun, Model, PcapHandle
+    from dissector._core import Endpoint as CoreEndpoint
     from dissector._core import Exchange as CoreExchange
     from dissector._core import Frame as CoreFrame
     from dissector.protocol.messages import Decoded
     from dissector.protocol.summary import TopicNames
-    from dissector.stages import Decoder, Exchange, Frame, PairRecord
+    from dissector.stages import Decoder, Endpoint, Exchange, Frame, PairRecord
     from dissector.tls import KeyLogs
     from dissector.wire.native import ColumnBuffer
     from dissector.wire.tables import CaptureTables, TableCollector
+
+ArrowColumn = TypeVar("ArrowColumn", "pa.Array", "pa.ChunkedArray")
+"""One column of a table (chunked) or of a record batch: functions give back what they took."""
 
 BATCH_ROWS = 65_536
 """Rows per Arrow batch: memory of a streaming run is bounded by this, not the capture."""
@@ -172,11 +176,15 @@ def new_analyzer(
     (``wire.tables``); ``pairs``: build the pairs' rows (off: the tables alone);
     ``capture_budget``: bytes one capture may decompress in all (None: the core's
     default, 4 GiB)."""
-    decoder = decoder or _default_decoder()
+    from dissector.protocol.bound_decoder import with_max_decompressed
+
+    decoder = with_max_decompressed(decoder or _default_decoder(), options.max_decompressed)
     model = _model(decoder)
     _core = native()
     idle = options.idle_timeout_s
     budget = {"capture_budget": capture_budget} if capture_budget is not None else {}
+    if options.max_decompressed is not None:  # the same cap for the core and the decoder
+        budget["frame_cap"] = options.max_decompressed
     tls_keys = native_key_log(options.tls) if options.tls else None
     fallback = None
     if tables:
@@ -569,18 +577,31 @@ def table_to_frame(table: pa.Table) -> pd.DataFrame:
 def _numbers(name: str, column: pa.ChunkedArray, dtype_name: str) -> Any:
     """A column cast to its frame dtype: Arrow-backed as it is, or a numpy array."""
     import pandas as pd
+
+    dtype = pd.api.types.pandas_dtype(dtype_name)
+    typed = frame_numbers(name, dtype_name, column)
+    if isinstance(dtype, pd.ArrowDtype):
+        return pd.arrays.ArrowExtensionArray(typed)
+    return typed.to_numpy()
+
+
+def frame_numbers(name: str, dtype_name: str, column: ArrowColumn) -> ArrowColumn:
+    """A number column as Arrow in the type of its frame dtype ``dtype_name``, with the
+    values the frame holds (``_saturated``): what the text writers write of the core's
+    table is what ``dissector.analyze`` shows. A numpy dtype has no nulls: a null is
+    an error, as is a value past its range (a safe cast)."""
+    import pandas as pd
     import pyarrow as pa
 
     dtype = pd.api.types.pandas_dtype(dtype_name)
     if isinstance(dtype, pd.ArrowDtype):
-        typed = column if column.type == dtype.pyarrow_dtype else _saturated(column, dtype)
-        return pd.arrays.ArrowExtensionArray(typed)
+        return column if column.type == dtype.pyarrow_dtype else _saturated(column, dtype)
     if column.null_count:
         raise ValueError(f"column {name!r} holds nulls, its dtype {dtype_name} has none")
-    return column.cast(pa.from_numpy_dtype(dtype)).to_numpy()
+    return column.cast(pa.from_numpy_dtype(dtype))
 
 
-def _saturated(column: pa.ChunkedArray, dtype: pd.ArrowDtype) -> pa.ChunkedArray:
+def _saturated(column: ArrowColumn, dtype: pd.ArrowDtype) -> ArrowColumn:
     """Cast to a narrower integer type, values past its range held at its bounds: only a
     hostile frame gets there (record counts summed from forged batch headers, already
     flagged in decode_error), and one such pair must not fail the whole table."""
@@ -655,8 +676,8 @@ def exchange_record(x: CoreExchange) -> Exchange:
 
     return Exchange(
         stream=x.stream,
-        client=x.client,
-        broker=x.broker,
+        client=_endpoint(x.client),
+        broker=_endpoint(x.broker),
         kind=x.kind,
         request=_frame_record(x.request),
         response=_frame_record(x.response),
@@ -669,6 +690,10 @@ def exchange_record(x: CoreExchange) -> Exchange:
     )
 
 
+def _endpoint(e: CoreEndpoint) -> Endpoint:
+    return (e.ip, e.port)
+
+
 def _frame_record(f: CoreFrame | None) -> Frame | None:
     from dissector.stages import Frame
 
@@ -676,8 +701,8 @@ def _frame_record(f: CoreFrame | None) -> Frame | None:
         return None
     return Frame(
         stream=f.stream,
-        src=f.src,
-        dst=f.dst,
+        src=_endpoint(f.src),
+        dst=_endpoint(f.dst),
         payload=f.payload,
         first_ts_ns=f.first_ts_ns,
         last_ts_ns=f.last_ts_ns,

@@ -6,20 +6,12 @@ from __future__ import annotations
 
 import os
 from types import ModuleType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-# One column as the core hands it over (``Analyzer.take_columns``, ``take_tables``): a tag,
-# then its buffers as bytes (values, validity bits or None, offsets, dictionary words)
-# and counts, by tag. ``arrow_column`` reads them.
-Numbers = tuple[Literal["i64", "f64"], bytes, bytes | None, int]  # values, validity, nulls
-Words = tuple[Literal["dict"], bytes, bytes | None, int, bytes, bytes]  # + word offsets, data
-Bools = tuple[Literal["bool"], bytes, bytes | None, int, int]  # + length
-IntLists = tuple[Literal["i64list"], bytes, bytes]  # offsets, values
-WordLists = tuple[Literal["list"], bytes, bytes, bytes, bytes]  # offsets, word indices, words
-ColumnBuffer = Numbers | Words | Bools | IntLists | WordLists
+    from dissector._core import _ColumnBuffer as ColumnBuffer
 
 
 def native() -> ModuleType:
@@ -40,7 +32,7 @@ def native() -> ModuleType:
     return _core
 
 
-def arrow_column(spec: ColumnBuffer) -> pa.Array:
+def arrow_column(col: ColumnBuffer) -> pa.Array:
     """One column buffer of the core as an Arrow array, built from the buffers as they
     are (no per-value Python objects; ``pa.array`` would also import pandas, and
     ``take``/``cast`` ``pyarrow.compute``: see ``arrow_cast``)."""
@@ -48,43 +40,48 @@ def arrow_column(spec: ColumnBuffer) -> pa.Array:
 
     from dissector.arrow_cast import take
 
-    if spec[0] == "i64" or spec[0] == "f64":
-        tag, values, bits, nulls = spec
-        kind = pa.int64() if tag == "i64" else pa.float64()
-        buffers = [pa.py_buffer(bits) if bits is not None else None, pa.py_buffer(values)]
-        return pa.Array.from_buffers(kind, len(values) // 8, buffers, null_count=nulls)
-    if spec[0] == "dict":
-        _, indices, bits, nulls, w_offsets, w_data = spec
-        words = strings(w_offsets, w_data)
-        validity = pa.py_buffer(bits) if bits is not None else None
+    _core = native()
+
+    def validity(bits: bytes | None) -> pa.Buffer | None:
+        return pa.py_buffer(bits) if bits is not None else None
+
+    if isinstance(col, _core.Int64Column | _core.Float64Column):
+        kind = pa.int64() if isinstance(col, _core.Int64Column) else pa.float64()
+        buffers = [validity(col.validity), pa.py_buffer(col.values)]
+        return pa.Array.from_buffers(kind, len(col.values) // 8, buffers, null_count=col.null_count)
+    if isinstance(col, _core.DictColumn):
         idx = pa.Array.from_buffers(
-            pa.int32(), len(indices) // 4, [validity, pa.py_buffer(indices)], null_count=nulls
+            pa.int32(),
+            len(col.indices) // 4,
+            [validity(col.validity), pa.py_buffer(col.indices)],
+            null_count=col.null_count,
         )
-        return pa.DictionaryArray.from_arrays(idx, words)
-    if spec[0] == "bool":
-        _, values, bits, nulls, n = spec
-        buffers = [pa.py_buffer(bits) if bits is not None else None, pa.py_buffer(values)]
-        return pa.Array.from_buffers(pa.bool_(), n, buffers, null_count=nulls)
-    if spec[0] == "i64list":
-        _, offsets, values = spec
-        items = pa.Array.from_buffers(pa.int64(), len(values) // 8, [None, pa.py_buffer(values)])
+        return pa.DictionaryArray.from_arrays(idx, strings(col.word_offsets, col.word_data))
+    if isinstance(col, _core.BoolColumn):
+        buffers = [validity(col.validity), pa.py_buffer(col.values)]
+        return pa.Array.from_buffers(pa.bool_(), col.length, buffers, null_count=col.null_count)
+    if isinstance(col, _core.Int64ListColumn):
+        items = pa.Array.from_buffers(
+            pa.int64(), len(col.values) // 8, [None, pa.py_buffer(col.values)]
+        )
         return pa.ListArray.from_buffers(
             pa.list_(pa.int64()),
-            len(offsets) // 4 - 1,
-            [None, pa.py_buffer(offsets)],
+            len(col.offsets) // 4 - 1,
+            [None, pa.py_buffer(col.offsets)],
             children=[items],
         )
-    if spec[0] == "list":
-        _, offsets, items, w_offsets, w_data = spec
-        idx = pa.Array.from_buffers(pa.int32(), len(items) // 4, [None, pa.py_buffer(items)])
-        values = take(strings(w_offsets, w_data), idx)
+    if isinstance(col, _core.StrListColumn):
+        idx = pa.Array.from_buffers(
+            pa.int32(), len(col.items) // 4, [None, pa.py_buffer(col.items)]
+        )
+        values = take(strings(col.word_offsets, col.word_data), idx)
         return pa.ListArray.from_buffers(
             pa.list_(pa.string()),
-            len(offsets) // 4 - 1,
-            [None, pa.py_buffer(offsets)],
+            len(col.offsets) // 4 - 1,
+            [None, pa.py_buffer(col.offsets)],
             children=[values],
         )
-    raise ValueError(f"unknown column buffer {spec[0]!r}")
+    raise TypeError(f"not a column buffer of the core: {type(col).__name__}")
 
 
 def strings(offsets: bytes, data: bytes) -> pa.Array:

@@ -1,7 +1,7 @@
 """The analytics tables (partitions, groups, versions) from the native core's pass.
 
 The core builds them beside the pairs, in the same read of each capture
-(``native/src/tables.rs``), by the roles ``dissector.protocol.tables`` declares; this
+(``native/src/rows/tables.rs``), by the roles ``dissector.protocol.tables`` declares; this
 module turns its column buffers into Arrow tables of the contracts in
 ``dissector.tables_schema`` and answers the core's rare questions about pairs it leaves
 to the Python decoder (``TablesFallback``).
