@@ -282,7 +282,7 @@ def _arrow_tables() -> list[tuple[str, pd.DataFrame, Any]]:
     import pyarrow as pa
 
     from dissector.options import Options
-    from dissector.wire.tables import capture_tables
+    from dissector.wire.core import capture_tables
 
     sources: list[tuple[str, Any]] = [
         (name, REPO / "captures" / name)

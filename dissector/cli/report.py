@@ -16,6 +16,7 @@ from dissector.cli.common import (
     capture_problem,
     chain_options,
     chain_rule,
+    max_decompressed_option,
     max_frame_option,
     outputs,
     parse_ports,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 @click.option("--title", help="page title (default: names the capture files)")
 @click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
 @max_frame_option
+@max_decompressed_option
 @chain_options
 @tls_keylog_option
 def report_command(
@@ -54,6 +56,7 @@ def report_command(
     title: str | None,
     row_filter: str | None = None,
     max_frame: int | None = None,
+    max_decompressed: int | None = None,
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
@@ -70,6 +73,7 @@ def report_command(
         max_frame=max_frame if max_frame is not None else DEFAULT_MAX_FRAME,
         chain=chain_rule(chain, no_chain, chain_gap),
         tls=tls_key_logs(tls_keylog),
+        max_decompressed=max_decompressed,
     )
     failures: list[tuple[str, str]] = []
     readable = []
@@ -119,6 +123,11 @@ def _write(
         + (
             ["--max-frame", str(options.max_frame)]
             if options.max_frame != DEFAULT_MAX_FRAME
+            else []
+        )
+        + (
+            ["--max-decompressed", str(options.max_decompressed)]
+            if options.max_decompressed is not None
             else []
         )
         + ["--filter", shlex.quote(wanted.text)]

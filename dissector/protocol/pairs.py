@@ -11,7 +11,6 @@ wanted, so ``decode --api Fetch`` resolves ids as a full run does.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -143,7 +142,7 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
         for side in (dx.request, dx.response):
             if side is not None:
                 names.annotate(side.body)
-        summary = dataclasses.asdict(s)
+        summary = s.as_dict()
     request, response = ex.request, ex.response
     # The pair's times as in the pairs table: the packets completing each side (none
     # for a side whose last byte was not captured).
@@ -181,7 +180,7 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
 
 def row_flags(ex: Exchange, latency_ms: float | None) -> list[str]:
     """The row flags of the pairs table (``stages.RowFlag``) for this exchange, in its
-    order (native core: rows.rs)."""
+    order (native core: native/src/rows/mod.rs)."""
     frames = [f for f in (ex.request, ex.response) if f is not None]
     flags = []
     # After lost bytes, bytes of the pair lost, or its missing side maybe in a hole.
@@ -197,8 +196,9 @@ def row_flags(ex: Exchange, latency_ms: float | None) -> list[str]:
 
 
 def row_decode_error(ex: Exchange, summary: dict[str, Any] | None) -> str | None:
-    """The pairs table's ``decode_error`` of this exchange (native core: rows.rs): why
-    it is malformed, its note, the sides not captured whole, the summary's error."""
+    """The pairs table's ``decode_error`` of this exchange (native core:
+    native/src/rows/mod.rs): why it is malformed, its note, the sides not captured whole,
+    the summary's error."""
     parts = [ex.note if ex.kind == MALFORMED else None]
     if summary is not None and ex.kind != MALFORMED:
         parts.append(ex.note)
@@ -217,7 +217,7 @@ def _ms(ns: int) -> float:
 
 
 # The status of a row by the kind of exchange, before its bodies are looked at; the
-# same rule as the pairs table's (native core: rows.rs).
+# same rule as the pairs table's (native core: native/src/rows/mod.rs).
 _KIND_STATUS = {
     PAIR: Status.OK.value,
     NO_RESPONSE: Status.NO_RESPONSE.value,

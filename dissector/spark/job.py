@@ -18,9 +18,16 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dissector.options import Options
-from dissector.spark.aggregate import DEFAULT_TOP, DEFAULT_WINDOW, summaries, summary_tables
+from dissector.spark.aggregate import (
+    DEFAULT_TOP,
+    DEFAULT_WINDOW,
+    summaries,
+    summary_tables,
+    window_micros,
+)
 from dissector.spark.analytics import ANALYTICS_TABLES, arrow_schema
 from dissector.spark.keylogs import ship_options
+from dissector.spark.partials import PARTIAL_TABLES, partial_schemas
 from dissector.spark.read import (
     DEFAULT_GLOB,
     Fleet,
@@ -34,7 +41,13 @@ from dissector.spark.read import (
     resolve_paths,
     spark_read_budget,
 )
-from dissector.spark.tasks import UNANSWERED_TABLE, DecodeConfig, Progress, refused_tables
+from dissector.spark.tasks import (
+    UNANSWERED_TABLE,
+    DecodeConfig,
+    Progress,
+    partials_folder,
+    refused_tables,
+)
 from dissector.spark.typemap import CAPTURES_TABLE, PAIRS_TABLE, captures_arrow_schema
 from dissector.spark.write import filesystem_for, python_writable, write_pairs
 
@@ -472,12 +485,14 @@ def _run_direct(
         for name in written:
             filesystem.delete_dir_contents(f"{base}/{name}", missing_dir_ok=True)
     progress = new_progress(spark)
+    window_us = window_micros(spark, settings.window)
     config = DecodeConfig(
         options=settings.options,
         tables=settings.analytics,
         output=location,
         token=token,
         progress=progress,
+        window_us=window_us,
     )
     with watching(progress, plan, on_progress, every):
         trailers = decode_frame(spark, plan, config).toArrow()
@@ -498,11 +513,16 @@ def _run_direct(
     report = report_from_captures(captures)
     report.missing = list(missing)
     report.sets = list(plan.sets)
-    pairs = spark.read.parquet(f"{location}/{PAIRS_TABLE}/part-*-{token}.parquet")
-    # The summaries are small: Spark computes them (five jobs, each a scan of the pairs
-    # files: cheaper than caching the pairs), the driver writes them.
-    # unanswered_requests is not among them: the tasks wrote it, beside the pairs.
-    tables = summary_tables(pairs, window=settings.window, top=settings.top)
+    # The summaries are small: Spark merges the partial tables the tasks wrote (four
+    # jobs over a fraction of the pairs' rows; the pairs are not read again), the driver
+    # writes them. unanswered_requests is not among them: the tasks wrote it.
+    parts = f"{base}/{partials_folder(token)}"
+    _partial_schema_files(filesystem, parts, token)
+    where = f"{location}/{partials_folder(token)}"
+    read = spark.read.parquet
+    partials = {n: read(f"{where}/{n}/part-*-{token}.parquet") for n in PARTIAL_TABLES}
+    tables = summary_tables(partials, window_us=window_us, top=settings.top)
+    filesystem.delete_dir(parts)
     for name, table in tables.items():
         if settings.mode == "overwrite":
             filesystem.delete_dir_contents(f"{base}/{name}", missing_dir_ok=True)
@@ -539,6 +559,20 @@ def _schema_files(filesystem: Any, base: str, token: str, analytics: tuple[str, 
         if not _parquet_files(filesystem, folder):
             pq.write_table(
                 schema.empty_table(), f"{folder}/part-00000-{token}.parquet", filesystem=filesystem
+            )
+
+
+def _partial_schema_files(filesystem: Any, parts: str, token: str) -> None:
+    """An empty file in each partial table's folder no task wrote to (no pair of that
+    kind in the whole job: no errors, say), so that Spark reads an empty table."""
+    import pyarrow.parquet as pq
+
+    for name, schema in partial_schemas().items():
+        folder = f"{parts}/{name}"
+        if not _parquet_files(filesystem, folder):
+            filesystem.create_dir(folder, recursive=True)
+            pq.write_table(
+                schema.empty_table(), f"{folder}/part-empty-{token}.parquet", filesystem=filesystem
             )
 
 

@@ -53,6 +53,7 @@ from dissector.spark.analytics import (
     struct_fields,
     written_as_is,
 )
+from dissector.spark.partials import SummaryPartials
 from dissector.spark.typemap import (
     CAPTURE_INFO,
     CAPTURES_TABLE,
@@ -75,6 +76,13 @@ bytes of a one-file unit read by Spark (null: the task opens the local files).""
 UNANSWERED_TABLE = "unanswered_requests"
 """Pairs-shaped summary table: the requests without a response in their capture."""
 
+
+def partials_folder(token: str) -> str:
+    """The folder under the output where the tasks of job ``token`` write the
+    summaries' partial tables (the driver merges and removes it)."""
+    return f"_summary-parts-{token}"
+
+
 CORE_BATCH_ROWS = 65_536  # rows per core batch (and Parquet row group)
 SPARK_BATCH_ROWS = 8_192  # rows per Arrow batch handed to the JVM
 
@@ -91,6 +99,9 @@ class DecodeConfig:
     batch_rows: int = CORE_BATCH_ROWS
     spark_batch_rows: int = SPARK_BATCH_ROWS
     progress: Any = None  # ``Progress`` accumulators, or None
+    # With ``output``: the throughput windows' length (microseconds) of the summaries'
+    # partial tables the task writes beside the pairs (``spark.partials``); None: none.
+    window_us: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +207,7 @@ class Output(Protocol):
     """Where a task's tables go; each call returns the batches to hand Spark."""
 
     def pairs(self, table: pa.Table) -> Iterator[pa.RecordBatch]: ...
+    def flag(self, table: pa.Table) -> Iterator[pa.RecordBatch]: ...
     def table(self, name: str, table: pa.Table) -> Iterator[pa.RecordBatch]: ...
     def trailer(self, capture: str, result: CaptureResult) -> Iterator[pa.RecordBatch]: ...
     def finish(self) -> None: ...
@@ -214,6 +226,9 @@ class RowOutput:
         from dissector.table.frame import pairs_table
 
         yield from self._rows(PAIRS_TABLE, pairs_table(table).columns, [])
+
+    def flag(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
+        return self.pairs(table)
 
     def table(self, name: str, table: pa.Table) -> Iterator[pa.RecordBatch]:
         rows = in_spark_units(table, name).combine_chunks()
@@ -263,15 +278,27 @@ class ParquetOutput:
     a failed, retried or speculative attempt never leaves half a file under the name
     readers see (dot files are hidden from Spark, pyarrow and pandas). A table without
     rows in this task gets no file.
+
+    With ``summary``, the pairs are also folded into the summaries' partial tables
+    (``spark.partials``), written when the task ends under ``location/<partials>/``.
     """
 
-    def __init__(self, location: str, token: str, partition: int, attempt: int) -> None:
+    def __init__(
+        self,
+        location: str,
+        token: str,
+        partition: int,
+        attempt: int,
+        summary: SummaryPartials | None = None,
+    ) -> None:
         from dissector.spark.write import filesystem_for
 
         self.filesystem, self.base = filesystem_for(location)
         self.name = f"part-{partition:05d}-{token}.parquet"
         self.attempt = attempt
         self.writers: dict[str, Any] = {}
+        self.summary = summary
+        self.partials = partials_folder(token)
 
     def _temporary(self, table: str) -> str:
         return f"{self.base}/{table}/.{self.name}.{self.attempt}.tmp"
@@ -305,6 +332,15 @@ class ParquetOutput:
             lost = unanswered(rows)
             if lost.num_rows:
                 self._writer(UNANSWERED_TABLE).write_table(lost)
+            if self.summary is not None:
+                self.summary.add(rows)
+        return iter(())
+
+    def flag(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
+        """The row flagging a failed capture: a pairs row, not a pair to summarise."""
+        from dissector.table.frame import pairs_table
+
+        self._writer(PAIRS_TABLE).write_table(pairs_table(table))
         return iter(())
 
     def table(self, name: str, table: pa.Table) -> Iterator[pa.RecordBatch]:
@@ -318,6 +354,9 @@ class ParquetOutput:
         yield from trailer_table([(capture, result)]).to_batches()
 
     def finish(self) -> None:
+        if self.summary is not None:
+            for name, table in self.summary.tables():
+                self._writer(f"{self.partials}/{name}", table.schema).write_table(table)
         writers, self.writers = self.writers, {}
         for writer in writers.values():
             writer.close()
@@ -529,7 +568,7 @@ def decode_capture(
             else:
                 yield from out.table(name, table)
     if result.failed:
-        yield from out.pairs(flag_table(capture, result.error or ""))
+        yield from out.flag(flag_table(capture, result.error or ""))
     result.decode_seconds = time.monotonic() - started
     result.counters = counters.as_dict()
     if config.progress is not None:
@@ -557,7 +596,8 @@ def open_output(config: DecodeConfig) -> Output:
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx else 0
     attempt = ctx.attemptNumber() if ctx else 0
-    return ParquetOutput(config.output, config.token, partition, attempt)
+    summary = SummaryPartials(config.window_us) if config.window_us else None
+    return ParquetOutput(config.output, config.token, partition, attempt, summary)
 
 
 def decode_units(

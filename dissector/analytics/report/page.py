@@ -34,7 +34,7 @@ def _template() -> Any:
 
 def _visible(value: Any) -> Any:
     """Wire strings shown in the page keep no control characters (written ``\\xNN``)."""
-    from dissector.table.frame import visible_text
+    from dissector.table.text_rows import visible_text
 
     if isinstance(value, str) and not isinstance(value, Markup):
         return visible_text(value)

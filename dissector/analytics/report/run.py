@@ -58,7 +58,7 @@ def analyze(
     from dissector.analytics.groups import group_notes
     from dissector.analytics.versions import client_software
     from dissector.stages import CaptureError
-    from dissector.table.analysis import CAPTURE_SETS_ATTR, set_listing
+    from dissector.table.analysis import CAPTURE_SETS_ATTR, combined_frame, set_listing
     from dissector.wire.sets import capture_sets
     from dissector.wire.tables import TableCollector
 
@@ -82,7 +82,7 @@ def analyze(
         readable.append(source)
         collected.merge(analytics)
         kept.extend(narrowed.batches)
-    df = _combined(frames)
+    df = combined_frame(frames)
     del frames
     release_memory()
     tables = AnalyticsTables(_Narrowed(partition_columns).result(collected.result(), kept))
@@ -167,35 +167,6 @@ def _run_one(
     from dissector.table.analysis import run_analysis
 
     return run_analysis([source], options, analytics=analytics, show=show)
-
-
-def _combined(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """One frame of per-capture frames, their counters summed."""
-    import pandas as pd
-
-    from dissector.accounting import sum_counts
-    from dissector.table.frame import records_to_frame
-
-    if not frames:
-        return records_to_frame([])
-    if len(frames) == 1:
-        return frames[0]
-    tls: list[int] = []
-    tls_table: list[dict[str, object]] = []
-    for df in frames:
-        tls.extend(df.attrs.get("tls_streams") or [])
-        tls_table.extend(df.attrs.get("tls") or [])
-    combined = pd.concat(frames, ignore_index=True)
-    from dissector.table.analysis import CAPTURE_SETS_ATTR
-
-    sets = [entry for df in frames for entry in df.attrs.get(CAPTURE_SETS_ATTR) or []]
-    combined.attrs = {
-        "counters": sum_counts(df.attrs.get("counters") or {} for df in frames),
-        "tls_streams": tls,
-        "tls": tls_table,
-        CAPTURE_SETS_ATTR: sets,
-    }
-    return combined
 
 
 def report_file(
