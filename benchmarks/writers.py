@@ -7,12 +7,15 @@ requests and responses, pipelined 50 to a 1,400-byte segment (28 bytes of Kafka 
 1.5M pairs take 42 MB, issue #21's size). Each format is written by a fresh process
 (``kafka-dissector analyze FILE -o out.EXT --quiet`` run in-process by a small probe, so
 its peak is its own ``VmHWM``, Linux), formats alternating, ``--runs`` rounds; min and
-median wall time, the peak, and the output's size are printed.
+median wall time, median CPU time (user + system), the peak, and the output's size are
+printed with the load average.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import statistics
 import struct
 import subprocess
@@ -74,14 +77,18 @@ def make_capture(path: Path, pairs: int) -> int:
     return path.stat().st_size
 
 
-def write_once(capture: Path, out: Path) -> tuple[float, int]:
-    """Wall seconds and the writer process's peak RSS (bytes)."""
+def write_once(capture: Path, out: Path) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds (user + system) and the writer process's peak RSS (bytes)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", _PROBE, str(capture), str(out)],
         capture_output=True, text=True, check=True, timeout=1800,
     )  # fmt: skip
-    return time.perf_counter() - start, int(done.stdout.split()[-1])
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the child is reaped: counted
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, cpu, int(done.stdout.split()[-1])
 
 
 def main() -> int:
@@ -96,20 +103,24 @@ def main() -> int:
         size = make_capture(capture, args.pairs)
         print(f"capture: {args.pairs:,} pairs, {size / 1e6:.1f} MB")
         times: dict[str, list[float]] = {f: [] for f in formats}
+        cpus: dict[str, list[float]] = {f: [] for f in formats}
         peaks: dict[str, int] = {f: 0 for f in formats}
         sizes: dict[str, int] = {}
         for _ in range(args.runs):
             for fmt in formats:
                 out = Path(tmp) / f"out.{fmt}"
-                seconds, rss = write_once(capture, out)
+                seconds, cpu, rss = write_once(capture, out)
                 times[fmt].append(seconds)
+                cpus[fmt].append(cpu)
                 peaks[fmt] = max(peaks[fmt], rss)
                 sizes[fmt] = out.stat().st_size
                 out.unlink()
+        print(f"load average {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs")
         for fmt in formats:
             t = times[fmt]
             print(
                 f"{fmt:8} min {min(t):6.1f} s  median {statistics.median(t):6.1f} s  "
+                f"cpu {statistics.median(cpus[fmt]):6.1f} s  "
                 f"peak {peaks[fmt] / 2**20:7.0f} MiB  output {sizes[fmt] / 1e6:7.1f} MB"
             )
     return 0

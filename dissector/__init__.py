@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
     from dissector.accounting import Counters
     from dissector.options import ChainRule, Options
+    from dissector.protocol.bound_decoder import BoundDecoder
     from dissector.stages import Exchange, PairRecord
+    from dissector.tls import KeyLogs
 
 __all__ = [
     "COLUMNS",
@@ -167,7 +169,7 @@ def decode(
     )
 
 
-def _key_logs(given: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Any:
+def _key_logs(given: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> KeyLogs | None:
     import os
 
     from dissector.tls import key_logs
@@ -188,7 +190,7 @@ def _options(
     return Options(ports=ports_set, chain=rule, tls=_key_logs(tls_keylog))
 
 
-def _decoder(specs: Iterable[str | os.PathLike[str]]) -> Any:
+def _decoder(specs: Iterable[str | os.PathLike[str]]) -> BoundDecoder | None:
     paths = [str(s) for s in specs]
     if not paths:
         return None

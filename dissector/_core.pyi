@@ -1,5 +1,5 @@
-# Type stub of the native core (native/src/python.rs and python/live.rs, built by maturin
-# into dissector._core).
+# Type stub of the native core (native/src/python/: mod.rs, columns.rs, exchange.rs,
+# live.rs, tls.rs; built by maturin into dissector._core).
 # Keep it in step with the #[pymethods] there: mypy checks dissector/wire against it, and
 # scripts/run-tests checks it against the built module (python -m mypy.stubtest dissector._core).
 
@@ -9,10 +9,16 @@ from typing import Any, Protocol, Self, final
 
 __all__ = [
     "Analyzer",
+    "BoolColumn",
     "CaptureError",
     "CaptureFacts",
+    "DictColumn",
+    "Endpoint",
     "Exchange",
+    "Float64Column",
     "Frame",
+    "Int64Column",
+    "Int64ListColumn",
     "InterfaceFacts",
     "KeyLog",
     "KnownTopics",
@@ -20,6 +26,7 @@ __all__ = [
     "Model",
     "PcapHandle",
     "PcapStats",
+    "StrListColumn",
     "TlsConnections",
     "TlsStream",
     "__version__",
@@ -33,9 +40,91 @@ __all__ = [
 
 __version__: str
 
-_ColumnBuffer = tuple[Any, ...]
-"""One column as the core hands it over: a tag ("i64", "f64", "dict", "list", ...) then
-its buffers; ``dissector.wire.core._arrow_column`` reads them."""
+@final
+class Int64Column:
+    """int64 values (little-endian) and Arrow's validity bitmap (None: no nulls)."""
+
+    @property
+    def values(self) -> bytes: ...
+    @property
+    def validity(self) -> bytes | None: ...
+    @property
+    def null_count(self) -> int: ...
+
+@final
+class Float64Column:
+    """float64 values (little-endian) and Arrow's validity bitmap (None: no nulls)."""
+
+    @property
+    def values(self) -> bytes: ...
+    @property
+    def validity(self) -> bytes | None: ...
+    @property
+    def null_count(self) -> int: ...
+
+@final
+class BoolColumn:
+    """Booleans as a bitmap of ``length`` bits and Arrow's validity bitmap."""
+
+    @property
+    def values(self) -> bytes: ...
+    @property
+    def validity(self) -> bytes | None: ...
+    @property
+    def null_count(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+
+@final
+class DictColumn:
+    """Dictionary-encoded strings: int32 indices into the words (int32 offsets, UTF-8)."""
+
+    @property
+    def indices(self) -> bytes: ...
+    @property
+    def validity(self) -> bytes | None: ...
+    @property
+    def null_count(self) -> int: ...
+    @property
+    def word_offsets(self) -> bytes: ...
+    @property
+    def word_data(self) -> bytes: ...
+
+@final
+class StrListColumn:
+    """A list of strings per row: int32 offsets into ``items``, int32 indices into the words."""
+
+    @property
+    def offsets(self) -> bytes: ...
+    @property
+    def items(self) -> bytes: ...
+    @property
+    def word_offsets(self) -> bytes: ...
+    @property
+    def word_data(self) -> bytes: ...
+
+@final
+class Int64ListColumn:
+    """A list of int64 per row: int32 offsets into ``values``."""
+
+    @property
+    def offsets(self) -> bytes: ...
+    @property
+    def values(self) -> bytes: ...
+
+_ColumnBuffer = (
+    Int64Column | Float64Column | BoolColumn | DictColumn | StrListColumn | Int64ListColumn
+)
+"""One column as the core hands it over; ``dissector.wire.core._arrow_column`` reads it."""
+
+@final
+class Endpoint:
+    """One side of a TCP connection: the address as text and the port."""
+
+    @property
+    def ip(self) -> str: ...
+    @property
+    def port(self) -> int: ...
 
 class _FallbackSummary(Protocol):
     """``dissector.wire.core.FallbackSummary``: what the core reads of it."""
@@ -110,9 +199,9 @@ class Frame:
     @property
     def stream(self) -> int: ...
     @property
-    def src(self) -> tuple[str, int]: ...
+    def src(self) -> Endpoint: ...
     @property
-    def dst(self) -> tuple[str, int]: ...
+    def dst(self) -> Endpoint: ...
     @property
     def payload(self) -> bytes: ...
     @property
@@ -143,9 +232,9 @@ class Exchange:
     @property
     def stream(self) -> int: ...
     @property
-    def client(self) -> tuple[str, int]: ...
+    def client(self) -> Endpoint: ...
     @property
-    def broker(self) -> tuple[str, int]: ...
+    def broker(self) -> Endpoint: ...
     @property
     def kind(self) -> str: ...
     @property
@@ -179,7 +268,7 @@ class Model:
 
 @final
 class KeyLog:
-    """NSS key log files and texts (native/src/python_tls.rs), parsed once for a run."""
+    """NSS key log files and texts (native/src/python/tls.rs), parsed once for a run."""
 
     def __new__(
         cls, paths: list[str] = ..., texts: list[str] = ..., follow: bool = False
@@ -217,6 +306,7 @@ class Analyzer:
         exchanges: bool = False,
         keep_keys: list[int] = ...,
         frame_budget: int = ...,
+        frame_cap: int = ...,
         capture_budget: int = ...,
         tls_keys: KeyLog | None = None,
         tables: bool = False,

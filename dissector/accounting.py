@@ -24,6 +24,12 @@ class Counters:
     def add(self, name: str, n: int = 1) -> None:
         self.counts[name] += n
 
+    def merge(self, counts: Mapping[str, int]) -> None:
+        """Add another run's counts (the native core's, a capture's): the one place
+        counts of several runs are added up (``sum_counts`` is built on it)."""
+        for name, n in counts.items():
+            self.counts[name] += n
+
     def __getitem__(self, name: str) -> int:
         return self.counts.get(name, 0)
 
@@ -33,9 +39,8 @@ class Counters:
 
 def sum_counts(runs: Iterable[Mapping[str, int]]) -> dict[str, int]:
     """The counters of several runs (captures, capture sets) added up, by name in
-    sorted order: the one place per-run counters are merged."""
-    total: Counter[str] = Counter()
+    sorted order (``Counters.merge``)."""
+    total = Counters()
     for counts in runs:
-        for name, n in counts.items():
-            total[name] += n
-    return dict(sorted(total.items()))
+        total.merge(counts)
+    return total.as_dict()

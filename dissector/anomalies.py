@@ -376,21 +376,23 @@ RUST_COUNTER_MODULE: Final = "native/src/counter.rs"
 ``scripts/native-counters`` (``rust_counter_module``)."""
 
 
-def _rust_variant(name: str) -> str:
+def rust_variant(name: str) -> str:
+    """The native core's ``Counter`` variant of a counter name (``tcp_gaps`` -> ``TcpGaps``)."""
     return "".join(part.capitalize() for part in name.split("_"))
 
 
 def rust_counter_module() -> str:
     """The text of ``RUST_COUNTER_MODULE``: one variant per counter name
-    (``counter_names``, sorted) with its name, so that the core counts only names
-    registered here (``Counters::add`` checks in debug builds, and the built module's
-    ``counter_names()`` is compared with this table by ``tests/test_anomalies.py``)."""
+    (``counter_names``, sorted) with its name. The core counts by variant, so a name
+    not registered here does not compile; the built module's ``counter_names()`` is
+    compared with this table by ``tests/test_anomalies.py``."""
     names = sorted(counter_names())
-    variants = [(_rust_variant(n), n) for n in names]
+    variants = [(rust_variant(n), n) for n in names]
     lines = [
         "//! Every counter name the pipelines may produce: generated from",
         "//! dissector/anomalies.py by scripts/native-counters (do not edit; run it after",
-        "//! changing the registry). `Counters::add` checks names against it in debug builds.",
+        "//! changing the registry). Stages count by variant (`Counters` has a slot per",
+        "//! variant); names leave the core only through `Counter::name`.",
         "",
         "/// A registered counter (`dissector.anomalies.counter_names()`).",
         "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
+import functools
 import sys
 from typing import Any
 
@@ -61,5 +62,12 @@ def iso_ns(ns: int | None) -> str | None:
     if ns is None:
         return None
     seconds, fraction = divmod(ns, 1_000_000_000)
+    return f"{_second_text(seconds)}.{fraction:09d}+00:00"
+
+
+@functools.lru_cache(maxsize=1024)
+def _second_text(seconds: int) -> str:
+    """A whole second's date and time: pairs come in time order, many in one second, and
+    ``decode`` writes two times a pair."""
     moment = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
-    return f"{moment:%Y-%m-%dT%H:%M:%S}.{fraction:09d}+00:00"
+    return f"{moment:%Y-%m-%dT%H:%M:%S}"

@@ -18,6 +18,9 @@ DEFAULT_BROKER_PORTS: frozenset[int] = frozenset(
     {9092, 9093, 9094, 9095, 9096, 9097, 9098, 9099, 19092, 29092, 39092}
 )
 DEFAULT_MAX_FRAME = 100 * 1024 * 1024  # bytes after the size prefix
+# A capture may decompress 4 GiB in all (the core's capture budget): a larger per-frame
+# cap could never be used.
+MAX_DECOMPRESSED_LIMIT = 4 * 1024**3
 
 ChainMode = Literal["auto", "none", "all"]
 CHAIN_MODES: tuple[ChainMode, ...] = ("auto", "none", "all")
@@ -36,7 +39,7 @@ class ChainRule:
 
     mode: ChainMode = "auto"
     # Beyond an hour of silence the core closes every connection of a file anyway
-    # (native/src/tcp.rs, file_idle_timeout_ns): nothing could carry over.
+    # (native/src/tcp/, file_idle_timeout_ns): nothing could carry over.
     max_gap_s: float = 3600.0
     # Timestamps jitter by microseconds across a rotation (several capture queues):
     # a next file may start this much before the previous one ended.
@@ -61,6 +64,17 @@ class Options:
     tls: KeyLogs | None = None
     # How several capture files group into continuous captures (capture sets).
     chain: ChainRule = field(default_factory=ChainRule)
+    # The most bytes the record batches of one Kafka frame may decompress to: a frame
+    # gets 32 times its size, at least 64 MiB, never more than this (None: 256 MiB,
+    # ``protocol.records.FRAME_BUDGET_CAP``).
+    max_decompressed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_decompressed is not None and not (
+            1 <= self.max_decompressed <= MAX_DECOMPRESSED_LIMIT
+        ):
+            top = MAX_DECOMPRESSED_LIMIT
+            raise ValueError(f"max_decompressed {self.max_decompressed}: give 1 to {top} bytes")
 
     @property
     def broker_ports(self) -> frozenset[int]:

@@ -244,7 +244,7 @@ FRAME_DTYPES: dict[str, str] = {
 
 NEVER_NULL: frozenset[str] = frozenset({"stream", "client_port", "broker_port"})
 """Integer columns with a value on every row: every pair has a connection, and a
-connection its two ports (``native/src/rows.rs``, ``RowBuilder::push``). Their frame
+connection its two ports (``native/src/rows/mod.rs``, ``RowBuilder::push``). Their frame
 dtypes carry no null mask; a file whose such column holds a null is not a pairs table."""
 
 

@@ -170,7 +170,7 @@ class PairRecord:
     flags: list[str] = field(default_factory=list)
     max_wait_ms: int | None = None
     min_bytes: int | None = None
-    # Derived per connection by the native core (queueing.rs); null on records built
+    # Derived per connection by the native core (native/src/rows/queueing.rs); null on records built
     # otherwise, which analytics.stats then answers by its pandas rules.
     fetch_wait: str | None = None
     service_ms: float | None = None

@@ -280,7 +280,7 @@ def test_report_names_the_newer_versions_and_how_they_were_decoded(
     installed: pd.DataFrame,
 ) -> None:
     pytest.importorskip("jinja2")
-    from dissector.analytics.report import _newer_versions_text
+    from dissector.analytics.report.sections import _newer_versions_text
 
     text = _newer_versions_text(installed)
     assert text == "ApiVersions v99 (1 refused by the broker too)"

@@ -1,5 +1,6 @@
 """``analyze --max-frame N`` applies N in every table the pass builds: the pairs (-o),
-the partitions (--partitions) and the groups (--groups) tables.
+the partitions (--partitions) and the groups (--groups) tables; ``report --max-frame N``
+and ``report.analyze(paths, Options(max_frame=N))`` in the pass the report reads.
 
 Oracle: tshark's Kafka dissector lists the frames (tcp.stream, correlation id, side)
 whose length field exceeds N in the committed capture; with --max-frame N no table may
@@ -110,3 +111,40 @@ def test_options_reach_the_table_functions() -> None:
         for side, column in SIDE_COLUMNS[name].items():
             assert not (_keys(df, column) & over[side]), (name, side)
             assert _keys(df, column), (name, side)
+
+
+def test_options_reach_the_report_pass() -> None:
+    # report.analyze takes Options whole: its one pass builds the pairs and the
+    # partitions and groups tables the report reads, each with the limit applied.
+    from dissector.analytics import report
+    from dissector.options import Options
+
+    over = _tshark_over(LIMIT)
+    df = report.analyze([CAPTURE], Options(max_frame=LIMIT), ports=DEFAULT_BROKER_PORTS)
+    tables = df.attrs[report.TABLES_ATTR]
+    frames = {"pairs": df, "partitions": tables.partitions, "groups": tables.groups}
+    for name, frame in frames.items():
+        for side, column in SIDE_COLUMNS[name].items():
+            assert not (_keys(frame, column) & over[side]), (name, side)
+            assert _keys(frame, column), (name, side)
+
+
+def _report_html(tmp: Path, *extra: str) -> str:
+    out = tmp / "r.html"
+    subprocess.run(
+        [sys.executable, "-m", "dissector.cli", "report", str(CAPTURE), "-o", str(out), *extra],
+        check=True, timeout=300, capture_output=True,
+    )  # fmt: skip
+    return out.read_text(encoding="utf-8")
+
+
+def test_report_command_takes_max_frame(tmp_path: Path) -> None:
+    # The frames over the limit are refused (bad_frame_size in the report's stage
+    # counters), and the page's regenerate command says the limit.
+    (tmp_path / "full").mkdir()
+    full = _report_html(tmp_path / "full")
+    (tmp_path / "cut").mkdir()
+    cut = _report_html(tmp_path / "cut", "--max-frame", str(LIMIT))
+    assert "bad_frame_size" not in full
+    assert "bad_frame_size" in cut
+    assert f"--max-frame {LIMIT}" in cut and "--max-frame" not in full

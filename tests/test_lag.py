@@ -282,7 +282,7 @@ def _arrow_tables() -> list[tuple[str, pd.DataFrame, Any]]:
     import pyarrow as pa
 
     from dissector.options import Options
-    from dissector.wire.tables import capture_tables
+    from dissector.wire.core import capture_tables
 
     sources: list[tuple[str, Any]] = [
         (name, REPO / "captures" / name)
@@ -510,3 +510,30 @@ def _producers(topic: str) -> list[dict[str, Any]]:
         o for d in LEDGER["drivers"] for o in d["operations"]
         if o["topic"] == topic and "Produce" in o["apis"] and o["records"]
     ]  # fmt: skip
+
+
+def test_dense_ids_rank_as_numpy_unique() -> None:
+    # superseded_in_table's ids, ranked by a table over short ranges, against the sort
+    # np.unique does: short and wide ranges, nulls (_NONE), several keys.
+    from dissector.analytics.lag import _NONE, _dense_ids
+
+    def by_unique(*keys: Any) -> Any:
+        ids = np.zeros(len(keys[0]), dtype=np.int64)
+        for key in keys:
+            values, inverse = np.unique(key, return_inverse=True)
+            _, ids = np.unique(ids * len(values) + inverse.reshape(-1), return_inverse=True)
+            ids = ids.reshape(-1)
+        return ids
+
+    rng = np.random.default_rng(7)
+    kinds = [
+        lambda n: rng.integers(-1, 20, n),  # dictionary codes, -1 null
+        lambda n: rng.integers(0, 10**12, n),  # wide: sorted
+        lambda n: np.where(rng.random(n) < 0.2, _NONE, rng.integers(0, 50, n)),
+        lambda n: np.where(rng.random(n) < 0.5, _NONE, rng.integers(-(10**15), 10**15, n)),
+    ]
+    for _ in range(200):
+        n = int(rng.integers(1, 500))
+        keys = [kinds[int(rng.integers(0, 4))](n).astype(np.int64) for _ in range(3)]
+        for count in (1, 2, 3):
+            assert (_dense_ids(*keys[:count]) == by_unique(*keys[:count])).all()

@@ -4,12 +4,14 @@ The rank of each stage folder is read from that table (the test holds no copy of
 every module under ``dissector/`` is parsed with ``ast``, and every import, at module
 level or inside a function, must point to the same folder or to a lower rank. Folders
 of equal rank (live, spark) must not import each other, the facade must not import the
-CLI, and no shipped module may import the test oracle.
+CLI, and no shipped module may import the test oracle. Within a folder too, the modules
+import each other without a circle.
 """
 
 from __future__ import annotations
 
 import ast
+import graphlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,13 +52,15 @@ def readme_ranks(text: str) -> dict[str, Rank]:
     return ranks
 
 
-def _package_of(path: Path) -> list[str]:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _package_of(path: Path, root: Path = ROOT) -> list[str]:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     return parts[:-1]
 
 
-def imported_modules(path: Path) -> list[tuple[int, str]]:
-    """(line, absolute module name) of every import in the file, wherever it sits."""
+def imported_modules(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in the file, wherever it sits
+    (module level, inside functions, under ``if TYPE_CHECKING:``); ``root``: the folder
+    that holds the ``dissector`` package."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     out: list[tuple[int, str]] = []
     for node in ast.walk(tree):
@@ -64,7 +68,7 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
             out.extend((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                pkg = _package_of(path)
+                pkg = _package_of(path, root)
                 base = pkg[: len(pkg) - (node.level - 1)]
                 module = ".".join([*base, *([node.module] if node.module else [])])
             else:
@@ -72,20 +76,20 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
             # ``from dissector import wire`` imports the sub-package, not the facade
             for alias in node.names:
                 candidate = f"{module}.{alias.name}"
-                if _is_module(candidate):
+                if _is_module(candidate, root):
                     out.append((node.lineno, candidate))
                 else:
                     out.append((node.lineno, module))
     return out
 
 
-def _is_module(name: str) -> bool:
+def _is_module(name: str, root: Path = ROOT) -> bool:
     parts = name.split(".")
     if parts[0] != "dissector" or len(parts) < 2:
         return False
     if parts[1] == _NATIVE:
         return True
-    target = ROOT.joinpath(*parts)
+    target = root.joinpath(*parts)
     return target.with_suffix(".py").is_file() or (target / "__init__.py").is_file()
 
 
@@ -173,3 +177,67 @@ def test_ranks_order_the_stages(ranks: dict[str, Rank]) -> None:
     r = {k: v.rank for k, v in ranks.items()}
     assert r[_TOP] < r["protocol"] < r["wire"] < r["table"] < r["analytics"]
     assert r["analytics"] < r["live"] == r["spark"] < r["cli"]
+
+
+# ---------------------------------------------------------------- no import circle
+#
+# The graph has an edge for every import statement of a shipped module, wherever it
+# sits: at module level, inside a function (a lazy import closes a circle as surely as
+# one at the top, it only hides it until the function runs), and under ``if
+# TYPE_CHECKING:``. Those never run, so they cannot fail an import; they are counted
+# anyway because they are dependencies all the same: the annotations name the other
+# module's types (``typing.get_type_hints`` imports them), and two modules that need
+# each other's types cannot be read, tested or moved one without the other. A module
+# does not get an edge to the packages above it (importing ``dissector.wire.core``
+# runs ``dissector/wire/__init__.py`` first, which is already importing when one of
+# its modules runs); an import of a name from a package's ``__init__`` is an edge to it.
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(paths: list[Path], root: Path = ROOT) -> dict[str, set[str]]:
+    """module -> the modules among ``paths`` it imports (see above)."""
+    names = {module_name(p, root): p for p in paths}
+    return {
+        name: {m for _, m in imported_modules(path, root) if m in names and m != name}
+        for name, path in names.items()
+    }
+
+
+def import_circle(graph: dict[str, set[str]]) -> list[str]:
+    """A circle of ``graph`` (its first module repeated at the end), or [] when none."""
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        return list(exc.args[1])
+    return []
+
+
+def test_no_import_circle() -> None:
+    graph = import_graph(shipped_modules())
+    assert len(graph) > 50 and sum(map(len, graph.values())) > 100  # it read the package
+    assert import_circle(graph) == [], "move what both need into a module below them"
+
+
+def test_circle_check_sees_lazy_and_type_only_imports(tmp_path: Path) -> None:
+    pkg = tmp_path / "dissector" / "wire"
+    pkg.mkdir(parents=True)
+    for init in (tmp_path / "dissector" / "__init__.py", pkg / "__init__.py"):
+        init.write_text("")
+    (pkg / "a.py").write_text("from dissector.wire import b\n")
+    (pkg / "b.py").write_text("def f():\n    from dissector.wire.c import g\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x\n"
+    )
+    (pkg / "d.py").write_text("from dissector.wire import a\n")  # outside the circle
+    graph = import_graph(sorted(tmp_path.rglob("*.py")), tmp_path)
+    assert graph["dissector.wire.a"] == {"dissector.wire.b"}
+    assert graph["dissector.wire.c"] == {"dissector.wire.a"}
+    circle = import_circle(graph)
+    assert circle[0] == circle[-1]
+    assert set(circle) == {"dissector.wire.a", "dissector.wire.b", "dissector.wire.c"}
+    graph["dissector.wire.c"] = set()
+    assert import_circle(graph) == []

@@ -1,4 +1,4 @@
-"""The native capture stage (native/src/capture.rs) against the Python one.
+"""The native capture stage (native/src/capture/) against the Python one.
 
 Oracle: ``tests.oracle.capture.read_packets``, itself tested against tshark and scapy
 (tests/test_capture.py). The Rust side is the example binary ``dump_packets``, which

@@ -1,4 +1,4 @@
-"""Native framing + correlation (`native/src/session.rs`) against the Python stages.
+"""Native framing + correlation (`native/src/kafka/session.rs`) against the Python stages.
 
 The oracle is the pure-Python pipeline: the Python reassembler's events of every real
 capture are fed both to ``pipeline.Session`` (its event path) and, through the Rust

@@ -50,7 +50,7 @@ def _oracle(path: Path, ports: list[int] | None) -> tuple[list[dict[str, Any]], 
     counters = Counters()
     records = list(iter_pairs(path, ports=ports, counters=counters))
     # The per-connection columns by stats' pandas rules (SERVICE_LATENCY_RULE,
-    # QUEUEING_RULE) over the Python stages' rows: the oracle of native/src/queueing.rs.
+    # QUEUEING_RULE) over the Python stages' rows: the oracle of native/src/rows/queueing.rs.
     frame = records_to_frame(records)
     derived = stats.service_latency_by_rule(frame).join(stats.queueing_by_rule(frame))
     rows = []

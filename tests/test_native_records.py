@@ -1,4 +1,4 @@
-"""The native records stage (native/src/records.rs) against records.py, its oracle.
+"""The native records stage (native/src/kafka/records.rs) against records.py, its oracle.
 
 Every blob is a ``records`` field: the raw bytes of each records field the Python
 decoder meets in the bundled and shared captures, batches built by kafka-python's

@@ -1,4 +1,4 @@
-"""The native core's analytics tables (``native/src/tables.rs``) against the Python full
+"""The native core's analytics tables (``native/src/rows/tables.rs``) against the Python full
 decoder (``tests/oracle/tables.py``: every exchange decoded whole by
 ``dissector.protocol``, read by ``protocol.tables``' per-pair functions).
 
@@ -23,8 +23,8 @@ from dissector.options import Options
 from dissector.protocol import api_name
 from dissector.protocol.tables import GROUP_APIS, NEGOTIATION_API, PARTITION_APIS
 from dissector.tls import KeyLogs, key_logs
-from dissector.wire.core import iter_exchanges
-from dissector.wire.tables import CaptureTables, capture_tables
+from dissector.wire.core import capture_tables, iter_exchanges
+from dissector.wire.tables import CaptureTables
 from tests.hostile.build import ACK, PSH, tcp_frame, write_pcap
 from tests.oracle.tables import python_groups, python_partitions, python_versions
 

@@ -1,4 +1,4 @@
-"""The native TCP reassembler (native/src/tcp.rs) against the Python one (the oracle).
+"""The native TCP reassembler (native/src/tcp/) against the Python one (the oracle).
 
 Both run over the same packets: every bundled and shared capture, randomized
 re-segmentations / reorders / duplicates / sequence wrap-arounds of their streams, the

@@ -251,7 +251,7 @@ def test_throughput_totals_in_arrow_equal_the_frame_function(
     dictionaries of their own, the shared ones when present)."""
     from dissector.analytics import partitions as module
     from dissector.options import Options
-    from dissector.wire.tables import capture_tables
+    from dissector.wire.core import capture_tables
 
     monkeypatch.setattr(module, "TOTALS_CHUNK_ROWS", chunk_rows)  # 97: totals of many chunks
     sources: list[Any] = [REPO / "captures" / "kafka-4-longpoll-rotation.pcapng"]

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from dissector.protocol import diskcache
-from dissector.protocol.bundled import bundled_api_names
-from dissector.protocol.sources import load_specs
+from dissector.protocol.bundled import bundled_api_names, load_specs
 
 
 @pytest.fixture

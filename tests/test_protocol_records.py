@@ -881,6 +881,12 @@ def test_large_frames_get_a_budget_in_proportion() -> None:
     # A fixed cap, whatever the frame's size (a 32 MB frame once bought 1 GiB).
     assert Budget.for_frame(32 << 20).remaining == FRAME_BUDGET_CAP == 256 << 20
     assert Budget.for_frame(1 << 30, max_decompressed=512 << 20).remaining == 512 << 20
+    # a run's own cap (--max-decompressed) bounds every frame, small ones too, and a
+    # larger one lets a large frame scale past the default
+    assert Budget.for_frame(1000, cap=1 << 20).remaining == 1 << 20
+    assert Budget.for_frame(1 << 40, cap=3 << 20).remaining == 3 << 20
+    assert Budget.for_frame(32 << 20, cap=2 << 30).remaining == FRAME_RATIO * (32 << 20)
+    assert Budget.for_frame(1000, cap=2 << 30) == small
 
 
 def _kio_frame(entity: Any, **header: Any) -> bytes:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from dissector.protocol import api_name, get_registry, supported_apis
-from dissector.protocol.bundled import bundled_layers, bundled_release
-from dissector.protocol.sources import load_specs, parse_versions, snake, strip_json_comments
+from dissector.protocol.bundled import bundled_layers, bundled_release, load_specs
+from dissector.protocol.sources import parse_versions, snake, strip_json_comments
 from dissector.protocol.spec import REQUEST, RESPONSE, Field
 from tests.oracle.spec_libraries import (
     iter_kafka_python_specs,
@@ -208,8 +208,8 @@ def test_version_range_syntax() -> None:
 
 
 def test_a_specs_directory_adds_versions(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from dissector.protocol.bundled import load_specs
     from dissector.protocol.messages import Registry, decode_request
-    from dissector.protocol.sources import load_specs
 
     spec = """// a vendor's new API, in Apache's format
     {

@@ -763,7 +763,7 @@ def test_partition_section_of_captures_without_partition_rows(bundled_df: pd.Dat
     empty = dataclasses.replace(tables, partitions=tables.partitions.slice(0, 0))
     df = bundled_df.copy()
     df.attrs = {**bundled_df.attrs, report.TABLES_ATTR: report.AnalyticsTables(empty)}
-    blocks = report._partitions(df).blocks
+    blocks = report.sections._partitions(df).blocks
     assert [getattr(b, "rows", None) for b in blocks] == [(), (), ()]
     assert [getattr(b, "empty", None) for b in blocks] == [
         "No Produce or Fetch records in this capture.",

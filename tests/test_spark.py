@@ -673,7 +673,9 @@ def test_latency_percentiles(
 def test_latency_per_topic(summaries: dict[str, Any], expected: list[Row]) -> None:
     want = _latency_oracle(list(_by_topic(expected)), lambda r: (r["topic"],))
     assert want, "no topics in the captures"
-    _assert_latency_tables(_spark_table(summaries["latency_by_topic"], ("topic",), LAT_VALUES), want)
+    _assert_latency_tables(
+        _spark_table(summaries["latency_by_topic"], ("topic",), LAT_VALUES), want
+    )
 
 
 @pytest.mark.spark

@@ -142,7 +142,8 @@ def test_lag_from_the_rows_kept_equals_lag_of_the_whole_table() -> None:
     from dissector.analytics.lag import INPUTS
     from dissector.spark.analytics import LagRows, to_arrow
     from dissector.tables_schema import PARTITION_COLUMNS
-    from dissector.wire.tables import capture_tables, to_frame
+    from dissector.wire.core import capture_tables
+    from dissector.wire.tables import to_frame
 
     contract = tuple(c for c in PARTITION_COLUMNS if c[0] in INPUTS)
     compared = dropped = 0

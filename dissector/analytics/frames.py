@@ -46,7 +46,7 @@ def tables_of(
     pass's options (``ports``/``tls`` laid over them)."""
     from dissector.options import keyword_options
     from dissector.protocol.pairs import decoder_for_specs
-    from dissector.wire.tables import capture_tables
+    from dissector.wire.core import capture_tables
 
     options = keyword_options(options, ports=ports, tls=tls)
     tables = capture_tables(source, options, decoder=decoder_for_specs(specs))

@@ -44,8 +44,15 @@ from dissector.protocol.families import GROUP_COMMITS, names
 from dissector.protocol.keys import ApiKey
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     import pandas as pd
     import pyarrow as pa
+
+    Mask = npt.NDArray[np.bool_]  # per row: whether it is one of those
+    Ints = npt.NDArray[np.int64]  # per row: a value, ``_NONE`` for null
+    Codes = npt.NDArray[np.int32]  # per row: a code (-1: null)
+    Times = npt.NDArray[np.datetime64]  # per row: a naive UTC time (NaT: none)
 
 # ListOffsets: the timestamp that asks for the log end, and the isolation level whose
 # answer is the high watermark (read_committed answers the last stable offset).
@@ -183,7 +190,7 @@ def _inputs(parts: pd.DataFrame) -> pd.DataFrame:
     return parts[list(INPUTS)]
 
 
-def _limits(events: pd.DataFrame, chosen: Mapping[str, Any]) -> Any:
+def _limits(events: pd.DataFrame, chosen: Mapping[str, object]) -> Times:
     """Per row of ``events``: its capture's time in ``chosen`` as naive UTC numpy
     datetimes (NaT for captures it does not name), looked up once per capture: a
     per-row lookup walks Python objects, seconds on a long capture's tables."""
@@ -249,7 +256,7 @@ _CLIENT_KEYS = ["capture", "client_id", "topic", "partition"]
 
 def superseded_fetches(
     parts: pd.DataFrame, chosen: Mapping[str, pd.Timestamp], newest: pd.DataFrame | None = None
-) -> Any:
+) -> Mask:
     """Per row (a numpy bool array): a Fetch entry that ``lag_at_end`` at the times
     ``chosen`` (one per capture, as ``evaluation_times`` gives) does not read. Of the
     answered Fetch entries up to its capture's time it reads, per partition, the latest
@@ -313,7 +320,9 @@ def _newest_of(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     ).reset_index()
 
 
-def _fetch_reads(parts: pd.DataFrame, chosen: Mapping[str, pd.Timestamp]) -> tuple[Any, Any, Any]:
+def _fetch_reads(
+    parts: pd.DataFrame, chosen: Mapping[str, pd.Timestamp]
+) -> tuple[Mask, Mask, Mask]:
     """Per row (numpy bool arrays): a Fetch entry; one ``lag_at_end`` may read for its
     log end (answered, with a high watermark, up to its capture's time); and for its
     position (also with a fetch offset)."""
@@ -350,7 +359,7 @@ def evaluation_times_in_table(
     return {**found, **dict(end or {})}
 
 
-def superseded_in_table(table: pa.Table, chosen: Mapping[str, pd.Timestamp]) -> Any:
+def superseded_in_table(table: pa.Table, chosen: Mapping[str, pd.Timestamp]) -> Mask:
     """``superseded_fetches`` of the whole partitions table as the core gives it (Arrow,
     its strings dictionary-encoded), computed on integer codes with numpy: the same
     rows, without a pandas frame of every row (a long capture's table has hundreds of
@@ -391,16 +400,16 @@ class _FetchRows:
     code of its own), response times in ns and high watermarks (``_NONE`` for null),
     and the masks of ``_fetch_reads``."""
 
-    fetch: Any
-    log_end: Any
-    position: Any
-    client: Any
+    fetch: Mask
+    log_end: Mask
+    position: Mask
+    client: Codes
     """Per row, the code of its client_id."""
-    partition_id: Any
+    partition_id: Ints
     """Per row, one id per (capture, topic, partition), 0 .. ``partitions`` - 1."""
     partitions: int
-    time: Any
-    watermark: Any
+    time: Ints
+    watermark: Ints
 
     @classmethod
     def of(cls, table: pa.Table, chosen: Mapping[str, pd.Timestamp]) -> _FetchRows:
@@ -446,7 +455,7 @@ class _FetchRows:
         )
 
 
-def _ns(at: Any) -> int:
+def _ns(at: object) -> int:
     import pandas as pd
 
     if at is None or pd.isna(at):
@@ -454,7 +463,7 @@ def _ns(at: Any) -> int:
     return int(pd.Timestamp(at).value)
 
 
-def _codes(column: pa.ChunkedArray) -> tuple[Any, list[Any]]:
+def _codes(column: pa.ChunkedArray) -> tuple[Codes, list[str]]:
     """A dictionary (or plain) column's per-row codes (-1: null) and its values."""
     import numpy as np
     import pyarrow as pa
@@ -469,7 +478,7 @@ def _codes(column: pa.ChunkedArray) -> tuple[Any, list[Any]]:
     return (np.concatenate(codes).astype(np.int32) if codes else np.zeros(0, np.int32)), values
 
 
-def _ints(column: pa.ChunkedArray) -> Any:
+def _ints(column: pa.ChunkedArray) -> Ints:
     """An integer column as int64, ``_NONE`` for null."""
     import numpy as np
     import pyarrow as pa
@@ -478,20 +487,44 @@ def _ints(column: pa.ChunkedArray) -> Any:
     return np.asarray(filled.to_numpy(), dtype=np.int64)
 
 
-def _dense_ids(*keys: Any) -> Any:
-    """One id per distinct combination of the integer ``keys`` (0 .. n - 1)."""
+def _dense_ids(*keys: Ints | Codes) -> Ints:
+    """One id per distinct combination of the integer ``keys`` (0 .. n - 1), in the
+    order of the combinations (the first key most significant)."""
     import numpy as np
 
     ids = np.zeros(len(keys[0]), dtype=np.int64)
     for key in keys:
-        values, inverse = np.unique(key, return_inverse=True)
-        ids = ids * len(values) + inverse.reshape(-1)
-        _, ids = np.unique(ids, return_inverse=True)
-        ids = ids.reshape(-1)
+        inverse, count = _ranks(key)
+        ids, _ = _ranks(ids * count + inverse)
     return ids
 
 
-def _group_max(ids: Any, values: Any, mask: Any, size: int | None = None) -> Any:
+def _ranks(values: Ints | Codes) -> tuple[Ints, int]:
+    """Per value, its rank among the distinct ``values`` (as ``np.unique``'s inverse),
+    and how many there are. Codes, partitions and the ids built of them lie in a short
+    range: ranked by a table over that range, without the sort ``np.unique`` does
+    (the sorts were most of the lag's time on a long capture); ``_NONE`` (a null) ranks
+    first."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=np.int64)
+    if not len(values):
+        return np.zeros(0, np.int64), 0
+    null = values == _NONE
+    known = values[~null] if null.any() else values
+    lo, hi = (int(known.min()), int(known.max())) if len(known) else (0, 0)
+    if hi - lo > 4 * len(values) + 1024:  # a wide range: sort
+        unique, inverse = np.unique(values, return_inverse=True)
+        return inverse.reshape(-1).astype(np.int64), len(unique)
+    shift = 1 if null.any() else 0
+    offset = np.where(null, 0, values - lo + shift)
+    present = np.zeros(hi - lo + 1 + shift, dtype=bool)
+    present[offset] = True
+    rank = np.cumsum(present) - 1
+    return rank[offset].astype(np.int64), int(rank[-1]) + 1
+
+
+def _group_max(ids: Ints | Codes, values: Ints, mask: Mask | None, size: int | None = None) -> Ints:
     """Per id (0 .. size - 1): the largest of ``values`` over the rows of ``mask``
     (all when None); ``_NONE`` where none."""
     import numpy as np
@@ -504,7 +537,7 @@ def _group_max(ids: Any, values: Any, mask: Any, size: int | None = None) -> Any
     return out
 
 
-def _equal(values: pd.Series, wanted: pd.Series) -> Any:
+def _equal(values: pd.Series, wanted: pd.Series) -> Mask:
     """Per row: its value is the one ``wanted`` (a null never is)."""
     return values.eq(wanted).fillna(False).to_numpy(dtype=bool)
 
@@ -730,9 +763,10 @@ def lag_at_end(
     def until_end(events: pd.DataFrame) -> pd.DataFrame:
         return events[events["time"].dt.tz_convert(None).to_numpy() <= _limits(events, chosen)]
 
-    commits, ends = until_end(commit_events(parts)), until_end(log_end_events(parts))
-    if commits.empty:
+    commits = until_end(commit_events(parts))
+    if commits.empty:  # no lag to tell: the log ends (most rows, often) are not read
         return _typed(commits.iloc[:0], LAG_COLUMNS)
+    ends = until_end(log_end_events(parts))
     last = commits.drop_duplicates(GROUP_KEYS, keep="last").rename(
         columns={"time": "committed_time"}
     )

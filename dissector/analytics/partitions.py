@@ -448,43 +448,20 @@ TABLE_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
 
 def export_table(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
     """Write a table in the format its extension names (.parquet, .csv, .jsonl/.json);
-    list cells become ';'-joined text in CSV."""
-    import json
-
+    list cells become ';'-joined text in CSV. The text formats are what ``analyze
+    --partitions``/``--groups`` write batch by batch (``text_rows.TABLES_STYLE``)."""
     target = os.fspath(path)
     ext = os.path.splitext(target)[1].lower()
     if ext == ".parquet":
         df.to_parquet(target, index=False)
-    elif ext == ".csv":
-        flat = df.copy()
-        for name in flat.columns:
-            if flat[name].dtype == object:
-                flat[name] = flat[name].map(_csv_cell)
-        flat.to_csv(target, index=False)
-    elif ext in (".jsonl", ".json"):
-        with open(target, "w", encoding="utf-8") as fh:
-            for row in df.to_dict(orient="records"):
-                fh.write(json.dumps({k: _json_value(v) for k, v in row.items()}) + "\n")
+    elif ext in (".csv", ".jsonl", ".json"):
+        from dissector.table.text_rows import TABLES_STYLE, frame_batches, write_batches
+
+        names = [str(n) for n in df.columns]
+        with open(target, "wb") as fh:
+            write_batches(frame_batches(df), fh, ext, TABLES_STYLE, header=True, names=names)
     else:
         raise ValueError(f"unknown output format {ext!r}: use one of {', '.join(TABLE_FORMATS)}")
-
-
-def _csv_cell(value: Any) -> Any:
-    return ";".join(map(str, value)) if isinstance(value, list | tuple) else value
-
-
-def _json_value(value: Any) -> Any:
-    import pandas as pd
-
-    if isinstance(value, list | tuple):
-        return [_json_value(v) for v in value]
-    if isinstance(value, pd.Timestamp):
-        return value.isoformat()
-    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
-        return None
-    if value is pd.NaT:
-        return None
-    return value.item() if hasattr(value, "item") else value
 
 
 # ``dissector.analytics.partitions`` is both this module and the function users call: importing

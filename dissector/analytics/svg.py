@@ -50,7 +50,7 @@ def text_width(text: str, size: float = FONT_PX) -> float:
 def esc(text: str) -> str:
     """``text`` for SVG: control characters written ``\\xNN`` (XML forbids most of them),
     markup characters escaped."""
-    from dissector.table.frame import visible_text
+    from dissector.table.text_rows import visible_text
 
     return html.escape(visible_text(str(text)), quote=True)
 

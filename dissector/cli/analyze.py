@@ -25,6 +25,8 @@ from dissector.cli.common import (
     group_captures,
     load_decoder,
     make_parent_dirs,
+    max_decompressed_option,
+    max_frame_option,
     note_sets,
     outputs,
     parse_ports,
@@ -39,8 +41,10 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector.options import CaptureSet, Options
+    from dissector.options import Options
     from dissector.stages import Decoder
+    from dissector.table.row_filter import Filter
+    from dissector.wire.core import Run
     from dissector.wire.tables import TableCollector
 
 
@@ -99,12 +103,7 @@ def one_shot(command: Callable[..., None]) -> Callable[..., None]:
     help="broker ports and ranges, e.g. 9092,9094-9096 "
     "(default: the usual Kafka ports plus a heuristic)",
 )
-@click.option(
-    "--max-frame",
-    type=click.IntRange(min=1),
-    default=None,
-    help="largest Kafka frame accepted, bytes (default 100 MiB)",
-)
+@max_frame_option
 @click.option(
     "--specs",
     multiple=True,
@@ -125,6 +124,7 @@ def one_shot(command: Callable[..., None]) -> Callable[..., None]:
 )
 @click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
 @click.option("--quiet", is_flag=True, help="no summary table (warnings and errors still show)")
+@max_decompressed_option
 @chain_options
 @tls_keylog_option
 @one_shot
@@ -138,6 +138,7 @@ def analyze(
     partitions_out: str | None = None,
     groups_out: str | None = None,
     row_filter: str | None = None,
+    max_decompressed: int | None = None,
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
@@ -165,6 +166,7 @@ def analyze(
         max_frame=max_frame if max_frame is not None else DEFAULT_MAX_FRAME,
         chain=chain_rule(chain, no_chain, chain_gap),
         tls=tls_key_logs(tls_keylog),
+        max_decompressed=max_decompressed,
     )
     decoder = load_decoder(specs) if specs else None
     tables = _AnalyticsOutputs(tables_out) if any(tables_out.values()) else None
@@ -196,59 +198,40 @@ def _cannot_write(out: str, exc: OSError) -> click.ClickException:
 
 
 class _AnalyticsOutputs:
-    """The analytics tables asked for, built in the pass over the captures: Parquet
-    files written batch by batch as the pass goes, the other formats at the end."""
+    """The analytics tables asked for, written batch by batch as the pass builds them
+    (Parquet, CSV or JSON lines): memory does not grow with the tables."""
 
     def __init__(self, wanted: dict[str, str | None]) -> None:
         from dissector.table.frame import ParquetTableWriter
-        from dissector.tables_schema import CONTRACTS
+        from dissector.table.text_rows import TextTableWriter
+        from dissector.tables_schema import CONTRACTS, names
         from dissector.wire.tables import TableCollector
 
         self.outputs = {name: out for name, out in wanted.items() if out}
-        self.parquet: dict[str, ParquetTableWriter] = {}
+        self.writers: dict[str, ParquetTableWriter | TextTableWriter] = {}
         for name, out in self.outputs.items():
             make_parent_dirs(out)
-            if out.lower().endswith(".parquet"):
-                try:
-                    self.parquet[name] = ParquetTableWriter(out, CONTRACTS[name])
-                except OSError as exc:
-                    raise click.ClickException(
-                        f"cannot write {out}: {exc.strerror or exc}"
-                    ) from exc
-                outputs().streaming.append(out)
-        self.collector: TableCollector = TableCollector(writers=dict(self.parquet))
+            try:
+                if out.lower().endswith(".parquet"):
+                    self.writers[name] = ParquetTableWriter(out, CONTRACTS[name])
+                else:
+                    self.writers[name] = TextTableWriter(out, list(names(CONTRACTS[name])))
+            except OSError as exc:
+                raise _cannot_write(out, exc) from exc
+            outputs().streaming.append(out)
+        self.collector: TableCollector = TableCollector(writers=dict(self.writers))
 
     def finish(self, quiet: bool) -> None:
-        # Only the formats written at the end need the kept tables: pyarrow's
-        # concat_tables imports pandas (about a third of a second) to join them.
-        tables = (
-            self.collector.result()
-            if any(name not in self.parquet for name in self.outputs)
-            else None
-        )
         done = outputs()
         for name, out in self.outputs.items():
-            writer = self.parquet.get(name)
-            if writer is not None:
+            writer = self.writers[name]
+            try:
                 writer.close()
-                rows = writer.rows
-            else:
-                done.writing = out
-                from dissector.analytics.partitions import export_table
-
-                assert tables is not None
-                frame = tables.frame(name)
-                try:
-                    export_table(frame, out)
-                except OSError as exc:
-                    raise click.ClickException(
-                        f"cannot write {out}: {exc.strerror or exc}"
-                    ) from exc
-                rows = len(frame)
-            done.writing = None
+            except OSError as exc:
+                raise _cannot_write(out, exc) from exc
             done.written.append(out)
             if not quiet:
-                click.echo(f"wrote {rows} rows to {out}")
+                click.echo(f"wrote {writer.rows} rows to {out}")
 
 
 @dataclass
@@ -258,10 +241,7 @@ class Analysed:
     goes from Arrow straight to disk."""
 
     table: pa.Table
-    counters: dict[str, int]
-    tls_streams: list[int]
-    sets: list[CaptureSet]  # the captures read, each from one or more files
-    tls: list[dict[str, object]]
+    run: Run  # what the runs saw besides the rows, put together (``merged_run``)
     _frame: pd.DataFrame | None = None
 
     filter_text: str | None = None
@@ -274,24 +254,19 @@ class Analysed:
 
     def frame(self) -> pd.DataFrame:
         if self._frame is None:
-            from dissector.table.analysis import CAPTURE_SETS_ATTR, set_listing
+            from dissector.table.analysis import run_attrs
             from dissector.wire.core import table_to_frame
 
             self._frame = table_to_frame(self.table)
-            self._frame.attrs = {
-                "counters": self.counters,
-                "tls_streams": self.tls_streams,
-                CAPTURE_SETS_ATTR: set_listing(self.sets),
-                "tls": self.tls,
-            }
+            self._frame.attrs = run_attrs(self.run)
             if self.filter_text is not None:
                 self._frame.attrs["filter"] = (self.filter_text, self.rows_before_filter)
                 self._frame.attrs[FILTER_ABSENT_ATTR] = self.filter_absent
         return self._frame
 
-    def filtered(self, wanted: Any) -> Analysed:
-        """Only the rows ``wanted`` (a ``row_filter.Filter``) matches; counters stay the
-        capture's (they account for every packet, not for the rows shown)."""
+    def filtered(self, wanted: Filter) -> Analysed:
+        """Only the rows ``wanted`` matches; counters stay the capture's (they account
+        for every packet, not for the rows shown)."""
         import pyarrow as pa
 
         mask = wanted.mask(self.frame())
@@ -299,10 +274,7 @@ class Analysed:
         absent = () if mask.any() else wanted.absent(self.frame())
         return Analysed(
             table,
-            self.counters,
-            self.tls_streams,
-            self.sets,
-            self.tls,
+            self.run,
             filter_text=wanted.text,
             rows_before_filter=self.table.num_rows,
             filter_absent=absent,
@@ -326,52 +298,32 @@ def analyze_each(
     """
     # pyarrow is imported after the first capture started: the import then overlaps
     # the native core's work (it releases the GIL), a third of a second saved.
-    from dissector.accounting import sum_counts
-    from dissector.stages import CaptureError
-    from dissector.table.analysis import run_table
+    from dissector.table.analysis import each_capture, merged_run
     from dissector.wire.core import arrow_schema
 
-    tables: list[pa.Table] = []
-    counted: list[dict[str, int]] = []
-    tls: list[int] = []
-    tls_table: list[dict[str, object]] = []
     failures: list[tuple[str, str]] = []
     sets = group_captures(paths, options.chain, failures)
     note_sets(sets)
-    done: list[CaptureSet] = []
-    for capture_set in sets:
-        rows_before = analytics.rows() if analytics is not None else 0
-        try:
-            # the analytics tables are built in the same pass
-            table, run = run_table(
-                [capture_set], options, show=show, decoder=decoder, analytics=analytics
-            )
-        except (CaptureError, OSError) as exc:
-            reason = str(exc)
-            if analytics is not None and analytics.rows() > rows_before:
-                # a file of the set vanished mid-run: what was read of it stays
-                reason += " (the analytics tables keep the rows read before this)"
-            failures.append((capture_set.name, reason))
-            continue
-        done.append(capture_set)
-        seen = run.counters.as_dict()
-        warn_damage(capture_set.name, seen)
-        absent = no_kafka(table.num_rows, seen, run.tls_streams, options.ports)
+    done = []
+    for capture in each_capture(
+        sets, options, failures=failures, show=show, decoder=decoder, analytics=analytics
+    ):
+        seen = capture.run.counters.as_dict()
+        warn_damage(capture.source.name, seen)
+        absent = no_kafka(capture.table.num_rows, seen, capture.run.tls_streams, options.ports)
         if absent is not None and len(sets) > 1:
             # The table covers them all: say which capture held none.
-            click.echo(f"note: {capture_set.name}: {absent.sentence()}", err=True)
-        counted.append(seen)
-        tls.extend(run.tls_streams)
-        tls_table.extend(run.tls)
-        tables.append(table)
+            click.echo(f"note: {capture.source.name}: {absent.sentence()}", err=True)
+        done.append(capture)
     import pyarrow as pa
 
+    tables = [c.table for c in done]
     table = pa.concat_tables(tables) if tables else arrow_schema().empty_table()
-    return Analysed(table, sum_counts(counted), tls, done, tls_table), failures
+    return Analysed(table, merged_run([c.run for c in done])), failures
 
 
 def _write(result: Analysed, output: str, quiet: bool) -> None:
-    from dissector.table.frame import export, write_pairs_parquet
+    from dissector.table.frame import write_pairs_parquet
     from dissector.table.text_rows import write_table_text
 
     make_parent_dirs(output)
@@ -381,9 +333,7 @@ def _write(result: Analysed, output: str, quiet: bool) -> None:
         ext = os.path.splitext(output)[1].lower()
         if ext == ".parquet":
             write_pairs_parquet(result.table, output)
-        elif result.has_frame():
-            export(result.frame(), output)
-        else:  # batch by batch from Arrow: no frame of the whole table for this
+        else:  # batch by batch from Arrow, whether the summary built the frame or not
             write_table_text(result.table, output, ext)
     except OSError as exc:
         raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc

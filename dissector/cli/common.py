@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from dissector.options import CaptureSet, ChainRule
+    from dissector.protocol.bound_decoder import BoundDecoder
+    from dissector.table.row_filter import Filter
+    from dissector.tls import KeyLogs
 
 # Top-level module of an optional dependency -> the extra of pyproject.toml installing it.
 _EXTRAS = {
@@ -157,7 +160,26 @@ def tls_keylog_option(command: Any, *, hadoop: bool = False) -> Any:
     )(command)
 
 
-def tls_key_logs(paths: Sequence[str], *, follow: bool = False, ship: bool = False) -> Any:
+def max_decompressed_option(command: Any) -> Any:
+    """``--max-decompressed BYTES``: the most the record batches of one Kafka frame may
+    decompress to (``Options.max_decompressed``), in every pass of the command."""
+    from dissector.options import MAX_DECOMPRESSED_LIMIT
+
+    return click.option(
+        "--max-decompressed",
+        "max_decompressed",
+        type=click.IntRange(min=1, max=MAX_DECOMPRESSED_LIMIT),
+        default=None,
+        metavar="BYTES",
+        help="most bytes the record batches of one Kafka frame may decompress to (default "
+        "256 MiB: a frame gets 32 times its size, at least 64 MiB, up to this); past it a "
+        "batch is flagged decompression_limit",
+    )(command)
+
+
+def tls_key_logs(
+    paths: Sequence[str], *, follow: bool = False, ship: bool = False
+) -> KeyLogs | None:
     """The run's key logs (``dissector.tls.key_logs``), or one clear error line.
     ``ship``: their contents instead of their paths (Spark tasks run elsewhere), a folder
     stands for the files in it, and URIs (``hdfs://``, ``file:/``: ``tls.is_uri``) are
@@ -221,7 +243,7 @@ def warn_damage(path: str, counters: dict[str, int]) -> None:
             click.echo(f"warning: {path}: {meaning} ({name}={counters[name]})", err=True)
 
 
-def load_decoder(specs: tuple[str, ...]) -> Any:
+def load_decoder(specs: tuple[str, ...]) -> BoundDecoder:
     from dissector.protocol.bound_decoder import decoder_for
 
     try:
@@ -243,7 +265,7 @@ class Outputs:
 
     written: list[str] = field(default_factory=list)
     writing: str | None = None  # an output file being written now
-    # files written batch by batch during a pass (analytics tables to Parquet): cut off
+    # files written batch by batch during a pass (the analytics tables): cut off
     # until the pass ends and they are closed
     streaming: list[str] = field(default_factory=list)
     lines: int = 0  # JSON lines written to stdout (decode)
@@ -288,7 +310,7 @@ FILTER_HELP = (
 )
 
 
-def parse_row_filter(text: str | None) -> Any:
+def parse_row_filter(text: str | None) -> Filter | None:
     """``--filter``: the parsed filter, or a usage error naming what is wrong."""
     if text is None:
         return None
@@ -298,6 +320,17 @@ def parse_row_filter(text: str | None) -> Any:
         return parse_filter(text)
     except FilterError as exc:
         raise click.BadParameter(str(exc), param_hint="--filter") from None
+
+
+def max_frame_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--max-frame N``: the largest Kafka frame the pass accepts (``Options.max_frame``;
+    None when not given: the default)."""
+    return click.option(
+        "--max-frame",
+        type=click.IntRange(min=1),
+        default=None,
+        help="largest Kafka frame accepted, bytes (default 100 MiB)",
+    )(command)
 
 
 def chain_options(command: Callable[..., Any]) -> Callable[..., Any]:

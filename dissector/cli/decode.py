@@ -18,6 +18,7 @@ from dissector.cli.common import (
     chain_options,
     chain_rule,
     group_captures,
+    max_decompressed_option,
     note_sets,
     outputs,
     parse_ports,
@@ -28,6 +29,7 @@ from dissector.cli.common import (
     warn_damage,
 )
 from dissector.json_values import jsonable
+from dissector.options import Options
 from dissector.protocol import Registry, get_registry, supported_apis
 from dissector.protocol.names import version_ranges
 from dissector.stages import CaptureError
@@ -80,6 +82,7 @@ def load_registry(spec_dirs: Iterable[str]) -> Registry:
 )
 @click.option("--ports", help="broker ports and ranges, e.g. 9092,9094-9096")
 @click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
+@max_decompressed_option
 @chain_options
 @tls_keylog_option
 def decode_command(
@@ -89,6 +92,7 @@ def decode_command(
     spec_dirs: tuple[str, ...],
     ports: str | None,
     row_filter: str | None = None,
+    max_decompressed: int | None = None,
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
@@ -116,6 +120,7 @@ def decode_command(
             ports=port_set,
             counters=counters,
             tls=tls,
+            options=Options(max_decompressed=max_decompressed),
         )
         if wanted is not None:
             items = tally.filtered(items, wanted)
@@ -183,8 +188,10 @@ def decode_row(item: dict[str, Any]) -> dict[str, Any]:
 
 def _write_lines(items: Iterable[dict[str, Any]], out: TextIO) -> None:
     done = outputs()
+    # one encoder for every line: json.dumps with options builds a new one each call
+    encode = json.JSONEncoder(default=jsonable, ensure_ascii=False).encode
     for item in items:
-        out.write(json.dumps(item, default=jsonable, ensure_ascii=False))
+        out.write(encode(item))
         out.write("\n")
         done.lines += 1
 

@@ -7,14 +7,22 @@ import sys
 import time
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from dissector.cli.common import parse_ports, tls_key_logs, tls_keylog_option
+from dissector.cli.common import (
+    max_decompressed_option,
+    parse_ports,
+    tls_key_logs,
+    tls_keylog_option,
+)
 from dissector.live.loop import DEFAULT_INTERVAL, LiveCapture, LiveOptions, Tick
 from dissector.live.sinks import open_sink
 from dissector.live.source import DEFAULT_BUFFER_MIB, DEFAULT_SNAPLEN, LiveError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def _install_stop_signals(cap: LiveCapture) -> Callable[[], None]:
@@ -38,7 +46,7 @@ def _install_stop_signals(cap: LiveCapture) -> Callable[[], None]:
     return restore
 
 
-def _console(*, stderr: bool) -> Any:
+def _console(*, stderr: bool) -> Console:
     from rich.console import Console
 
     console = Console(stderr=stderr)
@@ -201,6 +209,7 @@ def _tls_line(cap: LiveCapture) -> str:
     help="live view: rich table on a terminal, plain lines otherwise",
 )
 @tls_keylog_option
+@max_decompressed_option
 def live_command(
     iface: str,
     bpf: str | None,
@@ -214,6 +223,7 @@ def live_command(
     buffer_mib: int,
     view: str,
     tls_keylog: tuple[str, ...] = (),
+    max_decompressed: int | None = None,
 ) -> None:
     """Watch Kafka requests, latency and errors on an interface as they happen.
 
@@ -234,6 +244,7 @@ def live_command(
         buffer_mib=buffer_mib,
         # A client appends a line per handshake: the key logs are read on as they grow.
         tls=tls_key_logs(tls_keylog, follow=True),
+        max_decompressed=max_decompressed,
     )
     try:
         cap = run_cli(opts, output, view)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +16,8 @@ from dissector.cli.common import (
     capture_problem,
     chain_options,
     chain_rule,
+    max_decompressed_option,
+    max_frame_option,
     outputs,
     parse_ports,
     parse_row_filter,
@@ -23,6 +25,9 @@ from dissector.cli.common import (
     tls_key_logs,
     tls_keylog_option,
 )
+
+if TYPE_CHECKING:
+    from dissector.options import Options
 
 
 @click.command("report")
@@ -40,6 +45,8 @@ from dissector.cli.common import (
 @click.option("--ports", help="broker ports, comma-separated (default: usual ports + heuristic)")
 @click.option("--title", help="page title (default: names the capture files)")
 @click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
+@max_frame_option
+@max_decompressed_option
 @chain_options
 @tls_keylog_option
 def report_command(
@@ -48,6 +55,8 @@ def report_command(
     ports: str | None,
     title: str | None,
     row_filter: str | None = None,
+    max_frame: int | None = None,
+    max_decompressed: int | None = None,
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
@@ -56,10 +65,16 @@ def report_command(
     """Write one self-contained HTML report (charts, tables, capture facts) for PATHS.
 
     Files of one rotated recording are read as one capture (--chain)."""
-    port_set = parse_ports(ports)
+    from dissector.options import DEFAULT_MAX_FRAME, Options
+
     wanted = parse_row_filter(row_filter)
-    rule = chain_rule(chain, no_chain, chain_gap)
-    tls = tls_key_logs(tls_keylog)
+    options = Options(
+        ports=parse_ports(ports),
+        max_frame=max_frame if max_frame is not None else DEFAULT_MAX_FRAME,
+        chain=chain_rule(chain, no_chain, chain_gap),
+        tls=tls_key_logs(tls_keylog),
+        max_decompressed=max_decompressed,
+    )
     failures: list[tuple[str, str]] = []
     readable = []
     for capture in paths:
@@ -69,14 +84,8 @@ def report_command(
         else:
             failures.append((capture, problem))
     if readable:
-        settings = {
-            "ports": port_set,
-            "failures": failures,
-            "chain": rule,
-            "tls": tls,
-            "show": sys.stderr.isatty(),
-        }
-        path = _write(readable, output, title, wanted, settings)
+        settings = {"failures": failures, "show": sys.stderr.isatty()}
+        path = _write(readable, output, title, wanted, options, settings)
         if len(failures) < len(paths):
             outputs().written.append(output)
             click.echo(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB)")
@@ -86,22 +95,41 @@ def report_command(
 
 
 def _write(
-    paths: list[str], output: str, title: str | None, wanted: Any, settings: dict[str, Any]
+    paths: list[str],
+    output: str,
+    title: str | None,
+    wanted: Any,
+    options: Options,
+    settings: dict[str, Any],
 ) -> Path:
     """``report.report_file``, with the rows ``wanted`` (a ``row_filter.Filter``) only."""
+    from dissector.options import DEFAULT_MAX_FRAME
+
     if wanted is None:
-        return report.report_file(paths, output, title=title, **settings)
-    df = report.analyze(paths, **settings, partition_columns=report.report_partition_columns())
+        return report.report_file(paths, output, options, title=title, **settings)
+    df = report.analyze(
+        paths, options, **settings, partition_columns=report.report_partition_columns()
+    )
     before = len(df)
     mask = wanted.mask(df)
     absent = () if mask.any() else wanted.absent(df)
     df = df[mask]
     df.attrs[report.FILTER_ATTR] = (wanted.text, before)
     df.attrs[FILTER_ABSENT_ATTR] = absent
-    ports = settings["ports"]
+    ports = options.ports
     command = " ".join(
         ["kafka-dissector report", *map(shlex.quote, paths), "-o", shlex.quote(output)]
         + (["--ports", ",".join(map(str, sorted(ports)))] if ports else [])
+        + (
+            ["--max-frame", str(options.max_frame)]
+            if options.max_frame != DEFAULT_MAX_FRAME
+            else []
+        )
+        + (
+            ["--max-decompressed", str(options.max_decompressed)]
+            if options.max_decompressed is not None
+            else []
+        )
         + ["--filter", shlex.quote(wanted.text)]
     )
     return report.write_report(df, output, title=title, command=command, ports=ports)

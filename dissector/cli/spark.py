@@ -33,6 +33,7 @@ import click
 from dissector.cli.common import (
     chain_options,
     chain_rule,
+    max_decompressed_option,
     outputs,
     parse_ports,
     tls_key_logs,
@@ -201,6 +202,7 @@ def _paths(n: int) -> str:
 )
 @click.option("-v", "--verbose", is_flag=True, help="Spark's own log (WARN), traces, progress bars")
 @partial(tls_keylog_option, hadoop=True)
+@max_decompressed_option
 @chain_options
 def spark_command(
     paths: tuple[str, ...],
@@ -217,6 +219,7 @@ def spark_command(
     progress_every: float | None,
     verbose: bool,
     tls_keylog: tuple[str, ...] = (),
+    max_decompressed: int | None = None,
     chain: str = "auto",
     no_chain: bool = False,
     chain_gap: float = 3600.0,
@@ -246,6 +249,7 @@ def spark_command(
         ports=parse_ports(ports),
         tls=tls_key_logs(tls_keylog, ship=True),
         chain=chain_rule(chain, no_chain, chain_gap),
+        max_decompressed=max_decompressed,
     )
     if progress_every is None and sys.stderr.isatty():
         progress_every = PROGRESS_EVERY

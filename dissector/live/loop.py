@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dissector.accounting import Counters
 from dissector.live.source import (
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from dissector._core import LiveRun, PcapStats
+    from dissector.stages import Decoder
     from dissector.tls import KeyLogs
 DEFAULT_INTERVAL = 1.0
 POLL_S = 0.1  # longest wait for rows before checking stop conditions
@@ -93,6 +94,8 @@ class LiveOptions:
     buffer_mib: int = DEFAULT_BUFFER_MIB
     # TLS key logs, read on as they grow (``dissector.tls.key_logs(..., follow=True)``).
     tls: KeyLogs | None = None
+    # The most one frame's record batches may decompress to (``Options.max_decompressed``).
+    max_decompressed: int | None = None
 
     @property
     def filter(self) -> str:
@@ -110,7 +113,7 @@ class LiveCapture:
     """
 
     options: LiveOptions
-    decoder: Any = None
+    decoder: Decoder | None = None
     counters: Counters = field(default_factory=Counters)
     stats_view: LiveStats = field(default_factory=LiveStats)
 
@@ -131,7 +134,12 @@ class LiveCapture:
         self.source = PcapSource(
             opts.iface, opts.filter, snaplen=opts.snaplen, buffer_bytes=opts.buffer_mib << 20
         )
-        options = Options(ports=opts.ports, idle_timeout_s=LIVE_IDLE_TIMEOUT_S, tls=opts.tls)
+        options = Options(
+            ports=opts.ports,
+            idle_timeout_s=LIVE_IDLE_TIMEOUT_S,
+            tls=opts.tls,
+            max_decompressed=opts.max_decompressed,
+        )
         self.label = f"live:{opts.iface}"
         try:
             if opts.write_pcap:

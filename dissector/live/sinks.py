@@ -3,8 +3,8 @@
 Parquet takes the core's Arrow tables as they are (``frame.pairs_table``: the schema of
 ``analyze -o``), gathered into row groups of ``ROW_GROUP_ROWS`` rows or
 ``ROW_GROUP_SECONDS`` of capture, whichever comes first. CSV and JSON lines are appended
-per interval in the format ``analyze -o`` writes (``frame.write_text_rows``); they go
-through a pandas frame, so they cost more per pair than Parquet.
+per interval in the format ``analyze -o`` writes, from the same Arrow tables
+(``table.text_rows``).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class TextSink:
         self.path = path
         self.ext = ext
         try:
-            self._file: IO[str] = open(path, "w", encoding="utf-8", newline="")  # noqa: SIM115
+            self._file: IO[bytes] = open(path, "wb")  # noqa: SIM115
         except OSError as exc:
             raise LiveError(f"cannot write {path}: {exc}") from exc
         self._header = True
@@ -116,10 +116,16 @@ class TextSink:
             self._write(table)
 
     def _write(self, table: pa.Table) -> None:
-        from dissector.table.frame import write_text_rows
-        from dissector.wire.core import table_to_frame
+        from dissector.table.text_rows import PAIRS_STYLE, pairs_batches, write_batches
 
-        write_text_rows(table_to_frame(table), self._file, self.ext, header=self._header)
+        write_batches(
+            pairs_batches(table),
+            self._file,
+            self.ext,
+            PAIRS_STYLE,
+            header=self._header,
+            names=table.schema.names,
+        )
         self._header = False
         self.rows += table.num_rows
         self._file.flush()

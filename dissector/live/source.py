@@ -1,6 +1,6 @@
 """Where live frames come from: one libpcap handle, opened and read by the native core.
 
-The core loads libpcap when a capture starts (``native/src/pcap.rs``) and reads its
+The core loads libpcap when a capture starts (``native/src/capture/pcap.rs``) and reads its
 memory-mapped ring (TPACKET_V3 on Linux) on a thread of its own, so no Python code runs
 per frame or per batch of frames. libpcap reports its own drop counts
 (``pcap_stats``), sizes the kernel ring and compiles BPF in-process; scapy's sniffing
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
 
 from dissector.options import DEFAULT_BROKER_PORTS
 
@@ -46,8 +46,8 @@ def default_filter(ports: Iterable[int] | None = None) -> str:
     return "tcp and (" + " or ".join(f"port {p}" for p in chosen) + ")"
 
 
-def _core() -> Any:
-    from dissector.wire.core import native
+def _core() -> ModuleType:
+    from dissector.wire.native import native
 
     return native()
 
@@ -95,7 +95,7 @@ def _capture_error(exc: Exception, iface: str, bpf: str) -> LiveError:
     return LiveError(message)
 
 
-def _check_interface(core: Any, iface: str) -> None:
+def _check_interface(core: ModuleType, iface: str) -> None:
     try:
         names = core.pcap_devices()
     except core.CaptureError as exc:
@@ -108,7 +108,7 @@ def _check_interface(core: Any, iface: str) -> None:
         )
 
 
-def _check_filter(core: Any, bpf: str, snaplen: int) -> None:
+def _check_filter(core: ModuleType, bpf: str, snaplen: int) -> None:
     """Compile the filter without a handle, so a typo is reported before privileges are."""
     try:
         core.pcap_check_filter(bpf, snaplen)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from dissector.protocol import messages as _messages
 from dissector.protocol.names import ApiSupport
@@ -28,6 +28,8 @@ class BoundDecoder:
     builds and caches its own registry on first use."""
 
     spec_dirs: tuple[str, ...] = ()
+    # the most one frame's record batches may decompress to (None: records.FRAME_BUDGET_CAP)
+    max_decompressed: int | None = None
     # the pipeline makes one per capture: ``decoder.TopicNames()``
     TopicNames: ClassVar[type[_TopicNames]] = _TopicNames
 
@@ -36,13 +38,20 @@ class BoundDecoder:
         return _messages.get_registry(self.spec_dirs)
 
     def decode_request(self, payload: bytes, *, records: bool = False) -> _messages.Decoded:
-        return _messages.decode_request(payload, records=records, registry=self.registry)
+        return _messages.decode_request(
+            payload, records=records, registry=self.registry, max_decompressed=self.max_decompressed
+        )
 
     def decode_response(
         self, payload: bytes, api_key: int, api_version: int, *, records: bool = False
     ) -> _messages.Decoded:
         return _messages.decode_response(
-            payload, api_key, api_version, records=records, registry=self.registry
+            payload,
+            api_key,
+            api_version,
+            records=records,
+            registry=self.registry,
+            max_decompressed=self.max_decompressed,
         )
 
     def summarize(
@@ -68,6 +77,27 @@ class BoundDecoder:
         return _messages.request_is_flexible(api_key, api_version, self.registry)
 
 
-def decoder_for(spec_dirs: Iterable[str | Path] = ()) -> BoundDecoder:
-    """A decoder that also knows the Apache JSON specs in these directories or jars."""
-    return BoundDecoder(tuple(str(Path(d)) for d in spec_dirs))
+def decoder_for(
+    spec_dirs: Iterable[str | Path] = (), max_decompressed: int | None = None
+) -> BoundDecoder:
+    """A decoder that also knows the Apache JSON specs in these directories or jars
+    (``max_decompressed``: its frames' decompression cap, None: the default)."""
+    return BoundDecoder(tuple(str(Path(d)) for d in spec_dirs), max_decompressed)
+
+
+def with_max_decompressed(decoder: Any, cap: int | None) -> Any:
+    """``decoder`` decompressing at most ``cap`` bytes a frame (``Options.max_decompressed``):
+    the package's own decoder or a ``BoundDecoder`` bound to the cap; unchanged when
+    ``cap`` is None. Any other decoder cannot take a cap: a ValueError says so rather
+    than a run that silently ignores it."""
+    import dataclasses
+
+    from dissector import protocol
+
+    if cap is None:
+        return decoder
+    if decoder is protocol:
+        return BoundDecoder((), cap)
+    if isinstance(decoder, BoundDecoder):
+        return dataclasses.replace(decoder, max_decompressed=cap)
+    raise ValueError(f"a decompression cap needs the package's decoder, not {decoder!r}")

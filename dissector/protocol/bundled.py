@@ -5,19 +5,22 @@ Central (never edited by hand): Apache Kafka's JSON message specs without their 
 in layers, newest release first, an older release carrying only the versions later
 releases removed; the ``Errors`` table of the newest jar; and the API version ranges
 of each Apache Kafka release (for the report's release floor). Reading it needs no
-Kafka client library.
+Kafka client library. ``load_specs`` lays ``--specs`` sources over the shipped layers.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from dissector.protocol.diskcache import package_file
-from dissector.protocol.sources import JsonSpec, spec_from_dict
+from dissector.protocol.sources import JsonSpec, add_json_specs, iter_json_source, spec_from_dict
+from dissector.protocol.spec import SpecSet
 
 DATA_FILE = "data/kafka-specs.json.gz"
 FORMAT = 1
@@ -102,3 +105,16 @@ def release_ranges() -> dict[tuple[int, ...], dict[int, tuple[int, int]]]:
         }
         for release, ranges in _data()["releases"]["ranges"].items()
     }
+
+
+def load_specs(spec_dirs: Iterable[str | Path] = ()) -> SpecSet:
+    """Combine ``--specs`` sources and the bundled layers into one SpecSet (precedence:
+    ``sources``' module docstring)."""
+    layers = bundled_layers()
+    # Names from the bundled layers first, so --specs only adds new keys' names.
+    specs = SpecSet(names=bundled_api_names())
+    for directory in spec_dirs:
+        add_json_specs(specs, iter_json_source(Path(directory)), "specs-dir")
+    for layer in layers:
+        add_json_specs(specs, layer.specs, "")
+    return specs

@@ -52,6 +52,8 @@ def error_retriable(code: int) -> bool | None:
 
 
 def _lookup(code: object) -> tuple[str, bool] | None:
+    if type(code) is int:  # the usual case, without the protocol check (decode: per pair)
+        return ERROR_NAMES.get(code)
     if isinstance(code, bool) or not isinstance(code, SupportsIndex):
         return None
     try:

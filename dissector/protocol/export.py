@@ -77,7 +77,7 @@ ROLE_VISIT = 1 << 0  # the summary may read this field or something inside it
 ROLE_ERROR = 1 << 1  # an integer named like an error code
 ROLE_PARTITIONS = 1 << 2  # array whose entries count as partitions
 ROLE_TOPIC_ARRAY = 1 << 3  # array whose name mentions topics
-ROLE_TOPIC_OF_ITEMS = 1 << 4  # struct entries may name a topic (summary._topic_of)
+ROLE_TOPIC_OF_ITEMS = 1 << 4  # struct entries may name a topic (summary.array_step)
 ROLE_TOPIC_STRINGS = 1 << 5  # entries are strings/uuids of a topic array
 ROLE_RECORDS = 1 << 6
 ROLE_SIZE_STRUCT = 1 << 7  # a struct that reads like the records hook's size summary
@@ -86,9 +86,9 @@ ROLE_ITEM_TOPIC_NAME = 1 << 9  # member "topic_name"
 ROLE_ITEM_NAME = 1 << 10  # member "name"
 ROLE_ITEM_TOPIC_ID = 1 << 11  # member "topic_id"
 ROLE_PARTITION_KEY = 1 << 12  # member whose name mentions partitions (an entry's keys)
-ROLE_TOP_ERROR = 1 << 13  # the body's own error_code (summary._error_code)
+ROLE_TOP_ERROR = 1 << 13  # the body's own error_code (summary.summarize)
 ROLE_THROTTLE = 1 << 14  # the body's throttle_time_ms
-ROLE_TOP_TOPIC = 1 << 15  # the body's own topic / topic_name string (summary._scan)
+ROLE_TOP_TOPIC = 1 << 15  # the body's own topic / topic_name string (summary.summarize)
 ROLE_LEARN_TOPICS = 1 << 16  # the response's topics array that TopicNames.learn reads
 ROLE_LEARN_ID = 1 << 17  # its entries' topic_id
 ROLE_LEARN_NAME = 1 << 18  # its entries' name
@@ -175,7 +175,7 @@ def _field(
     place in the layout, ``table_roles`` the layout's roles for the analytics tables."""
     roles |= _step_roles(f)
     if under_generic:
-        roles |= ROLE_VISIT  # summary._walk looks at every value of such a struct
+        roles |= ROLE_VISIT  # summary walks every value of such a struct (OP_GENERIC)
     if f.type in INT_TYPES and not f.array and _summary.is_error_key(f.name):
         roles |= ROLE_ERROR  # generic walks check every int by its name
     members_generic = f.type == "struct" and (under_generic or _is_generic(f.fields))
@@ -343,7 +343,7 @@ def model_dict(registry_or_decoder: Any) -> dict[str, Any]:
         },
         # decode_error lists this many record-batch errors per pair, then a count
         # (None: all; summary.py before it listed them)
-        "max_record_errors_listed": getattr(_summary, "MAX_RECORD_ERRORS_LISTED", None),
+        "max_record_errors_listed": _summary.MAX_RECORD_ERRORS_LISTED,
         "extracts": [
             {
                 "column": column,

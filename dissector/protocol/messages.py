@@ -143,7 +143,7 @@ def _registry_for(spec_dirs: tuple[str, ...], backend: str) -> Registry:
 def _load_specs(spec_dirs: tuple[str, ...] = ()) -> SpecSet:
     # Imported on use: a run that loads the specs from the start-up cache never needs
     # the readers (nor their imports: zipfile, importlib.resources, about 10 ms).
-    from dissector.protocol.sources import load_specs
+    from dissector.protocol.bundled import load_specs
 
     return load_specs(spec_dirs)
 
@@ -160,25 +160,34 @@ def _default_registry() -> Registry:
     return _registry_for((), "generate")
 
 
+def _no_budget(_frame_bytes: int, cap: int | None = None) -> AbstractContextManager[Any]:
+    return contextlib.nullcontext()
+
+
 @functools.cache
-def _frame_budget_type() -> Callable[[int], AbstractContextManager[Any]]:
+def _frame_budget_type() -> Callable[[int, int | None], AbstractContextManager[Any]]:
     try:
-        from dissector.protocol.records import frame_budget
+        from dissector.protocol.records import MAX_DECOMPRESSED, frame_budget
     except ImportError:  # the record-batch module is optional for the engine
-        return contextlib.nullcontext
-    return frame_budget
+        return _no_budget
+
+    def scope(frame_bytes: int, cap: int | None = None) -> AbstractContextManager[Any]:
+        return frame_budget(frame_bytes, MAX_DECOMPRESSED, cap)
+
+    return scope
 
 
 def _frame_scope(
-    registry: Registry, layout: Layout, frame_bytes: int
+    registry: Registry, layout: Layout, frame_bytes: int, cap: int | None = None
 ) -> AbstractContextManager[Any]:
     """One decompression budget for all records fields of one decode of a frame, so
-    that a Produce of many partitions cannot multiply it (issue #11). A layout without
-    records fields needs none, nor the record-batch module's import (about 15 ms, the
-    cost of a run whose only Python-decoded pair is an ApiVersions)."""
+    that a Produce of many partitions cannot multiply it (issue #11), at most ``cap``
+    bytes (None: ``records.FRAME_BUDGET_CAP``). A layout without records fields needs
+    none, nor the record-batch module's import (about 15 ms, the cost of a run whose
+    only Python-decoded pair is an ApiVersions)."""
     if not registry.has_records(layout):
         return contextlib.nullcontext()
-    return _frame_budget_type()(frame_bytes)
+    return _frame_budget_type()(frame_bytes, cap)
 
 
 def _any_records(fields: Iterable[Field]) -> bool:
@@ -186,19 +195,25 @@ def _any_records(fields: Iterable[Field]) -> bool:
 
 
 def _decode_body(
-    registry: Registry, layout: Layout, buf: bytes, start: int, expand: bool, out: Decoded
+    registry: Registry,
+    layout: Layout,
+    buf: bytes,
+    start: int,
+    expand: bool,
+    out: Decoded,
+    cap: int | None = None,
 ) -> int:
     """Fill out.body/out.error; returns the end offset. The fast path raises on bad
     bytes; the closure decoder then says where, and keeps the partial body."""
     try:
-        with _frame_scope(registry, layout, len(buf)):
+        with _frame_scope(registry, layout, len(buf), cap):
             out.body, end = registry.decoder(layout, expand)(buf, start)
         return end
     except Exception:  # bad bytes (or a generator bug): let the closures explain
         pass
     try:
         # The second decode starts with a full budget.
-        with _frame_scope(registry, layout, len(buf)):
+        with _frame_scope(registry, layout, len(buf), cap):
             out.body, end = registry.explainer(layout, expand)(buf, start)
     except kc.DecodeFailure as exc:
         out.body, out.error = exc.partial, exc.message()
@@ -221,8 +236,11 @@ def decode_request(
     *,
     records: bool = False,
     registry: Registry | None = None,
+    max_decompressed: int | None = None,
 ) -> Decoded:
-    """A request frame without its 4-byte size prefix: header v0/v1/v2, then body."""
+    """A request frame without its 4-byte size prefix: header v0/v1/v2, then body.
+    ``max_decompressed``: the most its record batches may decompress to (None:
+    ``records.FRAME_BUDGET_CAP``)."""
     buf = _as_bytes(payload)
     reg = registry or get_registry()
     if len(buf) < 8:
@@ -259,10 +277,12 @@ def decode_request(
     if layout is None:
 
         def body_with(d: Decoded, lay: Layout) -> Decoded:
-            return _header_tags_and_body(reg, lay, buf, p, records, d, _request_header_tagged(lay))
+            tagged = _request_header_tagged(lay)
+            return _header_tags_and_body(reg, lay, buf, p, records, d, tagged, max_decompressed)
 
         return _assumed(reg, api_key, version, REQUEST, out, body_with)
-    return _header_tags_and_body(reg, layout, buf, p, records, out, _request_header_tagged(layout))
+    tagged = _request_header_tagged(layout)
+    return _header_tags_and_body(reg, layout, buf, p, records, out, tagged, max_decompressed)
 
 
 def _header_tags_and_body(
@@ -273,9 +293,11 @@ def _header_tags_and_body(
     records: bool,
     out: Decoded,
     tagged_header: bool,
+    cap: int | None = None,
 ) -> Decoded:
     """The rest of a frame after the fixed header: its tagged fields (flexible header
-    versions), then the body; fills ``out`` and returns it."""
+    versions), then the body (decompressing at most ``cap`` bytes); fills ``out`` and
+    returns it."""
     if tagged_header:
         try:
             p = _read_header_tags(buf, p, out.header)
@@ -283,7 +305,7 @@ def _header_tags_and_body(
             out.error = f"header.{exc.message()}"
             return out
     out.layout = layout
-    end = _decode_body(reg, layout, buf, p, records, out)
+    end = _decode_body(reg, layout, buf, p, records, out, cap)
     out.trailing = max(len(buf) - end, 0)
     return out
 
@@ -306,8 +328,10 @@ def decode_response(
     *,
     records: bool = False,
     registry: Registry | None = None,
+    max_decompressed: int | None = None,
 ) -> Decoded:
-    """A response frame without its size prefix, given its request's key and version."""
+    """A response frame without its size prefix, given its request's key and version
+    (``max_decompressed``: as ``decode_request``'s)."""
     buf = _as_bytes(payload)
     reg = registry or get_registry()
     out = Decoded(header={}, body=None, api_key=api_key, api_version=api_version)
@@ -332,10 +356,12 @@ def decode_response(
     if layout is None:
 
         def body_with(d: Decoded, lay: Layout) -> Decoded:
-            return _header_tags_and_body(reg, lay, buf, p, records, d, _response_header_tagged(lay))
+            tagged = _response_header_tagged(lay)
+            return _header_tags_and_body(reg, lay, buf, p, records, d, tagged, max_decompressed)
 
         return _assumed(reg, api_key, api_version, RESPONSE, out, body_with)
-    return _header_tags_and_body(reg, layout, buf, p, records, out, _response_header_tagged(layout))
+    tagged = _response_header_tagged(layout)
+    return _header_tags_and_body(reg, layout, buf, p, records, out, tagged, max_decompressed)
 
 
 def _request_header_tagged(layout: Layout) -> bool:

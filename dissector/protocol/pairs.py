@@ -11,7 +11,6 @@ wanted, so ``decode --api Fetch`` resolves ids as a full run does.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -139,7 +138,7 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
         for side in (dx.request, dx.response):
             if side is not None:
                 names.annotate(side.body)
-        summary = dataclasses.asdict(s)
+        summary = s.as_dict()
         if any(f is not None and f.holed for f in (ex.request, ex.response)):
             summary.update(cut_facts(decoder, ex, names))
     request, response = ex.request, ex.response
@@ -179,7 +178,7 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
 
 def row_flags(ex: Exchange, latency_ms: float | None) -> list[str]:
     """The row flags of the pairs table (``stages.RowFlag``) for this exchange, in its
-    order (native core: rows.rs)."""
+    order (native core: native/src/rows/mod.rs)."""
     frames = [f for f in (ex.request, ex.response) if f is not None]
     flags = []
     # After lost bytes, bytes of the pair lost, or its missing side maybe in a hole.
@@ -195,8 +194,9 @@ def row_flags(ex: Exchange, latency_ms: float | None) -> list[str]:
 
 
 def row_decode_error(ex: Exchange, summary: dict[str, Any] | None) -> str | None:
-    """The pairs table's ``decode_error`` of this exchange (native core: rows.rs): why
-    it is malformed, its note, the sides not captured whole, the summary's error."""
+    """The pairs table's ``decode_error`` of this exchange (native core:
+    native/src/rows/mod.rs): why it is malformed, its note, the sides not captured whole,
+    the summary's error."""
     parts = [ex.note if ex.kind == MALFORMED else None]
     if summary is not None and ex.kind != MALFORMED:
         parts.append(ex.note)

@@ -193,14 +193,20 @@ class Budget:
         return cls(remaining=limit, items=ITEM_BUDGET_FACTOR * limit)
 
     @classmethod
-    def for_frame(cls, frame_bytes: int, max_decompressed: int = MAX_DECOMPRESSED) -> Budget:
+    def for_frame(
+        cls, frame_bytes: int, max_decompressed: int = MAX_DECOMPRESSED, cap: int | None = None
+    ) -> Budget:
         """``max_decompressed``, or FRAME_RATIO times the frame's size if that is more,
-        up to FRAME_BUDGET_CAP (or ``max_decompressed`` if larger): a fixed cap, not one
-        that grows with the frame. Kept records (``expand``) stay bounded by
+        up to ``cap``: FRAME_BUDGET_CAP (or ``max_decompressed`` if larger) unless a run
+        chose one (``--max-decompressed``, ``Options.max_decompressed``), a fixed cap, not
+        one that grows with the frame. Kept records (``expand``) stay bounded by
         ``max_decompressed`` alone."""
         limit = max(0, max_decompressed)
-        scaled = min(FRAME_RATIO * frame_bytes, FRAME_BUDGET_CAP)
-        return cls(remaining=max(limit, scaled), items=ITEM_BUDGET_FACTOR * limit)
+        top = max(limit, FRAME_BUDGET_CAP) if cap is None else max(0, cap)
+        return cls(
+            remaining=min(top, max(limit, FRAME_RATIO * frame_bytes)),
+            items=ITEM_BUDGET_FACTOR * limit,
+        )
 
     def charge(self, n: int) -> None:
         self.remaining -= min(max(n, 0), self.remaining)
@@ -215,8 +221,10 @@ class frame_budget:  # lower case: it reads like a function, ``with frame_budget
 
     __slots__ = ("_token", "budget")
 
-    def __init__(self, frame_bytes: int = 0, max_decompressed: int = MAX_DECOMPRESSED) -> None:
-        self.budget = Budget.for_frame(frame_bytes, max_decompressed)
+    def __init__(
+        self, frame_bytes: int = 0, max_decompressed: int = MAX_DECOMPRESSED, cap: int | None = None
+    ) -> None:
+        self.budget = Budget.for_frame(frame_bytes, max_decompressed, cap)
         self._token: Token[Budget | None] | None = None
 
     def __enter__(self) -> Budget:

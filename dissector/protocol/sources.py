@@ -268,17 +268,3 @@ def add_json_specs(specs: SpecSet, json_specs: Iterable[JsonSpec], source: str) 
         if js.valid is not None:
             for v in range(js.valid[0], js.valid[1] + 1):
                 specs.add(json_layout(js, v, f"{source}:{js.origin}" if source else js.origin))
-
-
-def load_specs(spec_dirs: Iterable[str | Path] = ()) -> SpecSet:
-    """Combine ``--specs`` sources and the bundled layers into one SpecSet."""
-    from dissector.protocol.bundled import bundled_api_names, bundled_layers
-
-    layers = bundled_layers()
-    # Names from the bundled layers first, so --specs only adds new keys' names.
-    specs = SpecSet(names=bundled_api_names())
-    for directory in spec_dirs:
-        add_json_specs(specs, iter_json_source(Path(directory)), "specs-dir")
-    for layer in layers:
-        add_json_specs(specs, layer.specs, "")
-    return specs

@@ -7,6 +7,7 @@ API needs no code here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,8 @@ class TopicNames:
 
     def annotate(self, body: dict[str, Any] | None) -> None:
         """Add ``topic_name`` beside every known ``topic_id`` that has no name next to it."""
+        if not self.names:  # no id learnt yet (most captures): nothing to walk for
+            return
         for d in _dicts(body):
             tid = d.get("topic_id")
             if isinstance(tid, str) and not any(
@@ -82,6 +85,16 @@ class Summary:
     # The newest known version whose layout decoded a pair of a newer version
     # (messages.ASSUMED_VERSION_RULE), else None.
     assumed_version: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a dict (``dataclasses.asdict``'s result, without its deep copy
+        of every value: ``decode`` makes one per pair)."""
+        out = {f.name: getattr(self, f.name) for f in _SUMMARY_FIELDS}
+        out["topics"] = list(self.topics)
+        return out
+
+
+_SUMMARY_FIELDS = dataclasses.fields(Summary)
 
 
 def _dicts(value: Any) -> Iterator[dict[str, Any]]:

@@ -3,7 +3,7 @@
 One declaration, two readers. The field names below (Apache's, snake_case) say which
 fields play which role in a table ("topic name", "partition index", "committed
 offset", "group id", "generation"...). ``export.py`` compiles them into the model the
-native core interprets (``native/src/tables.rs``: one pass over each capture for
+native core interprets (``native/src/rows/tables.rs``: one pass over each capture for
 every table), and the functions here read the same roles from bodies the Python
 decoder decoded: the core's fallback for the rare pairs it cannot read as Python
 would (malformed bodies), and the test oracle.
@@ -719,7 +719,7 @@ def pair_facts(
 # ----------------------------------------------------------------- the model's roles
 
 # The roles of the fields a table reads, as the native core interprets them
-# (``export.py`` writes them into the model beside each field, ``native/src/tables.rs``
+# (``export.py`` writes them into the model beside each field, ``native/src/rows/tables.rs``
 # reads them). A field whose name says it plays a role but whose type cannot is
 # marked ``odd``: the core leaves such a pair to the functions above.
 

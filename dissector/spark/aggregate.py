@@ -38,6 +38,7 @@ from dissector.spark.partials import (
     GROUPS,
     LATENCY,
     LOG_GAMMA,
+    MERGES,
     NONPOSITIVE_BUCKET,
     THROUGHPUT,
     THROUGHPUT_SUMS,
@@ -264,15 +265,33 @@ def _rank(p: float, total: str) -> Column:
     return F.greatest(F.lit(1).cast("bigint"), F.expr(f"({num} * {total} + {den - 1}) div {den}"))
 
 
+def merge_columns(name: str, names: Mapping[str, str] | None = None) -> list[Column]:
+    """The aggregations that merge partial table ``name``'s value columns by its rule
+    (``partials.MERGES``, the rule a task applies to its own rows), each column renamed
+    by ``names``."""
+    from pyspark.sql import functions as F
+
+    rename = names or {}
+    return [getattr(F, how)(c).alias(rename.get(c, c)) for c, how in MERGES[name]]
+
+
+def merged(
+    partials: Mapping[str, DataFrame],
+    name: str,
+    keys: list[str],
+    names: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """Partial table ``name``'s rows with equal ``keys`` merged (``merge_columns``)."""
+    return partials[name].groupBy(*keys).agg(*merge_columns(name, names))
+
+
 def _percentiles(latency: DataFrame, keys: list[str]) -> DataFrame:
     """Per group of ``keys``: each of ``PERCENTILES`` from the merged latency buckets
     (``partials`` says how a bucket answers)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    buckets = latency.groupBy(*keys, "bucket").agg(
-        F.sum("n").alias("n"), F.min("vmin").alias("vmin"), F.max("vmax").alias("vmax")
-    )
+    buckets = merged({LATENCY: latency}, LATENCY, [*keys, "bucket"])
     group = Window.partitionBy(*keys)
     upto = group.orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     ranked = buckets.select(
@@ -303,20 +322,8 @@ def latency_and_errors(partials: Mapping[str, DataFrame]) -> DataFrame:
     from pyspark.sql import functions as F
 
     keys = ["set", *GROUP_KEYS]
-    groups = (
-        partials[GROUPS]
-        .groupBy(*keys)
-        .agg(
-            F.sum("requests").alias("requests"),
-            F.sum("latencies").alias("_latencies"),
-            F.sum("latency_sum").alias("_latency_sum"),
-            F.max("latency_max").alias("max_ms"),
-            F.sum("answered").alias("answered"),
-            F.sum("errors").alias("errors"),
-            F.sum("unanswered").alias("unanswered"),
-            F.sum("error_codes").alias("error_codes"),
-        )
-    )
+    hidden = {"latencies": "_latencies", "latency_sum": "_latency_sum", "latency_max": "max_ms"}
+    groups = merged(partials, GROUPS, keys, hidden)
     pct = _percentiles(partials[LATENCY], keys).alias("pct")
     names = [f"{percentile_name(p)}_ms" for p in PERCENTILES]
     timed = F.col("_latencies") > 0
@@ -387,7 +394,7 @@ def top_errors(partials: Mapping[str, DataFrame], n: int = DEFAULT_TOP) -> DataF
         partials[ERRORS]
         .groupBy(*TOP_ERROR_KEYS)
         .agg(
-            F.sum("pairs").alias("pairs"),
+            *merge_columns(ERRORS),
             F.countDistinct(*BROKER_KEYS).alias("brokers"),
             F.countDistinct("capture").alias("captures"),
         )
@@ -409,12 +416,8 @@ def unanswered_summary(partials: Mapping[str, DataFrame]) -> DataFrame:
     grouped = (
         partials[UNANSWERED]
         .groupBy(*UNANSWERED_KEYS)
-        .agg(
-            F.sum("unanswered").alias("unanswered"),
-            F.countDistinct("capture").alias("captures"),
-            F.min("first_request").alias("first_request"),
-            F.max("last_request").alias("last_request"),
-        )
+        .agg(*merge_columns(UNANSWERED), F.countDistinct("capture").alias("captures"))
+        .select(*UNANSWERED_KEYS, "unanswered", "captures", "first_request", "last_request")
     )
     return ordered(grouped, F.desc("unanswered"), *UNANSWERED_KEYS)
 
@@ -426,10 +429,8 @@ def throughput(
     per ``by`` (``()`` or the broker keys)."""
     from pyspark.sql import functions as F
 
-    values = ("pairs", "answered", "errors", *(out for _, out in THROUGHPUT_SUMS))
-    grouped = (
-        partials[THROUGHPUT].groupBy("window_start", *by).agg(*(F.sum(v).alias(v) for v in values))
-    )
+    values = tuple(column for column, _ in MERGES[THROUGHPUT])
+    grouped = merged(partials, THROUGHPUT, ["window_start", *by])
     end = F.timestamp_micros(F.unix_micros("window_start") + F.lit(window_us))
     table = grouped.select("window_start", end.alias("window_end"), *by, *values)
     return ordered(table, "window_start", *by)

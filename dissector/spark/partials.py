@@ -214,13 +214,16 @@ def _set_rows(pairs: pa.Table, name: str, schema: pa.Schema) -> pa.Table:
 _FLAG_NAMES = ("answered", "errors", "unanswered", "latencies")
 
 
-def group_partials(pairs: pa.Table, schemas: dict[str, pa.Schema]) -> tuple[pa.Table, pa.Table]:
-    """(``GROUPS`` rows, ``LATENCY`` rows) of one batch of pairs."""
+def group_partials(
+    pairs: pa.Table, flags: dict[str, pa.Array], schemas: dict[str, pa.Schema]
+) -> tuple[pa.Table, pa.Table]:
+    """(``GROUPS`` rows, ``LATENCY`` rows) of one batch of pairs (``flags``: its
+    ``_flags``)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     flagged = pairs
-    for name, column in _flags(pairs).items():
+    for name, column in flags.items():
         flagged = flagged.append_column(name, column)
     flagged = flagged.append_column("bucket", latency_buckets(pairs.column("latency_ms")))
     groups_schema, latency_schema = schemas[GROUPS], schemas[LATENCY]
@@ -309,11 +312,13 @@ def window_starts(pairs: pa.Table, window_us: int) -> pa.Array:
     return pa.array(starts, mask=mask).cast(pa.timestamp("us", tz="UTC"))
 
 
-def throughput_partials(pairs: pa.Table, window_us: int, schema: pa.Schema) -> pa.Table:
-    """``THROUGHPUT`` rows: per window and broker, pairs, answered, errors and the sums."""
+def throughput_partials(
+    pairs: pa.Table, flags: dict[str, pa.Array], window_us: int, schema: pa.Schema
+) -> pa.Table:
+    """``THROUGHPUT`` rows: per window and broker, pairs, answered, errors and the sums
+    (``flags``: the batch's ``_flags``)."""
     import pyarrow.compute as pc
 
-    flags = _flags(pairs)
     rows = pairs.append_column("window_start", window_starts(pairs, window_us))
     for name in ("answered", "errors"):
         rows = rows.append_column(f"_{name}", flags[name])
@@ -346,13 +351,16 @@ class SummaryPartials:
     def add(self, pairs: pa.Table) -> None:
         if not pairs.num_rows:
             return
-        groups, latency = group_partials(pairs, self._schemas)
+        flags = _flags(pairs)
+        groups, latency = group_partials(pairs, flags, self._schemas)
         made = {
             GROUPS: groups,
             LATENCY: latency,
             ERRORS: error_partials(pairs, self._schemas[ERRORS]),
             UNANSWERED: unanswered_partials(pairs, self._schemas[UNANSWERED]),
-            THROUGHPUT: throughput_partials(pairs, self.window_us, self._schemas[THROUGHPUT]),
+            THROUGHPUT: throughput_partials(
+                pairs, flags, self.window_us, self._schemas[THROUGHPUT]
+            ),
         }
         for name, table in made.items():
             if table.num_rows:
@@ -370,7 +378,7 @@ class SummaryPartials:
         self.pieces = {}
 
 
-_MERGE: dict[str, tuple[tuple[str, str], ...]] = {
+MERGES: dict[str, tuple[tuple[str, str], ...]] = {
     GROUPS: (
         ("requests", "sum"),
         ("latencies", "sum"),
@@ -392,14 +400,14 @@ _MERGE: dict[str, tuple[tuple[str, str], ...]] = {
     ),
 }
 """How rows of a partial table with the same key merge (the merge of
-``aggregate.merge_summaries`` does the same in Spark)."""
+``aggregate.merge_summaries`` applies the same rules in Spark)."""
 
 
 def merge_partial(name: str, table: pa.Table) -> pa.Table:
     """Rows of partial table ``name`` with equal keys merged into one."""
     import pyarrow.compute as pc
 
-    merges = _MERGE[name]
+    merges = MERGES[name]
     values = {column for column, _ in merges}
     keys = [n for n in table.column_names if n not in values]
     some = pc.ScalarAggregateOptions(min_count=1)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from dissector.schema import (
     COLUMN_NAMES,
@@ -27,6 +27,7 @@ from dissector.schema import (
     frame_dtype,
 )
 from dissector.stages import PairRecord
+from dissector.table.text_rows import write_frame_text
 from dissector.tables_schema import Contract, arrow_schema
 
 if TYPE_CHECKING:
@@ -126,36 +127,11 @@ def export(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:
         raise ValueError(f"unknown output format {ext!r}: use one of {', '.join(EXPORT_FORMATS)}")
 
 
-def write_text_rows(df: pd.DataFrame, fh: Any, ext: str, *, header: bool) -> None:
+def write_text_rows(df: pd.DataFrame, fh: IO[str], ext: str, *, header: bool) -> None:
     """The rows of ``df`` as CSV (``header``: with the column line first) or JSON lines,
     appended to the open text file ``fh``: a file written in pieces (``live -o``) reads
     back as one written at once. A batch of rows at a time (``text_rows``)."""
-    from dissector.table.text_rows import write_frame_text
-
     write_frame_text(df, fh, ext, header=header)
-
-
-# Spreadsheets run a cell that starts with one of these as a formula (OWASP's "CSV
-# injection"); a leading apostrophe makes it text and is what they hide on display.
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if c not in (0x09,)}
-
-
-def visible_text(value: str) -> str:
-    """A wire string with its control characters (ESC, NUL, ...) written as ``\\xNN``,
-    for outputs a person reads (CSV, HTML): a client id must not drive a terminal."""
-    return value.translate(_CONTROL)
-
-
-def csv_safe(value: str) -> str:
-    """A wire string made safe for a spreadsheet: control characters escaped as ``\\xNN``
-    and a leading formula character neutralised. Parquet and JSON keep the real value."""
-    text = visible_text(value)
-    return "'" + text if text.startswith(_FORMULA_START) else text
-
-
-def _list_cell(items: list[str] | None) -> str:
-    return ";".join(csv_safe(t) for t in items) if items is not None else ""
 
 
 def _arrow_type(kind: str) -> pa.DataType:

@@ -16,24 +16,38 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from dissector.accounting import Counters
-from dissector.options import AnySource, CaptureBytes, CaptureSet, CaptureSource, source_name
+from dissector.options import (
+    AnySource,
+    CaptureBytes,
+    CaptureSet,
+    CaptureSource,
+    Options,
+    source_name,
+)
 from dissector.schema import COLUMNS, arrow_type, frame_dtype
 from dissector.stages import CaptureError
+from dissector.wire.native import arrow_column, native
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector._core import Analyzer, KeyLog, LiveRun, Model
+    from dissector._core import Analyzer, KeyLog, LiveRun, Model, PcapHandle
+    from dissector._core import Endpoint as CoreEndpoint
     from dissector._core import Exchange as CoreExchange
     from dissector._core import Frame as CoreFrame
-    from dissector.options import Options
-    from dissector.stages import Decoder, Exchange, Frame
+    from dissector.protocol.messages import Decoded
+    from dissector.protocol.summary import TopicNames
+    from dissector.stages import Decoder, Endpoint, Exchange, Frame, PairRecord
     from dissector.tls import KeyLogs
-    from dissector.wire.tables import TableCollector
+    from dissector.wire.native import ColumnBuffer
+    from dissector.wire.tables import CaptureTables, TableCollector
+
+ArrowColumn = TypeVar("ArrowColumn", "pa.Array", "pa.ChunkedArray")
+"""One column of a table (chunked) or of a record batch: functions give back what they took."""
 
 BATCH_ROWS = 65_536
 """Rows per Arrow batch: memory of a streaming run is bounded by this, not the capture."""
@@ -52,24 +66,6 @@ class _Model:
 
 
 _MODELS: dict[tuple[str, ...], _Model] = {}
-
-
-def native() -> Any:
-    """The compiled core, or an ImportError that says what to do."""
-    # The core's allocator (mimalloc, native/Cargo.toml) reads its options when the module
-    # loads. With transparent huge pages each first touch of its arenas zeroes 2 MiB: a
-    # fresh process (the CLI) spent up to a third of its CPU there, for 50 MB more
-    # memory. A user's own setting wins.
-    os.environ.setdefault("MIMALLOC_ALLOW_THP", "0")
-    try:
-        from dissector import _core
-    except ImportError as exc:
-        raise ImportError(
-            "kafka-dissector's native core (dissector._core) is not importable: install the "
-            "package with pip (it compiles native/; a .zip of the sources cannot carry it; "
-            f"for Spark executors see docs/spark.md): {exc}"
-        ) from exc
-    return _core
 
 
 def _model(decoder: Decoder) -> _Model:
@@ -128,7 +124,7 @@ class _Fallback:
         self.decoder = decoder
         self.extracts = extracts
         self.capture: str | None = None
-        self.topics: Any = None
+        self.topics: TopicNames | None = None
 
     def __call__(
         self, api_key: int, api_version: int, req: bytes | None, resp: bytes | None, capture: str
@@ -160,7 +156,7 @@ class _Fallback:
         )
 
 
-def _int_field(decoded: Any, name: str) -> int | None:
+def _int_field(decoded: Decoded | None, name: str) -> int | None:
     body = getattr(decoded, "body", None) if decoded is not None else None
     value = body.get(name) if isinstance(body, dict) else None
     return value if type(value) is int else None
@@ -180,11 +176,15 @@ def new_analyzer(
     (``wire.tables``); ``pairs``: build the pairs' rows (off: the tables alone);
     ``capture_budget``: bytes one capture may decompress in all (None: the core's
     default, 4 GiB)."""
-    decoder = decoder or _default_decoder()
+    from dissector.protocol.bound_decoder import with_max_decompressed
+
+    decoder = with_max_decompressed(decoder or _default_decoder(), options.max_decompressed)
     model = _model(decoder)
     _core = native()
     idle = options.idle_timeout_s
     budget = {"capture_budget": capture_budget} if capture_budget is not None else {}
+    if options.max_decompressed is not None:  # the same cap for the core and the decoder
+        budget["frame_cap"] = options.max_decompressed
     tls_keys = native_key_log(options.tls) if options.tls else None
     fallback = None
     if tables:
@@ -283,61 +283,6 @@ def _open_file(analyzer: Analyzer, path: CaptureSource) -> None:
 # ---------------------------------------------------------------- rows -> Arrow
 
 
-def _arrow_column(spec: tuple[Any, ...]) -> pa.Array:
-    """One column buffer of the core as an Arrow array, built from the buffers as they
-    are (no per-value Python objects; ``pa.array`` would also import pandas, and
-    ``take``/``cast`` ``pyarrow.compute``: see ``arrow_cast``)."""
-    import pyarrow as pa
-
-    from dissector.arrow_cast import take
-
-    tag = spec[0]
-    if tag in ("i64", "f64"):
-        _, values, bits, nulls = spec
-        kind = pa.int64() if tag == "i64" else pa.float64()
-        buffers = [pa.py_buffer(bits) if bits is not None else None, pa.py_buffer(values)]
-        return pa.Array.from_buffers(kind, len(values) // 8, buffers, null_count=nulls)
-    if tag == "dict":
-        _, indices, bits, nulls, w_offsets, w_data = spec
-        words = _strings(w_offsets, w_data)
-        validity = pa.py_buffer(bits) if bits is not None else None
-        idx = pa.Array.from_buffers(
-            pa.int32(), len(indices) // 4, [validity, pa.py_buffer(indices)], null_count=nulls
-        )
-        return pa.DictionaryArray.from_arrays(idx, words)
-    if tag == "bool":
-        _, values, bits, nulls, n = spec
-        buffers = [pa.py_buffer(bits) if bits is not None else None, pa.py_buffer(values)]
-        return pa.Array.from_buffers(pa.bool_(), n, buffers, null_count=nulls)
-    if tag == "i64list":
-        _, offsets, values = spec
-        items = pa.Array.from_buffers(pa.int64(), len(values) // 8, [None, pa.py_buffer(values)])
-        return pa.ListArray.from_buffers(
-            pa.list_(pa.int64()),
-            len(offsets) // 4 - 1,
-            [None, pa.py_buffer(offsets)],
-            children=[items],
-        )
-    if tag == "list":
-        _, offsets, items, w_offsets, w_data = spec
-        idx = pa.Array.from_buffers(pa.int32(), len(items) // 4, [None, pa.py_buffer(items)])
-        values = take(_strings(w_offsets, w_data), idx)
-        return pa.ListArray.from_buffers(
-            pa.list_(pa.string()),
-            len(offsets) // 4 - 1,
-            [None, pa.py_buffer(offsets)],
-            children=[values],
-        )
-    raise ValueError(f"unknown column buffer {tag!r}")
-
-
-def _strings(offsets: bytes, data: bytes) -> pa.Array:
-    import pyarrow as pa
-
-    n = len(offsets) // 4 - 1
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
 @functools.cache
 def arrow_schema() -> pa.Schema:
     """The pairs table as Arrow: ``schema.COLUMNS``."""
@@ -353,13 +298,13 @@ def arrow_schema() -> pa.Schema:
     return pa.schema([pa.field(c.name, field_type(c.kind)) for c in COLUMNS])
 
 
-def columns_to_table(cols: dict[str, Any], schema: pa.Schema) -> pa.Table:
+def columns_to_table(cols: dict[str, ColumnBuffer], schema: pa.Schema) -> pa.Table:
     """The core's column buffers as a table of ``schema``."""
     import pyarrow as pa
 
     from dissector.arrow_cast import retype_array
 
-    arrays = [retype_array(_arrow_column(cols[field.name]), field.type) for field in schema]
+    arrays = [retype_array(arrow_column(cols[field.name]), field.type) for field in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -374,7 +319,7 @@ class Run:
     tls_streams: list[int]
     schema: pa.Schema
     sets: list[CaptureSet]  # the captures read, each a set of files (most of one file)
-    tls: list[dict[str, object]] = dataclass_field(default_factory=list)
+    tls: list[TlsRow] = dataclass_field(default_factory=list)
 
 
 @dataclass
@@ -382,7 +327,7 @@ class Batch:
     """What the core produced in one step: column buffers, the exchanges kept for an
     observer, and how far into the capture it has read."""
 
-    columns: dict[str, Any]
+    columns: dict[str, ColumnBuffer]
     exchanges: list[CoreExchange]
     bytes_read: int
     tables: dict[str, Any]
@@ -455,23 +400,23 @@ def iter_tables(
     *,
     decoder: Decoder | None = None,
     counters: Counters | None = None,
+    tls: TlsSeen | None = None,
     batch_rows: int = BATCH_ROWS,
-    on_batch: Any = None,
+    on_batch: Callable[[Batch], object] | None = None,
     keep_keys: Iterable[int] = (),
     tables: TableCollector | None = None,
     pairs: bool = True,
 ) -> Iterator[pa.Table]:
     """Arrow tables of the pairs of each capture, in capture order, ``batch_rows`` at a
     time; several files are grouped into capture sets first (``options.chain``, see
-    ``sets``). Counters (and TLS connections, as ``counters.tls_streams``) are filled
-    as it goes; ``on_batch(batch)`` sees each ``Batch`` (progress displays, observers
-    of the kept exchanges); ``tables`` (a ``wire.tables.TableCollector``) receives the
-    analytics tables built in the same pass; ``pairs=False`` builds no pairs (the
-    tables alone: nothing is yielded)."""
+    ``sets``). ``counters`` receives the core's counters and ``tls`` the TLS
+    connections it found, once the pass ends; ``on_batch(batch)`` sees each ``Batch``
+    (progress displays, observers of the kept exchanges); ``tables`` (a
+    ``wire.tables.TableCollector``) receives the analytics tables built in the same pass;
+    ``pairs=False`` builds no pairs (the tables alone: nothing is yielded)."""
     from dissector.wire.sets import capture_sets
 
     decoder = decoder or _default_decoder()
-    counters = counters if counters is not None else Counters()
     sources = capture_sets(paths, options.chain)
     analyzer = new_analyzer(
         options, decoder, keep_keys=keep_keys, tables=tables is not None, pairs=pairs
@@ -489,26 +434,49 @@ def iter_tables(
                 if table.num_rows:
                     yield table
     finally:
-        _merge_counters(counters, analyzer)
+        _end_of_pass(analyzer, counters, tls)
 
 
-def _merge_counters(counters: Counters, analyzer: Analyzer) -> None:
-    for name, n in analyzer.counters().items():
-        counters.add(name, n)
-    counters.tls_streams = [s.stream for s in analyzer.tls_streams()]  # type: ignore[attr-defined]
-    counters.tls = tls_table(analyzer)  # type: ignore[attr-defined]
+def _end_of_pass(analyzer: Analyzer, counters: Counters | None, tls: TlsSeen | None) -> None:
+    """What the core counted and found, handed to the caller's records."""
+    if counters is not None:
+        counters.merge(analyzer.counters())
+    if tls is not None:
+        tls.streams.extend(s.stream for s in analyzer.tls_streams())
+        tls.connections.extend(tls_connections(analyzer))
 
 
-def tls_table(analyzer: Analyzer) -> list[dict[str, object]]:
+class TlsRow(TypedDict):
+    """The TLS connections of a capture with one version, cipher suite and outcome
+    (``df.attrs["tls"]``)."""
+
+    capture: str
+    version: str | None
+    cipher_suite: str | None
+    outcome: str
+    connections: int
+
+
+@dataclass
+class TlsSeen:
+    """The TLS a pass found: ``streams``, the connections that carry TLS not decrypted
+    (``df.attrs["tls_streams"]``); ``connections``, all of them by capture, version,
+    cipher suite and outcome (``df.attrs["tls"]``)."""
+
+    streams: list[int] = dataclass_field(default_factory=list)
+    connections: list[TlsRow] = dataclass_field(default_factory=list)
+
+
+def tls_connections(analyzer: Analyzer) -> list[TlsRow]:
     """The run's TLS connections by capture, version, cipher suite and outcome."""
     return [
-        {
-            "capture": t.capture,
-            "version": t.version,
-            "cipher_suite": t.cipher_suite,
-            "outcome": t.outcome,
-            "connections": t.connections,
-        }
+        TlsRow(
+            capture=t.capture,
+            version=t.version,
+            cipher_suite=t.cipher_suite,
+            outcome=t.outcome,
+            connections=t.connections,
+        )
         for t in analyzer.tls_connections()
     ]
 
@@ -518,13 +486,15 @@ def analyze_table(
     options: Options,
     *,
     decoder: Decoder | None = None,
-    on_batch: Any = None,
+    on_batch: Callable[[Batch], object] | None = None,
     keep_keys: Iterable[int] = (),
     analytics: TableCollector | None = None,
 ) -> tuple[pa.Table, Run]:
+    """The pairs of the captures as one table, and what the pass saw besides them."""
     from dissector.wire.sets import capture_sets
 
     counters = Counters()
+    tls = TlsSeen()
     sets = capture_sets(paths, options.chain)
     tables = list(
         iter_tables(
@@ -532,6 +502,7 @@ def analyze_table(
             options,
             decoder=decoder,
             counters=counters,
+            tls=tls,
             on_batch=on_batch,
             keep_keys=keep_keys,
             tables=analytics,
@@ -541,8 +512,43 @@ def analyze_table(
 
     schema = arrow_schema()
     table = pa.concat_tables(tables) if tables else schema.empty_table()
-    tls = getattr(counters, "tls_streams", [])
-    return table, Run(counters, tls, schema, sets, getattr(counters, "tls", []))
+    return table, Run(counters, tls.streams, schema, sets, tls.connections)
+
+
+def capture_tables(
+    sources: AnySource | os.PathLike[str] | Iterable[AnySource | os.PathLike[str]],
+    options: Options | None = None,
+    *,
+    decoder: Decoder | None = None,
+    counters: Counters | None = None,
+) -> CaptureTables:
+    """The partitions, groups and versions tables of a capture (a path, an
+    ``options.CaptureBytes`` held in memory and read in place, or an ``options.CaptureSet``
+    of rotated files read as one capture), in one pass of the native core, as Arrow (see
+    ``CaptureTables``). Several sources are read in a row into the same tables, as
+    ``dissector.partitions([...])`` does (files of one rotated recording chained by
+    ``options.chain``, as ``analyze`` chains them).
+
+    ``options``: ports and limits (``Options()`` when None); ``decoder``: a spec set
+    (``protocol.decoder_for(--specs)``), the installed specs when None; ``counters``:
+    receives the pass's stage counters (the pairs' ``df.attrs["counters"]``). A source
+    that cannot be read raises ``CaptureError`` (or ``OSError``), as ``analyze`` does.
+    """
+    from dissector.options import capture_paths
+    from dissector.wire.tables import TableCollector
+
+    collector = TableCollector()
+    paths = capture_paths(sources)
+    for _ in iter_tables(
+        paths,
+        options or Options(),
+        decoder=decoder,
+        counters=counters,
+        tables=collector,
+        pairs=False,
+    ):
+        pass  # no pairs: the loop only drives the pass
+    return collector.result()
 
 
 def table_to_frame(table: pa.Table) -> pd.DataFrame:
@@ -571,18 +577,31 @@ def table_to_frame(table: pa.Table) -> pd.DataFrame:
 def _numbers(name: str, column: pa.ChunkedArray, dtype_name: str) -> Any:
     """A column cast to its frame dtype: Arrow-backed as it is, or a numpy array."""
     import pandas as pd
+
+    dtype = pd.api.types.pandas_dtype(dtype_name)
+    typed = frame_numbers(name, dtype_name, column)
+    if isinstance(dtype, pd.ArrowDtype):
+        return pd.arrays.ArrowExtensionArray(typed)
+    return typed.to_numpy()
+
+
+def frame_numbers(name: str, dtype_name: str, column: ArrowColumn) -> ArrowColumn:
+    """A number column as Arrow in the type of its frame dtype ``dtype_name``, with the
+    values the frame holds (``_saturated``): what the text writers write of the core's
+    table is what ``dissector.analyze`` shows. A numpy dtype has no nulls: a null is
+    an error, as is a value past its range (a safe cast)."""
+    import pandas as pd
     import pyarrow as pa
 
     dtype = pd.api.types.pandas_dtype(dtype_name)
     if isinstance(dtype, pd.ArrowDtype):
-        typed = column if column.type == dtype.pyarrow_dtype else _saturated(column, dtype)
-        return pd.arrays.ArrowExtensionArray(typed)
+        return column if column.type == dtype.pyarrow_dtype else _saturated(column, dtype)
     if column.null_count:
         raise ValueError(f"column {name!r} holds nulls, its dtype {dtype_name} has none")
-    return column.cast(pa.from_numpy_dtype(dtype)).to_numpy()
+    return column.cast(pa.from_numpy_dtype(dtype))
 
 
-def _saturated(column: pa.ChunkedArray, dtype: pd.ArrowDtype) -> pa.ChunkedArray:
+def _saturated(column: ArrowColumn, dtype: pd.ArrowDtype) -> ArrowColumn:
     """Cast to a narrower integer type, values past its range held at its bounds: only a
     hostile frame gets there (record counts summed from forged batch headers, already
     flagged in decode_error), and one such pair must not fail the whole table."""
@@ -639,7 +658,6 @@ def iter_exchanges(
     its first file's path)."""
     from dissector.wire.sets import capture_sets
 
-    counters = counters if counters is not None else Counters()
     sources = capture_sets(paths, options.chain)
     analyzer = new_analyzer(options, decoder, exchanges=True)
     try:
@@ -649,7 +667,7 @@ def iter_exchanges(
                 for x in b.exchanges:
                     yield x.capture, exchange_record(x)
     finally:
-        _merge_counters(counters, analyzer)
+        _end_of_pass(analyzer, counters, None)
 
 
 def exchange_record(x: CoreExchange) -> Exchange:
@@ -658,8 +676,8 @@ def exchange_record(x: CoreExchange) -> Exchange:
 
     return Exchange(
         stream=x.stream,
-        client=x.client,
-        broker=x.broker,
+        client=_endpoint(x.client),
+        broker=_endpoint(x.broker),
         kind=x.kind,
         request=_frame_record(x.request),
         response=_frame_record(x.response),
@@ -672,6 +690,10 @@ def exchange_record(x: CoreExchange) -> Exchange:
     )
 
 
+def _endpoint(e: CoreEndpoint) -> Endpoint:
+    return (e.ip, e.port)
+
+
 def _frame_record(f: CoreFrame | None) -> Frame | None:
     from dissector.stages import Frame
 
@@ -679,8 +701,8 @@ def _frame_record(f: CoreFrame | None) -> Frame | None:
         return None
     return Frame(
         stream=f.stream,
-        src=f.src,
-        dst=f.dst,
+        src=_endpoint(f.src),
+        dst=_endpoint(f.dst),
         payload=f.payload,
         first_ts_ns=f.first_ts_ns,
         last_ts_ns=f.last_ts_ns,
@@ -701,15 +723,15 @@ def iter_pairs(
     decoder: Decoder | None = None,
     counters: Counters | None = None,
     batch_rows: int = 4096,
-) -> Iterator[Any]:
-    """``rows.PairRecord`` per pair, streaming: memory follows ``batch_rows``."""
+) -> Iterator[PairRecord]:
+    """``stages.PairRecord`` per pair, streaming: memory follows ``batch_rows``."""
     for table in iter_tables(
         paths, options, decoder=decoder, counters=counters, batch_rows=batch_rows
     ):
         yield from _records(table)
 
 
-def _records(table: pa.Table) -> list[Any]:
+def _records(table: pa.Table) -> list[PairRecord]:
     import pyarrow as pa
 
     from dissector.stages import PairRecord
@@ -741,12 +763,12 @@ class LiveSession:
         self._analyzer.open_live(label)
         self._schema = arrow_schema()
 
-    def start(self, handle: Any, write_pcap: str | None, snaplen: int) -> LiveRun:
+    def start(self, handle: PcapHandle, write_pcap: str | None, snaplen: int) -> LiveRun:
         """Start capturing on ``handle`` (a ``_core.PcapHandle``, taken over); an
         unwritable ``write_pcap`` raises OSError."""
         return native().LiveRun(self._analyzer, handle, write_pcap, snaplen)
 
-    def table(self, columns: dict[str, Any]) -> pa.Table:
+    def table(self, columns: dict[str, ColumnBuffer]) -> pa.Table:
         """Column buffers taken from the run as a table of ``arrow_schema()``."""
         return columns_to_table(columns, self._schema)
 
@@ -756,7 +778,7 @@ class LiveSession:
         return {name(key): n for key, n in run.open_requests().items()}
 
 
-def table_records(table: pa.Table) -> list[Any]:
+def table_records(table: pa.Table) -> list[PairRecord]:
     """``stages.PairRecord`` per row of a pairs table: one Python object per pair, for
     callers who want rows rather than Arrow."""
     return _records(table)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from dissector.accounting import Counters
 from dissector.options import AnySource, Options, capture_paths, keyword_options
+from dissector.protocol.bound_decoder import with_max_decompressed
 from dissector.protocol.pairs import (
     DecodedExchange,
     Expand,
@@ -24,6 +25,8 @@ from dissector.stages import Exchange
 from dissector.wire.core import iter_exchanges
 
 if TYPE_CHECKING:
+    from dissector.protocol.summary import TopicNames
+    from dissector.stages import Decoder
     from dissector.tls import KeyLogs
 
 Source = str | os.PathLike[str] | AnySource | Iterable[str | os.PathLike[str] | AnySource]
@@ -42,15 +45,17 @@ def decoded_exchanges(
     expand: Expand = _never,
     counts: Counter[str] | None = None,
     counters: Counters | None = None,
-    decoder: Any = None,
+    decoder: Decoder | None = None,
     tls: KeyLogs | None = None,
     options: Options | None = None,
-) -> Iterator[tuple[DecodedExchange, Any]]:
+) -> Iterator[tuple[DecodedExchange, TopicNames]]:
     """(decoded exchange, the capture's TopicNames) for each wanted exchange of the
     captures (see ``protocol.pairs.decode_exchanges``); ``counters``: the run's counters;
     ``options``: the run's options (``ports``/``tls`` laid over them)."""
-    decoder = decoder if decoder is not None else decoder_for_specs(specs)
     options = keyword_options(options, ports=ports, tls=tls)
+    decoder = with_max_decompressed(
+        decoder if decoder is not None else decoder_for_specs(specs), options.max_decompressed
+    )
     exchanges = iter_exchanges(capture_paths(source), options, decoder=decoder, counters=counters)
     return decode_exchanges(exchanges, decoder, wanted, expand=expand, counts=counts)
 

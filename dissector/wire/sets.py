@@ -91,7 +91,7 @@ def file_facts(source: CaptureSource) -> FileFacts:
     """The facts of a capture file (or ``CaptureBytes``): one native walk over its
     record headers. A file that is not a capture raises ``CaptureError`` (missing:
     ``FileNotFoundError``), as opening it for analysis would."""
-    from dissector.wire.core import native
+    from dissector.wire.native import native
 
     _core = native()
     name = source_name(source)

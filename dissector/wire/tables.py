@@ -1,33 +1,31 @@
 """The analytics tables (partitions, groups, versions) from the native core's pass.
 
 The core builds them beside the pairs, in the same read of each capture
-(``native/src/tables.rs``), by the roles ``dissector.protocol.tables`` declares; this
+(``native/src/rows/tables.rs``), by the roles ``dissector.protocol.tables`` declares; this
 module turns its column buffers into Arrow tables of the contracts in
 ``dissector.tables_schema`` and answers the core's rare questions about pairs it leaves
 to the Python decoder (``TablesFallback``).
 
-One entry point per capture: ``capture_tables`` (what a Spark task calls). A run that
-also wants the pairs passes a ``TableCollector`` to ``wire.core.iter_tables``.
+The pass itself is ``wire.core.capture_tables`` (the tables alone), or
+``wire.core.iter_tables`` with a ``TableCollector`` (the pairs too).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dissector.options import AnySource, Options
 from dissector.protocol.tables import Names, PairFacts, pair_facts
 from dissector.tables_schema import CONTRACTS, Contract, arrow_schema, arrow_type
+from dissector.wire.native import arrow_column
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector.accounting import Counters
 
 TABLE_NAMES: tuple[str, ...] = tuple(CONTRACTS)
 """partitions, groups, versions: the tables a pass builds, in that order."""
@@ -219,50 +217,13 @@ def _arrow(columns: dict[str, Any], contract: Contract, name: str) -> pa.Table:
     import pyarrow as pa
 
     from dissector.arrow_cast import retype_array
-    from dissector.wire.core import _arrow_column
 
     given = [c for c in columns if c != "__len__"]
     expected = [c[0] for c in contract]
     if given != expected:  # the core and the contract must agree, in order
         raise RuntimeError(f"{name} table: the core gave columns {given}, expected {expected}")
     arrays = [
-        retype_array(_arrow_column(columns[column]), arrow_type(dtype, dictionary=True))
+        retype_array(arrow_column(columns[column]), arrow_type(dtype, dictionary=True))
         for column, dtype, _ in contract
     ]
     return pa.Table.from_arrays(arrays, schema=arrow_schema(contract, dictionary=True))
-
-
-def capture_tables(
-    sources: AnySource | os.PathLike[str] | Iterable[AnySource | os.PathLike[str]],
-    options: Options | None = None,
-    *,
-    decoder: Any = None,
-    counters: Counters | None = None,
-) -> CaptureTables:
-    """The partitions, groups and versions tables of a capture (a path, an
-    ``options.CaptureBytes`` held in memory and read in place, or an ``options.CaptureSet``
-    of rotated files read as one capture), in one pass of the native core, as Arrow (see
-    ``CaptureTables``). Several sources are read in a row into the same tables, as
-    ``dissector.partitions([...])`` does (files of one rotated recording chained by
-    ``options.chain``, as ``analyze`` chains them).
-
-    ``options``: ports and limits (``Options()`` when None); ``decoder``: a spec set
-    (``protocol.decoder_for(--specs)``), the installed specs when None; ``counters``:
-    receives the pass's stage counters (the pairs' ``df.attrs["counters"]``). A source
-    that cannot be read raises ``CaptureError`` (or ``OSError``), as ``analyze`` does.
-    """
-    from dissector.options import capture_paths
-    from dissector.wire.core import iter_tables
-
-    collector = TableCollector()
-    paths = capture_paths(sources)
-    for _ in iter_tables(
-        paths,
-        options or Options(),
-        decoder=decoder,
-        counters=counters,
-        tables=collector,
-        pairs=False,
-    ):
-        pass  # no pairs: the loop only drives the pass
-    return collector.result()

@@ -16,63 +16,47 @@ use std::io::{BufWriter, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::ExitCode;
 
+use _core::cursor::{Cursor, Fault};
 use _core::tcp::{Reassembler, TcpConfig};
 use _core::types::{Counters, Endpoint, Event, Packet};
 use serde_json::{json, Value};
 
-struct Cursor<'a> {
-    data: &'a [u8],
-    at: usize,
+fn addr(cur: &mut Cursor<'_>, version: u8) -> Result<IpAddr, Fault> {
+    match version {
+        4 => Ok(IpAddr::V4(Ipv4Addr::from(cur.array::<4>()?))),
+        6 => Ok(IpAddr::V6(Ipv6Addr::from(cur.array::<16>()?))),
+        _ => Err(Fault::Short), // not a record this dump writes: read as cut off
+    }
 }
 
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let end = self.at.checked_add(n)?;
-        let bytes = self.data.get(self.at..end)?;
-        self.at = end;
-        Some(bytes)
-    }
-
-    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
-        self.take(N)?.try_into().ok()
-    }
-
-    fn addr(&mut self, version: u8) -> Option<IpAddr> {
-        match version {
-            4 => Some(IpAddr::V4(Ipv4Addr::from(self.array::<4>()?))),
-            6 => Some(IpAddr::V6(Ipv6Addr::from(self.array::<16>()?))),
-            _ => None,
-        }
-    }
-
-    fn packet(&mut self) -> Option<Packet<'a>> {
-        let frame = u64::from_le_bytes(self.array()?);
-        let ts_ns = i64::from_le_bytes(self.array()?);
-        let version = self.array::<1>()?[0];
-        let src = self.addr(version)?;
-        let dst = self.addr(version)?;
-        let sport = u16::from_le_bytes(self.array()?);
-        let dport = u16::from_le_bytes(self.array()?);
-        let seq = u32::from_le_bytes(self.array()?);
-        let ack = u32::from_le_bytes(self.array()?);
-        let flags = self.array::<1>()?[0];
-        let missing = u32::from_le_bytes(self.array()?);
-        let len = u32::from_le_bytes(self.array()?) as usize;
-        let payload = self.take(len)?;
-        Some(Packet {
-            frame,
-            ts_ns,
-            src,
-            dst,
-            sport,
-            dport,
-            seq,
-            ack,
-            flags,
-            payload,
-            missing,
-        })
-    }
+/// One packet record of the dump (little-endian, as the module doc lays it out).
+fn packet<'a>(cur: &mut Cursor<'a>) -> Result<Packet<'a>, Fault> {
+    let frame = cur.u64_le()?;
+    let ts_ns = cur.i64_le()?;
+    let version = cur.u8()?;
+    let src = addr(cur, version)?;
+    let dst = addr(cur, version)?;
+    let sport = cur.u16_le()?;
+    let dport = cur.u16_le()?;
+    let seq = cur.u32_le()?;
+    let ack = cur.u32_le()?;
+    let flags = cur.u8()?;
+    let missing = cur.u32_le()?;
+    let len = cur.u32_le()? as usize;
+    let payload = cur.take(len)?;
+    Ok(Packet {
+        frame,
+        ts_ns,
+        src,
+        dst,
+        sport,
+        dport,
+        seq,
+        ack,
+        flags,
+        payload,
+        missing,
+    })
 }
 
 fn configure(cfg: &mut TcpConfig, option: &str) -> Result<(), String> {
@@ -139,7 +123,7 @@ fn run() -> Result<(), String> {
         configure(&mut cfg, option)?;
     }
     let data = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-    let mut cursor = Cursor { data: &data, at: 0 };
+    let mut cursor = Cursor::new(&data, 0);
     let mut reassembler = Reassembler::new(cfg);
     let mut counters = Counters::default();
     let mut events = Vec::new();
@@ -152,10 +136,9 @@ fn run() -> Result<(), String> {
         }
         Ok(())
     };
-    while cursor.at < data.len() {
-        let pkt = cursor
-            .packet()
-            .ok_or(format!("truncated record at byte {}", cursor.at))?;
+    while cursor.left() > 0 {
+        let at = cursor.pos();
+        let pkt = packet(&mut cursor).map_err(|_| format!("bad record at byte {at}"))?;
         reassembler.feed(&pkt, &mut counters, &mut events);
         streams.push(reassembler.last_stream().map_or(-1, i64::from));
         write(&mut events)?;
@@ -164,7 +147,7 @@ fn run() -> Result<(), String> {
     write(&mut events)?;
     let counts: serde_json::Map<String, Value> = counters
         .iter()
-        .map(|(k, v)| (k.to_owned(), json!(v)))
+        .map(|(k, v)| (k.name().to_owned(), json!(v)))
         .collect();
     writeln!(w, "{}", json!({"streams": streams})).map_err(|e| e.to_string())?;
     writeln!(w, "{}", json!({"counters": counts})).map_err(|e| e.to_string())?;

@@ -15,8 +15,8 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use _core::model::Model;
-use _core::session::{Session, SessionConfig};
+use _core::kafka::model::Model;
+use _core::kafka::session::{Session, SessionConfig};
 use _core::types::{
     Chunk, CloseReason, Counters, Endpoint, Event, Exchange, ExchangeKind, KafkaFrame, StreamClose,
     StreamOpen,
@@ -161,7 +161,7 @@ fn main() {
     }
     let counts: serde_json::Map<String, Value> = counters
         .iter()
-        .map(|(k, v)| (k.to_owned(), json!(v)))
+        .map(|(k, v)| (k.name().to_owned(), json!(v)))
         .collect();
     writeln!(
         w,

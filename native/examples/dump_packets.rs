@@ -10,6 +10,7 @@ use std::io::Write as _;
 use std::time::Instant;
 
 use _core::capture::open_path;
+use _core::counter::Counter;
 use _core::types::Counters;
 
 fn hex(bytes: &[u8], out: &mut String) {
@@ -36,7 +37,7 @@ fn dump(path: &str, out: &mut impl std::io::Write) -> std::io::Result<()> {
         hex(p.payload, &mut line);
         writeln!(out, "{line}")?;
     }
-    let mut names: Vec<(&str, u64)> = counters.iter().collect();
+    let mut names: Vec<(&str, u64)> = counters.iter().map(|(c, n)| (c.name(), n)).collect();
     names.sort();
     for (name, value) in names {
         writeln!(out, "#counter\t{name}\t{value}")?;
@@ -56,7 +57,7 @@ fn bench(path: &str) {
     let secs = start.elapsed().as_secs_f64();
     eprintln!(
         "{n} packets, {bytes} payload bytes, {} frames in {secs:.3}s: {:.2}M packets/s",
-        counters.get("frames"),
+        counters.get(Counter::Frames),
         n as f64 / secs / 1e6
     );
 }

@@ -8,7 +8,8 @@
 
 use std::process::ExitCode;
 
-use _core::records::{summarize_records, Budget, DEFAULT_MAX_DECOMPRESSED};
+use _core::cursor::Cursor;
+use _core::kafka::records::{summarize_records, Budget, DEFAULT_MAX_DECOMPRESSED};
 use _core::types::Counters;
 
 fn main() -> ExitCode {
@@ -44,27 +45,22 @@ fn main() -> ExitCode {
         }
     };
     let mut frame = Budget::per_frame(budget);
-    let mut pos = 0usize;
-    while pos < data.len() {
-        let Some(len) = data
-            .get(pos..pos + 4)
-            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
-        else {
-            eprintln!("blob length cut off at {pos}");
+    let mut cur = Cursor::new(&data, 0);
+    while cur.left() > 0 {
+        let at = cur.pos();
+        let Ok(blob) = cur.u32().and_then(|len| cur.take(len as usize)) else {
+            eprintln!("blob at {at} cut off");
             return ExitCode::FAILURE;
         };
-        let Some(blob) = data.get(pos + 4..pos + 4 + len) else {
-            eprintln!("blob at {pos} cut off");
-            return ExitCode::FAILURE;
-        };
-        pos += 4 + len;
         if !shared {
             frame = Budget::per_frame(budget);
         }
         let mut counters = Counters::default();
         let s = summarize_records(blob, &mut frame, &mut counters);
-        let mut counts: Vec<(String, u64)> =
-            counters.iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        let mut counts: Vec<(String, u64)> = counters
+            .iter()
+            .map(|(k, v)| (k.name().to_owned(), v))
+            .collect();
         counts.sort();
         let line = serde_json::json!({
             "records": s.records,

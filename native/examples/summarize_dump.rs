@@ -8,30 +8,24 @@
 
 use std::io::{BufWriter, Write};
 
-use _core::model::Model;
-use _core::records::Budget;
-use _core::summary::{summarize, Summary, TopicNames};
+use _core::cursor::Cursor;
+use _core::kafka::model::Model;
+use _core::kafka::records::Budget;
+use _core::kafka::summary::{summarize, Summary, TopicNames};
 use _core::types::Counters;
 use serde_json::{json, Value};
 
 const MAX_DECOMPRESSED: u64 = 64 * 1024 * 1024; // records.py's default per field
 
-fn take<'a>(buf: &'a [u8], p: &mut usize, n: usize) -> Result<&'a [u8], String> {
-    let end = p.checked_add(n).ok_or("dump: length overflow")?;
-    let s = buf
-        .get(*p..end)
-        .ok_or_else(|| format!("dump: cut at offset {p}"))?;
-    *p = end;
-    Ok(s)
-}
-
-fn payload<'a>(buf: &'a [u8], p: &mut usize) -> Result<Option<&'a [u8]>, String> {
-    let raw = take(buf, p, 4)?;
-    let n = i32::from_be_bytes([raw[0], raw[1], raw[2], raw[3]]);
+/// A length i32 (-1: absent) and that many bytes.
+fn payload<'a>(cur: &mut Cursor<'a>) -> Result<Option<&'a [u8]>, String> {
+    let at = cur.pos();
+    let cut = |_| format!("dump: cut at offset {at}");
+    let n = cur.i32().map_err(cut)?;
     if n < 0 {
         return Ok(None);
     }
-    take(buf, p, n as usize).map(Some)
+    cur.take(n as usize).map(Some).map_err(cut)
 }
 
 fn to_json(model: &Model, s: &Summary) -> Value {
@@ -67,19 +61,23 @@ enum Entry<'a> {
 
 fn parse(dump: &[u8]) -> Result<Vec<Entry<'_>>, String> {
     let mut entries = Vec::new();
-    let mut p = 0usize;
-    while p < dump.len() {
-        match take(dump, &mut p, 1)?[0] {
+    let mut cur = Cursor::new(dump, 0);
+    while let Ok(kind) = cur.u8() {
+        match kind {
             b'C' => entries.push(Entry::Capture),
             b'P' => {
-                let head = take(dump, &mut p, 4)?;
-                let api_key = i16::from_be_bytes([head[0], head[1]]);
-                let version = i16::from_be_bytes([head[2], head[3]]);
-                let request = payload(dump, &mut p)?;
-                let response = payload(dump, &mut p)?;
+                let at = cur.pos();
+                let (Ok(api_key), Ok(version)) = (cur.i16(), cur.i16()) else {
+                    return Err(format!("dump: cut at offset {at}"));
+                };
+                let request = payload(&mut cur)?;
+                let response = payload(&mut cur)?;
                 entries.push(Entry::Pair(api_key, version, request, response));
             }
-            other => return Err(format!("dump: unknown record {other} at offset {}", p - 1)),
+            other => {
+                let at = cur.pos() - 1;
+                return Err(format!("dump: unknown record {other} at offset {at}"));
+            }
         }
     }
     Ok(entries)

@@ -1,6 +1,7 @@
 //! Every counter name the pipelines may produce: generated from
 //! dissector/anomalies.py by scripts/native-counters (do not edit; run it after
-//! changing the registry). `Counters::add` checks names against it in debug builds.
+//! changing the registry). Stages count by variant (`Counters` has a slot per
+//! variant); names leave the core only through `Counter::name`.
 
 /// A registered counter (`dissector.anomalies.counter_names()`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -5,28 +5,16 @@
 //! beside the pairs, the analytics tables' rows (table_model, tables).
 
 pub mod capture;
-pub mod correlate;
 pub mod counter;
-pub mod defrag;
-pub mod framing;
-pub mod header;
-pub mod model;
-pub mod pcap;
-pub mod pcapwrite;
+pub mod cursor;
+pub mod kafka;
 pub mod pipeline;
-pub mod queueing;
-pub mod records;
 pub mod rows;
-pub mod session;
-pub mod summary;
-pub mod table_model;
-pub mod tables;
 pub mod tcp;
 pub mod tls;
 pub mod types;
 
 mod python;
-mod python_tls;
 
 // Frames are allocated on the wire thread and freed on the summary thread: see Cargo.toml.
 #[global_allocator]

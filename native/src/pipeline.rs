@@ -1,21 +1,23 @@
 //! The pipeline after the wire stages, in Rust alone: summaries (stage 5: a pair's
 //! bodies -> its summary columns and the analytics tables' facts), the row sink (stage 6:
 //! summarised pairs -> column buffers, in queueing order) and `run_file`, the two-thread
-//! run of one capture file through the wire stages and these. `python.rs` and
+//! run of one capture file through the wire stages and these. `python/mod.rs` and
 //! `python/live.rs` only bind it to Python: their `Fallback` is the Python decoder.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 
 use crate::capture::PacketReader;
-use crate::model::Model;
-use crate::queueing::{Queued, Queueing, Timing};
-use crate::records::Budget;
+use crate::counter::Counter;
+use crate::kafka::model::Model;
+use crate::kafka::records::Budget;
+use crate::kafka::session::Session;
+use crate::kafka::summary::{summarize, summarize_cut, CutFacts, TopicNames};
+use crate::rows::queueing::{Queued, Queueing, Timing};
+use crate::rows::tables::{Observed, PairFacts, TableSink};
 use crate::rows::{RowBuilder, SummaryColumns};
-use crate::session::Session;
-use crate::summary::{summarize, summarize_cut, CutFacts, TopicNames};
-use crate::tables::{Observed, PairFacts, TableSink};
 use crate::types::{Counters, Exchange, ExchangeKind, KafkaFrame};
 
 /// What the native reading leaves to a fuller decoder: the summary of a pair it
@@ -85,6 +87,8 @@ pub fn not_summarised() -> SummaryColumns {
 pub struct Summaries<F> {
     pub model: Arc<Model>,
     pub frame_budget: u64,
+    /// The most one frame may decompress to (`Budget::for_frame_capped`).
+    pub frame_cap: u64,
     pub capture_budget: u64,
     pub capture_budget_left: u64,
     /// Shared with what a fallback call holds (the Python binding's `KnownTopics`;
@@ -96,6 +100,21 @@ pub struct Summaries<F> {
     pub counters: Counters,
     /// The analytics tables, when asked for.
     pub tables: Option<TableSink>,
+    /// Exchanges the wire stages read ahead of a full step (`run_file`).
+    pub read_ahead: ReadAhead,
+}
+
+/// Exchanges read but not summarised when a step filled up: up to the channel's depth
+/// of batches were on their way, and one exchange can make thousands of table rows (a
+/// Fetch of many partitions), so summarising them all overran the step by ~9 batches
+/// (512,000 partition rows in one step of 200-partition OffsetFetch pairs, 500 MB).
+/// They are summarised first by the next step instead, raw bytes being far smaller
+/// than their rows.
+#[derive(Default)]
+pub struct ReadAhead {
+    batches: VecDeque<Vec<Exchange>>,
+    /// The file ended after these were read: the step that drains them ends it.
+    file_ended: bool,
 }
 
 /// A pair and what the summary stage made of it: the row's API name and columns (None
@@ -158,6 +177,7 @@ impl<F: Fallback> Summaries<F> {
     pub fn new(
         model: Arc<Model>,
         frame_budget: u64,
+        frame_cap: u64,
         capture_budget: u64,
         fallback: F,
         tables: Option<TableSink>,
@@ -165,6 +185,7 @@ impl<F: Fallback> Summaries<F> {
         Summaries {
             model,
             frame_budget,
+            frame_cap,
             capture_budget,
             capture_budget_left: capture_budget,
             topics: Arc::default(),
@@ -172,6 +193,7 @@ impl<F: Fallback> Summaries<F> {
             capture: String::new(),
             counters: Counters::default(),
             tables,
+            read_ahead: ReadAhead::default(),
         }
     }
 
@@ -180,6 +202,7 @@ impl<F: Fallback> Summaries<F> {
         self.capture = capture.to_owned();
         self.topics = Arc::default();
         self.capture_budget_left = self.capture_budget;
+        self.read_ahead = ReadAhead::default(); // a capture given up mid-way left them
         if let Some(tables) = self.tables.as_mut() {
             tables.start(capture);
         }
@@ -245,7 +268,7 @@ impl<F: Fallback> Summaries<F> {
             };
             return Ok((name.map(Arc::from), None));
         };
-        // A side not captured whole is not decoded (its row says so: rows.rs).
+        // A side not captured whole is not decoded (its row says so: rows/mod.rs).
         let whole = |f: &&KafkaFrame| !f.holed();
         let request = ex
             .request
@@ -262,7 +285,8 @@ impl<F: Fallback> Summaries<F> {
         let frame_bytes = request
             .map_or(0, <[u8]>::len)
             .max(response.map_or(0, <[u8]>::len));
-        let mut budget = Budget::for_frame(frame_bytes as u64, self.frame_budget);
+        let mut budget =
+            Budget::for_frame_capped(frame_bytes as u64, self.frame_budget, self.frame_cap);
         budget.remaining = budget.remaining.min(self.capture_budget_left);
         let before = budget.remaining;
         let s = summarize(
@@ -279,7 +303,7 @@ impl<F: Fallback> Summaries<F> {
             .capture_budget_left
             .saturating_sub(before.saturating_sub(budget.remaining));
         let columns = if s.defer {
-            self.counters.inc("summary_deferred");
+            self.counters.inc(Counter::SummaryDeferred);
             self.fallback
                 .summary(key, version, request, response, &self.capture)?
         } else {
@@ -325,7 +349,7 @@ impl<F: Fallback> Summaries<F> {
             add_cut_facts(&mut columns, facts, cut_response.is_some());
         }
         if columns.assumed_version.is_some() {
-            self.counters.inc("assumed_version_pairs");
+            self.counters.inc(Counter::AssumedVersionPairs);
         }
         Ok((Some(self.model.shared_api_name(key)), Some(columns)))
     }
@@ -477,6 +501,29 @@ pub fn run_file<F: Fallback>(
     last_file: bool,
     max_rows: usize,
 ) -> (Result<(), F::Error>, bool) {
+    // Exchanges read ahead by an earlier step come first, a batch at a time.
+    let mut drained = false;
+    while let Some(batch) = summaries.read_ahead.batches.pop_front() {
+        drained = true;
+        let result = summaries
+            .batch(batch, sink.exchanges_mode)
+            .map(|b| sink.consume(b));
+        if result.is_err() {
+            summaries.read_ahead = ReadAhead::default();
+            return (result, false);
+        }
+        if batch_full(sink, summaries, max_rows) {
+            break;
+        }
+    }
+    if summaries.read_ahead.batches.is_empty()
+        && std::mem::take(&mut summaries.read_ahead.file_ended)
+    {
+        return (Ok(()), true);
+    }
+    if drained && batch_full(sink, summaries, max_rows) {
+        return (Ok(()), false);
+    }
     let stop = AtomicBool::new(false);
     let mut wire_counters = Counters::default();
     let (tx, rx) = sync_channel::<Vec<Exchange>>(8);
@@ -519,18 +566,29 @@ pub fn run_file<F: Fallback>(
         // Summaries and rows on this thread: a third thread for either costs more
         // in hand-overs than it gains on two cores (measured).
         let mut result = Ok(());
+        let mut full = false;
         for batch in rx.iter() {
+            if full {
+                summaries.read_ahead.batches.push_back(batch);
+                continue;
+            }
             if result.is_ok() {
                 result = summaries
                     .batch(batch, exchanges_mode)
                     .map(|b| sink.consume(b));
             }
             if result.is_err() || batch_full(sink, summaries, max_rows) {
+                full = result.is_ok();
                 stop.store(true, Ordering::Relaxed);
             }
         }
         // A panic on the wire side ends the capture as if it were cut there.
         let ended = producer.join().unwrap_or(true);
+        if ended && !summaries.read_ahead.batches.is_empty() {
+            // the file ends once what was read ahead is summarised
+            summaries.read_ahead.file_ended = true;
+            return (result, false);
+        }
         (result, ended)
     });
     counters.merge(&wire_counters);

@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::IpAddr;
 
+use crate::counter::Counter;
+
 /// Nanoseconds since the Unix epoch, UTC.
 pub type Ts = i64;
 
@@ -55,10 +57,8 @@ impl Hasher for SmallKeyHasher {
 
 pub type SmallKeyMap<K, V> = HashMap<K, V, BuildHasherDefault<SmallKeyHasher>>;
 
-/// Named event counts every stage adds to; names are those of the Python stages
-/// (the anomaly catalogue), so the output's counters read the same.
-/// FNV-1a: counter names are the stages' own constants (no attacker chooses them), and
-/// several are bumped per packet, where SipHash showed in profiles.
+/// FNV-1a for maps keyed by the core's own ids (TLS connections by stream): no attacker
+/// chooses the keys, and SipHash showed in profiles where such maps are hit per chunk.
 #[derive(Debug, Clone, Copy)]
 pub struct Fnv(u64);
 
@@ -80,56 +80,72 @@ impl std::hash::Hasher for Fnv {
     }
 }
 
-#[derive(Debug, Default, Clone)]
+/// Event counts every stage adds to, one slot per registered `Counter` (the enum
+/// generated from `dissector/anomalies.py`): counting is an array index, and a name
+/// the registry lacks does not compile. Names appear only where counts leave the core
+/// (`Counter::name`, at the Python boundary and in the test drivers' output).
+/// A slot is None until first counted, so a count of 0 that was added still shows, as
+/// a name counted with 0 does in the Python stages' dict.
+#[derive(Clone)]
 pub struct Counters {
-    counts: HashMap<String, u64, std::hash::BuildHasherDefault<Fnv>>,
+    counts: [Option<u64>; Counter::ALL.len()],
+}
+
+/// The counted names and counts only (what a failing test wants to read).
+impl std::fmt::Debug for Counters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.iter().map(|(c, n)| (c.name(), n)))
+            .finish()
+    }
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            counts: [None; Counter::ALL.len()],
+        }
+    }
 }
 
 impl Counters {
     #[inline]
-    pub fn add(&mut self, name: &str, n: u64) {
-        // The names are dissector/anomalies.py's (src/counter.rs, generated from it):
-        // debug builds (cargo test) reject any other, so the registry cannot drift.
-        debug_assert!(
-            crate::counter::Counter::named(name).is_some(),
-            "counter {name:?} is not registered in dissector/anomalies.py"
-        );
-        if let Some(v) = self.counts.get_mut(name) {
-            *v += n;
-        } else {
-            self.counts.insert(name.to_owned(), n);
-        }
+    pub fn add(&mut self, counter: Counter, n: u64) {
+        let slot = &mut self.counts[counter as usize];
+        *slot = Some(slot.unwrap_or(0) + n);
     }
 
     #[inline]
-    pub fn inc(&mut self, name: &str) {
-        self.add(name, 1);
+    pub fn inc(&mut self, counter: Counter) {
+        self.add(counter, 1);
     }
 
-    /// Take back counts (a stage that re-attributes what it counted); a name that
+    /// Take back counts (a stage that re-attributes what it counted); a counter that
     /// reaches zero disappears, as if never counted.
-    pub fn sub(&mut self, name: &str, n: u64) {
-        if let Some(v) = self.counts.get_mut(name) {
-            *v = v.saturating_sub(n);
-            if *v == 0 {
-                self.counts.remove(name);
-            }
+    pub fn sub(&mut self, counter: Counter, n: u64) {
+        let slot = &mut self.counts[counter as usize];
+        if let Some(v) = slot {
+            *slot = Some(*v - n.min(*v)).filter(|&left| left > 0);
         }
     }
 
     /// Add another stage's counts (a stage that ran on another thread).
     pub fn merge(&mut self, other: &Counters) {
-        for (name, n) in other.iter() {
-            self.add(name, n);
+        for (counter, n) in other.iter() {
+            self.add(counter, n);
         }
     }
 
-    pub fn get(&self, name: &str) -> u64 {
-        self.counts.get(name).copied().unwrap_or(0)
+    pub fn get(&self, counter: Counter) -> u64 {
+        self.counts[counter as usize].unwrap_or(0)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.counts.iter().map(|(k, v)| (k.as_str(), *v))
+    /// The counters counted, in the registry's (alphabetical) order.
+    pub fn iter(&self) -> impl Iterator<Item = (Counter, u64)> + '_ {
+        Counter::ALL
+            .iter()
+            .zip(&self.counts)
+            .filter_map(|(&c, n)| Some((c, (*n)?)))
     }
 }
 
@@ -279,7 +295,7 @@ pub struct Exchange {
     pub note: Option<String>,
     /// Position of the request among the requests of its connection, in the order they
     /// were sent (None for a response without a request): the queueing columns are
-    /// computed in this order (`queueing.rs`).
+    /// computed in this order (`rows/queueing.rs`).
     pub seq: Option<u64>,
     /// A capture hole may hold this exchange's missing part (its response or request).
     pub gap: bool,
@@ -325,24 +341,27 @@ mod tests {
     use crate::counter::Counter;
 
     #[test]
-    fn registered_counters_count() {
+    fn counters_add_take_back_and_list_in_registry_order() {
         let mut c = Counters::default();
-        c.inc(Counter::BytesRead.name());
-        c.add(Counter::RecordsCrcMismatch.name(), 2);
-        assert_eq!(c.get("bytes_read"), 1);
-        assert_eq!(c.get("records_crc_mismatch"), 2);
-    }
-
-    #[test]
-    #[cfg(debug_assertions)]
-    #[should_panic(expected = "not registered in dissector/anomalies.py")]
-    fn an_unregistered_counter_fails_debug_builds() {
-        Counters::default().inc("no_such_counter");
+        c.add(Counter::RecordsCrcMismatch, 2);
+        c.inc(Counter::BytesRead);
+        c.add(Counter::TcpGaps, 0); // counted with 0: listed, as in the Python stages
+        assert_eq!(c.get(Counter::BytesRead), 1);
+        assert_eq!(c.get(Counter::RecordsCrcMismatch), 2);
+        c.sub(Counter::RecordsCrcMismatch, 5); // more than counted: gone, not wrapped
+        let listed: Vec<_> = c.iter().collect();
+        assert_eq!(listed, [(Counter::BytesRead, 1), (Counter::TcpGaps, 0)]);
+        assert_eq!(format!("{c:?}"), r#"{"bytes_read": 1, "tcp_gaps": 0}"#);
+        let mut all = Counters::default();
+        all.merge(&c);
+        all.merge(&c);
+        assert_eq!(all.get(Counter::BytesRead), 2);
     }
 
     #[test]
     fn names_and_variants_round_trip() {
-        for c in Counter::ALL {
+        for (i, c) in Counter::ALL.into_iter().enumerate() {
+            assert_eq!(c as usize, i, "Counters indexes its slots by the variant");
             assert_eq!(Counter::named(c.name()), Some(c));
         }
         assert_eq!(Counter::named("no_such_counter"), None);

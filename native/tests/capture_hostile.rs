@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use _core::capture::{open_path, LinkDecoder, PacketReader, MAX_EMPTY_RUN, MAX_ENCAP_DEPTH};
+use _core::counter::Counter;
 use _core::types::Counters;
 
 // ---------------------------------------------------------------------------
@@ -135,9 +136,9 @@ fn epb_timestamp_overflow_is_counted_and_skipped() {
         pkts,
         vec![(2, 1_700_000_000_000_000_000, b"ok".to_vec(), 0)]
     );
-    assert_eq!(counters.get("bad_timestamp"), 1);
-    assert_eq!(counters.get("frames"), 2);
-    assert_eq!(counters.get("tcp_packets"), 1);
+    assert_eq!(counters.get(Counter::BadTimestamp), 1);
+    assert_eq!(counters.get(Counter::Frames), 2);
+    assert_eq!(counters.get(Counter::TcpPackets), 1);
 }
 
 #[test]
@@ -161,7 +162,7 @@ fn seconds_resolution_and_huge_offsets_overflow_safely() {
     let (pkts, counters) = read_all(file);
     let got: Vec<(u64, i64)> = pkts.iter().map(|p| (p.0, p.1)).collect();
     assert_eq!(got, vec![(2, 1_700_000_000_000_000_000), (5, 0)]);
-    assert_eq!(counters.get("bad_timestamp"), 3);
+    assert_eq!(counters.get(Counter::BadTimestamp), 3);
 }
 
 #[test]
@@ -184,7 +185,7 @@ fn idb_option_cut_by_block_end_is_ignored() {
         ts,
         vec![1_700_000_000_000_000_001, 1_700_000_000_000_001_000]
     );
-    assert_eq!(counters.get("bad_pcapng_option"), 2);
+    assert_eq!(counters.get(Counter::BadPcapngOption), 2);
 }
 
 // ---------------------------------------------------------------------------
@@ -204,8 +205,8 @@ fn ip_length_beyond_capture_is_missing_only_when_the_wire_had_it() {
     let (pkts, counters) = read_all(file);
     let got: Vec<(usize, u32)> = pkts.iter().map(|p| (p.2.len(), p.3)).collect();
     assert_eq!(got, vec![(40, 60), (40, 0), (30, 0)]);
-    assert_eq!(counters.get("snaplen_truncated"), 1);
-    assert_eq!(counters.get("bad_ip_length"), 2);
+    assert_eq!(counters.get(Counter::SnaplenTruncated), 1);
+    assert_eq!(counters.get(Counter::BadIpLength), 2);
 }
 
 #[test]
@@ -225,9 +226,9 @@ fn live_frames_without_wire_length_count_a_snaplen_cut() {
         (p.sport, p.dport, p.seq, p.ack, p.flags),
         (50000, 9092, 7, 9, 0x18)
     );
-    assert_eq!(counters.get("snaplen_truncated"), 1);
-    assert_eq!(counters.get("frames"), 1);
-    assert_eq!(counters.get("tcp_packets"), 1);
+    assert_eq!(counters.get(Counter::SnaplenTruncated), 1);
+    assert_eq!(counters.get(Counter::Frames), 1);
+    assert_eq!(counters.get(Counter::TcpPackets), 1);
 }
 
 #[test]
@@ -241,7 +242,7 @@ fn ipv6_extension_header_chain_past_the_frame_is_bad_header() {
     assert!(LinkDecoder::default()
         .decode_link(1, 0, 1, &f, &mut counters)
         .is_none());
-    assert_eq!(counters.get("bad_ip_header"), 1);
+    assert_eq!(counters.get(Counter::BadIpHeader), 1);
     // Many VLAN tags, then nothing: each tag is checked against the bytes present.
     let mut vlan = vec![0u8; 12];
     for _ in 0..1000 {
@@ -251,7 +252,7 @@ fn ipv6_extension_header_chain_past_the_frame_is_bad_header() {
     assert!(LinkDecoder::default()
         .decode_link(1, 0, 2, &vlan, &mut counters)
         .is_none());
-    assert_eq!(counters.get("bad_link_header"), 1);
+    assert_eq!(counters.get(Counter::BadLinkHeader), 1);
 }
 
 // ---------------------------------------------------------------------------
@@ -286,13 +287,13 @@ fn gzip_bomb_of_zeros_stops_quickly() {
             n += 1;
         }
         assert_eq!(n, 1);
-        assert_eq!(counters.get("bad_record"), 1);
+        assert_eq!(counters.get(Counter::BadRecord), 1);
         // Only the start of the stream was inflated: the work done is bounded by bytes, not
         // measured in seconds (a wall-clock bound failed a debug build on a loaded machine).
         assert!(
-            counters.get("bytes_read") <= 24 << 20,
+            counters.get(Counter::BytesRead) <= 24 << 20,
             "{}",
-            counters.get("bytes_read")
+            counters.get(Counter::BytesRead)
         );
         assert!(reader.bytes_read() < compressed);
     }
@@ -307,8 +308,8 @@ fn zero_length_record_run_is_bounded_but_a_few_are_fine() {
     let (pkts, counters) = read_all(pcap(&records));
     assert_eq!(pkts.len(), 1);
     assert_eq!(pkts[0].0, 1001);
-    assert_eq!(counters.get("bad_record"), 0);
-    assert_eq!(counters.get("bad_link_header"), 1000);
+    assert_eq!(counters.get(Counter::BadRecord), 0);
+    assert_eq!(counters.get(Counter::BadLinkHeader), 1000);
 
     // Any number in a plain file (its size bounds the work); a compressed one stops.
     let mut records = vec![(empty, 0u32); MAX_EMPTY_RUN as usize + 10];
@@ -316,11 +317,11 @@ fn zero_length_record_run_is_bounded_but_a_few_are_fine() {
     let plain = pcap(&records);
     let (pkts, counters) = read_all(plain.clone());
     assert_eq!(pkts.len(), 1);
-    assert_eq!(counters.get("bad_record"), 0);
+    assert_eq!(counters.get(Counter::BadRecord), 0);
     let (pkts, counters) = read_all(gzip(&[&plain]));
     assert!(pkts.is_empty());
-    assert_eq!(counters.get("bad_record"), 1);
-    assert_eq!(counters.get("frames"), MAX_EMPTY_RUN);
+    assert_eq!(counters.get(Counter::BadRecord), 1);
+    assert_eq!(counters.get(Counter::Frames), MAX_EMPTY_RUN);
 }
 
 #[test]
@@ -334,8 +335,11 @@ fn pcapng_any_number_of_empty_blocks_before_the_traffic() {
     file.extend(epb(0, 1, &frame));
     let (pkts, counters) = read_all(file);
     assert_eq!(pkts.len(), 1);
-    assert_eq!(counters.get("bad_record"), 0);
-    assert_eq!(counters.get("pcapng_interface_limit"), 70_000 - (1 << 16));
+    assert_eq!(counters.get(Counter::BadRecord), 0);
+    assert_eq!(
+        counters.get(Counter::PcapngInterfaceLimit),
+        70_000 - (1 << 16)
+    );
 }
 
 #[test]
@@ -348,8 +352,8 @@ fn pcapng_packets_on_undeclared_interfaces_are_read_with_defaults() {
     }
     let (pkts, counters) = read_all(file);
     assert_eq!(pkts.len(), n as usize);
-    assert_eq!(counters.get("pcapng_unknown_interface"), u64::from(n));
-    assert_eq!(counters.get("bad_record"), 0);
+    assert_eq!(counters.get(Counter::PcapngUnknownInterface), u64::from(n));
+    assert_eq!(counters.get(Counter::BadRecord), 0);
     // Microseconds, pcapng's default resolution.
     assert_eq!(pkts[1].1, 1000);
 }
@@ -366,7 +370,7 @@ fn pcapng_counts_caplen_exceeding_the_wire_length() {
     file.extend(epb(0, 2, &frame));
     let (pkts, counters) = read_all(file);
     assert_eq!(pkts.len(), 2);
-    assert_eq!(counters.get("caplen_exceeds_wire_len"), 1);
+    assert_eq!(counters.get(Counter::CaplenExceedsWireLen), 1);
 }
 
 #[test]
@@ -394,7 +398,7 @@ fn tunnels_nested_past_the_bound_are_counted_not_followed() {
             assert_eq!(p.src, "10.0.0.1".parse::<IpAddr>().unwrap());
         } else {
             assert!(got.is_none());
-            assert_eq!(counters.get("tunnel_too_deep"), 1);
+            assert_eq!(counters.get(Counter::TunnelTooDeep), 1);
         }
     }
 }
@@ -408,7 +412,7 @@ fn block_length_beyond_a_short_file_is_truncation_not_allocation() {
     file.extend_from_slice(&[0u8; 100]);
     let (pkts, counters) = read_all(file);
     assert!(pkts.is_empty());
-    assert_eq!(counters.get("truncated_file"), 1);
+    assert_eq!(counters.get(Counter::TruncatedFile), 1);
 }
 
 #[test]
@@ -425,7 +429,7 @@ fn cut_gzip_stream_is_a_read_error_after_the_good_packets() {
         .iter()
         .enumerate()
         .all(|(i, p)| p.2 == (i as u32).to_le_bytes()));
-    assert_eq!(counters.get("read_error"), 1);
+    assert_eq!(counters.get(Counter::ReadError), 1);
 }
 
 #[test]
@@ -530,8 +534,8 @@ fn random_mutations_of_real_captures_never_panic() {
             n += 1;
         }
         // Every packet is also a frame; nothing yields more packets than records.
-        assert_eq!(counters.get("tcp_packets"), n);
-        assert!(counters.get("frames") >= n);
+        assert_eq!(counters.get(Counter::TcpPackets), n);
+        assert!(counters.get(Counter::Frames) >= n);
         assert!(reader.next_packet(&mut counters).is_none());
         yielded += n;
     }

@@ -3,7 +3,8 @@
 
 mod corr_common;
 
-use _core::correlate::{
+use _core::counter::Counter;
+use _core::kafka::correlate::{
     CorrelationConfig, Correlator, DEFAULT_BROKER_PORTS, MAX_HELD_FRAMES, MAX_HELD_RESPONSES,
     MAX_HELD_RESPONSE_BYTES, MAX_OPEN_REQUESTS,
 };
@@ -100,7 +101,7 @@ fn response_without_request_is_an_orphan_once_it_cannot_be_answered() {
         kinds(&out),
         vec![(OrphanResponse, Some(77)), (Pair, Some(78))]
     );
-    assert_eq!(c.get("orphan_responses"), 1);
+    assert_eq!(c.get(Counter::OrphanResponses), 1);
     // With no later request it is reported at the connection's end, never dropped.
     let mut c = Counters::default();
     let out = run(&mut c, &[a(77), r(1), a(1)]);
@@ -108,7 +109,7 @@ fn response_without_request_is_an_orphan_once_it_cannot_be_answered() {
         kinds(&out),
         vec![(Pair, Some(1)), (OrphanResponse, Some(77))]
     );
-    assert_eq!(c.get("orphan_responses"), 1);
+    assert_eq!(c.get(Counter::OrphanResponses), 1);
 }
 
 #[test]
@@ -126,8 +127,8 @@ fn responses_before_their_requests_pair_when_the_requests_come_late() {
             (Pair, Some(4))
         ]
     );
-    assert_eq!(c.get("late_request_pairs"), 3);
-    assert_eq!(c.get("orphan_responses"), 0);
+    assert_eq!(c.get(Counter::LateRequestPairs), 3);
+    assert_eq!(c.get(Counter::OrphanResponses), 0);
     let late = &out[1];
     assert_eq!(late.request.as_ref().map(|f| f.first_frame), Some(6));
     assert_eq!(late.response.as_ref().map(|f| f.first_frame), Some(3));
@@ -175,7 +176,7 @@ fn held_responses_are_bounded() {
     corr.close(0, &mut c, &mut out);
     assert_eq!(out.len(), n as usize);
     assert!(out.iter().all(|e| e.kind == OrphanResponse));
-    assert_eq!(c.get("orphan_responses"), n as u64);
+    assert_eq!(c.get(Counter::OrphanResponses), n as u64);
 }
 
 #[test]
@@ -258,7 +259,7 @@ fn out_of_order_response_is_counted_and_skipped_request_stays_open() {
     let mut c = Counters::default();
     let out = run(&mut c, &[r(1), r(2), a(2), a(1)]);
     assert_eq!(kinds(&out), vec![(Pair, Some(2)), (Pair, Some(1))]);
-    assert_eq!(c.get("responses_out_of_order"), 1);
+    assert_eq!(c.get(Counter::ResponsesOutOfOrder), 1);
 }
 
 #[test]
@@ -287,7 +288,7 @@ fn sasl_handshake_v0_switches_to_raw_tokens_until_a_request_reappears() {
         Some(token)
     );
     assert_eq!(out[1].response.as_ref().map(|f| f.payload.len()), Some(0));
-    assert_eq!(c.get("sasl_raw_tokens"), 1);
+    assert_eq!(c.get(Counter::SaslRawTokens), 1);
 }
 
 #[test]
@@ -315,7 +316,7 @@ fn heuristic_finds_broker_on_unusual_port_from_the_request_side() {
         vec![(OrphanResponse, Some(0)), (Pair, Some(1))]
     );
     assert_eq!(out[1].broker, odd);
-    assert_eq!(c.get("kafka_found_by_heuristic"), 1);
+    assert_eq!(c.get(Counter::KafkaFoundByHeuristic), 1);
 }
 
 /// A response whose bytes also read as a plausible request header: correlation id 0
@@ -340,8 +341,8 @@ fn heuristic_pairs_a_newer_request_with_its_answer_instead_of_reading_the_answer
             "{syn_seen}"
         );
         assert!(out.iter().all(|e| e.broker == odd && e.client == client()));
-        assert_eq!(c.get("unsupported_version_requests"), 1);
-        assert_eq!(c.get("orphan_responses"), 0);
+        assert_eq!(c.get(Counter::UnsupportedVersionRequests), 1);
+        assert_eq!(c.get(Counter::OrphanResponses), 0);
     }
 }
 
@@ -374,7 +375,7 @@ fn heuristic_mid_stream_still_settles_on_the_first_plausible_request() {
         kinds(&out),
         vec![(OrphanResponse, Some(0)), (Pair, Some(1))]
     );
-    assert_eq!(c.get("kafka_found_by_heuristic"), 1);
+    assert_eq!(c.get(Counter::KafkaFoundByHeuristic), 1);
 }
 
 #[test]
@@ -382,7 +383,7 @@ fn without_heuristic_unusual_port_is_not_kafka_and_is_counted() {
     let mut c = Counters::default();
     let out = run_on(&mut correlator(false), &mut c, &[r(1), a(1)], ep(2, 36333));
     assert!(out.is_empty());
-    assert_eq!(c.get("non_kafka_frames"), 2);
+    assert_eq!(c.get(Counter::NonKafkaFrames), 2);
 }
 
 #[test]
@@ -393,7 +394,7 @@ fn binary_junk_on_unknown_port_is_held_bounded_then_not_kafka() {
         .collect();
     let out = run_on(&mut correlator(true), &mut c, &junk, ep(2, 36333));
     assert!(out.is_empty());
-    assert_eq!(c.get("non_kafka_frames"), 40);
+    assert_eq!(c.get(Counter::NonKafkaFrames), 40);
     const { assert!(MAX_HELD_FRAMES < 40) };
 }
 
@@ -406,7 +407,7 @@ fn duplicate_correlation_id_reports_the_first_as_unanswered() {
         vec![Unanswered, Pair]
     );
     assert_eq!(out[0].note.as_deref(), Some("duplicate_correlation_id"));
-    assert_eq!(c.get("duplicate_correlation_ids"), 1);
+    assert_eq!(c.get(Counter::DuplicateCorrelationIds), 1);
 }
 
 #[test]
@@ -418,7 +419,7 @@ fn truncated_request_header_is_malformed() {
         (out[0].kind, out[0].note.as_deref()),
         (Malformed, Some("request_header_truncated"))
     );
-    assert_eq!(c.get("malformed_requests"), 1);
+    assert_eq!(c.get(Counter::MalformedRequests), 1);
 }
 
 #[test]
@@ -441,7 +442,7 @@ fn open_requests_are_bounded_and_the_oldest_is_evicted() {
     }
     assert_eq!(kinds(&out), vec![(Unanswered, Some(0))]);
     assert_eq!(out[0].note.as_deref(), Some("evicted"));
-    assert_eq!(c.get("open_requests_evicted"), 1);
+    assert_eq!(c.get(Counter::OpenRequestsEvicted), 1);
     assert_eq!(corr.open_requests(), vec![(3, MAX_OPEN_REQUESTS as u64)]);
     corr.close(0, &mut c, &mut out);
     assert_eq!(out.len(), MAX_OPEN_REQUESTS + 1);
@@ -494,7 +495,7 @@ fn evicted_sasl_handshakes_are_forgotten_with_their_requests() {
         Some((Pair, Some(3)))
     );
     send(&mut corr, &mut c, &mut out, b"\x00user\x00secret", true);
-    assert_eq!(c.get("sasl_raw_tokens"), 0);
+    assert_eq!(c.get(Counter::SaslRawTokens), 0);
 }
 
 #[test]

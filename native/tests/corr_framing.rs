@@ -2,8 +2,9 @@
 
 mod corr_common;
 
-use _core::framing::{Framer, DEFAULT_MAX_FRAME, TLS_TENTATIVE_MAX};
-use _core::header::StartCheck;
+use _core::counter::Counter;
+use _core::kafka::framing::{Framer, DEFAULT_MAX_FRAME, TLS_TENTATIVE_MAX};
+use _core::kafka::header::StartCheck;
 use _core::types::{Counters, KafkaFrame};
 use corr_common::*;
 
@@ -87,8 +88,8 @@ fn hole_inside_a_frame_keeps_sync_by_its_size_prefix() {
     assert_eq!(out[1].payload, next[4..]);
     assert!(!out[1].after_gap);
     assert!(f.take_lost().is_none());
-    assert_eq!(c.get("resyncs"), 0);
-    assert_eq!(c.get("resync_skipped_bytes"), 0);
+    assert_eq!(c.get(Counter::Resyncs), 0);
+    assert_eq!(c.get(Counter::ResyncSkippedBytes), 0);
 }
 
 #[test]
@@ -106,9 +107,9 @@ fn resync_after_gap_skips_to_next_plausible_request_at_a_chunk_start() {
     let out = feed(&mut f, &mut c, &wire_req(6), 3, false);
     assert_eq!(out.len(), 1);
     assert!(out[0].after_gap);
-    assert_eq!(c.get("frames_cut_by_gap"), 1);
-    assert_eq!(c.get("resync_skipped_bytes"), 11);
-    assert_eq!(c.get("resyncs"), 1);
+    assert_eq!(c.get(Counter::FramesCutByGap), 1);
+    assert_eq!(c.get(Counter::ResyncSkippedBytes), 11);
+    assert_eq!(c.get(Counter::Resyncs), 1);
     let out = feed(&mut f, &mut c, &wire_req(7), 4, false);
     assert!(!out[0].after_gap);
 }
@@ -122,8 +123,8 @@ fn oversized_size_prefix_loses_sync_and_is_never_buffered() {
     big.extend(vec![0u8; 64 * 1024]);
     assert!(feed(&mut f, &mut c, &big, 1, false).is_empty());
     assert_eq!(f.buffered(), 0);
-    assert_eq!(c.get("bad_frame_size"), 1);
-    assert_eq!(c.get("resync_skipped_bytes"), big.len() as u64);
+    assert_eq!(c.get(Counter::BadFrameSize), 1);
+    assert_eq!(c.get(Counter::ResyncSkippedBytes), big.len() as u64);
     // What follows is skipped until a chunk starts with a plausible request.
     assert!(feed(&mut f, &mut c, &vec![0u8; 4096], 2, false).is_empty());
     assert_eq!(f.buffered(), 0);
@@ -139,7 +140,10 @@ fn partial_frame_at_close_is_counted() {
     feed(&mut f, &mut c, &wire_req(1)[..7], 1, false);
     f.close(&mut c);
     assert_eq!(
-        (c.get("truncated_frames"), c.get("truncated_frame_bytes")),
+        (
+            c.get(Counter::TruncatedFrames),
+            c.get(Counter::TruncatedFrameBytes)
+        ),
         (1, 7)
     );
 }
@@ -154,7 +158,7 @@ fn resync_candidate_in_tiny_segments_is_kept_until_it_can_be_judged() {
     let out = feed(&mut f, &mut c, &msg[9..], 3, false);
     assert_eq!(out.len(), 1);
     assert!(out[0].after_gap && out[0].first_ts_ns == 1000);
-    assert_eq!(c.get("resync_skipped_bytes"), 0);
+    assert_eq!(c.get(Counter::ResyncSkippedBytes), 0);
 }
 
 #[test]
@@ -192,9 +196,9 @@ fn tls_client_hello_is_suspected_then_concluded_at_close() {
     assert!(feed(&mut f, &mut c, &app, 2, false).is_empty());
     f.close(&mut c);
     assert!(f.is_tls());
-    assert_eq!(c.get("tls_bytes"), (hello.len() + app.len()) as u64);
-    assert_eq!(c.get("tls_connections_directions"), 1);
-    assert_eq!(c.get("tls_false_alarm"), 0);
+    assert_eq!(c.get(Counter::TlsBytes), (hello.len() + app.len()) as u64);
+    assert_eq!(c.get(Counter::TlsConnectionsDirections), 1);
+    assert_eq!(c.get(Counter::TlsFalseAlarm), 0);
 }
 
 #[test]
@@ -205,8 +209,8 @@ fn tls_record_chain_concludes_tls_at_once() {
     feed(&mut f, &mut c, &data, 1, false);
     assert!(f.is_tls());
     feed(&mut f, &mut c, &tls_record(0x17, 100), 2, false);
-    assert_eq!(c.get("tls_bytes"), data.len() as u64 + 105);
-    assert_eq!(c.get("tls_connections_directions"), 1);
+    assert_eq!(c.get(Counter::TlsBytes), data.len() as u64 + 105);
+    assert_eq!(c.get(Counter::TlsConnectionsDirections), 1);
 }
 
 #[test]
@@ -225,10 +229,10 @@ fn tls_lookalike_at_a_frame_boundary_followed_by_kafka_is_a_false_alarm() {
     assert_eq!(feed(&mut f, &mut c, &wire_req(3), 4, false).len(), 1);
     f.close(&mut c);
     assert!(!f.is_tls());
-    assert_eq!(c.get("tls_false_alarm"), 1);
-    assert_eq!(c.get("tls_connections_directions"), 0);
-    assert_eq!(c.get("tls_bytes"), 0);
-    assert_eq!(c.get("resync_skipped_bytes"), fake.len() as u64);
+    assert_eq!(c.get(Counter::TlsFalseAlarm), 1);
+    assert_eq!(c.get(Counter::TlsConnectionsDirections), 0);
+    assert_eq!(c.get(Counter::TlsBytes), 0);
+    assert_eq!(c.get(Counter::ResyncSkippedBytes), fake.len() as u64);
 }
 
 #[test]
@@ -242,7 +246,7 @@ fn tls_lookalike_claiming_a_long_record_gives_way_to_a_whole_kafka_frame() {
     // ...but the next chunk, inside that "record", is a whole plausible request.
     let out = feed(&mut f, &mut c, &wire_req(8), 2, false);
     assert_eq!(out.len(), 1);
-    assert_eq!(c.get("tls_false_alarm"), 1);
+    assert_eq!(c.get(Counter::TlsFalseAlarm), 1);
     assert!(!f.is_tls() && !f.tls_suspected());
 }
 
@@ -258,8 +262,8 @@ fn tls_lookalike_with_an_impossible_record_length_is_not_taken_for_tls() {
         false,
     );
     assert!(!f.is_tls() && !f.tls_suspected());
-    assert_eq!(c.get("bad_frame_size"), 1);
-    assert_eq!(c.get("tls_false_alarm"), 1);
+    assert_eq!(c.get(Counter::BadFrameSize), 1);
+    assert_eq!(c.get(Counter::TlsFalseAlarm), 1);
     assert_eq!(feed(&mut f, &mut c, &wire_req(4), 2, false).len(), 1);
 }
 
@@ -279,7 +283,7 @@ fn suspicion_without_verdict_is_bounded() {
         assert!(n < 100, "still undecided after {n} chunks");
     }
     assert!(f.is_tls());
-    assert!(c.get("tls_bytes") > TLS_TENTATIVE_MAX);
+    assert!(c.get(Counter::TlsBytes) > TLS_TENTATIVE_MAX);
 }
 
 #[test]
@@ -293,8 +297,8 @@ fn many_tls_lookalikes_in_one_chunk_cost_one_reprobe() {
     let all = [&wire_req(0)[..], &data[..]].concat();
     let out = feed(&mut f, &mut c, &all, 1, false);
     assert_eq!(out.len(), 2);
-    assert_eq!(c.get("tls_false_alarm"), 1);
-    assert_eq!(c.get("bad_frame_size"), 1);
+    assert_eq!(c.get(Counter::TlsFalseAlarm), 1);
+    assert_eq!(c.get(Counter::BadFrameSize), 1);
     assert!(!f.is_tls() && !f.tls_suspected());
     // The next chunk may be suspected again, and framing resumes at a request.
     assert_eq!(feed(&mut f, &mut c, &wire_req(2), 2, false).len(), 1);

@@ -2,7 +2,7 @@
 
 mod corr_common;
 
-use _core::header::{
+use _core::kafka::header::{
     body_offset, is_plausible_request, is_printable, looks_like_tls, peek_request, StartCheck,
 };
 use _core::types::Versions;

@@ -2,9 +2,10 @@
 
 mod corr_common;
 
-use _core::correlate::DEFAULT_BROKER_PORTS;
-use _core::framing::DEFAULT_MAX_FRAME;
-use _core::session::{Session, SessionConfig};
+use _core::counter::Counter;
+use _core::kafka::correlate::DEFAULT_BROKER_PORTS;
+use _core::kafka::framing::DEFAULT_MAX_FRAME;
+use _core::kafka::session::{Session, SessionConfig};
 use _core::types::{
     CloseReason, Counters, Endpoint, Event, Exchange, ExchangeKind, StreamClose, StreamOpen,
 };
@@ -115,9 +116,9 @@ fn requests_released_after_a_hole_pair_with_responses_that_came_first() {
     );
     assert_eq!(
         (
-            c.get("orphan_responses"),
-            c.get("late_request_pairs"),
-            c.get("resyncs")
+            c.get(Counter::OrphanResponses),
+            c.get(Counter::LateRequestPairs),
+            c.get(Counter::Resyncs)
         ),
         (0, 3, 1)
     );
@@ -141,8 +142,8 @@ fn tls_lookalike_between_frames_does_not_end_kafka_on_the_connection() {
     assert!(tls.is_empty());
     assert_eq!(
         (
-            c.get("tls_false_alarm"),
-            c.get("tls_connections_directions")
+            c.get(Counter::TlsFalseAlarm),
+            c.get(Counter::TlsConnectionsDirections)
         ),
         (1, 0)
     );
@@ -164,9 +165,12 @@ fn real_tls_on_a_kafka_port_is_reported_not_framed() {
     let (out, c, tls) = run.end();
     assert!(out.is_empty());
     assert_eq!(tls, vec![0]);
-    assert_eq!(c.get("tls_connections_directions"), 2);
-    assert_eq!(c.get("tls_bytes"), (305 + 95 + 2005 + 6 + 45 + 505) as u64);
-    assert_eq!(c.get("kafka_frames"), 0);
+    assert_eq!(c.get(Counter::TlsConnectionsDirections), 2);
+    assert_eq!(
+        c.get(Counter::TlsBytes),
+        (305 + 95 + 2005 + 6 + 45 + 505) as u64
+    );
+    assert_eq!(c.get(Counter::KafkaFrames), 0);
 }
 
 #[test]
@@ -175,7 +179,7 @@ fn connection_that_is_no_kafka_candidate_is_counted_in_bytes() {
     run.up(&wire_req(1), 1, false, 0);
     let (out, c, _) = run.end();
     assert!(out.is_empty());
-    assert_eq!(c.get("non_kafka_bytes"), wire_req(1).len() as u64);
+    assert_eq!(c.get(Counter::NonKafkaBytes), wire_req(1).len() as u64);
 }
 
 #[test]
@@ -209,5 +213,5 @@ fn junk_events_never_panic() {
         }
     }
     let (_, c, _) = run.end();
-    assert!(c.get("kafka_frames") > 0);
+    assert!(c.get(Counter::KafkaFrames) > 0);
 }

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use _core::capture::open_path;
-use _core::model::Model;
+use _core::counter::Counter;
+use _core::kafka::model::Model;
+use _core::kafka::session::{Session, SessionConfig};
 use _core::pipeline::{run_file, NoFallback, RowSink, Summaries};
 use _core::rows::RowBuilder;
-use _core::session::{Session, SessionConfig};
 use _core::types::Counters;
 use serde_json::json;
 
@@ -79,7 +80,14 @@ fn a_capture_runs_through_the_pipeline_without_python() {
     };
     let mut reader = open_path(capture).expect("capture");
     let mut session = Session::new(cfg, model.clone());
-    let mut summaries = Summaries::new(model.clone(), 64 << 20, 1 << 32, NoFallback, None);
+    let mut summaries = Summaries::new(
+        model.clone(),
+        64 << 20,
+        256 << 20,
+        1 << 32,
+        NoFallback,
+        None,
+    );
     let mut sink = RowSink::new(RowBuilder::new(0), false, true, Vec::new());
     let mut counters = Counters::default();
     summaries.start("mixed");
@@ -98,7 +106,7 @@ fn a_capture_runs_through_the_pipeline_without_python() {
     sink.take_all_held();
     // captures/README.md: dumpcap recorded 1814 packets, every one TCP to or from a
     // broker port; the pairs' rows came out of the row sink.
-    assert_eq!(counters.get("frames"), 1814);
-    assert_eq!(counters.get("tcp_packets"), 1814);
+    assert_eq!(counters.get(Counter::Frames), 1814);
+    assert_eq!(counters.get(Counter::TcpPackets), 1814);
     assert!(sink.rows.len > 400, "{} rows", sink.rows.len);
 }

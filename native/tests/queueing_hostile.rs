@@ -2,7 +2,7 @@
 //! every later row waiting; past MAX_HELD_ROWS rows are taken anyway and counted, and the
 //! state stays bounded.
 
-use _core::queueing::{Queueing, Timing, MAX_ANSWERS, MAX_HELD_ROWS};
+use _core::rows::queueing::{Queueing, Timing, MAX_ANSWERS, MAX_HELD_ROWS};
 
 fn answered(request: i64, response: i64) -> Timing {
     Timing {

@@ -1,9 +1,9 @@
-//! records.rs read for the analytics tables (`table_records`): counts, and with an
+//! kafka/records.rs read for the analytics tables (`table_records`): counts, and with an
 //! `Expansion` the offsets of the data records, as records.py's `parse_records(expand=True)`
 //! keeps them; None wherever records.py would report an anomaly. The differential test
 //! against records.py on real and damaged captures is tests/test_native_tables.py.
 
-use _core::records::{table_records, Budget, Expansion, DEFAULT_MAX_DECOMPRESSED};
+use _core::kafka::records::{table_records, Budget, Expansion, DEFAULT_MAX_DECOMPRESSED};
 
 const ITEMS: u64 = 256 * 1024 * 1024; // records.py's item budget of a frame
 const OVERHEAD: u64 = 512;

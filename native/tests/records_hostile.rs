@@ -1,4 +1,4 @@
-//! Hostile `records` fields (issue #11) and the codec paths of records.rs, each input
+//! Hostile `records` fields (issue #11) and the codec paths of kafka/records.rs, each input
 //! built here with the encoders of the crate's own dependencies (zstd, flate2,
 //! lz4_flex, snap) and CRCs from crc32c / crc32fast. The differential test against
 //! records.py lives in tests/test_native_records.py.
@@ -6,9 +6,10 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use _core::records::{
-    summarize_records, xxh32, Budget, CaptureBudget, RecordsSummary, CODEC_UNKNOWN_BIT,
-    FRAME_BUDGET_CAP, FRAME_RATIO, MAX_ERRORS,
+use _core::counter::Counter;
+use _core::kafka::records::{
+    summarize_records, Budget, CaptureBudget, RecordsSummary, CODEC_UNKNOWN_BIT, FRAME_BUDGET_CAP,
+    FRAME_RATIO, MAX_ERRORS,
 };
 use _core::types::Counters;
 
@@ -137,7 +138,7 @@ fn every_codec_counts_its_records() {
     let (s, _, _) = run(&all, 64 * MIB);
     assert_eq!((s.records, s.batches, s.codecs), (5000, 5, 0b11111));
     assert_eq!(
-        _core::records::compression_label(s.codecs).as_deref(),
+        _core::kafka::records::compression_label(s.codecs).as_deref(),
         Some("gzip,lz4,none,snappy,zstd")
     );
 }
@@ -152,7 +153,7 @@ fn crc_mismatch_is_reported_not_fatal() {
         s.errors,
         vec!["crc_mismatch: batch 0 at offset 0".to_string()]
     );
-    assert_eq!(c.get("records_crc_mismatch"), 1);
+    assert_eq!(c.get(Counter::RecordsCrcMismatch), 1);
 
     let mut message = legacy(1, 0, Some(b"v"));
     let last = message.len() - 1;
@@ -173,7 +174,7 @@ fn partial_trailing_batch_is_counted_not_an_error() {
     let (s, _, c) = run(&data, MIB);
     assert_eq!((s.records, s.batches, s.partial_batches), (3, 1, 1));
     assert!(s.errors.is_empty());
-    assert_eq!(c.get("records_partial_batches"), 1);
+    assert_eq!(c.get(Counter::RecordsPartialBatches), 1);
 }
 
 #[test]
@@ -205,26 +206,12 @@ fn legacy_wrappers_gzip_snappy_xerial_lz4_old_kafka() {
     let mut frame = lz4(&inner0);
     let flags = frame[4];
     let hc_at = 6 + if flags & 0x08 != 0 { 8 } else { 0 };
-    frame[hc_at] = (xxh32(&frame[..hc_at], 0) >> 8) as u8;
+    frame[hc_at] = (twox_hash::XxHash32::oneshot(0, &frame[..hc_at]) >> 8) as u8;
     let (s, _, _) = run(&legacy(0, 3, Some(&frame)), MIB);
     assert_eq!((s.records, s.errors.len()), (3, 0), "{:?}", s.errors);
     // The same frame in a magic 1 wrapper is not excused.
     let (s, _, _) = run(&legacy(1, 3, Some(&frame)), MIB);
     assert_eq!(codes(&s), vec!["decompression_failed"]);
-}
-
-#[test]
-fn xxh32_known_values() {
-    // Values of the reference implementation (as the xxhash package prints them).
-    assert_eq!(xxh32(b"", 0), 0x02CC5D05);
-    assert_eq!(xxh32(b"a", 0), 0x550D7456);
-    assert_eq!(xxh32(b"abc", 0), 0x32D153FF);
-    assert_eq!(
-        xxh32(b"Nobody inspects the spammish repetition", 0),
-        0xE2293B2F
-    );
-    let bytes: Vec<u8> = (0..20).collect();
-    assert_eq!(xxh32(&bytes, 0), 0x828B819C);
 }
 
 // --- hostile (issue #11) -----------------------------------------------------------
@@ -250,7 +237,7 @@ fn zstd_record_bomb_in_100_partitions_is_linear() {
     for s in &summaries[1..] {
         assert_eq!(codes(s), vec!["decompression_limit"]);
     }
-    assert_eq!(counters.get("records_decompression_limit"), 99);
+    assert_eq!(counters.get(Counter::RecordsDecompressionLimit), 99);
     // The first walk left 4 bytes; the second partition's overrun spent them.
     assert_eq!((frame.remaining, frame.used), (0, 64 * MIB));
     // One decompression of 64 MiB, not 100 (debug build: generous).
@@ -348,6 +335,21 @@ fn large_frames_get_a_budget_in_proportion() {
         FRAME_BUDGET_CAP
     );
     assert_eq!(Budget::for_frame(32 * MIB, 512 * MIB).remaining, 512 * MIB);
+    // A run's own cap (--max-decompressed) bounds every frame, small ones too, and a
+    // larger one lets a large frame scale past the default.
+    assert_eq!(Budget::for_frame_capped(1000, 64 * MIB, MIB).remaining, MIB);
+    assert_eq!(
+        Budget::for_frame_capped(u64::MAX, 64 * MIB, 3 * MIB).remaining,
+        3 * MIB
+    );
+    assert_eq!(
+        Budget::for_frame_capped(32 * MIB, 64 * MIB, 2048 * MIB).remaining,
+        FRAME_RATIO * 32 * MIB
+    );
+    assert_eq!(
+        Budget::for_frame_capped(1000, 64 * MIB, 2048 * MIB).remaining,
+        64 * MIB
+    );
     // Within the capture's allowance all the same.
     let mut capture = CaptureBudget::new(0, 64 * MIB, 2);
     assert_eq!(capture.frame(10 * MIB).remaining, 20 * MIB);
@@ -417,7 +419,7 @@ fn nested_wrappers_stop_at_the_nesting_bound() {
     let (s, _, c) = run(&value, MIB);
     assert_eq!(s.records, 0);
     assert_eq!(codes(&s), vec!["nesting_too_deep"]);
-    assert_eq!(c.get("records_nesting_too_deep"), 1);
+    assert_eq!(c.get(Counter::RecordsNestingTooDeep), 1);
     // A wrapper with a null value.
     let (s, _, _) = run(&legacy(1, 2, None), MIB);
     assert_eq!(
@@ -439,7 +441,7 @@ fn error_floods_are_listed_up_to_the_cap_and_counted() {
         s.errors[MAX_ERRORS],
         format!("too_many_errors: {} more not listed", 20_000 - MAX_ERRORS)
     );
-    assert_eq!(c.get("records_unknown_magic"), 20_000);
+    assert_eq!(c.get(Counter::RecordsUnknownMagic), 20_000);
 }
 
 #[test]

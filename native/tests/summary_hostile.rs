@@ -4,9 +4,10 @@
 
 use std::time::Instant;
 
-use _core::model::{Direction, Model, MAX_DEPTH};
-use _core::records::Budget;
-use _core::summary::{summarize, Summary, TopicNames, MAX_TOPICS};
+use _core::counter::Counter;
+use _core::kafka::model::{Direction, Model, MAX_DEPTH};
+use _core::kafka::records::Budget;
+use _core::kafka::summary::{summarize, Summary, TopicNames, MAX_TOPICS};
 use _core::types::{Counters, Versions};
 use serde_json::{json, Value};
 
@@ -436,7 +437,7 @@ fn distinct_topics_are_bounded_per_pair_and_counted() {
     assert!(!s.defer);
     assert_eq!(s.topics.len(), MAX_TOPICS);
     assert_eq!(s.topics[0], "t0000000");
-    assert_eq!(counters.get("summary_topics_truncated"), 1);
+    assert_eq!(counters.get(Counter::SummaryTopicsTruncated), 1);
 }
 
 #[test]

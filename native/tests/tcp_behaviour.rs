@@ -4,6 +4,7 @@
 
 mod tcp_common;
 
+use _core::counter::Counter;
 use _core::tcp::TcpConfig;
 use _core::types::{CloseReason, Event, StreamOpen, ACK, FIN, RST, SYN};
 use tcp_common::*;
@@ -83,7 +84,7 @@ fn out_of_order_is_buffered_and_released_with_each_packets_time() {
             (&b"ccc"[..], frames.2, 10)
         ]
     );
-    assert_eq!(run.counters.get("tcp_out_of_order"), 2);
+    assert_eq!(run.counters.get(Counter::TcpOutOfOrder), 2);
 }
 
 #[test]
@@ -95,8 +96,8 @@ fn retransmission_dropped_and_counted() {
     pkts.push(c.pkt(true, PSH | ACK, 6, b"g"));
     let run = run(&pkts);
     assert_eq!(data_of(&run.events, c.a), b"abcdefg");
-    assert_eq!(run.counters.get("tcp_retransmission"), 1);
-    assert_eq!(run.counters.get("tcp_overlap_conflict"), 0);
+    assert_eq!(run.counters.get(Counter::TcpRetransmission), 1);
+    assert_eq!(run.counters.get(Counter::TcpOverlapConflict), 0);
 }
 
 #[test]
@@ -110,8 +111,8 @@ fn overlap_first_data_wins_and_conflicts_are_counted() {
     pkts.push(c.pkt(true, PSH | ACK, 6, b"g"));
     let run = run(&pkts);
     assert_eq!(data_of(&run.events, c.a), b"abcdefgQijk");
-    assert_eq!(run.counters.get("tcp_overlap_conflict"), 2);
-    assert_eq!(run.counters.get("tcp_overlap"), 1);
+    assert_eq!(run.counters.get(Counter::TcpOverlapConflict), 2);
+    assert_eq!(run.counters.get(Counter::TcpOverlap), 1);
 }
 
 #[test]
@@ -125,8 +126,8 @@ fn keepalive_and_zero_window_probe_are_not_duplicated() {
     pkts.push(c.pkt(true, PSH | ACK, 3, b"defg")); // ... then sent again in full
     let run = run(&pkts);
     assert_eq!(data_of(&run.events, c.a), b"abcdefg");
-    assert_eq!(run.counters.get("tcp_keepalive"), 1);
-    assert_eq!(run.counters.get("tcp_overlap_conflict"), 0);
+    assert_eq!(run.counters.get(Counter::TcpKeepalive), 1);
+    assert_eq!(run.counters.get(Counter::TcpOverlapConflict), 0);
 }
 
 #[test]
@@ -137,7 +138,7 @@ fn sequence_numbers_wrap_around() {
     pkts.swap(3, 5); // out of order across the wrap
     let run = run(&pkts);
     assert_eq!(data_of(&run.events, c.a), b"AABBCCDDEE");
-    assert_eq!(run.counters.get("tcp_gap_bytes"), 0);
+    assert_eq!(run.counters.get(Counter::TcpGapBytes), 0);
 }
 
 #[test]
@@ -157,7 +158,7 @@ fn snaplen_truncation_becomes_a_gap() {
             (b"next".to_vec(), 0, false)
         ]
     );
-    assert_eq!(run.counters.get("tcp_gap_bytes"), 96);
+    assert_eq!(run.counters.get(Counter::TcpGapBytes), 96);
 }
 
 #[test]
@@ -179,7 +180,7 @@ fn buffer_bound_skips_the_hole() {
         .map(|i| (vec![b'B' + i; 10], if i == 0 { 10 } else { 0 }, i == 0))
         .collect();
     assert_eq!(got[1..], expected[..]);
-    assert_eq!(run.counters.get("tcp_buffer_limit"), 1);
+    assert_eq!(run.counters.get(Counter::TcpBufferLimit), 1);
 }
 
 #[test]
@@ -202,7 +203,7 @@ fn global_bound_skips_the_biggest_backlog() {
             .collect::<Vec<_>>(),
         vec![(10, 10), (0, 10), (0, 10), (0, 10)]
     );
-    assert_eq!(run.counters.get("tcp_global_buffer_limit"), 1);
+    assert_eq!(run.counters.get(Counter::TcpGlobalBufferLimit), 1);
     // The other connection kept its backlog until the end of the capture.
     assert_eq!(summary(&run.events, c2.a), vec![(b"y".to_vec(), 10, true)]);
 }
@@ -228,11 +229,11 @@ fn acknowledged_hole_is_skipped() {
         summary(&run.events, c.a),
         vec![(vec![b'x'; 10], 0, false), (vec![b'z'; 10], 10, true)]
     );
-    assert_eq!(run.counters.get("tcp_acked_gap"), 1);
+    assert_eq!(run.counters.get(Counter::TcpAckedGap), 1);
     // Before the third ACK the hole waits for a late copy (released by the flush).
     let early = run_with(cfg, &pkts[..pkts.len() - 1]);
-    assert_eq!(early.counters.get("tcp_acked_gap"), 0);
-    assert_eq!(early.counters.get("tcp_gap_bytes"), 10);
+    assert_eq!(early.counters.get(Counter::TcpAckedGap), 0);
+    assert_eq!(early.counters.get(Counter::TcpGapBytes), 10);
 }
 
 #[test]
@@ -246,7 +247,7 @@ fn fin_before_the_last_data_waits_for_it() {
     let run = run(&pkts);
     assert_eq!(data_of(&run.events, c.a), b"abcdef");
     assert_eq!(closes(&run.events), vec![(0, CloseReason::Fin)]);
-    assert_eq!(run.counters.get("tcp_gap_bytes"), 0);
+    assert_eq!(run.counters.get(Counter::TcpGapBytes), 0);
 }
 
 #[test]
@@ -259,7 +260,7 @@ fn rst_far_outside_the_window_is_ignored() {
     pkts.push(c.pkt(true, PSH | ACK, 0, b"abc"));
     let run = run(&pkts);
     assert_eq!(data_of(&run.events, c.a), b"abc");
-    assert_eq!(run.counters.get("tcp_rst_ignored"), 1);
+    assert_eq!(run.counters.get(Counter::TcpRstIgnored), 1);
     assert_eq!(closes(&run.events), vec![(0, CloseReason::EndOfCapture)]);
 }
 
@@ -316,7 +317,7 @@ fn port_reuse_after_fin_gets_a_new_stream() {
     );
     let streams: Vec<u32> = run.streams.iter().map(|s| s.expect("indexed")).collect();
     assert_eq!(streams, vec![0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1]);
-    assert_eq!(run.counters.get("tcp_port_reuse"), 1);
+    assert_eq!(run.counters.get(Counter::TcpPortReuse), 1);
 }
 
 #[test]
@@ -341,7 +342,7 @@ fn live_idle_timeout_closes_silent_connections() {
     }
     assert_eq!(closes(&events), vec![(0, CloseReason::Idle)]);
     assert_eq!(r.open_connections(), 1);
-    assert_eq!(counters.get("tcp_idle_close"), 1);
+    assert_eq!(counters.get(Counter::TcpIdleClose), 1);
 }
 
 #[test]
@@ -369,7 +370,7 @@ fn closed_connections_are_freed_and_forgotten_within_bounds() {
         }
         assert_eq!(r.open_connections(), 0);
     }
-    assert_eq!(counters.get("tcp_streams"), 2000);
+    assert_eq!(counters.get(Counter::TcpStreams), 2000);
     assert_eq!(events.len(), 2000 * 4);
     // A late packet of a recent connection keeps its index; an old one is forgotten
     // and starts a new connection, as in the Python stage.

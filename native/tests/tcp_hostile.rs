@@ -5,6 +5,7 @@ mod tcp_common;
 
 use std::time::{Duration, Instant};
 
+use _core::counter::Counter;
 use _core::tcp::{Reassembler, TcpConfig};
 use _core::types::{CloseReason, Counters, Event, Packet, ACK, FIN, RST, SYN};
 use tcp_common::*;
@@ -53,7 +54,7 @@ fn check_one_byte_segments(reverse: bool) {
     // is skipped, and memory stays flat however many one-byte segments come.
     let bound = TcpConfig::default().max_buffered_segments as u64;
     assert!(r.buffered_segments() <= bound);
-    assert!(counters.get("tcp_buffer_limit") >= 1);
+    assert!(counters.get(Counter::TcpBufferLimit) >= 1);
     r.feed(&pkts[hole_filler].packet(), &mut counters, &mut events);
     r.flush(&mut counters, &mut events);
     let elapsed = started.elapsed();
@@ -66,7 +67,7 @@ fn check_one_byte_segments(reverse: bool) {
     assert_eq!(got[0].data, b"head");
     // Every byte after the hole is released or counted as a gap, none twice.
     let released: u64 = got[1..].iter().map(|g| g.data.len() as u64).sum();
-    assert!(released + counters.get("tcp_gap_bytes") >= u64::from(N_BYTES));
+    assert!(released + counters.get(Counter::TcpGapBytes) >= u64::from(N_BYTES));
     assert!(released <= u64::from(N_BYTES) + 1);
     assert_eq!(r.buffered_bytes(), 0);
 }
@@ -98,10 +99,10 @@ fn interleaved_one_byte_segments_are_capped_in_number() {
         r.feed(&p.packet(), &mut counters, &mut events);
         assert!(r.buffered_segments() <= 10_000);
     }
-    assert!(counters.get("tcp_buffer_limit") > 0);
+    assert!(counters.get(Counter::TcpBufferLimit) > 0);
     r.flush(&mut counters, &mut events);
     assert_eq!(data_of(&events, c.a).len(), 200_000);
-    assert_eq!(counters.get("tcp_gap_bytes"), 200_000);
+    assert_eq!(counters.get(Counter::TcpGapBytes), 200_000);
 }
 
 #[test]
@@ -131,11 +132,11 @@ fn many_connections_each_holding_a_segment_are_relieved_cheaply() {
     assert!(elapsed < limit(Duration::from_secs(10)), "{elapsed:?}");
     assert_eq!(r.open_connections(), n as usize);
     // 280 MB would be buffered: the global bound released the oldest backlogs.
-    assert!(counters.get("tcp_global_buffer_limit") > 0);
-    let relieved = counters.get("tcp_gaps");
+    assert!(counters.get(Counter::TcpGlobalBufferLimit) > 0);
+    let relieved = counters.get(Counter::TcpGaps);
     assert!(relieved > 0 && relieved < u64::from(n) / 5, "{relieved}");
     r.flush(&mut counters, &mut events);
-    assert_eq!(counters.get("tcp_gap_bytes"), 99 * u64::from(n));
+    assert_eq!(counters.get(Counter::TcpGapBytes), 99 * u64::from(n));
     assert_balanced(&events);
 }
 
@@ -182,10 +183,10 @@ fn a_million_syns_hold_a_bounded_number_of_connections() {
     assert!(elapsed < limit(Duration::from_secs(20)), "{elapsed:?}");
     assert_eq!(r.open_connections(), cap);
     assert_eq!(
-        counters.get("tcp_connection_limit"),
+        counters.get(Counter::TcpConnectionLimit),
         u64::from(n) - cap as u64
     );
-    assert_eq!(counters.get("tcp_streams"), u64::from(n));
+    assert_eq!(counters.get(Counter::TcpStreams), u64::from(n));
 }
 
 #[test]
@@ -203,10 +204,10 @@ fn silent_connections_of_a_file_expire_by_capture_time() {
         r.open_connections()
     );
     assert_eq!(
-        counters.get("tcp_idle_close"),
+        counters.get(Counter::TcpIdleClose),
         100_000 - r.open_connections() as u64
     );
-    assert_eq!(counters.get("tcp_connection_limit"), 0);
+    assert_eq!(counters.get(Counter::TcpConnectionLimit), 0);
 }
 
 #[test]
@@ -231,7 +232,7 @@ fn evicted_connection_flushes_its_pending_data_as_gaps() {
             .collect::<Vec<_>>(),
         vec![(b"abc".to_vec(), 0, false), (b"fg".to_vec(), 2, true)]
     );
-    assert_eq!(run.counters.get("tcp_connection_limit"), 1);
+    assert_eq!(run.counters.get(Counter::TcpConnectionLimit), 1);
     // The first connection's late packets keep its stream index but carry no data.
     let mut late = run.reassembler;
     let mut counters = Counters::default();
@@ -242,7 +243,7 @@ fn evicted_connection_flushes_its_pending_data_as_gaps() {
         &mut events,
     );
     assert_eq!(late.last_stream(), Some(0));
-    assert_eq!(counters.get("tcp_after_close_bytes"), 1);
+    assert_eq!(counters.get(Counter::TcpAfterCloseBytes), 1);
 }
 
 // ---------------------------------------------------------------------------
@@ -274,8 +275,8 @@ fn spoofed_syn_mid_stream_does_not_split_the_connection() {
     assert_eq!(data_of(&run.events, c.a), b"request-1request-2");
     assert_eq!(data_of(&run.events, c.b), b"response-1response-2");
     assert_eq!(closes(&run.events), vec![(0, CloseReason::EndOfCapture)]);
-    assert_eq!(run.counters.get("tcp_suspect_syn"), 1);
-    assert_eq!(run.counters.get("tcp_port_reuse"), 0);
+    assert_eq!(run.counters.get(Counter::TcpSuspectSyn), 1);
+    assert_eq!(run.counters.get(Counter::TcpPortReuse), 0);
     assert!(run.streams.iter().all(|s| *s == Some(0)));
 }
 
@@ -299,7 +300,7 @@ fn spoofed_syn_during_the_handshake_loses_to_the_syn_ack() {
     assert_eq!(data_of(&run.events, c.a), b"req");
     assert_eq!(data_of(&run.events, c.b), b"resp");
     assert!(chunks(&run.events, c.a).iter().all(|ch| !ch.resync));
-    assert_eq!(run.counters.get("tcp_suspect_syn"), 1);
+    assert_eq!(run.counters.get(Counter::TcpSuspectSyn), 1);
 }
 
 #[test]
@@ -335,8 +336,8 @@ fn syn_answered_in_the_new_sequence_space_is_port_reuse() {
     let open = open.expect("stream 1 opened");
     assert!(open.syn_seen);
     assert_eq!((open.initiator, open.responder), (c.a, c.b));
-    assert_eq!(run.counters.get("tcp_port_reuse"), 1);
-    assert_eq!(run.counters.get("tcp_suspect_syn"), 0);
+    assert_eq!(run.counters.get(Counter::TcpPortReuse), 1);
+    assert_eq!(run.counters.get(Counter::TcpSuspectSyn), 0);
     // Only the SYN itself keeps the old index: its connection was not known yet.
     assert_eq!(run.streams[4..], [Some(0), Some(1), Some(1), Some(1)]);
 }
@@ -352,7 +353,7 @@ fn syn_after_a_quiet_spell_is_port_reuse_at_once() {
     pkts.extend(fresh.handshake());
     let run = run(&pkts);
     assert_eq!(run.streams[4..], [Some(1), Some(1), Some(1)]);
-    assert_eq!(run.counters.get("tcp_port_reuse"), 1);
+    assert_eq!(run.counters.get(Counter::TcpPortReuse), 1);
 }
 
 #[test]
@@ -373,9 +374,9 @@ fn data_after_an_in_window_rst_keeps_the_connection() {
     assert_eq!(data_of(&run.events, c.a), b"abcdef");
     assert_eq!(data_of(&run.events, c.b), b"crossingmore");
     assert_eq!(closes(&run.events), vec![(0, CloseReason::Fin)]);
-    assert_eq!(run.counters.get("tcp_data_after_rst"), 2);
-    assert_eq!(run.counters.get("tcp_suspect_rst"), 1);
-    assert_eq!(run.counters.get("tcp_after_close_bytes"), 0);
+    assert_eq!(run.counters.get(Counter::TcpDataAfterRst), 2);
+    assert_eq!(run.counters.get(Counter::TcpSuspectRst), 1);
+    assert_eq!(run.counters.get(Counter::TcpAfterCloseBytes), 0);
 }
 
 #[test]
@@ -391,9 +392,9 @@ fn genuine_rst_closes_after_its_grace() {
     let run = run(&pkts);
     assert_eq!(data_of(&run.events, c.b), b"crossing");
     assert_eq!(closes(&run.events), vec![(0, CloseReason::Rst)]);
-    assert_eq!(run.counters.get("tcp_data_after_rst"), 2);
-    assert_eq!(run.counters.get("tcp_suspect_rst"), 0);
-    assert_eq!(run.counters.get("tcp_after_close_bytes"), 8);
+    assert_eq!(run.counters.get(Counter::TcpDataAfterRst), 2);
+    assert_eq!(run.counters.get(Counter::TcpSuspectRst), 0);
+    assert_eq!(run.counters.get(Counter::TcpAfterCloseBytes), 8);
     assert_eq!(run.streams.last(), Some(&Some(0)));
 }
 
@@ -520,7 +521,7 @@ fn close_grace_measured_backwards_never_closes_early() {
     let run = run(&pkts);
     assert_eq!(data_of(&run.events, c.a), b"abcdef");
     assert_eq!(closes(&run.events), vec![(0, CloseReason::Fin)]);
-    assert_eq!(run.counters.get("tcp_gap_bytes"), 0);
+    assert_eq!(run.counters.get(Counter::TcpGapBytes), 0);
 }
 
 #[test]
@@ -535,6 +536,6 @@ fn one_bogus_future_timestamp_does_not_expire_live_connections() {
     pkts.push(c.pkt(true, PSH | ACK, 3, b"def"));
     let run = run(&pkts);
     assert_eq!(data_of(&run.events, c.a), b"abcdef");
-    assert_eq!(run.counters.get("tcp_idle_close"), 0);
-    assert_eq!(run.counters.get("tcp_after_close"), 0);
+    assert_eq!(run.counters.get(Counter::TcpIdleClose), 0);
+    assert_eq!(run.counters.get(Counter::TcpAfterClose), 0);
 }

@@ -6,6 +6,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
+use _core::counter::Counter;
 use _core::tls::keylog::KeyLog;
 use _core::tls::{KeySource, TlsStage};
 use _core::types::{Chunk, Counters, Endpoint};
@@ -104,7 +105,11 @@ fn secrets_line(random: [u8; 32]) -> String {
 }
 
 fn accounted(c: &Counters, fed: u64) {
-    assert_eq!(c.get("tls_bytes") + c.get("tls_record_bytes"), fed, "{c:?}");
+    assert_eq!(
+        c.get(Counter::TlsBytes) + c.get(Counter::TlsRecordBytes),
+        fed,
+        "{c:?}"
+    );
 }
 
 #[test]
@@ -114,8 +119,8 @@ fn a_truncated_record_at_the_end_is_counted() {
     hello.truncate(hello.len() - 10);
     let (c, plain, fed) = run(&mut stage, vec![chunk(1, true, hello)]);
     assert_eq!(plain, 0);
-    assert_eq!(c.get("tls_no_handshake"), 1);
-    assert_eq!(c.get("tls_connections"), 1);
+    assert_eq!(c.get(Counter::TlsNoHandshake), 1);
+    assert_eq!(c.get(Counter::TlsConnections), 1);
     accounted(&c, fed);
 }
 
@@ -125,9 +130,9 @@ fn the_largest_record_lengths() {
     // 2^14 + 2048 is the most TLS 1.2 allows: read (and refused by the key); one more is
     // no record at all. TLS 1.3 allows 2^14 + 256 only.
     for (len, outcome) in [
-        (16384 + 2048, "tls_bad_record"),
-        (16384 + 256, "tls_decrypt_failed"),
-        (16384 + 2049, "tls_bad_record"),
+        (16384 + 2048, Counter::TlsBadRecord),
+        (16384 + 256, Counter::TlsDecryptFailed),
+        (16384 + 2049, Counter::TlsBadRecord),
     ] {
         let mut stage = stage_with(&secrets_line(random));
         let mut big = vec![23, 3, 3];
@@ -169,9 +174,9 @@ fn random_bytes_after_a_valid_handshake() {
         ],
     );
     assert_eq!(plain, 0);
-    assert_eq!(c.get("tls_connections"), 1);
+    assert_eq!(c.get(Counter::TlsConnections), 1);
     assert_eq!(
-        c.get("tls_bad_record") + c.get("tls_decrypt_failed"),
+        c.get(Counter::TlsBadRecord) + c.get(Counter::TlsDecryptFailed),
         1,
         "{c:?}"
     );
@@ -190,7 +195,7 @@ fn an_application_record_under_a_wrong_key() {
             chunk(1, false, record(23, &[0x42; 64])),
         ],
     );
-    assert_eq!(c.get("tls_decrypt_failed"), 1);
+    assert_eq!(c.get(Counter::TlsDecryptFailed), 1);
     accounted(&c, fed);
 }
 
@@ -208,7 +213,7 @@ fn a_gap_stops_decryption_and_is_counted() {
             late,
         ],
     );
-    assert_eq!(c.get("tls_capture_gap"), 1);
+    assert_eq!(c.get(Counter::TlsCaptureGap), 1);
     accounted(&c, fed);
 }
 
@@ -233,8 +238,8 @@ fn a_million_client_hellos_in_linear_time() {
         }
     }
     stage.finish(&mut counters, &mut plain);
-    assert_eq!(counters.get("tls_connections"), u64::from(n));
-    assert_eq!(counters.get("tls_no_handshake"), u64::from(n));
+    assert_eq!(counters.get(Counter::TlsConnections), u64::from(n));
+    assert_eq!(counters.get(Counter::TlsNoHandshake), u64::from(n));
     accounted(&counters, fed);
     assert!(plain.is_empty());
 }
@@ -301,9 +306,9 @@ fn a_hole_across_records_is_crossed_at_the_record_that_opens() {
             after_hole(300, after),
         ],
     );
-    assert_eq!(c.get("tls_gaps"), 1);
-    assert_eq!(c.get("tls_records_lost"), 5 - 1, "{c:?}");
-    assert_eq!(c.get("tls_decrypted_connections"), 1, "{c:?}");
+    assert_eq!(c.get(Counter::TlsGaps), 1);
+    assert_eq!(c.get(Counter::TlsRecordsLost), 5 - 1, "{c:?}");
+    assert_eq!(c.get(Counter::TlsDecryptedConnections), 1, "{c:?}");
     assert_eq!(plain, 40 + 30 + 30);
     accounted(&c, fed);
 }
@@ -323,9 +328,9 @@ fn a_hole_inside_a_record_costs_that_record() {
             after_hole(20, [&rec1[50..], &sealed(2, &[0x22; 10])[..]].concat()),
         ],
     );
-    assert_eq!(c.get("tls_gaps"), 1);
-    assert_eq!(c.get("tls_records_lost"), 1);
-    assert_eq!(c.get("tls_decrypted_connections"), 1, "{c:?}");
+    assert_eq!(c.get(Counter::TlsGaps), 1);
+    assert_eq!(c.get(Counter::TlsRecordsLost), 1);
+    assert_eq!(c.get(Counter::TlsDecryptedConnections), 1, "{c:?}");
     assert_eq!(plain, 40 + 10);
     // the 20 bytes of the hole were never fed; the rest of the broken record is given up
     accounted(&c, fed);
@@ -350,8 +355,8 @@ fn look_alike_headers_after_a_hole_end_the_search_in_bounded_work() {
             after_hole(1 << 20, fake),
         ],
     );
-    assert_eq!(c.get("tls_gaps"), 1);
-    assert_eq!(c.get("tls_capture_gap"), 1, "{c:?}");
+    assert_eq!(c.get(Counter::TlsGaps), 1);
+    assert_eq!(c.get(Counter::TlsCaptureGap), 1, "{c:?}");
     assert_eq!(plain, 40);
     assert!(started.elapsed().as_secs() < 5);
     accounted(&c, fed);

@@ -1,5 +1,5 @@
 """The partitions, groups and versions tables by the Python full decoder: the oracle of
-the native core's pass (``native/src/tables.rs``).
+the native core's pass (``native/src/rows/tables.rs``).
 
 Every exchange of the captures comes from the core (``wire.core.iter_exchanges``), is
 decoded whole by ``dissector.protocol`` (``protocol.pairs.decode_exchanges``, which

@@ -6,14 +6,23 @@
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::types::{Endpoint, Exchange as CoreExchange, ExchangeKind, KafkaFrame, Ts};
+use crate::types::{
+    Endpoint as CoreEndpoint, Exchange as CoreExchange, ExchangeKind, KafkaFrame, Ts,
+};
+
+/// One side of a TCP connection (`types::Endpoint`): the address as text.
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct Endpoint {
+    ip: String,
+    port: u16,
+}
 
 /// One Kafka message as found in a TCP direction (`types::KafkaFrame`).
 #[pyclass(frozen, get_all, module = "dissector._core")]
 pub struct Frame {
     stream: u32,
-    src: (String, u16),
-    dst: (String, u16),
+    src: Py<Endpoint>,
+    dst: Py<Endpoint>,
     /// The message bytes after the size prefix (before the first hole, if any).
     payload: Py<PyBytes>,
     first_ts_ns: Ts,
@@ -32,8 +41,8 @@ pub struct Frame {
 pub struct Exchange {
     capture: String,
     stream: u32,
-    client: (String, u16),
-    broker: (String, u16),
+    client: Py<Endpoint>,
+    broker: Py<Endpoint>,
     /// `dissector.stages.ExchangeKind`'s value.
     kind: &'static str,
     request: Option<Py<Frame>>,
@@ -46,8 +55,15 @@ pub struct Exchange {
     gap: bool,
 }
 
-fn endpoint(e: &Endpoint) -> (String, u16) {
-    (e.0.to_string(), e.1)
+fn endpoint(py: Python<'_>, e: &CoreEndpoint) -> PyResult<Py<Endpoint>> {
+    let (ip, port) = *e;
+    Py::new(
+        py,
+        Endpoint {
+            ip: ip.to_string(),
+            port,
+        },
+    )
 }
 
 fn kind_name(kind: ExchangeKind) -> &'static str {
@@ -66,8 +82,8 @@ fn frame(py: Python<'_>, f: &KafkaFrame) -> PyResult<Py<Frame>> {
         py,
         Frame {
             stream: f.stream,
-            src: endpoint(&f.src),
-            dst: endpoint(&f.dst),
+            src: endpoint(py, &f.src)?,
+            dst: endpoint(py, &f.dst)?,
             payload: PyBytes::new(py, &f.payload).unbind(),
             first_ts_ns: f.first_ts_ns,
             last_ts_ns: f.last_ts_ns,
@@ -90,8 +106,8 @@ pub fn exchange(py: Python<'_>, capture: &str, ex: &CoreExchange) -> PyResult<Py
         Exchange {
             capture: capture.to_owned(),
             stream: ex.stream,
-            client: endpoint(&ex.client),
-            broker: endpoint(&ex.broker),
+            client: endpoint(py, &ex.client)?,
+            broker: endpoint(py, &ex.broker)?,
             kind: kind_name(ex.kind),
             request: side(&ex.request)?,
             response: side(&ex.response)?,
@@ -106,6 +122,7 @@ pub fn exchange(py: Python<'_>, capture: &str, ex: &CoreExchange) -> PyResult<Py
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Endpoint>()?;
     m.add_class::<Frame>()?;
     m.add_class::<Exchange>()?;
     Ok(())

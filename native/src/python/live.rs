@@ -1,7 +1,7 @@
 //! Live capture inside the core: `PcapHandle` and `LiveRun`.
 //!
 //! Two threads of the core's own, no Python call per frame or per batch: the capture
-//! thread reads libpcap's ring (`crate::pcap`), writes `--write-pcap`, and runs the
+//! thread reads libpcap's ring (`crate::capture::pcap`), writes `--write-pcap`, and runs the
 //! wire stages (link, TCP, framing, correlation); the rows thread summarises the
 //! exchanges it hands over and builds row columns. Python takes the rows built so far
 //! as column buffers (`take_columns`, then Arrow) whenever it likes, e.g. once per view
@@ -27,14 +27,16 @@ use pyo3::exceptions::{PyException, PyOSError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::{columns_dict, Analyzer, PyFallback, Source};
+use super::columns::pair_columns;
+use super::{Analyzer, PyFallback, Source};
+use crate::capture::pcap::{self, Handle, OpenOptions, PcapError, Stats};
+use crate::capture::pcapwrite::PcapWriter;
 use crate::capture::LinkDecoder;
-use crate::model::Model as SpecModel;
-use crate::pcap::{self, Handle, OpenOptions, PcapError, Stats};
-use crate::pcapwrite::PcapWriter;
+use crate::counter::Counter;
+use crate::kafka::model::Model as SpecModel;
+use crate::kafka::session::Session;
 use crate::pipeline::{RowSink, Summaries};
 use crate::rows::RowBuilder;
-use crate::session::Session;
 use crate::types::{Counters, Exchange};
 
 pyo3::create_exception!(
@@ -333,7 +335,7 @@ impl LiveRun {
             shared.changed.notify_all();
             rows
         });
-        columns_dict(py, &rows, &self.model)
+        pair_columns(py, &rows, &self.model)
     }
 
     /// Rows built and not taken yet.
@@ -358,7 +360,7 @@ impl LiveRun {
         all.merge(&lock(&self.shared.summary_counters));
         let out = PyDict::new(py);
         for (k, v) in all.iter() {
-            out.set_item(k, v)?;
+            out.set_item(k.name(), v)?;
         }
         Ok(out)
     }
@@ -417,6 +419,7 @@ fn take_parts(
     let empty_summaries = Summaries::new(
         a.model.clone(),
         a.summaries.frame_budget,
+        a.summaries.frame_cap,
         a.summaries.capture_budget,
         PyFallback {
             summary: None,
@@ -544,7 +547,7 @@ impl CaptureThread {
                 return false;
             }
             *frame_no += 1;
-            counters.add("bytes_read", data.len() as u64);
+            counters.add(Counter::BytesRead, data.len() as u64);
             let failed = writer
                 .as_mut()
                 .and_then(|w| w.write(ts_ns, data, wire_len).err());

@@ -27,6 +27,7 @@
 //! a partial record (at most one record) and, while waiting for a secret, the held
 //! bytes (`HOLD_MAX`); the stage also bounds their sum over all connections.
 
+use crate::counter::Counter;
 use crate::types::Endpoint;
 
 use super::cipher::{self, RecordKey, Suite, TLS12, TLS13};
@@ -74,17 +75,17 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn counter(self) -> &'static str {
+    pub fn counter(self) -> Counter {
         match self {
-            Outcome::Decrypted => "tls_decrypted_connections",
-            Outcome::NoSecret => "tls_no_secret",
-            Outcome::NoHandshake => "tls_no_handshake",
-            Outcome::UnsupportedVersion => "tls_unsupported_version",
-            Outcome::UnsupportedSuite => "tls_unsupported_suite",
-            Outcome::DecryptFailed => "tls_decrypt_failed",
-            Outcome::CaptureGap => "tls_capture_gap",
-            Outcome::BadRecord => "tls_bad_record",
-            Outcome::BufferLimit => "tls_buffer_limit",
+            Outcome::Decrypted => Counter::TlsDecryptedConnections,
+            Outcome::NoSecret => Counter::TlsNoSecret,
+            Outcome::NoHandshake => Counter::TlsNoHandshake,
+            Outcome::UnsupportedVersion => Counter::TlsUnsupportedVersion,
+            Outcome::UnsupportedSuite => Counter::TlsUnsupportedSuite,
+            Outcome::DecryptFailed => Counter::TlsDecryptFailed,
+            Outcome::CaptureGap => Counter::TlsCaptureGap,
+            Outcome::BadRecord => Counter::TlsBadRecord,
+            Outcome::BufferLimit => Counter::TlsBufferLimit,
         }
     }
 

@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
+use crate::counter::Counter;
 use crate::types::{Chunk, Counters, Fnv, Ts};
 
 use conn::{Conn, Env, Fed, Outcome};
@@ -98,7 +99,7 @@ impl TlsStage {
     pub fn add_secrets(&mut self, text: &str, counters: &mut Counters) {
         let mut log = KeyLog::parse(text);
         if log.bad_lines > 0 {
-            counters.add("tls_keylog_bad_lines", log.bad_lines);
+            counters.add(Counter::TlsKeylogBadLines, log.bad_lines);
             log.bad_lines = 0;
         }
         self.extra.merge(&log);
@@ -116,7 +117,7 @@ impl TlsStage {
 
     /// A connection found to carry TLS by framing (its handshake was not captured).
     pub fn note_without_handshake(&mut self, counters: &mut Counters) {
-        counters.inc("tls_connections");
+        counters.inc(Counter::TlsConnections);
         counters.inc(Outcome::NoHandshake.counter());
         *self
             .summary
@@ -155,7 +156,7 @@ impl TlsStage {
                     slots.insert(ch.stream, Slot::Plain);
                     return Some(ch);
                 }
-                counters.inc("tls_connections");
+                counters.inc(Counter::TlsConnections);
                 let slot = slots
                     .entry(ch.stream)
                     .or_insert_with(|| Slot::Tls(Box::new(Conn::new(ch.src, ch.dst))));
@@ -171,7 +172,7 @@ impl TlsStage {
         let d = usize::from(ch.src != client);
         let before = conn.buffered();
         if !conn.seen(d) {
-            counters.inc("tls_connections_directions");
+            counters.inc(Counter::TlsConnectionsDirections);
         }
         let mut outs: Vec<(usize, Vec<u8>)> = Vec::new();
         let mut out = std::mem::take(scratch);
@@ -182,7 +183,7 @@ impl TlsStage {
             None
         };
         if let Some(fed) = crossed {
-            counters.inc("tls_gaps");
+            counters.inc(Counter::TlsGaps);
             count(counters, fed);
         }
         if (ch.resync || ch.lost > 0) && conn.seen(d) && crossed.is_none() {
@@ -254,7 +255,7 @@ impl TlsStage {
             }
         }
         for (dd, bytes) in outs {
-            counters.add("tls_plaintext_bytes", bytes.len() as u64);
+            counters.add(Counter::TlsPlaintextBytes, bytes.len() as u64);
             // The first plaintext after a hole: framing resyncs (and bridges a hole of
             // known plaintext size inside a Kafka frame), its rows say after a gap.
             let gap = conn.take_gap(dd);
@@ -312,7 +313,7 @@ impl TlsStage {
                 conn.read += fed.read;
                 count(counters, fed);
                 if !o.is_empty() {
-                    counters.add("tls_plaintext_bytes", o.len() as u64);
+                    counters.add(Counter::TlsPlaintextBytes, o.len() as u64);
                     let (src, dst) = if d == 0 {
                         (conn.client, conn.server)
                     } else {
@@ -403,8 +404,8 @@ fn report(conn: &mut Conn, o: Outcome, counters: &mut Counters, summary: &mut Su
     counters.inc(o.counter());
     *summary.entry(summary_key(conn, o)).or_default() += 1;
     if o != Outcome::Decrypted && conn.read > 0 {
-        counters.sub("tls_record_bytes", conn.read);
-        counters.add("tls_bytes", conn.read);
+        counters.sub(Counter::TlsRecordBytes, conn.read);
+        counters.add(Counter::TlsBytes, conn.read);
         conn.read = 0;
     }
 }
@@ -421,16 +422,16 @@ fn summary_key(conn: &Conn, o: Outcome) -> (u16, u16, Outcome) {
 /// Records lost in a hole decryption went on after (`tls_gaps` counts the holes).
 fn count_resync(counters: &mut Counters, records: Option<u64>) {
     if let Some(n) = records {
-        counters.add("tls_records_lost", n);
+        counters.add(Counter::TlsRecordsLost, n);
     }
 }
 
 fn count(counters: &mut Counters, fed: Fed) {
     count_resync(counters, fed.resynced);
     if fed.read > 0 {
-        counters.add("tls_record_bytes", fed.read);
+        counters.add(Counter::TlsRecordBytes, fed.read);
     }
     if fed.dropped > 0 {
-        counters.add("tls_bytes", fed.dropped);
+        counters.add(Counter::TlsBytes, fed.dropped);
     }
 }

@@ -4,6 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
+use _core::cursor::Cursor;
 use _core::types::{Chunk, Endpoint, KafkaFrame, Versions};
 
 pub const PRODUCE: i16 = 0;
@@ -31,20 +32,18 @@ impl Versions for TestVersions {
         if api_key != PRODUCE || field != "acks" {
             return None;
         }
-        let mut pos = 0usize;
+        let mut cur = Cursor::new(body, 0);
         if version >= 3 {
+            // transactional_id first
             if self.request_flexible(api_key, version) {
-                let len = *body.first()? as usize; // one-byte varints in these tests
-                pos = 1 + len.saturating_sub(1);
+                let len = cur.u8().ok()? as usize; // one-byte varints in these tests
+                cur.skip(len.saturating_sub(1)).ok()?;
             } else {
-                let len = i16::from_be_bytes([*body.first()?, *body.get(1)?]);
-                pos = 2 + len.max(0) as usize;
+                let len = cur.i16().ok()?;
+                cur.skip(len.max(0) as usize).ok()?;
             }
         }
-        Some(i64::from(i16::from_be_bytes([
-            *body.get(pos)?,
-            *body.get(pos + 1)?,
-        ])))
+        cur.i16().ok().map(i64::from)
     }
 }
 

@@ -15,8 +15,10 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::model::{role, Direction, Kind, Layout, Model, NoSpec, Node, Step};
-use crate::records::{summarize_records, Budget, CODEC_NAMES};
+use crate::counter::Counter;
+use crate::cursor::{be_i16, Cursor, Fault, VARINT_BYTES};
+use crate::kafka::model::{role, Direction, Kind, Layout, Model, NoSpec, Node, Step};
+use crate::kafka::records::{summarize_records, Budget, CODEC_NAMES};
 use crate::types::{Counters, Versions};
 
 /// Distinct topics kept per pair; a frame of millions of names keeps this many.
@@ -55,7 +57,7 @@ impl TopicNames {
 
     fn learn(&mut self, id: String, name: String, counters: &mut Counters) {
         if self.names.len() >= MAX_KNOWN_IDS && !self.names.contains_key(&id) {
-            counters.inc("summary_topic_ids_dropped");
+            counters.inc(Counter::SummaryTopicIdsDropped);
             return;
         }
         self.names.insert(id, name);
@@ -97,135 +99,78 @@ pub(crate) type R<T> = Result<T, Stop>;
 
 pub(crate) const SHORT: Stop = Stop("short");
 
-// ------------------------------------------------------------------ cursor
+// ------------------------------------------------------------------ reads
 
-#[derive(Clone, Copy)]
-pub(crate) struct Cur<'a> {
-    pub(crate) buf: &'a [u8],
-    pub(crate) p: usize,
+impl From<Fault> for Stop {
+    #[inline]
+    fn from(fault: Fault) -> Stop {
+        match fault {
+            Fault::Short => SHORT,
+            Fault::LongVarint => Stop("varint"),
+        }
+    }
 }
 
-impl<'a> Cur<'a> {
-    pub(crate) fn new(buf: &'a [u8], p: usize) -> Self {
-        Cur { buf, p }
-    }
+/// An unsigned varint as `compile.read_uvarint` reads it (5 bytes, up to 35 bits).
+#[inline]
+pub(crate) fn read_uvarint(cur: &mut Cursor<'_>) -> R<u64> {
+    Ok(cur.uvarint(VARINT_BYTES)?)
+}
 
-    #[inline]
-    pub(crate) fn left(&self) -> usize {
-        self.buf.len().saturating_sub(self.p)
+/// A length or count: -1 (or any negative) is null.
+#[inline]
+pub(crate) fn read_length(cur: &mut Cursor<'_>, flexible: bool, wide: bool) -> R<i64> {
+    if flexible {
+        Ok(read_uvarint(cur)? as i64 - 1)
+    } else if wide {
+        Ok(i64::from(cur.i32()?))
+    } else {
+        Ok(i64::from(cur.i16()?))
     }
+}
 
-    #[inline]
-    pub(crate) fn take(&mut self, n: usize) -> R<&'a [u8]> {
-        let end = self.p.checked_add(n).ok_or(SHORT)?;
-        let s = self.buf.get(self.p..end).ok_or(SHORT)?;
-        self.p = end;
-        Ok(s)
+/// Bytes of a sized value (string, bytes, records); None when null.
+#[inline]
+pub(crate) fn read_sized<'a>(
+    cur: &mut Cursor<'a>,
+    flexible: bool,
+    wide: bool,
+) -> R<Option<&'a [u8]>> {
+    let n = read_length(cur, flexible, wide)?;
+    if n < -1 {
+        // -1 is null; any other negative length is an error the Python decoder words
+        return Err(Stop("bad_length"));
     }
+    if n < 0 {
+        return Ok(None);
+    }
+    let n = usize::try_from(n).map_err(|_| SHORT)?;
+    Ok(Some(cur.take(n)?))
+}
 
-    #[inline]
-    pub(crate) fn skip(&mut self, n: usize) -> R<()> {
-        if n > self.left() {
-            return Err(SHORT);
-        }
-        self.p += n;
-        Ok(())
+/// The request header's client_id: any negative length reads as null, as the
+/// Python header reader (`messages.py`) and Kafka's own header parser take it.
+fn skip_client_id(cur: &mut Cursor<'_>) -> R<()> {
+    let n = read_length(cur, false, false)?;
+    if n >= 0 {
+        cur.take(usize::try_from(n).map_err(|_| SHORT)?)?;
     }
+    Ok(())
+}
 
-    #[inline]
-    pub(crate) fn u8(&mut self) -> R<u8> {
-        let b = *self.buf.get(self.p).ok_or(SHORT)?;
-        self.p += 1;
-        Ok(b)
-    }
-
-    #[inline]
-    pub(crate) fn be<const N: usize>(&mut self) -> R<[u8; N]> {
-        let s = self.take(N)?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(s);
-        Ok(a)
-    }
-
-    #[inline]
-    pub(crate) fn i16(&mut self) -> R<i16> {
-        Ok(i16::from_be_bytes(self.be()?))
-    }
-
-    #[inline]
-    pub(crate) fn i32(&mut self) -> R<i32> {
-        Ok(i32::from_be_bytes(self.be()?))
-    }
-
-    /// Unsigned varint of at most 5 bytes, as `compile.read_uvarint` (up to 35 bits).
-    #[inline]
-    pub(crate) fn uvarint(&mut self) -> R<u64> {
-        let mut value = 0u64;
-        let mut shift = 0u32;
-        loop {
-            let b = self.u8()?;
-            value |= u64::from(b & 0x7f) << shift;
-            if b < 0x80 {
-                return Ok(value);
-            }
-            shift += 7;
-            if shift > 28 {
-                return Err(Stop("varint"));
-            }
-        }
-    }
-
-    /// A length or count: -1 (or any negative) is null.
-    #[inline]
-    pub(crate) fn length(&mut self, flexible: bool, wide: bool) -> R<i64> {
-        if flexible {
-            Ok(self.uvarint()? as i64 - 1)
-        } else if wide {
-            Ok(i64::from(self.i32()?))
-        } else {
-            Ok(i64::from(self.i16()?))
-        }
-    }
-
-    /// Bytes of a sized value (string, bytes, records); None when null.
-    #[inline]
-    pub(crate) fn sized(&mut self, flexible: bool, wide: bool) -> R<Option<&'a [u8]>> {
-        let n = self.length(flexible, wide)?;
-        if n < -1 {
-            // -1 is null; any other negative length is an error the Python decoder words
-            return Err(Stop("bad_length"));
-        }
-        if n < 0 {
-            return Ok(None);
-        }
-        let n = usize::try_from(n).map_err(|_| SHORT)?;
-        self.take(n).map(Some)
-    }
-
-    /// The request header's client_id: any negative length reads as null, as the
-    /// Python header reader (`messages.py`) and Kafka's own header parser take it.
-    fn header_client_id(&mut self) -> R<()> {
-        let n = self.length(false, false)?;
-        if n >= 0 {
-            self.take(usize::try_from(n).map_err(|_| SHORT)?)?;
-        }
-        Ok(())
-    }
-
-    #[inline]
-    pub(crate) fn int(&mut self, kind: Kind) -> R<i128> {
-        Ok(match kind {
-            Kind::I8 => i128::from(i8::from_be_bytes(self.be()?)),
-            Kind::I16 => i128::from(self.i16()?),
-            Kind::I32 => i128::from(self.i32()?),
-            Kind::I64 => i128::from(i64::from_be_bytes(self.be()?)),
-            Kind::U8 => i128::from(self.u8()?),
-            Kind::U16 => i128::from(u16::from_be_bytes(self.be()?)),
-            Kind::U32 => i128::from(u32::from_be_bytes(self.be()?)),
-            Kind::U64 => i128::from(u64::from_be_bytes(self.be()?)),
-            _ => return Err(Stop("not an int")),
-        })
-    }
+#[inline]
+pub(crate) fn read_int(cur: &mut Cursor<'_>, kind: Kind) -> R<i128> {
+    Ok(match kind {
+        Kind::I8 => i128::from(cur.i8()?),
+        Kind::I16 => i128::from(cur.i16()?),
+        Kind::I32 => i128::from(cur.i32()?),
+        Kind::I64 => i128::from(cur.i64()?),
+        Kind::U8 => i128::from(cur.u8()?),
+        Kind::U16 => i128::from(cur.u16()?),
+        Kind::U32 => i128::from(cur.u32()?),
+        Kind::U64 => i128::from(cur.u64()?),
+        _ => return Err(Stop("not an int")),
+    })
 }
 
 /// The text of a uuid as `compile.uuid_text` writes it.
@@ -468,7 +413,7 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
     fn field(
         &mut self,
         n: &'m Node,
-        cur: &mut Cur<'a>,
+        cur: &mut Cursor<'a>,
         depth: usize,
         item: Option<&mut Item<'a>>,
     ) -> R<()> {
@@ -491,15 +436,15 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
             Kind::Records => self.records(cur),
             Kind::Str | Kind::Uuid => {
                 let text = if n.kind == Kind::Uuid {
-                    Some(Text::Uuid(cur.be()?))
+                    Some(Text::Uuid(cur.array()?))
                 } else {
-                    cur.sized(self.flexible, false)?.map(Text::Str)
+                    read_sized(cur, self.flexible, false)?.map(Text::Str)
                 };
                 self.text_roles(n, text, item);
                 Ok(())
             }
             k if k.is_int() => {
-                let v = cur.int(k)?;
+                let v = read_int(cur, k)?;
                 self.int_roles(n, v);
                 Ok(())
             }
@@ -508,8 +453,8 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
     }
 
     /// A `records` value: its batches counted into the scan.
-    fn records(&mut self, cur: &mut Cur<'a>) -> R<()> {
-        let Some(data) = cur.sized(self.flexible, true)? else {
+    fn records(&mut self, cur: &mut Cursor<'a>) -> R<()> {
+        let Some(data) = read_sized(cur, self.flexible, true)? else {
             return Ok(());
         };
         if self.prefix {
@@ -591,11 +536,11 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
     fn members(
         &mut self,
         n: &'m Node,
-        cur: &mut Cur<'a>,
+        cur: &mut Cursor<'a>,
         depth: usize,
         mut item: Option<&mut Item<'a>>,
     ) -> R<()> {
-        if depth > crate::model::MAX_DEPTH {
+        if depth > crate::kafka::model::MAX_DEPTH {
             return Err(Stop("depth"));
         }
         let model = self.model;
@@ -607,7 +552,7 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
                 Step::Visit(id) => self.member(model.node(id), cur, depth, item.as_deref_mut())?,
                 Step::Int(id) => {
                     let m = model.node(id);
-                    let v = cur.int(m.kind)?;
+                    let v = read_int(cur, m.kind)?;
                     self.int_roles(m, v);
                 }
                 Step::Records(_) => self.records(cur)?,
@@ -616,19 +561,19 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
         if !self.flexible {
             return Ok(());
         }
-        if cur.buf.get(cur.p) == Some(&0) {
-            cur.p += 1; // the usual empty tag section
+        if cur.eat(0) {
+            // the usual empty tag section
             return Ok(());
         }
         let tagged = model.tagged(n);
-        let count = cur.uvarint()?;
+        let count = read_uvarint(cur)?;
         if count > cur.left() as u64 {
             return Err(SHORT);
         }
         let mut seen: u64 = 0; // bit i: tagged[i] already read (duplicates would overwrite)
         for _ in 0..count {
-            let tag = cur.uvarint()?;
-            let size = usize::try_from(cur.uvarint()?).map_err(|_| SHORT)?;
+            let tag = read_uvarint(cur)?;
+            let size = usize::try_from(read_uvarint(cur)?).map_err(|_| SHORT)?;
             let chunk = cur.take(size)?;
             let Some(i) = tagged
                 .iter()
@@ -641,7 +586,7 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
             }
             seen |= 1 << i;
             // A known tag decodes from its own bytes; what it leaves unread is ignored.
-            let mut sub = Cur::new(chunk, 0);
+            let mut sub = Cursor::new(chunk, 0);
             self.member(model.node(tagged[i]), &mut sub, depth, item.as_deref_mut())?;
         }
         Ok(())
@@ -653,7 +598,7 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
     fn member(
         &mut self,
         m: &'m Node,
-        cur: &mut Cur<'a>,
+        cur: &mut Cursor<'a>,
         depth: usize,
         item: Option<&mut Item<'a>>,
     ) -> R<()> {
@@ -667,8 +612,8 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
         self.field(m, cur, depth, None)
     }
 
-    fn array(&mut self, n: &'m Node, cur: &mut Cur<'a>, depth: usize) -> R<()> {
-        let count = cur.length(self.flexible, true)?;
+    fn array(&mut self, n: &'m Node, cur: &mut Cursor<'a>, depth: usize) -> R<()> {
+        let count = read_length(cur, self.flexible, true)?;
         if count < 0 {
             return Ok(()); // null: Python's value is None, which no rule reads
         }
@@ -694,7 +639,13 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
         }
     }
 
-    fn struct_items(&mut self, n: &'m Node, cur: &mut Cur<'a>, depth: usize, count: u64) -> R<()> {
+    fn struct_items(
+        &mut self,
+        n: &'m Node,
+        cur: &mut Cursor<'a>,
+        depth: usize,
+        count: u64,
+    ) -> R<()> {
         let items = n.roles & (role::TOPIC_OF_ITEMS | role::GENERIC) != 0;
         let learn = n.roles & role::LEARN_TOPICS != 0;
         let topic_array = n.roles & role::TOPIC_ARRAY != 0;
@@ -752,14 +703,14 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
         (!zero).then_some(Cand::Id(id))
     }
 
-    fn topic_strings(&mut self, n: &Node, cur: &mut Cur<'a>, count: u64) -> R<()> {
+    fn topic_strings(&mut self, n: &Node, cur: &mut Cursor<'a>, count: u64) -> R<()> {
         // Python reads the entries only when the first one is a str (not null).
         let mut first_is_text = false;
         for i in 0..count {
             let text = if n.kind == Kind::Uuid {
-                Some(Text::Uuid(cur.be()?))
+                Some(Text::Uuid(cur.array()?))
             } else {
-                cur.sized(self.flexible, false)?.map(Text::Str)
+                read_sized(cur, self.flexible, false)?.map(Text::Str)
             };
             if i == 0 {
                 first_is_text = text.is_some();
@@ -778,12 +729,12 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
 pub(crate) fn skip_field(
     model: &Model,
     n: &Node,
-    cur: &mut Cur<'_>,
+    cur: &mut Cursor<'_>,
     flexible: bool,
     depth: usize,
 ) -> R<()> {
     if n.array {
-        let count = cur.length(flexible, true)?;
+        let count = read_length(cur, flexible, true)?;
         if count < 0 {
             return Ok(());
         }
@@ -799,14 +750,14 @@ pub(crate) fn skip_field(
 pub(crate) fn skip_elements(
     model: &Model,
     n: &Node,
-    cur: &mut Cur<'_>,
+    cur: &mut Cursor<'_>,
     flexible: bool,
     depth: usize,
     count: u64,
 ) -> R<()> {
     if let Some(size) = n.fixed {
         let total = count.checked_mul(size as u64).ok_or(SHORT)?;
-        return cur.skip(usize::try_from(total).map_err(|_| SHORT)?);
+        return Ok(cur.skip(usize::try_from(total).map_err(|_| SHORT)?)?);
     }
     for _ in 0..count {
         skip_value(model, n, cur, flexible, depth)?;
@@ -818,16 +769,16 @@ pub(crate) fn skip_elements(
 pub(crate) fn skip_value(
     model: &Model,
     n: &Node,
-    cur: &mut Cur<'_>,
+    cur: &mut Cursor<'_>,
     flexible: bool,
     depth: usize,
 ) -> R<()> {
     if let Some(size) = n.fixed {
-        return cur.skip(size);
+        return Ok(cur.skip(size)?);
     }
     match n.kind {
-        Kind::Str => cur.sized(flexible, false).map(drop),
-        Kind::Bytes | Kind::Records => cur.sized(flexible, true).map(drop),
+        Kind::Str => read_sized(cur, flexible, false).map(drop),
+        Kind::Bytes | Kind::Records => read_sized(cur, flexible, true).map(drop),
         Kind::Struct => {
             if n.nullable && !n.array && flexible && cur.u8()? == 255 {
                 return Ok(());
@@ -838,8 +789,14 @@ pub(crate) fn skip_value(
     }
 }
 
-fn skip_members(model: &Model, n: &Node, cur: &mut Cur<'_>, flexible: bool, depth: usize) -> R<()> {
-    if depth > crate::model::MAX_DEPTH {
+fn skip_members(
+    model: &Model,
+    n: &Node,
+    cur: &mut Cursor<'_>,
+    flexible: bool,
+    depth: usize,
+) -> R<()> {
+    if depth > crate::kafka::model::MAX_DEPTH {
         return Err(Stop("depth"));
     }
     for &step in model.skip_steps(n) {
@@ -851,8 +808,8 @@ fn skip_members(model: &Model, n: &Node, cur: &mut Cur<'_>, flexible: bool, dept
         }
     }
     if flexible {
-        if cur.buf.get(cur.p) == Some(&0) {
-            cur.p += 1; // the usual empty tag section
+        if cur.eat(0) {
+            // the usual empty tag section
             return Ok(());
         }
         skip_tags(model, model.tagged(n), cur, depth)?;
@@ -861,17 +818,23 @@ fn skip_members(model: &Model, n: &Node, cur: &mut Cur<'_>, flexible: bool, dept
 }
 
 /// A tagged-field section: known tags must decode from their bytes, as in Python.
-fn skip_tags(model: &Model, tagged: &[u32], cur: &mut Cur<'_>, depth: usize) -> R<()> {
-    let count = cur.uvarint()?;
+fn skip_tags(model: &Model, tagged: &[u32], cur: &mut Cursor<'_>, depth: usize) -> R<()> {
+    let count = read_uvarint(cur)?;
     if count > cur.left() as u64 {
         return Err(SHORT);
     }
     for _ in 0..count {
-        let tag = cur.uvarint()?;
-        let size = usize::try_from(cur.uvarint()?).map_err(|_| SHORT)?;
+        let tag = read_uvarint(cur)?;
+        let size = usize::try_from(read_uvarint(cur)?).map_err(|_| SHORT)?;
         let chunk = cur.take(size)?;
         if let Some(&id) = tagged.iter().find(|&&id| model.node(id).tag == Some(tag)) {
-            skip_field(model, model.node(id), &mut Cur::new(chunk, 0), true, depth)?;
+            skip_field(
+                model,
+                model.node(id),
+                &mut Cursor::new(chunk, 0),
+                true,
+                depth,
+            )?;
         }
     }
     Ok(())
@@ -901,7 +864,7 @@ fn unsupported<'m>(model: &Model, api_key: i16, version: i16, dir: Direction) ->
 
 /// Where the body starts in a request frame, and its layout (`messages.decode_request`).
 pub(crate) fn request_start<'m>(model: &'m Model, buf: &[u8]) -> R<Start<'m>> {
-    let mut cur = Cur::new(buf, 0);
+    let mut cur = Cursor::new(buf, 0);
     let api_key = cur.i16()?;
     let version = cur.i16()?;
     cur.skip(4)?; // correlation_id
@@ -911,13 +874,13 @@ pub(crate) fn request_start<'m>(model: &'m Model, buf: &[u8]) -> R<Start<'m>> {
     let Some(layout) = found else {
         // Python reads the client_id before it looks for a layout: a cut one is its error.
         if !model.header_v0_requests.contains(&(api_key, version)) {
-            cur.header_client_id()?;
+            skip_client_id(&mut cur)?;
         }
         return unsupported(model, api_key, version, Direction::Request);
     };
     if layout.header_version >= 1 {
         // client_id stays a legacy nullable string even in header v2
-        cur.header_client_id()?;
+        skip_client_id(&mut cur)?;
     }
     if layout.header_version >= 2 {
         if let Err(stop) = header_tags(&mut cur) {
@@ -930,7 +893,7 @@ pub(crate) fn request_start<'m>(model: &'m Model, buf: &[u8]) -> R<Start<'m>> {
     }
     Ok(Start::Body {
         layout,
-        at: cur.p,
+        at: cur.pos(),
         key: (api_key, version),
     })
 }
@@ -942,7 +905,7 @@ pub(crate) fn response_start<'m>(
     api_key: i16,
     api_version: i16,
 ) -> R<Start<'m>> {
-    let mut cur = Cur::new(buf, 0);
+    let mut cur = Cursor::new(buf, 0);
     cur.skip(4)?; // correlation_id
     let version = fallback_version(model, buf, api_key, api_version).unwrap_or(api_version);
     let found = model
@@ -961,7 +924,7 @@ pub(crate) fn response_start<'m>(
     }
     Ok(Start::Body {
         layout,
-        at: cur.p,
+        at: cur.pos(),
         key: (api_key, api_version),
     })
 }
@@ -970,21 +933,18 @@ pub(crate) fn response_start<'m>(
 /// version (error 35 in v0's layout, KIP-511), if this response is one.
 fn fallback_version(model: &Model, buf: &[u8], api_key: i16, api_version: i16) -> Option<i16> {
     let fb = model.fallback;
-    let code = buf.get(4..6)?;
-    (api_key == fb.api_key
-        && api_version > 0
-        && i16::from_be_bytes([code[0], code[1]]) == fb.error_code)
-        .then_some(fb.version)
+    let code = be_i16(buf, 4)?;
+    (api_key == fb.api_key && api_version > 0 && code == fb.error_code).then_some(fb.version)
 }
 
-fn header_tags(cur: &mut Cur<'_>) -> R<()> {
-    let count = cur.uvarint()?;
+fn header_tags(cur: &mut Cursor<'_>) -> R<()> {
+    let count = read_uvarint(cur)?;
     if count > cur.left() as u64 {
         return Err(SHORT);
     }
     for _ in 0..count {
-        cur.uvarint()?;
-        let size = usize::try_from(cur.uvarint()?).map_err(|_| SHORT)?;
+        read_uvarint(cur)?;
+        let size = usize::try_from(read_uvarint(cur)?).map_err(|_| SHORT)?;
         cur.skip(size)?;
     }
     Ok(())
@@ -993,12 +953,12 @@ fn header_tags(cur: &mut Cur<'_>) -> R<()> {
 /// A top-level int field of a request body (Produce's `acks` for correlation).
 pub fn top_int_field(model: &Model, layout: &Layout, body: &[u8], field: &str) -> Option<i64> {
     let root = model.node(layout.root);
-    let mut cur = Cur::new(body, 0);
+    let mut cur = Cursor::new(body, 0);
     for &id in model.plain(root) {
         let n = model.node(id);
         if &*n.name == field {
             return if n.kind.is_int() && !n.array {
-                i64::try_from(cur.int(n.kind).ok()?).ok()
+                i64::try_from(read_int(&mut cur, n.kind).ok()?).ok()
             } else {
                 None
             };
@@ -1063,7 +1023,7 @@ fn walk_side<'a>(
         extracts,
         prefix: false,
     };
-    let mut cur = Cur::new(buf, start);
+    let mut cur = Cursor::new(buf, start);
     let root = model.node(layout.root);
     let result = w.members(root, &mut cur, 0, None);
     if result.is_err() {
@@ -1072,7 +1032,7 @@ fn walk_side<'a>(
     }
     match result {
         Err(stop) => (false, Some(stop)),
-        Ok(()) if cur.p != buf.len() => (true, Some(Stop("trailing_bytes"))),
+        Ok(()) if cur.pos() != buf.len() => (true, Some(Stop("trailing_bytes"))),
         Ok(()) => (true, None),
     }
 }
@@ -1137,7 +1097,7 @@ pub fn summarize_cut(
             extracts: &mut extracts,
             prefix: true,
         };
-        let mut cur = Cur::new(buf, at);
+        let mut cur = Cursor::new(buf, at);
         // Stops at the cut: what was read before it is in the scan.
         let _ = w.members(model.node(layout.root), &mut cur, 0, None);
     }
@@ -1476,7 +1436,7 @@ fn combine(
     }
     out.topics = picked.into_iter().map(Cow::into_owned).collect();
     if truncated {
-        counters.inc("summary_topics_truncated");
+        counters.inc(Counter::SummaryTopicsTruncated);
     }
     if let Some(r) = resp {
         out.error_count = r.error_count;

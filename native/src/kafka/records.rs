@@ -15,6 +15,8 @@
 use std::fmt;
 use std::io::Read;
 
+use crate::counter::Counter;
+use crate::cursor::{be_i16, be_i32, be_i64, be_u32, le_u16, le_u32, Cursor, Fault};
 use crate::types::Counters;
 
 /// Codec names by their id in the batch attributes; bit i of `RecordsSummary::codecs`.
@@ -124,10 +126,19 @@ impl Budget {
     /// `max_decompressed`, or FRAME_RATIO times the frame's size if that is more, up to
     /// FRAME_BUDGET_CAP: a fixed cap, not one an attacker's frame size raises.
     pub fn for_frame(frame_bytes: u64, max_decompressed: u64) -> Self {
-        let scaled = frame_bytes
-            .saturating_mul(FRAME_RATIO)
-            .min(FRAME_BUDGET_CAP);
-        Budget::per_frame(max_decompressed.max(scaled))
+        Budget::for_frame_capped(
+            frame_bytes,
+            max_decompressed,
+            max_decompressed.max(FRAME_BUDGET_CAP),
+        )
+    }
+
+    /// [`Budget::for_frame`] with the cap a run chose (`--max-decompressed`): never more
+    /// than `cap`, however large the frame or `max_decompressed` (records.py's
+    /// `Budget.for_frame` with `cap`).
+    pub fn for_frame_capped(frame_bytes: u64, max_decompressed: u64, cap: u64) -> Self {
+        let scaled = frame_bytes.saturating_mul(FRAME_RATIO);
+        Budget::per_frame(cap.min(max_decompressed.max(scaled)))
     }
 
     fn charge(&mut self, n: u64) {
@@ -211,12 +222,26 @@ pub fn summarize_records(
     }
     if ctx.out.partial_batches > 0 {
         ctx.counters
-            .add("records_partial_batches", ctx.out.partial_batches);
+            .add(Counter::RecordsPartialBatches, ctx.out.partial_batches);
     }
     ctx.out
 }
 
 // --- internals -------------------------------------------------------------------
+
+/// The prefix of the record-batch counters (`anomalies.RECORDS_COUNTER_PREFIX`).
+const COUNTER_PREFIX: &str = "records_";
+
+/// The code `records.py` writes for an anomaly, the name of its counter without the
+/// prefix (`records_crc_mismatch` -> `crc_mismatch`).
+pub fn record_error_code(counter: Counter) -> &'static str {
+    let name = counter.name();
+    debug_assert!(
+        name.starts_with(COUNTER_PREFIX),
+        "{name} is no record error"
+    );
+    name.strip_prefix(COUNTER_PREFIX).unwrap_or(name)
+}
 
 struct Ctx<'a> {
     budget: &'a mut Budget,
@@ -228,10 +253,13 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn error(&mut self, code: &str, detail: impl fmt::Display) {
-        self.counters.inc(&format!("records_{code}"));
+    /// A record-batch anomaly: counted as its `records_*` counter and listed under its
+    /// code, the counter's name without the prefix (`records.py`'s wording).
+    fn error(&mut self, counter: Counter, detail: impl fmt::Display) {
+        self.counters.inc(counter);
         // Garbage input can hold one anomaly per dozen bytes: keep the list bounded.
         if self.out.errors.len() < MAX_ERRORS {
+            let code = record_error_code(counter);
             self.out.errors.push(format!("{code}: {detail}"));
         } else {
             self.dropped += 1;
@@ -259,30 +287,6 @@ impl fmt::Display for At {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "batch {} at offset {}", self.index, self.pos)
     }
-}
-
-fn be_i16(b: &[u8], at: usize) -> Option<i16> {
-    Some(i16::from_be_bytes(
-        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
-}
-
-fn be_i32(b: &[u8], at: usize) -> Option<i32> {
-    Some(i32::from_be_bytes(
-        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
-}
-
-fn be_i64(b: &[u8], at: usize) -> Option<i64> {
-    Some(i64::from_be_bytes(
-        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
-    ))
-}
-
-fn be_u32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(
-        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
 }
 
 /// One step of the framing loop.
@@ -321,16 +325,22 @@ fn walk_top(ctx: &mut Ctx, buf: &[u8]) {
                 return;
             }
             Entry::Negative => {
-                ctx.error("bad_batch_length", format_args!("negative length in {at}"));
+                ctx.error(
+                    Counter::RecordsBadBatchLength,
+                    format_args!("negative length in {at}"),
+                );
                 return;
             }
             Entry::Whole(end) => end,
         };
         match buf.get(pos + MAGIC_AT).filter(|_| end - pos > MAGIC_AT) {
-            None => ctx.error("bad_batch_length", format_args!("{at} too short")),
+            None => ctx.error(
+                Counter::RecordsBadBatchLength,
+                format_args!("{at} too short"),
+            ),
             Some(2) => v2_batch(ctx, buf, pos, end, at),
             Some(&m @ (0 | 1)) => legacy_top(ctx, buf, pos, end, m, at),
-            Some(m) => ctx.error("unknown_magic", format_args!("{m} in {at}")),
+            Some(m) => ctx.error(Counter::RecordsUnknownMagic, format_args!("{m} in {at}")),
         }
         pos = end;
         index += 1;
@@ -348,19 +358,22 @@ fn v2_batch(ctx: &mut Ctx, buf: &[u8], pos: usize, end: usize, at: At) {
             .filter(|_| end - pos >= V2_HEADER),
     ) else {
         ctx.error(
-            "bad_batch_length",
+            Counter::RecordsBadBatchLength,
             format_args!("{at}: {} bytes, header needs {V2_HEADER}", end - pos),
         );
         return;
     };
     if crc32c::crc32c(covered) != crc {
-        ctx.error("crc_mismatch", at);
+        ctx.error(Counter::RecordsCrcMismatch, at);
     }
     let codec = (attributes & 0x07) as u8;
     ctx.codec(codec);
     let mut count = i64::from(count);
     if count < 0 {
-        ctx.error("bad_record_count", format_args!("{count} in {at}"));
+        ctx.error(
+            Counter::RecordsBadRecordCount,
+            format_args!("{count} in {at}"),
+        );
         count = 0;
     }
     let body = buf.get(pos + V2_HEADER..end).unwrap_or_default();
@@ -394,7 +407,7 @@ fn walk_v2_records(ctx: &mut Ctx, body: &[u8], count: i64, at: At) -> u64 {
             Ok(v) => v,
             Err(detail) => {
                 ctx.error(
-                    "bad_varint",
+                    Counter::RecordsBadVarint,
                     format_args!("{detail}: record {found} length in {at}"),
                 );
                 return found as u64;
@@ -402,12 +415,15 @@ fn walk_v2_records(ctx: &mut Ctx, body: &[u8], count: i64, at: At) -> u64 {
         };
         // start <= total and length < 2^35: no overflow in i64.
         if length < 0 || start as i64 + length > total as i64 {
-            ctx.error("truncated_record", format_args!("record {found} in {at}"));
+            ctx.error(
+                Counter::RecordsTruncatedRecord,
+                format_args!("record {found} in {at}"),
+            );
             return found as u64;
         }
         if length < V2_MIN_RECORD {
             ctx.error(
-                "bad_record_length",
+                Counter::RecordsBadRecordLength,
                 format_args!("{length} for record {found} in {at}"),
             );
             return found as u64;
@@ -423,12 +439,12 @@ fn walk_v2_records(ctx: &mut Ctx, body: &[u8], count: i64, at: At) -> u64 {
     }
     if found < count {
         ctx.error(
-            "record_count_mismatch",
+            Counter::RecordsRecordCountMismatch,
             format_args!("header says {count}, found {found} in {at}"),
         );
     } else if pos < total {
         ctx.error(
-            "trailing_bytes",
+            Counter::RecordsTrailingBytes,
             format_args!("{} after record {} in {at}", total - pos, found - 1),
         );
     }
@@ -437,19 +453,13 @@ fn walk_v2_records(ctx: &mut Ctx, body: &[u8], count: i64, at: At) -> u64 {
 
 /// Zigzag varint (max_bytes 5) or varlong (10) as Kafka's record format uses; returns
 /// (value, offset after it) or records.py's wording of what is wrong.
-fn varint(buf: &[u8], mut pos: usize, max_bytes: u32) -> Result<(i64, usize), String> {
-    let mut raw: u64 = 0;
-    for i in 0..max_bytes {
-        let Some(&byte) = buf.get(pos) else {
-            return Err("cut off".into());
-        };
-        pos += 1;
-        raw |= u64::from(byte & 0x7F) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Ok(((raw >> 1) as i64 ^ -((raw & 1) as i64), pos));
-        }
+fn varint(buf: &[u8], pos: usize, max_bytes: u32) -> Result<(i64, usize), String> {
+    let mut cur = Cursor::new(buf, pos);
+    match cur.varint(max_bytes) {
+        Ok(value) => Ok((value, cur.pos())),
+        Err(Fault::Short) => Err("cut off".into()),
+        Err(Fault::LongVarint) => Err(format!("longer than {max_bytes} bytes")),
     }
-    Err(format!("longer than {max_bytes} bytes"))
 }
 
 // --- magic 0 and 1 ---------------------------------------------------------------
@@ -491,14 +501,17 @@ fn legacy_message<'a>(
     // Callers checked that the magic byte (0 or 1) lies inside the entry.
     let size = end - pos - ENTRY;
     if size < LEGACY_MIN_SIZE[usize::from(magic & 1)] {
-        ctx.error("bad_message_size", format_args!("{size} in {where_}"));
+        ctx.error(
+            Counter::RecordsBadMessageSize,
+            format_args!("{size} in {where_}"),
+        );
         return None;
     }
     let crc = be_u32(buf, pos + LEGACY_CRC_AT)?;
     let attributes = *buf.get(pos + LEGACY_ATTRIBUTES_AT)?;
     if crc32fast::hash(buf.get(pos + MAGIC_AT..end)?) != crc {
         ctx.error(
-            "crc_mismatch",
+            Counter::RecordsCrcMismatch,
             format_args!("message at offset {pos} in {where_}"),
         );
     }
@@ -518,7 +531,7 @@ fn legacy_message<'a>(
     };
     if p != end {
         ctx.error(
-            "message_size_mismatch",
+            Counter::RecordsMessageSizeMismatch,
             format_args!("{} bytes left at offset {pos} in {where_}", end - p),
         );
     }
@@ -530,26 +543,30 @@ fn legacy_message<'a>(
     })
 }
 
-type Bad = (&'static str, String);
+type Bad = (Counter, String);
 
 /// An int32-length-prefixed byte field at `pos` (None for length -1).
 fn i32_bytes(buf: &[u8], pos: usize, end: usize) -> Result<(Option<&[u8]>, usize), Bad> {
-    let length = be_i32(buf, pos)
-        .filter(|_| pos + 4 <= end)
-        .ok_or(("truncated_record", "length cut off".to_string()))?;
+    let length = be_i32(buf, pos).filter(|_| pos + 4 <= end).ok_or((
+        Counter::RecordsTruncatedRecord,
+        "length cut off".to_string(),
+    ))?;
     let pos = pos + 4;
     if length == -1 {
         return Ok((None, pos));
     }
     let Ok(n) = usize::try_from(length) else {
-        return Err(("bad_length", length.to_string()));
+        return Err((Counter::RecordsBadLength, length.to_string()));
     };
     match buf
         .get(pos..pos.saturating_add(n))
         .filter(|_| pos + n <= end)
     {
         Some(v) => Ok((Some(v), pos + n)),
-        None => Err(("truncated_record", format!("field of {length} bytes"))),
+        None => Err((
+            Counter::RecordsTruncatedRecord,
+            format!("field of {length} bytes"),
+        )),
     }
 }
 
@@ -558,7 +575,7 @@ fn i32_bytes(buf: &[u8], pos: usize, end: usize) -> Result<(Option<&[u8]>, usize
 fn wrapper_inner(ctx: &mut Ctx, wrapper: &Legacy, where_: &str) -> Option<Vec<u8>> {
     let Some(value) = wrapper.value else {
         ctx.error(
-            "bad_compressed_message",
+            Counter::RecordsBadCompressedMessage,
             format_args!("null value in {where_}"),
         );
         return None;
@@ -587,11 +604,11 @@ fn legacy_inner(ctx: &mut Ctx, wrapper: &Legacy, depth: u32, where_: &str) -> u6
         let end = match entry_at(&inner, pos) {
             Entry::Whole(end) => end,
             Entry::Partial => {
-                ctx.error("truncated_batch", here);
+                ctx.error(Counter::RecordsTruncatedBatch, here);
                 break;
             }
             Entry::Negative => {
-                ctx.error("bad_batch_length", here);
+                ctx.error(Counter::RecordsBadBatchLength, here);
                 break;
             }
         };
@@ -612,9 +629,9 @@ fn pos_step(
     count: &mut u64,
 ) {
     let magic = match inner.get(pos + MAGIC_AT).filter(|_| end - pos > MAGIC_AT) {
-        None => return ctx.error("bad_message_size", here),
+        None => return ctx.error(Counter::RecordsBadMessageSize, here),
         Some(&m @ (0 | 1)) => m,
-        Some(m) => return ctx.error("unknown_magic", format_args!("{m} in {here}")),
+        Some(m) => return ctx.error(Counter::RecordsUnknownMagic, format_args!("{m} in {here}")),
     };
     let Some(message) = legacy_message(ctx, inner, pos, end, magic, here) else {
         return;
@@ -622,7 +639,7 @@ fn pos_step(
     if message.attributes & 0x07 == 0 {
         *count += 1;
     } else if depth >= MAX_NESTING {
-        ctx.error("nesting_too_deep", here);
+        ctx.error(Counter::RecordsNestingTooDeep, here);
     } else {
         *count += legacy_inner(ctx, &message, depth + 1, here);
     }
@@ -761,9 +778,9 @@ fn v2_expanded(
 /// (attributes, timestamp and offset deltas, key, value, headers, nothing left), or
 /// what is wrong with it in records.py's words (code, detail).
 fn v2_record_offset_delta(rec: &[u8]) -> Result<i64, Bad> {
-    let bad_varint = |detail: String| ("bad_varint", detail);
+    let bad_varint = |detail: String| (Counter::RecordsBadVarint, detail);
     if rec.is_empty() {
-        return Err(("truncated_record", "no attributes".into()));
+        return Err((Counter::RecordsTruncatedRecord, "no attributes".into()));
     }
     let (_timestamp_delta, p) = varint(rec, 1, 10).map_err(bad_varint)?;
     let (delta, p) = varint(rec, p, 5).map_err(bad_varint)?;
@@ -772,18 +789,18 @@ fn v2_record_offset_delta(rec: &[u8]) -> Result<i64, Bad> {
     let (headers, mut p) = varint(rec, p, 5).map_err(bad_varint)?;
     // each header takes at least 2 bytes
     if headers < 0 || headers > ((rec.len() - p) / 2) as i64 {
-        return Err(("bad_header_count", headers.to_string()));
+        return Err((Counter::RecordsBadHeaderCount, headers.to_string()));
     }
     for _ in 0..headers {
         let (null_key, q) = var_bytes(rec, p)?;
         if null_key {
-            return Err(("bad_header_key", "null".into()));
+            return Err((Counter::RecordsBadHeaderKey, "null".into()));
         }
         p = var_bytes(rec, q)?.1;
     }
     if p != rec.len() {
         return Err((
-            "record_length_mismatch",
+            Counter::RecordsRecordLengthMismatch,
             format!("{} bytes left", rec.len() - p),
         ));
     }
@@ -792,17 +809,21 @@ fn v2_record_offset_delta(rec: &[u8]) -> Result<i64, Bad> {
 
 /// A varint-length byte field: (is null, offset after it), or records.py's complaint.
 fn var_bytes(buf: &[u8], pos: usize) -> Result<(bool, usize), Bad> {
-    let (length, pos) = varint(buf, pos, 5).map_err(|detail| ("bad_varint", detail))?;
+    let (length, pos) =
+        varint(buf, pos, 5).map_err(|detail| (Counter::RecordsBadVarint, detail))?;
     if length == -1 {
         return Ok((true, pos));
     }
     if length < -1 {
-        return Err(("bad_length", length.to_string()));
+        return Err((Counter::RecordsBadLength, length.to_string()));
     }
     // length < 2^35 and pos <= buf.len(): no overflow
     match pos.checked_add(length as usize) {
         Some(end) if end <= buf.len() => Ok((false, end)),
-        _ => Err(("truncated_record", format!("field of {length} bytes"))),
+        _ => Err((
+            Counter::RecordsTruncatedRecord,
+            format!("field of {length} bytes"),
+        )),
     }
 }
 
@@ -850,12 +871,12 @@ fn legacy_inner_expanded(
     while pos < inner.len() {
         let here = format!("inner message {index} of {where_}");
         let Entry::Whole(end) = entry_at(&inner, pos) else {
-            ctx.error("truncated_batch", here);
+            ctx.error(Counter::RecordsTruncatedBatch, here);
             return (count, last);
         };
         let Some(&magic @ (0 | 1)) = inner.get(pos + MAGIC_AT).filter(|_| end - pos > MAGIC_AT)
         else {
-            ctx.error("bad_message_size", here);
+            ctx.error(Counter::RecordsBadMessageSize, here);
             return (count, last);
         };
         let Some(message) = legacy_message(ctx, &inner, pos, end, magic, &here) else {
@@ -863,7 +884,7 @@ fn legacy_inner_expanded(
         };
         if message.attributes & 0x07 != 0 {
             if depth >= MAX_NESTING {
-                ctx.error("nesting_too_deep", here);
+                ctx.error(Counter::RecordsNestingTooDeep, here);
                 return (count, last);
             }
             let (found, nested_last) = legacy_inner_expanded(ctx, &message, depth + 1, &here, out);
@@ -884,14 +905,14 @@ fn legacy_inner_expanded(
             // A producer's wrapper has offset 0 and its inner offsets 0..n-1: a negative
             // base, and Kafka keeps the inner offsets then.
             let Some(base) = wrapper.offset.checked_sub(l) else {
-                ctx.error("internal_error", "offset out of range");
+                ctx.error(Counter::RecordsInternalError, "offset out of range");
                 return (count, last);
             };
             if base >= 0 {
                 for o in &mut out[first_kept..] {
                     match o.checked_add(base) {
                         Some(v) => *o = v,
-                        None => ctx.error("internal_error", "offset out of range"),
+                        None => ctx.error(Counter::RecordsInternalError, "offset out of range"),
                     }
                 }
                 last = l.checked_add(base);
@@ -931,7 +952,10 @@ fn decompress(
     where_: &dyn fmt::Display,
 ) -> Result<Vec<u8>, Outcome> {
     if usize::from(codec) >= CODEC_NAMES.len() {
-        ctx.error("unknown_codec", format_args!("{codec} in {where_}"));
+        ctx.error(
+            Counter::RecordsUnknownCodec,
+            format_args!("{codec} in {where_}"),
+        );
         return Err(Outcome::Failed);
     }
     let limit = ctx.budget.remaining;
@@ -940,7 +964,7 @@ fn decompress(
         // The frame decoders read no frame as no output; records.py's reject it.
         let name = CODEC_NAMES[usize::from(codec)];
         ctx.error(
-            "decompression_failed",
+            Counter::RecordsDecompressionFailed,
             format_args!("{name}: empty input in {where_}"),
         );
         return Err(Outcome::Failed);
@@ -958,12 +982,18 @@ fn decompress(
         }
         Err(Fail::Limit(detail)) => {
             ctx.budget.charge(limit);
-            ctx.error("decompression_limit", format_args!("{detail} in {where_}"));
+            ctx.error(
+                Counter::RecordsDecompressionLimit,
+                format_args!("{detail} in {where_}"),
+            );
             Err(Outcome::Limit)
         }
         Err(Fail::Bad(detail)) => {
             ctx.budget.charge(produced);
-            ctx.error("decompression_failed", format_args!("{detail} in {where_}"));
+            ctx.error(
+                Counter::RecordsDecompressionFailed,
+                format_args!("{detail} in {where_}"),
+            );
             Err(Outcome::Failed)
         }
     }
@@ -1114,17 +1144,13 @@ fn inflate_member(
     let used = start + inflate(&mut z, body, out, limit, produced)?;
     let trailer = data.get(used..used + 8).ok_or_else(cut_off)?;
     let member = out.get(before..).unwrap_or_default();
-    if be_u32_le(trailer, 0) != Some(crc32fast::hash(member)) {
+    if le_u32(trailer, 0) != Some(crc32fast::hash(member)) {
         return Err(gz_bad("incorrect data check"));
     }
-    if be_u32_le(trailer, 4) != Some(member.len() as u32) {
+    if le_u32(trailer, 4) != Some(member.len() as u32) {
         return Err(gz_bad("incorrect length check"));
     }
     Ok(used + 8)
-}
-
-fn be_u32_le(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
 /// Where the deflate data of a gzip member starts (RFC 1952), checked as zlib does.
@@ -1143,8 +1169,8 @@ fn gzip_header_end(data: &[u8]) -> Result<usize, Fail> {
     }
     let mut p = 10usize;
     if flags & FEXTRA != 0 {
-        let n = data.get(p..p + 2).ok_or_else(cut_off)?;
-        p += 2 + usize::from(u16::from_le_bytes([n[0], n[1]]));
+        let n = le_u16(data, p).ok_or_else(cut_off)?;
+        p += 2 + usize::from(n);
         if p > data.len() {
             return Err(cut_off());
         }
@@ -1159,10 +1185,8 @@ fn gzip_header_end(data: &[u8]) -> Result<usize, Fail> {
         }
     }
     if flags & FHCRC != 0 {
-        let stored = data.get(p..p + 2).ok_or_else(cut_off)?;
-        if u16::from_le_bytes([stored[0], stored[1]])
-            != (crc32fast::hash(&data[..p]) & 0xFFFF) as u16
-        {
+        let stored = le_u16(data, p).ok_or_else(cut_off)?;
+        if stored != (crc32fast::hash(&data[..p]) & 0xFFFF) as u16 {
             return Err(gz_bad("header crc mismatch"));
         }
         p += 2;
@@ -1345,17 +1369,19 @@ fn lz4_frame(
     let max_block = 1usize << (8 + 2 * (bd >> 4)); // 64 KiB, 256 KiB, 1 MiB, 4 MiB
     let descriptor_end = pos + 6 + if flags & LZ4_CONTENT_SIZE != 0 { 8 } else { 0 };
     let descriptor = data.get(pos + 4..descriptor_end)?;
-    if *data.get(descriptor_end)? != (xxh32(descriptor, 0) >> 8) as u8 {
+    if *data.get(descriptor_end)? != (twox_hash::XxHash32::oneshot(0, descriptor) >> 8) as u8 {
         return None;
     }
-    let content_size = (flags & LZ4_CONTENT_SIZE != 0)
-        .then(|| u64::from_le_bytes(descriptor[2..10].try_into().unwrap_or_default()));
+    let content_size = match flags & LZ4_CONTENT_SIZE {
+        0 => None,
+        _ => Some(Cursor::new(descriptor, 2).u64_le().ok()?),
+    };
     pos = descriptor_end + 1;
     if block.len() < max_block {
         block.resize(max_block, 0);
     }
     loop {
-        let word = u32::from_le_bytes(data.get(pos..pos + 4)?.try_into().ok()?);
+        let word = le_u32(data, pos)?;
         pos += 4;
         if word == 0 {
             break;
@@ -1367,7 +1393,7 @@ fn lz4_frame(
         }
         pos += len;
         if flags & LZ4_BLOCK_CHECKSUM != 0 {
-            let sum = u32::from_le_bytes(data.get(pos..pos + 4)?.try_into().ok()?);
+            let sum = le_u32(data, pos)?;
             pos += 4;
             if twox_hash::XxHash32::oneshot(0, raw) != sum {
                 return None;
@@ -1389,7 +1415,7 @@ fn lz4_frame(
         return None;
     }
     if flags & LZ4_CONTENT_CHECKSUM != 0 {
-        let sum = u32::from_le_bytes(data.get(pos..pos + 4)?.try_into().ok()?);
+        let sum = le_u32(data, pos)?;
         pos += 4;
         if twox_hash::XxHash32::oneshot(0, content) != sum {
             return None;
@@ -1406,69 +1432,6 @@ fn fix_lz4_header_checksum(data: &[u8]) -> Option<Vec<u8>> {
     let hc_at = 6 + if flags & 0x08 != 0 { 8 } else { 0 } + if flags & 0x01 != 0 { 4 } else { 0 };
     let descriptor = data.get(4..hc_at).filter(|_| hc_at < data.len())?;
     let mut fixed = data.to_vec();
-    fixed[hc_at] = (xxh32(descriptor, 0) >> 8) as u8;
+    fixed[hc_at] = (twox_hash::XxHash32::oneshot(0, descriptor) >> 8) as u8;
     Some(fixed)
-}
-
-const P1: u32 = 2654435761;
-const P2: u32 = 2246822519;
-const P3: u32 = 3266489917;
-const P4: u32 = 668265263;
-const P5: u32 = 374761393;
-
-fn word(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    if let Some(s) = b.get(at..at + 4) {
-        w.copy_from_slice(s);
-    }
-    u32::from_le_bytes(w)
-}
-
-/// XXH32, only needed for the few bytes of an LZ4 frame descriptor.
-pub fn xxh32(data: &[u8], seed: u32) -> u32 {
-    let n = data.len();
-    let mut pos = 0;
-    let mut acc = if n >= 16 {
-        let mut lanes = [
-            seed.wrapping_add(P1).wrapping_add(P2),
-            seed.wrapping_add(P2),
-            seed,
-            seed.wrapping_sub(P1),
-        ];
-        while pos + 16 <= n {
-            for lane in lanes.iter_mut() {
-                *lane = lane
-                    .wrapping_add(word(data, pos).wrapping_mul(P2))
-                    .rotate_left(13)
-                    .wrapping_mul(P1);
-                pos += 4;
-            }
-        }
-        lanes[0]
-            .rotate_left(1)
-            .wrapping_add(lanes[1].rotate_left(7))
-            .wrapping_add(lanes[2].rotate_left(12))
-            .wrapping_add(lanes[3].rotate_left(18))
-    } else {
-        seed.wrapping_add(P5)
-    };
-    acc = acc.wrapping_add(n as u32);
-    while pos + 4 <= n {
-        acc = acc
-            .wrapping_add(word(data, pos).wrapping_mul(P3))
-            .rotate_left(17)
-            .wrapping_mul(P4);
-        pos += 4;
-    }
-    for &b in data.get(pos..).unwrap_or_default() {
-        acc = acc
-            .wrapping_add(u32::from(b).wrapping_mul(P5))
-            .rotate_left(11)
-            .wrapping_mul(P1);
-    }
-    acc ^= acc >> 15;
-    acc = acc.wrapping_mul(P2);
-    acc ^= acc >> 13;
-    acc = acc.wrapping_mul(P3);
-    acc ^ (acc >> 16)
 }

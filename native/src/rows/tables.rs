@@ -14,17 +14,19 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::model::{Direction, Kind, Model, NoSpec, Node, MAX_DEPTH};
-use crate::records::{table_records, Budget, Expansion, DEFAULT_MAX_DECOMPRESSED};
-use crate::rows::{Dict as Words, Nullable};
-use crate::summary::{
-    is_assumed, lossy, request_start, response_start, skip_elements, skip_field, skip_value,
-    uuid_text, Cur, Start, Stop, TopicNames, R, SHORT,
+use crate::cursor::Cursor;
+use crate::kafka::model::{Direction, Kind, Model, NoSpec, Node, MAX_DEPTH};
+use crate::kafka::records::{table_records, Budget, Expansion, DEFAULT_MAX_DECOMPRESSED};
+use crate::kafka::summary::{
+    is_assumed, lossy, read_int, read_length, read_sized, read_uvarint, request_start,
+    response_start, skip_elements, skip_field, skip_value, uuid_text, Start, Stop, TopicNames, R,
+    SHORT,
 };
-use crate::table_model::{
+use crate::kafka::table_model::{
     Acquired, ContextFills, Facts, GroupRole, PartitionRole, TablesModel, VersionRole,
     MAX_CONTEXT_SLOTS, MAX_ENTRY_COLUMNS, MAX_VALUE_SLOTS,
 };
+use crate::rows::{Dict as Words, Nullable};
 use crate::types::{Exchange, KafkaFrame};
 
 // ------------------------------------------------------------------ sparse bodies
@@ -116,7 +118,7 @@ struct Sparse<'m> {
 }
 
 impl<'m> Sparse<'m> {
-    fn dict<'a>(&mut self, n: &Node, cur: &mut Cur<'a>, depth: usize) -> R<Dict<'a>> {
+    fn dict<'a>(&mut self, n: &Node, cur: &mut Cursor<'a>, depth: usize) -> R<Dict<'a>> {
         if depth > MAX_DEPTH {
             return Err(Stop("depth"));
         }
@@ -138,19 +140,19 @@ impl<'m> Sparse<'m> {
         if !self.flexible {
             return Ok(d);
         }
-        if cur.buf.get(cur.p) == Some(&0) {
-            cur.p += 1; // the usual empty tag section
+        if cur.eat(0) {
+            // the usual empty tag section
             return Ok(d);
         }
         let tagged = model.tagged(n);
-        let count = cur.uvarint()?;
+        let count = read_uvarint(cur)?;
         if count > cur.left() as u64 {
             return Err(SHORT);
         }
         let mut seen: u64 = 0;
         for _ in 0..count {
-            let tag = cur.uvarint()?;
-            let size = usize::try_from(cur.uvarint()?).map_err(|_| SHORT)?;
+            let tag = read_uvarint(cur)?;
+            let size = usize::try_from(read_uvarint(cur)?).map_err(|_| SHORT)?;
             let chunk = cur.take(size)?;
             d.nonempty = true; // known or not, the tag is a key of the dict
             let Some(i) = tagged
@@ -166,7 +168,7 @@ impl<'m> Sparse<'m> {
             seen |= 1 << i;
             let m = model.node(tagged[i]);
             // A known tag decodes from its own bytes; what it leaves unread is ignored.
-            let mut sub = Cur::new(chunk, 0);
+            let mut sub = Cursor::new(chunk, 0);
             if m.tables {
                 let v = self.value(m, &mut sub, depth)?;
                 d.members.push((tagged[i], v));
@@ -177,7 +179,7 @@ impl<'m> Sparse<'m> {
         Ok(d)
     }
 
-    fn value<'a>(&mut self, m: &Node, cur: &mut Cur<'a>, depth: usize) -> R<Val<'a>> {
+    fn value<'a>(&mut self, m: &Node, cur: &mut Cursor<'a>, depth: usize) -> R<Val<'a>> {
         let facts = self.model.facts(m);
         if facts.odd {
             return Err(Stop("odd"));
@@ -192,20 +194,22 @@ impl<'m> Sparse<'m> {
                 }
                 Val::Dict(self.dict(m, cur, depth + 1)?)
             }
-            Kind::Records => match cur.sized(self.flexible, true)? {
+            Kind::Records => match read_sized(cur, self.flexible, true)? {
                 None => Val::Null,
                 Some(data) => self.records(data)?,
             },
-            Kind::Str => match cur.sized(self.flexible, false)? {
+            Kind::Str => match read_sized(cur, self.flexible, false)? {
                 None => Val::Null,
                 Some(raw) => Val::Text(lossy(raw)),
             },
-            Kind::Uuid => Val::Text(Cow::Owned(uuid_text(&cur.be::<16>()?))),
-            Kind::Bytes => match cur.sized(self.flexible, true)? {
+            Kind::Uuid => Val::Text(Cow::Owned(uuid_text(&cur.array::<16>()?))),
+            Kind::Bytes => match read_sized(cur, self.flexible, true)? {
                 None => Val::Null,
                 Some(raw) => Val::Bytes(raw.len()),
             },
-            k if k.is_int() => Val::Int(i64::try_from(cur.int(k)?).map_err(|_| Stop("int_range"))?),
+            k if k.is_int() => {
+                Val::Int(i64::try_from(read_int(cur, k)?).map_err(|_| Stop("int_range"))?)
+            }
             Kind::Bool => Val::Bool(cur.u8()? != 0),
             _ => {
                 skip_value(self.model, m, cur, self.flexible, depth)?;
@@ -214,8 +218,8 @@ impl<'m> Sparse<'m> {
         })
     }
 
-    fn array<'a>(&mut self, m: &Node, cur: &mut Cur<'a>, depth: usize) -> R<Val<'a>> {
-        let count = cur.length(self.flexible, true)?;
+    fn array<'a>(&mut self, m: &Node, cur: &mut Cursor<'a>, depth: usize) -> R<Val<'a>> {
+        let count = read_length(cur, self.flexible, true)?;
         if count < 0 {
             return Ok(Val::Null);
         }
@@ -238,7 +242,7 @@ impl<'m> Sparse<'m> {
             k if k.is_int() => {
                 let mut items = Vec::with_capacity(bounded);
                 for _ in 0..count {
-                    let v = i64::try_from(cur.int(k)?).map_err(|_| Stop("int_range"))?;
+                    let v = i64::try_from(read_int(cur, k)?).map_err(|_| Stop("int_range"))?;
                     items.push(Val::Int(v));
                 }
                 Ok(Val::List(items))
@@ -301,6 +305,7 @@ type AssumedKey = (i16, i16, Direction);
 fn decode_side<'a>(
     model: &Model,
     tables: &TablesModel,
+    frame_cap: u64,
     start: R<Start<'_>>,
     buf: &'a [u8],
     expand: bool,
@@ -314,14 +319,14 @@ fn decode_side<'a>(
         model,
         tables,
         flexible: layout.flexible,
-        budget: Budget::for_frame(buf.len() as u64, DEFAULT_MAX_DECOMPRESSED),
+        budget: Budget::for_frame_capped(buf.len() as u64, DEFAULT_MAX_DECOMPRESSED, frame_cap),
         items: tables.item_budget,
         expand,
     };
-    let mut cur = Cur::new(buf, at);
+    let mut cur = Cursor::new(buf, at);
     let walked = walk.dict(model.node(layout.root), &mut cur, 0);
-    let exact = walked.is_ok() && cur.p == buf.len();
-    let describe = |u: &crate::model::Unsupported| {
+    let exact = walked.is_ok() && cur.pos() == buf.len();
+    let describe = |u: &crate::kafka::model::Unsupported| {
         Side::Unsupported(u.describe(key.0, key.1, layout.direction))
     };
     match (walked, assumed) {
@@ -341,6 +346,7 @@ fn decode_side<'a>(
 fn decode_pair<'a>(
     model: &Model,
     tables: &TablesModel,
+    frame_cap: u64,
     api_key: i16,
     api_version: i16,
     request: Option<&'a [u8]>,
@@ -349,11 +355,18 @@ fn decode_pair<'a>(
     let expand = tables.expand_responses.contains(&api_key);
     let mut sides = [(Side::Absent, None), (Side::Absent, None)];
     if let Some(buf) = request {
-        sides[0] = decode_side(model, tables, request_start(model, buf), buf, false)?;
+        sides[0] = decode_side(
+            model,
+            tables,
+            frame_cap,
+            request_start(model, buf),
+            buf,
+            false,
+        )?;
     }
     if let Some(buf) = response {
         let start = response_start(model, buf, api_key, api_version);
-        sides[1] = decode_side(model, tables, start, buf, expand)?;
+        sides[1] = decode_side(model, tables, frame_cap, start, buf, expand)?;
     }
     let newer = sides.iter().any(|(s, _)| {
         matches!(
@@ -1137,13 +1150,22 @@ fn add(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 /// borrow from); Err: leave the pair to the Python decoder.
 pub fn decode_for_tables<'a>(
     model: &Model,
+    frame_cap: u64,
     api_key: i16,
     api_version: i16,
     request: Option<&'a [u8]>,
     response: Option<&'a [u8]>,
 ) -> Result<[Side<'a>; 2], Stop> {
     let tables = model.tables.as_ref().ok_or(Stop("no tables"))?;
-    decode_pair(model, tables, api_key, api_version, request, response)
+    decode_pair(
+        model,
+        tables,
+        frame_cap,
+        api_key,
+        api_version,
+        request,
+        response,
+    )
 }
 
 /// The facts of one pair, read from its decoded sides (`decode_for_tables`); its
@@ -1366,6 +1388,8 @@ pub enum Observed {
 /// The tables of a run, built exchange by exchange in capture order.
 pub struct TableSink {
     model: Arc<Model>,
+    /// The most one frame's record batches may decompress to (`--max-decompressed`).
+    frame_cap: u64,
     capture: String,
     partitions: PartitionColumns,
     groups: GroupColumns,
@@ -1377,7 +1401,7 @@ pub struct TableSink {
 
 impl TableSink {
     /// None when the model has no tables section.
-    pub fn new(model: Arc<Model>) -> Option<Self> {
+    pub fn new(model: Arc<Model>, frame_cap: u64) -> Option<Self> {
         let columns = model.tables.as_ref()?.entry_columns.len();
         let partitions = PartitionColumns {
             entries: (0..columns).map(|_| Nullable::default()).collect(),
@@ -1385,6 +1409,7 @@ impl TableSink {
         };
         Some(TableSink {
             model,
+            frame_cap,
             capture: String::new(),
             partitions,
             groups: GroupColumns::default(),
@@ -1451,7 +1476,14 @@ impl TableSink {
             .filter(whole)
             .map(|f| f.payload.as_slice());
         let model = Arc::clone(&self.model);
-        match decode_for_tables(&model, api_key, api_version, request, response) {
+        match decode_for_tables(
+            &model,
+            self.frame_cap,
+            api_key,
+            api_version,
+            request,
+            response,
+        ) {
             Ok(sides) => {
                 let api_name = model.api_name(api_key);
                 let mut row = |f: &PartitionFacts<'_>| self.partition_row(ex, &api_name, f);

@@ -33,6 +33,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
 
+use crate::counter::Counter;
 use crate::types::{
     Chunk, CloseReason, Counters, Endpoint, Event, Packet, StreamClose, StreamOpen, Ts, ACK, FIN,
     RST, SYN,
@@ -401,8 +402,8 @@ impl Dir {
         let nxt = self.nxt();
         if target > nxt {
             let gap = (target - nxt) as u64;
-            ctx.counters.inc("tcp_gaps");
-            ctx.counters.add("tcp_gap_bytes", gap);
+            ctx.counters.inc(Counter::TcpGaps);
+            ctx.counters.add(Counter::TcpGapBytes, gap);
             self.lost = self.lost.saturating_add(gap);
             self.lost_lost |= !snapped;
             self.resync = true;
@@ -524,10 +525,10 @@ impl Dir {
         }
         let tail = (cur < end || (missing > 0 && cur == end)).then_some((cur, end));
         if conflicts > 0 {
-            ctx.counters.add("tcp_overlap_conflict", conflicts);
+            ctx.counters.add(Counter::TcpOverlapConflict, conflicts);
         }
         if holes.is_empty() && tail.is_none() {
-            ctx.counters.inc("tcp_retransmission");
+            ctx.counters.inc(Counter::TcpRetransmission);
             return;
         }
         let pieces = holes.into_iter().map(|(lo, hi)| (lo, hi, 0));
@@ -672,15 +673,15 @@ impl Dir {
         let covered = end.saturating_add_unsigned(missing) <= nxt;
         if covered && payload.len() <= 1 && start == nxt - 1 {
             // Keep-alive: its byte (if any) is filler, often zero, not a conflicting copy.
-            ctx.counters.inc("tcp_keepalive");
+            ctx.counters.inc(Counter::TcpKeepalive);
             return;
         }
         self.check_delivered(start, payload, ctx);
         if covered {
-            ctx.counters.inc("tcp_retransmission");
+            ctx.counters.inc(Counter::TcpRetransmission);
             return;
         }
-        ctx.counters.inc("tcp_overlap");
+        ctx.counters.inc(Counter::TcpOverlap);
         if end > nxt {
             let fresh = offset(nxt, start)
                 .and_then(|at| payload.get(at..))
@@ -719,7 +720,7 @@ impl Dir {
             .and_then(|(a, b)| last.get(a..b));
         if let (Some(ours), Some(theirs)) = (ours, theirs) {
             if ours != theirs {
-                ctx.counters.inc("tcp_overlap_conflict");
+                ctx.counters.inc(Counter::TcpOverlapConflict);
             }
         }
     }
@@ -749,7 +750,7 @@ impl Dir {
         if self.ack_count >= ctx.cfg.ack_gap_packets
             || now.saturating_sub(self.ack_since) >= ctx.cfg.ack_gap_ns
         {
-            ctx.counters.inc("tcp_acked_gap");
+            ctx.counters.inc(Counter::TcpAckedGap);
             let target = self.ack_max;
             while !self.segs.is_empty() && self.nxt() < target {
                 self.skip_hole(ctx);
@@ -764,7 +765,7 @@ impl Dir {
         if !over(self) {
             return;
         }
-        ctx.counters.inc("tcp_buffer_limit");
+        ctx.counters.inc(Counter::TcpBufferLimit);
         while over(self) && !self.segs.is_empty() {
             self.skip_hole(ctx);
         }
@@ -898,7 +899,7 @@ impl Conn {
         if flags & RST != 0 {
             let at = unwrap(seq, nxt);
             if at.saturating_sub(nxt).saturating_abs() > RST_WINDOW {
-                ctx.counters.inc("tcp_rst_ignored");
+                ctx.counters.inc(Counter::TcpRstIgnored);
             } else {
                 self.rst = true;
                 self.rst_from = side;
@@ -921,11 +922,11 @@ impl Conn {
             } else if start < nxt {
                 d.old_data(start, payload, missing, now, pkt.frame, ctx);
             } else if start - nxt > MAX_AHEAD {
-                ctx.counters.inc("tcp_out_of_window");
+                ctx.counters.inc(Counter::TcpOutOfWindow);
                 return;
             } else {
                 d.buffer(start, payload, missing, now, pkt.frame, ctx);
-                ctx.counters.inc("tcp_out_of_order");
+                ctx.counters.inc(Counter::TcpOutOfOrder);
                 if d.ack_count > 0 && d.ack_hole == Some(nxt) {
                     d.skip_acked(now, ctx);
                 }
@@ -1163,12 +1164,12 @@ impl Reassembler {
 
     fn new_conn(&mut self, key: DirKey, counters: &mut Counters, out: &mut Vec<Event>) -> usize {
         while self.open >= self.cfg.max_connections && self.lru_tail != NIL {
-            counters.inc("tcp_connection_limit");
+            counters.inc(Counter::TcpConnectionLimit);
             self.close(self.lru_tail, CloseReason::Idle, counters, out);
         }
         let stream = self.next_stream;
         self.next_stream = self.next_stream.saturating_add(1);
-        counters.inc("tcp_streams");
+        counters.inc(Counter::TcpStreams);
         let slot = self.free.pop().unwrap_or(self.conns.len());
         let conn = Conn {
             stream,
@@ -1216,12 +1217,12 @@ impl Reassembler {
             if !new_syn {
                 self.last_stream = Some(closed.stream);
                 if !pkt.payload.is_empty() {
-                    counters.inc("tcp_after_close");
-                    counters.add("tcp_after_close_bytes", pkt.payload.len() as u64);
+                    counters.inc(Counter::TcpAfterClose);
+                    counters.add(Counter::TcpAfterCloseBytes, pkt.payload.len() as u64);
                 }
                 return None;
             }
-            counters.inc("tcp_port_reuse");
+            counters.inc(Counter::TcpPortReuse);
             self.closed.remove(&conn_key);
         }
         Some((self.new_conn(key, counters, out), 0))
@@ -1266,7 +1267,7 @@ impl Reassembler {
             if conn.answers_pending(side, pkt) {
                 return Some(self.confirm_reuse(slot, side, counters, out));
             }
-            counters.inc("tcp_suspect_syn");
+            counters.inc(Counter::TcpSuspectSyn);
             self.conn_mut(slot)?.pending_syn = None;
         }
         let conn = self.conn(slot)?;
@@ -1276,7 +1277,7 @@ impl Reassembler {
         let window = self.cfg.suspect_syn_window_ns;
         let quiet = window <= 0 || self.clock.saturating_sub(conn.last_ts) >= window;
         if conn.closing_since.is_some() || quiet {
-            counters.inc("tcp_port_reuse");
+            counters.inc(Counter::TcpPortReuse);
             let reason = if conn.rst {
                 CloseReason::Rst
             } else {
@@ -1332,7 +1333,7 @@ impl Reassembler {
         } else {
             CloseReason::Reused
         };
-        counters.inc("tcp_port_reuse");
+        counters.inc(Counter::TcpPortReuse);
         self.close(slot, reason, counters, out);
         let fresh = self.new_conn(key, counters, out);
         let syn = Packet {
@@ -1374,11 +1375,11 @@ impl Reassembler {
         if !conn.rst || pkt.payload.is_empty() {
             return;
         }
-        counters.inc("tcp_data_after_rst");
+        counters.inc(Counter::TcpDataAfterRst);
         if !conn.refutes_rst(side, pkt, &self.cfg) {
             return;
         }
-        counters.inc("tcp_suspect_rst");
+        counters.inc(Counter::TcpSuspectRst);
         conn.rst = false;
         if conn.closing_since.is_some() && !conn.wants_close() {
             conn.closing_since = None;
@@ -1437,7 +1438,7 @@ impl Reassembler {
             if self.clock.saturating_sub(conn.last_ts) <= idle {
                 break;
             }
-            counters.inc("tcp_idle_close");
+            counters.inc(Counter::TcpIdleClose);
             self.close(self.lru_tail, CloseReason::Idle, counters, out);
         }
     }
@@ -1465,7 +1466,7 @@ impl Reassembler {
             }
         }
         if conn.pending_syn.is_some() {
-            counters.inc("tcp_suspect_syn"); // never answered
+            counters.inc(Counter::TcpSuspectSyn); // never answered
         }
         out.push(Event::Close(StreamClose {
             stream: conn.stream,
@@ -1524,7 +1525,7 @@ impl Reassembler {
 
     /// Over a global bound: skip the holes of the direction holding most bytes.
     fn relieve_global(&mut self, counters: &mut Counters, out: &mut Vec<Event>) {
-        counters.inc("tcp_global_buffer_limit");
+        counters.inc(Counter::TcpGlobalBufferLimit);
         let Reassembler {
             cfg, conns, buf, ..
         } = self;

@@ -1,4 +1,4 @@
-//! IPv4 and IPv6 fragment reassembly for the capture stage (`capture.rs`).
+//! IPv4 and IPv6 fragment reassembly for the capture stage (`capture/mod.rs`).
 //!
 //! Captures taken where the MTU is smaller than the senders' (tunnels, mirror ports,
 //! jumbo-frame hosts behind ordinary links) carry IP fragments; a TCP segment split
@@ -22,6 +22,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 
+use crate::counter::Counter;
 use crate::types::{Counters, Ts};
 
 /// Datagrams being reassembled at once; beyond it the oldest is dropped.
@@ -145,7 +146,7 @@ impl Defrag {
         timeout: Ts,
         counters: &mut Counters,
     ) -> Option<Datagram> {
-        counters.inc("ip_fragment");
+        counters.inc(Counter::IpFragment);
         self.clock = self.clock.max(f.ts);
         self.expire(counters);
         if !self.pending.contains_key(&f.key) {
@@ -170,13 +171,13 @@ impl Defrag {
         if entry.add(&f).is_err() {
             let dropped = entry.fragments;
             self.remove(&f.key);
-            counters.add("ip_fragments_bad", dropped);
+            counters.add(Counter::IpFragmentsBad, dropped);
             return None;
         }
         self.bytes = self.bytes + entry.data.len() - before;
         if entry.complete() {
             let done = self.remove(&f.key)?;
-            counters.inc("ip_reassembled");
+            counters.inc(Counter::IpReassembled);
             let mut payload = done.data;
             payload.truncate(done.total.unwrap_or(0));
             return Some(Datagram {
@@ -192,7 +193,7 @@ impl Defrag {
     pub fn finish(&mut self, counters: &mut Counters) {
         let left: u64 = self.pending.values().map(|p| p.fragments).sum();
         if left > 0 {
-            counters.add("ip_fragments_incomplete", left);
+            counters.add(Counter::IpFragmentsIncomplete, left);
         }
         self.pending.clear();
         self.order.clear();
@@ -215,7 +216,7 @@ impl Defrag {
                     }
                     let n = p.fragments;
                     self.remove(&key);
-                    counters.add("ip_fragments_timeout", n);
+                    counters.add(Counter::IpFragmentsTimeout, n);
                 }
                 _ => {}
             }
@@ -235,7 +236,7 @@ impl Defrag {
                 .is_some_and(|p| p.generation == generation)
             {
                 if let Some(p) = self.remove(&key) {
-                    counters.add("ip_fragments_evicted", p.fragments);
+                    counters.add(Counter::IpFragmentsEvicted, p.fragments);
                 }
             }
         }
@@ -280,7 +281,10 @@ mod tests {
             .is_none());
         let got = d.add(frag(1, 0, true, b"hello, w", 3), TIMEOUT_V4_NS, &mut c);
         assert_eq!(got.map(|g| g.payload), Some(b"hello, wworld!!!".to_vec()));
-        assert_eq!((c.get("ip_fragment"), c.get("ip_reassembled")), (3, 1));
+        assert_eq!(
+            (c.get(Counter::IpFragment), c.get(Counter::IpReassembled)),
+            (3, 1)
+        );
         assert_eq!(d.bytes, 0);
     }
 
@@ -292,7 +296,7 @@ mod tests {
         assert!(d
             .add(frag(1, 0, false, b"bbbbbbbb", 1), TIMEOUT_V4_NS, &mut c)
             .is_none());
-        assert_eq!(c.get("ip_fragments_bad"), 2);
+        assert_eq!(c.get(Counter::IpFragmentsBad), 2);
         assert!(d.pending.is_empty());
     }
 
@@ -306,7 +310,7 @@ mod tests {
             TIMEOUT_V4_NS,
             &mut c,
         );
-        assert_eq!(c.get("ip_fragments_timeout"), 1);
+        assert_eq!(c.get(Counter::IpFragmentsTimeout), 1);
         for id in 3..(MAX_DATAGRAMS as u32 + 10) {
             d.add(
                 frag(id, 0, true, b"x", TIMEOUT_V4_NS + 1),
@@ -316,9 +320,9 @@ mod tests {
         }
         assert!(d.pending.len() <= MAX_DATAGRAMS);
         // Datagram 2 and 3.. MAX_DATAGRAMS + 9: eight more than the bound, oldest first.
-        assert_eq!(c.get("ip_fragments_evicted"), 8);
+        assert_eq!(c.get(Counter::IpFragmentsEvicted), 8);
         assert!(!d.pending.contains_key(&key(9)) && d.pending.contains_key(&key(10)));
         d.finish(&mut c);
-        assert_eq!(c.get("ip_fragments_incomplete"), MAX_DATAGRAMS as u64);
+        assert_eq!(c.get(Counter::IpFragmentsIncomplete), MAX_DATAGRAMS as u64);
     }
 }

@@ -12,8 +12,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::correlate::{CorrelationConfig, Correlator};
-use crate::framing::Framer;
+use crate::counter::Counter;
+use crate::kafka::correlate::{CorrelationConfig, Correlator};
+use crate::kafka::framing::Framer;
 use crate::tcp::{Reassembler, TcpConfig};
 use crate::tls::{KeySource, Summary as TlsSummary, TlsStage};
 use crate::types::{Chunk, Counters, Endpoint, Event, Exchange, KafkaFrame, Packet, Versions};
@@ -187,7 +188,7 @@ impl Session {
         let stream = ch.stream;
         let mut frames = std::mem::take(&mut self.frames);
         let Some(i) = self.framer_for(stream, ch.src, ch.dst) else {
-            counters.add("non_kafka_bytes", ch.data.len() as u64);
+            counters.add(Counter::NonKafkaBytes, ch.data.len() as u64);
             self.frames = frames;
             return;
         };
@@ -208,7 +209,7 @@ impl Session {
             self.corr.frames_lost(stream, src, from, to);
         }
         if !frames.is_empty() {
-            counters.add("kafka_frames", frames.len() as u64);
+            counters.add(Counter::KafkaFrames, frames.len() as u64);
             for frame in frames.drain(..) {
                 self.corr.frame(frame, counters, out);
             }

@@ -26,7 +26,9 @@
 
 use std::sync::Arc;
 
-use crate::header::{be_i32, looks_like_tls, StartCheck};
+use crate::counter::Counter;
+use crate::cursor::be_i32;
+use crate::kafka::header::{looks_like_tls, StartCheck};
 use crate::types::{Chunk, Counters, Endpoint, KafkaFrame, Ts, Versions};
 
 /// Correlation's check of a frame start found after losing sync, given the candidate's
@@ -166,13 +168,13 @@ pub struct Framer {
     /// port): at close what it counted as framing trouble is taken back (`own`).
     fed: u64,
     framed: bool,
-    own: Vec<(&'static str, u64)>,
+    own: Vec<(Counter, u64)>,
     /// This direction's bytes are TLS plaintext (its frames carry the `tls` flag).
     pub decrypted: bool,
 }
 
 /// Counts by which a direction shows that its bytes were tried as frames and refused.
-const REJECTIONS: [&str; 2] = ["bad_frame_size", "resync_skipped_bytes"];
+const REJECTIONS: [Counter; 2] = [Counter::BadFrameSize, Counter::ResyncSkippedBytes];
 
 impl Framer {
     pub fn new(
@@ -211,22 +213,22 @@ impl Framer {
     }
 
     /// Add to a shared counter, remembering it as this direction's own before its first frame.
-    fn count(&mut self, counters: &mut Counters, name: &'static str, n: u64) {
-        counters.add(name, n);
+    fn count(&mut self, counters: &mut Counters, counter: Counter, n: u64) {
+        counters.add(counter, n);
         if !self.framed {
-            match self.own.iter_mut().find(|(k, _)| *k == name) {
+            match self.own.iter_mut().find(|(k, _)| *k == counter) {
                 Some((_, v)) => *v += n,
-                None => self.own.push((name, n)),
+                None => self.own.push((counter, n)),
             }
         }
     }
 
     fn recount_as_non_kafka(&mut self, counters: &mut Counters) {
-        for (name, n) in self.own.drain(..) {
-            counters.sub(name, n);
+        for (counter, n) in self.own.drain(..) {
+            counters.sub(counter, n);
         }
-        counters.add("non_kafka_bytes", self.fed);
-        counters.inc("non_kafka_directions");
+        counters.add(Counter::NonKafkaBytes, self.fed);
+        counters.inc(Counter::NonKafkaDirections);
     }
 
     /// TLS concluded: everything this direction carries from now on is counted, not framed.
@@ -263,7 +265,7 @@ impl Framer {
         self.cleared_in_chunk = false;
         match self.tls {
             Tls::Yes => {
-                counters.add("tls_bytes", chunk.data.len() as u64);
+                counters.add(Counter::TlsBytes, chunk.data.len() as u64);
                 return;
             }
             Tls::Suspected(_) => {
@@ -334,7 +336,7 @@ impl Framer {
             let total = 4 + size.max(0) as u64;
             let prefix = self.buf.split_off(4);
             self.buf.clear();
-            self.count(counters, "frames_cut_by_gap", 1);
+            self.count(counters, Counter::FramesCutByGap, 1);
             self.holed = Some(Holed {
                 left: total - 4 - prefix.len() as u64,
                 size: total - 4,
@@ -419,8 +421,12 @@ impl Framer {
     pub fn close(&mut self, counters: &mut Counters) {
         if let Some(h) = self.holed.take() {
             // Its end is beyond the capture: counted like any frame cut off by the end.
-            self.count(counters, "truncated_frames", 1);
-            self.count(counters, "truncated_frame_bytes", 4 + h.prefix.len() as u64);
+            self.count(counters, Counter::TruncatedFrames, 1);
+            self.count(
+                counters,
+                Counter::TruncatedFrameBytes,
+                4 + h.prefix.len() as u64,
+            );
         }
         if self.tls_suspected() {
             // Nothing contradicted the suspicion: conclude as Python does at once.
@@ -429,10 +435,10 @@ impl Framer {
         if !self.buf.is_empty() && !self.is_tls() {
             let n = self.buf.len() as u64;
             if self.synced {
-                self.count(counters, "truncated_frames", 1);
-                self.count(counters, "truncated_frame_bytes", n);
+                self.count(counters, Counter::TruncatedFrames, 1);
+                self.count(counters, Counter::TruncatedFrameBytes, n);
             } else {
-                self.count(counters, "resync_skipped_bytes", n);
+                self.count(counters, Counter::ResyncSkippedBytes, n);
             }
         }
         self.buf = Vec::new();
@@ -511,9 +517,9 @@ impl Framer {
         if !self.buf.is_empty() {
             let n = self.buf.len() as u64;
             if self.synced {
-                self.count(counters, "frames_cut_by_gap", 1);
+                self.count(counters, Counter::FramesCutByGap, 1);
             }
-            self.count(counters, "resync_skipped_bytes", n);
+            self.count(counters, Counter::ResyncSkippedBytes, n);
             self.buf.clear();
         }
         self.synced = false;
@@ -549,7 +555,7 @@ impl Framer {
             let mut verdict = self.judge_confirmed(confirm, counters);
             if verdict == Some(false) && self.buf.len() > data.len() {
                 let n = (self.buf.len() - data.len()) as u64;
-                self.count(counters, "resync_skipped_bytes", n);
+                self.count(counters, Counter::ResyncSkippedBytes, n);
                 self.buf.clear();
                 self.buf.extend_from_slice(&data);
                 self.start_at(ts, frame_no);
@@ -559,7 +565,7 @@ impl Framer {
                 None => return,
                 Some(false) => {
                     let n = self.buf.len() as u64;
-                    self.count(counters, "resync_skipped_bytes", n);
+                    self.count(counters, Counter::ResyncSkippedBytes, n);
                     self.buf.clear();
                     return;
                 }
@@ -567,7 +573,7 @@ impl Framer {
                     self.synced = true;
                     self.resync_pending = false;
                     self.after_gap = true;
-                    self.count(counters, "resyncs", 1);
+                    self.count(counters, Counter::Resyncs, 1);
                     match self.cut(ts, frame_no, counters, out) {
                         Some(rest) => data = rest,
                         None => return,
@@ -605,7 +611,7 @@ impl Framer {
             return plausible;
         }
         if self.buf.get(4..).and_then(confirm) == Some(false) {
-            counters.inc("resync_unconfirmed");
+            counters.inc(Counter::ResyncUnconfirmed);
             return Some(false);
         }
         plausible
@@ -647,8 +653,8 @@ impl Framer {
                         Suspect::NotTls => {}
                     }
                 }
-                self.count(counters, "bad_frame_size", 1);
-                self.count(counters, "resync_skipped_bytes", rest.len() as u64);
+                self.count(counters, Counter::BadFrameSize, 1);
+                self.count(counters, Counter::ResyncSkippedBytes, rest.len() as u64);
                 self.synced = false;
                 self.resync_pending = false;
                 return None;
@@ -703,7 +709,7 @@ impl Framer {
         probe.bytes = data.len() as u64;
         match walk {
             Walk::Broken(0) => {
-                counters.inc("tls_false_alarm");
+                counters.inc(Counter::TlsFalseAlarm);
                 Suspect::NotTls
             }
             Walk::Broken(at) => {
@@ -779,8 +785,8 @@ impl Framer {
     }
 
     fn conclude_tls(&mut self, counters: &mut Counters) {
-        counters.inc("tls_connections_directions");
-        counters.add("tls_bytes", probe_bytes(&self.tls));
+        counters.inc(Counter::TlsConnectionsDirections);
+        counters.add(Counter::TlsBytes, probe_bytes(&self.tls));
         self.tls = Tls::Yes;
         self.buf = Vec::new();
     }
@@ -788,8 +794,8 @@ impl Framer {
     /// The suspicion did not hold: the bytes taken as TLS are skipped, and what follows
     /// (where a record header or a Kafka frame was expected) is the next candidate.
     fn tls_false_alarm(&mut self, skipped: u64, ts: Ts, frame_no: u64, counters: &mut Counters) {
-        counters.inc("tls_false_alarm");
-        self.count(counters, "resync_skipped_bytes", skipped);
+        counters.inc(Counter::TlsFalseAlarm);
+        self.count(counters, Counter::ResyncSkippedBytes, skipped);
         self.cleared_in_chunk = true;
         self.tls = Tls::No;
         self.buf.clear();

@@ -15,7 +15,8 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-use crate::model::Model;
+use crate::counter::Counter;
+use crate::kafka::model::Model;
 use crate::types::{Counters, Ts};
 
 /// Rows held per connection waiting for earlier requests; past it the oldest is taken
@@ -186,13 +187,16 @@ impl Bounded {
     /// that `tests/test_anomalies.py` can check each is registered).
     pub fn count(self, counters: &mut Counters) {
         if self.rows_forced > 0 {
-            counters.add("queueing_rows_forced", self.rows_forced);
+            counters.add(Counter::QueueingRowsForced, self.rows_forced);
         }
         if self.answers_dropped > 0 {
-            counters.add("queueing_answers_dropped", self.answers_dropped);
+            counters.add(Counter::QueueingAnswersDropped, self.answers_dropped);
         }
         if self.connections_dropped > 0 {
-            counters.add("queueing_connections_dropped", self.connections_dropped);
+            counters.add(
+                Counter::QueueingConnectionsDropped,
+                self.connections_dropped,
+            );
         }
     }
 }

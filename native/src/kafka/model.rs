@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::table_model::{Facts, JFacts, JTables, TablesModel, NO_FACTS};
+use crate::kafka::table_model::{Facts, JFacts, JTables, TablesModel, NO_FACTS};
 // Shared with table_model (which the model parses its tables section with): kept in
 // types so that neither module depends on the other both ways.
 pub use crate::types::{Direction, SmallKeyHasher, SmallKeyMap};
@@ -683,7 +683,7 @@ impl Model {
         let (dense, dense_assumed) = dense_index(&index, &assumed);
         let tables = j
             .tables
-            .map(|t| TablesModel::from_json(t, crate::records::DEFAULT_MAX_DECOMPRESSED))
+            .map(|t| TablesModel::from_json(t, crate::kafka::records::DEFAULT_MAX_DECOMPRESSED))
             .transpose()?;
         let mut model = Model {
             nodes: b.nodes,

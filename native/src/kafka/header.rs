@@ -6,6 +6,7 @@
 //! string in flexible header v2). Which requests use header v0, and which versions
 //! exist, comes from the spec model through `Versions`.
 
+use crate::cursor::{be_i16, be_i32, Cursor, VARINT_BYTES};
 use crate::types::Versions;
 
 /// The correlation-relevant part of a request header.
@@ -17,16 +18,6 @@ pub struct RequestStart {
     pub client_id: Option<String>,
     /// Offset after client_id (before header v2 tagged fields).
     pub header_end: usize,
-}
-
-pub fn be_i16(buf: &[u8], pos: usize) -> Option<i16> {
-    let b = buf.get(pos..pos.checked_add(2)?)?;
-    Some(i16::from_be_bytes([b[0], b[1]]))
-}
-
-pub fn be_i32(buf: &[u8], pos: usize) -> Option<i32> {
-    let b = buf.get(pos..pos.checked_add(4)?)?;
-    Some(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// The request header's fixed fields and client_id, or None if the bytes are too short.
@@ -185,39 +176,18 @@ fn response_start(probe: &[u8], full: &[u8], max_frame: u32) -> bool {
     }
 }
 
-fn read_uvarint(buf: &[u8], mut pos: usize) -> Option<(u64, usize)> {
-    let mut value = 0u64;
-    let mut shift = 0u32;
-    loop {
-        if shift > 28 {
-            return None;
-        }
-        let b = *buf.get(pos)?;
-        pos += 1;
-        value |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Some((value, pos));
-        }
-        shift += 7;
-    }
-}
-
 /// Offset of the request body: after the header, and after header v2's tagged fields
 /// when `flexible`. None when the tagged fields run past the bytes.
 pub fn body_offset(payload: &[u8], start: &RequestStart, flexible: bool) -> Option<usize> {
-    let mut pos = start.header_end;
+    let mut cur = Cursor::new(payload, start.header_end);
     if flexible {
-        let (n_tags, p) = read_uvarint(payload, pos)?;
-        pos = p;
+        let n_tags = cur.uvarint(VARINT_BYTES).ok()?;
         // Every tag takes at least two bytes: the count is bounded by what is there.
         for _ in 0..n_tags {
-            let (_tag, p) = read_uvarint(payload, pos)?;
-            let (size, p) = read_uvarint(payload, p)?;
-            pos = p.checked_add(usize::try_from(size).ok()?)?;
-            if pos > payload.len() {
-                return None;
-            }
+            cur.uvarint(VARINT_BYTES).ok()?; // the tag
+            let size = cur.uvarint(VARINT_BYTES).ok()?;
+            cur.skip(usize::try_from(size).ok()?).ok()?;
         }
     }
-    (pos <= payload.len()).then_some(pos)
+    (cur.pos() <= payload.len()).then_some(cur.pos())
 }

@@ -29,8 +29,10 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use crate::header::{
-    be_i32, body_offset, is_plausible_request, peek_correlation_id, peek_request, peek_request_cut,
+use crate::counter::Counter;
+use crate::cursor::be_i32;
+use crate::kafka::header::{
+    body_offset, is_plausible_request, peek_correlation_id, peek_request, peek_request_cut,
     request_like_id, RequestStart, StartCheck,
 };
 use crate::types::{
@@ -305,7 +307,7 @@ impl Correlator {
             return;
         };
         if conn.broker.is_none() || conn.non_kafka {
-            counters.add("non_kafka_frames", conn.held.len() as u64);
+            counters.add(Counter::NonKafkaFrames, conn.held.len() as u64);
             return;
         }
         release_early(&mut conn, |_| true, counters, out);
@@ -343,7 +345,7 @@ impl Correlator {
             versions: self.versions.as_ref(),
         };
         let Some(conn) = self.conns.get_mut(&f.stream) else {
-            counters.inc("non_kafka_frames");
+            counters.inc(Counter::NonKafkaFrames);
             return;
         };
         on_frame(&ctx, conn, f, counters, out);
@@ -371,7 +373,7 @@ fn on_frame(
     out: &mut Vec<Exchange>,
 ) {
     if conn.non_kafka {
-        counters.inc("non_kafka_frames");
+        counters.inc(Counter::NonKafkaFrames);
         return;
     }
     match conn.broker {
@@ -390,12 +392,12 @@ fn settle_role(
 ) {
     if !ctx.cfg.heuristic {
         conn.non_kafka = true;
-        counters.inc("non_kafka_frames");
+        counters.inc(Counter::NonKafkaFrames);
         return;
     }
     if let Some(broker) = role_from(ctx, conn, &f) {
         conn.broker = Some(broker);
-        counters.inc("kafka_found_by_heuristic");
+        counters.inc(Counter::KafkaFoundByHeuristic);
         for (src, from, to) in std::mem::take(&mut conn.unsettled_gaps) {
             conn.frames_lost(src, from, to);
         }
@@ -408,7 +410,7 @@ fn settle_role(
     conn.held.push(f);
     if conn.held.len() > MAX_HELD_FRAMES {
         conn.non_kafka = true;
-        counters.add("non_kafka_frames", conn.held.len() as u64);
+        counters.add(Counter::NonKafkaFrames, conn.held.len() as u64);
         conn.held = Vec::new();
     }
 }
@@ -460,7 +462,7 @@ fn on_request(
         peek_request(&f.payload, versions)
     };
     let Some(start) = start else {
-        counters.inc("malformed_requests");
+        counters.inc(Counter::MalformedRequests);
         out.push(Exchange {
             stream: conn.stream,
             client: conn.client(),
@@ -481,9 +483,9 @@ fn on_request(
     let known = versions.known(start.api_key, start.api_version);
     if !known {
         if versions.known_key(start.api_key) {
-            counters.inc("unsupported_version_requests");
+            counters.inc(Counter::UnsupportedVersionRequests);
         } else {
-            counters.inc("unknown_api_key_requests");
+            counters.inc(Counter::UnknownApiKeyRequests);
         }
     }
     let corr = start.correlation_id;
@@ -491,7 +493,7 @@ fn on_request(
     // Held responses with a lower id answered requests that will not come any more.
     release_early(conn, |id| id < corr, counters, out);
     if let Some(dup) = conn.pending.pop(corr) {
-        counters.inc("duplicate_correlation_ids");
+        counters.inc(Counter::DuplicateCorrelationIds);
         out.push(unanswered(
             conn,
             corr,
@@ -537,13 +539,13 @@ fn on_request(
             return;
         };
         conn.early_bytes -= resp.payload.len();
-        counters.inc("late_request_pairs");
+        counters.inc(Counter::LateRequestPairs);
         if conn
             .pending
             .oldest()
             .is_some_and(|o| o.frame.last_frame < open.frame.last_frame)
         {
-            counters.inc("responses_out_of_order");
+            counters.inc(Counter::ResponsesOutOfOrder);
         }
         out.push(answer(conn, corr, open, resp));
         return;
@@ -551,7 +553,7 @@ fn on_request(
     conn.pending.insert(corr, open);
     if conn.pending.len() > MAX_OPEN_REQUESTS {
         if let Some((oldest, req)) = conn.pending.pop_oldest() {
-            counters.inc("open_requests_evicted");
+            counters.inc(Counter::OpenRequestsEvicted);
             // Handshake ids are a subset of the open requests: bounded with them.
             conn.sasl_handshake_ids.remove(&oldest);
             out.push(unanswered(conn, oldest, req, Some("evicted")));
@@ -577,7 +579,7 @@ fn on_response(conn: &mut Conn, f: KafkaFrame, counters: &mut Counters, out: &mu
     }
     let corr = peek_correlation_id(&f.payload);
     let Some(corr) = corr else {
-        counters.inc("orphan_responses");
+        counters.inc(Counter::OrphanResponses);
         out.push(orphan(conn, f, None));
         return;
     };
@@ -592,7 +594,7 @@ fn on_response(conn: &mut Conn, f: KafkaFrame, counters: &mut Counters, out: &mu
         .oldest()
         .is_some_and(|o| o.frame.last_frame < req.frame.last_frame)
     {
-        counters.inc("responses_out_of_order");
+        counters.inc(Counter::ResponsesOutOfOrder);
     }
     out.push(answer(conn, corr, req, f));
 }
@@ -615,7 +617,7 @@ fn hold_early(
     if f.payload.len() > MAX_HELD_RESPONSE_BYTES {
         // Too big to hold: an orphan now, after those held before it.
         release_early(conn, |_| true, counters, out);
-        counters.inc("orphan_responses");
+        counters.inc(Counter::OrphanResponses);
         out.push(orphan(conn, f, Some(corr)));
         return;
     }
@@ -643,7 +645,7 @@ fn release_early(
     for (id, resp) in std::mem::take(&mut conn.early) {
         if gone(id) {
             conn.early_bytes -= resp.payload.len();
-            counters.inc("orphan_responses");
+            counters.inc(Counter::OrphanResponses);
             out.push(orphan(conn, resp, Some(id)));
         } else {
             keep.push_back((id, resp));
@@ -667,7 +669,7 @@ fn release_early_while(
             break;
         };
         conn.early_bytes -= resp.payload.len();
-        counters.inc("orphan_responses");
+        counters.inc(Counter::OrphanResponses);
         out.push(orphan(conn, resp, Some(id)));
     }
 }
@@ -690,7 +692,7 @@ fn raw_token(
         out.push(sasl(conn, prev, prev_seq, None));
     }
     conn.sasl_token = Some((f, seq));
-    counters.inc("sasl_raw_tokens");
+    counters.inc(Counter::SaslRawTokens);
 }
 
 fn answer(conn: &mut Conn, corr: i32, req: Open, f: KafkaFrame) -> Exchange {

@@ -6,11 +6,16 @@
 //! Strings are dictionary-encoded as they arrive: a capture repeats the same few
 //! addresses, API names, client ids and statuses over every row.
 
+pub mod columns;
+pub mod queueing;
+pub mod tables;
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::queueing::{LongPollRule, PollInput, Queued};
+use crate::rows::columns::{ColumnKind, PairColumn};
+use crate::rows::queueing::{LongPollRule, PollInput, Queued};
 use crate::types::{Exchange, ExchangeKind, KafkaFrame, Ts};
 
 /// Values of one nullable column.
@@ -260,7 +265,71 @@ pub fn join_notes(notes: &[Option<&str>]) -> Option<String> {
     }
 }
 
+/// One built column of the pairs table, borrowed for handing over.
+#[derive(Clone, Copy)]
+pub enum ColumnRef<'a> {
+    Int(&'a Nullable<i64>),
+    Float(&'a Nullable<f64>),
+    Str(&'a Dict),
+    StrList(&'a DictList),
+}
+
+impl ColumnRef<'_> {
+    /// Whether this buffer holds what the schema says the column holds (timestamps are
+    /// int64 nanoseconds).
+    pub fn holds(self, kind: ColumnKind) -> bool {
+        matches!(
+            (self, kind),
+            (ColumnRef::Int(_), ColumnKind::Int | ColumnKind::Timestamp)
+                | (ColumnRef::Float(_), ColumnKind::Float)
+                | (ColumnRef::Str(_), ColumnKind::Str)
+                | (ColumnRef::StrList(_), ColumnKind::StrList)
+        )
+    }
+}
+
 impl RowBuilder {
+    /// The buffer of a column (`columns.rs`, generated from `schema.COLUMNS`).
+    pub fn column(&self, column: PairColumn) -> ColumnRef<'_> {
+        use ColumnRef::{Float, Int, Str, StrList};
+        match column {
+            PairColumn::Capture => Str(&self.capture),
+            PairColumn::Stream => Int(&self.stream),
+            PairColumn::ClientIp => Str(&self.client_ip),
+            PairColumn::ClientPort => Int(&self.client_port),
+            PairColumn::BrokerIp => Str(&self.broker_ip),
+            PairColumn::BrokerPort => Int(&self.broker_port),
+            PairColumn::RequestTime => Int(&self.request_time),
+            PairColumn::ResponseTime => Int(&self.response_time),
+            PairColumn::LatencyMs => Float(&self.latency_ms),
+            PairColumn::FirstByteMs => Float(&self.first_byte_ms),
+            PairColumn::ApiKey => Int(&self.api_key),
+            PairColumn::ApiName => Str(&self.api_name),
+            PairColumn::ApiVersion => Int(&self.api_version),
+            PairColumn::CorrelationId => Int(&self.correlation_id),
+            PairColumn::ClientId => Str(&self.client_id),
+            PairColumn::RequestSize => Int(&self.request_size),
+            PairColumn::ResponseSize => Int(&self.response_size),
+            PairColumn::Status => Str(&self.status),
+            PairColumn::ErrorCode => Int(&self.error_code),
+            PairColumn::ErrorName => Str(&self.error_name),
+            PairColumn::ErrorCount => Int(&self.error_count),
+            PairColumn::Topics => StrList(&self.topics),
+            PairColumn::Partitions => Int(&self.partitions),
+            PairColumn::Records => Int(&self.records),
+            PairColumn::RecordBytes => Int(&self.record_bytes),
+            PairColumn::Compression => Str(&self.compression),
+            PairColumn::ThrottleMs => Int(&self.throttle_ms),
+            PairColumn::DecodeError => Str(&self.decode_error),
+            PairColumn::Flags => StrList(&self.flags),
+            PairColumn::FetchWait => Str(&self.fetch_wait),
+            PairColumn::ServiceMs => Float(&self.service_ms),
+            PairColumn::QueueMs => Float(&self.queue_ms),
+            PairColumn::Inflight => Int(&self.inflight),
+            PairColumn::AssumedVersion => Int(&self.assumed_version),
+        }
+    }
+
     pub fn new(extract_columns: usize) -> Self {
         RowBuilder {
             extracts: (0..extract_columns).map(|_| Nullable::default()).collect(),
@@ -525,5 +594,23 @@ impl RowBuilder {
         self.inflight.clear();
         self.assumed_version.clear();
         self.len = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PairColumn, RowBuilder};
+
+    #[test]
+    fn every_column_buffer_holds_the_schema_kind() {
+        let rows = RowBuilder::new(0);
+        for c in PairColumn::ALL {
+            assert!(
+                rows.column(c).holds(c.kind()),
+                "{} is not a {:?}",
+                c.name(),
+                c.kind()
+            );
+        }
     }
 }

@@ -4,7 +4,7 @@
 //! per frame. Both layouts are a fixed header and one fixed record header per frame
 //! (pcap: libpcap's file format; pcapng: one Section Header, one Interface Description
 //! and an Enhanced Packet Block per frame), in this machine's byte order, timestamps in
-//! microseconds (libpcap's live resolution, so they are kept exact). `capture.rs` reads
+//! microseconds (libpcap's live resolution, so they are kept exact). `capture/mod.rs` reads
 //! both back; tshark reads them in the tests.
 
 use std::fs::File;

@@ -1,4 +1,7 @@
-//! The Python face: `dissector._core`.
+//! The Python face: `dissector._core`, bindings only (the pipeline they bind is
+//! `crate::pipeline`). The module itself and the capture facts are `module`; the column
+//! buffers `columns`; exchanges, frames and endpoints `exchange`; live capture `live`;
+//! key logs `tls`.
 //!
 //! `Model` holds the spec model exported by `dissector/protocol/export.py`.
 //! `Analyzer` runs captures (a path, bytes in memory, or link frames fed one by one)
@@ -17,24 +20,27 @@ use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use crate::capture::{open_path, scan_path, FileFacts, LinkDecoder, PacketReader};
-use crate::model::Model as SpecModel;
+use crate::capture::{open_path, LinkDecoder, PacketReader};
+use crate::counter::Counter;
+use crate::kafka::model::Model as SpecModel;
+use crate::kafka::session::{Session, SessionConfig};
+use crate::kafka::summary::TopicNames;
+use crate::kafka::table_model::MAX_ENTRY_COLUMNS;
 use crate::pipeline::{self, batch_full, not_summarised, Fallback, RowSink, Summaries};
-use crate::python_tls::{summary_lines, KeyLog, TlsConnections};
-use crate::queueing::LongPollRule;
-use crate::rows::{Dict, DictList, Nullable, RowBuilder, SummaryColumns};
-use crate::session::{Session, SessionConfig};
-use crate::summary::TopicNames;
-use crate::table_model::MAX_ENTRY_COLUMNS;
-use crate::tables::{
-    Column, EntryValues, GroupFacts, Negotiation, PairFacts, PartitionFacts, TableColumns,
-    TableSink,
+use crate::python::tls::{summary_lines, KeyLog, TlsConnections};
+use crate::rows::queueing::LongPollRule;
+use crate::rows::tables::{
+    EntryValues, GroupFacts, Negotiation, PairFacts, PartitionFacts, TableSink,
 };
+use crate::rows::{RowBuilder, SummaryColumns};
 use crate::tls::{KeySource, Summary as TlsSummary};
-use crate::types::{Counters, Exchange, Ts};
+use crate::types::{Counters, Exchange};
 
+mod columns;
 mod exchange;
 mod live;
+mod module;
+mod tls;
 
 #[pyclass(frozen, module = "dissector._core")]
 pub struct Model {
@@ -155,7 +161,7 @@ impl Analyzer {
     /// `tables_fallback(api_key, api_version, request, response, topic_names)` returns the
     /// `protocol.tables.PairFacts` of a pair the native reading leaves to Python;
     /// `pairs`: build the pairs' rows (off when only the tables are wanted).
-    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, capture_budget=1 << 32, tls_keys=None, tables=false, tables_fallback=None, pairs=true))]
+    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, frame_cap=256 << 20, capture_budget=1 << 32, tls_keys=None, tables=false, tables_fallback=None, pairs=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         model: &Model,
@@ -167,6 +173,7 @@ impl Analyzer {
         exchanges: bool,
         keep_keys: Vec<i16>,
         frame_budget: u64,
+        frame_cap: u64,
         capture_budget: u64,
         tls_keys: Option<PyRef<'_, KeyLog>>,
         tables: bool,
@@ -187,7 +194,7 @@ impl Analyzer {
         rows.long_poll = LongPollRule::from_model(&m);
         let tables = match tables {
             false => None,
-            true => Some(TableSink::new(m.clone()).ok_or_else(|| {
+            true => Some(TableSink::new(m.clone(), frame_cap).ok_or_else(|| {
                 PyValueError::new_err("the spec model has no tables section (an older export)")
             })?),
         };
@@ -208,6 +215,7 @@ impl Analyzer {
             summaries: Summaries::new(
                 m,
                 frame_budget,
+                frame_cap,
                 capture_budget,
                 PyFallback {
                     summary: fallback,
@@ -319,7 +327,7 @@ impl Analyzer {
     /// Rows built so far as column buffers (then forgotten): name -> tuple, see
     /// `dissector/wire/core.py`.
     fn take_columns<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let out = columns_dict(py, &self.sink.rows, &self.model)?;
+        let out = columns::pair_columns(py, &self.sink.rows, &self.model)?;
         self.sink.rows.clear();
         Ok(out)
     }
@@ -333,7 +341,7 @@ impl Analyzer {
             return Ok(out);
         };
         for (name, table) in sink.take() {
-            out.set_item(name, table_dict(py, &table)?)?;
+            out.set_item(name, columns::table_columns(py, &table)?)?;
         }
         let c = std::mem::take(&mut sink.counters);
         let counters = PyDict::new(py);
@@ -365,7 +373,7 @@ impl Analyzer {
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let out = PyDict::new(py);
         for (k, v) in self.counters.iter() {
-            out.set_item(k, v)?;
+            out.set_item(k.name(), v)?;
         }
         Ok(out)
     }
@@ -418,7 +426,7 @@ impl Analyzer {
         let bytes_done = self.bytes_done;
         match self.source_mut().as_ref() {
             Some(Source::Reader(r)) => bytes_done + r.bytes_read(),
-            _ => self.counters.get("bytes_read"),
+            _ => self.counters.get(Counter::BytesRead),
         }
     }
 }
@@ -489,7 +497,7 @@ impl Analyzer {
         };
         let mut reader = next.open()?;
         reader.set_frames_before(frames_before);
-        self.counters.inc("chained_files");
+        self.counters.inc(Counter::ChainedFiles);
         *self.source_mut() = Some(Source::Reader(reader));
         Ok(())
     }
@@ -760,192 +768,6 @@ impl From<PyPairFacts> for PairFacts<'static> {
     }
 }
 
-/// One table's columns as a dict of column buffers (and "__len__").
-fn table_dict<'py>(py: Python<'py>, table: &TableColumns) -> PyResult<Bound<'py, PyDict>> {
-    let out = PyDict::new(py);
-    out.set_item("__len__", table.len)?;
-    for (name, column) in &table.columns {
-        match column {
-            Column::I64(c) => put_i64(py, &out, name, c)?,
-            Column::F64(c) => put_f64(py, &out, name, c)?,
-            Column::Str(c) => put_dict(py, &out, name, c)?,
-            Column::Bool(c) => {
-                let mut bits = vec![0u8; c.values.len().div_ceil(8)];
-                for (i, _) in c.values.iter().enumerate().filter(|(_, v)| **v) {
-                    bits[i / 8] |= 1 << (i % 8);
-                }
-                let (valid, nulls) = validity(&c.valid);
-                let t = (
-                    "bool",
-                    PyBytes::new(py, &bits),
-                    bitmap(py, valid),
-                    nulls,
-                    c.values.len(),
-                );
-                out.set_item(name, t)?;
-            }
-            Column::I64List { offsets, values } => {
-                let t = (
-                    "i64list",
-                    PyBytes::new(py, &i32_bytes(offsets.iter().copied())),
-                    le_bytes(py, values, i64::to_le_bytes)?,
-                );
-                out.set_item(name, t)?;
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Rows built so far as column buffers: name -> tuple, see `dissector/wire/core.py`.
-fn columns_dict<'py>(
-    py: Python<'py>,
-    r: &RowBuilder,
-    model: &SpecModel,
-) -> PyResult<Bound<'py, PyDict>> {
-    let out = PyDict::new(py);
-    out.set_item("__len__", r.len)?;
-    put_dict(py, &out, "capture", &r.capture)?;
-    put_i64(py, &out, "stream", &r.stream)?;
-    put_dict(py, &out, "client_ip", &r.client_ip)?;
-    put_i64(py, &out, "client_port", &r.client_port)?;
-    put_dict(py, &out, "broker_ip", &r.broker_ip)?;
-    put_i64(py, &out, "broker_port", &r.broker_port)?;
-    put_i64(py, &out, "request_time", &r.request_time)?;
-    put_i64(py, &out, "response_time", &r.response_time)?;
-    put_f64(py, &out, "latency_ms", &r.latency_ms)?;
-    put_f64(py, &out, "first_byte_ms", &r.first_byte_ms)?;
-    put_i64(py, &out, "api_key", &r.api_key)?;
-    put_dict(py, &out, "api_name", &r.api_name)?;
-    put_i64(py, &out, "api_version", &r.api_version)?;
-    put_i64(py, &out, "correlation_id", &r.correlation_id)?;
-    put_dict(py, &out, "client_id", &r.client_id)?;
-    put_i64(py, &out, "request_size", &r.request_size)?;
-    put_i64(py, &out, "response_size", &r.response_size)?;
-    put_dict(py, &out, "status", &r.status)?;
-    put_i64(py, &out, "error_code", &r.error_code)?;
-    put_dict(py, &out, "error_name", &r.error_name)?;
-    put_i64(py, &out, "error_count", &r.error_count)?;
-    put_list(py, &out, "topics", &r.topics)?;
-    put_i64(py, &out, "partitions", &r.partitions)?;
-    put_i64(py, &out, "records", &r.records)?;
-    put_i64(py, &out, "record_bytes", &r.record_bytes)?;
-    put_dict(py, &out, "compression", &r.compression)?;
-    put_i64(py, &out, "throttle_ms", &r.throttle_ms)?;
-    put_dict(py, &out, "decode_error", &r.decode_error)?;
-    put_list(py, &out, "flags", &r.flags)?;
-    put_dict(py, &out, "fetch_wait", &r.fetch_wait)?;
-    put_f64(py, &out, "service_ms", &r.service_ms)?;
-    put_f64(py, &out, "queue_ms", &r.queue_ms)?;
-    put_i64(py, &out, "inflight", &r.inflight)?;
-    put_i64(py, &out, "assumed_version", &r.assumed_version)?;
-    for (e, col) in model.extracts.iter().zip(&r.extracts) {
-        put_i64(py, &out, &e.column, col)?;
-    }
-    Ok(out)
-}
-
-/// Arrow's validity bitmap (bit i of byte i/8 set when row i is valid, least
-/// significant bit first), and the null count; None when nothing is null.
-fn validity(valid: &[bool]) -> (Option<Vec<u8>>, usize) {
-    let nulls = valid.iter().filter(|v| !**v).count();
-    if nulls == 0 {
-        return (None, 0);
-    }
-    let mut bits = vec![0u8; valid.len().div_ceil(8)];
-    for (i, _) in valid.iter().enumerate().filter(|(_, v)| **v) {
-        bits[i / 8] |= 1 << (i % 8);
-    }
-    (Some(bits), nulls)
-}
-
-fn bitmap<'py>(py: Python<'py>, bits: Option<Vec<u8>>) -> Option<Bound<'py, PyBytes>> {
-    bits.map(|b| PyBytes::new(py, &b))
-}
-
-/// Values as one bytes object of their little-endian bytes, written in place (one copy).
-fn le_bytes<'py, T: Copy>(
-    py: Python<'py>,
-    values: &[T],
-    bytes: impl Fn(T) -> [u8; 8],
-) -> PyResult<Bound<'py, PyBytes>> {
-    PyBytes::new_with(py, values.len() * 8, |buf| {
-        for (chunk, v) in buf.chunks_exact_mut(8).zip(values) {
-            chunk.copy_from_slice(&bytes(*v));
-        }
-        Ok(())
-    })
-}
-
-fn put_i64(
-    py: Python<'_>,
-    out: &Bound<'_, PyDict>,
-    name: &str,
-    col: &Nullable<i64>,
-) -> PyResult<()> {
-    let (bits, nulls) = validity(&col.valid);
-    let values = le_bytes(py, &col.values, i64::to_le_bytes)?;
-    out.set_item(name, ("i64", values, bitmap(py, bits), nulls))
-}
-
-fn put_f64(
-    py: Python<'_>,
-    out: &Bound<'_, PyDict>,
-    name: &str,
-    col: &Nullable<f64>,
-) -> PyResult<()> {
-    let (bits, nulls) = validity(&col.valid);
-    let values = le_bytes(py, &col.values, f64::to_le_bytes)?;
-    out.set_item(name, ("f64", values, bitmap(py, bits), nulls))
-}
-
-fn i32_bytes(values: impl Iterator<Item = i32>) -> Vec<u8> {
-    values.flat_map(|v| v.to_le_bytes()).collect()
-}
-
-/// A dictionary's words as an Arrow string array: (offsets, data).
-fn words<'py>(py: Python<'py>, words: &[String]) -> (Bound<'py, PyBytes>, Bound<'py, PyBytes>) {
-    let mut offsets = Vec::with_capacity(words.len() + 1);
-    let mut data = Vec::new();
-    offsets.push(0i32);
-    for w in words {
-        data.extend_from_slice(w.as_bytes());
-        offsets.push(i32::try_from(data.len()).unwrap_or(i32::MAX));
-    }
-    (
-        PyBytes::new(py, &i32_bytes(offsets.into_iter())),
-        PyBytes::new(py, &data),
-    )
-}
-
-fn put_dict(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &Dict) -> PyResult<()> {
-    let valid: Vec<bool> = col.indices.iter().map(|i| *i >= 0).collect();
-    let (bits, nulls) = validity(&valid);
-    let indices = i32_bytes(col.indices.iter().map(|i| (*i).max(0)));
-    let (w_offsets, w_data) = words(py, &col.words);
-    let t = (
-        "dict",
-        PyBytes::new(py, &indices),
-        bitmap(py, bits),
-        nulls,
-        w_offsets,
-        w_data,
-    );
-    out.set_item(name, t)
-}
-
-fn put_list(py: Python<'_>, out: &Bound<'_, PyDict>, name: &str, col: &DictList) -> PyResult<()> {
-    let (w_offsets, w_data) = words(py, &col.items.words);
-    let t = (
-        "list",
-        PyBytes::new(py, &i32_bytes(col.offsets.iter().copied())),
-        PyBytes::new(py, &i32_bytes(col.items.indices.iter().copied())),
-        w_offsets,
-        w_data,
-    );
-    out.set_item(name, t)
-}
-
 /// The Python decoder's summary of a deferred pair (`dissector.wire.core.FallbackSummary`),
 /// read by attribute.
 #[derive(FromPyObject)]
@@ -963,109 +785,4 @@ struct PyFallbackSummary {
     fatal: bool,
     extracts: Vec<Option<i64>>,
     assumed_version: Option<i64>,
-}
-
-/// One capture interface of `CaptureFacts` (`capture::InterfaceFacts`).
-#[pyclass(frozen, get_all, module = "dissector._core")]
-pub struct InterfaceFacts {
-    linktype: u32,
-    snaplen: u32,
-    name: Option<String>,
-}
-
-/// What a capture file says about where and when it was recorded
-/// (`capture::FileFacts`): what decides whether files chain into one capture.
-#[pyclass(frozen, get_all, module = "dissector._core")]
-pub struct CaptureFacts {
-    format: &'static str,
-    link_types: Vec<u32>,
-    interfaces: Vec<Py<InterfaceFacts>>,
-    records: u64,
-    first_ts_ns: Option<Ts>,
-    last_ts_ns: Option<Ts>,
-    min_ts_ns: Option<Ts>,
-    max_ts_ns: Option<Ts>,
-    damaged: bool,
-}
-
-fn facts_object(py: Python<'_>, f: FileFacts) -> PyResult<CaptureFacts> {
-    let interfaces = f
-        .interfaces
-        .into_iter()
-        .map(|i| {
-            Py::new(
-                py,
-                InterfaceFacts {
-                    linktype: i.linktype,
-                    snaplen: i.snaplen,
-                    name: i.name,
-                },
-            )
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    Ok(CaptureFacts {
-        format: f.format,
-        link_types: f.link_types,
-        interfaces,
-        records: f.records,
-        first_ts_ns: f.first_ts_ns,
-        last_ts_ns: f.last_ts_ns,
-        min_ts_ns: f.min_ts_ns,
-        max_ts_ns: f.max_ts_ns,
-        damaged: f.damaged,
-    })
-}
-
-/// The facts of a capture file: every record header is read, no packet decoded.
-#[pyfunction]
-fn scan_facts(py: Python<'_>, path: PathBuf) -> PyResult<CaptureFacts> {
-    let facts = py
-        .detach(|| scan_path(path))
-        .map_err(|e| PyOSError::new_err(e.to_string()))?;
-    facts_object(py, facts)
-}
-
-/// `scan_facts` of a capture held in memory.
-#[pyfunction]
-fn scan_facts_bytes(py: Python<'_>, data: &[u8]) -> PyResult<CaptureFacts> {
-    let facts =
-        crate::capture::scan_slice(data).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    facts_object(py, facts)
-}
-
-/// Every counter name the core may produce (`counter::Counter`, generated from
-/// `dissector/anomalies.py`): tests compare the built module with the registry.
-#[pyfunction]
-fn counter_names() -> Vec<&'static str> {
-    crate::counter::Counter::ALL
-        .iter()
-        .map(|c| c.name())
-        .collect()
-}
-
-/// Every word the core writes in the pairs table's `status` column (`rows::status`):
-/// tests compare them with `dissector.schema.Status`, the one definition.
-#[pyfunction]
-fn status_words() -> Vec<&'static str> {
-    crate::rows::status::ALL.to_vec()
-}
-
-#[pymodule]
-fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add_class::<Model>()?;
-    m.add_class::<Analyzer>()?;
-    m.add_class::<KnownTopics>()?;
-    m.add_class::<KeyLog>()?;
-    m.add_class::<TlsConnections>()?;
-    m.add_class::<CaptureFacts>()?;
-    m.add_class::<InterfaceFacts>()?;
-    m.add_class::<TlsStream>()?;
-    m.add_function(wrap_pyfunction!(scan_facts, m)?)?;
-    m.add_function(wrap_pyfunction!(scan_facts_bytes, m)?)?;
-    m.add_function(wrap_pyfunction!(counter_names, m)?)?;
-    m.add_function(wrap_pyfunction!(status_words, m)?)?;
-    exchange::register(m)?;
-    live::register(m)?;
-    Ok(())
 }

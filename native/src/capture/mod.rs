@@ -18,12 +18,18 @@
 //! `bad_record` also ends a run of `MAX_EMPTY_RUN` records in a row that deliver no
 //! packet bytes (a zero-filled tail, a decompression bomb): the rest is not inflated.
 
+pub mod defrag;
+pub mod pcap;
+pub mod pcapwrite;
+
 use std::io::{Cursor, ErrorKind, Read};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::defrag::{Datagram, Defrag, FragKey, Fragment, TIMEOUT_V4_NS, TIMEOUT_V6_NS};
+use crate::capture::defrag::{Datagram, Defrag, FragKey, Fragment, TIMEOUT_V4_NS, TIMEOUT_V6_NS};
+use crate::counter::Counter;
+use crate::cursor::{self, be_u16};
 use crate::types::{Counters, Packet, Ts};
 
 /// The file is not a capture we can read (bad magic, unreadable header).
@@ -111,43 +117,25 @@ const OPT_IF_TSOFFSET: u16 = 14;
 const NS_PER_S: i128 = 1_000_000_000;
 
 // ---------------------------------------------------------------------------
-// Byte helpers: every read of wire data is bounds-checked.
-
-#[inline]
-fn be16(d: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes(
-        d.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
-}
+// Byte helpers: every read of wire data goes through the bounds-checked `Cursor`; a
+// capture file's own fields are in the byte order its header declares (`big`).
 
 #[inline]
 fn rd16(d: &[u8], at: usize, big: bool) -> Option<u16> {
-    let b: [u8; 2] = d.get(at..at.checked_add(2)?)?.try_into().ok()?;
-    Some(if big {
-        u16::from_be_bytes(b)
-    } else {
-        u16::from_le_bytes(b)
-    })
+    let mut c = cursor::Cursor::new(d, at);
+    if big { c.u16() } else { c.u16_le() }.ok()
 }
 
 #[inline]
 fn rd32(d: &[u8], at: usize, big: bool) -> Option<u32> {
-    let b: [u8; 4] = d.get(at..at.checked_add(4)?)?.try_into().ok()?;
-    Some(if big {
-        u32::from_be_bytes(b)
-    } else {
-        u32::from_le_bytes(b)
-    })
+    let mut c = cursor::Cursor::new(d, at);
+    if big { c.u32() } else { c.u32_le() }.ok()
 }
 
 #[inline]
 fn rd64(d: &[u8], at: usize, big: bool) -> Option<u64> {
-    let b: [u8; 8] = d.get(at..at.checked_add(8)?)?.try_into().ok()?;
-    Some(if big {
-        u64::from_be_bytes(b)
-    } else {
-        u64::from_le_bytes(b)
-    })
+    let mut c = cursor::Cursor::new(d, at);
+    if big { c.u64() } else { c.u64_le() }.ok()
 }
 
 // ---------------------------------------------------------------------------
@@ -175,10 +163,10 @@ struct Segment {
 /// An Ethernet header at `off` -> (ethertype, offset of what it carries), its VLAN tags
 /// walked, or None (counted).
 fn ethernet(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, usize)> {
-    match be16(data, off + 12) {
+    match be_u16(data, off + 12) {
         Some(e) => vlan_tags(data, e, off + 14, counters),
         None => {
-            counters.inc("bad_link_header");
+            counters.inc(Counter::BadLinkHeader);
             None
         }
     }
@@ -192,13 +180,13 @@ fn vlan_tags(
     counters: &mut Counters,
 ) -> Option<(u16, usize)> {
     while matches!(etype, 0x8100 | 0x88A8 | 0x9100 | 0x9200) {
-        match be16(data, off + 2) {
+        match be_u16(data, off + 2) {
             Some(inner) => {
                 etype = inner;
                 off += 4;
             }
             None => {
-                counters.inc("bad_link_header");
+                counters.inc(Counter::BadLinkHeader);
                 return None;
             }
         }
@@ -216,17 +204,17 @@ fn link_layer(linktype: u32, data: &[u8], counters: &mut Counters) -> Option<(u1
             } else {
                 (20, 0)
             };
-            match be16(data, ppos) {
+            match be_u16(data, ppos) {
                 Some(e) if data.len() >= off => (e, off),
                 _ => {
-                    counters.inc("bad_link_header");
+                    counters.inc(Counter::BadLinkHeader);
                     return None;
                 }
             }
         }
         LINKTYPE_NULL | LINKTYPE_LOOP => {
             let Some(head) = data.get(..4) else {
-                counters.inc("bad_link_header");
+                counters.inc(Counter::BadLinkHeader);
                 return None;
             };
             let head: [u8; 4] = head.try_into().ok()?;
@@ -245,7 +233,7 @@ fn link_layer(linktype: u32, data: &[u8], counters: &mut Counters) -> Option<(u1
                 NULL_AF_INET => (ETH_IPV4, 4),
                 24 | 28 | 30 => (ETH_IPV6, 4),
                 _ => {
-                    counters.inc("non_ip");
+                    counters.inc(Counter::NonIp);
                     return None;
                 }
             }
@@ -255,13 +243,13 @@ fn link_layer(linktype: u32, data: &[u8], counters: &mut Counters) -> Option<(u1
             match ip_version(data, 0) {
                 Some(found) => found,
                 None => {
-                    counters.inc("bad_ip_header");
+                    counters.inc(Counter::BadIpHeader);
                     return None;
                 }
             }
         }
         _ => {
-            counters.inc("unknown_linktype");
+            counters.inc(Counter::UnknownLinktype);
             return None;
         }
     };
@@ -302,7 +290,7 @@ struct IpLayer {
 fn ipv4(data: &[u8], off: usize, counters: &mut Counters) -> Option<IpLayer> {
     let n = data.len();
     let Some(head) = data.get(off..off + 20) else {
-        counters.inc("bad_ip_header");
+        counters.inc(Counter::BadIpHeader);
         return None;
     };
     let vihl = head[0];
@@ -311,11 +299,11 @@ fn ipv4(data: &[u8], off: usize, counters: &mut Counters) -> Option<IpLayer> {
     let ihl = (vihl & 0x0F) as usize * 4;
     if total == 0 && ihl >= 20 {
         // TCP segmentation offload captured before segmentation.
-        counters.inc("ip_total_length_zero");
+        counters.inc(Counter::IpTotalLengthZero);
         total = n - off;
     }
     if vihl >> 4 != 4 || ihl < 20 || n - off < ihl || total < ihl {
-        counters.inc("bad_ip_header");
+        counters.inc(Counter::BadIpHeader);
         return None;
     }
     // More-fragments or an offset: a piece of a datagram (DF alone is not).
@@ -350,7 +338,7 @@ fn ipv6_ext(
         match nh {
             0 | 43 | 60 | IPV6_AH => {
                 let (Some(&next), Some(&len)) = (data.get(l4), data.get(l4 + 1)) else {
-                    counters.inc("bad_ip_header");
+                    counters.inc(Counter::BadIpHeader);
                     return None;
                 };
                 let hlen = if nh == IPV6_AH {
@@ -363,13 +351,13 @@ fn ipv6_ext(
             }
             IPV6_FRAGMENT => {
                 let (Some(&next), Some(offm), Some(id)) =
-                    (data.get(l4), be16(data, l4 + 2), rd32(data, l4 + 4, true))
+                    (data.get(l4), be_u16(data, l4 + 2), rd32(data, l4 + 4, true))
                 else {
-                    counters.inc("bad_ip_header");
+                    counters.inc(Counter::BadIpHeader);
                     return None;
                 };
                 if l4 + 8 > n {
-                    counters.inc("bad_ip_header");
+                    counters.inc(Counter::BadIpHeader);
                     return None;
                 }
                 nh = next;
@@ -388,7 +376,7 @@ fn ipv6_ext(
             _ => return Some((nh, l4, None)),
         }
         if l4 > end {
-            counters.inc("bad_ip_header");
+            counters.inc(Counter::BadIpHeader);
             return None;
         }
     }
@@ -400,7 +388,7 @@ fn ipv6(data: &[u8], off: usize, counters: &mut Counters) -> Option<IpLayer> {
     let head = match data.get(off..off + 40) {
         Some(h) if h[0] >> 4 == 6 => h,
         _ => {
-            counters.inc("bad_ip_header");
+            counters.inc(Counter::BadIpHeader);
             return None;
         }
     };
@@ -423,13 +411,13 @@ fn ipv6(data: &[u8], off: usize, counters: &mut Counters) -> Option<IpLayer> {
 /// A GRE header at `off` (RFC 2784/2890; ERSPAN types I-III ride on it) -> what it
 /// carries, or None (counted).
 fn gre(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, usize)> {
-    let (Some(flags), Some(proto)) = (be16(data, off), be16(data, off + 2)) else {
-        counters.inc("bad_tunnel_header");
+    let (Some(flags), Some(proto)) = (be_u16(data, off), be_u16(data, off + 2)) else {
+        counters.inc(Counter::BadTunnelHeader);
         return None;
     };
     if flags & 0x0007 != 0 || flags & 0x4000 != 0 {
         // Version 1 is PPTP's enhanced GRE (PPP inside); source routing is obsolete.
-        counters.inc("non_tcp");
+        counters.inc(Counter::NonTcp);
         return None;
     }
     let mut at = off + 4;
@@ -442,14 +430,14 @@ fn gre(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, usize)>
     let seq = flags & 0x1000 != 0;
     match proto {
         ETH_ERSPAN_2 => {
-            counters.inc("tunnel_erspan");
+            counters.inc(Counter::TunnelErspan);
             // Type II has an 8-byte header and a sequence number; type I neither.
             ethernet(data, if seq { at + 8 } else { at }, counters)
         }
         ETH_ERSPAN_3 => {
-            counters.inc("tunnel_erspan");
+            counters.inc(Counter::TunnelErspan);
             let Some(&last) = data.get(at + 11) else {
-                counters.inc("bad_tunnel_header");
+                counters.inc(Counter::BadTunnelHeader);
                 return None;
             };
             // The O flag announces an 8-byte platform-specific subheader.
@@ -457,11 +445,11 @@ fn gre(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, usize)>
             ethernet(data, at + 12 + sub, counters)
         }
         ETH_TEB => {
-            counters.inc("tunnel_gre");
+            counters.inc(Counter::TunnelGre);
             ethernet(data, at, counters)
         }
         _ => {
-            counters.inc("tunnel_gre");
+            counters.inc(Counter::TunnelGre);
             Some((proto, at))
         }
     }
@@ -471,21 +459,21 @@ fn gre(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, usize)>
 /// other UDP is not TCP).
 fn udp_tunnel(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, usize)> {
     let at = off + 8;
-    match be16(data, off + 2) {
+    match be_u16(data, off + 2) {
         Some(UDP_VXLAN) => {
             // RFC 7348: 8 bytes (flags, VNI), then the inner Ethernet frame.
-            counters.inc("tunnel_vxlan");
+            counters.inc(Counter::TunnelVxlan);
             ethernet(data, at + 8, counters)
         }
         Some(UDP_GENEVE) => {
             // RFC 8926: version, option length in 4-byte words, protocol type, VNI.
-            counters.inc("tunnel_geneve");
-            let (Some(&vo), Some(ptype)) = (data.get(at), be16(data, at + 2)) else {
-                counters.inc("bad_tunnel_header");
+            counters.inc(Counter::TunnelGeneve);
+            let (Some(&vo), Some(ptype)) = (data.get(at), be_u16(data, at + 2)) else {
+                counters.inc(Counter::BadTunnelHeader);
                 return None;
             };
             if vo >> 6 != 0 {
-                counters.inc("bad_tunnel_header");
+                counters.inc(Counter::BadTunnelHeader);
                 return None;
             }
             let inner = at + 8 + usize::from(vo & 0x3F) * 4;
@@ -496,7 +484,7 @@ fn udp_tunnel(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, 
             }
         }
         _ => {
-            counters.inc("non_tcp");
+            counters.inc(Counter::NonTcp);
             None
         }
     }
@@ -506,11 +494,11 @@ fn udp_tunnel(data: &[u8], off: usize, counters: &mut Counters) -> Option<(u16, 
 /// nibble as Wireshark does (4: IPv4, 6: IPv6, 0: a pseudowire control word before an
 /// Ethernet frame), or None (counted).
 fn mpls(data: &[u8], mut off: usize, counters: &mut Counters) -> Option<(u16, usize)> {
-    counters.inc("tunnel_mpls");
+    counters.inc(Counter::TunnelMpls);
     // Each label costs 4 bytes: bounded by the frame.
     loop {
         let Some(&bottom) = data.get(off + 2) else {
-            counters.inc("bad_tunnel_header");
+            counters.inc(Counter::BadTunnelHeader);
             return None;
         };
         off += 4;
@@ -521,7 +509,7 @@ fn mpls(data: &[u8], mut off: usize, counters: &mut Counters) -> Option<(u16, us
     match data.get(off).map(|b| b >> 4) {
         Some(0) => ethernet(data, off + 4, counters),
         _ => ip_version(data, off).or_else(|| {
-            counters.inc("non_ip");
+            counters.inc(Counter::NonIp);
             None
         }),
     }
@@ -544,22 +532,22 @@ fn tcp_segment(
 ) -> Option<Segment> {
     let n = data.len();
     let Some(tcp) = data.get(l4..l4 + 20).filter(|_| end >= l4 + 20) else {
-        counters.inc("bad_tcp_header");
+        counters.inc(Counter::BadTcpHeader);
         return None;
     };
     let doff = (tcp[12] >> 4) as usize * 4;
     let start = l4 + doff;
     if doff < 20 || start > end {
-        counters.inc("bad_tcp_header");
+        counters.inc(Counter::BadTcpHeader);
         return None;
     }
     let mut missing = 0usize;
     if end > n {
         if wire_len.is_some_and(|w| end > w as usize) {
             // The frame never had these bytes: not a loss, a wrong length field.
-            counters.inc("bad_ip_length");
+            counters.inc(Counter::BadIpLength);
         } else {
-            counters.inc("snaplen_truncated");
+            counters.inc(Counter::SnaplenTruncated);
             // Options cut off too: the segment's place in the stream is still known.
             missing = if start > n { end - start } else { end - n };
         }
@@ -618,7 +606,7 @@ impl LinkDecoder {
                     continue;
                 }
                 _ => {
-                    counters.inc("non_ip");
+                    counters.inc(Counter::NonIp);
                     return None;
                 }
             };
@@ -641,7 +629,7 @@ impl LinkDecoder {
                     return Some(seg);
                 }
                 IP_PROTO_IPIP | IP_PROTO_IPV6 => {
-                    counters.inc("tunnel_ip_in_ip");
+                    counters.inc(Counter::TunnelIpInIp);
                     let e = if proto == IP_PROTO_IPIP {
                         ETH_IPV4
                     } else {
@@ -652,7 +640,7 @@ impl LinkDecoder {
                 IP_PROTO_GRE => gre(buf, l4, counters)?,
                 IP_PROTO_UDP => udp_tunnel(buf, l4, counters)?,
                 _ => {
-                    counters.inc("non_tcp");
+                    counters.inc(Counter::NonTcp);
                     return None;
                 }
             };
@@ -664,7 +652,7 @@ impl LinkDecoder {
     /// One more layer of encapsulation, unless that is too many.
     fn deeper(&self, depth: u32, counters: &mut Counters) -> Option<u32> {
         if depth >= MAX_ENCAP_DEPTH {
-            counters.inc("tunnel_too_deep");
+            counters.inc(Counter::TunnelTooDeep);
             return None;
         }
         Some(depth + 1)
@@ -688,9 +676,9 @@ impl LinkDecoder {
         data: &'a [u8],
         counters: &mut Counters,
     ) -> Option<Packet<'a>> {
-        counters.inc("frames");
+        counters.inc(Counter::Frames);
         let seg = self.decode(linktype, data, None, ts_ns, counters)?;
-        counters.inc("tcp_packets");
+        counters.inc(Counter::TcpPackets);
         let bytes = if seg.reassembled {
             &self.datagram
         } else {
@@ -712,7 +700,7 @@ fn fragment(
 ) -> Option<Datagram> {
     let Some(bytes) = buf.get(ip.l4..end) else {
         // Cut by the snap length (or a length that lies): its bytes cannot be placed.
-        counters.inc("ip_fragments_cut");
+        counters.inc(Counter::IpFragmentsCut);
         return None;
     };
     let fragment = Fragment {
@@ -814,7 +802,7 @@ fn parse_idb(body: &[u8], big: bool, counters: &mut Counters) -> Interface {
             .get(pos + 4..pos + 4 + length)
             .filter(|_| pos + 4 + length <= end)
         else {
-            counters.inc("bad_pcapng_option");
+            counters.inc(Counter::BadPcapngOption);
             break;
         };
         if code == OPT_IF_TSRESOL && length >= 1 {
@@ -1161,9 +1149,13 @@ impl PacketReader {
         }
         self.finish(&mut counters);
         facts.link_types = link_types.into_iter().collect();
-        facts.damaged = ["truncated_file", "bad_record", "read_error"]
-            .iter()
-            .any(|c| counters.get(c) > 0);
+        facts.damaged = [
+            Counter::TruncatedFile,
+            Counter::BadRecord,
+            Counter::ReadError,
+        ]
+        .into_iter()
+        .any(|c| counters.get(c) > 0);
         facts.interfaces = match (self.described.take(), snaplen) {
             (_, Some(snaplen)) => facts
                 .link_types
@@ -1199,7 +1191,7 @@ impl PacketReader {
                 self.flush(counters);
             }
             let Some(ts_ns) = rec.ts_ns else {
-                counters.inc("bad_timestamp");
+                counters.inc(Counter::BadTimestamp);
                 continue;
             };
             let data = &self.buf[rec.start..rec.start + rec.len];
@@ -1226,11 +1218,11 @@ impl PacketReader {
         self.flush(counters);
         self.decoder.finish(counters);
         if self.oversize > 0 {
-            counters.add("caplen_exceeds_wire_len", self.oversize);
+            counters.add(Counter::CaplenExceedsWireLen, self.oversize);
             self.oversize = 0;
         }
         if self.read_failed {
-            counters.inc("read_error");
+            counters.inc(Counter::ReadError);
             self.read_failed = false;
         }
         self.done = true;
@@ -1238,11 +1230,11 @@ impl PacketReader {
 
     fn flush(&mut self, counters: &mut Counters) {
         if self.pending_frames > 0 {
-            counters.add("frames", self.pending_frames);
+            counters.add(Counter::Frames, self.pending_frames);
             self.pending_frames = 0;
         }
         if self.pending_tcp > 0 {
-            counters.add("tcp_packets", self.pending_tcp);
+            counters.add(Counter::TcpPackets, self.pending_tcp);
             self.pending_tcp = 0;
         }
     }
@@ -1272,7 +1264,7 @@ impl PacketReader {
                 Ok(0) => break,
                 Ok(k) => {
                     self.filled += k;
-                    counters.add("bytes_read", k as u64);
+                    counters.add(Counter::BytesRead, k as u64);
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => {
@@ -1295,7 +1287,7 @@ impl PacketReader {
         }
         self.empty_run += 1;
         if self.empty_run > MAX_EMPTY_RUN {
-            counters.inc("bad_record");
+            counters.inc(Counter::BadRecord);
             return false;
         }
         true
@@ -1347,7 +1339,7 @@ impl PacketReader {
     ) -> Option<Record> {
         if !self.ensure(rec_len, counters) {
             if self.filled > self.pos {
-                counters.inc("truncated_file");
+                counters.inc(Counter::TruncatedFile);
             }
             return None;
         }
@@ -1356,11 +1348,11 @@ impl PacketReader {
         let (incl, orig) = (rd32(head, 8, big)?, rd32(head, 12, big)?);
         let incl = incl as usize;
         if incl > MAX_RECORD {
-            counters.inc("bad_record");
+            counters.inc(Counter::BadRecord);
             return None;
         }
         if !self.ensure(rec_len + incl, counters) {
-            counters.inc("truncated_file");
+            counters.inc(Counter::TruncatedFile);
             return None;
         }
         let start = self.pos + rec_len;
@@ -1385,7 +1377,7 @@ impl PacketReader {
         loop {
             if !self.ensure(28, counters) && self.filled - self.pos < 12 {
                 if self.filled > self.pos {
-                    counters.inc("truncated_file");
+                    counters.inc(Counter::TruncatedFile);
                 }
                 return None;
             }
@@ -1400,7 +1392,7 @@ impl PacketReader {
                     Some(b) if b == BOM_LE => false,
                     Some(b) if b == BOM_BE => true,
                     _ => {
-                        counters.inc("bad_record");
+                        counters.inc(Counter::BadRecord);
                         return None;
                     }
                 };
@@ -1409,11 +1401,11 @@ impl PacketReader {
             }
             let blen = rd32(&self.buf, p + 4, big)? as usize;
             if blen < 12 || !blen.is_multiple_of(4) || blen > MAX_RECORD {
-                counters.inc("bad_record");
+                counters.inc(Counter::BadRecord);
                 return None;
             }
             if !self.ensure(blen, counters) {
-                counters.inc("truncated_file");
+                counters.inc(Counter::TruncatedFile);
                 return None;
             }
             let p = self.pos; // ensure may have moved the block to the buffer's start
@@ -1422,18 +1414,18 @@ impl PacketReader {
             match btype {
                 BT_EPB | BT_PB => {
                     if blen < 32 {
-                        counters.inc("bad_record");
+                        counters.inc(Counter::BadRecord);
                     } else if let Some(rec) = self.packet_block(btype, p, big, counters) {
                         return Some(rec);
                     }
                 }
                 BT_SPB => {
                     if blen < 16 {
-                        counters.inc("bad_record");
+                        counters.inc(Counter::BadRecord);
                     } else {
                         let iface = self.interface(0, counters);
                         let orig = rd32(block, 8, big)?;
-                        counters.inc("pcapng_simple_packet_block");
+                        counters.inc(Counter::PcapngSimplePacketBlock);
                         let len = (orig as usize).min(blen - 16);
                         // No timestamp in an SPB: ts_ns is 0, as in capture.py.
                         return Some(Record {
@@ -1447,7 +1439,7 @@ impl PacketReader {
                 }
                 BT_IDB => {
                     if blen < 20 {
-                        counters.inc("bad_record");
+                        counters.inc(Counter::BadRecord);
                         return None;
                     }
                     let iface = parse_idb(&block[8..], big, counters);
@@ -1460,7 +1452,7 @@ impl PacketReader {
                     if self.interfaces.len() < MAX_INTERFACES {
                         self.interfaces.push(iface);
                     } else {
-                        counters.inc("pcapng_interface_limit");
+                        counters.inc(Counter::PcapngInterfaceLimit);
                     }
                 }
                 BT_DSB => self.secrets_block(p, blen, big, counters),
@@ -1480,7 +1472,7 @@ impl PacketReader {
         if let Some(iface) = self.interfaces.get(id as usize) {
             return *iface;
         }
-        counters.inc("pcapng_unknown_interface");
+        counters.inc(Counter::PcapngUnknownInterface);
         self.interfaces.first().copied().unwrap_or(Interface {
             linktype: LINKTYPE_ETHERNET,
             mul: 1000,
@@ -1494,12 +1486,12 @@ impl PacketReader {
     fn secrets_block(&mut self, p: usize, blen: usize, big: bool, counters: &mut Counters) {
         let block = &self.buf[p..p + blen];
         let (Some(kind), Some(len)) = (rd32(block, 8, big), rd32(block, 12, big)) else {
-            counters.inc("bad_record");
+            counters.inc(Counter::BadRecord);
             return;
         };
         let end = 16usize.saturating_add(len as usize);
         let Some(text) = block.get(16..end).filter(|_| end + 4 <= blen) else {
-            counters.inc("bad_record");
+            counters.inc(Counter::BadRecord);
             return;
         };
         if kind != DSB_TLS_KEY_LOG {
@@ -1509,7 +1501,7 @@ impl PacketReader {
         let secrets = self.secrets.get_or_insert_with(Box::default);
         let held: usize = secrets.0.iter().map(String::len).sum();
         if held + text.len() > MAX_SECRETS_BYTES {
-            counters.inc("tls_secrets_limit");
+            counters.inc(Counter::TlsSecretsLimit);
             return;
         }
         secrets.0.push(text);
@@ -1536,7 +1528,7 @@ impl PacketReader {
         let caplen = rd32(block, 20, big)? as usize;
         let orig = rd32(block, 24, big)?;
         if caplen > block.len() - 32 {
-            counters.inc("bad_record");
+            counters.inc(Counter::BadRecord);
             return None;
         }
         if caplen > orig as usize {

@@ -1,0 +1,394 @@
+"""The report's derived tables, computed from the pairs frame and the analytics
+tables (pure functions of frames and Arrow tables: no formatting, no HTML)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from dissector import schema
+from dissector.analytics import stats
+from dissector.analytics.report.formatting import is_missing
+from dissector.analytics.report.model import CAPTURES_ATTR, AnalyticsTables
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+
+def capture_names(df: pd.DataFrame) -> tuple[str, ...]:
+    """The capture files analysed: from ``df.attrs`` when ``analyze`` recorded them (a
+    capture without Kafka has no rows to name it), else from the rows."""
+    listed = df.attrs.get(CAPTURES_ATTR)
+    if listed:
+        return tuple(str(c) for c in listed)
+    return stats.capture_facts(df).captures
+
+
+def timeline_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows time charts draw: all of them, or one capture's when captures are far
+    apart in time (``stats.timeline_capture``)."""
+    alone = stats.timeline_capture(df)
+    if alone is None:
+        return df
+    return df[df["capture"].astype("object").eq(alone).fillna(False).astype(bool)]
+
+
+def known_max_wait(df: pd.DataFrame) -> str:
+    classes = stats.service_latency(df)["fetch_wait"]
+    fetches = classes.notna()
+    if stats.MAX_WAIT_COLUMN not in df.columns:
+        return f"none of {int(fetches.sum()):,} (the pairs table has no max_wait_ms column)"
+    known = int((df[stats.MAX_WAIT_COLUMN].notna() & fetches).sum())
+    return f"{known:,} of {int(fetches.sum()):,}"
+
+
+def fetch_wait_table(df: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
+
+    service = stats.service_latency(df)
+    frame = pd.DataFrame(
+        {
+            "fetch_wait": service["fetch_wait"],
+            "latency": stats.as_float(df[stats.LATENCY_COLUMN]),
+            "service": service["service_ms"],
+        }
+    ).dropna(subset=["fetch_wait"])
+    rows = []
+    for name in schema.FETCH_WAIT_CLASSES:
+        part = frame[frame["fetch_wait"] == name]
+        if part.empty:
+            continue
+        lat, svc = part["latency"], part["service"].dropna()
+        rows.append(
+            {
+                "fetch_wait": name,
+                "count": len(part),
+                "p50_ms": lat.quantile(0.5),
+                "p99_ms": lat.quantile(0.99),
+                "service_p50_ms": svc.quantile(0.5) if len(svc) else math.nan,
+                "service_p99_ms": svc.quantile(0.99) if len(svc) else math.nan,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def by_service_time(df: pd.DataFrame, n: int) -> pd.DataFrame:
+    """The ``n`` answered pairs with the longest service time (latency less a long
+    poll's wait on the broker, ``stats.SERVICE_LATENCY_RULE``), longest first, with
+    ``service_ms`` and ``fetch_wait`` beside the other columns."""
+    service = stats.service_latency(df)
+    ranked = df.assign(service_ms=service["service_ms"], fetch_wait=service["fetch_wait"])
+    ranked = ranked[stats.as_float(ranked["service_ms"]).notna()]
+    order = stats.as_float(ranked["service_ms"]).sort_values(ascending=False, kind="stable")
+    out = ranked.loc[order.index[:n]].copy()
+    out["broker"] = [
+        stats.broker_label(ip, port)
+        for ip, port in zip(out["broker_ip"], out["broker_port"], strict=True)
+    ]
+    return out.reset_index(drop=True)
+
+
+def errors_by_code_and_api(df: pd.DataFrame) -> pd.DataFrame:
+    """Error rows per (error name, or status when no Kafka error code; API)."""
+    import pandas as pd
+
+    rows = df[df["status"].isin(stats.ERROR_STATUSES).fillna(False).astype(bool)]
+    if rows.empty:
+        return pd.DataFrame(columns=["error", "api", "count", "clients", "first", "last"])
+    error = (
+        rows["error_name"]
+        .astype("object")
+        .where(
+            rows["error_name"].notna() & rows["error_name"].ne("NONE"),
+            rows["status"].astype("object"),
+        )
+    )
+    frame = pd.DataFrame(
+        {
+            "error": error,
+            "api": rows["api_name"].astype("object").fillna("(unknown)"),
+            "client": rows["client_id"].astype("object").fillna("(none)"),
+            "time": stats.event_time(rows),
+        }
+    )
+    grouped = frame.groupby(["error", "api"], sort=False)
+    out = grouped.agg(
+        count=("client", "size"),
+        clients=("client", lambda c: ", ".join(sorted(set(map(str, c))))),
+        first=("time", "min"),
+        last=("time", "max"),
+    ).reset_index()
+    return out.sort_values(["count", "error", "api"], ascending=[False, True, True])
+
+
+def unanswered_by_api(df: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
+
+    rows = df[df["status"].isin(stats.UNANSWERED_STATUSES).fillna(False).astype(bool)]
+    frame = pd.DataFrame(
+        {
+            "api": rows["api_name"].astype("object").fillna("(unknown)"),
+            "client": rows["client_id"].astype("object").fillna("(none)"),
+        }
+    )
+    out = frame.groupby("api", sort=False).agg(
+        count=("client", "size"),
+        clients=("client", lambda c: ", ".join(sorted(set(map(str, c))))),
+    )
+    return out.reset_index().sort_values(["count", "api"], ascending=[False, True])
+
+
+def throttling(df: pd.DataFrame) -> pd.DataFrame:
+    """Responses a broker quota delayed (throttle_ms > 0), per client and API."""
+    import pandas as pd
+
+    throttle = stats.as_float(df["throttle_ms"])
+    rows = df[(throttle > 0).fillna(False).astype(bool)]
+    frame = pd.DataFrame(
+        {
+            "client": rows["client_id"].astype("object").fillna("(none)"),
+            "api": rows["api_name"].astype("object").fillna("(unknown)"),
+            "throttle": throttle[rows.index],
+        }
+    )
+    out = frame.groupby(["client", "api"], sort=False).agg(
+        count=("throttle", "size"), max_ms=("throttle", "max"), total_ms=("throttle", "sum")
+    )
+    return out.reset_index().sort_values(["total_ms", "client"], ascending=[False, True])
+
+
+def hot_connections(df: pd.DataFrame) -> pd.DataFrame:
+    """Connections where requests queued behind others (head-of-line): requests, the
+    most in flight at once, requests that waited (queue_ms > 0), their total and longest
+    wait, and the p99 service time; most queueing first."""
+    import pandas as pd
+
+    queue = stats.as_float(df["queue_ms"]) if "queue_ms" in df else pd.Series(math.nan, df.index)
+    frame = pd.DataFrame(
+        {
+            "capture": df["capture"].astype("object"),
+            "stream": df["stream"],
+            "client": df["client_id"].astype("object").fillna("(none)"),
+            "broker": stats.broker_labels(df),
+            "inflight": stats.as_float(df["inflight"]) if "inflight" in df else math.nan,
+            "queue": queue,
+            "queued": (queue > 0).fillna(False).astype(bool),
+            "service": stats.service_latency(df)["service_ms"],
+        }
+    )
+    grouped = frame.groupby(["capture", "stream"], sort=False)
+    out = grouped.agg(
+        client=("client", lambda c: ", ".join(sorted(set(map(str, c))))),
+        broker=("broker", "first"),
+        requests=("client", "size"),
+        max_inflight=("inflight", "max"),
+        queued=("queued", "sum"),
+        queue_total_ms=("queue", "sum"),
+        queue_max_ms=("queue", "max"),
+        service_p99_ms=(
+            "service",
+            lambda s: s.dropna().quantile(0.99) if s.notna().any() else math.nan,
+        ),
+    ).reset_index()
+    out = out[out["queued"] > 0]
+    return out.sort_values(["queue_total_ms", "stream"], ascending=[False, True])
+
+
+ROLE_LABELS: Mapping[str, str] = {"produce": "producer", "fetch": "consumer"}
+
+
+def partition_throughput(table: pa.Table) -> pd.DataFrame:
+    """``partitions.throughput`` of the partitions table (the core's Arrow table,
+    aggregated in Arrow: ``throughput_totals_in_table``), with readable roles,
+    producers first per partition."""
+    from dissector.analytics.partitions import throughput_rates, throughput_totals_in_table
+
+    out = throughput_rates(throughput_totals_in_table(table))
+    return out.assign(role=out["role"].astype("object").map(ROLE_LABELS)).sort_values(
+        ["capture", "topic", "partition", "role"], ascending=[True, True, True, False]
+    )
+
+
+def lag_summary(
+    parts: pd.DataFrame, end: Mapping[str, pd.Timestamp] | None = None, *, reduced: bool = False
+) -> pd.DataFrame:
+    """``lag.lag_at_end``: committed lag per (capture, group, topic, partition) at the end
+    of the capture (``end`` per capture), the largest first and unknown lag last
+    (``reduced``: as ``lag_at_end`` takes it)."""
+    from dissector.analytics.lag import GROUP_KEYS, lag_at_end
+
+    out = lag_at_end(parts, end, reduced=reduced)
+    return out.sort_values(
+        ["lag", "time_lag_ms", *GROUP_KEYS],
+        ascending=[False, False, *[True] * len(GROUP_KEYS)],
+        na_position="last",
+        kind="stable",
+    )
+
+
+def table_lag(tables: AnalyticsTables, end: Mapping[str, pd.Timestamp]) -> pd.DataFrame:
+    """``lag_summary`` of the partitions table, built of the rows the lag reads: the
+    Fetch entries it does not (``lag.superseded_fetches``, most of a long capture's
+    table) are left out in Arrow, before the frame is built."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from dissector.analytics import lag
+
+    # The evaluation times and the superseded Fetch entries from the core's Arrow
+    # table (integer codes, numpy): no frame of every row.
+    table = tables.arrow.partitions
+    chosen = lag.evaluation_times_in_table(table, end)
+    if pc.any(pc.is_valid(table.column("committed_offset"))).as_py():
+        read = ~lag.superseded_in_table(table, chosen)
+    else:  # no committed offset, no lag: no row is read (a frame of none, not millions)
+        read = np.zeros(table.num_rows, dtype=bool)
+    parts = tables.partitions_of(lag.INPUTS, rows=read)
+    release_memory()  # what building the frame took, for the lag's pandas work
+    return lag_summary(parts, chosen, reduced=True)
+
+
+def capture_ends(df: pd.DataFrame) -> dict[str, pd.Timestamp]:
+    """The latest request or response time of each capture's pairs."""
+    latest = df[["request_time", "response_time"]].max(axis=1)
+    return {str(k): v for k, v in latest.groupby(df["capture"]).max().dropna().items()}
+
+
+def produce_to_fetch_summary(parts: pd.DataFrame) -> pd.DataFrame:
+    """``partitions.produce_to_fetch`` latency percentiles per (capture, topic)."""
+    import pandas as pd
+
+    from dissector.analytics.partitions import produce_to_fetch
+
+    p2f = produce_to_fetch(parts)
+    rows = []
+    for (capture, topic), g in p2f.groupby(["capture", "topic"], dropna=False, sort=True):
+        latency = stats.as_float(g["latency_ms"]).dropna()
+        q = {
+            f"p{int(p * 100)}_ms": latency.quantile(p, interpolation=stats.PERCENTILE_INTERPOLATION)
+            for p in (0.5, 0.9, 0.99)
+        }
+        rows.append(
+            {
+                "capture": capture,
+                "topic": topic,
+                "deliveries": len(g),
+                "records": int(g["records"].fillna(0).sum()),
+                "consumers": g["consumer_client_id"].nunique(dropna=False),
+                **q,
+                "max_ms": latency.max(),
+            }
+        )
+    columns = ["capture", "topic", "deliveries", "records", "consumers", "p50_ms", "p90_ms"]
+    return pd.DataFrame(rows, columns=[*columns, "p99_ms", "max_ms"])
+
+
+P2F_INPUTS = (
+    "capture", "topic", "partition", "api_name", "client_id", "request_time", "response_time",
+    "records", "first_offset", "last_offset",
+)  # fmt: skip
+"""The partitions table's columns ``partitions.produce_to_fetch`` reads."""
+
+
+def carrying(tables: AnalyticsTables, field: str) -> pa.ChunkedArray:
+    """Per partitions row: a Produce, Fetch or ShareFetch entry with ``field`` set (the
+    rows produce_to_fetch reads: a pre-filter, it filters further)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from dissector.analytics.partitions import PARTITION_APIS
+
+    apis = pa.array([api for api, role in PARTITION_APIS.items() if role in ("produce", "fetch")])
+    table = tables.arrow.partitions
+    data_path = pc.is_in(table.column("api_name"), value_set=apis)
+    return pc.and_(data_path, pc.is_valid(table.column(field)))
+
+
+def release_memory() -> None:
+    """Hand what was freed back to the system, between steps that allocate much. The
+    core builds its tables on threads of its own, and Arrow's compute on its pool's:
+    glibc keeps what such a thread freed in that thread's arena and Arrow's allocator in
+    its own pool, where the report's numpy and pandas work on the main thread cannot
+    reuse it. Without it the report of 1.5M pairs peaked at 720-970 MiB (now the pass's
+    own peak, 690 MiB), and a long capture's partitions table some 25 MB higher (the
+    throughput's grouping, then the lag's arrays on top). Not glibc (no
+    ``malloc_trim``): Arrow's pool only."""
+    import ctypes
+
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    try:
+        trim = ctypes.CDLL(None).malloc_trim  # the process's own symbols: libc's
+    except (OSError, AttributeError, TypeError):  # TypeError: no CDLL(None) (Windows)
+        return
+    trim(0)
+
+
+def _range_text(low: object, high: object) -> str:
+    return "not seen" if is_missing(low) or is_missing(high) else f"{int(low)}–{int(high)}"  # type: ignore[call-overload]
+
+
+def _software_of(name: object, version: object) -> str | None:
+    parts = [str(v) for v in (name, version) if not is_missing(v)]
+    return " ".join(parts) or None
+
+
+def version_skew(versions_table: pd.DataFrame) -> pd.DataFrame:
+    """``dissector.versions`` per client (client_id and software) and API: the
+    versions used over all its connections, the broker ranges advertised to it, and a
+    flag when a version lay outside the advertised range or is unknown to the specs.
+    Flagged rows first."""
+    import pandas as pd
+
+    v = versions_table.assign(
+        software=[
+            _software_of(n, s)
+            for n, s in zip(
+                versions_table["client_software_name"],
+                versions_table["client_software_version"],
+                strict=True,
+            )
+        ],
+        broker_range=[
+            _range_text(lo, hi)
+            for lo, hi in zip(
+                versions_table["broker_min"], versions_table["broker_max"], strict=True
+            )
+        ],
+    )
+    keys = ["capture", "client_id", "software", "api_name"]
+    rows = []
+    for (capture, client, software, api), g in v.groupby(keys, dropna=False, sort=True):
+        used = sorted({int(x) for vs in g["versions_used"] for x in vs})
+        unknown = sorted({int(x) for vs in g["unknown_versions"] for x in vs})
+        outside = bool(g["within_broker_range"].eq(False).fillna(False).any())
+        flags = (["outside broker range"] if outside else []) + (
+            ["unknown to the specs"] if unknown else []
+        )
+        rows.append(
+            {
+                "capture": capture,
+                "client_id": client,
+                "software": software,
+                "api_name": api,
+                "connections": len(g),
+                "requests": int(g["requests"].sum()),
+                "versions_used": used,
+                "broker_range": sorted(set(g["broker_range"])),
+                "spec_max": g["spec_max"].max(),
+                "unknown_versions": unknown,
+                "flag": ", ".join(flags),
+                "flagged": bool(flags),
+            }
+        )
+    columns = [
+        "capture", "client_id", "software", "api_name", "connections", "requests",
+        "versions_used", "broker_range", "spec_max", "unknown_versions", "flag", "flagged",
+    ]  # fmt: skip
+    out = pd.DataFrame(rows, columns=columns)
+    if out.empty:
+        return out
+    return out.sort_values(["flagged", *keys], ascending=[False, True, True, True, True])

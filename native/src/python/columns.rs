@@ -1,0 +1,233 @@
+//! Column buffers handed to Python as typed records, one class per Arrow layout, read by
+//! name in `dissector/wire/core.py` (`_arrow_column`), which builds Arrow arrays from
+//! the buffers as they are. The pairs table's column names are `PairColumn::name`
+//! (generated from `schema.COLUMNS`) and the model's extract columns; the analytics
+//! tables' are their contracts' (`table_model`).
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use crate::kafka::model::Model as SpecModel;
+use crate::rows::columns::PairColumn;
+use crate::rows::tables::{Column, TableColumns};
+use crate::rows::{ColumnRef, Dict, DictList, Nullable, RowBuilder};
+
+/// int64 values (little-endian), Arrow's validity bitmap (None: no nulls).
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct Int64Column {
+    values: Py<PyBytes>,
+    validity: Option<Py<PyBytes>>,
+    null_count: usize,
+}
+
+/// float64 values (little-endian), Arrow's validity bitmap (None: no nulls).
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct Float64Column {
+    values: Py<PyBytes>,
+    validity: Option<Py<PyBytes>>,
+    null_count: usize,
+}
+
+/// Booleans as a bitmap of `length` bits, Arrow's validity bitmap (None: no nulls).
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct BoolColumn {
+    values: Py<PyBytes>,
+    validity: Option<Py<PyBytes>>,
+    null_count: usize,
+    length: usize,
+}
+
+/// Dictionary-encoded strings: int32 indices into the words (an Arrow string array:
+/// int32 offsets and UTF-8 data), Arrow's validity bitmap (None: no nulls).
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct DictColumn {
+    indices: Py<PyBytes>,
+    validity: Option<Py<PyBytes>>,
+    null_count: usize,
+    word_offsets: Py<PyBytes>,
+    word_data: Py<PyBytes>,
+}
+
+/// A list of strings per row: int32 offsets into `items`, int32 indices into the words.
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct StrListColumn {
+    offsets: Py<PyBytes>,
+    items: Py<PyBytes>,
+    word_offsets: Py<PyBytes>,
+    word_data: Py<PyBytes>,
+}
+
+/// A list of int64 per row: int32 offsets into `values`.
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct Int64ListColumn {
+    offsets: Py<PyBytes>,
+    values: Py<PyBytes>,
+}
+
+/// Arrow's validity bitmap (bit i of byte i/8 set when row i is valid, least
+/// significant bit first), and the null count; None when nothing is null.
+fn validity(valid: &[bool]) -> (Option<Vec<u8>>, usize) {
+    let nulls = valid.iter().filter(|v| !**v).count();
+    if nulls == 0 {
+        return (None, 0);
+    }
+    (Some(bits(valid)), nulls)
+}
+
+/// Bit i of byte i/8 set when `set[i]`, least significant bit first (Arrow's layout).
+fn bits(set: &[bool]) -> Vec<u8> {
+    let mut out = vec![0u8; set.len().div_ceil(8)];
+    for (i, _) in set.iter().enumerate().filter(|(_, v)| **v) {
+        out[i / 8] |= 1 << (i % 8);
+    }
+    out
+}
+
+fn bytes(py: Python<'_>, b: &[u8]) -> Py<PyBytes> {
+    PyBytes::new(py, b).unbind()
+}
+
+/// Values as one bytes object of their little-endian bytes, written in place (one copy).
+fn le_bytes<T: Copy>(
+    py: Python<'_>,
+    values: &[T],
+    to_bytes: impl Fn(T) -> [u8; 8],
+) -> PyResult<Py<PyBytes>> {
+    let b = PyBytes::new_with(py, values.len() * 8, |buf| {
+        for (chunk, v) in buf.chunks_exact_mut(8).zip(values) {
+            chunk.copy_from_slice(&to_bytes(*v));
+        }
+        Ok(())
+    })?;
+    Ok(b.unbind())
+}
+
+fn i32_bytes(values: impl Iterator<Item = i32>) -> Vec<u8> {
+    values.flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// A dictionary's words as an Arrow string array: (offsets, data).
+fn words(py: Python<'_>, words: &[String]) -> (Py<PyBytes>, Py<PyBytes>) {
+    let mut offsets = Vec::with_capacity(words.len() + 1);
+    let mut data = Vec::new();
+    offsets.push(0i32);
+    for w in words {
+        data.extend_from_slice(w.as_bytes());
+        offsets.push(i32::try_from(data.len()).unwrap_or(i32::MAX));
+    }
+    (bytes(py, &i32_bytes(offsets.into_iter())), bytes(py, &data))
+}
+
+fn int64(py: Python<'_>, col: &Nullable<i64>) -> PyResult<Py<PyAny>> {
+    let (valid, null_count) = validity(&col.valid);
+    let column = Int64Column {
+        values: le_bytes(py, &col.values, i64::to_le_bytes)?,
+        validity: valid.map(|v| bytes(py, &v)),
+        null_count,
+    };
+    Ok(Py::new(py, column)?.into_any())
+}
+
+fn float64(py: Python<'_>, col: &Nullable<f64>) -> PyResult<Py<PyAny>> {
+    let (valid, null_count) = validity(&col.valid);
+    let column = Float64Column {
+        values: le_bytes(py, &col.values, f64::to_le_bytes)?,
+        validity: valid.map(|v| bytes(py, &v)),
+        null_count,
+    };
+    Ok(Py::new(py, column)?.into_any())
+}
+
+fn boolean(py: Python<'_>, col: &Nullable<bool>) -> PyResult<Py<PyAny>> {
+    let (valid, null_count) = validity(&col.valid);
+    let column = BoolColumn {
+        values: bytes(py, &bits(&col.values)),
+        validity: valid.map(|v| bytes(py, &v)),
+        null_count,
+        length: col.values.len(),
+    };
+    Ok(Py::new(py, column)?.into_any())
+}
+
+fn dictionary(py: Python<'_>, col: &Dict) -> PyResult<Py<PyAny>> {
+    let valid: Vec<bool> = col.indices.iter().map(|i| *i >= 0).collect();
+    let (valid, null_count) = validity(&valid);
+    let (word_offsets, word_data) = words(py, &col.words);
+    let column = DictColumn {
+        indices: bytes(py, &i32_bytes(col.indices.iter().map(|i| (*i).max(0)))),
+        validity: valid.map(|v| bytes(py, &v)),
+        null_count,
+        word_offsets,
+        word_data,
+    };
+    Ok(Py::new(py, column)?.into_any())
+}
+
+fn str_list(py: Python<'_>, col: &DictList) -> PyResult<Py<PyAny>> {
+    let (word_offsets, word_data) = words(py, &col.items.words);
+    let column = StrListColumn {
+        offsets: bytes(py, &i32_bytes(col.offsets.iter().copied())),
+        items: bytes(py, &i32_bytes(col.items.indices.iter().copied())),
+        word_offsets,
+        word_data,
+    };
+    Ok(Py::new(py, column)?.into_any())
+}
+
+fn int64_list(py: Python<'_>, offsets: &[i32], values: &[i64]) -> PyResult<Py<PyAny>> {
+    let column = Int64ListColumn {
+        offsets: bytes(py, &i32_bytes(offsets.iter().copied())),
+        values: le_bytes(py, values, i64::to_le_bytes)?,
+    };
+    Ok(Py::new(py, column)?.into_any())
+}
+
+/// Rows built so far as {column name: column buffer}, in the pairs table's order, the
+/// model's extract columns last.
+pub fn pair_columns<'py>(
+    py: Python<'py>,
+    rows: &RowBuilder,
+    model: &SpecModel,
+) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    for c in PairColumn::ALL {
+        let column = match rows.column(c) {
+            ColumnRef::Int(col) => int64(py, col)?,
+            ColumnRef::Float(col) => float64(py, col)?,
+            ColumnRef::Str(col) => dictionary(py, col)?,
+            ColumnRef::StrList(col) => str_list(py, col)?,
+        };
+        out.set_item(c.name(), column)?;
+    }
+    for (e, col) in model.extracts.iter().zip(&rows.extracts) {
+        out.set_item(&e.column, int64(py, col)?)?;
+    }
+    Ok(out)
+}
+
+/// One analytics table's columns as {column name: column buffer} and "__len__" (rows).
+pub fn table_columns<'py>(py: Python<'py>, table: &TableColumns) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    out.set_item("__len__", table.len)?;
+    for (name, column) in &table.columns {
+        let column = match column {
+            Column::I64(c) => int64(py, c)?,
+            Column::F64(c) => float64(py, c)?,
+            Column::Str(c) => dictionary(py, c)?,
+            Column::Bool(c) => boolean(py, c)?,
+            Column::I64List { offsets, values } => int64_list(py, offsets, values)?,
+        };
+        out.set_item(name, column)?;
+    }
+    Ok(out)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Int64Column>()?;
+    m.add_class::<Float64Column>()?;
+    m.add_class::<BoolColumn>()?;
+    m.add_class::<DictColumn>()?;
+    m.add_class::<StrListColumn>()?;
+    m.add_class::<Int64ListColumn>()?;
+    Ok(())
+}
