@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 from dissector.protocol import messages as _messages
@@ -92,11 +93,11 @@ def with_max_decompressed(decoder: Any, cap: int | None) -> Any:
     than a run that silently ignores it."""
     import dataclasses
 
-    from dissector import protocol
-
     if cap is None:
         return decoder
-    if decoder is protocol:
+    # The package itself, known by name: importing it here would close an import
+    # circle (it imports this module).
+    if isinstance(decoder, ModuleType) and decoder.__name__ == __package__:
         return BoundDecoder((), cap)
     if isinstance(decoder, BoundDecoder):
         return dataclasses.replace(decoder, max_decompressed=cap)
