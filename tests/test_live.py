@@ -165,6 +165,32 @@ def send_turns(client: socket.socket, server: socket.socket, turns: list[Turn]) 
         recv_exactly(receiver, len(turn.data))
 
 
+ROUND_IDS = 1000
+"""Correlation ids of replayed round ``r`` are the recording's plus ``r * ROUND_IDS``."""
+
+
+def renumbered(turns: list[Turn], offset: int) -> list[Turn]:
+    """The turns with every frame's correlation id raised by ``offset``: a client
+    numbers its requests upwards and never repeats a recent id on a connection (framing
+    relies on that to confirm a frame start found after a hole), so a connection that
+    replays a recording many times must number each round anew."""
+
+    def frames(data: bytes, corr_at: int) -> bytes:
+        out = bytearray(data)
+        at = 0
+        while at < len(out):
+            size = int.from_bytes(out[at : at + 4], "big", signed=True)
+            assert size >= corr_at + 4 and at + 4 + size <= len(out), "a turn ends mid-frame"
+            pos = at + 4 + corr_at
+            corr = int.from_bytes(out[pos : pos + 4], "big", signed=True)
+            out[pos : pos + 4] = (corr + offset).to_bytes(4, "big", signed=True)
+            at += 4 + size
+        return bytes(out)
+
+    # The id follows api_key and api_version in a request, opens a response.
+    return [Turn(t.from_client, frames(t.data, 4 if t.from_client else 0)) for t in turns]
+
+
 def replay_connection(srv: socket.socket, turns: list[Turn]) -> None:
     """One real loopback connection carrying the recorded turns in order."""
     client, server = connect(srv)
@@ -645,7 +671,8 @@ def test_kernel_drops_are_counted_and_affected_pairs_flagged(
     """One long connection repeats a recorded conversation; while nobody reads the
     1 MiB ring it overflows (libpcap drops), then reading resumes and the same
     connection goes on. The hole is inside a connection, so the rows around it
-    must be marked; every unmarked row must equal the recording's row."""
+    must be marked; every unmarked row must equal the recording's row. Each round
+    numbers its requests anew (``renumbered``), as a client does."""
     big = max(tansu_streams, key=lambda s: sum(len(t.data) for t in tansu_streams[s]))
     turns = tansu_streams[big]
     per_round = sum(len(t.data) for t in turns)
@@ -658,12 +685,13 @@ def test_kernel_drops_are_counted_and_affected_pairs_flagged(
         client, server = connect(srv)
         try:
             # 8 MiB while the ring (1 MiB) is not read: it must overflow.
-            for _ in range((8 << 20) // per_round + 1):
-                send_turns(client, server, turns)
+            rounds = (8 << 20) // per_round + 1
+            for r in range(rounds):
+                send_turns(client, server, renumbered(turns, r * ROUND_IDS))
             reader.start()
             time.sleep(1.0)  # the reader empties the ring
-            for _ in range(3):  # the same connection, captured again
-                send_turns(client, server, turns)
+            for r in range(rounds, rounds + 3):  # the same connection, captured again
+                send_turns(client, server, renumbered(turns, r * ROUND_IDS))
         finally:
             client.close()
             server.close()
@@ -687,7 +715,7 @@ def test_kernel_drops_are_counted_and_affected_pairs_flagged(
             marked += 1
             continue
         clean_after_hole += marked > 0
-        ref = offline[rec.correlation_id]
+        ref = offline[rec.correlation_id % ROUND_IDS]
         assert (rec.api_name, rec.api_version, rec.status, rec.records, rec.error_code) == (
             ref.api_name,
             ref.api_version,

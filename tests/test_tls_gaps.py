@@ -109,14 +109,17 @@ def _pairs(df: pd.DataFrame) -> pd.DataFrame:
 
 def _compare(whole: pd.DataFrame, damaged: pd.DataFrame, port: int, lost: int) -> None:
     """Every pair of the whole capture is there; on the holed connection at most
-    ``lost`` (one per record lost) went unanswered, and those after the hole are the
+    ``lost`` (one per record lost) lost their response in the hole (``response_lost``,
+    flagged capture_gap: never a plain ``unanswered``), and those after the hole are the
     whole capture's, the first flagged capture_gap."""
     w, d = _pairs(whole).sort_index(), _pairs(damaged).sort_index()
     assert list(w.index) == list(d.index)
     changed = w.index[(w["status"] != d["status"]) | (w["api_key"] != d["api_key"])]
     assert 1 <= len(changed) <= lost
     assert {p for p, _ in changed} == {port}
-    assert set(d.loc[changed, "status"]) == {"unanswered"}
+    assert set(d.loc[changed, "status"]) == {"response_lost"}
+    flags = damaged.set_index(["client_port", "correlation_id"]).loc[changed, "flags"]
+    assert all("capture_gap" in list(f) for f in flags)
     conn = damaged[damaged["client_port"] == port].sort_values("correlation_id")
     after = conn[conn["correlation_id"] > max(c for _, c in changed)]
     assert len(after) >= 1  # decryption went on: later pairs decoded and answered
@@ -140,7 +143,7 @@ def test_decryption_goes_on_after_a_lost_segment(
     assert c["tls_records_lost"] == touched == 1
     assert c["tls_decrypted_connections"] == c["tls_connections"] == 7
     assert "tls_capture_gap" not in c
-    port = int(damaged.loc[damaged["status"] == "unanswered", "client_port"].iloc[0])
+    port = int(damaged.loc[damaged["status"] == "response_lost", "client_port"].iloc[0])
     _compare(whole_df, damaged, port, touched)
 
 
@@ -165,7 +168,7 @@ def test_a_hole_over_several_records_costs_each_of_them(
     assert c["tls_gaps"] == 1
     assert c["tls_records_lost"] == touched
     assert c["tls_decrypted_connections"] == 7
-    port = int(damaged.loc[damaged["status"] == "unanswered", "client_port"].iloc[0])
+    port = int(damaged.loc[damaged["status"] == "response_lost", "client_port"].iloc[0])
     _compare(whole_df, damaged, port, touched)
 
 

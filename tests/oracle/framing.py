@@ -147,14 +147,16 @@ class Framer:
         if self.tls:
             self._counters.add("tls_bytes", len(chunk.data))
             return []
+        # Bytes of this direction came before: a break in them is a hole, even one of
+        # unknown size (a lost TLS record), not the start of a direction seen
+        # mid-connection (its first frame says so: after_gap).
+        had_bytes = self._fed > 0
         self._fed += len(chunk.data)
         out: list[Frame] = []
         before, self._seen_ts = self._seen_ts, chunk.ts_ns
         if chunk.resync and not self._bridge(chunk, out):
             self._lose_sync()
-            # A hole, not the start of a direction seen mid-connection (its first frame
-            # says so: after_gap).
-            if chunk.lost:
+            if chunk.lost or had_bytes:
                 self.lost_at = (before, chunk.ts_ns)
         if self._holed is not None:
             rest = self._fill_holed(chunk, out)

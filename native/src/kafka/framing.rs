@@ -274,14 +274,17 @@ impl Framer {
             }
             Tls::No => {}
         }
+        // Bytes of this direction came before: a break in them is a hole, even one of
+        // unknown size (TLS cannot always tell how much plaintext a lost record held),
+        // not the start of a direction seen mid-connection (its first frame says so:
+        // after_gap).
+        let had_bytes = self.fed > 0;
         self.fed += chunk.data.len() as u64;
         let before = std::mem::replace(&mut self.seen_ts, chunk.ts_ns);
         let mut chunk = chunk;
         if chunk.resync && !self.bridge(&chunk, counters, out) {
             self.lose_sync(counters);
-            // A hole, not the start of a direction seen mid-connection (its first
-            // frame says so: after_gap).
-            if chunk.lost > 0 {
+            if chunk.lost > 0 || had_bytes {
                 self.lost_at = Some((before, chunk.ts_ns));
             }
         }
