@@ -188,10 +188,13 @@ def test_a_hole_in_the_handshake_ends_the_connections_decryption(
     assert c["tls_capture_gap"] == 1
     assert c["tls_decrypted_connections"] == 6
     # That connection keeps only requests decrypted before the hole (its later bytes are
-    # counted, not guessed at), unanswered; the other connections' pairs are all there.
+    # counted, not guessed at); their responses went into what could not be decrypted,
+    # so they are response_lost with capture_gap, never plainly unanswered. The other
+    # connections' pairs are all there.
     mine = damaged[damaged["client_port"] == d.dport]
-    assert len(mine) < (whole_df["client_port"] == d.dport).sum()
-    assert set(mine["status"].astype(str)) <= {"unanswered"}
+    assert 0 < len(mine) < (whole_df["client_port"] == d.dport).sum()
+    assert set(mine["status"].astype(str)) == {"response_lost"}
+    assert all("capture_gap" in list(f) for f in mine["flags"])
     rest = whole_df[whole_df["client_port"] != d.dport]
     others = damaged[damaged["client_port"] != d.dport]
     assert _pairs(rest).sort_index().equals(_pairs(others).sort_index())

@@ -23,7 +23,7 @@ use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use crate::counter::Counter;
-use crate::types::{Chunk, Counters, Fnv, Ts};
+use crate::types::{Chunk, Counters, Endpoint, Fnv, Ts};
 
 use conn::{Conn, Env, Fed, Outcome};
 use keylog::{KeyLog, KeyLogTail, Secret};
@@ -67,7 +67,20 @@ pub struct TlsStage {
     summary: Summary,
     /// Streams given up since the session last asked (their TLS is not decoded).
     pub undecoded: Vec<u32>,
+    /// Connections whose decryption a capture hole ended since the session last asked.
+    pub ended_by_hole: Vec<HoleEnd>,
     scratch: Vec<u8>,
+}
+
+/// A connection whose decryption a capture hole ended at `ts_ns`: everything either
+/// side sent from there is unreadable, so framing must treat it as lost (requests
+/// still open most likely had their response in it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoleEnd {
+    pub stream: u32,
+    pub client: Endpoint,
+    pub server: Endpoint,
+    pub ts_ns: Ts,
 }
 
 impl TlsStage {
@@ -91,6 +104,7 @@ impl TlsStage {
             buffered: 0,
             summary: Summary::new(),
             undecoded: Vec::new(),
+            ended_by_hole: Vec::new(),
             scratch: Vec::new(),
         }
     }
@@ -146,6 +160,7 @@ impl TlsStage {
             buffered,
             summary,
             undecoded,
+            ended_by_hole,
             scratch,
         } = self;
         let conn = match slots.get_mut(&ch.stream) {
@@ -252,6 +267,14 @@ impl TlsStage {
             if !conn.reported {
                 report(conn, o, counters, summary);
                 undecoded.push(ch.stream);
+                if o == Outcome::CaptureGap {
+                    ended_by_hole.push(HoleEnd {
+                        stream: ch.stream,
+                        client,
+                        server,
+                        ts_ns: ch.ts_ns,
+                    });
+                }
             }
         }
         for (dd, bytes) in outs {
