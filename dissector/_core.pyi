@@ -27,6 +27,8 @@ __all__ = [
     "PcapHandle",
     "PcapStats",
     "StrListColumn",
+    "TableBuffers",
+    "TablesBatch",
     "TlsConnections",
     "TlsStream",
     "__version__",
@@ -116,6 +118,32 @@ _ColumnBuffer = (
     Int64Column | Float64Column | BoolColumn | DictColumn | StrListColumn | Int64ListColumn
 )
 """One column as the core hands it over; ``dissector.wire.core._arrow_column`` reads it."""
+
+@final
+class TableBuffers:
+    """One analytics table's rows of a batch: column buffers by name in its contract's
+    order (``dissector.tables_schema``), their row count, the table's counters."""
+
+    @property
+    def rows(self) -> int: ...
+    @property
+    def columns(self) -> dict[str, _ColumnBuffer]: ...
+    @property
+    def counters(self) -> dict[str, int]: ...
+
+@final
+class TablesBatch:
+    """The analytics tables of a batch (``Analyzer.take_tables``) and how many pairs'
+    facts were asked of the Python decoder meanwhile."""
+
+    @property
+    def partitions(self) -> TableBuffers: ...
+    @property
+    def groups(self) -> TableBuffers: ...
+    @property
+    def versions(self) -> TableBuffers: ...
+    @property
+    def deferred_pairs(self) -> int: ...
 
 @final
 class Endpoint:
@@ -321,7 +349,7 @@ class Analyzer:
     def open_live(self, name: str) -> None: ...
     def run(self, max_rows: int) -> bool: ...
     def take_columns(self) -> dict[str, _ColumnBuffer]: ...
-    def take_tables(self) -> dict[str, Any]: ...
+    def take_tables(self) -> TablesBatch | None: ...
     def take_exchanges(self) -> list[Exchange]: ...
     def counters(self) -> dict[str, int]: ...
     def tls_streams(self) -> list[TlsStream]: ...

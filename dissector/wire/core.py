@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector._core import Analyzer, KeyLog, LiveRun, Model, PcapHandle
+    from dissector._core import Analyzer, KeyLog, LiveRun, Model, PcapHandle, TablesBatch
     from dissector._core import Endpoint as CoreEndpoint
     from dissector._core import Exchange as CoreExchange
     from dissector._core import Frame as CoreFrame
@@ -330,8 +330,8 @@ class Batch:
     columns: dict[str, ColumnBuffer]
     exchanges: list[CoreExchange]
     bytes_read: int
-    tables: dict[str, Any]
-    """The analytics tables' buffers (``Analyzer.take_tables``; empty unless asked)."""
+    tables: TablesBatch | None
+    """The analytics tables' buffers (``Analyzer.take_tables``; None unless asked)."""
 
 
 def _batches(
@@ -427,7 +427,7 @@ def iter_tables(
             # pyarrow (0.15 s to import) is imported while the core reads the capture.
             for batch in _batches(analyzer, batch_rows, meanwhile=arrow_schema):
                 table = columns_to_table(batch.columns, arrow_schema())
-                if tables is not None:
+                if tables is not None and batch.tables is not None:
                     tables.add(batch.tables)
                 if on_batch is not None:
                     on_batch(batch)
