@@ -12,12 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from dissector.schema import Status
 
-Endpoint = tuple[str, int]
-"""(ip, port) of one side of a TCP connection."""
+
+class Endpoint(NamedTuple):
+    """One side of a TCP connection: the address as text and the port. A named tuple,
+    so ``ip, port = endpoint`` and comparisons with ``(ip, port)`` keep working."""
+
+    ip: str
+    port: int
 
 
 class CaptureError(Exception):

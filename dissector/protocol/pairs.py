@@ -152,8 +152,8 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
     return {
         "capture": dx.capture,
         "stream": ex.stream,
-        "client": f"{ex.client[0]}:{ex.client[1]}",
-        "broker": f"{ex.broker[0]}:{ex.broker[1]}",
+        "client": f"{ex.client.ip}:{ex.client.port}",
+        "broker": f"{ex.broker.ip}:{ex.broker.port}",
         "kind": ex.kind,
         "api_key": ex.api_key,
         "api_name": dx.api_name,

@@ -691,7 +691,9 @@ def exchange_record(x: CoreExchange) -> Exchange:
 
 
 def _endpoint(e: CoreEndpoint) -> Endpoint:
-    return (e.ip, e.port)
+    from dissector.stages import Endpoint
+
+    return Endpoint(e.ip, e.port)
 
 
 def _frame_record(f: CoreFrame | None) -> Frame | None:
