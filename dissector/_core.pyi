@@ -117,7 +117,7 @@ class Int64ListColumn:
 _ColumnBuffer = (
     Int64Column | Float64Column | BoolColumn | DictColumn | StrListColumn | Int64ListColumn
 )
-"""One column as the core hands it over; ``dissector.wire.core._arrow_column`` reads it."""
+"""One column as the core hands it over; ``dissector.wire.native.arrow_column`` reads it."""
 
 @final
 class TableBuffers:
@@ -446,4 +446,5 @@ def counter_names() -> list[str]:
     """Every counter name the core may produce (native/src/counter.rs)."""
 
 def status_words() -> list[str]:
-    """Every word of the pairs table's status column the core writes (native/src/rows.rs)."""
+    """Every word of the pairs table's status column the core writes (``rows::status`` in
+    native/src/rows/mod.rs)."""

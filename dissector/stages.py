@@ -111,8 +111,8 @@ _KIND_STATUS = {
 
 
 def base_status(ex: Exchange) -> str:
-    """A row's status before its bodies are looked at (native core: rows.rs
-    ``base_status``). A request left open after a hole in its connection's responses
+    """A row's status before its bodies are looked at (native core: ``base_status`` in
+    native/src/rows/mod.rs). A request left open after a hole in its connection's responses
     (``gap``, no other reason noted) most likely had its answer in the hole."""
     if ex.kind == UNANSWERED and ex.gap and ex.note is None:
         return Status.RESPONSE_LOST.value

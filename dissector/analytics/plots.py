@@ -534,8 +534,8 @@ def error_timeline(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
     return fig
 
 
-MATRIX_APIS = 24
-MATRIX_BROKERS = 12
+MATRIX_APIS = series.MATRIX_APIS
+MATRIX_BROKERS = series.MATRIX_BROKERS
 MATRIX_MIN_WIDTH = 5.6
 """Inches: the heat map's title and colour bar fit a figure this wide."""
 

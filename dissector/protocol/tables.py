@@ -153,7 +153,7 @@ MEMBER_ITEM_FIELDS: Mapping[str, str] = {"member_id": "member_id", "error": "err
 first non-zero member error of a response."""
 ASSIGNED_TOPICS = ("topic_partitions", "partitions")
 """A heartbeat response's assignment: topics (array), each with partitions (array)."""
-SINGLE_MEMBER_APIS = frozenset({"LeaveGroup"})
+SINGLE_MEMBER_APIS = frozenset(names((ApiKey.LEAVE_GROUP,)))
 """APIs whose old versions name their one member at the top level (members = 1)."""
 FENCING_ERRORS = frozenset(
     {

@@ -1,5 +1,5 @@
 //! Column buffers handed to Python as typed records, one class per Arrow layout, read by
-//! name in `dissector/wire/core.py` (`_arrow_column`), which builds Arrow arrays from
+//! name in `dissector/wire/native.py` (`arrow_column`), which builds Arrow arrays from
 //! the buffers as they are. The pairs table's column names are `PairColumn::name`
 //! (generated from `schema.COLUMNS`) and the model's extract columns; the analytics
 //! tables' are their contracts' (`table_model`).
