@@ -112,6 +112,10 @@ COLUMNS: tuple[Column, ...] = (
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 
+TABLE_FORMATS: tuple[str, ...] = (".parquet", ".csv", ".jsonl", ".json")
+"""The files a table (the pairs, the analytics tables) is written as, chosen by the
+extension (``table.frame.export``, ``analytics.partitions.export_table``)."""
+
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "error_code",
     "error_name",

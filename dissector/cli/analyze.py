@@ -186,9 +186,8 @@ def analyze(
     report_failures(failures, len(paths))
 
 
-# The analytics tables' formats (``analytics.partitions.TABLE_FORMATS``), without
-# importing that module (and pandas) before the run.
-ANALYTICS_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
+# The analytics tables' formats: those of every table.
+ANALYTICS_FORMATS = TABLE_FORMATS
 
 
 def _cannot_write(out: str, exc: OSError) -> click.ClickException:

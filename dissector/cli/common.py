@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from dissector.schema import TABLE_FORMATS as _TABLE_FORMATS
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -30,8 +32,8 @@ _EXTRAS = {
 # What an extra needs besides Python packages.
 _EXTRA_NOTES = {"spark": " (and Java 17 or newer on the PATH)"}
 
-# Table formats analyze (and live) write; see frame.export.
-TABLE_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
+# Table formats analyze (and live) write: schema.TABLE_FORMATS (a light import).
+TABLE_FORMATS = _TABLE_FORMATS
 HTML_FORMATS = (".html", ".htm")
 PCAP_FORMATS = (".pcapng", ".pcap")
 
