@@ -5,7 +5,9 @@
 
 import os
 from collections.abc import Callable
-from typing import Any, Protocol, Self, final
+from typing import Protocol, Self, final
+
+from dissector.protocol.tables import PairFacts
 
 __all__ = [
     "Analyzer",
@@ -188,7 +190,7 @@ _Fallback = Callable[[int, int, bytes | None, bytes | None, str], _FallbackSumma
 """(api_key, api_version, request, response, capture) -> the summary columns of a pair
 the native interpreter deferred."""
 
-_TablesFallback = Callable[[int, int, bytes | None, bytes | None, KnownTopics], Any]
+_TablesFallback = Callable[[int, int, bytes | None, bytes | None, KnownTopics], PairFacts]
 """(api_key, api_version, request, response, topic names learnt) -> the
 ``protocol.tables.PairFacts`` of a pair the native reading of the tables left to Python."""
 

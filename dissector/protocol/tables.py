@@ -30,6 +30,7 @@ from dissector.protocol.families import (
 )
 from dissector.protocol.keys import ApiKey
 from dissector.protocol.spec import INT_TYPES, REQUEST, RESPONSE, Field, Layout
+from dissector.stages import Decoder
 
 # ----------------------------------------------------------------- partitions
 
@@ -657,14 +658,6 @@ def negotiation(request: Any, response: Any) -> Negotiation:
 
 
 # --- one pair, as the native core's fallback asks
-
-
-class Decoder(Protocol):
-    def api_name(self, api_key: int) -> str: ...
-    def decode_request(self, payload: Any, *, records: bool = False) -> Any: ...
-    def decode_response(
-        self, payload: Any, api_key: int, api_version: int, *, records: bool = False
-    ) -> Any: ...
 
 
 def _body(decoded: Any) -> dict[str, Any]:

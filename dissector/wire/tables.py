@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from dissector._core import TableBuffers, TablesBatch
+    from dissector.stages import Decoder
     from dissector.wire.native import ColumnBuffer
 
 
@@ -56,7 +57,7 @@ class TablesFallback:
     """The facts of a pair the core's native reading leaves to the Python decoder (a
     malformed body, a record batch with anomalies): ``protocol.tables.pair_facts``."""
 
-    def __init__(self, decoder: Any) -> None:
+    def __init__(self, decoder: Decoder) -> None:
         self.decoder = decoder
 
     def __call__(
