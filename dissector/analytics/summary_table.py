@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -161,6 +160,8 @@ def _terminal_width(out: TextIO) -> int:
     try:
         return os.get_terminal_size(out.fileno()).columns or _DUMB_WIDTH
     except (OSError, ValueError):
+        import shutil  # here: it imports bz2 and lzma, some 10 ms of every start-up
+
         return shutil.get_terminal_size((_DUMB_WIDTH, 24)).columns
 
 

@@ -176,9 +176,13 @@ def new_analyzer(
     (``wire.tables``); ``pairs``: build the pairs' rows (off: the tables alone);
     ``capture_budget``: bytes one capture may decompress in all (None: the core's
     default, 4 GiB)."""
-    from dissector.protocol.bound_decoder import with_max_decompressed
+    decoder = decoder or _default_decoder()
+    if options.max_decompressed is not None:
+        # Imports the Python decoder (messages, compile, summary: some 30 ms of every
+        # start-up), so only when a cap asks for it; the run imports it on demand else.
+        from dissector.protocol.bound_decoder import with_max_decompressed
 
-    decoder = with_max_decompressed(decoder or _default_decoder(), options.max_decompressed)
+        decoder = with_max_decompressed(decoder, options.max_decompressed)
     model = _model(decoder)
     _core = native()
     idle = options.idle_timeout_s
