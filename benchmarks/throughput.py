@@ -2,12 +2,16 @@
 
     python benchmarks/throughput.py [CAPTURE] [--repeat N] [--runs R] [--port P]
     python benchmarks/throughput.py TLS_CAPTURE --tls-keylog KEYS --port P [--mss 1448]
+    python benchmarks/throughput.py [CAPTURE] --baseline OTHER_CHECKOUT [--no-tshark]
 
 Contenders, each run R times in turn (A B C A B C ...), min and median reported:
 
 * ``cli``: ``kafka-dissector analyze FILE -o x.parquet --quiet`` (a new process: start-up,
   spec model, native core, Parquet);
 * ``api``: ``dissector.analyze(FILE)`` in this process (the pandas DataFrame);
+* ``base`` (with ``--baseline DIR``): the same command by the ``kafka-dissector`` of another
+  checkout (``DIR/.venv/bin``, built there), to show a change does not slow ``analyze``:
+  ratios base/cli of wall and CPU time are printed;
 * ``tshark``: ``tshark -n -r FILE -d tcp.port==P,kafka -T fields -e frame.number
   -e kafka.api_key -e kafka.correlation_id -e kafka.error`` (its Kafka dissector, one
   pass, output discarded).
@@ -128,8 +132,10 @@ def _child(cmd: list[str], cache: Path | None = None) -> tuple[float, int, float
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     if cache is not None:
         # A start-up cache of its own: checkouts of other sources share the user's and
-        # evict its entries, which would add a spec build (0.7 s) to some runs.
+        # evict its entries, which would add a spec build (0.7 s) to some runs. Bytecode
+        # goes there too: nothing is written into the checkout measured (a baseline's).
         env["XDG_CACHE_HOME"] = str(cache)
+        env["PYTHONPYCACHEPREFIX"] = str(cache / "pycache")
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -185,7 +191,16 @@ def main() -> int:
     ap.add_argument("--no-tshark", action="store_true")
     ap.add_argument("--tls-keylog", type=Path, help="the capture is TLS: decrypt with this key log")
     ap.add_argument("--mss", type=int, help="cut TCP payloads to this size first (e.g. 1448)")
+    ap.add_argument(
+        "--baseline", type=Path, help="another checkout: its CLI (DIR/.venv/bin) runs as 'base'"
+    )
     args = ap.parse_args()
+    base_exe = args.baseline / ".venv" / "bin" / "kafka-dissector" if args.baseline else None
+    if base_exe is not None and not base_exe.exists():
+        print(
+            f"no kafka-dissector in {base_exe.parent}: install that checkout first", file=sys.stderr
+        )
+        return 2
     capture = args.capture or (LONGPOLL if LONGPOLL.exists() else SHARED)
     if not capture.exists():
         print(f"capture not found: {capture}", file=sys.stderr)
@@ -207,10 +222,17 @@ def main() -> int:
         cache = Path(tmp) / "cache"
         # warm the page cache and the spec-model cache once, untimed
         _child(cli_cmd, cache)
+        base_cmd = base_cache = None
+        if base_exe is not None:
+            base_cmd = [str(base_exe), *cli_cmd[1:]]
+            base_cmd[base_cmd.index(str(out))] = str(Path(tmp) / "base.parquet")
+            base_cache = Path(tmp) / "base-cache"
+            _child(base_cmd, base_cache)
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        times: dict[str, list[float]] = {"cli": [], "api": [], "tshark": []}
+        times: dict[str, list[float]] = {"cli": [], "api": [], "tshark": [], "base": []}
         cli_rss: list[int] = []
         cli_cpu: list[float] = []
+        base_cpu: list[float] = []
         tshark_cpu: list[float] = []
         rows = packets = 0
         per_pair = 0.0
@@ -222,6 +244,10 @@ def main() -> int:
             cli_cpu.append(cpu)
             took, rows, packets, per_pair, plain = run_api(path, keylog)
             times["api"].append(took)
+            if base_cmd is not None:
+                took, _, cpu = _child(base_cmd, base_cache)
+                times["base"].append(took)
+                base_cpu.append(cpu)
             if ts_cmd is not None:
                 took, _, cpu = _child(ts_cmd)
                 times["tshark"].append(took)
@@ -241,6 +267,14 @@ def main() -> int:
               f"capture, {plain / 1e6 / t:.0f} MB/s of plaintext")  # fmt: skip
     print(f"cli peak RSS {max(cli_rss) / 2**20:.0f} MiB; in-process peak growth "
           f"{max(api_rss, 0) / 2**20:.0f} MiB; DataFrame {per_pair:.0f} bytes/pair")  # fmt: skip
+    if times["base"]:
+        b, c = times["base"], times["cli"]
+        print(f"base    {_stats(b)}; CPU {_stats(base_cpu)} ({args.baseline})")
+        print(f"ratio base/cli wall time: min-to-min {min(b) / min(c):.2f}x, "
+              f"median {statistics.median(b) / statistics.median(c):.2f}x; CPU time: "
+              f"min-to-min {min(base_cpu) / min(cli_cpu):.2f}x, "
+              f"median {statistics.median(base_cpu) / statistics.median(cli_cpu):.2f}x "
+              "(above 1: this checkout is faster)")  # fmt: skip
     if times["tshark"]:
         ts = times["tshark"]
         print(f"tshark  {_stats(ts)}; CPU {_stats(tshark_cpu)}")

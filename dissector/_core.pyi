@@ -5,7 +5,9 @@
 
 import os
 from collections.abc import Callable
-from typing import Any, Protocol, Self, final
+from typing import Protocol, Self, final
+
+from dissector.protocol.tables import PairFacts
 
 __all__ = [
     "Analyzer",
@@ -27,6 +29,8 @@ __all__ = [
     "PcapHandle",
     "PcapStats",
     "StrListColumn",
+    "TableBuffers",
+    "TablesBatch",
     "TlsConnections",
     "TlsStream",
     "__version__",
@@ -115,7 +119,33 @@ class Int64ListColumn:
 _ColumnBuffer = (
     Int64Column | Float64Column | BoolColumn | DictColumn | StrListColumn | Int64ListColumn
 )
-"""One column as the core hands it over; ``dissector.wire.core._arrow_column`` reads it."""
+"""One column as the core hands it over; ``dissector.wire.native.arrow_column`` reads it."""
+
+@final
+class TableBuffers:
+    """One analytics table's rows of a batch: column buffers by name in its contract's
+    order (``dissector.tables_schema``), their row count, the table's counters."""
+
+    @property
+    def rows(self) -> int: ...
+    @property
+    def columns(self) -> dict[str, _ColumnBuffer]: ...
+    @property
+    def counters(self) -> dict[str, int]: ...
+
+@final
+class TablesBatch:
+    """The analytics tables of a batch (``Analyzer.take_tables``) and how many pairs'
+    facts were asked of the Python decoder meanwhile."""
+
+    @property
+    def partitions(self) -> TableBuffers: ...
+    @property
+    def groups(self) -> TableBuffers: ...
+    @property
+    def versions(self) -> TableBuffers: ...
+    @property
+    def deferred_pairs(self) -> int: ...
 
 @final
 class Endpoint:
@@ -160,7 +190,7 @@ _Fallback = Callable[[int, int, bytes | None, bytes | None, str], _FallbackSumma
 """(api_key, api_version, request, response, capture) -> the summary columns of a pair
 the native interpreter deferred."""
 
-_TablesFallback = Callable[[int, int, bytes | None, bytes | None, KnownTopics], Any]
+_TablesFallback = Callable[[int, int, bytes | None, bytes | None, KnownTopics], PairFacts]
 """(api_key, api_version, request, response, topic names learnt) -> the
 ``protocol.tables.PairFacts`` of a pair the native reading of the tables left to Python."""
 
@@ -321,7 +351,7 @@ class Analyzer:
     def open_live(self, name: str) -> None: ...
     def run(self, max_rows: int) -> bool: ...
     def take_columns(self) -> dict[str, _ColumnBuffer]: ...
-    def take_tables(self) -> dict[str, Any]: ...
+    def take_tables(self) -> TablesBatch | None: ...
     def take_exchanges(self) -> list[Exchange]: ...
     def counters(self) -> dict[str, int]: ...
     def tls_streams(self) -> list[TlsStream]: ...
@@ -418,4 +448,5 @@ def counter_names() -> list[str]:
     """Every counter name the core may produce (native/src/counter.rs)."""
 
 def status_words() -> list[str]:
-    """Every word of the pairs table's status column the core writes (native/src/rows.rs)."""
+    """Every word of the pairs table's status column the core writes (``rows::status`` in
+    native/src/rows/mod.rs)."""

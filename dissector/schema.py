@@ -112,6 +112,27 @@ COLUMNS: tuple[Column, ...] = (
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 
+TABLE_FORMATS: tuple[str, ...] = (".parquet", ".csv", ".jsonl", ".json")
+"""The files a table (the pairs, the analytics tables) is written as, chosen by the
+extension (``table.frame.export``, ``analytics.partitions.export_table``)."""
+
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "error_code",
+    "error_name",
+    "error_count",
+    "topics",
+    "partitions",
+    "records",
+    "record_bytes",
+    "compression",
+    "throttle_ms",
+    "decode_error",
+    "assumed_version",
+)
+"""The columns a pair's body summary fills, in the table's order: the fields of
+``protocol.summary.Summary``, ``wire.core.FallbackSummary`` and the core's
+``SummaryColumns`` (``tests/test_column_twins.py`` holds them to this list)."""
+
 
 class Status(StrEnum):
     """The ``status`` column's values. A StrEnum: members equal (and hash as) their text,

@@ -12,12 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from dissector.schema import Status
 
-Endpoint = tuple[str, int]
-"""(ip, port) of one side of a TCP connection."""
+
+class Endpoint(NamedTuple):
+    """One side of a TCP connection: the address as text and the port. A named tuple,
+    so ``ip, port = endpoint`` and comparisons with ``(ip, port)`` keep working."""
+
+    ip: str
+    port: int
 
 
 class CaptureError(Exception):
@@ -106,8 +111,8 @@ _KIND_STATUS = {
 
 
 def base_status(ex: Exchange) -> str:
-    """A row's status before its bodies are looked at (native core: rows.rs
-    ``base_status``). A request left open after a hole in its connection's responses
+    """A row's status before its bodies are looked at (native core: ``base_status`` in
+    native/src/rows/mod.rs). A request left open after a hole in its connection's responses
     (``gap``, no other reason noted) most likely had its answer in the hole."""
     if ex.kind == UNANSWERED and ex.gap and ex.note is None:
         return Status.RESPONSE_LOST.value

@@ -7,13 +7,14 @@ import struct
 import pytest
 
 from dissector.accounting import Counters
+from dissector.stages import Endpoint
 from tests.oracle.correlate import CorrelationConfig, Correlator, Exchange
 from tests.oracle.framing import Frame
 from tests.oracle.tcp import StreamOpen
 
-CLIENT = ("10.0.0.1", 50000)
-BROKER = ("10.0.0.2", 9092)
-ODD_BROKER = ("10.0.0.2", 36333)
+CLIENT = Endpoint("10.0.0.1", 50000)
+BROKER = Endpoint("10.0.0.2", 9092)
+ODD_BROKER = Endpoint("10.0.0.2", 36333)
 
 
 def _known(key: int, version: int) -> bool:
@@ -39,7 +40,7 @@ def _resp(corr: int, tail: bytes = b"\x00\x00") -> bytes:
 _clock = iter(range(1, 10_000))
 
 
-def _frame(payload: bytes, src: tuple[str, int], dst: tuple[str, int]) -> Frame:
+def _frame(payload: bytes, src: Endpoint, dst: Endpoint) -> Frame:
     n = next(_clock)
     return Frame(0, src, dst, payload, n * 1000, n * 1000, n, n, False)
 

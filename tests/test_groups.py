@@ -22,6 +22,7 @@ from dissector.analytics.groups import (
 )
 from dissector.analytics.partitions import DecodedExchange, partitions, table
 from dissector.protocol.messages import Decoded
+from dissector.stages import Endpoint
 from tests.oracle.correlate import Exchange
 
 REPO = Path(__file__).resolve().parents[1]
@@ -207,7 +208,9 @@ def test_consumer_epochs_hand_built() -> None:
 
 
 def _dx(api: str, request: Any, response: Any) -> DecodedExchange:
-    ex = Exchange(stream=0, client=("10.0.0.1", 1), broker=("10.0.0.2", 9092), kind="pair")
+    ex = Exchange(
+        stream=0, client=Endpoint("10.0.0.1", 1), broker=Endpoint("10.0.0.2", 9092), kind="pair"
+    )
     return DecodedExchange(
         "c", ex, api, Decoded(header={}, body=request), Decoded(header={}, body=response)
     )

@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -37,6 +38,7 @@ import dissector
 from dissector.live import LiveCapture, LiveError, LiveOptions, PcapSource, default_filter
 from dissector.live import live as live_fn
 from dissector.live.view import CAPTURE_GAP_NOTE, LiveStats, percentile
+from dissector.options import Options
 from tests.oracle.rows import PairRecord
 
 # The session's broker fixture (starts scripts/kafka-broker, stops it by PID).
@@ -266,6 +268,11 @@ def frame_of(records: list[PairRecord]) -> pd.DataFrame:
     return records_to_frame(records)
 
 
+def on_port(port: int, **given: Any) -> LiveOptions:
+    """A capture of ``lo`` with ``port`` as the broker port."""
+    return LiveOptions(IFACE, analysis=Options(ports=frozenset({port})), **given)
+
+
 CLI_CODE = "import sys; from dissector.cli import main; sys.argv[0] = 'kafka-dissector'; main()"
 
 
@@ -360,7 +367,9 @@ def test_replay_live_equals_offline_and_its_own_pcap(
     port = listener.getsockname()[1]
     pcap = tmp_path / "live.pcapng"
     cap = LiveCapture(
-        LiveOptions(IFACE, ports=frozenset({port}), duration=60, write_pcap=str(pcap))
+        LiveOptions(
+            IFACE, analysis=Options(ports=frozenset({port})), duration=60, write_pcap=str(pcap)
+        )
     )
     collector = Collector(cap)
     replay(listener, tansu_streams, sorted(tansu_streams))
@@ -411,7 +420,7 @@ def test_replay_of_the_projects_recorded_capture(
     streams = follow_streams(tshark, recorded, frozenset({9092, 9094}))
     offline = dissector.analyze(recorded)
     port = listener.getsockname()[1]
-    cap = LiveCapture(LiveOptions(IFACE, ports=frozenset({port}), duration=120))
+    cap = LiveCapture(on_port(port, duration=120))
     collector = Collector(cap)
     replay(listener, streams, sorted(streams))
     time.sleep(0.3)
@@ -437,7 +446,7 @@ def test_replay_over_ipv6_loopback(
     srv.settimeout(SOCKET_TIMEOUT_S)
     port = srv.getsockname()[1]
     try:
-        cap = LiveCapture(LiveOptions(IFACE, ports=frozenset({port}), duration=60))
+        cap = LiveCapture(on_port(port, duration=60))
         collector = Collector(cap)
         replay(srv, tansu_streams, [1, 3])
         time.sleep(0.3)
@@ -455,7 +464,9 @@ def test_pcap_written_by_live_is_read_by_tshark(
     port = listener.getsockname()[1]
     pcap = tmp_path / "live.pcap"  # classic pcap this time
     cap = LiveCapture(
-        LiveOptions(IFACE, ports=frozenset({port}), duration=60, write_pcap=str(pcap))
+        LiveOptions(
+            IFACE, analysis=Options(ports=frozenset({port})), duration=60, write_pcap=str(pcap)
+        )
     )
     collector = Collector(cap)
     replay(listener, tansu_streams, [0, 1])
@@ -521,7 +532,7 @@ def test_count_stops_after_n_pairs_and_open_requests_are_unanswered(
     tansu_streams: dict[int, list[Turn]], listener: socket.socket
 ) -> None:
     port = listener.getsockname()[1]
-    cap = LiveCapture(LiveOptions(IFACE, ports=frozenset({port}), count=5, duration=60))
+    cap = LiveCapture(on_port(port, count=5, duration=60))
     collector = Collector(cap)
     replay(listener, tansu_streams, [1])  # 11 pairs in stream 1
     collector._thread.join(THREAD_JOIN_S)
@@ -534,7 +545,7 @@ def test_unanswered_request_reported_on_stop(
     tansu_streams: dict[int, list[Turn]], listener: socket.socket
 ) -> None:
     port = listener.getsockname()[1]
-    cap = LiveCapture(LiveOptions(IFACE, ports=frozenset({port}), duration=60))
+    cap = LiveCapture(on_port(port, duration=60))
     collector = Collector(cap)
     # The client's first request goes out, the broker never answers; the
     # connection stays open while live stops.
@@ -678,7 +689,7 @@ def test_kernel_drops_are_counted_and_affected_pairs_flagged(
     per_round = sum(len(t.data) for t in turns)
     srv = free_listener()
     port = srv.getsockname()[1]
-    cap = LiveCapture(LiveOptions(IFACE, ports=frozenset({port}), buffer_mib=1, duration=60))
+    cap = LiveCapture(on_port(port, buffer_mib=1, duration=60))
     records: list[PairRecord] = []
     reader = threading.Thread(target=lambda: records.extend(cap.records()), daemon=True)
     try:
@@ -738,7 +749,9 @@ def test_pcap_write_failure_stops_with_reason_and_keeps_the_rows(
 ) -> None:
     port = listener.getsockname()[1]
     cap = LiveCapture(
-        LiveOptions(IFACE, ports=frozenset({port}), duration=60, write_pcap="/dev/full")
+        LiveOptions(
+            IFACE, analysis=Options(ports=frozenset({port})), duration=60, write_pcap="/dev/full"
+        )
     )
     collector = Collector(cap)
     # The connection with the most bytes: more than the file's write buffer.
@@ -875,7 +888,12 @@ def test_live_against_real_broker(tshark: str, tmp_path: Path) -> None:
 
     pcap = tmp_path / "broker.pcapng"
     cap = LiveCapture(
-        LiveOptions(IFACE, ports=frozenset({BROKER_PORT}), duration=180, write_pcap=str(pcap))
+        LiveOptions(
+            IFACE,
+            analysis=Options(ports=frozenset({BROKER_PORT})),
+            duration=180,
+            write_pcap=str(pcap),
+        )
     )
     collector = Collector(cap)
     topic = f"live-{os.getpid()}-{time.time_ns()}"

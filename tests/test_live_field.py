@@ -17,6 +17,7 @@ import pytest
 
 import dissector
 from dissector.live import LiveCapture, LiveOptions
+from dissector.options import Options
 from tests import field_transforms as ft
 from tests.live_replay import (
     IFACE,
@@ -66,7 +67,9 @@ def test_live_opens_tunnels_and_reassembles_fragments(
     expected = frame_rows(df)
     assert len(expected) > 400
 
-    cap = LiveCapture(LiveOptions(IFACE, bpf=FILTER, ports=PORTS, duration=TIMEOUT_S))
+    cap = LiveCapture(
+        LiveOptions(IFACE, bpf=FILTER, analysis=Options(ports=PORTS), duration=TIMEOUT_S)
+    )
     collecting = Capture(cap)
     replay(path, pps=10_000)
     got = rows(collecting.finish())

@@ -28,6 +28,7 @@ import pytest
 
 import dissector
 from dissector.live import LiveCapture, LiveOptions
+from dissector.options import Options
 from dissector.tls import key_logs
 from tests.live_replay import (
     IFACE,
@@ -79,9 +80,8 @@ def live_capture(keys: Path) -> LiveCapture:
     return LiveCapture(
         LiveOptions(
             IFACE,
-            ports=frozenset({REPLAY_PORT}),
+            analysis=Options(ports=frozenset({REPLAY_PORT}), tls=key_logs([keys], follow=True)),
             duration=TIMEOUT_S,
-            tls=key_logs([keys], follow=True),
         )
     )
 

@@ -90,3 +90,27 @@ def test_exchange_endpoints_are_records_equal_to_the_python_pipeline() -> None:
     )
     assert len(native) > 3
     assert native == oracle
+
+
+def test_stage_exchanges_carry_typed_endpoints() -> None:
+    """``wire.core.iter_exchanges`` hands ``stages.Exchange`` records whose ends are
+    ``stages.Endpoint`` (ip, port by name), equal to the pure-Python pipeline's."""
+    from dissector.stages import Endpoint
+    from dissector.wire.core import iter_exchanges
+
+    seen: Counter[tuple[Endpoint, Endpoint]] = Counter()
+    for _, ex in iter_exchanges([str(MIXED)], Options()):
+        ends = [ex.client, ex.broker]
+        for frame in (ex.request, ex.response):
+            if frame is not None:
+                ends += [frame.src, frame.dst]
+        for end in ends:
+            assert type(end) is Endpoint
+            ipaddress.ip_address(end.ip)
+            assert 0 < end.port < 65536
+        seen[(ex.client, ex.broker)] += 1
+    oracle = Counter((ex.client, ex.broker) for _, ex in oracle_exchanges(str(MIXED)))
+    for client, broker in oracle:
+        assert type(client) is Endpoint and type(broker) is Endpoint
+    assert len(seen) > 3
+    assert seen == oracle

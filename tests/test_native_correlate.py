@@ -20,6 +20,7 @@ import random
 import shutil
 import struct
 import subprocess
+import sys
 import zlib
 from collections import defaultdict
 from itertools import pairwise
@@ -174,6 +175,18 @@ def _by_stream(
 def _captures() -> list[Path]:
     shared = sorted(p for p in SHARED.glob("*.pcap*")) if SHARED.is_dir() else []
     return BUNDLED + shared
+
+
+def test_rust_test_spec_model_is_current() -> None:
+    """The Rust tests read protocol facts (Produce's acks) from the exported model in
+    native/tests/data: it must be what the export gives today."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "native-test-model"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("capture", _captures(), ids=lambda p: p.name)

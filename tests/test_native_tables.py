@@ -232,3 +232,45 @@ def test_report_notes_from_the_native_tables_equal_the_python_decoders() -> None
     # a Java client whose SASL handshake's ApiVersions has an empty client id
     assert {n["protocol"] for n in groups.values()} >= {"classic", "consumer", "share"}
     assert "adminclient-1" in software["apache-kafka-java 4.3.1"]
+
+
+def test_take_tables_hands_a_typed_record_per_batch() -> None:
+    """The boundary (``Analyzer.take_tables``): each batch's tables come as a
+    ``TablesBatch`` record, one ``TableBuffers`` per table with its rows, its column
+    buffers in the contract's order and its counters; added up over the batches they
+    are the tables of the whole pass. An analyzer not asked for tables hands None."""
+    from collections import Counter
+
+    from dissector.tables_schema import CONTRACTS
+    from dissector.wire.core import new_analyzer, open_capture
+
+    capture = str(ROOT / "captures" / "kafka-4-mixed.pcapng")
+    whole = capture_tables(capture)
+    analyzer = new_analyzer(Options(), tables=True)
+    open_capture(analyzer, capture)
+    rows: Counter[str] = Counter()
+    counters: dict[str, Counter[str]] = {name: Counter() for name in CONTRACTS}
+    batches = 0
+    more = True
+    while more:
+        more = analyzer.run(50)  # small batches: the tables come in several
+        taken = analyzer.take_tables()
+        assert taken is not None
+        batches += 1
+        for name, contract in CONTRACTS.items():
+            buffers = getattr(taken, name)
+            if buffers.rows:
+                assert list(buffers.columns) == [c[0] for c in contract], name
+            rows[name] += buffers.rows
+            counters[name].update(buffers.counters)
+        assert taken.deferred_pairs == 0
+    assert batches > 1
+    for name in CONTRACTS:
+        assert rows[name] == whole.table(name).num_rows, name
+        assert dict(counters[name]) == whole.counters[name], name
+    assert rows["partitions"] > 0 and rows["versions"] > 0
+
+    plain = new_analyzer(Options())
+    open_capture(plain, capture)
+    plain.run(1 << 20)
+    assert plain.take_tables() is None

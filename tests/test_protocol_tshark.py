@@ -165,7 +165,7 @@ def _ours_by_frame(path: Path) -> dict[Key, dict[str, Any]]:
     for _, ex in iter_exchanges([str(path)], ports=PORTS):
         if ex.api_key is None or ex.api_version is None:
             continue
-        ports = (ex.client[1], ex.broker[1])
+        ports = (ex.client.port, ex.broker.port)
         pair = {"api_key": ex.api_key, "api_version": ex.api_version}
         if ex.request is not None:
             d = decode_request(ex.request.payload)

@@ -10,6 +10,7 @@ caught too. Docstrings are prose and are not checked. Nothing is allow-listed.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from dissector.protocol import families
@@ -61,6 +62,40 @@ def test_no_api_name_literal_outside_protocol() -> None:
         for line, value in api_name_literals(path.read_text(encoding="utf-8"), names):
             found.append(f"{path.relative_to(ROOT)}:{line}: {value!r}")
     assert found == [], "name APIs through dissector.protocol.families or ApiKey"
+
+
+def rust_api_name_literals(source: str, api_names_: set[str]) -> list[tuple[int, str]]:
+    """(line, literal) of every Rust string literal of ``source`` that is an API name
+    (comments left out: they may name what a function mirrors)."""
+    found = []
+    for number, line in enumerate(source.splitlines(), 1):
+        code = re.sub(r"//.*", "", line)
+        found += [(number, s) for s in re.findall(r'"([^"\\]*)"', code) if s in api_names_]
+    return found
+
+
+def test_no_api_name_literal_in_the_native_core() -> None:
+    # The core learns every API it names from the exported model (issue #23): a literal
+    # in Rust would be protocol knowledge the specs cannot update.
+    # native/tests may spell a hand-made model's API names: that is the model fed in.
+    names = _spec_api_names()
+    found = []
+    paths = [
+        *(ROOT / "native" / "src").rglob("*.rs"),
+        *(ROOT / "native" / "examples").rglob("*.rs"),
+    ]
+    assert len(paths) > 20  # the scan has teeth
+    for path in sorted(paths):
+        text = path.read_text(encoding="utf-8")
+        for line, value in rust_api_name_literals(text, names):
+            found.append(f"{path.relative_to(ROOT)}:{line}: {value!r}")
+    assert found == [], "the core names APIs through the exported spec model"
+
+
+def test_rust_scan_sees_literals_but_not_comments() -> None:
+    src = '// Fetch: a comment\nlet a = "Produce"; // "JoinGroup"\nlet b = ("x", "OffsetCommit");\n'
+    want = [(2, "Produce"), (3, "OffsetCommit")]
+    assert rust_api_name_literals(src, _spec_api_names()) == want
 
 
 def test_scan_sees_literals_but_not_docstrings() -> None:

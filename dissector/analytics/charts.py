@@ -374,18 +374,21 @@ def group_activity(df: pd.DataFrame) -> str:
     return figure([[panel]], [SHORT], label=title, width=WIDTH)
 
 
-CHARTS: Mapping[str, tuple[str, Callable[[pd.DataFrame], str]]] = {
-    "latency-cdf": ("Latency CDF per API", latency_cdf),
-    "latency-time": ("Latency over time per API", latency_over_time),
-    "latency-percentiles": ("p50 and p99 over time per API and broker", latency_percentiles),
-    "broker-api": ("p99 latency, API x broker", broker_api_matrix),
-    "traffic": ("Request rate and bytes over time", traffic_over_time),
-    "errors": ("Status and errors", error_breakdown),
-    "error-timeline": ("Errors over time by error code", error_timeline),
-    "throttle": ("Throttling over time", throttle_over_time),
-    "connections": ("Connection churn", connection_churn),
-    "sizes": ("Request and response sizes", size_distributions),
-    "groups": ("Group coordination activity", group_activity),
+_DRAW: Mapping[str, Callable[[pd.DataFrame], str]] = {
+    "latency-cdf": latency_cdf,
+    "latency-time": latency_over_time,
+    "latency-percentiles": latency_percentiles,
+    "broker-api": broker_api_matrix,
+    "traffic": traffic_over_time,
+    "errors": error_breakdown,
+    "error-timeline": error_timeline,
+    "throttle": throttle_over_time,
+    "connections": connection_churn,
+    "sizes": size_distributions,
+    "groups": group_activity,
 }
-"""Every chart by a stable id (the report's figure ids), with its title: the same ids
-and titles as ``plots.CHARTS``."""
+CHARTS: Mapping[str, tuple[str, Callable[[pd.DataFrame], str]]] = {
+    chart: (title, _DRAW[chart]) for chart, title in series.CHART_TITLES.items()
+}
+"""Every chart by a stable id (the report's figure ids), with its title
+(``series.CHART_TITLES``: the same ids and titles as ``plots.CHARTS``)."""

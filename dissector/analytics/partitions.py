@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from dissector import schema
 from dissector.options import AnySource
 from dissector.protocol.errors import error_name
 from dissector.protocol.pairs import DecodedExchange
@@ -443,7 +444,7 @@ def _first_seen(labels: Any) -> Any:
 
 # ----------------------------------------------------------------- export
 
-TABLE_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
+TABLE_FORMATS = schema.TABLE_FORMATS
 
 
 def export_table(df: pd.DataFrame, path: str | os.PathLike[str]) -> None:

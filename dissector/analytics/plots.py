@@ -534,8 +534,8 @@ def error_timeline(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
     return fig
 
 
-MATRIX_APIS = 24
-MATRIX_BROKERS = 12
+MATRIX_APIS = series.MATRIX_APIS
+MATRIX_BROKERS = series.MATRIX_BROKERS
 MATRIX_MIN_WIDTH = 5.6
 """Inches: the heat map's title and colour bar fit a figure this wide."""
 
@@ -659,17 +659,21 @@ def connection_churn(df: pd.DataFrame, bucket_s: int | None = None) -> Figure:
     return fig
 
 
-CHARTS: Mapping[str, tuple[str, Callable[[pd.DataFrame], Figure]]] = {
-    "latency-cdf": ("Latency CDF per API", latency_cdf),
-    "latency-time": ("Latency over time per API", latency_over_time),
-    "latency-percentiles": ("p50 and p99 over time per API and broker", latency_percentiles),
-    "broker-api": ("p99 latency, API x broker", broker_api_matrix),
-    "traffic": ("Request rate and bytes over time", traffic_over_time),
-    "errors": ("Status and errors", error_breakdown),
-    "error-timeline": ("Errors over time by error code", error_timeline),
-    "throttle": ("Throttling over time", throttle_over_time),
-    "connections": ("Connection churn", connection_churn),
-    "sizes": ("Request and response sizes", size_distributions),
-    "groups": ("Group coordination activity", group_activity),
+_DRAW: Mapping[str, Callable[[pd.DataFrame], Figure]] = {
+    "latency-cdf": latency_cdf,
+    "latency-time": latency_over_time,
+    "latency-percentiles": latency_percentiles,
+    "broker-api": broker_api_matrix,
+    "traffic": traffic_over_time,
+    "errors": error_breakdown,
+    "error-timeline": error_timeline,
+    "throttle": throttle_over_time,
+    "connections": connection_churn,
+    "sizes": size_distributions,
+    "groups": group_activity,
 }
-"""Every chart by a stable id (used as the report's image ids), with its title."""
+CHARTS: Mapping[str, tuple[str, Callable[[pd.DataFrame], Figure]]] = {
+    chart: (title, _DRAW[chart]) for chart, title in series.CHART_TITLES.items()
+}
+"""Every chart by a stable id (used as the report's image ids), with its title
+(``series.CHART_TITLES``, as the report's SVG charts)."""

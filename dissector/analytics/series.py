@@ -37,6 +37,21 @@ MAX_SERIES = 10
 """Charts with one series per API show the busiest ones; the rest are 'other'."""
 OTHER = "other"
 MAX_ERROR_SERIES = 8
+CHART_TITLES: dict[str, str] = {
+    "latency-cdf": "Latency CDF per API",
+    "latency-time": "Latency over time per API",
+    "latency-percentiles": "p50 and p99 over time per API and broker",
+    "broker-api": "p99 latency, API x broker",
+    "traffic": "Request rate and bytes over time",
+    "errors": "Status and errors",
+    "error-timeline": "Errors over time by error code",
+    "throttle": "Throttling over time",
+    "connections": "Connection churn",
+    "sizes": "Request and response sizes",
+    "groups": "Group coordination activity",
+}
+"""Every chart by its stable id (the report's figure ids), with its title: the report's
+SVG charts (``charts.CHARTS``) and the notebooks' matplotlib ones (``plots.CHARTS``)."""
 LATENCY_PICKS = 5
 """Latency-over-time shows the busiest APIs and, as many again, the slowest (by p99):
 the slow ones are what the chart is looked at for."""

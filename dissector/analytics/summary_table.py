@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -12,12 +11,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:
     import pandas as pd
 
-# A row whose request version is newer than the installed specs keeps status ok
-# (the bytes are fine); its decode_error says so with this prefix.
-UNSUPPORTED_VERSION = "unsupported_version: no "
-# A request version the broker refused too (messages.settle_refused): the status is the
-# broker's error, and no specs would decode the body.
-VERSION_REFUSED = "version_refused: "
 
 # df.attrs key beside "filter": row_filter.Filter.absent when no row matched, e.g.
 # ("no API named 'Fecth'",): said with the empty result, since a typo reads like an answer.
@@ -86,16 +79,22 @@ def api_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def unsupported_rows(df: pd.DataFrame) -> pd.Series:
-    """Rows whose API version the installed specs do not know (bodies not decoded)."""
+    """Rows whose API version the installed specs do not know (bodies not decoded): they
+    keep status ok (the bytes are fine), their decode_error says so."""
+    from dissector.protocol.messages import UNSUPPORTED_VERSION_PREFIX
+
     errors = df["decode_error"].astype("string")
-    return errors.str.contains(UNSUPPORTED_VERSION, regex=False).fillna(False).astype(bool)
+    return errors.str.contains(UNSUPPORTED_VERSION_PREFIX, regex=False).fillna(False).astype(bool)
 
 
 def refused_rows(df: pd.DataFrame) -> pd.Series:
     """ApiVersions rows of a version the broker refused too (KIP-511): body not decoded,
-    by the broker either; newer specs would not change that."""
+    by the broker either; newer specs would not change that (``messages.settle_refused``:
+    the status is the broker's error)."""
+    from dissector.protocol.messages import VERSION_REFUSED_PREFIX
+
     errors = df["decode_error"].astype("string")
-    return errors.str.contains(VERSION_REFUSED, regex=False).fillna(False).astype(bool)
+    return errors.str.contains(VERSION_REFUSED_PREFIX, regex=False).fillna(False).astype(bool)
 
 
 def assumed_rows(df: pd.DataFrame) -> pd.Series:
@@ -161,6 +160,8 @@ def _terminal_width(out: TextIO) -> int:
     try:
         return os.get_terminal_size(out.fileno()).columns or _DUMB_WIDTH
     except (OSError, ValueError):
+        import shutil  # here: it imports bz2 and lzma, some 10 ms of every start-up
+
         return shutil.get_terminal_size((_DUMB_WIDTH, 24)).columns
 
 

@@ -29,8 +29,8 @@ from dissector.cli.common import (
     max_frame_option,
     note_sets,
     outputs,
-    parse_ports,
     parse_row_filter,
+    pass_options,
     report_failures,
     tls_key_logs,
     tls_keylog_option,
@@ -149,8 +149,6 @@ def analyze(
     Files of one rotated recording are read as one capture (--chain).
     Without -o nothing is written: the summary table is the output.
     """
-    from dissector.options import DEFAULT_MAX_FRAME, Options
-
     if output:
         check_output_format(output, TABLE_FORMATS)
     tables_out = {"partitions": partitions_out, "groups": groups_out}
@@ -161,12 +159,12 @@ def analyze(
                 f"{out!r}: use one of {', '.join(ANALYTICS_FORMATS)}", param_hint=f"--{name}"
             )
     wanted = parse_row_filter(row_filter)
-    opts = Options(
-        ports=parse_ports(ports),
-        max_frame=max_frame if max_frame is not None else DEFAULT_MAX_FRAME,
-        chain=chain_rule(chain, no_chain, chain_gap),
-        tls=tls_key_logs(tls_keylog),
+    opts = pass_options(
+        ports=ports,
+        max_frame=max_frame,
         max_decompressed=max_decompressed,
+        tls=tls_key_logs(tls_keylog),
+        chain=chain_rule(chain, no_chain, chain_gap),
     )
     decoder = load_decoder(specs) if specs else None
     tables = _AnalyticsOutputs(tables_out) if any(tables_out.values()) else None
@@ -188,9 +186,8 @@ def analyze(
     report_failures(failures, len(paths))
 
 
-# The analytics tables' formats (``analytics.partitions.TABLE_FORMATS``), without
-# importing that module (and pandas) before the run.
-ANALYTICS_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
+# The analytics tables' formats: those of every table.
+ANALYTICS_FORMATS = TABLE_FORMATS
 
 
 def _cannot_write(out: str, exc: OSError) -> click.ClickException:

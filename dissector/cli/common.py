@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from dissector.schema import TABLE_FORMATS as _TABLE_FORMATS
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dissector.options import CaptureSet, ChainRule
+    from dissector.options import CaptureSet, ChainRule, Options
     from dissector.protocol.bound_decoder import BoundDecoder
     from dissector.table.row_filter import Filter
     from dissector.tls import KeyLogs
@@ -30,8 +32,8 @@ _EXTRAS = {
 # What an extra needs besides Python packages.
 _EXTRA_NOTES = {"spark": " (and Java 17 or newer on the PATH)"}
 
-# Table formats analyze (and live) write; see frame.export.
-TABLE_FORMATS = (".parquet", ".csv", ".jsonl", ".json")
+# Table formats analyze (and live) write: schema.TABLE_FORMATS (a light import).
+TABLE_FORMATS = _TABLE_FORMATS
 HTML_FORMATS = (".html", ".htm")
 PCAP_FORMATS = (".pcapng", ".pcap")
 
@@ -355,6 +357,28 @@ def chain_options(command: Callable[..., Any]) -> Callable[..., Any]:
         "one after the other in time) are read as one capture; none: each file alone; "
         "all: the files are one capture, in time order",
     )(command)
+
+
+def pass_options(
+    *,
+    ports: str | None,
+    max_frame: int | None,
+    max_decompressed: int | None,
+    tls: KeyLogs | None,
+    chain: ChainRule | None = None,
+) -> Options:
+    """The ``Options`` of a command's passes, from its ``--ports``, ``--max-frame``,
+    ``--max-decompressed``, ``--tls-keylog`` and chain options: the one place a command
+    builds them, handed whole to every pass it runs (``max_frame`` None: the default)."""
+    from dissector.options import DEFAULT_MAX_FRAME, ChainRule, Options
+
+    return Options(
+        ports=parse_ports(ports),
+        max_frame=max_frame if max_frame is not None else DEFAULT_MAX_FRAME,
+        chain=chain if chain is not None else ChainRule(),
+        tls=tls,
+        max_decompressed=max_decompressed,
+    )
 
 
 def chain_rule(chain: str, no_chain: bool, chain_gap: float) -> ChainRule:

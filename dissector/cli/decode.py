@@ -19,17 +19,17 @@ from dissector.cli.common import (
     chain_rule,
     group_captures,
     max_decompressed_option,
+    max_frame_option,
     note_sets,
     outputs,
-    parse_ports,
     parse_row_filter,
+    pass_options,
     report_failures,
     tls_key_logs,
     tls_keylog_option,
     warn_damage,
 )
 from dissector.json_values import jsonable
-from dissector.options import Options
 from dissector.protocol import Registry, get_registry, supported_apis
 from dissector.protocol.names import version_ranges
 from dissector.stages import CaptureError
@@ -82,6 +82,7 @@ def load_registry(spec_dirs: Iterable[str]) -> Registry:
 )
 @click.option("--ports", help="broker ports and ranges, e.g. 9092,9094-9096")
 @click.option("--filter", "row_filter", metavar="EXPR", help=FILTER_HELP)
+@max_frame_option
 @max_decompressed_option
 @chain_options
 @tls_keylog_option
@@ -92,6 +93,7 @@ def decode_command(
     spec_dirs: tuple[str, ...],
     ports: str | None,
     row_filter: str | None = None,
+    max_frame: int | None = None,
     max_decompressed: int | None = None,
     chain: str = "auto",
     no_chain: bool = False,
@@ -103,11 +105,16 @@ def decode_command(
     Each line carries the pair's times, latency and status as the pairs table has them.
     Files of one rotated recording are read as one capture (--chain)."""
     key = parse_api(api, load_registry(spec_dirs))
-    port_set = parse_ports(ports)
     wanted = parse_row_filter(row_filter)
-    tls = tls_key_logs(tls_keylog)
+    options = pass_options(
+        ports=ports,
+        max_frame=max_frame,
+        max_decompressed=max_decompressed,
+        tls=tls_key_logs(tls_keylog),
+        chain=chain_rule(chain, no_chain, chain_gap),
+    )
     failures: list[tuple[str, str]] = []
-    sets = group_captures(paths, chain_rule(chain, no_chain, chain_gap), failures)
+    sets = group_captures(paths, options.chain, failures)
     note_sets(sets)
     tally = _FilterTally()
     for capture_set in sets:
@@ -117,10 +124,8 @@ def decode_command(
             api=key,
             records=records,
             specs=spec_dirs,
-            ports=port_set,
             counters=counters,
-            tls=tls,
-            options=Options(max_decompressed=max_decompressed),
+            options=options,
         )
         if wanted is not None:
             items = tally.filtered(items, wanted)
@@ -132,7 +137,7 @@ def decode_command(
             continue
         seen = counters.as_dict()
         warn_damage(capture_set.name, seen)
-        _say_if_no_kafka(capture_set.name, seen, port_set)
+        _say_if_no_kafka(capture_set.name, seen, options.ports)
     if wanted is not None and not tally.matched:
         click.echo(tally.no_match(wanted), err=True)
     report_failures(failures, len(paths))

@@ -13,7 +13,8 @@ import click
 
 from dissector.cli.common import (
     max_decompressed_option,
-    parse_ports,
+    max_frame_option,
+    pass_options,
     tls_key_logs,
     tls_keylog_option,
 )
@@ -209,6 +210,7 @@ def _tls_line(cap: LiveCapture) -> str:
     help="live view: rich table on a terminal, plain lines otherwise",
 )
 @tls_keylog_option
+@max_frame_option
 @max_decompressed_option
 def live_command(
     iface: str,
@@ -223,6 +225,7 @@ def live_command(
     buffer_mib: int,
     view: str,
     tls_keylog: tuple[str, ...] = (),
+    max_frame: int | None = None,
     max_decompressed: int | None = None,
 ) -> None:
     """Watch Kafka requests, latency and errors on an interface as they happen.
@@ -235,16 +238,19 @@ def live_command(
     opts = LiveOptions(
         iface=iface,
         bpf=bpf,
-        ports=parse_ports(ports),
+        analysis=pass_options(
+            ports=ports,
+            max_frame=max_frame,
+            max_decompressed=max_decompressed,
+            # A client appends a line per handshake: the key logs are read on as they grow.
+            tls=tls_key_logs(tls_keylog, follow=True),
+        ),
         duration=duration,
         count=count,
         interval=interval,
         write_pcap=write_pcap,
         snaplen=snaplen,
         buffer_mib=buffer_mib,
-        # A client appends a line per handshake: the key logs are read on as they grow.
-        tls=tls_key_logs(tls_keylog, follow=True),
-        max_decompressed=max_decompressed,
     )
     try:
         cap = run_cli(opts, output, view)

@@ -19,8 +19,8 @@ from dissector.cli.common import (
     max_decompressed_option,
     max_frame_option,
     outputs,
-    parse_ports,
     parse_row_filter,
+    pass_options,
     report_failures,
     tls_key_logs,
     tls_keylog_option,
@@ -65,15 +65,13 @@ def report_command(
     """Write one self-contained HTML report (charts, tables, capture facts) for PATHS.
 
     Files of one rotated recording are read as one capture (--chain)."""
-    from dissector.options import DEFAULT_MAX_FRAME, Options
-
     wanted = parse_row_filter(row_filter)
-    options = Options(
-        ports=parse_ports(ports),
-        max_frame=max_frame if max_frame is not None else DEFAULT_MAX_FRAME,
-        chain=chain_rule(chain, no_chain, chain_gap),
-        tls=tls_key_logs(tls_keylog),
+    options = pass_options(
+        ports=ports,
+        max_frame=max_frame,
         max_decompressed=max_decompressed,
+        tls=tls_key_logs(tls_keylog),
+        chain=chain_rule(chain, no_chain, chain_gap),
     )
     failures: list[tuple[str, str]] = []
     readable = []

@@ -34,8 +34,9 @@ from dissector.cli.common import (
     chain_options,
     chain_rule,
     max_decompressed_option,
+    max_frame_option,
     outputs,
-    parse_ports,
+    pass_options,
     tls_key_logs,
     tls_keylog_option,
 )
@@ -202,6 +203,7 @@ def _paths(n: int) -> str:
 )
 @click.option("-v", "--verbose", is_flag=True, help="Spark's own log (WARN), traces, progress bars")
 @partial(tls_keylog_option, hadoop=True)
+@max_frame_option
 @max_decompressed_option
 @chain_options
 def spark_command(
@@ -219,6 +221,7 @@ def spark_command(
     progress_every: float | None,
     verbose: bool,
     tls_keylog: tuple[str, ...] = (),
+    max_frame: int | None = None,
     max_decompressed: int | None = None,
     chain: str = "auto",
     no_chain: bool = False,
@@ -245,11 +248,12 @@ def spark_command(
         tables = parse_tables(analytics)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--analytics") from None
-    options = Options(
-        ports=parse_ports(ports),
+    options = pass_options(
+        ports=ports,
+        max_frame=max_frame,
+        max_decompressed=max_decompressed,
         tls=tls_key_logs(tls_keylog, ship=True),
         chain=chain_rule(chain, no_chain, chain_gap),
-        max_decompressed=max_decompressed,
     )
     if progress_every is None and sys.stderr.isatty():
         progress_every = PROGRESS_EVERY

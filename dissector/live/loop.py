@@ -28,6 +28,7 @@ the rows, the core stops reading (bounded memory) and the kernel ring drops, cou
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
 
     from dissector._core import LiveRun, PcapStats
     from dissector.stages import Decoder
-    from dissector.tls import KeyLogs
+
 DEFAULT_INTERVAL = 1.0
 POLL_S = 0.1  # longest wait for rows before checking stop conditions
 TABLE_ROWS = 65_536  # rows taken at once when they come faster than POLL_S
@@ -83,23 +84,36 @@ class Tick:
 
 @dataclass(frozen=True, slots=True)
 class LiveOptions:
+    """What a live run captures and how long, and ``analysis``: the ``Options`` of its
+    pass taken whole (ports, ``max_frame``, TLS key logs, ``max_decompressed``...), as
+    ``analyze`` takes them; ``idle_timeout_s`` None there means ``LIVE_IDLE_TIMEOUT_S``."""
+
     iface: str
-    bpf: str | None = None  # None: derived from ports
-    ports: frozenset[int] | None = None  # broker ports; None: the usual Kafka ports
+    bpf: str | None = None  # None: derived from the analysis' ports
+    analysis: Options = field(default_factory=Options)
     duration: float | None = None  # seconds
     count: int | None = None  # stop once this many pair records are complete
     interval: float = DEFAULT_INTERVAL
     write_pcap: str | None = None
     snaplen: int = DEFAULT_SNAPLEN
     buffer_mib: int = DEFAULT_BUFFER_MIB
-    # TLS key logs, read on as they grow (``dissector.tls.key_logs(..., follow=True)``).
-    tls: KeyLogs | None = None
-    # The most one frame's record batches may decompress to (``Options.max_decompressed``).
-    max_decompressed: int | None = None
+
+    @property
+    def ports(self) -> frozenset[int] | None:
+        """Broker ports; None: the usual Kafka ports."""
+        return self.analysis.ports
 
     @property
     def filter(self) -> str:
         return self.bpf if self.bpf else default_filter(self.ports)
+
+    @property
+    def pass_options(self) -> Options:
+        """``analysis`` with the live idle timeout when it sets none: a connection that
+        never FIN/RSTs would otherwise be held for the whole run."""
+        if self.analysis.idle_timeout_s is not None:
+            return self.analysis
+        return dataclasses.replace(self.analysis, idle_timeout_s=LIVE_IDLE_TIMEOUT_S)
 
 
 @dataclass
@@ -134,12 +148,7 @@ class LiveCapture:
         self.source = PcapSource(
             opts.iface, opts.filter, snaplen=opts.snaplen, buffer_bytes=opts.buffer_mib << 20
         )
-        options = Options(
-            ports=opts.ports,
-            idle_timeout_s=LIVE_IDLE_TIMEOUT_S,
-            tls=opts.tls,
-            max_decompressed=opts.max_decompressed,
-        )
+        options = opts.pass_options
         self.label = f"live:{opts.iface}"
         try:
             if opts.write_pcap:
@@ -383,6 +392,7 @@ def live(
     buffer_mib: int = DEFAULT_BUFFER_MIB,
     stop: threading.Event | None = None,
     tls_keylog: Iterable[str | os.PathLike[str]] = (),
+    options: Options | None = None,
 ) -> Iterator[PairRecord] | Iterator[pd.DataFrame]:
     """Capture Kafka traffic on ``iface`` and yield pair records as they complete.
 
@@ -392,21 +402,24 @@ def live(
     when ``stop`` is set, or on Ctrl-C; requests still open are then yielded as
     ``unanswered`` rows. Errors opening the capture raise ``LiveError`` at the call.
     ``tls_keylog``: key logs to decrypt Kafka over TLS with, read on as they grow.
+    ``options``: the pass's ``Options`` whole (``max_frame``, ...), ``ports`` and
+    ``tls_keylog`` laid over it.
     """
+    from dissector.options import keyword_options
     from dissector.tls import key_logs
 
+    # TLS key logs are read on as they grow (a client appends a line per handshake).
+    tls = key_logs(tls_keylog, follow=True)
     opts = LiveOptions(
         iface=iface,
         bpf=bpf,
-        ports=frozenset(ports) if ports is not None else None,
+        analysis=keyword_options(options, ports=ports, tls=tls),
         duration=duration,
         count=count,
         interval=interval if interval is not None else DEFAULT_INTERVAL,
         write_pcap=os.fspath(write_pcap) if write_pcap is not None else None,
         snaplen=snaplen,
         buffer_mib=buffer_mib,
-        # TLS key logs are read on as they grow (a client appends a line per handshake).
-        tls=key_logs(tls_keylog, follow=True),
     )
     cap = LiveCapture(opts)
     if stop is not None:

@@ -465,15 +465,20 @@ def settle_refused(sides: Iterable[Decoded]) -> None:
 # The decode_error of a side no spec describes. Templates (not f-strings) because the
 # native summary fills the same words for the pairs it settles without this decoder
 # (export.py hands them over with each key's known versions).
+UNSUPPORTED_VERSION_PREFIX = "unsupported_version: no "
+"""How ``decode_error`` starts for a version newer than the specs (the summary table
+counts those rows by it)."""
 UNSUPPORTED_VERSION_TEXT = (
-    "unsupported_version: no {direction} spec for api_key {api_key} version {version} "
+    UNSUPPORTED_VERSION_PREFIX + "{direction} spec for api_key {api_key} version {version} "
     "(known {lowest}-{highest})"
 )
 UNKNOWN_API_KEY_TEXT = "unknown_api_key: no {direction} spec for api_key {api_key}"
 # An ApiVersions request the broker refused (``settle_refused``). One part of a
 # decode_error, whose parts are joined by "; ": none inside.
+VERSION_REFUSED_PREFIX = "version_refused: "
+"""How ``decode_error`` starts for a version the broker refused too."""
 VERSION_REFUSED_TEXT = (
-    "version_refused: api_key {api_key} version {version} is refused by the broker too "
+    VERSION_REFUSED_PREFIX + "api_key {api_key} version {version} is refused by the broker too "
     "(error 35 answered in the v0 layout, KIP-511): it reads no body of it, nor does the "
     "dissector"
 )

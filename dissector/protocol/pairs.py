@@ -152,8 +152,8 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
     return {
         "capture": dx.capture,
         "stream": ex.stream,
-        "client": f"{ex.client[0]}:{ex.client[1]}",
-        "broker": f"{ex.broker[0]}:{ex.broker[1]}",
+        "client": f"{ex.client.ip}:{ex.client.port}",
+        "broker": f"{ex.broker.ip}:{ex.broker.port}",
         "kind": ex.kind,
         "api_key": ex.api_key,
         "api_name": dx.api_name,
@@ -212,9 +212,9 @@ def row_decode_error(ex: Exchange, summary: dict[str, Any] | None) -> str | None
 
 def cut_facts(decoder: Any, ex: Exchange, names: Any) -> dict[str, Any]:
     """What the captured bytes of a response not captured whole tell (native core:
-    summary.rs ``summarize_cut``): a non-zero error code read before the cut (its error
-    count is then unknown), its throttle. The decoder reads a prefix as far as it goes;
-    nothing past the cut is guessed."""
+    ``summarize_cut`` in native/src/kafka/summary.rs): a non-zero error code read before
+    the cut (its error count is then unknown), its throttle. The decoder reads a prefix
+    as far as it goes; nothing past the cut is guessed."""
     assert ex.api_key is not None and ex.api_version is not None
     req, resp = ex.request, ex.response
     request = decoder.decode_request(req.payload) if req is not None and req.holed else None

@@ -30,6 +30,7 @@ from dissector.protocol.families import (
 )
 from dissector.protocol.keys import ApiKey
 from dissector.protocol.spec import INT_TYPES, REQUEST, RESPONSE, Field, Layout
+from dissector.stages import Decoder
 
 # ----------------------------------------------------------------- partitions
 
@@ -153,7 +154,7 @@ MEMBER_ITEM_FIELDS: Mapping[str, str] = {"member_id": "member_id", "error": "err
 first non-zero member error of a response."""
 ASSIGNED_TOPICS = ("topic_partitions", "partitions")
 """A heartbeat response's assignment: topics (array), each with partitions (array)."""
-SINGLE_MEMBER_APIS = frozenset({"LeaveGroup"})
+SINGLE_MEMBER_APIS = frozenset(names((ApiKey.LEAVE_GROUP,)))
 """APIs whose old versions name their one member at the top level (members = 1)."""
 FENCING_ERRORS = frozenset(
     {
@@ -657,14 +658,6 @@ def negotiation(request: Any, response: Any) -> Negotiation:
 
 
 # --- one pair, as the native core's fallback asks
-
-
-class Decoder(Protocol):
-    def api_name(self, api_key: int) -> str: ...
-    def decode_request(self, payload: Any, *, records: bool = False) -> Any: ...
-    def decode_response(
-        self, payload: Any, api_key: int, api_version: int, *, records: bool = False
-    ) -> Any: ...
 
 
 def _body(decoded: Any) -> dict[str, Any]:

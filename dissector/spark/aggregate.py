@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from dissector.analytics import stats
 from dissector.analytics.stats import ERROR_STATUSES, EVENT_TIME_COLUMNS, UNANSWERED_STATUSES
 from dissector.spark.partials import (
     ANSWERED,
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
-PERCENTILES: tuple[float, ...] = (0.5, 0.9, 0.99)
+PERCENTILES = stats.PERCENTILES  # the fleet's percentiles are pandas' (analytics.stats)
 DEFAULT_WINDOW = "1 minute"
 SUMMARY_TABLES: tuple[str, ...] = (
     "latency_by_api",

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from dissector._core import Analyzer, KeyLog, LiveRun, Model, PcapHandle
+    from dissector._core import Analyzer, KeyLog, LiveRun, Model, PcapHandle, TablesBatch
     from dissector._core import Endpoint as CoreEndpoint
     from dissector._core import Exchange as CoreExchange
     from dissector._core import Frame as CoreFrame
@@ -176,9 +176,13 @@ def new_analyzer(
     (``wire.tables``); ``pairs``: build the pairs' rows (off: the tables alone);
     ``capture_budget``: bytes one capture may decompress in all (None: the core's
     default, 4 GiB)."""
-    from dissector.protocol.bound_decoder import with_max_decompressed
+    decoder = decoder or _default_decoder()
+    if options.max_decompressed is not None:
+        # Imports the Python decoder (messages, compile, summary: some 30 ms of every
+        # start-up), so only when a cap asks for it; the run imports it on demand else.
+        from dissector.protocol.bound_decoder import with_max_decompressed
 
-    decoder = with_max_decompressed(decoder or _default_decoder(), options.max_decompressed)
+        decoder = with_max_decompressed(decoder, options.max_decompressed)
     model = _model(decoder)
     _core = native()
     idle = options.idle_timeout_s
@@ -330,8 +334,8 @@ class Batch:
     columns: dict[str, ColumnBuffer]
     exchanges: list[CoreExchange]
     bytes_read: int
-    tables: dict[str, Any]
-    """The analytics tables' buffers (``Analyzer.take_tables``; empty unless asked)."""
+    tables: TablesBatch | None
+    """The analytics tables' buffers (``Analyzer.take_tables``; None unless asked)."""
 
 
 def _batches(
@@ -427,7 +431,7 @@ def iter_tables(
             # pyarrow (0.15 s to import) is imported while the core reads the capture.
             for batch in _batches(analyzer, batch_rows, meanwhile=arrow_schema):
                 table = columns_to_table(batch.columns, arrow_schema())
-                if tables is not None:
+                if tables is not None and batch.tables is not None:
                     tables.add(batch.tables)
                 if on_batch is not None:
                     on_batch(batch)
@@ -691,7 +695,9 @@ def exchange_record(x: CoreExchange) -> Exchange:
 
 
 def _endpoint(e: CoreEndpoint) -> Endpoint:
-    return (e.ip, e.port)
+    from dissector.stages import Endpoint
+
+    return Endpoint(e.ip, e.port)
 
 
 def _frame_record(f: CoreFrame | None) -> Frame | None:

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from dissector._core import TableBuffers, TablesBatch
+    from dissector.stages import Decoder
+    from dissector.wire.native import ColumnBuffer
+
 
 TABLE_NAMES: tuple[str, ...] = tuple(CONTRACTS)
 """partitions, groups, versions: the tables a pass builds, in that order."""
@@ -53,7 +57,7 @@ class TablesFallback:
     """The facts of a pair the core's native reading leaves to the Python decoder (a
     malformed body, a record batch with anomalies): ``protocol.tables.pair_facts``."""
 
-    def __init__(self, decoder: Any) -> None:
+    def __init__(self, decoder: Decoder) -> None:
         self.decoder = decoder
 
     def __call__(
@@ -164,23 +168,21 @@ class TableCollector:
     written: Counter[str] = field(default_factory=Counter)
     deferred: int = 0
 
-    def add(self, taken: dict[str, Any]) -> None:
+    def add(self, taken: TablesBatch) -> None:
         """One ``Analyzer.take_tables()`` result."""
         for name, contract in CONTRACTS.items():
-            columns = taken.get(name)
-            if not columns or not columns["__len__"]:
+            buffers: TableBuffers = getattr(taken, name)
+            self.counters[name].update(buffers.counters)
+            if not buffers.rows:
                 continue
-            batch = _arrow(columns, contract, name)
+            batch = _arrow(buffers.columns, contract, name)
             writer = self.writers.get(name)
             if writer is not None:
                 writer(batch)
                 self.written[name] += batch.num_rows
             else:
                 self.parts[name].append(batch)
-        counted = taken.get("__counters__") or {}
-        for name in CONTRACTS:
-            self.counters[name].update(counted.get(name) or {})
-        self.deferred += int(counted.get("deferred") or 0)
+        self.deferred += taken.deferred_pairs
 
     def merge(self, other: TableCollector) -> None:
         """Add the tables another collector took (a capture read on its own)."""
@@ -212,13 +214,13 @@ class TableCollector:
         )
 
 
-def _arrow(columns: dict[str, Any], contract: Contract, name: str) -> pa.Table:
+def _arrow(columns: dict[str, ColumnBuffer], contract: Contract, name: str) -> pa.Table:
     """One batch of a table's column buffers as Arrow, typed by its contract."""
     import pyarrow as pa
 
     from dissector.arrow_cast import retype_array
 
-    given = [c for c in columns if c != "__len__"]
+    given = list(columns)
     expected = [c[0] for c in contract]
     if given != expected:  # the core and the contract must agree, in order
         raise RuntimeError(f"{name} table: the core gave columns {given}, expected {expected}")

@@ -324,7 +324,8 @@ impl<F: Fallback> Summaries<F> {
             }
         };
         let mut columns = columns;
-        // A side not captured whole: what its captured bytes tell (rows.rs words the status).
+        // A side not captured whole: what its captured bytes tell (rows/mod.rs words the
+        // status).
         let cut = |f: &&KafkaFrame| f.holed();
         let cut_request = ex
             .request
@@ -358,7 +359,7 @@ impl<F: Fallback> Summaries<F> {
 /// What the captured bytes of a response cut short tell, added to a pair's columns:
 /// the error code read. Its error count is unknown: its other error codes were not
 /// captured. (The topics `CutFacts` reads are not added yet: the Python twin, which
-/// `decode` uses, reads a cut item's keys differently; see summary.rs.)
+/// `decode` uses, reads a cut item's keys differently; see kafka/summary.rs.)
 fn add_cut_facts(columns: &mut SummaryColumns, facts: CutFacts, response_cut: bool) {
     if response_cut {
         columns.error_code = facts.error_code;

@@ -321,9 +321,15 @@ pub trait Versions {
     fn request_header_v0(&self, _api_key: i16, _version: i16) -> bool {
         false
     }
-    /// An integer field at the top level of a request body (`body` starts after the
-    /// request header, header tagged fields included), read by walking the layout; None
-    /// when the layout or the bytes do not allow it. Correlation reads Produce's `acks`.
+    /// The request's `acks` (Produce's field the spec model names, `Model::acks_field`)
+    /// from its body (`body` starts after the request header, header tagged fields
+    /// included); None for other APIs, or when the layout or the bytes do not allow it.
+    /// Correlation expects no response to acks=0.
+    fn request_acks(&self, _api_key: i16, _version: i16, _body: &[u8]) -> Option<i64> {
+        None
+    }
+    /// An integer field at the top level of a request body (as `request_acks`), read by
+    /// walking the layout; None when the layout or the bytes do not allow it.
     fn request_int_field(
         &self,
         _api_key: i16,

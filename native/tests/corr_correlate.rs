@@ -512,3 +512,34 @@ fn a_response_too_big_to_hold_is_an_orphan_after_the_held_ones() {
         ]
     );
 }
+
+#[test]
+fn keys_are_the_spec_models() {
+    // The requests these tests build name Produce and SaslHandshake by the keys of the
+    // exported spec model, the one place that knows them.
+    let model = spec_model();
+    assert_eq!(PRODUCE, model.produce_key);
+    assert_eq!(SASL_HANDSHAKE, model.sasl_handshake_key);
+}
+
+#[test]
+fn acks_is_read_by_the_field_the_spec_model_names() {
+    use _core::types::Versions;
+    let model = spec_model();
+    assert_eq!(model.acks_field, "acks");
+    // v3 (null int16 transactional_id first), v9 (compact null string first): the
+    // model's layouts say what precedes acks.
+    let v3 = [
+        &(-1i16).to_be_bytes()[..],
+        &0i16.to_be_bytes(),
+        &1000i32.to_be_bytes(),
+    ]
+    .concat();
+    assert_eq!(model.request_acks(PRODUCE, 3, &v3), Some(0));
+    let v9 = [&[0u8][..], &(-1i16).to_be_bytes(), &1000i32.to_be_bytes()].concat();
+    assert_eq!(model.request_acks(PRODUCE, 9, &v9), Some(-1));
+    // Other APIs have no acks, whatever their bytes.
+    assert_eq!(model.request_acks(SASL_HANDSHAKE, 1, &v3), None);
+    // Bytes that end before acks: unknown, not a guess.
+    assert_eq!(model.request_acks(PRODUCE, 3, &v3[..3]), None);
+}

@@ -56,9 +56,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dissector.accounting import Counters
+from dissector.stages import Endpoint
 from tests.oracle.capture import ACK, FIN, RST, SYN, Packet
-
-Endpoint = tuple[str, int]
 
 
 @dataclass(slots=True)
@@ -144,8 +143,8 @@ class _Dir:
     def __init__(self, conn: _TcpConnection, key: tuple[str, int, str, int]) -> None:
         self.conn = conn
         self.key = key
-        self.src: Endpoint = (key[0], key[1])
-        self.dst: Endpoint = (key[2], key[3])
+        self.src = Endpoint(key[0], key[1])
+        self.dst = Endpoint(key[2], key[3])
         self.peer: _Dir = self
         self.next: int | None = None  # unwrapped sequence number of the next byte
         self.base: int | None = None  # first 32-bit seq seen (the ISN if SYN seen)

@@ -561,7 +561,8 @@ fn on_request(
     }
 }
 
-/// Produce's `acks`, read through the spec model from the body after the header.
+/// Produce's acks, read through the spec model (the field it names) from the body after
+/// the header.
 fn acks(
     versions: &dyn Versions,
     payload: &[u8],
@@ -569,7 +570,7 @@ fn acks(
     flexible: bool,
 ) -> Option<i64> {
     let body = payload.get(body_offset(payload, start, flexible)?..)?;
-    versions.request_int_field(start.api_key, start.api_version, body, "acks")
+    versions.request_acks(start.api_key, start.api_version, body)
 }
 
 fn on_response(conn: &mut Conn, f: KafkaFrame, counters: &mut Counters, out: &mut Vec<Exchange>) {

@@ -1,6 +1,7 @@
 //! Record batches inside `records` fields: counts, bytes, codecs, CRC checks, budgets.
-//! Port of the counting part of `dissector/protocol/records.py` (its `expand=False`
-//! path); that module is the oracle, so error codes and their wording follow it.
+//! The native twin of the counting part of `dissector/protocol/records.py` (its
+//! `expand=False` path); that module is the oracle (`tests/test_native_records.py`
+//! compares the two), so error codes and their wording follow it.
 //!
 //! Every entry of a record set starts with `offset int64, length int32` and keeps its
 //! magic byte at byte 16, so one framing loop serves magic 0, 1 and 2 alike.

@@ -950,7 +950,7 @@ fn header_tags(cur: &mut Cursor<'_>) -> R<()> {
     Ok(())
 }
 
-/// A top-level int field of a request body (Produce's `acks` for correlation).
+/// A top-level int field of a request body (Produce's acks for correlation).
 pub fn top_int_field(model: &Model, layout: &Layout, body: &[u8], field: &str) -> Option<i64> {
     let root = model.node(layout.root);
     let mut cur = Cursor::new(body, 0);
@@ -996,6 +996,13 @@ impl Versions for Model {
     ) -> Option<i64> {
         let layout = self.layout(api_key, version, Direction::Request)?;
         top_int_field(self, layout, body, field)
+    }
+
+    fn request_acks(&self, api_key: i16, version: i16, body: &[u8]) -> Option<i64> {
+        if api_key != self.produce_key {
+            return None;
+        }
+        self.request_int_field(api_key, version, body, &self.acks_field)
     }
 }
 

@@ -1,15 +1,18 @@
 //! Column buffers handed to Python as typed records, one class per Arrow layout, read by
-//! name in `dissector/wire/core.py` (`_arrow_column`), which builds Arrow arrays from
+//! name in `dissector/wire/native.py` (`arrow_column`), which builds Arrow arrays from
 //! the buffers as they are. The pairs table's column names are `PairColumn::name`
 //! (generated from `schema.COLUMNS`) and the model's extract columns; the analytics
 //! tables' are their contracts' (`table_model`).
 
+use std::collections::BTreeMap;
+
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::kafka::model::Model as SpecModel;
 use crate::rows::columns::PairColumn;
-use crate::rows::tables::{Column, TableColumns};
+use crate::rows::tables::{Column, TableColumns, TableCounters};
 use crate::rows::{ColumnRef, Dict, DictList, Nullable, RowBuilder};
 
 /// int64 values (little-endian), Arrow's validity bitmap (None: no nulls).
@@ -205,10 +208,33 @@ pub fn pair_columns<'py>(
     Ok(out)
 }
 
-/// One analytics table's columns as {column name: column buffer} and "__len__" (rows).
-pub fn table_columns<'py>(py: Python<'py>, table: &TableColumns) -> PyResult<Bound<'py, PyDict>> {
-    let out = PyDict::new(py);
-    out.set_item("__len__", table.len)?;
+/// One analytics table's rows taken in one batch: its column buffers by name in its
+/// contract's order (`dissector.tables_schema`), how many rows they hold, and what the
+/// table counted since the last batch (`df.attrs["counters"]`). Read by
+/// `dissector/wire/tables.py` (`TableCollector.add`).
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct TableBuffers {
+    rows: usize,
+    columns: Py<PyDict>,
+    counters: BTreeMap<String, u64>,
+}
+
+/// The analytics tables' rows taken in one batch (`Analyzer.take_tables`), and how many
+/// pairs' facts were asked of the Python decoder meanwhile (`deferred_pairs`).
+#[pyclass(frozen, get_all, module = "dissector._core")]
+pub struct TablesBatch {
+    partitions: Py<TableBuffers>,
+    groups: Py<TableBuffers>,
+    versions: Py<TableBuffers>,
+    deferred_pairs: u64,
+}
+
+fn table_buffers(
+    py: Python<'_>,
+    table: &TableColumns,
+    counters: &BTreeMap<&'static str, u64>,
+) -> PyResult<Py<TableBuffers>> {
+    let columns = PyDict::new(py);
     for (name, column) in &table.columns {
         let column = match column {
             Column::I64(c) => int64(py, c)?,
@@ -217,9 +243,45 @@ pub fn table_columns<'py>(py: Python<'py>, table: &TableColumns) -> PyResult<Bou
             Column::Bool(c) => boolean(py, c)?,
             Column::I64List { offsets, values } => int64_list(py, offsets, values)?,
         };
-        out.set_item(name, column)?;
+        columns.set_item(name, column)?;
     }
-    Ok(out)
+    let buffers = TableBuffers {
+        rows: table.len,
+        columns: columns.unbind(),
+        counters: counters
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), *v))
+            .collect(),
+    };
+    Py::new(py, buffers)
+}
+
+/// The tables `TableSink::take` built and the counters taken with them, as one record.
+pub fn tables_batch(
+    py: Python<'_>,
+    taken: [(&'static str, TableColumns); 3],
+    counters: &TableCounters,
+) -> PyResult<TablesBatch> {
+    // By name, not by place: the sink and this record must agree on which is which.
+    let mut partitions = None;
+    let mut groups = None;
+    let mut versions = None;
+    for (name, table) in &taken {
+        let (slot, counted) = match *name {
+            "partitions" => (&mut partitions, &counters.partitions),
+            "groups" => (&mut groups, &counters.groups),
+            "versions" => (&mut versions, &counters.versions),
+            other => return Err(PyRuntimeError::new_err(format!("unknown table {other}"))),
+        };
+        *slot = Some(table_buffers(py, table, counted)?);
+    }
+    let missing = |name: &str| PyRuntimeError::new_err(format!("no {name} table taken"));
+    Ok(TablesBatch {
+        partitions: partitions.ok_or_else(|| missing("partitions"))?,
+        groups: groups.ok_or_else(|| missing("groups"))?,
+        versions: versions.ok_or_else(|| missing("versions"))?,
+        deferred_pairs: counters.deferred,
+    })
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -229,5 +291,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<DictColumn>()?;
     m.add_class::<StrListColumn>()?;
     m.add_class::<Int64ListColumn>()?;
+    m.add_class::<TableBuffers>()?;
+    m.add_class::<TablesBatch>()?;
     Ok(())
 }

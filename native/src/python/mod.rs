@@ -332,33 +332,14 @@ impl Analyzer {
         Ok(out)
     }
 
-    /// Analytics table rows built so far (then forgotten): {table: {column: buffer,
-    /// "__len__": rows}}, and "__counters__": {table: {name: n}} with "deferred" (pairs
-    /// whose facts came from the Python decoder). Versions rows come when a capture ends.
-    fn take_tables<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let out = PyDict::new(py);
+    /// Analytics table rows built so far and their counters (then forgotten); None
+    /// unless the analyzer builds tables. Versions rows come when a capture ends.
+    fn take_tables(&mut self, py: Python<'_>) -> PyResult<Option<columns::TablesBatch>> {
         let Some(sink) = self.summaries.tables.as_mut() else {
-            return Ok(out);
+            return Ok(None);
         };
-        for (name, table) in sink.take() {
-            out.set_item(name, columns::table_columns(py, &table)?)?;
-        }
-        let c = std::mem::take(&mut sink.counters);
-        let counters = PyDict::new(py);
-        for (name, map) in [
-            ("partitions", &c.partitions),
-            ("groups", &c.groups),
-            ("versions", &c.versions),
-        ] {
-            let d = PyDict::new(py);
-            for (k, v) in map {
-                d.set_item(*k, *v)?;
-            }
-            counters.set_item(name, d)?;
-        }
-        counters.set_item("deferred", c.deferred)?;
-        out.set_item("__counters__", counters)?;
-        Ok(out)
+        let counters = std::mem::take(&mut sink.counters);
+        columns::tables_batch(py, sink.take(), &counters).map(Some)
     }
 
     /// Exchanges kept so far (exchanges mode), then forgotten (`exchange::Exchange`).

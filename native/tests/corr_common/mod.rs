@@ -1,18 +1,38 @@
 //! Shared by the corr_* tests: a small `Versions`, endpoints, and frame/chunk builders.
 #![allow(dead_code)]
 
+use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use _core::cursor::Cursor;
+use _core::kafka::model::Model;
 use _core::types::{Chunk, Endpoint, KafkaFrame, Versions};
 
+/// The keys the tests build requests of; `keys_are_the_spec_models` checks them
+/// against the model's.
 pub const PRODUCE: i16 = 0;
 pub const SASL_HANDSHAKE: i16 = 17;
 
-/// Keys 0..=92 with versions 0..=20 exist; Produce v9+ is flexible. Produce's acks is
-/// read with the rule of the Python `kafka_header.produce_acks` (test code only: the
-/// real reading walks the spec model's layout).
+/// The spec model exported from the bundled specs, as the core gets it at run time
+/// (`native/tests/data/spec-model.json.gz`, written by `scripts/native-test-model`).
+pub fn spec_model() -> Arc<Model> {
+    static MODEL: OnceLock<Arc<Model>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/spec-model.json.gz");
+            let file = std::fs::File::open(path).expect("tests/data/spec-model.json.gz");
+            let mut text = String::new();
+            flate2::read::GzDecoder::new(file)
+                .read_to_string(&mut text)
+                .expect("gzip of the spec model");
+            Arc::new(Model::from_json(&text).expect("the exported spec model"))
+        })
+        .clone()
+}
+
+/// Keys 0..=92 with versions 0..=20 exist; Produce v9+ is flexible (facts the tests
+/// choose, wider than Kafka's). Produce's acks is read by the exported spec model, by
+/// the field it names, as the core reads it.
 pub struct TestVersions;
 
 impl Versions for TestVersions {
@@ -22,28 +42,8 @@ impl Versions for TestVersions {
     fn request_flexible(&self, api_key: i16, version: i16) -> bool {
         api_key == PRODUCE && version >= 9
     }
-    fn request_int_field(
-        &self,
-        api_key: i16,
-        version: i16,
-        body: &[u8],
-        field: &str,
-    ) -> Option<i64> {
-        if api_key != PRODUCE || field != "acks" {
-            return None;
-        }
-        let mut cur = Cursor::new(body, 0);
-        if version >= 3 {
-            // transactional_id first
-            if self.request_flexible(api_key, version) {
-                let len = cur.u8().ok()? as usize; // one-byte varints in these tests
-                cur.skip(len.saturating_sub(1)).ok()?;
-            } else {
-                let len = cur.i16().ok()?;
-                cur.skip(len.max(0) as usize).ok()?;
-            }
-        }
-        cur.i16().ok().map(i64::from)
+    fn request_acks(&self, api_key: i16, version: i16, body: &[u8]) -> Option<i64> {
+        spec_model().request_acks(api_key, version, body)
     }
 }
 
