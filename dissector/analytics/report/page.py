@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # Imported here, not where used: a missing optional dependency (report extra: jinja2)
-# then surfaces as the CLI's clear message, not a traceback (the package imports this
-# module).
+# then surfaces as the CLI's clear message, not a traceback (``run.analyze`` imports this
+# module as its pass starts).
 import jinja2
 from markupsafe import Markup, escape
 
