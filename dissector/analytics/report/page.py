@@ -57,6 +57,13 @@ def render(
 ) -> str:
     """The report of the pairs frame ``df`` as one HTML document (``ports``: the
     ``--ports`` the pairs were found with, for the no-Kafka page's hint)."""
+    with stats.memoized(df):
+        return _render(df, title=title, command=command, ports=ports)
+
+
+def _render(
+    df: pd.DataFrame, *, title: str | None, command: str, ports: frozenset[int] | None
+) -> str:
     facts = stats.capture_facts(df)
     names = ", ".join(Path(c).name for c in capture_names(df)) or "no capture"
     if df.empty:
