@@ -464,15 +464,20 @@ def breakdown(df: pd.DataFrame, by: str) -> pd.DataFrame:
         label = ["broker"] if by == "broker" else []
         return pd.DataFrame(columns=[*label, *keys, *BREAKDOWN_COLUMNS])
     grouped = frame.groupby(keys, dropna=False, sort=True)
-    out = grouped.agg(
-        count=("is_error", "size"),
-        errors=("is_error", "sum"),
-        unanswered=("is_unanswered", "sum"),
-        max_ms=("latency", "max"),
-        bytes_in=("bytes_in", "sum"),
-        bytes_out=("bytes_out", "sum"),
-        records=("records", "sum"),
-        throttled=("throttled", "sum"),
+    # the sums in one grouped pass, not one per column (a named aggregation each)
+    summed = ["is_error", "is_unanswered", "bytes_in", "bytes_out", "records", "throttled"]
+    sums = grouped[summed].sum()
+    out = pd.DataFrame(
+        {
+            "count": grouped.size(),
+            "errors": sums["is_error"],
+            "unanswered": sums["is_unanswered"],
+            "max_ms": grouped["latency"].max(),
+            "bytes_in": sums["bytes_in"],
+            "bytes_out": sums["bytes_out"],
+            "records": sums["records"],
+            "throttled": sums["throttled"],
+        }
     )
     quantiles = grouped["latency"].quantile(list(PERCENTILES)).unstack()
     for q in PERCENTILES:
