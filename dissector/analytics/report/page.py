@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from importlib import resources
 from pathlib import Path
@@ -24,7 +25,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+@functools.cache
 def _template() -> Any:
+    """The compiled page template (compiled once: ``run.analyze`` compiles it while the
+    core reads the capture)."""
     source = resources.files("dissector").joinpath("templates/report.html.j2").read_text("utf-8")
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, finalize=_visible)
     env.globals["zip"] = zip

@@ -178,7 +178,9 @@ def _ahead() -> None:
     import pyarrow.acero  # noqa: F401  (pyarrow's group_by: 50 ms more)
 
     from dissector.analytics import groups, lag, partitions, summary_table, versions  # noqa: F401
-    from dissector.analytics.report import page  # noqa: F401  (the charts, numpy, jinja2)
+    from dissector.analytics.report import page  # the charts, numpy, jinja2
+
+    page._template()
 
 
 def report_file(
