@@ -176,6 +176,9 @@ class _Memo:
 
 _memo: _Memo | None = None
 
+MEMO_MAX_ROWS = 250_000
+"""Largest frame ``memoized`` keeps derived columns of (about 25 MB of them)."""
+
 
 @contextmanager
 def memoized(df: pd.DataFrame) -> Iterator[None]:
@@ -184,10 +187,14 @@ def memoized(df: pd.DataFrame) -> Iterator[None]:
     once and copied to each caller. A report computes them from the same frame dozens
     of times (each a few pandas steps over every row: a tenth of a long capture's
     report). Only for a frame not changed meanwhile (the report's: its sections only
-    read it); other frames (subsets) are computed as usual."""
+    read it); other frames (subsets) are computed as usual. A frame of more than
+    ``MEMO_MAX_ROWS`` rows is not memoized: what is kept costs about 100 bytes a row
+    (the report of 1.5M pairs peaked 80 MiB higher with it, issue #21's bound)."""
     global _memo
     outer = _memo
-    if outer is None or outer.frame is not df:
+    if len(df) > MEMO_MAX_ROWS:
+        _memo = None
+    elif outer is None or outer.frame is not df:
         _memo = _Memo(df)
     try:
         yield
