@@ -561,10 +561,24 @@ def _bucketed(df: pd.DataFrame, bucket_s: int | None) -> tuple[pd.DataFrame, int
             f"{width} s buckets over a {span:,.0f} s capture make more than {MAX_BUCKETS:,} "
             f"buckets: use wider buckets (or bucket_s=None to pick a width)"
         )
+    if width == auto_bucket_seconds(span):  # the report's charts: the same each time
+        return _auto_buckets(df), width
+    return _in_buckets(df, width), width
+
+
+def _in_buckets(df: pd.DataFrame, width: int) -> pd.DataFrame:
+    """The prepared columns of the timed rows, with each row's bucket start."""
     frame = _prepared(df)
     frame = frame[frame["event_time"].notna()]
     frame["bucket"] = frame["event_time"].dt.floor(f"{width}s")
-    return frame, width
+    return frame
+
+
+@_per_frame
+def _auto_buckets(df: pd.DataFrame) -> pd.DataFrame:
+    """``_in_buckets`` at the automatic width (``memoized``: the time series of a report
+    bucket the same rows eight times)."""
+    return _in_buckets(df, auto_bucket_seconds(span_seconds(df)))
 
 
 def _full_index(frame: pd.DataFrame, width: int) -> pd.DatetimeIndex:
