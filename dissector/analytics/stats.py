@@ -11,10 +11,12 @@ All functions take the frame ``dissector.analyze`` returns (columns in
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dissector.protocol.families import LONG_POLLS
 from dissector.protocol.keys import ApiKey
@@ -166,12 +168,68 @@ then ``error_rate = errors / count`` and ``rate_per_s = count / span`` (span fro
 # ---------------------------------------------------------------------------
 
 
+@dataclass
+class _Memo:
+    frame: pd.DataFrame
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+_memo: _Memo | None = None
+
+MEMO_MAX_ROWS = 250_000
+"""Largest frame ``memoized`` keeps derived columns of (about 25 MB of them)."""
+
+
+@contextmanager
+def memoized(df: pd.DataFrame) -> Iterator[None]:
+    """Within it, the columns every metric derives from ``df`` itself (event times,
+    labels, the prepared metric columns, service latency: ``_per_frame``) are computed
+    once and copied to each caller. A report computes them from the same frame dozens
+    of times (each a few pandas steps over every row: a tenth of a long capture's
+    report). Only for a frame not changed meanwhile (the report's: its sections only
+    read it); other frames (subsets) are computed as usual. A frame of more than
+    ``MEMO_MAX_ROWS`` rows is not memoized: what is kept costs about 100 bytes a row
+    (the report of 1.5M pairs peaked 80 MiB higher with it, issue #21's bound)."""
+    global _memo
+    outer = _memo
+    if len(df) > MEMO_MAX_ROWS:
+        _memo = None
+    elif outer is None or outer.frame is not df:
+        _memo = _Memo(df)
+    try:
+        yield
+    finally:
+        _memo = outer
+
+
+_T = TypeVar("_T")
+
+
+def _per_frame(fn: Callable[[pd.DataFrame], _T]) -> Callable[[pd.DataFrame], _T]:
+    """``fn(df)`` once per ``memoized`` frame; a copy to each caller (callers may change
+    what they get: the shared value stays as computed)."""
+
+    @functools.wraps(fn)
+    def once(df: pd.DataFrame) -> _T:
+        memo = _memo
+        if memo is None or memo.frame is not df:
+            return fn(df)
+        if fn.__name__ not in memo.values:
+            memo.values[fn.__name__] = fn(df)
+        value = memo.values[fn.__name__]
+        return value.copy() if hasattr(value, "copy") else value
+
+    return once
+
+
+@_per_frame
 def event_time(df: pd.DataFrame) -> pd.Series:
     """Each row's time (see ``EVENT_TIME_COLUMNS``), tz-aware UTC."""
     first, second = EVENT_TIME_COLUMNS
     return df[first].fillna(df[second])
 
 
+@_per_frame
 def span_seconds(df: pd.DataFrame) -> float:
     """First to last event time, seconds; 0.0 for fewer than two timed rows."""
     times = event_time(df).dropna()
@@ -210,11 +268,13 @@ def _orphan_or(df: pd.DataFrame, missing: str) -> pd.Series:
     return orphan.map({True: ORPHAN_LABEL, False: missing})
 
 
+@_per_frame
 def api_labels(df: pd.DataFrame) -> pd.Series:
     """api_name, or what a missing one means (``ORPHAN_LABEL``, ``UNKNOWN_API_LABEL``)."""
     return _named_or(df, "api_name", UNKNOWN_API_LABEL)
 
 
+@_per_frame
 def client_labels(df: pd.DataFrame) -> pd.Series:
     """client_id, or what a missing one means (``ORPHAN_LABEL``, ``MISSING_LABEL``)."""
     return _named_or(df, "client_id", MISSING_LABEL)
@@ -282,6 +342,7 @@ def broker_label(ip: object, port: object) -> str:
     return f"{host}:{port}"
 
 
+@_per_frame
 def broker_labels(df: pd.DataFrame) -> pd.Series:
     """``broker_label`` of each row, formatted once per distinct (broker_ip,
     broker_port): a long capture has tens of thousands of rows and a few brokers."""
@@ -298,6 +359,7 @@ def broker_labels(df: pd.DataFrame) -> pd.Series:
     return pd.Series(labels[ids] if len(ids) else [], index=df.index, dtype=object)
 
 
+@_per_frame
 def _prepared(df: pd.DataFrame) -> pd.DataFrame:
     """The columns every metric needs, with plain dtypes."""
     import pandas as pd
@@ -409,15 +471,20 @@ def breakdown(df: pd.DataFrame, by: str) -> pd.DataFrame:
         label = ["broker"] if by == "broker" else []
         return pd.DataFrame(columns=[*label, *keys, *BREAKDOWN_COLUMNS])
     grouped = frame.groupby(keys, dropna=False, sort=True)
-    out = grouped.agg(
-        count=("is_error", "size"),
-        errors=("is_error", "sum"),
-        unanswered=("is_unanswered", "sum"),
-        max_ms=("latency", "max"),
-        bytes_in=("bytes_in", "sum"),
-        bytes_out=("bytes_out", "sum"),
-        records=("records", "sum"),
-        throttled=("throttled", "sum"),
+    # the sums in one grouped pass, not one per column (a named aggregation each)
+    summed = ["is_error", "is_unanswered", "bytes_in", "bytes_out", "records", "throttled"]
+    sums = grouped[summed].sum()
+    out = pd.DataFrame(
+        {
+            "count": grouped.size(),
+            "errors": sums["is_error"],
+            "unanswered": sums["is_unanswered"],
+            "max_ms": grouped["latency"].max(),
+            "bytes_in": sums["bytes_in"],
+            "bytes_out": sums["bytes_out"],
+            "records": sums["records"],
+            "throttled": sums["throttled"],
+        }
     )
     quantiles = grouped["latency"].quantile(list(PERCENTILES)).unstack()
     for q in PERCENTILES:
@@ -494,10 +561,24 @@ def _bucketed(df: pd.DataFrame, bucket_s: int | None) -> tuple[pd.DataFrame, int
             f"{width} s buckets over a {span:,.0f} s capture make more than {MAX_BUCKETS:,} "
             f"buckets: use wider buckets (or bucket_s=None to pick a width)"
         )
+    if width == auto_bucket_seconds(span):  # the report's charts: the same each time
+        return _auto_buckets(df), width
+    return _in_buckets(df, width), width
+
+
+def _in_buckets(df: pd.DataFrame, width: int) -> pd.DataFrame:
+    """The prepared columns of the timed rows, with each row's bucket start."""
     frame = _prepared(df)
     frame = frame[frame["event_time"].notna()]
     frame["bucket"] = frame["event_time"].dt.floor(f"{width}s")
-    return frame, width
+    return frame
+
+
+@_per_frame
+def _auto_buckets(df: pd.DataFrame) -> pd.DataFrame:
+    """``_in_buckets`` at the automatic width (``memoized``: the time series of a report
+    bucket the same rows eight times)."""
+    return _in_buckets(df, auto_bucket_seconds(span_seconds(df)))
 
 
 def _full_index(frame: pd.DataFrame, width: int) -> pd.DatetimeIndex:
@@ -966,6 +1047,7 @@ def _has_columns(df: pd.DataFrame, names: tuple[str, ...]) -> bool:
     )
 
 
+@_per_frame
 def fetch_wait(df: pd.DataFrame) -> pd.Series:
     """Each answered Fetch/ShareFetch's long-poll class (``FETCH_WAIT_CLASSES``), null
     for every other row: the ``fetch_wait`` column (``SERVICE_LATENCY_RULE``)."""
@@ -974,6 +1056,7 @@ def fetch_wait(df: pd.DataFrame) -> pd.Series:
     return as_text(df["fetch_wait"])
 
 
+@_per_frame
 def service_latency(df: pd.DataFrame) -> pd.DataFrame:
     """``fetch_wait`` and ``service_ms`` (float, NaN where unknown) for every row:
     latency without the long-poll wait (``SERVICE_LATENCY_RULE``), read from the

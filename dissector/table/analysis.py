@@ -39,13 +39,15 @@ def run_table(
     decoder: Decoder | None = None,
     observe: tuple[Iterable[int], Observer] | None = None,
     analytics: TableCollector | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> tuple[pa.Table, core.Run]:
     """The pairs of the captures as one Arrow table, and what the run counted.
 
     ``observe=(api_keys, fn)`` also hands every exchange of those API keys to ``fn``
     (the report notes group membership and client software from their bodies) in the
     same pass; ``analytics`` (a ``wire.tables.TableCollector``) receives the
-    partitions, groups and versions tables built in that pass too.
+    partitions, groups and versions tables built in that pass too; ``meanwhile()`` runs
+    while the core reads (``core.iter_tables``).
     """
     progress = _bar(paths) if show else nullcontext(None)
     with progress as bar:
@@ -59,7 +61,13 @@ def run_table(
 
         keys = tuple(observe[0]) if observe is not None else ()
         return core.analyze_table(
-            paths, options, decoder=decoder, on_batch=on_batch, keep_keys=keys, analytics=analytics
+            paths,
+            options,
+            decoder=decoder,
+            on_batch=on_batch,
+            keep_keys=keys,
+            analytics=analytics,
+            meanwhile=meanwhile,
         )
 
 
@@ -71,11 +79,18 @@ def run_analysis(
     decoder: Decoder | None = None,
     observe: tuple[Iterable[int], Observer] | None = None,
     analytics: TableCollector | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> pd.DataFrame:
     """The pairs DataFrame of the captures, with the run's counters in ``df.attrs``
-    (``analytics``: see ``run_table``)."""
+    (``analytics``, ``meanwhile``: see ``run_table``)."""
     table, run = run_table(
-        paths, options, show=show, decoder=decoder, observe=observe, analytics=analytics
+        paths,
+        options,
+        show=show,
+        decoder=decoder,
+        observe=observe,
+        analytics=analytics,
+        meanwhile=meanwhile,
     )
     df = core.table_to_frame(table)
     df.attrs = run_attrs(run)

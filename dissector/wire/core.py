@@ -410,6 +410,7 @@ def iter_tables(
     keep_keys: Iterable[int] = (),
     tables: TableCollector | None = None,
     pairs: bool = True,
+    meanwhile: Callable[[], object] | None = None,
 ) -> Iterator[pa.Table]:
     """Arrow tables of the pairs of each capture, in capture order, ``batch_rows`` at a
     time; several files are grouped into capture sets first (``options.chain``, see
@@ -417,7 +418,9 @@ def iter_tables(
     connections it found, once the pass ends; ``on_batch(batch)`` sees each ``Batch``
     (progress displays, observers of the kept exchanges); ``tables`` (a
     ``wire.tables.TableCollector``) receives the analytics tables built in the same pass;
-    ``pairs=False`` builds no pairs (the tables alone: nothing is yielded)."""
+    ``pairs=False`` builds no pairs (the tables alone: nothing is yielded);
+    ``meanwhile()`` runs on this thread while the core reads each capture (imports the
+    caller needs after the pass: see ``_batches``)."""
     from dissector.wire.sets import capture_sets
 
     decoder = decoder or _default_decoder()
@@ -425,11 +428,17 @@ def iter_tables(
     analyzer = new_analyzer(
         options, decoder, keep_keys=keep_keys, tables=tables is not None, pairs=pairs
     )
+
+    def ahead() -> None:
+        arrow_schema()
+        if meanwhile is not None:
+            meanwhile()
+
     try:
         for path in sources:
             open_capture(analyzer, path)
             # pyarrow (0.15 s to import) is imported while the core reads the capture.
-            for batch in _batches(analyzer, batch_rows, meanwhile=arrow_schema):
+            for batch in _batches(analyzer, batch_rows, meanwhile=ahead):
                 table = columns_to_table(batch.columns, arrow_schema())
                 if tables is not None and batch.tables is not None:
                     tables.add(batch.tables)
@@ -493,8 +502,10 @@ def analyze_table(
     on_batch: Callable[[Batch], object] | None = None,
     keep_keys: Iterable[int] = (),
     analytics: TableCollector | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> tuple[pa.Table, Run]:
-    """The pairs of the captures as one table, and what the pass saw besides them."""
+    """The pairs of the captures as one table, and what the pass saw besides them
+    (``meanwhile``: see ``iter_tables``)."""
     from dissector.wire.sets import capture_sets
 
     counters = Counters()
@@ -510,6 +521,7 @@ def analyze_table(
             on_batch=on_batch,
             keep_keys=keep_keys,
             tables=analytics,
+            meanwhile=meanwhile,
         )
     )
     import pyarrow as pa  # after the run: iter_tables imports it while the core works

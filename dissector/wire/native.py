@@ -14,8 +14,16 @@ if TYPE_CHECKING:
     from dissector._core import _ColumnBuffer as ColumnBuffer
 
 
+_loaded: ModuleType | None = None
+
+
 def native() -> ModuleType:
     """The compiled core, or an ImportError that says what to do."""
+    global _loaded
+    # Once loaded, as it is: called for every column of every batch (thousands per long
+    # capture), where the environment lookup below cost a few microseconds each.
+    if _loaded is not None:
+        return _loaded
     # The core's allocator (mimalloc, native/Cargo.toml) reads its options when the module
     # loads. With transparent huge pages each first touch of its arenas zeroes 2 MiB: a
     # fresh process (the CLI) spent up to a third of its CPU there, for 50 MB more
@@ -29,6 +37,7 @@ def native() -> ModuleType:
             "package with pip (it compiles native/; a .zip of the sources cannot carry it; "
             f"for Spark executors see docs/spark.md): {exc}"
         ) from exc
+    _loaded = _core
     return _core
 
 

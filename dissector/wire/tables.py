@@ -127,26 +127,31 @@ class CaptureTables:
 def to_frame(table: pa.Table, contract: Contract) -> pd.DataFrame:
     """A table of the core as the pandas frame of its contract."""
     import pandas as pd
+
+    data = {name: to_series(table.column(name), dtype) for name, dtype, _ in contract}
+    return pd.DataFrame(data, columns=[c[0] for c in contract])
+
+
+def to_series(column: pa.ChunkedArray, dtype: str) -> pd.Series:
+    """One column of a table of the core as the pandas series of its contract's
+    ``dtype`` (``to_frame``'s columns, one at a time)."""
+    import pandas as pd
     import pyarrow as pa
 
     from dissector.arrow_cast import retype_column
 
+    if pa.types.is_dictionary(column.type):
+        column = retype_column(column, pa.string())
+    if dtype == "object":
+        return pd.Series(column.to_pylist(), dtype="object")
     mapper = {
         pa.string(): pd.StringDtype(),
         pa.int64(): pd.Int64Dtype(),
         pa.float64(): pd.Float64Dtype(),
         pa.bool_(): pd.BooleanDtype(),
     }
-    data: dict[str, Any] = {}
-    for name, dtype, _ in contract:
-        column = table.column(name)
-        if pa.types.is_dictionary(column.type):
-            column = retype_column(column, pa.string())
-        if dtype == "object":
-            data[name] = pd.Series(column.to_pylist(), dtype="object")
-        else:
-            data[name] = column.to_pandas(types_mapper=mapper.get)
-    return pd.DataFrame(data, columns=[c[0] for c in contract])
+    series: pd.Series = column.to_pandas(types_mapper=mapper.get)
+    return series
 
 
 TableWriter = Callable[["pa.Table"], None]

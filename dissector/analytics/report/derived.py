@@ -79,10 +79,13 @@ def by_service_time(df: pd.DataFrame, n: int) -> pd.DataFrame:
     poll's wait on the broker, ``stats.SERVICE_LATENCY_RULE``), longest first, with
     ``service_ms`` and ``fetch_wait`` beside the other columns."""
     service = stats.service_latency(df)
-    ranked = df.assign(service_ms=service["service_ms"], fetch_wait=service["fetch_wait"])
-    ranked = ranked[stats.as_float(ranked["service_ms"]).notna()]
-    order = stats.as_float(ranked["service_ms"]).sort_values(ascending=False, kind="stable")
-    out = ranked.loc[order.index[:n]].copy()
+    timed = service["service_ms"]
+    order = timed[timed.notna()].sort_values(ascending=False, kind="stable")
+    top = order.index[:n]
+    # the n rows picked first, then copied: not a copy of every row and column first
+    out = df.loc[top].assign(
+        service_ms=service["service_ms"].loc[top], fetch_wait=service["fetch_wait"].loc[top]
+    )
     out["broker"] = [
         stats.broker_label(ip, port)
         for ip, port in zip(out["broker_ip"], out["broker_port"], strict=True)
@@ -360,11 +363,23 @@ def version_skew(versions_table: pd.DataFrame) -> pd.DataFrame:
         ],
     )
     keys = ["capture", "client_id", "software", "api_name"]
+    grouped = v.groupby(keys, dropna=False, sort=True)
+    # Each group's rows by number (ngroup numbers the groups in result_index order, the
+    # order iterating the groupby gives), aggregated over plain lists: a sub-frame and a
+    # few pandas steps per group took most of this table's time.
+    members: list[list[int]] = [[] for _ in range(grouped.ngroups)]
+    for row, group in enumerate(grouped.ngroup().tolist()):
+        members[group].append(row)
+    versions_used, unknown_versions = v["versions_used"].tolist(), v["unknown_versions"].tolist()
+    within = v["within_broker_range"].tolist()
+    requests = v["requests"].tolist()
+    ranges = v["broker_range"].tolist()
+    spec_max = v["spec_max"]
     rows = []
-    for (capture, client, software, api), g in v.groupby(keys, dropna=False, sort=True):
-        used = sorted({int(x) for vs in g["versions_used"] for x in vs})
-        unknown = sorted({int(x) for vs in g["unknown_versions"] for x in vs})
-        outside = bool(g["within_broker_range"].eq(False).fillna(False).any())
+    for (capture, client, software, api), picked in zip(grouped.size().index, members, strict=True):
+        used = sorted({int(x) for i in picked for x in versions_used[i]})
+        unknown = sorted({int(x) for i in picked for x in unknown_versions[i]})
+        outside = any(within[i] is False for i in picked)
         flags = (["outside broker range"] if outside else []) + (
             ["unknown to the specs"] if unknown else []
         )
@@ -374,11 +389,12 @@ def version_skew(versions_table: pd.DataFrame) -> pd.DataFrame:
                 "client_id": client,
                 "software": software,
                 "api_name": api,
-                "connections": len(g),
-                "requests": int(g["requests"].sum()),
+                "connections": len(picked),
+                "requests": sum(requests[i] for i in picked if not is_missing(requests[i])),
                 "versions_used": used,
-                "broker_range": sorted(set(g["broker_range"])),
-                "spec_max": g["spec_max"].max(),
+                "broker_range": sorted({ranges[i] for i in picked}),
+                # as pandas gives it (numpy int64, or NA when none): the column's dtype
+                "spec_max": spec_max.iloc[picked].max(),
                 "unknown_versions": unknown,
                 "flag": ", ".join(flags),
                 "flagged": bool(flags),

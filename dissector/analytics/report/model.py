@@ -163,7 +163,7 @@ class AnalyticsTables:
         import pyarrow as pa
 
         from dissector.tables_schema import PARTITION_COLUMNS
-        from dissector.wire.tables import to_frame
+        from dissector.wire.tables import to_series
 
         wanted = set(columns)
         table = self.arrow.partitions
@@ -176,7 +176,7 @@ class AnalyticsTables:
             if pa.types.is_dictionary(column.type):
                 data[name] = _sorted_categories(column.to_pandas())
             else:
-                data[name] = to_frame(pa.table({name: column}), (entry,))[name]
+                data[name] = to_series(column, entry[1])
             del column
         df = pd.DataFrame(data)
         df.attrs["counters"] = dict(self.arrow.counters.get("partitions", {}))

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # Imported here, not where used: a missing optional dependency (report extra: jinja2)
-# then surfaces as the CLI's clear message, not a traceback (the package imports this
-# module).
+# then surfaces as the CLI's clear message, not a traceback (``run.analyze`` imports this
+# module as its pass starts).
 import jinja2
 from markupsafe import Markup, escape
 
@@ -24,7 +25,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+@functools.cache
 def _template() -> Any:
+    """The compiled page template (compiled once: ``run.analyze`` compiles it while the
+    core reads the capture)."""
     source = resources.files("dissector").joinpath("templates/report.html.j2").read_text("utf-8")
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, finalize=_visible)
     env.globals["zip"] = zip
@@ -57,6 +61,13 @@ def render(
 ) -> str:
     """The report of the pairs frame ``df`` as one HTML document (``ports``: the
     ``--ports`` the pairs were found with, for the no-Kafka page's hint)."""
+    with stats.memoized(df):
+        return _render(df, title=title, command=command, ports=ports)
+
+
+def _render(
+    df: pd.DataFrame, *, title: str | None, command: str, ports: frozenset[int] | None
+) -> str:
     facts = stats.capture_facts(df)
     names = ", ".join(Path(c).name for c in capture_names(df)) or "no capture"
     if df.empty:

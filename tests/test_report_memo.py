@@ -1,0 +1,76 @@
+"""What the report's speed work must not change (issue #19).
+
+``stats.memoized`` computes the columns every statistic derives from the report's frame
+once: the page with it must be the page without it (the oracle: the same statistics
+computed afresh for every caller), and a caller changing what it got must not change
+what the next one gets. ``report.run._ahead`` imports pandas and the charts while the
+core reads the capture: that only helps if importing the report package (what the CLI
+does before the pass) does not import them already.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dissector.analytics import report, stats
+
+REPO = Path(__file__).resolve().parent.parent
+CAPTURES = [
+    REPO / "captures" / "kafka-4-mixed.pcapng",
+    # long polls (fetch_wait, service latency) and many time buckets
+    REPO / "captures" / "kafka-4-longpoll-rotation.pcapng",
+]
+
+
+@pytest.mark.parametrize("capture", CAPTURES, ids=lambda p: p.name)
+def test_memoized_page_equals_the_page_computed_afresh(
+    capture: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not capture.is_file():
+        pytest.skip(f"bundled capture missing: {capture}")
+    df = report.analyze([capture], partition_columns=report.report_partition_columns())
+    memoized = report.render(df, command="x")
+    monkeypatch.setattr(stats, "MEMO_MAX_ROWS", -1)  # no frame is memoized
+    afresh = report.render(df, command="x")
+    assert len(df) > 100
+    assert memoized == afresh
+
+
+def test_a_caller_changing_a_memoized_value_changes_nobody_elses() -> None:
+    capture = CAPTURES[0]
+    if not capture.is_file():
+        pytest.skip(f"bundled capture missing: {capture}")
+    df = report.analyze([capture])
+    expected_prepared = stats._prepared(df)
+    expected_labels = stats.api_labels(df)
+    with stats.memoized(df):
+        first = stats._prepared(df)
+        first["latency"] = -1.0  # what a caller may do with its copy
+        first.loc[first.index[0], "records"] = -5.0
+        labels = stats.api_labels(df)
+        labels.iloc[0] = "changed"
+        pd.testing.assert_frame_equal(stats._prepared(df), expected_prepared)
+        pd.testing.assert_series_equal(stats.api_labels(df), expected_labels)
+        # another frame (a subset) is not answered from the report frame's memo
+        subset = df[df["api_name"].astype("object").eq("Fetch").fillna(False).astype(bool)]
+        assert 0 < len(subset) < len(df)
+        pd.testing.assert_series_equal(stats.event_time(subset), stats.event_time(df)[subset.index])
+
+
+def test_importing_the_report_package_leaves_pandas_and_numpy_for_the_pass() -> None:
+    probe = (
+        "import sys\n"
+        "from dissector.analytics import report\n"
+        "report.report_file, report.analyze, report.report_partition_columns()\n"
+        "print(sorted(m for m in ('pandas', 'numpy', 'dissector.analytics.charts')"
+        " if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert done.stdout.strip() == "[]"
