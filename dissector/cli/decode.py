@@ -189,10 +189,10 @@ def decode_row(item: dict[str, Any]) -> dict[str, Any]:
 def _write_lines(items: Iterable[dict[str, Any]], out: TextIO) -> None:
     done = outputs()
     # one encoder for every line: json.dumps with options builds a new one each call
-    encode = json.JSONEncoder(default=jsonable, ensure_ascii=False).encode
+    encode = json.JSONEncoder(default=jsonable, ensure_ascii=False, check_circular=False).encode
+    write = out.write
     for item in items:
-        out.write(encode(item))
-        out.write("\n")
+        write(encode(item) + "\n")  # one write a line: the line is short, a call is not
         done.lines += 1
 
 
