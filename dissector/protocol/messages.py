@@ -92,6 +92,7 @@ class Registry:
         self.parse_records = parse_records
         self._fast: dict[tuple[int, int, str, bool], kc.DecodeFn] = {}
         self._slow: dict[tuple[int, int, str, bool], kc.DecodeFn] = {}
+        self._prefix: dict[tuple[int, int, str], kc.DecodeFn] = {}
         self._has_records: dict[tuple[int, int, str], bool] = {}
         self._readers: dict[tuple[int, int, str], FrameReader] = {}
 
@@ -138,6 +139,14 @@ class Registry:
         fn = self._slow.get(key)
         if fn is None:
             fn = self._slow[key] = kc.closures(layout, self._hook(layout, expand))
+        return fn
+
+    def prefix_reader(self, layout: Layout) -> kc.DecodeFn:
+        """The closures reading a message's captured prefix (``kc.closures`` prefix)."""
+        key = (layout.api_key, layout.version, layout.direction)
+        fn = self._prefix.get(key)
+        if fn is None:
+            fn = self._prefix[key] = kc.closures(layout, self._hook(layout, False), prefix=True)
         return fn
 
     def _hook(self, layout: Layout, expand: bool) -> kc.RecordsHook:
@@ -268,10 +277,12 @@ def decode_request(
     records: bool = False,
     registry: Registry | None = None,
     max_decompressed: int | None = None,
+    prefix: bool = False,
 ) -> Decoded:
     """A request frame without its 4-byte size prefix: header v0/v1/v2, then body.
     ``max_decompressed``: the most its record batches may decompress to (None:
-    ``records.FRAME_BUDGET_CAP``)."""
+    ``records.FRAME_BUDGET_CAP``). ``prefix``: the payload is the captured start of a
+    frame cut short; its body is read as far as it goes (``Registry.prefix_reader``)."""
     buf = payload if type(payload) is bytes else bytes(payload)
     reg = registry or _default_registry()
     if len(buf) < 8:
@@ -310,6 +321,8 @@ def decode_request(
             return _header_tags_and_body(reg, lay, buf, p, records, d, tagged, max_decompressed)
 
         return _assumed(reg, api_key, version, REQUEST, out, body_with)
+    if prefix:
+        return _read_prefix(reg, reader, buf, p, out, max_decompressed)
     return _read_rest(reg, reader, buf, p, records, out, max_decompressed)
 
 
@@ -342,6 +355,32 @@ def _read_rest(
         out.body, end = reg.decoder(layout, records)(buf, p)
     except Exception:  # bad bytes: _decode_body's closures explain where
         end = _decode_body(reg, layout, buf, p, records, out, cap)
+    out.trailing = max(len(buf) - end, 0)
+    return out
+
+
+def _read_prefix(
+    reg: Registry, reader: FrameReader, buf: bytes, p: int, out: Decoded, cap: int | None
+) -> Decoded:
+    """The rest of a frame's captured prefix: header tags, then the body as far as the
+    bytes go (``out.error`` says where they end; ``out.body`` holds what was read)."""
+    layout = reader.layout
+    assert layout is not None
+    if reader.tagged:
+        try:
+            p = _read_header_tags(buf, p, out.header)
+        except kc.DecodeFailure as exc:
+            out.error = f"header.{exc.message()}"
+            return out
+    out.layout = layout
+    end = len(buf)
+    try:
+        with _frame_scope(reg, layout, len(buf), cap):
+            out.body, end = reg.prefix_reader(layout)(buf, p)
+    except kc.DecodeFailure as exc:
+        out.body, out.error = exc.partial, exc.message()
+    except Exception as exc:  # a bug must not lose the row
+        out.error = f"<body>: {type(exc).__name__}: {exc} at offset {p}"
     out.trailing = max(len(buf) - end, 0)
     return out
 
@@ -390,9 +429,10 @@ def decode_response(
     records: bool = False,
     registry: Registry | None = None,
     max_decompressed: int | None = None,
+    prefix: bool = False,
 ) -> Decoded:
     """A response frame without its size prefix, given its request's key and version
-    (``max_decompressed``: as ``decode_request``'s)."""
+    (``max_decompressed``, ``prefix``: as ``decode_request``'s)."""
     buf = payload if type(payload) is bytes else bytes(payload)
     reg = registry or _default_registry()
     out = Decoded(header={}, body=None, api_key=api_key, api_version=api_version)
@@ -421,6 +461,8 @@ def decode_response(
             return _header_tags_and_body(reg, lay, buf, p, records, d, tagged, max_decompressed)
 
         return _assumed(reg, api_key, api_version, RESPONSE, out, body_with)
+    if prefix:
+        return _read_prefix(reg, reader, buf, p, out, max_decompressed)
     return _read_rest(reg, reader, buf, p, records, out, max_decompressed)
 
 

@@ -151,7 +151,9 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
                     names.annotate(side.body)
         summary = s.as_dict()
         if request_cut or response_cut:
-            summary.update(cut_facts(decoder, ex, names))
+            facts = cut_facts(decoder, ex, names)
+            add_topics(summary["topics"], facts.pop("topics"))
+            summary.update(facts)
     # The pair's times as in the pairs table: the packets completing each side (none
     # for a side whose last byte was not captured).
     sent = request.end_ts_ns if request is not None else None
@@ -235,25 +237,37 @@ def row_decode_error(ex: Exchange, summary: dict[str, Any] | None) -> str | None
 
 
 def cut_facts(decoder: Any, ex: Exchange, names: Any) -> dict[str, Any]:
-    """What the captured bytes of a response not captured whole tell (native core:
-    summary.rs ``summarize_cut``): a non-zero error code read before the cut (its error
-    count is then unknown), its throttle. The decoder reads a prefix as far as it goes;
-    nothing past the cut is guessed."""
+    """What the captured bytes of the sides not captured whole tell (native core:
+    summary.rs ``summarize_cut``, added to the row by pipeline.rs ``add_cut_facts``):
+    ``topics``, the topics named in them (to add to the row's, ``add_topics``); of a
+    response, a non-zero error code read before the cut (its error count is then
+    unknown) and its throttle. The decoder reads each prefix as far as it goes; nothing
+    past the cut is guessed."""
     assert ex.api_key is not None and ex.api_version is not None
     req, resp = ex.request, ex.response
-    request = decoder.decode_request(req.payload) if req is not None and req.holed else None
+    request = (
+        decoder.decode_request(req.payload, prefix=True) if req is not None and req.holed else None
+    )
     response = (
-        decoder.decode_response(resp.payload, ex.api_key, ex.api_version)
+        decoder.decode_response(resp.payload, ex.api_key, ex.api_version, prefix=True)
         if resp is not None and resp.holed
         else None
     )
     s = decoder.summarize(ex.api_key, ex.api_version, request, response, names)
-    facts: dict[str, Any] = {}
+    facts: dict[str, Any] = {"topics": list(s.topics)}
     if response is not None:
         code = s.error_code or None
         facts.update(error_code=code, error_name=s.error_name if code else None)
         facts.update(error_count=None, throttle_ms=s.throttle_ms)
     return facts
+
+
+def add_topics(topics: list[str], more: list[str]) -> None:
+    """The topics read in cut bytes after the row's own, each once (native core:
+    pipeline.rs ``add_cut_facts``)."""
+    for topic in more:
+        if topic not in topics:
+            topics.append(topic)
 
 
 def _ms(ns: int) -> float:
