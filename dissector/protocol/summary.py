@@ -415,6 +415,11 @@ def summarize(
     throttle = resp_body.get("throttle_time_ms") if resp_body else None
     codecs = req.codecs + resp.codecs if req.codecs or resp.codecs else None
     record_errors = req.record_errors + resp.record_errors
+    decode_error = None
+    if record_errors or (request and request.error) or (response and response.error):
+        decode_error = _join_errors(
+            _decode_errors(request, response), _records_errors(record_errors)
+        )
     return Summary(
         error_code=code,
         error_name=error_name(code) if code is not None else None,
@@ -425,9 +430,7 @@ def summarize(
         record_bytes=_sum(req.record_bytes, resp.record_bytes),
         compression=",".join(sorted(set(codecs))) if codecs else None,
         throttle_ms=throttle if type(throttle) is int else None,
-        decode_error=_join_errors(
-            _decode_errors(request, response), _records_errors(record_errors)
-        ),
+        decode_error=decode_error,
         record_errors=len(record_errors),
         partial_batches=req.partial_batches + resp.partial_batches,
         assumed_version=assumed,
