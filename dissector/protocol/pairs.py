@@ -46,9 +46,11 @@ def _never(_api: str, _request: bool) -> bool:
     return False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DecodedExchange:
-    """One exchange with both bodies decoded (None where absent or not decodable)."""
+    """One exchange with both bodies decoded (None where absent or not decodable).
+    Not frozen: a frozen dataclass sets each field through object.__setattr__, which
+    doubled its cost, and ``decode`` makes one a pair."""
 
     capture: str
     exchange: Exchange
