@@ -116,7 +116,10 @@ def base_status(ex: Exchange) -> str:
     (``gap``, no other reason noted) most likely had its answer in the hole."""
     if ex.kind == UNANSWERED and ex.gap and ex.note is None:
         return Status.RESPONSE_LOST.value
-    return _KIND_STATUS.get(ex.kind, Status.OK.value)
+    return _KIND_STATUS.get(ex.kind, _OK)
+
+
+_OK = Status.OK.value  # read once: an enum member's .value is a property call
 
 
 class Decoder(Protocol):

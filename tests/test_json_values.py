@@ -67,3 +67,35 @@ def test_as_json_default_only_sees_what_json_cannot_write() -> None:
     assert json.loads(text) == {"a": "Zm9vYmFy", "n": 1, "s": "x"}
     with pytest.raises(TypeError, match="not JSON serialisable: object"):
         json.dumps({"o": object()}, default=jsonable)
+
+
+def test_decode_line_encoder_writes_what_json_dumps_writes() -> None:
+    """``decode``'s encoder, built once (``cli.decode.line_encoder``), against
+    ``json.dumps`` with the same options: every line of a real capture with its record
+    batches expanded (bytes, record sets, unicode client ids), and values JSON finds
+    awkward."""
+    from pathlib import Path
+
+    import dissector
+    from dissector.cli.decode import line_encoder
+
+    encode = line_encoder()
+
+    def dumps(value: object) -> str:
+        return json.dumps(value, default=jsonable, ensure_ascii=False)
+
+    capture = Path(__file__).resolve().parents[1] / "captures" / "kafka-4-mixed.pcapng"
+    lines = list(dissector.decode(capture, records=True))
+    assert len(lines) > 400
+    for item in lines:
+        assert encode(item) == dumps(item)
+    odd = {
+        "floats": [math.nan, math.inf, -0.0, 1e300, 0.1],
+        "text": 'é\u2028"\\\n\x00 🙂',
+        "bytes": b"\x00\xff",
+        "tuple": (1, None, True),
+        "nested": [{"k": [{}]}],
+    }
+    assert encode(odd) == dumps(odd)
+    with pytest.raises(TypeError, match="not JSON serialisable: object"):
+        encode({"o": object()})

@@ -38,13 +38,25 @@ class BoundDecoder:
     def registry(self) -> _messages.Registry:
         return _messages.get_registry(self.spec_dirs)
 
-    def decode_request(self, payload: bytes, *, records: bool = False) -> _messages.Decoded:
+    def decode_request(
+        self, payload: bytes, *, records: bool = False, prefix: bool = False
+    ) -> _messages.Decoded:
         return _messages.decode_request(
-            payload, records=records, registry=self.registry, max_decompressed=self.max_decompressed
+            payload,
+            records=records,
+            registry=self.registry,
+            max_decompressed=self.max_decompressed,
+            prefix=prefix,
         )
 
     def decode_response(
-        self, payload: bytes, api_key: int, api_version: int, *, records: bool = False
+        self,
+        payload: bytes,
+        api_key: int,
+        api_version: int,
+        *,
+        records: bool = False,
+        prefix: bool = False,
     ) -> _messages.Decoded:
         return _messages.decode_response(
             payload,
@@ -53,6 +65,7 @@ class BoundDecoder:
             records=records,
             registry=self.registry,
             max_decompressed=self.max_decompressed,
+            prefix=prefix,
         )
 
     def summarize(

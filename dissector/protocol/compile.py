@@ -480,10 +480,14 @@ def _scalar_reader(kind: str, flexible: bool, records: RecordsHook) -> Reader:
     return sized
 
 
-def _struct_reader(fields: tuple[Field, ...], flexible: bool, records: RecordsHook) -> Reader:
-    plain = [(f.name, _field_reader(f, flexible, records)) for f in fields if f.tag is None]
+def _struct_reader(
+    fields: tuple[Field, ...], flexible: bool, records: RecordsHook, prefix: bool = False
+) -> Reader:
+    plain = [(f.name, _field_reader(f, flexible, records, prefix)) for f in fields if f.tag is None]
     tagged = {
-        f.tag: (f.name, _field_reader(f, flexible, records)) for f in fields if f.tag is not None
+        f.tag: (f.name, _field_reader(f, flexible, records, prefix))
+        for f in fields
+        if f.tag is not None
     }
 
     def read_struct(buf: bytes, p: int) -> tuple[Any, int]:
@@ -498,6 +502,11 @@ def _struct_reader(fields: tuple[Field, ...], flexible: bool, records: RecordsHo
         except DecodeFailure as exc:
             if exc.partial is not None:
                 d[name] = exc.partial
+            elif prefix:
+                # The field the cut fell in was begun: its name is known (a struct
+                # whose partition field was reached is a partition entry, as the native
+                # core's walk of a prefix reads it).
+                d[name] = None
             exc.path.insert(0, name)
             exc.partial = d
             raise
@@ -529,13 +538,13 @@ def _read_tags(buf: bytes, p: int, tagged: dict[Any, tuple[str, Reader]], d: dic
     return p
 
 
-def _field_reader(f: Field, flexible: bool, records: RecordsHook) -> Reader:
+def _field_reader(f: Field, flexible: bool, records: RecordsHook, prefix: bool = False) -> Reader:
     if f.type == "struct":
-        element = _struct_reader(f.fields, flexible, records)
+        element = _struct_reader(f.fields, flexible, records, prefix)
     else:
         element = _scalar_reader(f.type, flexible, records)
     if f.array:
-        return _array_reader(element, flexible)
+        return _array_reader(element, flexible, prefix)
     if f.type == "struct" and f.nullable and flexible:
 
         def nullable_struct(buf: bytes, p: int) -> tuple[Any, int]:
@@ -548,7 +557,7 @@ def _field_reader(f: Field, flexible: bool, records: RecordsHook) -> Reader:
     return element
 
 
-def _array_reader(element: Reader, flexible: bool) -> Reader:
+def _array_reader(element: Reader, flexible: bool, prefix: bool = False) -> Reader:
     length = _length_reader(flexible, wide=True)
 
     def read_array(buf: bytes, p: int) -> tuple[Any, int]:
@@ -556,7 +565,11 @@ def _array_reader(element: Reader, flexible: bool) -> Reader:
         if n < 0:
             return None, q
         if n > len(buf) - q:
-            raise _fail(f"array count {n} exceeds the {len(buf) - q} bytes left", p)
+            if not prefix:
+                raise _fail(f"array count {n} exceeds the {len(buf) - q} bytes left", p)
+            # The bytes are a prefix of the message: its entries are read until the cut
+            # (each takes a byte at least: one more than the bytes left meets it).
+            n = len(buf) - q + 1
         if n > MAX_ARRAY_ITEMS:
             raise _fail(f"array count {n} exceeds the decode limit of {MAX_ARRAY_ITEMS}", p)
         items: list[Any] = []
@@ -575,9 +588,12 @@ def _array_reader(element: Reader, flexible: bool) -> Reader:
     return read_array
 
 
-def closures(layout: Layout, records: RecordsHook = raw_records) -> DecodeFn:
-    """Closure-tree decoder for one layout; raises DecodeFailure with partial results."""
-    reader = _struct_reader(layout.fields, layout.flexible, records)
+def closures(layout: Layout, records: RecordsHook = raw_records, prefix: bool = False) -> DecodeFn:
+    """Closure-tree decoder for one layout; raises DecodeFailure with partial results.
+    ``prefix``: the bytes are the captured start of a message cut short (snap length,
+    capture hole): an array whose count runs past them is read up to the cut, and the
+    partial result names the field the cut fell in."""
+    reader = _struct_reader(layout.fields, layout.flexible, records, prefix)
 
     def decode(buf: bytes, p: int) -> tuple[dict[str, Any], int]:
         try:

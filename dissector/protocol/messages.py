@@ -18,6 +18,7 @@ from dissector.protocol.keys import ApiKey
 from dissector.protocol.spec import REQUEST, RESPONSE, Field, Layout, SpecSet
 
 UNSUPPORTED_VERSION = 35
+_API_VERSIONS = int(ApiKey.API_VERSIONS)  # compared once a response: a plain int is cheaper
 
 _REQ_FIXED = struct.Struct(">hhi")
 _I16 = struct.Struct(">h").unpack_from
@@ -46,6 +47,16 @@ class Decoded:
     # Set on an ApiVersions response the broker wrote in this layout version instead of
     # the request's, to refuse the request's version (KIP-511; ``settle_assumed``).
     fallback_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FrameReader:
+    """How a frame of one (api_key, version, direction) is read (``Registry.reader``)."""
+
+    layout: Layout | None  # None: no spec describes it
+    client_id: bool  # a request header with a client_id (header v1 and v2)
+    tagged: bool  # a header with tagged fields (request v2, response v1)
+    records: bool  # the layout has a records field: decoded inside a frame budget
 
 
 def _records_hook(expand: bool) -> kc.RecordsHook:
@@ -81,7 +92,32 @@ class Registry:
         self.parse_records = parse_records
         self._fast: dict[tuple[int, int, str, bool], kc.DecodeFn] = {}
         self._slow: dict[tuple[int, int, str, bool], kc.DecodeFn] = {}
+        self._prefix: dict[tuple[int, int, str], kc.DecodeFn] = {}
         self._has_records: dict[tuple[int, int, str], bool] = {}
+        self._readers: dict[tuple[int, int, str], FrameReader] = {}
+
+    def reader(self, api_key: int, version: int, direction: str) -> FrameReader:
+        """What decoding a frame of (api_key, version, direction) needs besides its
+        bytes, worked out once: ``decode`` reads a million frames of a few kinds, and
+        asking the layout, header-version and records questions each time cost more than
+        decoding small bodies."""
+        key = (api_key, version, direction)
+        reader = self._readers.get(key)
+        if reader is None:
+            reader = self._readers[key] = self._new_reader(api_key, version, direction)
+        return reader
+
+    def _new_reader(self, api_key: int, version: int, direction: str) -> FrameReader:
+        layout = self.layout(api_key, version, direction)
+        if direction == REQUEST:
+            # an unknown version: read as header v1 (client_id, no tags) unless v0
+            client_id = request_header_version(api_key, version, flexible=False) != 0
+            tagged = layout is not None and _request_header_tagged(layout)
+        else:
+            client_id = False
+            tagged = layout is not None and _response_header_tagged(layout)
+        records = layout is not None and self.has_records(layout)
+        return FrameReader(layout, client_id, tagged, records)
 
     def layout(self, api_key: int, version: int, direction: str) -> Layout | None:
         return self._layouts.get((api_key, version, direction))
@@ -103,6 +139,14 @@ class Registry:
         fn = self._slow.get(key)
         if fn is None:
             fn = self._slow[key] = kc.closures(layout, self._hook(layout, expand))
+        return fn
+
+    def prefix_reader(self, layout: Layout) -> kc.DecodeFn:
+        """The closures reading a message's captured prefix (``kc.closures`` prefix)."""
+        key = (layout.api_key, layout.version, layout.direction)
+        fn = self._prefix.get(key)
+        if fn is None:
+            fn = self._prefix[key] = kc.closures(layout, self._hook(layout, False), prefix=True)
         return fn
 
     def _hook(self, layout: Layout, expand: bool) -> kc.RecordsHook:
@@ -227,22 +271,20 @@ def _decode_body(
     return end
 
 
-def _as_bytes(payload: bytes | bytearray | memoryview) -> bytes:
-    return payload if isinstance(payload, bytes) else bytes(payload)
-
-
 def decode_request(
     payload: bytes | bytearray | memoryview,
     *,
     records: bool = False,
     registry: Registry | None = None,
     max_decompressed: int | None = None,
+    prefix: bool = False,
 ) -> Decoded:
     """A request frame without its 4-byte size prefix: header v0/v1/v2, then body.
     ``max_decompressed``: the most its record batches may decompress to (None:
-    ``records.FRAME_BUDGET_CAP``)."""
-    buf = _as_bytes(payload)
-    reg = registry or get_registry()
+    ``records.FRAME_BUDGET_CAP``). ``prefix``: the payload is the captured start of a
+    frame cut short; its body is read as far as it goes (``Registry.prefix_reader``)."""
+    buf = payload if type(payload) is bytes else bytes(payload)
+    reg = registry or _default_registry()
     if len(buf) < 8:
         return Decoded(header={}, body=None, error=f"header: {len(buf)} bytes, need 8", trailing=0)
     api_key, version, correlation_id = _REQ_FIXED.unpack_from(buf, 0)
@@ -252,11 +294,9 @@ def decode_request(
         "correlation_id": correlation_id,
     }
     out = Decoded(header=header, body=None, api_key=api_key, api_version=version)
-    layout = reg.layout(api_key, version, REQUEST)
+    reader = reg.reader(api_key, version, REQUEST)
     p = 8
-    if request_header_version(api_key, version, flexible=False) == 0:
-        pass  # header v0: no client_id
-    else:
+    if reader.client_id:  # header v0 has none
         # client_id stays a legacy nullable string even in header v2.
         if len(buf) < p + 2:
             out.error = f"header.client_id: length needs 2 bytes, {len(buf) - p} left at offset {p}"
@@ -274,15 +314,75 @@ def decode_request(
             p += n
         else:
             header["client_id"] = None
-    if layout is None:
+    if reader.layout is None:
 
         def body_with(d: Decoded, lay: Layout) -> Decoded:
             tagged = _request_header_tagged(lay)
             return _header_tags_and_body(reg, lay, buf, p, records, d, tagged, max_decompressed)
 
         return _assumed(reg, api_key, version, REQUEST, out, body_with)
-    tagged = _request_header_tagged(layout)
-    return _header_tags_and_body(reg, layout, buf, p, records, out, tagged, max_decompressed)
+    if prefix:
+        return _read_prefix(reg, reader, buf, p, out, max_decompressed)
+    return _read_rest(reg, reader, buf, p, records, out, max_decompressed)
+
+
+def _read_rest(
+    reg: Registry,
+    reader: FrameReader,
+    buf: bytes,
+    p: int,
+    records: bool,
+    out: Decoded,
+    cap: int | None,
+) -> Decoded:
+    """``_header_tags_and_body`` for a known layout, by its reader: the path of nearly
+    every frame, so a body without records skips the budget scope and its checks."""
+    layout = reader.layout
+    assert layout is not None
+    if reader.records:
+        return _header_tags_and_body(reg, layout, buf, p, records, out, reader.tagged, cap)
+    if reader.tagged:
+        if p < len(buf) and buf[p] == 0:
+            p += 1  # the usual empty section
+        else:
+            try:
+                p = _read_header_tags(buf, p, out.header)
+            except kc.DecodeFailure as exc:
+                out.error = f"header.{exc.message()}"
+                return out
+    out.layout = layout
+    try:
+        out.body, end = reg.decoder(layout, records)(buf, p)
+    except Exception:  # bad bytes: _decode_body's closures explain where
+        end = _decode_body(reg, layout, buf, p, records, out, cap)
+    out.trailing = max(len(buf) - end, 0)
+    return out
+
+
+def _read_prefix(
+    reg: Registry, reader: FrameReader, buf: bytes, p: int, out: Decoded, cap: int | None
+) -> Decoded:
+    """The rest of a frame's captured prefix: header tags, then the body as far as the
+    bytes go (``out.error`` says where they end; ``out.body`` holds what was read)."""
+    layout = reader.layout
+    assert layout is not None
+    if reader.tagged:
+        try:
+            p = _read_header_tags(buf, p, out.header)
+        except kc.DecodeFailure as exc:
+            out.error = f"header.{exc.message()}"
+            return out
+    out.layout = layout
+    end = len(buf)
+    try:
+        with _frame_scope(reg, layout, len(buf), cap):
+            out.body, end = reg.prefix_reader(layout)(buf, p)
+    except kc.DecodeFailure as exc:
+        out.body, out.error = exc.partial, exc.message()
+    except Exception as exc:  # a bug must not lose the row
+        out.error = f"<body>: {type(exc).__name__}: {exc} at offset {p}"
+    out.trailing = max(len(buf) - end, 0)
+    return out
 
 
 def _header_tags_and_body(
@@ -329,11 +429,12 @@ def decode_response(
     records: bool = False,
     registry: Registry | None = None,
     max_decompressed: int | None = None,
+    prefix: bool = False,
 ) -> Decoded:
     """A response frame without its size prefix, given its request's key and version
-    (``max_decompressed``: as ``decode_request``'s)."""
-    buf = _as_bytes(payload)
-    reg = registry or get_registry()
+    (``max_decompressed``, ``prefix``: as ``decode_request``'s)."""
+    buf = payload if type(payload) is bytes else bytes(payload)
+    reg = registry or _default_registry()
     out = Decoded(header={}, body=None, api_key=api_key, api_version=api_version)
     if len(buf) < 4:
         out.error = f"header.correlation_id: int32 needs 4 bytes, {len(buf)} left at offset 0"
@@ -344,7 +445,7 @@ def decode_response(
     # A broker answers an ApiVersions version it does not support with error 35 in
     # the v0 layout, so the client can retry with a version from the list.
     if (
-        api_key == ApiKey.API_VERSIONS
+        api_key == _API_VERSIONS
         and version > 0
         and len(buf) >= 6
         and _I16(buf, 4)[0] == UNSUPPORTED_VERSION
@@ -352,16 +453,17 @@ def decode_response(
         version = 0
         out.fallback_version = version
         out.notes.append("unsupported_version: body decoded with the v0 layout")
-    layout = reg.layout(api_key, version, RESPONSE)
-    if layout is None:
+    reader = reg.reader(api_key, version, RESPONSE)
+    if reader.layout is None:
 
         def body_with(d: Decoded, lay: Layout) -> Decoded:
             tagged = _response_header_tagged(lay)
             return _header_tags_and_body(reg, lay, buf, p, records, d, tagged, max_decompressed)
 
         return _assumed(reg, api_key, api_version, RESPONSE, out, body_with)
-    tagged = _response_header_tagged(layout)
-    return _header_tags_and_body(reg, layout, buf, p, records, out, tagged, max_decompressed)
+    if prefix:
+        return _read_prefix(reg, reader, buf, p, out, max_decompressed)
+    return _read_rest(reg, reader, buf, p, records, out, max_decompressed)
 
 
 def _request_header_tagged(layout: Layout) -> bool:
@@ -428,6 +530,11 @@ def settle_assumed(*decoded: Decoded | None) -> int | None:
     of a newer version could not be decoded, the sides that were are taken back to
     unsupported_version too. Returns the layout version the pair was decoded with.
     A request the broker refused (``settle_refused``) says so."""
+    for d in decoded:
+        if d is not None and (d.assumed_version is not None or d.fallback_version is not None):
+            break
+    else:  # nothing assumed, nothing refused: nearly every pair, twice each
+        return None
     sides = [d for d in decoded if d is not None]
     assumed = [d for d in sides if d.assumed_version is not None]
     if not assumed:

@@ -83,8 +83,12 @@ class NotingDecoder:
     groups: dict[str, GroupNote] = field(default_factory=dict)
     missing_client: str = "(none)"  # the label of requests without a client_id
 
-    def decode_request(self, payload: Any, *, records: bool = False) -> Any:
-        decoded = self.inner.decode_request(payload, records=records)
+    def decode_request(self, payload: Any, *, records: bool = False, prefix: bool = False) -> Any:
+        # ``prefix``: a request cut short, read as far as it goes (``pairs.cut_facts``)
+        if prefix:
+            decoded = self.inner.decode_request(payload, records=records, prefix=True)
+        else:
+            decoded = self.inner.decode_request(payload, records=records)
         body = _body(decoded)
         if getattr(decoded, "api_key", None) == NEGOTIATION:
             name = body.get("client_software_name")

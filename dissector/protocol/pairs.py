@@ -46,9 +46,11 @@ def _never(_api: str, _request: bool) -> bool:
     return False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DecodedExchange:
-    """One exchange with both bodies decoded (None where absent or not decodable)."""
+    """One exchange with both bodies decoded (None where absent or not decodable).
+    Not frozen: a frozen dataclass sets each field through object.__setattr__, which
+    doubled its cost, and ``decode`` makes one a pair."""
 
     capture: str
     exchange: Exchange
@@ -93,13 +95,18 @@ def decode_exchanges(
     """
     names: Any = None
     current: str | None = None
+    api_names: dict[int, str] = {}  # the decoder's name of each key, asked once a run
     for path, ex in exchanges:
         if path != current:  # captures are independent: ids learnt in one mean nothing in the next
             current, names = path, decoder.TopicNames()
-        known = ex.api_key is not None and ex.api_version is not None
-        api = decoder.api_name(ex.api_key) if ex.api_key is not None else None
+        api_key, version = ex.api_key, ex.api_version
+        api: str | None = None
+        if api_key is not None:
+            api = api_names.get(api_key)
+            if api is None:
+                api = api_names[api_key] = decoder.api_name(api_key)
         want = wanted(ex, api)
-        if not known:
+        if api_key is None or version is None:
             if want:
                 yield DecodedExchange(path, ex, api, None, None), names
             continue
@@ -108,15 +115,16 @@ def decode_exchanges(
             continue
         # A side not captured whole is not decoded, as in the pairs table's row.
         request = response = None
-        if ex.request is not None and not ex.request.holed:
-            request = decoder.decode_request(ex.request.payload, records=expand(api, True))
-        if ex.response is not None and not ex.response.holed:
+        req, resp = ex.request, ex.response
+        if req is not None and not req.holed:
+            request = decoder.decode_request(req.payload, records=expand(api, True))
+        if resp is not None and not resp.holed:
             response = decoder.decode_response(
-                ex.response.payload, ex.api_key, ex.api_version, records=expand(api, False)
+                resp.payload, api_key, version, records=expand(api, False)
             )
         settle_assumed(request, response)  # a version newer than the specs: both or neither
         if response is not None and response.error is None:
-            names.learn(ex.api_key, response.body)
+            names.learn(api_key, response.body)
         if not want:
             continue
         if counts is not None:
@@ -130,18 +138,24 @@ def decode_exchanges(
 
 def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
     """The ``decode`` command's object for one exchange: headers, bodies (topic ids
-    annotated with their names), the summary."""
+    annotated with their names), the summary. (It runs once a pair: a million pairs
+    are decoded in seconds only if each step here is a plain one.)"""
     ex = dx.exchange
+    request, response = ex.request, ex.response
+    request_cut = request is not None and request.holed
+    response_cut = response is not None and response.holed
     summary: dict[str, Any] | None = None
     if ex.api_key is not None and ex.api_version is not None:
         s = decoder.summarize(ex.api_key, ex.api_version, dx.request, dx.response, names)
-        for side in (dx.request, dx.response):
-            if side is not None:
-                names.annotate(side.body)
+        if names.names:  # annotate finds nothing to add before an id is learnt
+            for side in (dx.request, dx.response):
+                if side is not None:
+                    names.annotate(side.body)
         summary = s.as_dict()
-        if any(f is not None and f.holed for f in (ex.request, ex.response)):
-            summary.update(cut_facts(decoder, ex, names))
-    request, response = ex.request, ex.response
+        if request_cut or response_cut:
+            facts = cut_facts(decoder, ex, names)
+            add_topics(summary["topics"], facts.pop("topics"))
+            summary.update(facts)
     # The pair's times as in the pairs table: the packets completing each side (none
     # for a side whose last byte was not captured).
     sent = request.end_ts_ns if request is not None else None
@@ -149,6 +163,11 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
     # A request completed at time 0 is taken as unknown, as the pairs table does.
     timed = sent is not None and sent != 0 and response is not None
     latency = _ms(answered - sent) if timed and sent is not None and answered is not None else None
+    first_byte = (
+        _ms(response.first_ts_ns - sent)
+        if timed and sent is not None and response is not None
+        else None
+    )
     return {
         "capture": dx.capture,
         "stream": ex.stream,
@@ -163,10 +182,8 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
         "request_time": iso_ns(sent),
         "response_time": iso_ns(answered),
         "latency_ms": latency,
-        "first_byte_ms": _ms(response.first_ts_ns - sent)
-        if timed and sent is not None and response is not None
-        else None,
-        "status": _status(ex, summary, dx),
+        "first_byte_ms": first_byte,
+        "status": _status(ex, summary, dx, response_cut),
         "flags": row_flags(ex, latency),
         "decode_error": row_decode_error(ex, summary),
         "note": ex.note,
@@ -179,16 +196,27 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
 def row_flags(ex: Exchange, latency_ms: float | None) -> list[str]:
     """The row flags of the pairs table (``stages.RowFlag``) for this exchange, in its
     order (native core: native/src/rows/mod.rs)."""
-    frames = [f for f in (ex.request, ex.response) if f is not None]
-    flags = []
     # After lost bytes, bytes of the pair lost, or its missing side maybe in a hole.
-    if ex.gap or any(f.after_gap or (f.holed and not f.snapped) for f in frames):
+    gap = ex.gap
+    truncated = tls = False
+    for f in (ex.request, ex.response):
+        if f is None:
+            continue
+        holed = f.holed
+        if f.after_gap or (holed and not f.snapped):
+            gap = True
+        if holed and f.snapped:
+            truncated = True
+        if f.tls:
+            tls = True
+    flags = []
+    if gap:
         flags.append(CAPTURE_GAP)
-    if any(f.holed and f.snapped for f in frames):
+    if truncated:
         flags.append(TRUNCATED)
     if latency_ms is not None and latency_ms < 0:
         flags.append(NEGATIVE_LATENCY)
-    if any(f.tls for f in frames):
+    if tls:
         flags.append(TLS)
     return flags
 
@@ -197,34 +225,38 @@ def row_decode_error(ex: Exchange, summary: dict[str, Any] | None) -> str | None
     """The pairs table's ``decode_error`` of this exchange (native core:
     native/src/rows/mod.rs): why it is malformed, its note, the sides not captured whole,
     the summary's error."""
-    parts = [ex.note if ex.kind == MALFORMED else None]
-    if summary is not None and ex.kind != MALFORMED:
-        parts.append(ex.note)
-    parts += [
-        REQUEST_INCOMPLETE if ex.request is not None and ex.request.holed else None,
-        RESPONSE_INCOMPLETE if ex.response is not None and ex.response.holed else None,
-    ]
-    if summary is not None:
-        parts.append(summary.get("decode_error"))
-    present = [p for p in parts if p]
-    return "; ".join(present) if present else None
+    parts = []
+    if ex.note and (ex.kind == MALFORMED or summary is not None):
+        parts.append(ex.note)  # why it is malformed, or the note of a decoded pair
+    if ex.request is not None and ex.request.holed:
+        parts.append(REQUEST_INCOMPLETE)
+    if ex.response is not None and ex.response.holed:
+        parts.append(RESPONSE_INCOMPLETE)
+    error = summary.get("decode_error") if summary is not None else None
+    if error:
+        parts.append(error)
+    return "; ".join(parts) if parts else None
 
 
 def cut_facts(decoder: Any, ex: Exchange, names: Any) -> dict[str, Any]:
-    """What the captured bytes of a response not captured whole tell (native core:
-    ``summarize_cut`` in native/src/kafka/summary.rs): a non-zero error code read before
-    the cut (its error count is then unknown), its throttle. The decoder reads a prefix
-    as far as it goes; nothing past the cut is guessed."""
+    """What the captured bytes of the sides not captured whole tell (native core:
+    summary.rs ``summarize_cut``, added to the row by pipeline.rs ``add_cut_facts``):
+    ``topics``, the topics named in them (to add to the row's, ``add_topics``); of a
+    response, a non-zero error code read before the cut (its error count is then
+    unknown) and its throttle. The decoder reads each prefix as far as it goes; nothing
+    past the cut is guessed."""
     assert ex.api_key is not None and ex.api_version is not None
     req, resp = ex.request, ex.response
-    request = decoder.decode_request(req.payload) if req is not None and req.holed else None
+    request = (
+        decoder.decode_request(req.payload, prefix=True) if req is not None and req.holed else None
+    )
     response = (
-        decoder.decode_response(resp.payload, ex.api_key, ex.api_version)
+        decoder.decode_response(resp.payload, ex.api_key, ex.api_version, prefix=True)
         if resp is not None and resp.holed
         else None
     )
     s = decoder.summarize(ex.api_key, ex.api_version, request, response, names)
-    facts: dict[str, Any] = {}
+    facts: dict[str, Any] = {"topics": list(s.topics)}
     if response is not None:
         code = s.error_code or None
         facts.update(error_code=code, error_name=s.error_name if code else None)
@@ -232,21 +264,35 @@ def cut_facts(decoder: Any, ex: Exchange, names: Any) -> dict[str, Any]:
     return facts
 
 
+def add_topics(topics: list[str], more: list[str]) -> None:
+    """The topics read in cut bytes after the row's own, each once (native core:
+    pipeline.rs ``add_cut_facts``)."""
+    for topic in more:
+        if topic not in topics:
+            topics.append(topic)
+
+
 def _ms(ns: int) -> float:
     return ns / 1_000_000
 
 
-def _status(ex: Exchange, summary: dict[str, Any] | None, dx: DecodedExchange) -> str:
+def _status(
+    ex: Exchange, summary: dict[str, Any] | None, dx: DecodedExchange, response_cut: bool
+) -> str:
     status = base_status(ex)
     if summary is None:
         return status
-    if summary.get("decode_error") and is_fatal(dx.request, dx.response):
+    if summary["decode_error"] and is_fatal(dx.request, dx.response):
         return Status.MALFORMED.value
-    if status == Status.OK.value and summary.get("error_code"):
-        return Status.ERROR.value
-    if status == Status.OK.value and ex.response is not None and ex.response.holed:
+    if status == _OK and summary["error_code"]:
+        return _ERROR
+    if status == _OK and response_cut:
         return Status.UNKNOWN.value  # no error code in what was captured; the rest may hold one
     return status
+
+
+_OK = Status.OK.value
+_ERROR = Status.ERROR.value
 
 
 def _side(decoded: Any, frame: Frame | None) -> dict[str, Any] | None:

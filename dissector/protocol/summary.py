@@ -7,7 +7,6 @@ API needs no code here.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,12 +88,11 @@ class Summary:
     def as_dict(self) -> dict[str, Any]:
         """The fields as a dict (``dataclasses.asdict``'s result, without its deep copy
         of every value: ``decode`` makes one per pair)."""
-        out = {f.name: getattr(self, f.name) for f in _SUMMARY_FIELDS}
+        # A plain dataclass keeps its fields in __dict__ in field order (__init__ sets
+        # them so); a copy of it is the cheapest dict of them.
+        out = dict(self.__dict__)
         out["topics"] = list(self.topics)
         return out
-
-
-_SUMMARY_FIELDS = dataclasses.fields(Summary)
 
 
 def _dicts(value: Any) -> Iterator[dict[str, Any]]:
@@ -206,21 +204,29 @@ def _topic_of(topic_array: bool, item: dict[str, Any], scan: _Scan) -> None:
 
 
 def _scan(decoded: Decoded | None, names: TopicNames, topics: dict[str, None]) -> _Scan:
-    scan = _Scan(names, topics)
     body = decoded.body if decoded is not None else None
-    if body:
-        layout = decoded.layout if decoded is not None else None
-        if layout is not None:
-            steps = _plan_of(layout)
-            if steps:  # many small admin bodies have nothing a column reads
-                _run(steps, body, scan)
-        else:  # a body decoded elsewhere: no layout to plan by
-            _walk(body, scan)
-        for key in ("topic", "topic_name"):
-            value = body.get(key)
-            if type(value) is str:
-                topics.setdefault(value)
+    if not body:
+        return _NOTHING_FOUND
+    scan = _NOTHING_FOUND
+    layout = decoded.layout if decoded is not None else None
+    if layout is not None:
+        steps = _plan_of(layout)
+        if steps:  # many small admin bodies have nothing a column reads
+            scan = _Scan(names, topics)
+            _run(steps, body, scan)
+    else:  # a body decoded elsewhere: no layout to plan by
+        scan = _Scan(names, topics)
+        _walk(body, scan)
+    for key in ("topic", "topic_name"):
+        value = body.get(key)
+        if type(value) is str:
+            topics.setdefault(value)
     return scan
+
+
+# The scan of a side nothing is read from (no body, or no field a column reads): one
+# shared object, only ever read (``summarize`` reads scans, the walks fill fresh ones).
+_NOTHING_FOUND = _Scan(TopicNames(), {})
 
 
 # --- plans: the walk above, specialised once per layout ---------------------------
@@ -407,8 +413,13 @@ def summarize(
     resp = _scan(response, topics, seen)
     code = _error_code(resp_body, resp)
     throttle = resp_body.get("throttle_time_ms") if resp_body else None
-    codecs = req.codecs + resp.codecs
+    codecs = req.codecs + resp.codecs if req.codecs or resp.codecs else None
     record_errors = req.record_errors + resp.record_errors
+    decode_error = None
+    if record_errors or (request and request.error) or (response and response.error):
+        decode_error = _join_errors(
+            _decode_errors(request, response), _records_errors(record_errors)
+        )
     return Summary(
         error_code=code,
         error_name=error_name(code) if code is not None else None,
@@ -419,9 +430,7 @@ def summarize(
         record_bytes=_sum(req.record_bytes, resp.record_bytes),
         compression=",".join(sorted(set(codecs))) if codecs else None,
         throttle_ms=throttle if type(throttle) is int else None,
-        decode_error=_join_errors(
-            _decode_errors(request, response), _records_errors(record_errors)
-        ),
+        decode_error=decode_error,
         record_errors=len(record_errors),
         partial_batches=req.partial_batches + resp.partial_batches,
         assumed_version=assumed,

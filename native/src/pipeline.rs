@@ -14,7 +14,7 @@ use crate::counter::Counter;
 use crate::kafka::model::Model;
 use crate::kafka::records::Budget;
 use crate::kafka::session::Session;
-use crate::kafka::summary::{summarize, summarize_cut, CutFacts, TopicNames};
+use crate::kafka::summary::{summarize, summarize_cut, CutFacts, TopicNames, MAX_TOPICS};
 use crate::rows::queueing::{Queued, Queueing, Timing};
 use crate::rows::tables::{Observed, PairFacts, TableSink};
 use crate::rows::{RowBuilder, SummaryColumns};
@@ -356,11 +356,16 @@ impl<F: Fallback> Summaries<F> {
     }
 }
 
-/// What the captured bytes of a response cut short tell, added to a pair's columns:
-/// the error code read. Its error count is unknown: its other error codes were not
-/// captured. (The topics `CutFacts` reads are not added yet: the Python twin, which
-/// `decode` uses, reads a cut item's keys differently; see kafka/summary.rs.)
+/// What the captured bytes of the sides cut short tell, added to a pair's columns: the
+/// topics named there, after the row's own (each once); of a response, the error code
+/// read. Its error count is unknown: its other error codes were not captured. (The
+/// Python twin: `protocol.pairs.cut_facts` and `add_topics`.)
 fn add_cut_facts(columns: &mut SummaryColumns, facts: CutFacts, response_cut: bool) {
+    for topic in facts.topics {
+        if columns.topics.len() < MAX_TOPICS && !columns.topics.contains(&topic) {
+            columns.topics.push(topic);
+        }
+    }
     if response_cut {
         columns.error_code = facts.error_code;
         columns.error_name = facts.error_name;

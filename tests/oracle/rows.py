@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dissector.accounting import Counters
-from dissector.protocol.pairs import cut_facts
+from dissector.protocol.pairs import add_topics, cut_facts
 from dissector.stages import (
     CAPTURE_GAP,
     MALFORMED,
@@ -113,10 +113,12 @@ def build_record(
     rec.throttle_ms = s.throttle_ms
     rec.assumed_version = s.assumed_version
     rec.decode_error = _join(ex.note, _incomplete(ex), s.decode_error)
-    if ex.response is not None and ex.response.holed:
+    if any(f is not None and f.holed for f in (ex.request, ex.response)):
         cut = cut_facts(decoder, ex, topics)
-        rec.error_code, rec.error_name = cut["error_code"], cut["error_name"]
-        rec.error_count, rec.throttle_ms = cut["error_count"], cut["throttle_ms"]
+        add_topics(rec.topics, cut["topics"])
+        if ex.response is not None and ex.response.holed:
+            rec.error_code, rec.error_name = cut["error_code"], cut["error_name"]
+            rec.error_count, rec.throttle_ms = cut["error_count"], cut["throttle_ms"]
     if s.decode_error and _is_fatal(request, response):
         rec.status = "malformed"
     elif rec.status == "ok" and rec.error_code:
