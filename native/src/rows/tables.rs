@@ -648,21 +648,37 @@ impl<'m> Reader<'m> {
         let mut merged: Vec<Merged<'t, 'a>> = Vec::new();
         let mut index: Option<HashMap<Key<'t>, usize>> = None;
         let mut found = Vec::new();
+        // The last topic id looked up and the name learnt for it: a topic's partitions
+        // follow each other, and comparing ids is cheaper than hashing one per entry.
+        let mut last: Option<(&'t str, Option<&'t str>)> = None;
         for (side, body) in [(REQ, request), (RESP, response)] {
             found.clear();
             self.entries(body, &pair_context, 0, &mut found);
+            // A response lists its partitions in its request's order: the row after the
+            // last one matched is tried first (a key is in one row at most, so this is
+            // the row the search would find), before a search of them all.
+            let mut hint = 0;
             for f in found.drain(..) {
-                let learnt = f.tid.and_then(|t| names.name(t)).filter(|n| !n.is_empty());
+                let learnt = f.tid.and_then(|t| match last {
+                    Some((id, name)) if id == t => name,
+                    _ => {
+                        let name = names.name(t).filter(|n| !n.is_empty());
+                        last = Some((t, name));
+                        name
+                    }
+                });
                 let topic: &'t str = f.name.or(learnt).or(f.tid).unwrap_or_default();
                 let group = f.ctx.get(g).copied().flatten();
                 let key = (group, topic, f.index);
+                let same = |m: &Merged<'t, 'a>| {
+                    m.partition == f.index
+                        && m.topic == topic
+                        && m.ctx.get(g).copied().flatten() == group
+                };
                 let known = match &index {
+                    _ if merged.get(hint).is_some_and(same) => Some(hint),
                     Some(index) => index.get(&key).copied(),
-                    None => merged.iter().position(|m| {
-                        m.partition == f.index
-                            && m.topic == topic
-                            && m.ctx.get(g).copied().flatten() == group
-                    }),
+                    None => merged.iter().position(same),
                 };
                 let at = match known {
                     Some(at) => at,
@@ -686,6 +702,7 @@ impl<'m> Reader<'m> {
                         at
                     }
                 };
+                hint = at + 1;
                 let row = &mut merged[at];
                 for (mine, theirs) in row.ctx.iter_mut().zip(&f.ctx) {
                     if theirs.is_some() {
