@@ -4,6 +4,7 @@
 //! against records.py on real and damaged captures is tests/test_native_tables.py.
 
 use _core::kafka::records::{table_records, Budget, Expansion, DEFAULT_MAX_DECOMPRESSED};
+use _core::types::Counters;
 
 const ITEMS: u64 = 256 * 1024 * 1024; // records.py's item budget of a frame
 const OVERHEAD: u64 = 512;
@@ -47,7 +48,7 @@ fn batch(base: i64, attributes: i16, records: &[Vec<u8>]) -> Vec<u8> {
 fn expand(data: &[u8], items: u64) -> (Option<(u64, u64)>, Vec<i64>) {
     let mut budget = Budget::for_frame(data.len() as u64, DEFAULT_MAX_DECOMPRESSED);
     let mut x = Expansion::new(items, OVERHEAD);
-    let got = table_records(data, &mut budget, Some(&mut x));
+    let got = table_records(data, &mut budget, Some(&mut x), &mut Counters::default());
     (got, x.offsets)
 }
 
@@ -80,7 +81,10 @@ fn anomalies_inside_a_record_leave_the_field_to_python_counted_or_expanded() {
     // (issue #21: the pairs table lists what `decode --records` finds)
     let data = batch(0, 0, &[record(0, 3)]);
     let mut budget = Budget::for_frame(data.len() as u64, DEFAULT_MAX_DECOMPRESSED);
-    assert_eq!(table_records(&data, &mut budget, None), None);
+    assert_eq!(
+        table_records(&data, &mut budget, None, &mut Counters::default()),
+        None
+    );
     assert_eq!(expand(&data, ITEMS).0, None);
 }
 
@@ -100,5 +104,8 @@ fn a_bad_crc_or_a_damaged_record_is_an_anomaly() {
     data[last] ^= 0x01; // the CRC no longer matches
     assert_eq!(expand(&data, ITEMS).0, None);
     let mut budget = Budget::for_frame(data.len() as u64, DEFAULT_MAX_DECOMPRESSED);
-    assert_eq!(table_records(&data, &mut budget, None), None);
+    assert_eq!(
+        table_records(&data, &mut budget, None, &mut Counters::default()),
+        None
+    );
 }

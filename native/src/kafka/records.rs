@@ -688,16 +688,19 @@ impl Expansion {
 /// and with `expand` the offsets of its data records; None when records.py would report
 /// any anomaly in the field (the tables then leave the pair to the Python decoder, so the
 /// reading here only has to be right where records.py finds nothing wrong).
+/// `scratch` receives the anomalies' counters, which the pairs' counters count already:
+/// the caller keeps one for many calls (a Fetch response has a field per partition, and
+/// a fresh `Counters` is a 2 KB memset each).
 pub fn table_records(
     data: &[u8],
     budget: &mut Budget,
     expand: Option<&mut Expansion>,
+    scratch: &mut Counters,
 ) -> Option<(u64, u64)> {
-    let mut scratch = Counters::default(); // the pairs' counters count these already
     let expanding = expand.is_some();
     let mut ctx = Ctx {
         budget,
-        counters: &mut scratch,
+        counters: scratch,
         out: RecordsSummary::default(),
         dropped: 0,
         expand,

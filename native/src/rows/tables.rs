@@ -27,7 +27,7 @@ use crate::kafka::table_model::{
     MAX_CONTEXT_SLOTS, MAX_ENTRY_COLUMNS, MAX_VALUE_SLOTS,
 };
 use crate::rows::{Dict as Words, Nullable};
-use crate::types::{Exchange, KafkaFrame};
+use crate::types::{Counters, Exchange, KafkaFrame};
 
 // ------------------------------------------------------------------ sparse bodies
 
@@ -115,6 +115,8 @@ struct Sparse<'m> {
     budget: Budget,
     items: u64,
     expand: bool,
+    /// What the records fields' anomalies count (the pairs' counters have them already).
+    scratch: Counters,
 }
 
 impl<'m> Sparse<'m> {
@@ -258,7 +260,7 @@ impl<'m> Sparse<'m> {
         let mut x = self
             .expand
             .then(|| Expansion::new(self.items, self.tables.item_overhead));
-        let counted = table_records(data, &mut self.budget, x.as_mut());
+        let counted = table_records(data, &mut self.budget, x.as_mut(), &mut self.scratch);
         if let Some(x) = &x {
             self.items = x.items;
         }
@@ -322,6 +324,7 @@ fn decode_side<'a>(
         budget: Budget::for_frame_capped(buf.len() as u64, DEFAULT_MAX_DECOMPRESSED, frame_cap),
         items: tables.item_budget,
         expand,
+        scratch: Counters::default(),
     };
     let mut cur = Cursor::new(buf, at);
     let walked = walk.dict(model.node(layout.root), &mut cur, 0);
@@ -645,21 +648,37 @@ impl<'m> Reader<'m> {
         let mut merged: Vec<Merged<'t, 'a>> = Vec::new();
         let mut index: Option<HashMap<Key<'t>, usize>> = None;
         let mut found = Vec::new();
+        // The last topic id looked up and the name learnt for it: a topic's partitions
+        // follow each other, and comparing ids is cheaper than hashing one per entry.
+        let mut last: Option<(&'t str, Option<&'t str>)> = None;
         for (side, body) in [(REQ, request), (RESP, response)] {
             found.clear();
             self.entries(body, &pair_context, 0, &mut found);
+            // A response lists its partitions in its request's order: the row after the
+            // last one matched is tried first (a key is in one row at most, so this is
+            // the row the search would find), before a search of them all.
+            let mut hint = 0;
             for f in found.drain(..) {
-                let learnt = f.tid.and_then(|t| names.name(t)).filter(|n| !n.is_empty());
+                let learnt = f.tid.and_then(|t| match last {
+                    Some((id, name)) if id == t => name,
+                    _ => {
+                        let name = names.name(t).filter(|n| !n.is_empty());
+                        last = Some((t, name));
+                        name
+                    }
+                });
                 let topic: &'t str = f.name.or(learnt).or(f.tid).unwrap_or_default();
                 let group = f.ctx.get(g).copied().flatten();
                 let key = (group, topic, f.index);
+                let same = |m: &Merged<'t, 'a>| {
+                    m.partition == f.index
+                        && m.topic == topic
+                        && m.ctx.get(g).copied().flatten() == group
+                };
                 let known = match &index {
+                    _ if merged.get(hint).is_some_and(same) => Some(hint),
                     Some(index) => index.get(&key).copied(),
-                    None => merged.iter().position(|m| {
-                        m.partition == f.index
-                            && m.topic == topic
-                            && m.ctx.get(g).copied().flatten() == group
-                    }),
+                    None => merged.iter().position(same),
                 };
                 let at = match known {
                     Some(at) => at,
@@ -683,6 +702,7 @@ impl<'m> Reader<'m> {
                         at
                     }
                 };
+                hint = at + 1;
                 let row = &mut merged[at];
                 for (mine, theirs) in row.ctx.iter_mut().zip(&f.ctx) {
                     if theirs.is_some() {
@@ -1242,7 +1262,53 @@ struct Identity {
     response_time: Nullable<i64>,
 }
 
+/// A pair's identity columns as its rows share them: the words interned once per pair,
+/// not once per row (a long-poll Fetch response gives a row per partition).
+#[derive(Clone, Copy)]
+struct IdentityIds {
+    capture: i32,
+    stream: i64,
+    correlation_id: Option<i64>,
+    client_id: i32,
+    request_time: Option<i64>,
+    response_time: Option<i64>,
+}
+
 impl Identity {
+    /// Interns the pair's words: called for its first row only, so that a pair with
+    /// no row adds no word to a column's dictionary.
+    fn ids(&mut self, capture: &str, ex: &Exchange) -> IdentityIds {
+        IdentityIds {
+            capture: self.capture.index(capture),
+            stream: i64::from(ex.stream),
+            correlation_id: ex.correlation_id.map(i64::from),
+            client_id: ex
+                .client_id
+                .as_deref()
+                .map_or(-1, |c| self.client_id.index(c)),
+            request_time: ex.request.as_ref().and_then(KafkaFrame::end_ts),
+            response_time: ex.response.as_ref().and_then(KafkaFrame::end_ts),
+        }
+    }
+
+    fn push_ids(&mut self, ids: &IdentityIds) {
+        self.capture.indices.push(ids.capture);
+        self.stream.push(Some(ids.stream));
+        self.correlation_id.push(ids.correlation_id);
+        self.client_id.indices.push(ids.client_id);
+        self.request_time.push(ids.request_time);
+        self.response_time.push(ids.response_time);
+    }
+
+    fn reserve(&mut self, rows: usize) {
+        self.capture.indices.reserve(rows);
+        self.stream.reserve(rows);
+        self.correlation_id.reserve(rows);
+        self.client_id.indices.reserve(rows);
+        self.request_time.reserve(rows);
+        self.response_time.reserve(rows);
+    }
+
     fn push(&mut self, capture: &str, ex: &Exchange) {
         self.capture.push(Some(capture));
         self.stream.push(Some(i64::from(ex.stream)));
@@ -1287,6 +1353,59 @@ struct PartitionColumns {
     last_offset: Nullable<i64>,
     entries: Vec<Nullable<i64>>,
     len: usize,
+    /// Rows of the last step taken: the next step's columns are sized for as many
+    /// (steps end at about `pipeline::TABLE_ROWS`), not grown by doubling and copying.
+    last_len: usize,
+}
+
+/// Most rows a step's partitions columns are sized for in advance.
+const RESERVE_ROWS: usize = 1 << 17;
+
+impl PartitionColumns {
+    fn reserve(&mut self, rows: usize) {
+        self.id.reserve(rows);
+        for words in [
+            &mut self.api_name,
+            &mut self.group_id,
+            &mut self.member_id,
+            &mut self.transactional_id,
+            &mut self.topic,
+            &mut self.topic_id,
+            &mut self.error_name,
+        ] {
+            words.indices.reserve(rows);
+        }
+        for ints in [
+            &mut self.api_version,
+            &mut self.member_epoch,
+            &mut self.acks,
+            &mut self.isolation_level,
+            &mut self.partition,
+            &mut self.error_code,
+            &mut self.records,
+            &mut self.record_bytes,
+            &mut self.first_offset,
+            &mut self.last_offset,
+        ] {
+            ints.reserve(rows);
+        }
+        self.txn_committed.reserve(rows);
+        for col in &mut self.entries {
+            col.reserve(rows);
+        }
+    }
+}
+
+/// What all the partitions rows of one pair share, found at its first row.
+#[derive(Clone, Copy)]
+struct PairRowIds {
+    id: IdentityIds,
+    api_name: i32,
+    api_version: i64,
+    /// The API's one row names no partition by design (`tables.pair_row_keys`).
+    pair_row: bool,
+    /// The last error code's name in the error_name column (codes repeat in a pair).
+    error: Option<(i64, i32)>,
 }
 
 #[derive(Default)]
@@ -1486,7 +1605,9 @@ impl TableSink {
         ) {
             Ok(sides) => {
                 let api_name = model.api_name(api_key);
-                let mut row = |f: &PartitionFacts<'_>| self.partition_row(ex, &api_name, f);
+                let mut ids = None;
+                let mut row =
+                    |f: &PartitionFacts<'_>| self.partition_row(ex, &api_name, &mut ids, f);
                 let facts = pair_facts(&model, names, api_key, &sides, &mut row);
                 self.apply(ex, facts);
                 Observed::Done
@@ -1510,8 +1631,9 @@ impl TableSink {
         if tables.partition_apis.contains_key(&api_key) {
             count(&mut self.counters.partitions, "pairs", 1);
             count(&mut self.counters.partitions, "decode_errors", errors);
+            let mut ids = None;
             for f in &facts.partitions {
-                self.partition_row(ex, &api_name, f);
+                self.partition_row(ex, &api_name, &mut ids, f);
             }
         }
         if let Some(protocol) = tables.group_apis.get(&api_key) {
@@ -1537,33 +1659,57 @@ impl TableSink {
         }
     }
 
-    /// One partitions-table row of an exchange (a partition API's, with its version).
-    fn partition_row(&mut self, ex: &Exchange, api_name: &str, f: &PartitionFacts<'_>) {
-        let (Some(api_key), Some(version)) = (ex.api_key, ex.api_version) else {
-            return;
+    /// One partitions-table row of an exchange (a partition API's, with its version);
+    /// `ids`: what its rows share, None before the pair's first row.
+    fn partition_row(
+        &mut self,
+        ex: &Exchange,
+        api_name: &str,
+        ids: &mut Option<PairRowIds>,
+        f: &PartitionFacts<'_>,
+    ) {
+        let pair = match ids {
+            Some(pair) => pair,
+            None => {
+                let (Some(api_key), Some(version)) = (ex.api_key, ex.api_version) else {
+                    return;
+                };
+                let pair_row = self.tables().pair_row_keys.contains(&api_key);
+                let p = &mut self.partitions;
+                if p.len == 0 && p.last_len > 0 {
+                    p.reserve(p.last_len.min(RESERVE_ROWS));
+                }
+                ids.insert(PairRowIds {
+                    id: p.id.ids(&self.capture, ex),
+                    api_name: p.api_name.index(api_name),
+                    api_version: i64::from(version),
+                    pair_row,
+                    error: None,
+                })
+            }
         };
-        let tables = self
-            .model
-            .tables
-            .as_ref()
-            .expect("TableSink::new checked it");
         // a pair row has no partition by design: not an entry without one
-        if f.partition.is_none() && !tables.pair_row_keys.contains(&api_key) {
+        if f.partition.is_none() && !pair.pair_row {
             count(
                 &mut self.counters.partitions,
                 "entries_without_partition",
                 1,
             );
         }
-        self.push_partition(ex, api_name, version, f);
-    }
-
-    fn push_partition(&mut self, ex: &Exchange, api_name: &str, version: i16, f: &PartitionFacts) {
-        let error_name = f.error_code.and_then(|c| self.model.error_name(c));
+        let error_name = match (f.error_code, pair.error) {
+            (None, _) => -1,
+            (Some(code), Some((last, name))) if code == last => name,
+            (Some(code), _) => {
+                let name = self.model.error_name(code);
+                let name = name.map_or(-1, |n| self.partitions.error_name.index(&n));
+                pair.error = Some((code, name));
+                name
+            }
+        };
         let p = &mut self.partitions;
-        p.id.push(&self.capture, ex);
-        p.api_name.push(Some(api_name));
-        p.api_version.push(Some(i64::from(version)));
+        p.id.push_ids(&pair.id);
+        p.api_name.indices.push(pair.api_name);
+        p.api_version.push(Some(pair.api_version));
         p.group_id.push(f.group_id.as_deref());
         p.member_id.push(f.member_id.as_deref());
         p.member_epoch.push(f.member_epoch);
@@ -1575,7 +1721,7 @@ impl TableSink {
         p.topic_id.push(f.topic_id.as_deref());
         p.partition.push(f.partition);
         p.error_code.push(f.error_code);
-        p.error_name.push(error_name.as_deref());
+        p.error_name.indices.push(error_name);
         p.records.push(f.records);
         p.record_bytes.push(f.record_bytes);
         p.first_offset.push(f.first_offset);
@@ -1717,6 +1863,7 @@ impl TableSink {
         for (c, values) in tables.entry_columns.iter().zip(p.entries.iter_mut()) {
             cols.push((c.column.clone(), int_col(values)));
         }
+        p.last_len = p.len;
         let partitions = TableColumns {
             columns: cols,
             len: std::mem::take(&mut p.len),
