@@ -1223,7 +1223,7 @@ pub fn pair_facts<'t>(
 
 // ------------------------------------------------------------------ columns
 
-/// One column of a table as the Python side takes it (`wire/core.py _arrow_column`).
+/// One column of a table as the Python side takes it (`dissector/wire/native.py` `arrow_column`).
 #[derive(Debug)]
 pub enum Column {
     I64(Nullable<i64>),
