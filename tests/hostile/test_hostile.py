@@ -27,6 +27,7 @@ from tests.hostile.build import (
     metadata_v1_many_topics,
     produce_v3,
     real_frames,
+    run_child,
     sandwich,
     tcp_frame,
     tiny_records,
@@ -167,11 +168,9 @@ def test_zstd_record_bombs_share_one_budget(tmp_path: Path, baseline: dict[str, 
     assert any("decompression_limit" in e for e in stats["decode_errors"]), stats["decode_errors"]
 
 
-def test_a_large_frame_of_bombs_buys_no_more_than_the_fixed_cap(
-    tmp_path: Path, baseline: dict[str, Any]
-) -> None:
-    """A 32 MB Produce frame of zstd bombs: its decompression budget stops at the fixed
-    cap (FRAME_BUDGET_CAP), not at 32x its size (1 GiB, 2.3 GB of memory before)."""
+def _big_bomb(path: Path) -> Path:
+    """A 32 MB Produce frame of zstd bombs (each inflating to 64 MiB) between the two
+    copies of the real capture."""
     import zstandard
 
     n = (64 << 20) // 7
@@ -180,10 +179,48 @@ def test_a_large_frame_of_bombs_buys_no_more_than_the_fixed_cap(
     req, resp = produce_v3(1, "bombs", [v2_batch(bomb, n, codec=4)] * copies)
     assert len(req) > 30 << 20
     conv = Conversation(t_ns=_t()).handshake().pair(req, resp).close()
-    path = write_pcap(tmp_path / "big-bomb.pcap", sandwich(conv.frames))
-    stats = _check(path, baseline, extra_ok=1)
+    return write_pcap(path, sandwich(conv.frames))
+
+
+def test_a_large_frame_of_bombs_buys_no_more_than_the_fixed_cap(
+    tmp_path: Path, baseline: dict[str, Any]
+) -> None:
+    """A 32 MB Produce frame of zstd bombs: its decompression budget stops at the fixed
+    cap (FRAME_BUDGET_CAP), not at 32x its size (1 GiB, 2.3 GB of memory before)."""
+    stats = _check(_big_bomb(tmp_path / "big-bomb.pcap"), baseline, extra_ok=1)
     assert any("decompression_limit" in e for e in stats["decode_errors"]), stats["decode_errors"]
     assert stats["peak_rss"] < 1 << 30
+
+
+REPORT = (
+    PEAK_RSS
+    + """
+import json, sys
+from dissector.cli.app import main
+try:
+    main(["report", sys.argv[1], "-o", sys.argv[2]], standalone_mode=False)
+finally:
+    print(json.dumps({"peak_rss": peak_rss()}))
+"""
+)
+
+
+def test_report_of_a_large_frame_of_bombs_stays_under_the_cap(tmp_path: Path) -> None:
+    """``report`` reads the same frame in its pairs and its partitions passes (2.9 GB
+    before the fixed cap): under 1 GiB, in bounded time, the frame's pair in the page
+    with its decompression_limit error."""
+    import json
+
+    out = tmp_path / "report.html"
+    outcome = run_child(["-c", REPORT, str(_big_bomb(tmp_path / "big-bomb.pcap")), str(out)],
+                        timeout=MAX_SECONDS * 2)  # fmt: skip
+    assert outcome.returncode == 0, outcome.stderr[-3000:]
+    assert "Traceback" not in outcome.stderr
+    assert outcome.seconds < MAX_SECONDS, f"took {outcome.seconds:.1f} s"
+    peak = json.loads(outcome.stdout.strip().splitlines()[-1])["peak_rss"]
+    assert peak < 1 << 30, f"peak RSS {peak / 2**20:.0f} MiB"
+    page = out.read_text(encoding="utf-8")
+    assert "decompression_limit" in page
 
 
 def test_gzip_capture_of_zeros_stops_early(tmp_path: Path) -> None:
