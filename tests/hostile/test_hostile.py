@@ -168,9 +168,10 @@ def test_zstd_record_bombs_share_one_budget(tmp_path: Path, baseline: dict[str, 
     assert any("decompression_limit" in e for e in stats["decode_errors"]), stats["decode_errors"]
 
 
-def _big_bomb(path: Path) -> Path:
+@pytest.fixture(scope="module")
+def big_bomb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 32 MB Produce frame of zstd bombs (each inflating to 64 MiB) between the two
-    copies of the real capture."""
+    copies of the real capture (built once: analyze and report read the same file)."""
     import zstandard
 
     n = (64 << 20) // 7
@@ -179,15 +180,15 @@ def _big_bomb(path: Path) -> Path:
     req, resp = produce_v3(1, "bombs", [v2_batch(bomb, n, codec=4)] * copies)
     assert len(req) > 30 << 20
     conv = Conversation(t_ns=_t()).handshake().pair(req, resp).close()
-    return write_pcap(path, sandwich(conv.frames))
+    return write_pcap(tmp_path_factory.mktemp("big-bomb") / "big-bomb.pcap", sandwich(conv.frames))
 
 
 def test_a_large_frame_of_bombs_buys_no_more_than_the_fixed_cap(
-    tmp_path: Path, baseline: dict[str, Any]
+    big_bomb: Path, baseline: dict[str, Any]
 ) -> None:
     """A 32 MB Produce frame of zstd bombs: its decompression budget stops at the fixed
     cap (FRAME_BUDGET_CAP), not at 32x its size (1 GiB, 2.3 GB of memory before)."""
-    stats = _check(_big_bomb(tmp_path / "big-bomb.pcap"), baseline, extra_ok=1)
+    stats = _check(big_bomb, baseline, extra_ok=1)
     assert any("decompression_limit" in e for e in stats["decode_errors"]), stats["decode_errors"]
     assert stats["peak_rss"] < 1 << 30
 
@@ -205,15 +206,16 @@ finally:
 )
 
 
-def test_report_of_a_large_frame_of_bombs_stays_under_the_cap(tmp_path: Path) -> None:
+def test_report_of_a_large_frame_of_bombs_stays_under_the_cap(
+    big_bomb: Path, tmp_path: Path
+) -> None:
     """``report`` reads the same frame in its pairs and its partitions passes (2.9 GB
     before the fixed cap): under 1 GiB, in bounded time, the frame's pair in the page
     with its decompression_limit error."""
     import json
 
     out = tmp_path / "report.html"
-    outcome = run_child(["-c", REPORT, str(_big_bomb(tmp_path / "big-bomb.pcap")), str(out)],
-                        timeout=MAX_SECONDS * 2)  # fmt: skip
+    outcome = run_child(["-c", REPORT, str(big_bomb), str(out)], timeout=MAX_SECONDS * 2)
     assert outcome.returncode == 0, outcome.stderr[-3000:]
     assert "Traceback" not in outcome.stderr
     assert outcome.seconds < MAX_SECONDS, f"took {outcome.seconds:.1f} s"
