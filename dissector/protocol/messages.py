@@ -342,14 +342,9 @@ def _read_rest(
     if reader.records:
         return _header_tags_and_body(reg, layout, buf, p, records, out, reader.tagged, cap)
     if reader.tagged:
-        if p < len(buf) and buf[p] == 0:
-            p += 1  # the usual empty section
-        else:
-            try:
-                p = _read_header_tags(buf, p, out.header)
-            except kc.DecodeFailure as exc:
-                out.error = f"header.{exc.message()}"
-                return out
+        p = _header_tags(buf, p, out)
+        if p < 0:
+            return out
     out.layout = layout
     try:
         out.body, end = reg.decoder(layout, records)(buf, p)
@@ -367,10 +362,8 @@ def _read_prefix(
     layout = reader.layout
     assert layout is not None
     if reader.tagged:
-        try:
-            p = _read_header_tags(buf, p, out.header)
-        except kc.DecodeFailure as exc:
-            out.error = f"header.{exc.message()}"
+        p = _header_tags(buf, p, out)
+        if p < 0:
             return out
     out.layout = layout
     end = len(buf)
@@ -399,15 +392,23 @@ def _header_tags_and_body(
     versions), then the body (decompressing at most ``cap`` bytes); fills ``out`` and
     returns it."""
     if tagged_header:
-        try:
-            p = _read_header_tags(buf, p, out.header)
-        except kc.DecodeFailure as exc:
-            out.error = f"header.{exc.message()}"
+        p = _header_tags(buf, p, out)
+        if p < 0:
             return out
     out.layout = layout
     end = _decode_body(reg, layout, buf, p, records, out, cap)
     out.trailing = max(len(buf) - end, 0)
     return out
+
+
+def _header_tags(buf: bytes, p: int, out: Decoded) -> int:
+    """The offset after the header's tagged fields (read into ``out.header``), or -1
+    with ``out.error`` set when they are malformed."""
+    try:
+        return _read_header_tags(buf, p, out.header)
+    except kc.DecodeFailure as exc:
+        out.error = f"header.{exc.message()}"
+        return -1
 
 
 def _read_header_tags(buf: bytes, p: int, header: dict[str, Any]) -> int:

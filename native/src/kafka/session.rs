@@ -173,18 +173,19 @@ impl Session {
     }
 
     fn note_undecoded(&mut self, counters: &mut Counters) {
-        while let Some(stream) = self.tls.undecoded.pop() {
-            self.note_tls_stream(stream, true, counters);
-        }
-        // What either side sent after a hole that ended decryption is lost to framing:
-        // every request open then most likely had its answer in it (response_lost).
-        // Open up to the end of time: the packet that showed the hole may have been
-        // held back behind it and be older than the last requests.
-        for end in self.tls.ended_by_hole.drain(..) {
-            self.corr
-                .frames_lost(end.stream, end.server, end.ts_ns, Ts::MAX);
-            self.corr
-                .frames_lost(end.stream, end.client, end.ts_ns, end.ts_ns);
+        while let Some(given_up) = self.tls.undecoded.pop() {
+            self.note_tls_stream(given_up.stream, true, counters);
+            // What either side sent after a hole that ended decryption is lost to
+            // framing: every request open then most likely had its answer in it
+            // (response_lost). Open up to the end of time: the packet that showed the
+            // hole may have been held back behind it and be older than the last requests.
+            if let Some(end) = given_up.hole {
+                let stream = given_up.stream;
+                self.corr
+                    .frames_lost(stream, end.server, end.ts_ns, Ts::MAX);
+                self.corr
+                    .frames_lost(stream, end.client, end.ts_ns, end.ts_ns);
+            }
         }
     }
 

@@ -66,18 +66,23 @@ pub struct TlsStage {
     buffered: usize,
     summary: Summary,
     /// Streams given up since the session last asked (their TLS is not decoded).
-    pub undecoded: Vec<u32>,
-    /// Connections whose decryption a capture hole ended since the session last asked.
-    pub ended_by_hole: Vec<HoleEnd>,
+    pub undecoded: Vec<GivenUp>,
     scratch: Vec<u8>,
 }
 
-/// A connection whose decryption a capture hole ended at `ts_ns`: everything either
-/// side sent from there is unreadable, so framing must treat it as lost (requests
-/// still open most likely had their response in it).
+/// A connection whose TLS is not decoded from here on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GivenUp {
+    pub stream: u32,
+    /// Set when a capture hole ended its decryption: everything either side sent from
+    /// then on is unreadable, so framing must treat it as lost (requests still open
+    /// most likely had their response in it).
+    pub hole: Option<HoleEnd>,
+}
+
+/// Where a capture hole ended a connection's decryption (`GivenUp::hole`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HoleEnd {
-    pub stream: u32,
     pub client: Endpoint,
     pub server: Endpoint,
     pub ts_ns: Ts,
@@ -104,7 +109,6 @@ impl TlsStage {
             buffered: 0,
             summary: Summary::new(),
             undecoded: Vec::new(),
-            ended_by_hole: Vec::new(),
             scratch: Vec::new(),
         }
     }
@@ -160,7 +164,6 @@ impl TlsStage {
             buffered,
             summary,
             undecoded,
-            ended_by_hole,
             scratch,
         } = self;
         let conn = match slots.get_mut(&ch.stream) {
@@ -266,15 +269,15 @@ impl TlsStage {
         if let Some(o) = conn.outcome {
             if !conn.reported {
                 report(conn, o, counters, summary);
-                undecoded.push(ch.stream);
-                if o == Outcome::CaptureGap {
-                    ended_by_hole.push(HoleEnd {
-                        stream: ch.stream,
-                        client,
-                        server,
-                        ts_ns: ch.ts_ns,
-                    });
-                }
+                let hole = (o == Outcome::CaptureGap).then_some(HoleEnd {
+                    client,
+                    server,
+                    ts_ns: ch.ts_ns,
+                });
+                undecoded.push(GivenUp {
+                    stream: ch.stream,
+                    hole,
+                });
             }
         }
         for (dd, bytes) in outs {
@@ -367,7 +370,8 @@ impl TlsStage {
         if !conn.reported {
             report(&mut conn, o, counters, &mut self.summary);
             if o != Outcome::Decrypted {
-                self.undecoded.push(stream);
+                // Given up at its close: nothing of it comes after for framing to lose.
+                self.undecoded.push(GivenUp { stream, hole: None });
             }
         }
         if o == Outcome::Decrypted {
