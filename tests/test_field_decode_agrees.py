@@ -188,3 +188,34 @@ def test_tls_capture_read_with_its_keys() -> None:
     lines = list(dissector.decode(capture, tls_keylog=keys))
     check_agreement(lines, dissector.analyze(capture, tls_keylog=keys))
     assert lines and all("tls" in d["flags"] for d in lines)
+
+
+ROTATION = REPO / "captures" / "kafka-4-longpoll-rotation.pcapng"
+HEURISTIC = REPO / "captures" / "heuristic-port-19192.pcapng"
+UUID_LENGTH = 36
+
+
+@needs_editcap
+@pytest.mark.parametrize(
+    ("capture", "snaplen"), [(ORIGINAL, 144), (ROTATION, 264), (ROTATION, 400), (HEURISTIC, 200)]
+)
+def test_topic_ids_named_by_cut_responses(capture: Path, snaplen: int, tmp_path: Path) -> None:
+    """Snap lengths at which Metadata and share-group responses are cut after some of
+    their topic entries: the ids those entries name whole are learnt by ``decode`` as by
+    ``analyze`` (the same topics on every row; the pair's own ids named by its cut
+    response, as by a whole one), and every name learnt so is the name the whole
+    original capture gives that pair's topic."""
+    assert EDITCAP is not None
+    cut = tmp_path / "cut.pcapng"
+    subprocess.run([EDITCAP, "-s", str(snaplen), str(capture), str(cut)], check=True)
+    lines = list(dissector.decode(cut))
+    check_agreement(lines, dissector.analyze(cut))
+    whole = {_pair_id(d): d for d in dissector.decode(capture)}
+    named = 0
+    for d in lines:
+        want = set((whole[_pair_id(d)]["summary"] or {}).get("topics", []))
+        for topic in (d["summary"] or {}).get("topics", []):
+            if len(topic) != UUID_LENGTH:
+                assert topic in want, (_pair_id(d), topic)
+                named += 1
+    assert named > 0
