@@ -219,3 +219,29 @@ def test_topic_ids_named_by_cut_responses(capture: Path, snaplen: int, tmp_path:
                 assert topic in want, (_pair_id(d), topic)
                 named += 1
     assert named > 0
+
+
+@needs_editcap
+def test_core_records_tell_what_the_stage_records_tell(tmp_path: Path) -> None:
+    """``decode`` reads the core's exchange records as they come; their derived facts
+    (``holed``, ``end_ts_ns``, ``wire_size``, computed in Rust) are the stage
+    dataclass's (``stages.Frame``'s properties) on a snap-cut copy, cut sides included."""
+    from dissector.options import keyword_options
+    from dissector.wire import core
+
+    assert EDITCAP is not None
+    cut = tmp_path / "s128.pcapng"
+    subprocess.run([EDITCAP, "-s", "128", str(ORIGINAL), str(cut)], check=True)
+    holed = 0
+    for x in core.iter_core_exchanges([str(cut)], keyword_options(None)):
+        record = core.exchange_record(x)
+        for got, want in ((x.request, record.request), (x.response, record.response)):
+            assert (got is None) == (want is None)
+            if got is not None and want is not None:
+                assert (got.holed, got.end_ts_ns, got.wire_size) == (
+                    want.holed,
+                    want.end_ts_ns,
+                    want.wire_size,
+                )
+                holed += got.holed
+    assert holed > 0
