@@ -124,13 +124,14 @@ def decode_exchanges(
                 resp.payload, api_key, version, records=expand(api, False)
             )
         settle_assumed(request, response)  # a version newer than the specs: both or neither
-        if response is not None and response.error is None:
-            names.learn(api_key, response.body)
-        elif resp is not None and resp.holed and api in TOPIC_NAME_SOURCES:
-            # The ids its captured bytes name whole, as the native core learns them
-            # (summary.rs summarize_cut): a snap length cuts most Metadata responses.
-            cut = decoder.decode_response(resp.payload, api_key, version, prefix=True)
-            names.learn(api_key, cut.body)
+        if api in TOPIC_NAME_SOURCES:
+            if response is not None and response.error is None:
+                names.learn(api_key, response.body)
+            elif resp is not None and resp.holed:
+                # The ids its captured bytes name whole, as the native core learns them
+                # (summary.rs read_cut): a snap length cuts most Metadata responses.
+                cut = decoder.decode_response(resp.payload, api_key, version, prefix=True)
+                names.learn(api_key, cut.body)
         if not want:
             continue
         if counts is not None:
