@@ -615,6 +615,7 @@ def _table(parts: _Parts, out: _Row) -> pa.Table:
         return pa.array(values[order], pa.float64(), mask=~valid[order])
 
     everywhere = np.ones(len(rows), dtype=bool)
+    notes = _notes(out)
     limit = _Ints(out.limit, everywhere)
     committed_time = _Ints(out.committed_time, everywhere)
     log_end_age = _ms(out.limit - out.log_end_time.values)
@@ -639,7 +640,7 @@ def _table(parts: _Parts, out: _Row) -> pa.Table:
         "position_lag": ints(out.position_lag),
         "position_time": ints(out.position_time, stamp),
         "position_age_ms": floats(position_age, out.position_time.valid),
-        "note": pa.array([_notes(out)[i] for i in order], pa.string()),
+        "note": pa.array([notes[i] for i in order], pa.string()),
     }
     if list(columns) != [c[0] for c in LAG_COLUMNS]:  # the contract and this must agree
         raise RuntimeError("lag_at_end_arrow's columns differ from LAG_COLUMNS")
