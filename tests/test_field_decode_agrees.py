@@ -188,3 +188,60 @@ def test_tls_capture_read_with_its_keys() -> None:
     lines = list(dissector.decode(capture, tls_keylog=keys))
     check_agreement(lines, dissector.analyze(capture, tls_keylog=keys))
     assert lines and all("tls" in d["flags"] for d in lines)
+
+
+ROTATION = REPO / "captures" / "kafka-4-longpoll-rotation.pcapng"
+HEURISTIC = REPO / "captures" / "heuristic-port-19192.pcapng"
+UUID_LENGTH = 36
+
+
+@needs_editcap
+@pytest.mark.parametrize(
+    ("capture", "snaplen"), [(ORIGINAL, 144), (ROTATION, 264), (ROTATION, 400), (HEURISTIC, 200)]
+)
+def test_topic_ids_named_by_cut_responses(capture: Path, snaplen: int, tmp_path: Path) -> None:
+    """Snap lengths at which Metadata and share-group responses are cut after some of
+    their topic entries: the ids those entries name whole are learnt by ``decode`` as by
+    ``analyze`` (the same topics on every row; the pair's own ids named by its cut
+    response, as by a whole one), and every name learnt so is the name the whole
+    original capture gives that pair's topic."""
+    assert EDITCAP is not None
+    cut = tmp_path / "cut.pcapng"
+    subprocess.run([EDITCAP, "-s", str(snaplen), str(capture), str(cut)], check=True)
+    lines = list(dissector.decode(cut))
+    check_agreement(lines, dissector.analyze(cut))
+    whole = {_pair_id(d): d for d in dissector.decode(capture)}
+    named = 0
+    for d in lines:
+        want = set((whole[_pair_id(d)]["summary"] or {}).get("topics", []))
+        for topic in (d["summary"] or {}).get("topics", []):
+            if len(topic) != UUID_LENGTH:
+                assert topic in want, (_pair_id(d), topic)
+                named += 1
+    assert named > 0
+
+
+@needs_editcap
+def test_core_records_tell_what_the_stage_records_tell(tmp_path: Path) -> None:
+    """``decode`` reads the core's exchange records as they come; their derived facts
+    (``holed``, ``end_ts_ns``, ``wire_size``, computed in Rust) are the stage
+    dataclass's (``stages.Frame``'s properties) on a snap-cut copy, cut sides included."""
+    from dissector.options import keyword_options
+    from dissector.wire import core
+
+    assert EDITCAP is not None
+    cut = tmp_path / "s128.pcapng"
+    subprocess.run([EDITCAP, "-s", "128", str(ORIGINAL), str(cut)], check=True)
+    holed = 0
+    for x in core.iter_core_exchanges([str(cut)], keyword_options(None)):
+        record = core.exchange_record(x)
+        for got, want in ((x.request, record.request), (x.response, record.response)):
+            assert (got is None) == (want is None)
+            if got is not None and want is not None:
+                assert (got.holed, got.end_ts_ns, got.wire_size) == (
+                    want.holed,
+                    want.end_ts_ns,
+                    want.wire_size,
+                )
+                holed += got.holed
+    assert holed > 0

@@ -883,3 +883,13 @@ def test_a_failing_capture_leaves_the_tables_of_the_others(tmp_path: Path) -> No
     assert "table-version-skew" not in plain.tables
     # three partition tables, the version table and the groups table
     assert " ".join(plain.text).count(report.NOT_COLLECTED) == 5
+
+
+def test_svg_and_png_charts_draw_the_same_set() -> None:
+    """The report's SVG charts and the PNG ones (``plots``, for notebooks) are drawn for
+    one list of ids and titles (``series.CHART_TITLES``): a chart added to one drawer
+    and not the other would be silently left out of ``CHARTS``."""
+    from dissector.analytics import charts, plots, series
+
+    assert set(charts._DRAW) == set(series.CHART_TITLES) == set(plots._DRAW)
+    assert list(charts.CHARTS) == list(plots.CHARTS) == list(series.CHART_TITLES)

@@ -2,7 +2,8 @@
 
 One path for every reader of full bodies: ``kafka-dissector decode`` /
 ``dissector.decode`` (``as_json``), the partitions, groups and versions tables. The
-input is any stream of (capture, ``Exchange``), from the native core or the oracle.
+input is any stream of (capture, exchange: ``stages.ExchangeView``), the native core's
+records or the oracle's.
 
 Topic names follow one policy: per capture, learnt from every response of an API that
 names topic ids (``TOPIC_NAME_SOURCES``) seen so far, whether or not its pair is
@@ -29,8 +30,8 @@ from dissector.stages import (
     RESPONSE_INCOMPLETE,
     TLS,
     TRUNCATED,
-    Exchange,
-    Frame,
+    ExchangeView,
+    FrameView,
     base_status,
     is_fatal,
 )
@@ -53,7 +54,7 @@ class DecodedExchange:
     doubled its cost, and ``decode`` makes one a pair."""
 
     capture: str
-    exchange: Exchange
+    exchange: ExchangeView
     api_name: str | None
     request: Any  # protocol.Decoded | None
     response: Any
@@ -80,9 +81,9 @@ def decoder_for_specs(specs: Iterable[str | os.PathLike[str]]) -> Any:
 
 
 def decode_exchanges(
-    exchanges: Iterable[tuple[str, Exchange]],
+    exchanges: Iterable[tuple[str, ExchangeView]],
     decoder: Any,
-    wanted: Callable[[Exchange, str | None], bool],
+    wanted: Callable[[ExchangeView, str | None], bool],
     *,
     expand: Expand = _never,
     counts: Counter[str] | None = None,
@@ -125,6 +126,11 @@ def decode_exchanges(
         settle_assumed(request, response)  # a version newer than the specs: both or neither
         if response is not None and response.error is None:
             names.learn(api_key, response.body)
+        elif resp is not None and resp.holed and api in TOPIC_NAME_SOURCES:
+            # The ids its captured bytes name whole, as the native core learns them
+            # (summary.rs summarize_cut): a snap length cuts most Metadata responses.
+            cut = decoder.decode_response(resp.payload, api_key, version, prefix=True)
+            names.learn(api_key, cut.body)
         if not want:
             continue
         if counts is not None:
@@ -193,7 +199,7 @@ def as_json(dx: DecodedExchange, decoder: Any, names: Any) -> dict[str, Any]:
     }
 
 
-def row_flags(ex: Exchange, latency_ms: float | None) -> list[str]:
+def row_flags(ex: ExchangeView, latency_ms: float | None) -> list[str]:
     """The row flags of the pairs table (``stages.RowFlag``) for this exchange, in its
     order (native core: native/src/rows/mod.rs)."""
     # After lost bytes, bytes of the pair lost, or its missing side maybe in a hole.
@@ -221,7 +227,7 @@ def row_flags(ex: Exchange, latency_ms: float | None) -> list[str]:
     return flags
 
 
-def row_decode_error(ex: Exchange, summary: dict[str, Any] | None) -> str | None:
+def row_decode_error(ex: ExchangeView, summary: dict[str, Any] | None) -> str | None:
     """The pairs table's ``decode_error`` of this exchange (native core:
     native/src/rows/mod.rs): why it is malformed, its note, the sides not captured whole,
     the summary's error."""
@@ -238,7 +244,7 @@ def row_decode_error(ex: Exchange, summary: dict[str, Any] | None) -> str | None
     return "; ".join(parts) if parts else None
 
 
-def cut_facts(decoder: Any, ex: Exchange, names: Any) -> dict[str, Any]:
+def cut_facts(decoder: Any, ex: ExchangeView, names: Any) -> dict[str, Any]:
     """What the captured bytes of the sides not captured whole tell (native core:
     summary.rs ``summarize_cut``, added to the row by pipeline.rs ``add_cut_facts``):
     ``topics``, the topics named in them (to add to the row's, ``add_topics``); of a
@@ -277,7 +283,7 @@ def _ms(ns: int) -> float:
 
 
 def _status(
-    ex: Exchange, summary: dict[str, Any] | None, dx: DecodedExchange, response_cut: bool
+    ex: ExchangeView, summary: dict[str, Any] | None, dx: DecodedExchange, response_cut: bool
 ) -> str:
     status = base_status(ex)
     if summary is None:
@@ -295,7 +301,7 @@ _OK = Status.OK.value
 _ERROR = Status.ERROR.value
 
 
-def _side(decoded: Any, frame: Frame | None) -> dict[str, Any] | None:
+def _side(decoded: Any, frame: FrameView | None) -> dict[str, Any] | None:
     if frame is not None and frame.holed:
         # Not decoded: say how much of it the capture holds.
         return {

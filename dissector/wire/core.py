@@ -668,9 +668,23 @@ def iter_exchanges(
     counters: Counters | None = None,
     batch: int = 4096,
 ) -> Iterator[tuple[str, Exchange]]:
-    """(capture path, exchange) for every exchange, for the full-body decoder; several
-    files are grouped into capture sets as by ``iter_tables`` (a set's exchanges carry
-    its first file's path)."""
+    """(capture path, exchange) for every exchange as the stage records
+    (``stages.Exchange``); several files are grouped into capture sets as by
+    ``iter_tables`` (a set's exchanges carry its first file's path)."""
+    for x in iter_core_exchanges(paths, options, decoder=decoder, counters=counters, batch=batch):
+        yield x.capture, exchange_record(x)
+
+
+def iter_core_exchanges(
+    paths: Iterable[AnySource],
+    options: Options,
+    *,
+    decoder: Decoder | None = None,
+    counters: Counters | None = None,
+    batch: int = 4096,
+) -> Iterator[CoreExchange]:
+    """Every exchange as the core's own record (a ``stages.ExchangeView`` that names its
+    capture), for the full-body decoder: read as it comes, not copied."""
     from dissector.wire.sets import capture_sets
 
     sources = capture_sets(paths, options.chain)
@@ -679,8 +693,7 @@ def iter_exchanges(
         for path in sources:
             open_capture(analyzer, path)
             for b in _batches(analyzer, batch):
-                for x in b.exchanges:
-                    yield x.capture, exchange_record(x)
+                yield from b.exchanges
     finally:
         _end_of_pass(analyzer, counters, None)
 

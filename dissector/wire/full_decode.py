@@ -21,8 +21,8 @@ from dissector.protocol.pairs import (
     decode_exchanges,
     decoder_for_specs,
 )
-from dissector.stages import Exchange
-from dissector.wire.core import iter_exchanges
+from dissector.stages import ExchangeView
+from dissector.wire.core import iter_core_exchanges
 
 if TYPE_CHECKING:
     from dissector.protocol.summary import TopicNames
@@ -38,7 +38,7 @@ def _never(_api: str, _request: bool) -> bool:
 
 def decoded_exchanges(
     source: Source,
-    wanted: Callable[[Exchange, str | None], bool],
+    wanted: Callable[[ExchangeView, str | None], bool],
     *,
     ports: Iterable[int] | None = None,
     specs: Iterable[str | os.PathLike[str]] = (),
@@ -56,8 +56,12 @@ def decoded_exchanges(
     decoder = with_max_decompressed(
         decoder if decoder is not None else decoder_for_specs(specs), options.max_decompressed
     )
-    exchanges = iter_exchanges(capture_paths(source), options, decoder=decoder, counters=counters)
-    return decode_exchanges(exchanges, decoder, wanted, expand=expand, counts=counts)
+    exchanges = iter_core_exchanges(
+        capture_paths(source), options, decoder=decoder, counters=counters
+    )
+    return decode_exchanges(
+        ((x.capture, x) for x in exchanges), decoder, wanted, expand=expand, counts=counts
+    )
 
 
 def iter_decoded(
@@ -75,7 +79,7 @@ def iter_decoded(
     only API key ``api`` when given; ``records`` expands record batches into records."""
     decoder = decoder_for_specs(specs)
 
-    def wanted(ex: Exchange, _name: str | None) -> bool:
+    def wanted(ex: ExchangeView, _name: str | None) -> bool:
         return api is None or ex.api_key == api
 
     def expand(_api: str, _request: bool) -> bool:

@@ -14,7 +14,7 @@ use crate::counter::Counter;
 use crate::kafka::model::Model;
 use crate::kafka::records::Budget;
 use crate::kafka::session::Session;
-use crate::kafka::summary::{summarize, summarize_cut, CutFacts, TopicNames, MAX_TOPICS};
+use crate::kafka::summary::{read_cut, summarize, CutFacts, TopicNames, MAX_TOPICS};
 use crate::rows::queueing::{Queued, Queueing, Timing};
 use crate::rows::tables::{Observed, PairFacts, TableSink};
 use crate::rows::{RowBuilder, SummaryColumns};
@@ -280,6 +280,31 @@ impl<F: Fallback> Summaries<F> {
             .as_ref()
             .filter(whole)
             .map(|f| f.payload.as_slice());
+        // A side not captured whole: what its captured bytes tell (rows/mod.rs words the
+        // status), read first: ids its cut naming response names whole name this pair's.
+        let holed = |f: &&KafkaFrame| f.holed();
+        let cut_request = ex
+            .request
+            .as_ref()
+            .filter(holed)
+            .map(|f| f.payload.as_slice());
+        let cut_response = ex
+            .response
+            .as_ref()
+            .filter(holed)
+            .map(|f| f.payload.as_slice());
+        let response_cut = cut_response.is_some();
+        let cut = (cut_request.is_some() || response_cut).then(|| {
+            read_cut(
+                &self.model,
+                Arc::make_mut(&mut self.topics),
+                key,
+                version,
+                cut_request,
+                cut_response,
+                &mut self.counters,
+            )
+        });
         // One decompression budget per frame as the Python decoder sizes it (records.py),
         // within what is left of the capture's.
         let frame_bytes = request
@@ -324,30 +349,12 @@ impl<F: Fallback> Summaries<F> {
             }
         };
         let mut columns = columns;
-        // A side not captured whole: what its captured bytes tell (rows/mod.rs words the
-        // status).
-        let cut = |f: &&KafkaFrame| f.holed();
-        let cut_request = ex
-            .request
-            .as_ref()
-            .filter(cut)
-            .map(|f| f.payload.as_slice());
-        let cut_response = ex
-            .response
-            .as_ref()
-            .filter(cut)
-            .map(|f| f.payload.as_slice());
-        if cut_request.is_some() || cut_response.is_some() {
-            let facts = summarize_cut(
-                &self.model,
-                Arc::make_mut(&mut self.topics),
-                key,
-                version,
-                cut_request,
-                cut_response,
-                &mut self.counters,
+        if let Some(cut) = cut {
+            add_cut_facts(
+                &mut columns,
+                cut.facts(&self.model, &self.topics),
+                response_cut,
             );
-            add_cut_facts(&mut columns, facts, cut_response.is_some());
         }
         if columns.assumed_version.is_some() {
             self.counters.inc(Counter::AssumedVersionPairs);

@@ -667,8 +667,9 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
                     self.scan.topics.add_at(mark, c);
                 }
             }
-            read?;
-            if learn {
+            // An entry cut after its id and name still names the topic (Python's
+            // `TopicNames.learn` reads the partial entry the same way).
+            if learn && (read.is_ok() || self.prefix) {
                 if let (Some(id), Some(name)) = (item.learn_id, item.learn_name) {
                     let id = id.text();
                     if id != self.model.zero_uuid {
@@ -676,6 +677,7 @@ impl<'m, 'a> Walker<'m, '_, 'a> {
                     }
                 }
             }
+            read?;
         }
         Ok(())
     }
@@ -1067,19 +1069,30 @@ pub struct CutFacts {
     pub throttle_ms: Option<i64>,
 }
 
+/// What was read of the captured prefix of each side not captured whole (`read_cut`),
+/// before its topics are named (`CutScan::facts`).
+pub struct CutScan<'a> {
+    request: Scan<'a>,
+    response: Scan<'a>,
+}
+
 /// Read the captured prefix of each side not captured whole (`request`/`response`:
 /// header and body up to the cut) as far as it goes, keeping only what is certain: the
 /// values read before the cut. Counts (partitions, records, errors) are not: the rest
 /// of the body holds more. Nothing here defers to Python: the cut is no decode error.
-pub fn summarize_cut(
+///
+/// Topic ids that a cut response of a source of names names whole are learnt here, as
+/// from a whole response: read before the pair's whole sides are summarized, so that
+/// the pair's own ids are named by them (Python: `protocol.pairs.decode_exchanges`).
+pub fn read_cut<'a>(
     model: &Model,
     topics: &mut TopicNames,
     api_key: i16,
     api_version: i16,
-    request: Option<&[u8]>,
-    response: Option<&[u8]>,
+    request: Option<&'a [u8]>,
+    response: Option<&'a [u8]>,
     counters: &mut Counters,
-) -> CutFacts {
+) -> CutScan<'a> {
     let mut extracts = vec![None; model.extracts.len()];
     let mut budget = Budget::for_frame(0, 0);
     let mut scans = [Scan::default(), Scan::default()];
@@ -1108,36 +1121,42 @@ pub fn summarize_cut(
         // Stops at the cut: what was read before it is in the scan.
         let _ = w.members(model.node(layout.root), &mut cur, 0, None);
     }
-    let [req_scan, resp_scan] = &mut scans;
-    // Topic ids named whole in the captured bytes are learnt as from a whole response.
+    let [request, mut response] = scans;
     if model.is_id_source(api_key) {
-        for (id, name) in resp_scan.learned.drain(..) {
+        for (id, name) in response.learned.drain(..) {
             topics.learn(id, name, counters);
         }
     }
-    let (req_scan, resp_scan) = (&*req_scan, &*resp_scan);
-    let mut out = CutFacts::default();
-    let code = match resp_scan.top_error {
-        Some(top) if top != 0 => Some(top),
-        _ => resp_scan.first_nonzero_error,
-    };
-    out.error_code = code.and_then(|c| i64::try_from(c).ok());
-    out.error_name = out.error_code.and_then(|c| model.error_name(c));
-    out.throttle_ms = resp_scan.throttle.and_then(|t| i64::try_from(t).ok());
-    for scan in [req_scan, resp_scan] {
-        let names = scan.topics.order.iter().map(|c| resolve(topics, c));
-        let tops = [&scan.top_topic, &scan.top_topic_name];
-        let tops = tops
-            .into_iter()
-            .flatten()
-            .map(|t| Cow::Borrowed(t.as_str()));
-        for name in names.chain(tops) {
-            if out.topics.len() < MAX_TOPICS && !out.topics.iter().any(|t| *t == name) {
-                out.topics.push(name.into_owned());
+    CutScan { request, response }
+}
+
+impl CutScan<'_> {
+    /// The facts the prefixes tell, topic ids named as far as `topics` knows them.
+    pub fn facts(&self, model: &Model, topics: &TopicNames) -> CutFacts {
+        let (req_scan, resp_scan) = (&self.request, &self.response);
+        let mut out = CutFacts::default();
+        let code = match resp_scan.top_error {
+            Some(top) if top != 0 => Some(top),
+            _ => resp_scan.first_nonzero_error,
+        };
+        out.error_code = code.and_then(|c| i64::try_from(c).ok());
+        out.error_name = out.error_code.and_then(|c| model.error_name(c));
+        out.throttle_ms = resp_scan.throttle.and_then(|t| i64::try_from(t).ok());
+        for scan in [req_scan, resp_scan] {
+            let names = scan.topics.order.iter().map(|c| resolve(topics, c));
+            let tops = [&scan.top_topic, &scan.top_topic_name];
+            let tops = tops
+                .into_iter()
+                .flatten()
+                .map(|t| Cow::Borrowed(t.as_str()));
+            for name in names.chain(tops) {
+                if out.topics.len() < MAX_TOPICS && !out.topics.iter().any(|t| *t == name) {
+                    out.topics.push(name.into_owned());
+                }
             }
         }
+        out
     }
-    out
 }
 
 /// The summary columns of one pair; `request`/`response` are whole frame payloads

@@ -34,6 +34,11 @@ pub struct Frame {
     missing: u64,
     snapped: bool,
     end_lost: bool,
+    /// `types::KafkaFrame::holed`, `end_ts_ns` and `wire_size`: the stage record's
+    /// derived facts, read once a pair by the decoders (as `dissector.stages.Frame`'s).
+    holed: bool,
+    end_ts_ns: Option<Ts>,
+    wire_size: u64,
 }
 
 /// One request/response exchange of a capture (`types::Exchange`).
@@ -94,6 +99,9 @@ fn frame(py: Python<'_>, f: &KafkaFrame) -> PyResult<Py<Frame>> {
             missing: f.missing,
             snapped: f.snapped,
             end_lost: f.end_lost,
+            holed: f.holed(),
+            end_ts_ns: f.end_ts(),
+            wire_size: f.wire_size(),
         },
     )
 }
