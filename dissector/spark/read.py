@@ -351,8 +351,8 @@ def local_unit_frame(spark: SparkSession, units: list[list[str]]) -> DataFrame:
     per partition, joined with the units' table, which the driver hands over as Arrow
     and Spark broadcasts. A frame of the driver's rows built from a list or an RDD goes
     through a Python worker of its own in every task (pickled rows), beside the one that
-    decodes: 1.5 s of CPU a job on 2 cores (four such workers, each importing PySpark's
-    serializers), for a few file names."""
+    decodes: about 1 s of CPU a job with ``local[2]`` (two more worker processes, each
+    starting up), for a few file names."""
     import pyarrow as pa
     from pyspark.sql import functions as F
 
