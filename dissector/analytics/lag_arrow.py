@@ -3,8 +3,8 @@ core (dictionary strings, nanosecond times), without a pandas frame.
 
 A Spark task computes each capture's lag at its end from the partitions rows it keeps
 (``spark.analytics.LagRows``); building a pandas frame of them and running the pandas
-function was a tenth of the task's work on a long-poll capture, and imported pandas
-into every Python worker. The pandas function (``lag.lag_at_end``) stays the
+function was a tenth of the task's work on a long-poll capture, and the task's one use
+of pandas. The pandas function (``lag.lag_at_end``) stays the
 definition, documented there step by step; this module follows the same steps on
 numpy arrays and is tested equal to it on the bundled and shared captures and on
 mutants of them (``tests/test_lag_arrow.py``):
