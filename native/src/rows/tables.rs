@@ -85,19 +85,27 @@ impl<'a> Dict<'a> {
         }
     }
 
-    /// The member of the lowest rank among those `rank` gives one.
+    /// The member of the lowest rank among those `rank` gives one (the first of equal
+    /// ranks). A plain loop: the iterator chain (`filter_map`, `min_by_key`) kept its
+    /// (rank, value) state in unaligned stack slots, stalling every step on
+    /// store-to-load forwarding: most of `Reader::entries`' time on a long-poll
+    /// capture, which ranks the members of every partition entry.
     fn ranked<'s>(
         &'s self,
         model: &Model,
         rank: impl Fn(&Facts) -> Option<u8>,
         fits: impl Fn(&Val<'a>) -> bool,
     ) -> Option<&'s Val<'a>> {
-        self.members
-            .iter()
-            .filter_map(|(id, v)| rank(model.facts(model.node(*id))).map(|r| (r, v)))
-            .filter(|(_, v)| fits(v))
-            .min_by_key(|(r, _)| *r)
-            .map(|(_, v)| v)
+        let mut best: Option<(u8, &'s Val<'a>)> = None;
+        for (id, v) in &self.members {
+            let Some(r) = rank(model.facts(model.node(*id))) else {
+                continue;
+            };
+            if best.is_none_or(|(b, _)| r < b) && fits(v) {
+                best = Some((r, v));
+            }
+        }
+        best.map(|(_, v)| v)
     }
 }
 
