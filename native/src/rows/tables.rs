@@ -135,19 +135,30 @@ impl<'m> Sparse<'m> {
         let model = self.model;
         let plain = model.plain(n);
         let mut d = Dict {
-            members: Vec::with_capacity(usize::from(n.table_members)),
+            members: Vec::new(),
             nonempty: !plain.is_empty(),
         };
+        // Slots made first and filled in place: a (member, value) pair built and then
+        // pushed was read back in other widths than it was written, stalling on
+        // store-to-load forwarding (perf annotate: most of this function's own time).
+        d.members
+            .resize_with(usize::from(n.table_members), || (0, Val::Null));
+        let mut kept = 0;
         for &id in plain {
             let m = model.node(id);
             if m.tables {
-                d.members.push((id, Val::Null));
-                let at = d.members.len() - 1;
-                self.value_into(m, cur, depth, &mut d.members[at].1)?;
+                if kept == d.members.len() {
+                    d.members.push((id, Val::Null));
+                }
+                let slot = &mut d.members[kept];
+                slot.0 = id;
+                self.value_into(m, cur, depth, &mut slot.1)?;
+                kept += 1;
             } else {
                 skip_field(model, m, cur, self.flexible, depth)?;
             }
         }
+        d.members.truncate(kept);
         if !self.flexible {
             return Ok(d);
         }
