@@ -273,6 +273,50 @@ def test_task_writes_parquet_equal_to_analyze(good_captures: list[Path], tmp_pat
     assert not list(tmp_path.rglob(".*.tmp"))
 
 
+def test_task_writes_the_same_files_however_the_pairs_are_held(
+    good_captures: list[Path], tmp_path: Path
+) -> None:
+    """The pairs a task holds before writing (``hold_rows``) change the row groups,
+    not the rows: pairs, unanswered_requests and the summaries' partial tables are
+    the same, and a failed capture's flag row comes after the pairs held before it."""
+    import pyarrow.parquet as pq
+
+    from dissector.spark.partials import SummaryPartials
+
+    path = max(good_captures, key=lambda p: len(dissector.analyze(str(p))))
+    units = [([f"file:{path}"], None), ([f"file:{tmp_path / 'gone.pcap'}"], None)]
+    pairs = len(dissector.analyze(str(path)))
+    written: dict[int, dict[str, pa.Table]] = {}
+    for hold in (1, 7, pairs + 1):
+        where = tmp_path / f"hold-{hold}"
+        config = DecodeConfig(output=str(where), token="tok", batch_rows=5)
+        out = ParquetOutput(str(where), "tok", 0, 0, SummaryPartials(WINDOW_US), hold_rows=hold)
+        list(decode_units(units, config, out))
+        files = sorted(where.rglob("*.parquet"))
+        written[hold] = {str(f.relative_to(where)): pq.read_table(f) for f in files}
+        groups = pq.ParquetFile(where / "pairs" / "part-00000-tok.parquet").metadata
+        sizes = [groups.row_group(i).num_rows for i in range(groups.num_row_groups)]
+        assert sum(sizes) == pairs + 1  # the flag row is a row group of its own
+        assert sizes[-1] == 1 and all(n >= min(hold, pairs) for n in sizes[:-2])
+    assert written[1].keys() == written[7].keys() == written[pairs + 1].keys()
+    for name, table in written[1].items():
+        for other in (written[7][name], written[pairs + 1][name]):
+            if name.startswith("pairs/") or name.startswith("unanswered_requests/"):
+                assert table.to_pylist() == other.to_pylist(), name
+            else:  # one row per key; float sums in another order: to the last bits
+                pd.testing.assert_frame_equal(
+                    _sorted_frame(table), _sorted_frame(other), check_exact=False, rtol=1e-12
+                )
+    last = written[7]["pairs/part-00000-tok.parquet"].to_pylist()[-1]
+    assert last["decode_error"].startswith(f"{CAPTURE_FAILED}: FileNotFoundError")
+
+
+def _sorted_frame(table: pa.Table) -> pd.DataFrame:
+    """A partial table as pandas, its rows in the order of their keys and values."""
+    frame = table.to_pandas()
+    return frame.sort_values(list(frame.columns), na_position="first").reset_index(drop=True)
+
+
 def test_task_decoder_flags_a_broken_capture(broken_captures: list[Path]) -> None:
     for path in broken_captures:
         with pytest.raises(CaptureError):

@@ -9,11 +9,13 @@ they are in Spark's units (dictionaries -> strings, nanoseconds floored to
 microseconds, as in the pairs table): cast (``in_spark_units``) for rows handed to
 Spark, written so by the Parquet writer itself (``PARQUET_AS_SPARK``). ``lag`` is
 ``analytics.lag.lag_at_end`` of the capture's partitions rows, of which ``LagRows``
-keeps the few lag reads (as the core's compact Arrow) only when ``lag`` is asked for.
+keeps the few lag reads (as the core's compact Arrow) only when ``lag`` is asked for,
+computed on them by ``analytics.lag_arrow`` (numpy: the same rows, no pandas frame).
 So the Spark tables are the pandas tables: same column names, in order, and the same
 values.
 
-Needs pyarrow and pandas, never pyspark.
+Needs pyarrow and numpy, never pyspark; pandas only for ``to_arrow`` (a pandas table
+of a contract as Arrow: the tests' oracle side), not in a task.
 """
 
 from __future__ import annotations
@@ -363,33 +365,17 @@ class LagRows:
             self.ends[name] = max(self.ends.get(name, at), at)
 
     def table(self) -> pa.Table:
-        """``lag.lag_at_end`` of the rows kept, in ``arrow_schema("lag")``."""
-        import pandas as pd
+        """``lag.lag_at_end`` of the rows kept, in ``arrow_schema("lag")``: computed on
+        Arrow and numpy (``analytics.lag_arrow``, the same rows), without pandas."""
+        from dissector.analytics.lag_arrow import lag_at_end_arrow
 
         kept = [*self.others, *([self.fetches] if self.fetches is not None else [])]
         self.others, self.fetches = [], None
         if not self.commits or not kept:
             return arrow_schema("lag").empty_table()
-        end = {name: pd.Timestamp(at, tz="UTC") for name, at in self.ends.items()}
-        # the Fetch entries kept are those lag reads at these times: not looked for again
-        return lag_table(kept, end, reduced=True)
-
-
-def lag_table(
-    inputs: list[pa.Table], end: dict[str, Any] | None = None, *, reduced: bool = False
-) -> pa.Table:
-    """``lag.lag_at_end`` of one capture's partitions rows (``lag_inputs`` of the
-    core's Arrow batches, or what ``LagRows`` keeps of them, with the evaluation times
-    ``end``), in ``arrow_schema("lag")``; ``reduced`` as for ``lag_at_end``."""
-    from dissector.analytics.lag import INPUTS, lag_at_end
-    from dissector.tables_schema import PARTITION_COLUMNS
-    from dissector.wire.tables import to_frame
-
-    if not inputs:
-        return arrow_schema("lag").empty_table()
-    contract = {c[0]: c for c in PARTITION_COLUMNS}
-    frame = to_frame(pa.concat_tables(inputs), tuple(contract[n] for n in INPUTS))
-    return to_arrow(lag_at_end(frame, end, reduced=reduced), "lag")
+        # the Fetch entries kept are those lag reads at these times: none superseded
+        rows = lag_at_end_arrow(pa.concat_tables(kept), self.ends)
+        return rows.cast(arrow_schema("lag"), safe=False)  # ns -> us floors, as to_arrow
 
 
 Rename = Callable[[pa.Table], pa.Table]

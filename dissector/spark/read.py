@@ -332,9 +332,7 @@ def unit_frame(spark: SparkSession, plan: Plan) -> DataFrame:
 
     parts = []
     if plan.local_units or not plan.spark_reads:
-        rows = [([f.uri for f in unit], None) for unit in plan.local_units]
-        rdd = spark.sparkContext.parallelize(rows, max(len(rows), 1))
-        parts.append(spark.createDataFrame(rdd, UNIT_SCHEMA))
+        parts.append(local_unit_frame(spark, [[f.uri for f in u] for u in plan.local_units]))
     if plan.spark_reads:
         # Spark plans file splits when an action runs: the setting stays on the session.
         for key, value in ONE_FILE_PER_TASK_CONF.items():
@@ -345,6 +343,29 @@ def unit_frame(spark: SparkSession, plan: Plan) -> DataFrame:
     for part in parts[1:]:
         frame = frame.unionByName(part)
     return frame
+
+
+def local_unit_frame(spark: SparkSession, units: list[list[str]]) -> DataFrame:
+    """Rows of ``tasks.UNIT_SCHEMA`` naming the files of each local unit, in order, each
+    row in a partition of its own, made by the JVM alone: a range of unit numbers, one
+    per partition, joined with the units' table, which the driver hands over as Arrow
+    and Spark broadcasts. A frame of the driver's rows built from a list or an RDD goes
+    through a Python worker of its own in every task (pickled rows), beside the one that
+    decodes: about 1 s of CPU a job with ``local[2]`` (two more worker processes, each
+    starting up), for a few file names."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    table = pa.table(
+        {
+            "unit": pa.array(range(len(units)), pa.int64()),
+            "files": pa.array(units, pa.list_(pa.string())),
+            "content": pa.nulls(len(units), pa.binary()),
+        }
+    )
+    listed = spark.createDataFrame(table, f"unit bigint, {UNIT_SCHEMA}")
+    numbers = spark.range(0, len(units), 1, max(len(units), 1)).withColumnRenamed("id", "unit")
+    return numbers.join(F.broadcast(listed), "unit").select("files", "content")
 
 
 def decode_frame(spark: SparkSession, plan: Plan, config: DecodeConfig) -> DataFrame:

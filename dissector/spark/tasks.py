@@ -281,6 +281,12 @@ class ParquetOutput:
 
     With ``summary``, the pairs are also folded into the summaries' partial tables
     (``spark.partials``), written when the task ends under ``location/<partials>/``.
+
+    The pairs are held until ``hold_rows`` of them are there (or a flag row, or the
+    task's end, comes): the core's batches are cut by its pairs and table rows
+    together, so a long-poll capture gives its pairs in pieces of a few thousand, and
+    each piece written and folded on its own cost a row group and a round of the
+    partials' hash aggregations (half of the partials' time on such a capture).
     """
 
     def __init__(
@@ -290,6 +296,7 @@ class ParquetOutput:
         partition: int,
         attempt: int,
         summary: SummaryPartials | None = None,
+        hold_rows: int = CORE_BATCH_ROWS,
     ) -> None:
         from dissector.spark.write import filesystem_for
 
@@ -299,6 +306,9 @@ class ParquetOutput:
         self.writers: dict[str, Any] = {}
         self.summary = summary
         self.partials = partials_folder(token)
+        self.hold_rows = hold_rows
+        self.held: list[pa.Table] = []  # pairs (Parquet schema) not written yet
+        self.held_rows = 0
 
     def _temporary(self, table: str) -> str:
         return f"{self.base}/{table}/.{self.name}.{self.attempt}.tmp"
@@ -327,19 +337,31 @@ class ParquetOutput:
         from dissector.table.frame import pairs_table
 
         if table.num_rows:
-            rows = pairs_table(table)
-            self._writer(PAIRS_TABLE).write_table(rows)
-            lost = unanswered(rows)
-            if lost.num_rows:
-                self._writer(UNANSWERED_TABLE).write_table(lost)
-            if self.summary is not None:
-                self.summary.add(rows)
+            self.held.append(pairs_table(table))
+            self.held_rows += table.num_rows
+            if self.held_rows >= self.hold_rows:
+                self._write_held()
         return iter(())
 
+    def _write_held(self) -> None:
+        """The pairs held, as one piece: written, filtered, folded."""
+        if not self.held:
+            return
+        rows = pa.concat_tables(self.held)
+        self.held, self.held_rows = [], 0
+        self._writer(PAIRS_TABLE).write_table(rows)
+        lost = unanswered(rows)
+        if lost.num_rows:
+            self._writer(UNANSWERED_TABLE).write_table(lost)
+        if self.summary is not None:
+            self.summary.add(rows)
+
     def flag(self, table: pa.Table) -> Iterator[pa.RecordBatch]:
-        """The row flagging a failed capture: a pairs row, not a pair to summarise."""
+        """The row flagging a failed capture: a pairs row, not a pair to summarise
+        (after the pairs held, which came before it)."""
         from dissector.table.frame import pairs_table
 
+        self._write_held()
         self._writer(PAIRS_TABLE).write_table(pairs_table(table))
         return iter(())
 
@@ -354,6 +376,7 @@ class ParquetOutput:
         yield from trailer_table([(capture, result)]).to_batches()
 
     def finish(self) -> None:
+        self._write_held()
         if self.summary is not None:
             for name, table in self.summary.tables():
                 self._writer(f"{self.partials}/{name}", table.schema).write_table(table)
@@ -365,6 +388,7 @@ class ParquetOutput:
             self.filesystem.move(self._temporary(table), final)
 
     def abort(self) -> None:
+        self.held, self.held_rows = [], 0
         writers, self.writers = self.writers, {}
         for table, writer in writers.items():
             try:
@@ -597,7 +621,9 @@ def open_output(config: DecodeConfig) -> Output:
     partition = ctx.partitionId() if ctx else 0
     attempt = ctx.attemptNumber() if ctx else 0
     summary = SummaryPartials(config.window_us) if config.window_us else None
-    return ParquetOutput(config.output, config.token, partition, attempt, summary)
+    return ParquetOutput(
+        config.output, config.token, partition, attempt, summary, hold_rows=config.batch_rows
+    )
 
 
 def decode_units(
