@@ -154,7 +154,7 @@ LAG_COLUMNS: Columns = (
 # ----------------------------------------------------------------- helpers
 
 
-def _typed(df: pd.DataFrame, columns: Columns) -> pd.DataFrame:
+def typed(df: pd.DataFrame, columns: Columns) -> pd.DataFrame:
     """``df`` with exactly the contract's columns, in order and of its dtypes."""
     import pandas as pd
 
@@ -576,7 +576,7 @@ def log_end_events(parts: pd.DataFrame) -> pd.DataFrame:
     # connections cross on the wire, measured: a Fetch 1 ms behind a newer one): stale.
     seen = out.groupby(list(PARTITION_KEYS), sort=False, dropna=False)["log_end_offset"].cummax()
     out = out[out["log_end_offset"].ge(seen).fillna(True)]
-    return _typed(out, LOG_END_COLUMNS)
+    return typed(out, LOG_END_COLUMNS)
 
 
 def commit_events(parts: pd.DataFrame) -> pd.DataFrame:
@@ -597,7 +597,7 @@ def commit_events(parts: pd.DataFrame) -> pd.DataFrame:
     out = pd.concat([direct, txn], ignore_index=True) if len(txn) else direct
     # -1 (OffsetFetch: no offset committed) says the group has none
     out = out.assign(committed_offset=out["committed_offset"].where(out["committed_offset"] >= 0))
-    return _typed(out.sort_values("time", kind="stable"), COMMIT_COLUMNS)
+    return typed(out.sort_values("time", kind="stable"), COMMIT_COLUMNS)
 
 
 def _transaction_commits(offsets: pd.DataFrame, parts: pd.DataFrame) -> pd.DataFrame:
@@ -706,7 +706,7 @@ def committed_lag(parts: pd.DataFrame) -> pd.DataFrame:
 
     commits, ends = commit_events(parts), log_end_events(parts)
     if commits.empty:
-        return _typed(commits.iloc[:0], SERIES_COLUMNS)
+        return typed(commits.iloc[:0], SERIES_COLUMNS)
     since = commits.groupby(GROUP_KEYS, dropna=False)["time"].min().rename("since").reset_index()
     changed = ends["log_end_offset"].ne(ends.groupby(PARTITION_KEYS)["log_end_offset"].shift())
     ticks = ends[changed].merge(since, on=PARTITION_KEYS)
@@ -737,7 +737,7 @@ def committed_lag(parts: pd.DataFrame) -> pd.DataFrame:
         "log_end_time",
     )
     rows = rows.astype({k: dtype for k, dtype, _ in SERIES_COLUMNS[:6]})
-    return _typed(_measures(rows, parts, rows["time"]), SERIES_COLUMNS)
+    return typed(_measures(rows, parts, rows["time"]), SERIES_COLUMNS)
 
 
 def lag_at_end(
@@ -765,7 +765,7 @@ def lag_at_end(
 
     commits = until_end(commit_events(parts))
     if commits.empty:  # no lag to tell: the log ends (most rows, often) are not read
-        return _typed(commits.iloc[:0], LAG_COLUMNS)
+        return typed(commits.iloc[:0], LAG_COLUMNS)
     ends = until_end(log_end_events(parts))
     last = commits.drop_duplicates(GROUP_KEYS, keep="last").rename(
         columns={"time": "committed_time"}
@@ -780,7 +780,7 @@ def lag_at_end(
     out = _measures(out, parts, out["end_time"])
     out = _with_position(out, until_end(_positions(parts, waits=False)))
     out["note"] = [_note(row) for row in out.itertuples(index=False)]
-    return _typed(out.sort_values(GROUP_KEYS, kind="stable"), LAG_COLUMNS)
+    return typed(out.sort_values(GROUP_KEYS, kind="stable"), LAG_COLUMNS)
 
 
 def _with_position(out: pd.DataFrame, positions: pd.DataFrame) -> pd.DataFrame:
@@ -873,4 +873,4 @@ def _positions(parts: pd.DataFrame, *, waits: bool) -> pd.DataFrame:
         group_id=_group_of_client(fetch, groups) if len(fetch) else None,
         position_lag=lag,
     )
-    return _typed(out, POSITION_COLUMNS)
+    return typed(out, POSITION_COLUMNS)

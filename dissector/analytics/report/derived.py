@@ -232,25 +232,26 @@ def lag_summary(
 
 
 def table_lag(tables: AnalyticsTables, end: Mapping[str, pd.Timestamp]) -> pd.DataFrame:
-    """``lag_summary`` of the partitions table, built of the rows the lag reads: the
-    Fetch entries it does not (``lag.superseded_fetches``, most of a long capture's
-    table) are left out in Arrow, before the frame is built."""
-    import numpy as np
-    import pyarrow.compute as pc
+    """``lag_summary`` of the partitions table, computed on the core's Arrow table with
+    numpy (``lag_arrow``, tested equal to ``lag.lag_at_end``, the definition): no frame
+    of the rows it reads, only of the lag rows."""
+    import pandas as pd
+    import pyarrow as pa
 
     from dissector.analytics import lag
+    from dissector.analytics.lag_arrow import lag_at_end_arrow
 
-    # The evaluation times and the superseded Fetch entries from the core's Arrow
-    # table (integer codes, numpy): no frame of every row.
     table = tables.arrow.partitions
     chosen = lag.evaluation_times_in_table(table, end)
-    if pc.any(pc.is_valid(table.column("committed_offset"))).as_py():
-        read = ~lag.superseded_in_table(table, chosen)
-    else:  # no committed offset, no lag: no row is read (a frame of none, not millions)
-        read = np.zeros(table.num_rows, dtype=bool)
-    parts = tables.partitions_of(lag.INPUTS, rows=read)
-    release_memory()  # what building the frame took, for the lag's pandas work
-    return lag_summary(parts, chosen, reduced=True)
+    rows = lag_at_end_arrow(table, {c: int(t.value) for c, t in chosen.items()})
+    nullable = {pa.int64(): pd.Int64Dtype(), pa.float64(): pd.Float64Dtype()}
+    frame = lag.typed(rows.to_pandas(types_mapper=nullable.get), lag.LAG_COLUMNS)
+    return frame.sort_values(
+        ["lag", "time_lag_ms", *lag.GROUP_KEYS],
+        ascending=[False, False, *[True] * len(lag.GROUP_KEYS)],
+        na_position="last",
+        kind="stable",
+    )
 
 
 def capture_ends(df: pd.DataFrame) -> dict[str, pd.Timestamp]:
