@@ -233,17 +233,25 @@ def lag_summary(
 
 def table_lag(tables: AnalyticsTables, end: Mapping[str, pd.Timestamp]) -> pd.DataFrame:
     """``lag_summary`` of the partitions table, computed on the core's Arrow table with
-    numpy (``lag_arrow``, tested equal to ``lag.lag_at_end``, the definition): no frame
-    of the rows it reads, only of the lag rows."""
+    numpy (``lag_arrow``, tested equal to ``lag.lag_at_end``, the definition) over the
+    rows the lag reads: the Fetch entries it does not (``lag.superseded_fetches``, most
+    of a long capture's table) are left out first. Only the lag rows become a frame."""
+    import numpy as np
     import pandas as pd
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from dissector.analytics import lag
     from dissector.analytics.lag_arrow import lag_at_end_arrow
 
     table = tables.arrow.partitions
     chosen = lag.evaluation_times_in_table(table, end)
-    rows = lag_at_end_arrow(table, {c: int(t.value) for c, t in chosen.items()})
+    if pc.any(pc.is_valid(table.column("committed_offset"))).as_py():
+        read = ~lag.superseded_in_table(table, chosen)
+    else:  # no committed offset, no lag: no row is read
+        read = np.zeros(table.num_rows, dtype=bool)
+    inputs = table.select(list(lag.INPUTS)).filter(pa.array(read))
+    rows = lag_at_end_arrow(inputs, {c: int(t.value) for c, t in chosen.items()})
     nullable = {pa.int64(): pd.Int64Dtype(), pa.float64(): pd.Float64Dtype()}
     frame = lag.typed(rows.to_pandas(types_mapper=nullable.get), lag.LAG_COLUMNS)
     return frame.sort_values(
