@@ -269,30 +269,10 @@ impl<F: Fallback> Summaries<F> {
             return Ok((name.map(Arc::from), None));
         };
         // A side not captured whole is not decoded (its row says so: rows/mod.rs).
-        let whole = |f: &&KafkaFrame| !f.holed();
-        let request = ex
-            .request
-            .as_ref()
-            .filter(whole)
-            .map(|f| f.payload.as_slice());
-        let response = ex
-            .response
-            .as_ref()
-            .filter(whole)
-            .map(|f| f.payload.as_slice());
+        let (request, response) = (payload(&ex.request, false), payload(&ex.response, false));
         // A side not captured whole: what its captured bytes tell (rows/mod.rs words the
         // status), read first: ids its cut naming response names whole name this pair's.
-        let holed = |f: &&KafkaFrame| f.holed();
-        let cut_request = ex
-            .request
-            .as_ref()
-            .filter(holed)
-            .map(|f| f.payload.as_slice());
-        let cut_response = ex
-            .response
-            .as_ref()
-            .filter(holed)
-            .map(|f| f.payload.as_slice());
+        let (cut_request, cut_response) = (payload(&ex.request, true), payload(&ex.response, true));
         let response_cut = cut_response.is_some();
         let cut = (cut_request.is_some() || response_cut).then(|| {
             read_cut(
@@ -361,6 +341,15 @@ impl<F: Fallback> Summaries<F> {
         }
         Ok((Some(self.model.shared_api_name(key)), Some(columns)))
     }
+}
+
+/// A side's payload when it was captured whole (`holed` false) or cut short (`holed`
+/// true), else None.
+fn payload(frame: &Option<KafkaFrame>, holed: bool) -> Option<&[u8]> {
+    frame
+        .as_ref()
+        .filter(|f| f.holed() == holed)
+        .map(|f| f.payload.as_slice())
 }
 
 /// What the captured bytes of the sides cut short tell, added to a pair's columns: the
