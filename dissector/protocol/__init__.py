@@ -28,8 +28,9 @@ Field names are Apache's, in snake_case (``ThrottleTimeMs`` -> ``throttle_time_m
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dissector.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from dissector.protocol.bound_decoder import BoundDecoder, decoder_for
@@ -68,13 +69,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'dissector.protocol' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"dissector.protocol.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _HOME, globals())
 
 
 __all__ = [

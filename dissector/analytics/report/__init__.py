@@ -15,8 +15,9 @@ tables computed from the pairs and the analytics tables), ``formatting`` (cells)
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dissector.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from dissector.analytics.report.derived import (
@@ -151,13 +152,7 @@ _SUBMODULES: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _SUBMODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _SUBMODULES, globals())
 
 
 __all__ = [
