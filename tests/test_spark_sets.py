@@ -134,6 +134,24 @@ def test_facts_rows_group_as_the_offline_rule(folder: Path) -> None:
 
 
 @pytest.mark.spark
+def test_facts_read_by_spark_tasks_are_the_drivers(spark: Any, folder: Path) -> None:
+    """The facts stage a cluster runs (Spark tasks where the files are, over a frame the
+    JVM makes of the driver's file names), here on the local session: every file's
+    facts as the driver's own walk (local mode's road) reads them, the file it cannot
+    read among the unread."""
+    from dissector.spark.read import facts_on_executors
+    from dissector.spark.tasks import facts_from_rows, facts_row
+
+    paths = [*_parts(folder), str(folder / "other-host.pcapng"), str(folder / "missing.pcap")]
+    uris = [f"file:{p}" for p in paths]
+    got_facts, got_unread = facts_from_rows(facts_on_executors(spark, uris, 3))
+    want_facts, want_unread = facts_from_rows(facts_row(uri) for uri in uris)
+    assert sorted(got_facts, key=str) == sorted(want_facts, key=str)
+    assert len(got_facts) == len(uris) - 1
+    assert got_unread == want_unread == [uris[-1]]
+
+
+@pytest.mark.spark
 def test_spark_dir_of_files_cut_by_time_gives_the_whole_files_rows(
     spark: Any, tmp_path: Path
 ) -> None:

@@ -276,13 +276,7 @@ def capture_groups(
         with ThreadPoolExecutor(max_workers=cores) as pool:
             facts_rows = list(pool.map(facts_row, uris))
     else:
-        rows = spark.sparkContext.parallelize([(uri,) for uri in uris], min(len(uris), cores * 2))
-        facts_rows = (
-            spark.createDataFrame(rows, "uri string")
-            .mapInArrow(facts_partition, spark_schema(FACTS_SCHEMA))
-            .toArrow()
-            .to_pylist()
-        )
+        facts_rows = facts_on_executors(spark, uris, min(len(uris), cores * 2))
     facts, unread = facts_from_rows(facts_rows)
     sets = group_sets(facts, rule)
     return [tuple(str(f) for f in s.files) for s in sets] + [(uri,) for uri in unread]
@@ -345,27 +339,43 @@ def unit_frame(spark: SparkSession, plan: Plan) -> DataFrame:
     return frame
 
 
+def facts_on_executors(spark: SparkSession, uris: list[str], tasks: int) -> list[dict[str, Any]]:
+    """``facts_row`` of each of ``uris``, read by ``tasks`` Spark tasks where the files
+    are (a cluster's nodes): rows of ``FACTS_SCHEMA``, in no set order."""
+    names = driver_rows(spark, pa.table({"uri": pa.array(uris, pa.string())}), "uri string", tasks)
+    rows: list[dict[str, Any]] = (
+        names.mapInArrow(facts_partition, spark_schema(FACTS_SCHEMA)).toArrow().to_pylist()
+    )
+    return rows
+
+
 def local_unit_frame(spark: SparkSession, units: list[list[str]]) -> DataFrame:
     """Rows of ``tasks.UNIT_SCHEMA`` naming the files of each local unit, in order, each
-    row in a partition of its own, made by the JVM alone: a range of unit numbers, one
-    per partition, joined with the units' table, which the driver hands over as Arrow
-    and Spark broadcasts. A frame of the driver's rows built from a list or an RDD goes
-    through a Python worker of its own in every task (pickled rows), beside the one that
-    decodes: about 1 s of CPU a job with ``local[2]`` (two more worker processes, each
-    starting up), for a few file names."""
-    import pyarrow as pa
-    from pyspark.sql import functions as F
-
+    row in a partition of its own (``driver_rows``)."""
     table = pa.table(
         {
-            "unit": pa.array(range(len(units)), pa.int64()),
             "files": pa.array(units, pa.list_(pa.string())),
             "content": pa.nulls(len(units), pa.binary()),
         }
     )
-    listed = spark.createDataFrame(table, f"unit bigint, {UNIT_SCHEMA}")
-    numbers = spark.range(0, len(units), 1, max(len(units), 1)).withColumnRenamed("id", "unit")
-    return numbers.join(F.broadcast(listed), "unit").select("files", "content")
+    return driver_rows(spark, table, UNIT_SCHEMA, len(units))
+
+
+def driver_rows(spark: SparkSession, table: pa.Table, schema: str, partitions: int) -> DataFrame:
+    """The driver's ``table`` (Spark DDL ``schema``) as a frame of ``partitions``
+    partitions (consecutive rows together), made by the JVM alone: a range of row
+    numbers in that many partitions, joined with the table, which the driver hands over
+    as Arrow and Spark broadcasts. A frame of the driver's rows built from a list or an
+    RDD goes through a Python worker of its own in every task (pickled rows), beside the
+    one that reads them: about 1 s of CPU a job with ``local[2]`` (two more worker
+    processes, each starting up), for a few file names."""
+    from pyspark.sql import functions as F
+
+    rows = table.num_rows
+    numbered = table.append_column("_row", pa.array(range(rows), pa.int64()))
+    listed = spark.createDataFrame(numbered, f"{schema}, _row bigint")
+    numbers = spark.range(0, rows, 1, max(min(partitions, rows), 1)).withColumnRenamed("id", "_row")
+    return numbers.join(F.broadcast(listed), "_row").select(*table.column_names)
 
 
 def decode_frame(spark: SparkSession, plan: Plan, config: DecodeConfig) -> DataFrame:
