@@ -40,6 +40,10 @@ def _visible(value: Any) -> Any:
     """Wire strings shown in the page keep no control characters (written ``\\xNN``)."""
     from dissector.table.text_rows import visible_text
 
+    # Called for every value the page shows (ten thousand on a long capture): a text
+    # with no control character (``isprintable``: none of ``visible_text``'s) is itself
+    if type(value) is str and value.isprintable():
+        return value
     if isinstance(value, str) and not isinstance(value, Markup):
         return visible_text(value)
     return value
