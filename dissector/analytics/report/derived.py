@@ -13,6 +13,7 @@ from dissector.analytics.report.formatting import is_missing
 from dissector.analytics.report.model import CAPTURES_ATTR, AnalyticsTables
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
     import pyarrow as pa
 
@@ -168,35 +169,46 @@ def hot_connections(df: pd.DataFrame) -> pd.DataFrame:
     wait, and the p99 service time; most queueing first."""
     import pandas as pd
 
+    from dissector.analytics import grouped
+
     queue = stats.as_float(df["queue_ms"]) if "queue_ms" in df else pd.Series(math.nan, df.index)
+    client = df["client_id"].astype("object").fillna("(none)")
     frame = pd.DataFrame(
         {
             "capture": df["capture"].astype("object"),
             "stream": df["stream"],
-            "client": df["client_id"].astype("object").fillna("(none)"),
             "broker": stats.broker_labels(df),
             "inflight": stats.as_float(df["inflight"]) if "inflight" in df else math.nan,
             "queue": queue,
             "queued": (queue > 0).fillna(False).astype(bool),
-            "service": stats.service_latency(df)["service_ms"],
         }
     )
-    grouped = frame.groupby(["capture", "stream"], sort=False)
-    out = grouped.agg(
-        client=("client", lambda c: ", ".join(sorted(set(map(str, c))))),
+    by_connection = frame.groupby(["capture", "stream"], sort=False)
+    out = by_connection.agg(
         broker=("broker", "first"),
-        requests=("client", "size"),
+        requests=("broker", "size"),
         max_inflight=("inflight", "max"),
         queued=("queued", "sum"),
         queue_total_ms=("queue", "sum"),
         queue_max_ms=("queue", "max"),
-        service_p99_ms=(
-            "service",
-            lambda s: s.dropna().quantile(0.99) if s.notna().any() else math.nan,
-        ),
     ).reset_index()
+    # the two per-connection columns that need more than a built-in aggregation, on
+    # arrays (a Python function per connection was most of this table's time)
+    ids = by_connection.ngroup().to_numpy()
+    out.insert(2, "client", _joined_per_group(ids, client.to_numpy(), len(out)))
+    service = stats.service_latency(df)["service_ms"].to_numpy(dtype="float64")
+    groups = grouped.sorted_groups(ids, service, len(out))
+    out["service_p99_ms"] = grouped.quantile(groups, 0.99, grouped.SERIES)
     out = out[out["queued"] > 0]
     return out.sort_values(["queue_total_ms", "stream"], ascending=[False, True])
+
+
+def _joined_per_group(ids: np.ndarray, texts: np.ndarray, groups: int) -> list[str]:
+    """Per group (0 .. ``groups`` - 1): its distinct ``texts``, sorted, joined by ", "."""
+    seen: list[set[str]] = [set() for _ in range(groups)]
+    for group, text in set(zip(ids.tolist(), texts.tolist(), strict=True)):
+        seen[group].add(str(text))
+    return [", ".join(sorted(names)) for names in seen]
 
 
 ROLE_LABELS: Mapping[str, str] = {"produce": "producer", "fetch": "consumer"}
