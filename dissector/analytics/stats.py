@@ -415,14 +415,16 @@ def _by_topic(frame: pd.DataFrame, topics: pd.Series) -> pd.DataFrame:
         # thousands of rows: a Python call per row took a tenth of the topics table)
         names = pc.list_flatten(lists)
         if names.null_count == 0:
-            rows = pd.DataFrame(
-                {
-                    "row": np.asarray(pc.list_parent_indices(lists)),
-                    "topic": names.to_numpy(zero_copy_only=False),
-                }
-            ).drop_duplicates()
-            picked = frame.iloc[rows["row"].to_numpy()]
-            return picked.assign(topic=rows["topic"].to_numpy(dtype=object))
+            # each (row, topic) once, in order of first appearance, on the topics'
+            # dictionary codes: each name made text once, not once per row
+            parent = np.asarray(pc.list_parent_indices(lists), dtype=np.int64)
+            encoded = pc.dictionary_encode(names).combine_chunks()
+            codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            texts = np.array(encoded.dictionary.to_pylist(), dtype=object)
+            _, first = np.unique(parent * max(len(texts), 1) + codes, return_index=True)
+            first.sort()
+            picked = frame.iloc[parent[first]]
+            return picked.assign(topic=texts[codes[first]])
     # As objects: mapped in its own Arrow list dtype, a frame with no topic at all
     # would become list<null>, which explode cannot fill.
     frame = frame.assign(topic=topics.astype(object).map(_topic_list)).explode("topic")
