@@ -339,19 +339,23 @@ class LatencyPoints:
 def latency_points(df: pd.DataFrame) -> LatencyPoints | None:
     """Each answered pair's latency at its request time: the busiest and slowest APIs
     (``notable_apis``) by name, the others 'other'; errors apart; None without any."""
-    timed = df[df[stats.LATENCY_COLUMN].notna()]
+    # Each per-row column of the whole frame (computed once per report: ``memoized``),
+    # then the rows with a latency picked: not a copy of every column of those rows.
+    latency = stats.as_float(df[stats.LATENCY_COLUMN])
+    timed = latency.notna().to_numpy()
     start = start_time(df)
-    if timed.empty or start is None:
+    if not timed.any() or start is None:
         return None
-    shown = notable_apis(timed)
-    labels = stats.api_labels(timed)
-    labels = labels.where(labels.isin(shown), OTHER).to_numpy()
+    # the APIs of the rows with a service time, which all have a latency
+    shown = notable_apis(df)
+    labels = stats.api_labels(df)
+    labels = labels.where(labels.isin(shown), OTHER).to_numpy()[timed]
     colors = all_api_colors(df)
     divisor, unit = time_unit(stats.span_seconds(df))
-    x = ((stats.event_time(timed) - start).dt.total_seconds() / divisor).to_numpy()
-    y = stats.as_float(timed[stats.LATENCY_COLUMN]).clip(lower=LATENCY_FLOOR_MS).to_numpy()
-    fetch_wait = stats.service_latency(timed)["fetch_wait"]
-    polls = fetch_wait.eq(stats.FETCH_WAIT_EMPTY_POLL).fillna(False).astype(bool).to_numpy()
+    x = ((stats.event_time(df) - start).dt.total_seconds() / divisor).to_numpy()[timed]
+    y = latency.clip(lower=LATENCY_FLOOR_MS).to_numpy()[timed]
+    fetch_wait = stats.service_latency(df)["fetch_wait"]
+    polls = fetch_wait.eq(stats.FETCH_WAIT_EMPTY_POLL).fillna(False).astype(bool).to_numpy()[timed]
     series = []
     for name in [*shown, OTHER]:
         named = labels == name
@@ -362,7 +366,7 @@ def latency_points(df: pd.DataFrame) -> LatencyPoints | None:
             # The hollow twin of a series with filled dots stays out of the legend.
             label = None if hollow and (named & ~polls).any() else name
             series.append(Points(name, colors[name], x[mask], y[mask], hollow, label))
-    failed = timed["status"].isin(stats.ERROR_STATUSES).fillna(False).astype(bool).to_numpy()
+    failed = df["status"].isin(stats.ERROR_STATUSES).fillna(False).astype(bool).to_numpy()[timed]
     errors = Points(
         "error", STATUS_COLORS["error"], x[failed], y[failed], True, f"error ({int(failed.sum())})"
     )
