@@ -145,8 +145,11 @@ def frame_table(
     limit: int = TABLE_ROW_LIMIT,
     css: str = "",
 ) -> TableBlock:
-    # Row dicts, not iterrows: a row Series would turn an Arrow-backed list into a numpy array.
-    records = frame.head(limit).to_dict(orient="records")
+    # Row dicts, not iterrows: a row Series would turn an Arrow-backed list into a numpy
+    # array. Of the columns shown only (a table of pairs has dozens more).
+    # (an empty table may have no columns at all)
+    shown = [c for c in dict.fromkeys(src for src, _, _, _ in columns) if c in frame.columns]
+    records = frame.head(limit)[shown].to_dict(orient="records")
     rows = tuple(tuple(fmt(row[src]) for src, _, fmt, _ in columns) for row in records)
     keys = tuple(
         tuple(sort_key(row[src]) if numeric else "" for src, _, _, numeric in columns)
