@@ -1,7 +1,7 @@
 """dissector.analytics.grouped against the library steps it stands in for: numpy's
-``quantile`` and pandas' ``Series.quantile`` / ``GroupBy.quantile`` /
-``ngroup``, on data with ties, nulls, one-value and empty groups (equal bit for bit:
-the report shows full-precision numbers in its sort keys)."""
+``quantile`` and pandas' ``Series.quantile`` and ``GroupBy.quantile``, on data with
+ties, nulls, one-value and empty groups (equal bit for bit: the report shows
+full-precision numbers in its sort keys)."""
 
 from __future__ import annotations
 
@@ -64,14 +64,3 @@ def test_groupby_rule_is_pandas_groupby_quantile(seed: int) -> None:
 def test_no_values() -> None:
     groups = grouped.sorted_groups(np.zeros(0, np.int64), np.zeros(0), 3)
     assert np.isnan(grouped.quantile(groups, 0.5, grouped.SERIES)).all()
-    assert grouped.dense_ids(np.zeros(0, np.int64)) == (pytest.approx([]), 0)
-
-
-def test_dense_ids_are_groupby_ngroup_in_first_seen_order() -> None:
-    rng = np.random.default_rng(4)
-    a, b = rng.integers(0, 5, 1000), rng.integers(-3, 40, 1000)
-    ids, count = grouped.dense_ids(a, b)
-    frame = pd.DataFrame({"a": a, "b": b})
-    expected = frame.groupby(["a", "b"], sort=False).ngroup().to_numpy()
-    np.testing.assert_array_equal(ids, expected)
-    assert count == len(frame.drop_duplicates())

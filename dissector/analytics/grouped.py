@@ -79,22 +79,3 @@ def quantile(groups: SortedGroups, q: float, rule: Rule) -> npt.NDArray[np.float
         picked = np.where(fraction >= 0.5, b - diff * (1 - fraction), a + diff * fraction)
     out[has] = picked
     return out
-
-
-def dense_ids(*keys: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], int]:
-    """One id per distinct combination of ``keys`` (integer arrays, no nulls), numbered
-    in order of first appearance (as a ``groupby(sort=False)``'s ``ngroup``), and how
-    many there are."""
-    import numpy as np
-
-    arrays = [np.asarray(k, dtype=np.int64) for k in keys]
-    if not len(arrays[0]):
-        return np.zeros(0, np.int64), 0
-    _, first, inverse = np.unique(
-        np.stack(arrays, axis=1), axis=0, return_index=True, return_inverse=True
-    )
-    # np.unique numbers the combinations in sorted order: renumber by first row
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    return rank[inverse.reshape(-1)], len(order)
