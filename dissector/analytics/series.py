@@ -484,10 +484,9 @@ def error_bars(df: pd.DataFrame, n: int = 12) -> ErrorBars | None:
     top = stats.top_errors(df, n)
     if top.empty:
         return ErrorBars(statuses, (), ())
-    rows = stats.error_rows(df)
-    err = rows["error_name"].astype("object").where(rows["error_name"].notna(), rows["status"])
-    api = stats.api_labels(rows)
-    table = api.groupby(err.astype(str)).value_counts().unstack(fill_value=0).reindex(top["error"])
+    rows = stats.error_table(df)
+    api = rows["api"]
+    table = api.groupby(rows["error"]).value_counts().unstack(fill_value=0).reindex(top["error"])
     colors = all_api_colors(df)
     by_api = tuple(
         Band(str(name), colors.get(str(name), UNKNOWN_STATUS_COLOR), table[name].to_numpy(float))

@@ -891,26 +891,38 @@ def error_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"].isin(ERROR_STATUSES).astype(bool)]
 
 
+@_per_frame
+def error_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The error rows (``error_rows``), indexed as in ``df``: each one's ``error``
+    (``error_label``), ``api`` (``api_labels``), ``client`` (``client_labels``) and
+    ``time`` (``event_time``). The per-row columns are those of the whole frame, picked:
+    a report's frame has them once (``memoized``), and its errors table and chart read
+    them three times."""
+    import pandas as pd
+
+    picked = df["status"].isin(ERROR_STATUSES).astype(bool)
+    names, status = df["error_name"][picked], df["status"][picked]
+    return pd.DataFrame(
+        {
+            "error": names.astype("object")
+            .where(names.notna(), status.astype("object"))
+            .astype(str),
+            "api": api_labels(df)[picked],
+            "client": client_labels(df)[picked],
+            "time": event_time(df)[picked],
+        }
+    )
+
+
 def top_errors(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
     """Most frequent errors: error name (or the status when there is no Kafka error
     code, e.g. ``malformed``), count, share of all rows, the APIs and clients."""
     import pandas as pd
 
-    rows = error_rows(df)
+    frame = error_table(df)
     cols = ["error", "count", "share", "apis", "client_ids", "first_seen", "last_seen"]
-    if rows.empty:
+    if frame.empty:
         return pd.DataFrame(columns=cols)
-    frame = pd.DataFrame(
-        {
-            "error": rows["error_name"]
-            .astype("object")
-            .where(rows["error_name"].notna(), rows["status"].astype("object"))
-            .astype(str),
-            "api": api_labels(rows),
-            "client": client_labels(rows),
-            "time": event_time(rows),
-        }
-    )
     grouped = frame.groupby("error", sort=True)
     out = grouped.agg(
         count=("api", "size"),
