@@ -300,14 +300,17 @@ class Cdf:
 
 def latency_cdfs(df: pd.DataFrame) -> tuple[Cdf, ...]:
     """The latency distribution of each of the busiest APIs (``MAX_SERIES``)."""
-    timed = df[df[stats.LATENCY_COLUMN].notna()]
-    if timed.empty:
+    # the whole frame's per-row columns (once per report: ``memoized``), rows picked
+    latency = stats.as_float(df[stats.LATENCY_COLUMN])
+    timed = latency.notna().to_numpy()
+    if not timed.any():
         return ()
-    labels = stats.api_labels(timed).to_numpy()
+    named = stats.api_labels(df)[timed]
+    labels = named.to_numpy()
     colors = all_api_colors(df)
-    latency = stats.as_float(timed[stats.LATENCY_COLUMN]).to_numpy()
+    latency = latency.to_numpy()[timed]
     out = []
-    for name in busiest(stats.api_labels(timed)):
+    for name in busiest(named):
         values = np.clip(np.sort(latency[labels == name]), LATENCY_FLOOR_MS, None)
         out.append(Cdf(name, colors[name], values, float(np.percentile(values, 99))))
     return tuple(out)

@@ -974,7 +974,9 @@ def slowest(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
 
 def unanswered(df: pd.DataFrame) -> pd.DataFrame:
     """Requests without a response, in time order."""
-    rows = df[df["status"].isin(UNANSWERED_STATUSES).astype(bool)]
+    # of the columns ``_pair_table`` reads only
+    needed = [c for c in (*PAIR_COLUMNS, "broker_ip", "broker_port") if c in df.columns]
+    rows = df[needed][df["status"].isin(UNANSWERED_STATUSES).astype(bool)]
     rows = rows.sort_values("request_time", kind="stable")
     return _pair_table(rows).reset_index(drop=True)
 
@@ -1380,10 +1382,9 @@ def capture_facts(df: pd.DataFrame) -> CaptureFacts:
     seen = sorted({(int(k), int(v)) for k, v in pairs.itertuples(index=False)})
     # Only versions the broker answered without error prove what it supports (a
     # client probing ApiVersions v99 says nothing about the broker).
-    accepted = df[df["status"].eq("ok").fillna(False).astype(bool)]
-    accepted_pairs = (
-        accepted[["broker_ip", "broker_port", "api_key", "api_version"]].dropna().drop_duplicates()
-    )
+    ok = df["status"].eq("ok").fillna(False).astype(bool)
+    accepted = df[["broker_ip", "broker_port", "api_key", "api_version"]][ok]
+    accepted_pairs = accepted.dropna().drop_duplicates()
     by_broker: dict[str, set[tuple[int, int]]] = {}
     for ip, port, key, version in accepted_pairs.itertuples(index=False):
         by_broker.setdefault(broker_label(ip, port), set()).add((int(key), int(version)))

@@ -98,7 +98,9 @@ def errors_by_code_and_api(df: pd.DataFrame) -> pd.DataFrame:
     """Error rows per (error name, or status when no Kafka error code; API)."""
     import pandas as pd
 
-    rows = df[df["status"].isin(stats.ERROR_STATUSES).fillna(False).astype(bool)]
+    # the columns read, of the error rows (not every column of them)
+    picked = df["status"].isin(stats.ERROR_STATUSES).fillna(False).astype(bool)
+    rows = df[["error_name", "status", "api_name", "client_id"]][picked]
     if rows.empty:
         return pd.DataFrame(columns=["error", "api", "count", "clients", "first", "last"])
     error = (
@@ -114,7 +116,7 @@ def errors_by_code_and_api(df: pd.DataFrame) -> pd.DataFrame:
             "error": error,
             "api": rows["api_name"].astype("object").fillna("(unknown)"),
             "client": rows["client_id"].astype("object").fillna("(none)"),
-            "time": stats.event_time(rows),
+            "time": stats.event_time(df)[picked],
         }
     )
     grouped = frame.groupby(["error", "api"], sort=False)
@@ -130,7 +132,8 @@ def errors_by_code_and_api(df: pd.DataFrame) -> pd.DataFrame:
 def unanswered_by_api(df: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
-    rows = df[df["status"].isin(stats.UNANSWERED_STATUSES).fillna(False).astype(bool)]
+    picked = df["status"].isin(stats.UNANSWERED_STATUSES).fillna(False).astype(bool)
+    rows = df[["api_name", "client_id"]][picked]
     frame = pd.DataFrame(
         {
             "api": rows["api_name"].astype("object").fillna("(unknown)"),
@@ -149,7 +152,7 @@ def throttling(df: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
     throttle = stats.as_float(df["throttle_ms"])
-    rows = df[(throttle > 0).fillna(False).astype(bool)]
+    rows = df[["client_id", "api_name"]][(throttle > 0).fillna(False).astype(bool)]
     frame = pd.DataFrame(
         {
             "client": rows["client_id"].astype("object").fillna("(none)"),
