@@ -651,7 +651,8 @@ def timeseries_by(
     frame, width = _bucketed(df, bucket_s)
     if frame.empty:
         return pd.DataFrame(index=pd.DatetimeIndex([], tz="UTC", name="time"))
-    frame["key"] = _labels_of(df.loc[frame.index], column)
+    # the whole frame's labels (once per report: ``memoized``), of the timed rows
+    frame["key"] = _labels_of(df, column).loc[frame.index]
     counts = frame.groupby(["bucket", "key"]).size().unstack(fill_value=0)
     counts = counts.reindex(_full_index(frame, width), fill_value=0)
     counts.columns.name = column
