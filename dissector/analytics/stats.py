@@ -767,6 +767,7 @@ def connection_timeseries(df: pd.DataFrame, bucket_s: int | None = None) -> pd.D
     at or before the bucket's end and at or after its start). A connection is a
     (capture, stream); its first message is not its TCP handshake when the capture
     started after it was opened."""
+    import numpy as np
     import pandas as pd
 
     frame, width = _bucketed(df, bucket_s)
@@ -775,19 +776,20 @@ def connection_timeseries(df: pd.DataFrame, bucket_s: int | None = None) -> pd.D
         out = pd.DataFrame(columns=cols, index=pd.DatetimeIndex([], tz="UTC", name="time"))
         out.attrs["bucket_s"] = width
         return out
-    conn = pd.DataFrame(
-        {
-            "capture": df.loc[frame.index, "capture"].astype("object").fillna(""),
-            "stream": df.loc[frame.index, "stream"].astype("object"),
-            "bucket": frame["bucket"],
-        }
-    )
-    spans = conn.groupby(["capture", "stream"], dropna=False)["bucket"].agg(["min", "max"])
+    # per connection, its first and last bucket by number (0: the first bucket), on
+    # arrays: a connection is told apart by codes, not by a string per row
+    connection = _connection_ids(df.loc[frame.index, "capture"], df.loc[frame.index, "stream"])
     index = _full_index(frame, width)
+    since = (frame["bucket"] - index[0]).to_numpy()
+    number = (since // np.timedelta64(width, "s")).astype(np.int64)
+    first = np.full(int(connection.max()) + 1, len(index), dtype=np.int64)
+    last = np.full(len(first), -1, dtype=np.int64)
+    np.minimum.at(first, connection, number)
+    np.maximum.at(last, connection, number)
     out = pd.DataFrame(
         {
-            "opened": spans["min"].value_counts().reindex(index, fill_value=0),
-            "closed": spans["max"].value_counts().reindex(index, fill_value=0),
+            "opened": np.bincount(first, minlength=len(index))[: len(index)],
+            "closed": np.bincount(last, minlength=len(index))[: len(index)],
         },
         index=index,
     )
@@ -797,6 +799,21 @@ def connection_timeseries(df: pd.DataFrame, bucket_s: int | None = None) -> pd.D
     out = out.astype("int64")
     out.attrs["bucket_s"] = width
     return out[cols]
+
+
+def _connection_ids(capture: pd.Series, stream: pd.Series) -> np.ndarray:
+    """One id (0 .. n - 1) per (capture, stream) of the rows; a missing capture is the
+    capture "" and a missing stream a stream of its own, as when grouped as text."""
+    import numpy as np
+    import pandas as pd
+
+    captures, names = pd.factorize(capture)
+    if (captures < 0).any():
+        blank = np.flatnonzero(np.asarray(names, dtype=object) == "")
+        captures = np.where(captures < 0, blank[0] if len(blank) else len(names), captures)
+    streams, _ = pd.factorize(stream, use_na_sentinel=False)
+    pairs = captures.astype(np.int64) * (int(streams.max()) + 1 if len(streams) else 1) + streams
+    return pd.factorize(pairs)[0]
 
 
 def latency_matrix(df: pd.DataFrame, value: str = "p99_ms") -> pd.DataFrame:
