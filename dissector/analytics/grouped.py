@@ -40,18 +40,17 @@ def sorted_groups(ids: npt.ArrayLike, values: npt.ArrayLike, groups: int) -> Sor
     """``values`` (float, NaN: null) grouped by ``ids`` (0 .. ``groups`` - 1)."""
     import numpy as np
 
-    ids = np.asarray(ids, dtype=np.int64)
-    values = np.asarray(values, dtype=np.float64)
-    known = ~np.isnan(values)
-    ids, values = ids[known], values[known]
+    known = ~np.isnan(np.asarray(values, dtype=np.float64))
+    keys = np.asarray(ids, dtype=np.int64)[known]
+    numbers = np.asarray(values, dtype=np.float64)[known]
     # by value, then by group keeping that order (faster than a lexsort of both; equal
     # values are interchangeable, so any order of them gives the same arrays)
-    order = np.argsort(values)
-    order = order[np.argsort(ids[order], kind="stable")]
-    counts = np.bincount(ids, minlength=groups).astype(np.int64)
+    order = np.argsort(numbers)
+    order = order[np.argsort(keys[order], kind="stable")]
+    counts = np.bincount(keys, minlength=groups).astype(np.int64)
     starts = np.zeros(groups, dtype=np.int64)
     np.cumsum(counts[:-1], out=starts[1:])
-    return SortedGroups(values[order], starts, counts)
+    return SortedGroups(numbers[order], starts, counts)
 
 
 def quantile(groups: SortedGroups, q: float, rule: Rule) -> npt.NDArray[np.float64]:

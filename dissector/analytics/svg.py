@@ -91,7 +91,7 @@ def _coords(values: np.ndarray) -> list[str]:
     negative = np.signbit(rounded)
     if negative.any():
         text = pc.if_else(pa.array(negative), pc.binary_join_element_wise("-", text, ""), text)
-    return text.to_pylist()  # type: ignore[no-any-return]
+    return text.to_pylist()
 
 
 # ---------------------------------------------------------------------------
