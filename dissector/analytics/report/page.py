@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import re
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +52,9 @@ def breakable(text: str) -> Markup:
     """``text`` escaped, with a line-break opportunity after each underscore and slash:
     browsers break at spaces and hyphens only, and an error name such as
     SASL_AUTHENTICATION_FAILED would otherwise set its column's minimum width."""
-    return Markup(re.sub(r"([_/])", r"\1<wbr>", str(escape(_visible(str(text))))))
+    # escaping adds no underscore or slash, nor does the first replace add a slash
+    escaped = str(escape(_visible(str(text))))
+    return Markup(escaped.replace("_", "_<wbr>").replace("/", "/<wbr>"))
 
 
 def render(
