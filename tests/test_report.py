@@ -893,3 +893,13 @@ def test_svg_and_png_charts_draw_the_same_set() -> None:
 
     assert set(charts._DRAW) == set(series.CHART_TITLES) == set(plots._DRAW)
     assert list(charts.CHARTS) == list(plots.CHARTS) == list(series.CHART_TITLES)
+
+
+def test_breakable_marks_a_break_after_each_underscore_and_slash() -> None:
+    """Table text gets a break opportunity after each underscore and slash, its markup
+    escaped (no break inside an entity) and its control characters written visibly."""
+    from dissector.analytics.report.page import breakable
+
+    assert str(breakable("SASL_AUTHENTICATION_FAILED")) == ("SASL_<wbr>AUTHENTICATION_<wbr>FAILED")
+    assert str(breakable("a/b<c>&'_\x1b")) == "a/<wbr>b&lt;c&gt;&amp;&#39;_<wbr>\\x1b"
+    assert str(breakable("__")) == "_<wbr>_<wbr>" and str(breakable("")) == ""
