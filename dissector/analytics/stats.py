@@ -1310,19 +1310,25 @@ def queueing_per_client(df: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------------------
 
 
+@_per_frame
 def group_activity_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows of group APIs (``GROUP_ACTIVITY``) with their protocol and activity."""
+    """Rows of group APIs (``GROUP_ACTIVITY``) with their protocol and activity (once
+    per report: ``memoized``; its chart and table read them)."""
+    import numpy as np
     import pandas as pd
 
     keys = df["api_key"].astype("Int64")
     mask = keys.isin(list(GROUP_ACTIVITY)).fillna(False).astype(bool)
-    rows = df[mask]
-    activity = [GROUP_ACTIVITY[int(k)] for k in rows["api_key"]]
+    rows = df[["api_key", "error_name", "status"]][mask]
+    # each API's (protocol, activity) looked up once, not once per row
+    apis, row_api = np.unique(rows["api_key"].to_numpy(dtype=np.int64), return_inverse=True)
+    activity = [GROUP_ACTIVITY[int(k)] for k in apis]
+    named = row_api.reshape(-1).tolist()
     return pd.DataFrame(
         {
-            "time": event_time(rows),
-            "protocol": [a[0] for a in activity],
-            "activity": [a[1] for a in activity],
+            "time": event_time(df)[mask],
+            "protocol": [activity[i][0] for i in named],
+            "activity": [activity[i][1] for i in named],
             "rebalance": rows["error_name"].isin(REBALANCE_ERROR_NAMES).fillna(False).astype(bool),
             "status": rows["status"],
         },
