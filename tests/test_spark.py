@@ -461,6 +461,31 @@ def test_session_conf_keeps_local_runs_on_loopback() -> None:
     assert cluster["spark.sql.session.timeZone"] == "UTC"
 
 
+def test_local_jvm_compiles_with_c1_alone(spark: Any) -> None:
+    """The tests' local session, built as the command builds it: its JVM runs with C1
+    alone (docs/spark.md, "Local runs"), read back from the running JVM itself."""
+    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert "-XX:TieredStopAtLevel=1" in list(runtime.getInputArguments())
+
+
+def test_users_java_options_replace_ours(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dissector.spark.job import LOCAL_JAVA_OPTIONS, _driver_java_options
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    key = "spark.driver.extraJavaOptions"
+    local: dict[str, str] = {}
+    with _driver_java_options(local, "local[2]", quiet=True):
+        options = local[key].split()
+        assert options[: len(LOCAL_JAVA_OPTIONS)] == list(LOCAL_JAVA_OPTIONS)
+        assert options[-1].startswith("-Dlog4j2.configurationFile=file:")
+    cluster: dict[str, str] = {}
+    with _driver_java_options(cluster, "spark://host:7077", quiet=False):
+        assert key not in cluster  # executors elsewhere keep their JIT; nothing to say
+    mine = {key: "-Xss4m"}
+    with _driver_java_options(mine, "local[2]", quiet=True):
+        assert mine[key] == "-Xss4m"
+
+
 def test_workers_run_the_drivers_python_in_local_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 

@@ -15,12 +15,25 @@ Layout (each module imports only the ones above it):
 * ``aggregate``: the fleet summary tables (latency percentiles, errors, unanswered
   requests, throughput), plain DataFrame -> DataFrame functions.
 
-``dissector.spark.job`` wires these into the ``kafka-dissector spark`` command.
+``dissector.spark.job`` wires these into the ``kafka-dissector spark`` command;
+``daemon`` is the Python workers' daemon the job names to Spark (standard library only).
+
+The names below are imported on first use: the workers' daemon imports this package
+before it forks, and must not start the threads pyarrow starts when imported.
 """
 
 from __future__ import annotations
 
-__all__ = ["CAPTURE_FAILED", "Fleet", "load"]
+from typing import TYPE_CHECKING
 
-from dissector.spark.read import Fleet, load
-from dissector.spark.tasks import CAPTURE_FAILED
+from dissector.lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from dissector.spark.read import Fleet, load
+    from dissector.spark.tasks import CAPTURE_FAILED
+
+__getattr__ = lazy_attributes(
+    __name__, {"Fleet": "read", "load": "read", "CAPTURE_FAILED": "tasks"}, globals()
+)
+
+__all__ = ["CAPTURE_FAILED", "Fleet", "load"]

@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -69,10 +69,13 @@ LOCAL_CONF: dict[str, str] = {
 
 # For every run: UTC output (the contract's times are UTC instants; windows start on
 # UTC boundaries), Parquet times as UTC-adjusted microseconds like ``analyze -o``'s
-# (Spark's default, INT96, reads back as naive local times).
+# (Spark's default, INT96, reads back as naive local times), and the Python workers
+# forked by ``dissector.spark.daemon`` (PySpark imported from where it is installed,
+# not from the zip Spark puts first on their path).
 JOB_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.python.daemon.module": "dissector.spark.daemon",
 }
 
 # Tables with the pairs' columns: written by the tasks with frame's Parquet writer.
@@ -111,7 +114,7 @@ def launched_by_spark_submit() -> bool:
 def session_conf(master: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The Spark settings for ``master``; ``extra`` wins over ours."""
     conf = dict(JOB_CONF)
-    if master is not None and master.startswith("local"):
+    if is_local(master):
         conf.update(LOCAL_CONF)
     conf.update(extra or {})
     return conf
@@ -130,24 +133,43 @@ def worker_python(master: str | None, conf: Mapping[str, str]) -> str | None:
         return None  # the user's choice, or spark-submit's from its settings, stands
     if conf.get(PYTHON_CONF):
         return conf[PYTHON_CONF]
-    if master is not None and master.startswith("local"):
+    if is_local(master):
         return sys.executable
     return None
 
 
+# The driver JVM of a local master (it is the executor too) compiles with C1 alone. Its
+# share of the work is small (the tasks' Python decodes; Spark plans, schedules and
+# merges small partial tables), but C2, the optimizing compiler, spent 11 s of CPU on
+# every job, on a 2-core machine beside the tasks: C1 alone spends about 2 s, and the
+# job gets faster (docs/spark.md, "Local runs").
+LOCAL_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1",)
+
+
+def is_local(master: str | None) -> bool:
+    """Whether ``master`` runs Spark in this process's JVM (``local``, ``local[N]``...)."""
+    return master is not None and master.startswith("local")
+
+
 @contextmanager
-def _quiet_log4j2(conf: dict[str, str]) -> Iterator[None]:
-    """Point the driver JVM we are about to start at a quiet log4j2 configuration."""
+def _driver_java_options(conf: dict[str, str], master: str | None, quiet: bool) -> Iterator[None]:
+    """The options of the driver JVM we are about to start: for a local master
+    ``LOCAL_JAVA_OPTIONS``, and when ``quiet`` a quiet log4j2 configuration (a file
+    that lives while the JVM starts). Options the user gives win whole."""
     key = "spark.driver.extraJavaOptions"
     if key in conf or launched_by_spark_submit():
         yield  # the user's JVM options win; setLogLevel still quiets the rest
         return
+    options = list(LOCAL_JAVA_OPTIONS) if is_local(master) else []
     with tempfile.TemporaryDirectory(prefix="kafka-dissector-") as tmp:
-        path = os.path.join(tmp, "log4j2.properties")
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(_QUIET_LOG4J2)
-        conf[key] = f"-Dlog4j2.configurationFile=file:{path}"
-        yield  # the JVM reads the file at start-up only
+        if quiet:
+            path = os.path.join(tmp, "log4j2.properties")
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(_QUIET_LOG4J2)
+            options.append(f"-Dlog4j2.configurationFile=file:{path}")
+        if options:
+            conf[key] = " ".join(options)
+        yield  # the JVM reads its options and the file at start-up only
 
 
 def build_session(
@@ -174,7 +196,7 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
-    with _quiet_log4j2(settings) if quiet else nullcontext():
+    with _driver_java_options(settings, master, quiet):
         for key, value in settings.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()

@@ -33,6 +33,7 @@ This module needs pyarrow and the offline pipeline, never pyspark.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -645,6 +646,11 @@ def decode_partition(
 ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function: unit rows (``UNIT_SCHEMA``) -> trailer rows, or every
     row when ``config.output`` is None."""
+    # PySpark's worker runs a full collection after every task. What lives now (the
+    # modules a first task imported, caches; the last task's garbage is gone) lives on:
+    # frozen, it is not traversed again (that walk over pyarrow's, pandas' and our
+    # modules' objects took 0.04 to 0.07 s of CPU a task).
+    gc.freeze()
     yield from decode_units(unit_rows(batches), config, open_output(config))
 
 
