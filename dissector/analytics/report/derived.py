@@ -285,31 +285,40 @@ def capture_ends(df: pd.DataFrame) -> dict[str, pd.Timestamp]:
 
 def produce_to_fetch_summary(parts: pd.DataFrame) -> pd.DataFrame:
     """``partitions.produce_to_fetch`` latency percentiles per (capture, topic)."""
+    import numpy as np
     import pandas as pd
 
+    from dissector.analytics import grouped
     from dissector.analytics.partitions import produce_to_fetch
 
     p2f = produce_to_fetch(parts)
-    rows = []
-    for (capture, topic), g in p2f.groupby(["capture", "topic"], dropna=False, sort=True):
-        latency = stats.as_float(g["latency_ms"]).dropna()
-        q = {
-            f"p{int(p * 100)}_ms": latency.quantile(p, interpolation=stats.PERCENTILE_INTERPOLATION)
-            for p in (0.5, 0.9, 0.99)
-        }
-        rows.append(
-            {
-                "capture": capture,
-                "topic": topic,
-                "deliveries": len(g),
-                "records": int(g["records"].fillna(0).sum()),
-                "consumers": g["consumer_client_id"].nunique(dropna=False),
-                **q,
-                "max_ms": latency.max(),
-            }
-        )
     columns = ["capture", "topic", "deliveries", "records", "consumers", "p50_ms", "p90_ms"]
-    return pd.DataFrame(rows, columns=[*columns, "p99_ms", "max_ms"])
+    columns += ["p99_ms", "max_ms"]
+    if p2f.empty:
+        return pd.DataFrame([], columns=columns)
+    # every topic at once on arrays (``analytics.grouped``: Series.quantile's values), not
+    # a few pandas steps per topic (a capture may have thousands)
+    by_topic = p2f.groupby(["capture", "topic"], dropna=False, sort=True, observed=True)
+    ids = by_topic.ngroup().to_numpy()
+    sizes = by_topic.size()
+    groups = grouped.sorted_groups(ids, stats.as_float(p2f["latency_ms"]), len(sizes))
+    last = groups.starts + groups.counts - 1
+    records = np.bincount(ids, stats.as_float(p2f["records"]).fillna(0.0), len(sizes))
+    out = {
+        "capture": [capture for capture, _ in sizes.index],
+        "topic": [topic for _, topic in sizes.index],
+        "deliveries": sizes.tolist(),
+        "records": records.astype(np.int64).tolist(),
+        "consumers": by_topic["consumer_client_id"].nunique(dropna=False).tolist(),
+        **{
+            f"p{int(p * 100)}_ms": grouped.quantile(groups, p, grouped.SERIES).tolist()
+            for p in (0.5, 0.9, 0.99)
+        },
+        "max_ms": np.where(groups.counts > 0, groups.values[np.maximum(last, 0)], np.nan)
+        if len(groups.values)
+        else np.full(len(sizes), np.nan),
+    }
+    return pd.DataFrame(out, columns=columns)
 
 
 P2F_INPUTS = (
