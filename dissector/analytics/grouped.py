@@ -1,7 +1,7 @@
-"""Per-group statistics over plain numpy arrays, equal to the pandas steps they replace
-(bit for bit): a report computes percentiles per API, client, connection, topic and
-time bucket, and a pandas ``groupby`` with a Python function per group, or a Series per
-group, cost most of those tables' time on a long capture.
+"""Per-group percentiles over plain numpy arrays, equal to the pandas steps they replace
+(bit for bit): the report's connection and produce-to-fetch tables take percentiles per
+connection and per topic, where a Python function per group (a ``groupby`` lambda, or a
+Series per group) cost most of their time, and more the more groups a capture has.
 
 Two percentile rules, both linear interpolation between closest ranks
 (``stats.PERCENTILE_INTERPOLATION``), which round differently:
