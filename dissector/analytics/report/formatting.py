@@ -169,8 +169,9 @@ def _records(frame: pd.DataFrame, sources: Sequence[str], limit: int) -> list[di
     value as Python gives it (``to_dict(orient="records")``'s values: ``tolist`` of each
     column), without a dict of the other columns (a table of pairs has dozens more).
     Not iterrows: a row Series would turn an Arrow-backed list into a numpy array."""
-    # (an empty table may have no columns at all)
-    shown = [c for c in dict.fromkeys(sources) if c in frame.columns]
+    if frame.empty:  # (an empty table may have no columns at all)
+        return []
+    shown = list(dict.fromkeys(sources))
     head = frame.head(limit)
     cells = [head[c].tolist() for c in shown]
     return [dict(zip(shown, row, strict=True)) for row in zip(*cells, strict=True)]
