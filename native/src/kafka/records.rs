@@ -211,6 +211,7 @@ pub fn summarize_records(
         counters,
         out: RecordsSummary::default(),
         dropped: 0,
+        unbudgeted: false,
         expand: None,
     };
     ctx.out.bytes = data.len() as u64;
@@ -249,6 +250,8 @@ struct Ctx<'a> {
     counters: &'a mut Counters,
     out: RecordsSummary,
     dropped: u64,
+    /// Whether an anomaly other than `decompression_limit` was met (listed or dropped).
+    unbudgeted: bool,
     /// Set for `table_records` with expansion: records are read one by one.
     expand: Option<&'a mut Expansion>,
 }
@@ -258,6 +261,7 @@ impl Ctx<'_> {
     /// code, the counter's name without the prefix (`records.py`'s wording).
     fn error(&mut self, counter: Counter, detail: impl fmt::Display) {
         self.counters.inc(counter);
+        self.unbudgeted |= counter != Counter::RecordsDecompressionLimit;
         // Garbage input can hold one anomaly per dozen bytes: keep the list bounded.
         if self.out.errors.len() < MAX_ERRORS {
             let code = record_error_code(counter);
@@ -686,8 +690,12 @@ impl Expansion {
 
 /// (records, bytes) of one `records` field as records.py's `parse_records` counts them,
 /// and with `expand` the offsets of its data records; None when records.py would report
-/// any anomaly in the field (the tables then leave the pair to the Python decoder, so the
-/// reading here only has to be right where records.py finds nothing wrong).
+/// an anomaly in the field (the tables then leave the pair to the Python decoder, so the
+/// reading here only has to be right where records.py finds nothing wrong). One anomaly
+/// is read here, unexpanded: batches past the frame's decompression budget, which both
+/// count by their headers' records counts (as the pairs' `records` does). A large frame
+/// of compressed batches (a record bomb, or a budget set low) is then no reason to
+/// decode it again in Python: 32 MB of zstd bombs took that decoder 42 s.
 /// `scratch` receives the anomalies' counters, which the pairs' counters count already:
 /// the caller keeps one for many calls (a Fetch response has a field per partition, and
 /// a fresh `Counters` is a 2 KB memset each).
@@ -703,12 +711,17 @@ pub fn table_records(
         counters: scratch,
         out: RecordsSummary::default(),
         dropped: 0,
+        unbudgeted: false,
         expand,
     };
     ctx.out.bytes = data.len() as u64;
     walk_top(&mut ctx, data);
     let failed = ctx.expand.as_ref().is_some_and(|x| x.failed);
-    let clean = ctx.out.errors.is_empty() && ctx.dropped == 0 && !failed;
+    let clean = if expanding {
+        ctx.out.errors.is_empty() && ctx.dropped == 0 && !failed
+    } else {
+        !ctx.unbudgeted
+    };
     debug_assert!(expanding || ctx.expand.is_none());
     clean.then_some((ctx.out.records, ctx.out.bytes))
 }

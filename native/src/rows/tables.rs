@@ -8,7 +8,9 @@
 //! decoder makes. The rows are then read from the trees by the same rules as the Python
 //! functions, which read dicts. Anything Python would report (a field cut short, a
 //! record-batch anomaly, bytes it reads otherwise) stops the walk: the pair's facts are
-//! then asked of the Python decoder (`Observed::Defer`), so both give the same rows.
+//! then asked of the Python decoder (`Observed::Defer`), so both give the same rows. The
+//! one anomaly read here is batches past the frame's decompression budget in a field
+//! not expanded (`records::table_records`), which both count by their headers.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
