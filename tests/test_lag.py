@@ -310,6 +310,11 @@ def test_superseded_in_arrow_equals_the_frame_functions() -> None:
     for name, parts, arrow in _arrow_tables():
         chosen = evaluation_times(parts)
         assert evaluation_times_in_table(arrow) == chosen, name
+        # times given for some captures, or all (then the table's own are not read)
+        for given in (dict(list(chosen.items())[:1]), chosen, {**chosen, "other": pd.NaT}):
+            later = {c: t + pd.Timedelta(seconds=1) for c, t in given.items()}
+            got_times = evaluation_times_in_table(arrow, later)
+            assert got_times == evaluation_times(parts, later) == {**chosen, **later}, name
         at_end = {"end": chosen}
         at_end["halfway"] = {
             c: t - (t - parts["request_time"].min()) / 2 for c, t in chosen.items()

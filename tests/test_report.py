@@ -893,3 +893,37 @@ def test_svg_and_png_charts_draw_the_same_set() -> None:
 
     assert set(charts._DRAW) == set(series.CHART_TITLES) == set(plots._DRAW)
     assert list(charts.CHARTS) == list(plots.CHARTS) == list(series.CHART_TITLES)
+
+
+def test_breakable_marks_a_break_after_each_underscore_and_slash() -> None:
+    """Table text gets a break opportunity after each underscore and slash, its markup
+    escaped (no break inside an entity) and its control characters written visibly."""
+    from dissector.analytics.report.page import breakable
+
+    assert str(breakable("SASL_AUTHENTICATION_FAILED")) == ("SASL_<wbr>AUTHENTICATION_<wbr>FAILED")
+    assert str(breakable("a/b<c>&'_\x1b")) == "a/<wbr>b&lt;c&gt;&amp;&#39;_<wbr>\\x1b"
+    assert str(breakable("__")) == "_<wbr>_<wbr>" and str(breakable("")) == ""
+
+
+def test_produce_to_fetch_summary_is_each_topics_percentiles() -> None:
+    """The produce-to-fetch table (every topic at once on arrays) holds, per capture and
+    topic, what pandas gives for that topic's deliveries alone: their count, records,
+    distinct consumers, Series.quantile percentiles and max, on a real capture with
+    18 topics."""
+    from dissector.analytics.partitions import produce_to_fetch
+    from dissector.analytics.report.derived import P2F_INPUTS, carrying
+
+    tables = report.analyze([BUNDLED]).attrs["tables"]
+    parts = tables.partitions_of(P2F_INPUTS, rows=carrying(tables, "first_offset"))
+    got = report.produce_to_fetch_summary(parts)
+    p2f = produce_to_fetch(parts)
+    assert len(got) == 18
+    for row in got.itertuples(index=False):
+        mine = p2f[(p2f["capture"] == row.capture) & (p2f["topic"] == row.topic)]
+        latency = mine["latency_ms"].astype("float64").dropna()
+        assert row.deliveries == len(mine) > 0
+        assert row.records == int(mine["records"].fillna(0).sum())
+        assert row.consumers == mine["consumer_client_id"].nunique(dropna=False)
+        for q, value in ((0.5, row.p50_ms), (0.9, row.p90_ms), (0.99, row.p99_ms)):
+            assert value == latency.quantile(q)
+        assert row.max_ms == latency.max()

@@ -274,3 +274,24 @@ def test_charts_of_a_capture_without_errors_or_groups_say_so() -> None:
     for chart_id, (_, draw) in charts.CHARTS.items():
         root = _svg(draw, empty)  # no rows: a message, never a crash
         assert _texts(root), chart_id
+
+
+def test_coordinates_are_written_as_python_formats_them() -> None:
+    """``svg._coords`` writes tenths with Arrow: the text ``f"{v:.1f}"`` gives for each
+    value after numpy's rounding, on random values, halves of tenths, values rounding
+    to -0.0, large ones, and values it leaves to Python (NaN, infinite, too large)."""
+    rng = np.random.default_rng(7)
+    values = np.concatenate(
+        [
+            rng.uniform(-2000.0, 2000.0, 50_000),
+            rng.uniform(-0.3, 0.3, 5_000),
+            np.arange(-1000, 1000) / 100 + 0.05,  # x.x5: on the rounding edge
+            [0.0, -0.0, -0.04, 0.05, -0.05, 0.95, 9.95, 1e11 + 0.05, -1e11],
+        ]
+    )
+    expected = [f"{v:.1f}" for v in np.round(values, 1).tolist()]
+    assert svg._coords(values) == expected
+    assert "-0.0" in expected  # the sign of a negative value rounded to zero is kept
+    odd = np.array([1.25, np.nan, np.inf, -np.inf, 3e15])
+    assert svg._coords(odd) == [f"{v:.1f}" for v in np.round(odd, 1).tolist()]
+    assert svg._coords(np.zeros(0)) == []

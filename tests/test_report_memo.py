@@ -3,7 +3,7 @@
 ``stats.memoized`` computes the columns every statistic derives from the report's frame
 once: the page with it must be the page without it (the oracle: the same statistics
 computed afresh for every caller), and a caller changing what it got must not change
-what the next one gets. ``report.run._ahead`` imports pandas and the charts while the
+what the next one gets. ``report.run._Imports`` imports pandas and numpy while the
 core reads the capture: that only helps if importing the report package (what the CLI
 does before the pass) does not import them already.
 """
@@ -74,3 +74,41 @@ def test_importing_the_report_package_leaves_pandas_and_numpy_for_the_pass() -> 
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_the_packages_imported_during_the_pass_are_joined_and_their_failure_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``report.analyze`` imports the report's packages on a thread while the core reads
+    the capture: the thread has ended when it returns, and an import that failed there
+    (a broken install) is raised to the caller, as if imported on its own thread; an
+    absent jinja2 fails before the pass."""
+    import threading
+
+    from dissector.analytics.report import run
+
+    capture = CAPTURES[0]
+    if not capture.is_file():
+        pytest.skip(f"bundled capture missing: {capture}")
+    df = report.analyze([capture])
+    assert len(df) > 100
+    assert not [t for t in threading.enumerate() if t.name == "report-imports"]
+
+    def broken() -> None:
+        raise ModuleNotFoundError("No module named 'jinja2'", name="jinja2")
+
+    monkeypatch.setattr(run, "_import_packages", broken)
+    with pytest.raises(ModuleNotFoundError, match="jinja2"):
+        report.analyze([capture])
+    assert not [t for t in threading.enumerate() if t.name == "report-imports"]
+
+    real_find_spec = run.importlib.util.find_spec
+    monkeypatch.setattr(
+        run.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "jinja2" else real_find_spec(name, *a),
+    )
+    imports = run._Imports()
+    with pytest.raises(ModuleNotFoundError, match="jinja2"):
+        imports.start()  # what the pass calls once the core's worker has started
+    assert imports.thread is None

@@ -880,3 +880,37 @@ def test_status_words_of_the_core_are_the_schemas() -> None:
     from dissector import _core
 
     assert _core.status_words() == list(dissector.schema.STATUSES)
+
+
+def test_connection_churn_counts_each_capture_and_stream_once() -> None:
+    """``connection_timeseries`` tells connections apart by codes of capture and stream:
+    the counts of grouping the rows by the two as text (the definition), on two real
+    captures read together (the same stream numbers recur in both) and on the rows of
+    one of them with its capture name and some stream numbers missing."""
+    lag = REPO / "captures" / "kafka-4-lag.pcapng"
+    both = dissector.analyze([BUNDLED, lag])
+    assert both["capture"].nunique() == 2
+    assert set(both.loc[both["capture"].astype(str).str.endswith("lag.pcapng"), "stream"]) & set(
+        both.loc[both["capture"].astype(str).str.endswith("mixed.pcapng"), "stream"]
+    )
+    holes = both.copy()
+    holes["capture"] = holes["capture"].astype("object").where(holes.index % 7 != 0)
+    holes["stream"] = holes["stream"].astype("Int64").where(holes.index % 11 != 0)
+    for df in (both, holes):
+        got = stats.connection_timeseries(df, 1)
+        frame, _ = stats._bucketed(df, 1)
+        text = pd.DataFrame(
+            {
+                "capture": df.loc[frame.index, "capture"].astype("object").fillna(""),
+                "stream": df.loc[frame.index, "stream"].astype("object"),
+                "bucket": frame["bucket"],
+            }
+        )
+        spans = text.groupby(["capture", "stream"], dropna=False)["bucket"].agg(["min", "max"])
+        assert got["opened"].tolist() == (
+            spans["min"].value_counts().reindex(got.index, fill_value=0).tolist()
+        )
+        assert got["closed"].tolist() == (
+            spans["max"].value_counts().reindex(got.index, fill_value=0).tolist()
+        )
+        assert int(got["opened"].sum()) == len(spans) > 2

@@ -345,6 +345,10 @@ def evaluation_times_in_table(
     import pyarrow as pa
 
     capture, captures = _codes(table.column("capture"))
+    given = dict(end or {})
+    seen_codes = np.unique(capture[capture >= 0])
+    if all(captures[c] in given for c in seen_codes.tolist()):
+        return given  # every capture's time is given: the table's own are not read
     request = _ints(table.column("request_time").cast(pa.int64()))
     response = _ints(table.column("response_time").cast(pa.int64()))
     named = capture >= 0
@@ -356,7 +360,7 @@ def evaluation_times_in_table(
         for c, at, present in zip(captures, latest.tolist(), seen.tolist(), strict=True)
         if present
     }
-    return {**found, **dict(end or {})}
+    return {**found, **given}
 
 
 def superseded_in_table(table: pa.Table, chosen: Mapping[str, pd.Timestamp]) -> Mask:
@@ -493,10 +497,18 @@ def _dense_ids(*keys: Ints | Codes) -> Ints:
     import numpy as np
 
     ids = np.zeros(len(keys[0]), dtype=np.int64)
+    span = 1  # ids lie in 0 .. span - 1
     for key in keys:
         inverse, count = _ranks(key)
-        ids, _ = _ranks(ids * count + inverse)
+        ids, span = ids * count + inverse, span * count
+        if span > _DENSE_SPAN:  # ranked again before the product grows too wide
+            ids, span = _ranks(ids)
+    ids, _ = _ranks(ids)  # ranks keep the order: the same ids as ranking at each step
     return ids
+
+
+_DENSE_SPAN = 1 << 24
+"""Widest range of ids ``_dense_ids`` combines before ranking them again."""
 
 
 def _ranks(values: Ints | Codes) -> tuple[Ints, int]:
@@ -517,11 +529,11 @@ def _ranks(values: Ints | Codes) -> tuple[Ints, int]:
         unique, inverse = np.unique(values, return_inverse=True)
         return inverse.reshape(-1).astype(np.int64), len(unique)
     shift = 1 if null.any() else 0
-    offset = np.where(null, 0, values - lo + shift)
+    offset = np.where(null, 0, values - lo + shift) if shift else values - lo
     present = np.zeros(hi - lo + 1 + shift, dtype=bool)
     present[offset] = True
-    rank = np.cumsum(present) - 1
-    return rank[offset].astype(np.int64), int(rank[-1]) + 1
+    rank = np.cumsum(present, dtype=np.int64) - 1
+    return rank[offset], int(rank[-1]) + 1
 
 
 def _group_max(ids: Ints | Codes, values: Ints, mask: Mask | None, size: int | None = None) -> Ints:

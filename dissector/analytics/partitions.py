@@ -231,13 +231,15 @@ def throughput_totals_in_table(table: pa.Table) -> pd.DataFrame:
 
 def _chunk_totals(data: pa.Table) -> pa.Table:
     """``throughput_totals`` of some rows of the partitions table, in Arrow, the keys as
-    strings (each chunk of the core's table has dictionaries of its own)."""
+    strings (each chunk of the core's table has dictionaries of its own). Filtered and
+    grouped on the dictionaries' codes, each name made text once per group: the text of
+    every row took most of this table's time."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    api = data.column("api_name")
-    produce = pc.is_in(api, value_set=pa.array(_apis_of("produce"), pa.string()))
-    fetch = pc.is_in(api, value_set=pa.array(_apis_of("fetch"), pa.string()))
+    api = _one_chunk(data.column("api_name"))
+    produce = _among(api, _apis_of("produce"))
+    fetch = _among(api, _apis_of("fetch"))
     answered = pc.and_(
         pc.is_valid(data.column("response_time")),
         pc.equal(pc.fill_null(data.column("error_code"), 0), 0),
@@ -245,19 +247,13 @@ def _chunk_totals(data: pa.Table) -> pa.Table:
     landed = pc.or_(answered, pc.fill_null(pc.equal(data.column("acks"), 0), False))
     keep = pc.and_(pc.and_(pc.or_(produce, fetch), pc.is_valid(data.column("records"))), landed)
     data, produce = data.filter(keep), produce.filter(keep)
-
-    def text(name: str) -> pa.ChunkedArray:
-        column = data.column(name)
-        if pa.types.is_dictionary(column.type):
-            return column.cast(column.type.value_type)
-        return column
-
+    capture, topic = _one_chunk(data.column("capture")), _one_chunk(data.column("topic"))
     rows = pa.table(
         {
-            "capture": text("capture"),
-            "topic": text("topic"),
+            "capture": _codes_of(capture),
+            "topic": _codes_of(topic),
             "partition": data.column("partition"),
-            "role": pc.if_else(produce, "produce", "fetch"),
+            "role": produce,
             "records": data.column("records"),
             "record_bytes": data.column("record_bytes"),
             "time": pc.if_else(produce, data.column("request_time"), data.column("response_time")),
@@ -282,7 +278,48 @@ def _chunk_totals(data: pa.Table) -> pa.Table:
         "time_min": "first_time",
         "time_max": "last_time",
     }
-    return totals.rename_columns([names.get(c, c) for c in totals.column_names])
+    totals = totals.rename_columns([names.get(c, c) for c in totals.column_names])
+    role = pc.if_else(totals.column("role"), "produce", "fetch")
+    totals = totals.set_column(totals.schema.get_field_index("role"), "role", role)
+    for name, column in (("capture", capture), ("topic", topic)):
+        at = totals.schema.get_field_index(name)
+        totals = totals.set_column(at, name, _texts_of(column, totals.column(name)))
+    return totals
+
+
+def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
+    """A column of one chunk (a batch's) as an array (its one dictionary, if any)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _among(column: pa.Array, names: list[str]) -> pa.Array:
+    """Per row: its text is one of ``names`` (null: no); a dictionary's values tested
+    once each, not once per row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    wanted = pa.array(names, pa.string())
+    if not pa.types.is_dictionary(column.type):
+        return pc.fill_null(pc.is_in(column, value_set=wanted), False)
+    listed = pc.is_in(column.dictionary, value_set=wanted)
+    return pc.fill_null(pc.take(listed, column.indices), False)
+
+
+def _codes_of(column: pa.Array) -> pa.Array:
+    """A text column's dictionary codes (a plain one's own values), null where null."""
+    import pyarrow as pa
+
+    return column.indices if pa.types.is_dictionary(column.type) else column
+
+
+def _texts_of(column: pa.Array, codes: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The texts of ``codes`` (``_codes_of(column)``'s values) as strings."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pa.types.is_dictionary(column.type):
+        return codes
+    return pc.take(column.dictionary, codes).cast(pa.string())
 
 
 def combined_totals(totals: list[pd.DataFrame], window: str | None = None) -> pd.DataFrame:

@@ -300,14 +300,17 @@ class Cdf:
 
 def latency_cdfs(df: pd.DataFrame) -> tuple[Cdf, ...]:
     """The latency distribution of each of the busiest APIs (``MAX_SERIES``)."""
-    timed = df[df[stats.LATENCY_COLUMN].notna()]
-    if timed.empty:
+    # the whole frame's per-row columns (once per report: ``memoized``), rows picked
+    latency = stats.as_float(df[stats.LATENCY_COLUMN])
+    timed = latency.notna().to_numpy()
+    if not timed.any():
         return ()
-    labels = stats.api_labels(timed).to_numpy()
+    named = stats.api_labels(df)[timed]
+    labels = named.to_numpy()
     colors = all_api_colors(df)
-    latency = stats.as_float(timed[stats.LATENCY_COLUMN]).to_numpy()
+    latency = latency.to_numpy()[timed]
     out = []
-    for name in busiest(stats.api_labels(timed)):
+    for name in busiest(named):
         values = np.clip(np.sort(latency[labels == name]), LATENCY_FLOOR_MS, None)
         out.append(Cdf(name, colors[name], values, float(np.percentile(values, 99))))
     return tuple(out)
@@ -339,19 +342,23 @@ class LatencyPoints:
 def latency_points(df: pd.DataFrame) -> LatencyPoints | None:
     """Each answered pair's latency at its request time: the busiest and slowest APIs
     (``notable_apis``) by name, the others 'other'; errors apart; None without any."""
-    timed = df[df[stats.LATENCY_COLUMN].notna()]
+    # Each per-row column of the whole frame (computed once per report: ``memoized``),
+    # then the rows with a latency picked: not a copy of every column of those rows.
+    latency = stats.as_float(df[stats.LATENCY_COLUMN])
+    timed = latency.notna().to_numpy()
     start = start_time(df)
-    if timed.empty or start is None:
+    if not timed.any() or start is None:
         return None
-    shown = notable_apis(timed)
-    labels = stats.api_labels(timed)
-    labels = labels.where(labels.isin(shown), OTHER).to_numpy()
+    # the APIs of the rows with a service time, which all have a latency
+    shown = notable_apis(df)
+    labels = stats.api_labels(df)
+    labels = labels.where(labels.isin(shown), OTHER).to_numpy()[timed]
     colors = all_api_colors(df)
     divisor, unit = time_unit(stats.span_seconds(df))
-    x = ((stats.event_time(timed) - start).dt.total_seconds() / divisor).to_numpy()
-    y = stats.as_float(timed[stats.LATENCY_COLUMN]).clip(lower=LATENCY_FLOOR_MS).to_numpy()
-    fetch_wait = stats.service_latency(timed)["fetch_wait"]
-    polls = fetch_wait.eq(stats.FETCH_WAIT_EMPTY_POLL).fillna(False).astype(bool).to_numpy()
+    x = ((stats.event_time(df) - start).dt.total_seconds() / divisor).to_numpy()[timed]
+    y = latency.clip(lower=LATENCY_FLOOR_MS).to_numpy()[timed]
+    fetch_wait = stats.service_latency(df)["fetch_wait"]
+    polls = fetch_wait.eq(stats.FETCH_WAIT_EMPTY_POLL).fillna(False).astype(bool).to_numpy()[timed]
     series = []
     for name in [*shown, OTHER]:
         named = labels == name
@@ -362,7 +369,7 @@ def latency_points(df: pd.DataFrame) -> LatencyPoints | None:
             # The hollow twin of a series with filled dots stays out of the legend.
             label = None if hollow and (named & ~polls).any() else name
             series.append(Points(name, colors[name], x[mask], y[mask], hollow, label))
-    failed = timed["status"].isin(stats.ERROR_STATUSES).fillna(False).astype(bool).to_numpy()
+    failed = df["status"].isin(stats.ERROR_STATUSES).fillna(False).astype(bool).to_numpy()[timed]
     errors = Points(
         "error", STATUS_COLORS["error"], x[failed], y[failed], True, f"error ({int(failed.sum())})"
     )
@@ -402,16 +409,18 @@ def latency_percentiles(df: pd.DataFrame, bucket_s: int | None = None) -> Percen
     origin = start.floor(f"{width}s")
 
     def lines(table: pd.DataFrame, keys: list[str], colors: Mapping[str, str]) -> tuple:
+        # each column once, then each key's rows picked (not a filter of the table each)
+        x = (table["time"] - origin).dt.total_seconds().to_numpy() / divisor
+        x = x + width / divisor / 2
+        p50 = table["p50_ms"].to_numpy(dtype=float)
+        p99 = table["p99_ms"].to_numpy(dtype=float)
+        rows_of = table.groupby("key", sort=False).indices if len(table) else {}
         out = []
         for key in keys:
-            rows = table[table["key"] == key]
-            if rows.empty:
+            rows = rows_of.get(key)
+            if rows is None or not len(rows):
                 continue
-            x = (rows["time"] - origin).dt.total_seconds().to_numpy() / divisor
-            x = x + width / divisor / 2
-            p50 = rows["p50_ms"].to_numpy(dtype=float)
-            p99 = rows["p99_ms"].to_numpy(dtype=float)
-            out.append(PercentileLine(key, colors[key], x, p50, p99))
+            out.append(PercentileLine(key, colors[key], x[rows], p50[rows], p99[rows]))
         return tuple(out)
 
     present = set(per_api["key"])
@@ -480,10 +489,9 @@ def error_bars(df: pd.DataFrame, n: int = 12) -> ErrorBars | None:
     top = stats.top_errors(df, n)
     if top.empty:
         return ErrorBars(statuses, (), ())
-    rows = stats.error_rows(df)
-    err = rows["error_name"].astype("object").where(rows["error_name"].notna(), rows["status"])
-    api = stats.api_labels(rows)
-    table = api.groupby(err.astype(str)).value_counts().unstack(fill_value=0).reindex(top["error"])
+    rows = stats.error_table(df)
+    api = rows["api"]
+    table = api.groupby(rows["error"]).value_counts().unstack(fill_value=0).reindex(top["error"])
     colors = all_api_colors(df)
     by_api = tuple(
         Band(str(name), colors.get(str(name), UNKNOWN_STATUS_COLOR), table[name].to_numpy(float))

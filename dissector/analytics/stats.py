@@ -415,14 +415,16 @@ def _by_topic(frame: pd.DataFrame, topics: pd.Series) -> pd.DataFrame:
         # thousands of rows: a Python call per row took a tenth of the topics table)
         names = pc.list_flatten(lists)
         if names.null_count == 0:
-            rows = pd.DataFrame(
-                {
-                    "row": np.asarray(pc.list_parent_indices(lists)),
-                    "topic": names.to_numpy(zero_copy_only=False),
-                }
-            ).drop_duplicates()
-            picked = frame.iloc[rows["row"].to_numpy()]
-            return picked.assign(topic=rows["topic"].to_numpy(dtype=object))
+            # each (row, topic) once, in order of first appearance, on the topics'
+            # dictionary codes: each name made text once, not once per row
+            parent = np.asarray(pc.list_parent_indices(lists), dtype=np.int64)
+            encoded = pc.dictionary_encode(names).combine_chunks()
+            codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            texts = np.array(encoded.dictionary.to_pylist(), dtype=object)
+            _, first = np.unique(parent * max(len(texts), 1) + codes, return_index=True)
+            first.sort()
+            picked = frame.iloc[parent[first]]
+            return picked.assign(topic=texts[codes[first]])
     # As objects: mapped in its own Arrow list dtype, a frame with no topic at all
     # would become list<null>, which explode cannot fill.
     frame = frame.assign(topic=topics.astype(object).map(_topic_list)).explode("topic")
@@ -474,26 +476,28 @@ def breakdown(df: pd.DataFrame, by: str) -> pd.DataFrame:
     # the sums in one grouped pass, not one per column (a named aggregation each)
     summed = ["is_error", "is_unanswered", "bytes_in", "bytes_out", "records", "throttled"]
     sums = grouped[summed].sum()
+    count = grouped.size()
+    quantiles = grouped["latency"].quantile(list(PERCENTILES)).unstack()
+    span = span_seconds(df)
+    # every column at once (a column added at a time was most of this table's time)
     out = pd.DataFrame(
         {
-            "count": grouped.size(),
-            "errors": sums["is_error"],
-            "unanswered": sums["is_unanswered"],
+            "count": count,
+            "errors": sums["is_error"].astype("int64"),
+            "unanswered": sums["is_unanswered"].astype("int64"),
             "max_ms": grouped["latency"].max(),
-            "bytes_in": sums["bytes_in"],
-            "bytes_out": sums["bytes_out"],
-            "records": sums["records"],
-            "throttled": sums["throttled"],
+            **{
+                column: sums[column].astype("int64")
+                for column in ("bytes_in", "bytes_out", "records", "throttled")
+            },
+            **{
+                percentile_column(q): quantiles[q] if q in quantiles else float("nan")
+                for q in PERCENTILES
+            },
+            "rate_per_s": count / span if span > 0 else float("nan"),
+            "error_rate": sums["is_error"] / count,
         }
     )
-    quantiles = grouped["latency"].quantile(list(PERCENTILES)).unstack()
-    for q in PERCENTILES:
-        out[percentile_column(q)] = quantiles[q] if q in quantiles else float("nan")
-    span = span_seconds(df)
-    out["rate_per_s"] = out["count"] / span if span > 0 else float("nan")
-    out["error_rate"] = out["errors"] / out["count"]
-    for col in ("bytes_in", "bytes_out", "records", "errors", "unanswered", "throttled"):
-        out[col] = out[col].astype("int64")
     out = out.reset_index()
     out = out.sort_values(["count", *keys], ascending=[False, *([True] * len(keys))])
     if by == "broker":
@@ -647,7 +651,8 @@ def timeseries_by(
     frame, width = _bucketed(df, bucket_s)
     if frame.empty:
         return pd.DataFrame(index=pd.DatetimeIndex([], tz="UTC", name="time"))
-    frame["key"] = _labels_of(df.loc[frame.index], column)
+    # the whole frame's labels (once per report: ``memoized``), of the timed rows
+    frame["key"] = _labels_of(df, column).loc[frame.index]
     counts = frame.groupby(["bucket", "key"]).size().unstack(fill_value=0)
     counts = counts.reindex(_full_index(frame, width), fill_value=0)
     counts.columns.name = column
@@ -762,6 +767,7 @@ def connection_timeseries(df: pd.DataFrame, bucket_s: int | None = None) -> pd.D
     at or before the bucket's end and at or after its start). A connection is a
     (capture, stream); its first message is not its TCP handshake when the capture
     started after it was opened."""
+    import numpy as np
     import pandas as pd
 
     frame, width = _bucketed(df, bucket_s)
@@ -770,19 +776,20 @@ def connection_timeseries(df: pd.DataFrame, bucket_s: int | None = None) -> pd.D
         out = pd.DataFrame(columns=cols, index=pd.DatetimeIndex([], tz="UTC", name="time"))
         out.attrs["bucket_s"] = width
         return out
-    conn = pd.DataFrame(
-        {
-            "capture": df.loc[frame.index, "capture"].astype("object").fillna(""),
-            "stream": df.loc[frame.index, "stream"].astype("object"),
-            "bucket": frame["bucket"],
-        }
-    )
-    spans = conn.groupby(["capture", "stream"], dropna=False)["bucket"].agg(["min", "max"])
+    # per connection, its first and last bucket by number (0: the first bucket), on
+    # arrays: a connection is told apart by codes, not by a string per row
+    connection = _connection_ids(df.loc[frame.index, "capture"], df.loc[frame.index, "stream"])
     index = _full_index(frame, width)
+    since = (frame["bucket"] - index[0]).to_numpy()
+    number = (since // np.timedelta64(width, "s")).astype(np.int64)
+    first = np.full(int(connection.max()) + 1, len(index), dtype=np.int64)
+    last = np.full(len(first), -1, dtype=np.int64)
+    np.minimum.at(first, connection, number)
+    np.maximum.at(last, connection, number)
     out = pd.DataFrame(
         {
-            "opened": spans["min"].value_counts().reindex(index, fill_value=0),
-            "closed": spans["max"].value_counts().reindex(index, fill_value=0),
+            "opened": np.bincount(first, minlength=len(index))[: len(index)],
+            "closed": np.bincount(last, minlength=len(index))[: len(index)],
         },
         index=index,
     )
@@ -792,6 +799,21 @@ def connection_timeseries(df: pd.DataFrame, bucket_s: int | None = None) -> pd.D
     out = out.astype("int64")
     out.attrs["bucket_s"] = width
     return out[cols]
+
+
+def _connection_ids(capture: pd.Series, stream: pd.Series) -> np.ndarray:
+    """One id (0 .. n - 1) per (capture, stream) of the rows; a missing capture is the
+    capture "" and a missing stream a stream of its own, as when grouped as text."""
+    import numpy as np
+    import pandas as pd
+
+    captures, names = pd.factorize(capture)
+    if (captures < 0).any():
+        blank = np.flatnonzero(np.asarray(names, dtype=object) == "")
+        captures = np.where(captures < 0, blank[0] if len(blank) else len(names), captures)
+    streams, _ = pd.factorize(stream, use_na_sentinel=False)
+    pairs = captures.astype(np.int64) * (int(streams.max()) + 1 if len(streams) else 1) + streams
+    return pd.factorize(pairs)[0]
 
 
 def latency_matrix(df: pd.DataFrame, value: str = "p99_ms") -> pd.DataFrame:
@@ -889,26 +911,38 @@ def error_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"].isin(ERROR_STATUSES).astype(bool)]
 
 
+@_per_frame
+def error_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The error rows (``error_rows``), indexed as in ``df``: each one's ``error``
+    (``error_label``), ``api`` (``api_labels``), ``client`` (``client_labels``) and
+    ``time`` (``event_time``). The per-row columns are those of the whole frame, picked:
+    a report's frame has them once (``memoized``), and its errors table and chart read
+    them three times."""
+    import pandas as pd
+
+    picked = df["status"].isin(ERROR_STATUSES).astype(bool)
+    names, status = df["error_name"][picked], df["status"][picked]
+    return pd.DataFrame(
+        {
+            "error": names.astype("object")
+            .where(names.notna(), status.astype("object"))
+            .astype(str),
+            "api": api_labels(df)[picked],
+            "client": client_labels(df)[picked],
+            "time": event_time(df)[picked],
+        }
+    )
+
+
 def top_errors(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
     """Most frequent errors: error name (or the status when there is no Kafka error
     code, e.g. ``malformed``), count, share of all rows, the APIs and clients."""
     import pandas as pd
 
-    rows = error_rows(df)
+    frame = error_table(df)
     cols = ["error", "count", "share", "apis", "client_ids", "first_seen", "last_seen"]
-    if rows.empty:
+    if frame.empty:
         return pd.DataFrame(columns=cols)
-    frame = pd.DataFrame(
-        {
-            "error": rows["error_name"]
-            .astype("object")
-            .where(rows["error_name"].notna(), rows["status"].astype("object"))
-            .astype(str),
-            "api": api_labels(rows),
-            "client": client_labels(rows),
-            "time": event_time(rows),
-        }
-    )
     grouped = frame.groupby("error", sort=True)
     out = grouped.agg(
         count=("api", "size"),
@@ -960,7 +994,9 @@ def slowest(df: pd.DataFrame, n: int = 20) -> pd.DataFrame:
 
 def unanswered(df: pd.DataFrame) -> pd.DataFrame:
     """Requests without a response, in time order."""
-    rows = df[df["status"].isin(UNANSWERED_STATUSES).astype(bool)]
+    # of the columns ``_pair_table`` reads only
+    needed = [c for c in (*PAIR_COLUMNS, "broker_ip", "broker_port") if c in df.columns]
+    rows = df[needed][df["status"].isin(UNANSWERED_STATUSES).astype(bool)]
     rows = rows.sort_values("request_time", kind="stable")
     return _pair_table(rows).reset_index(drop=True)
 
@@ -1274,19 +1310,25 @@ def queueing_per_client(df: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------------------
 
 
+@_per_frame
 def group_activity_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows of group APIs (``GROUP_ACTIVITY``) with their protocol and activity."""
+    """Rows of group APIs (``GROUP_ACTIVITY``) with their protocol and activity (once
+    per report: ``memoized``; its chart and table read them)."""
+    import numpy as np
     import pandas as pd
 
     keys = df["api_key"].astype("Int64")
     mask = keys.isin(list(GROUP_ACTIVITY)).fillna(False).astype(bool)
-    rows = df[mask]
-    activity = [GROUP_ACTIVITY[int(k)] for k in rows["api_key"]]
+    rows = df[["api_key", "error_name", "status"]][mask]
+    # each API's (protocol, activity) looked up once, not once per row
+    apis, row_api = np.unique(rows["api_key"].to_numpy(dtype=np.int64), return_inverse=True)
+    activity = [GROUP_ACTIVITY[int(k)] for k in apis]
+    named = row_api.reshape(-1).tolist()
     return pd.DataFrame(
         {
-            "time": event_time(rows),
-            "protocol": [a[0] for a in activity],
-            "activity": [a[1] for a in activity],
+            "time": event_time(df)[mask],
+            "protocol": [activity[i][0] for i in named],
+            "activity": [activity[i][1] for i in named],
             "rebalance": rows["error_name"].isin(REBALANCE_ERROR_NAMES).fillna(False).astype(bool),
             "status": rows["status"],
         },
@@ -1366,10 +1408,9 @@ def capture_facts(df: pd.DataFrame) -> CaptureFacts:
     seen = sorted({(int(k), int(v)) for k, v in pairs.itertuples(index=False)})
     # Only versions the broker answered without error prove what it supports (a
     # client probing ApiVersions v99 says nothing about the broker).
-    accepted = df[df["status"].eq("ok").fillna(False).astype(bool)]
-    accepted_pairs = (
-        accepted[["broker_ip", "broker_port", "api_key", "api_version"]].dropna().drop_duplicates()
-    )
+    ok = df["status"].eq("ok").fillna(False).astype(bool)
+    accepted = df[["broker_ip", "broker_port", "api_key", "api_version"]][ok]
+    accepted_pairs = accepted.dropna().drop_duplicates()
     by_broker: dict[str, set[tuple[int, int]]] = {}
     for ip, port, key, version in accepted_pairs.itertuples(index=False):
         by_broker.setdefault(broker_label(ip, port), set()).add((int(key), int(version)))

@@ -66,8 +66,37 @@ def plain_number(value: float, _pos: object = None) -> str:
     return f"{float(text):,.0f}" if "e" in text else text
 
 
+COORD_LIMIT = 1e12
+"""Coordinates below this (in size) are written by whole tenths (``_coords``)."""
+
+ARROW_COORDS = 512
+"""From this many coordinates on, ``_coords`` writes them with Arrow (below it, its
+fixed cost is more than Python's format per value)."""
+
+
 def _coords(values: np.ndarray) -> list[str]:
-    return [f"{v:.1f}" for v in np.round(values, 1).tolist()]
+    """Each value rounded to one decimal (numpy's rounding) and written as
+    ``f"{v:.1f}"`` writes it. A chart has tens of thousands of coordinates: written from
+    whole tenths by Arrow, not by a Python format per value, unless some value is not
+    finite or is too large for a tenth's count to be exact (then formatted one by one),
+    or there are few of them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rounded = np.round(np.asarray(values, dtype=np.float64), 1)
+    if len(rounded) < ARROW_COORDS or not (np.abs(rounded) < COORD_LIMIT).all():  # NaN too
+        return [f"{v:.1f}" for v in rounded.tolist()]
+    tenths = np.abs(np.rint(rounded * 10)).astype(np.int64)
+    text = pc.binary_join_element_wise(
+        pc.cast(pa.array(tenths // 10), pa.string()),
+        pc.cast(pa.array(tenths % 10), pa.string()),
+        ".",
+    )
+    # the sign as Python writes it: -0.0 too (a small negative value rounded to zero)
+    negative = np.signbit(rounded)
+    if negative.any():
+        text = pc.if_else(pa.array(negative), pc.binary_join_element_wise("-", text, ""), text)
+    return text.to_pylist()
 
 
 # ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from dissector import schema
 from dissector.analytics import stats
@@ -145,8 +145,7 @@ def frame_table(
     limit: int = TABLE_ROW_LIMIT,
     css: str = "",
 ) -> TableBlock:
-    # Row dicts, not iterrows: a row Series would turn an Arrow-backed list into a numpy array.
-    records = frame.head(limit).to_dict(orient="records")
+    records = _records(frame, [src for src, _, _, _ in columns], limit)
     rows = tuple(tuple(fmt(row[src]) for src, _, fmt, _ in columns) for row in records)
     keys = tuple(
         tuple(sort_key(row[src]) if numeric else "" for src, _, _, numeric in columns)
@@ -163,6 +162,19 @@ def frame_table(
         more=max(0, len(frame) - limit),
         css=css,
     )
+
+
+def _records(frame: pd.DataFrame, sources: Sequence[str], limit: int) -> list[dict[str, Any]]:
+    """The first ``limit`` rows of ``frame`` as dicts of the ``sources`` columns, each
+    value as Python gives it (``to_dict(orient="records")``'s values: ``tolist`` of each
+    column), without a dict of the other columns (a table of pairs has dozens more).
+    Not iterrows: a row Series would turn an Arrow-backed list into a numpy array."""
+    if frame.empty:  # (an empty table may have no columns at all)
+        return []
+    shown = list(dict.fromkeys(sources))
+    head = frame.head(limit)
+    cells = [head[c].tolist() for c in shown]
+    return [dict(zip(shown, row, strict=True)) for row in zip(*cells, strict=True)]
 
 
 def breakdown_metrics(df: pd.DataFrame) -> tuple[Column, ...]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import re
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,10 @@ def _visible(value: Any) -> Any:
     """Wire strings shown in the page keep no control characters (written ``\\xNN``)."""
     from dissector.table.text_rows import visible_text
 
+    # Called for every value the page shows (ten thousand on a long capture): a text
+    # with no control character (``isprintable``: none of ``visible_text``'s) is itself
+    if type(value) is str and value.isprintable():
+        return value
     if isinstance(value, str) and not isinstance(value, Markup):
         return visible_text(value)
     return value
@@ -49,7 +52,9 @@ def breakable(text: str) -> Markup:
     """``text`` escaped, with a line-break opportunity after each underscore and slash:
     browsers break at spaces and hyphens only, and an error name such as
     SASL_AUTHENTICATION_FAILED would otherwise set its column's minimum width."""
-    return Markup(re.sub(r"([_/])", r"\1<wbr>", str(escape(_visible(str(text))))))
+    # escaping adds no underscore or slash, nor does the first replace add a slash
+    escaped = str(escape(_visible(str(text))))
+    return Markup(escaped.replace("_", "_<wbr>").replace("/", "/<wbr>"))
 
 
 def render(

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,19 +70,24 @@ def analyze(
     frames = []
     collected = TableCollector()
     kept: list[pa.Table] = []
-    for source in sets:
-        narrowed = _Narrowed(partition_columns)
-        analytics = TableCollector(writers=narrowed.writers())
-        try:
-            frames.append(_run_one(source, options, analytics, show))
-        except (CaptureError, OSError) as exc:
-            if failures is None:
-                raise
-            failures.append((source.name, str(exc)))
-            continue
-        readable.append(source)
-        collected.merge(analytics)
-        kept.extend(narrowed.batches)
+    imports = _Imports()
+    try:
+        for source in sets:
+            narrowed = _Narrowed(partition_columns)
+            analytics = TableCollector(writers=narrowed.writers())
+            try:
+                frames.append(_run_one(source, options, analytics, show, imports.start))
+            except (CaptureError, OSError) as exc:
+                if failures is None:
+                    raise
+                failures.append((source.name, str(exc)))
+                continue
+            readable.append(source)
+            collected.merge(analytics)
+            kept.extend(narrowed.batches)
+    finally:
+        imports.join()
+    imports.check()
     df = combined_frame(frames)
     del frames
     release_memory()
@@ -161,26 +168,65 @@ def _selected(table: pa.Table, columns: Iterable[str]) -> pa.Table:
 
 
 def _run_one(
-    source: CaptureSet, options: Options, analytics: TableCollector, show: bool
+    source: CaptureSet,
+    options: Options,
+    analytics: TableCollector,
+    show: bool,
+    meanwhile: Callable[[], None],
 ) -> pd.DataFrame:
     from dissector.table.analysis import run_analysis
 
-    return run_analysis([source], options, analytics=analytics, show=show, meanwhile=_ahead)
+    return run_analysis([source], options, analytics=analytics, show=show, meanwhile=meanwhile)
 
 
-def _ahead() -> None:
-    """What the report imports after the pass, imported while the core reads the
-    capture: the core's worker releases the GIL, so this runs on the second core
-    (pandas alone takes 0.3 s, a sixth of a long capture's report). A missing
-    optional dependency (jinja2) fails here, at the start of the pass, as the CLI's
-    clear message."""
+@dataclass
+class _Imports:
+    """The packages the report imports after the pass (``_import_packages``), imported
+    on a thread of their own while the core reads the captures. ``meanwhile`` runs on
+    the thread that takes the core's batches, and the core's worker keeps at most two
+    batches ahead of it: imported there, they held the pass up for their whole time
+    (0.3 s of a 30 s capture's report, pandas most of it); on a thread of their own the
+    core goes on (the worker releases the GIL)."""
+
+    thread: threading.Thread | None = None
+    failure: BaseException | None = None
+
+    def start(self) -> None:
+        """Start the imports (once: ``meanwhile`` is called for each capture). A
+        missing optional dependency (jinja2) fails here, at the start of the pass, as
+        the CLI's clear message."""
+        if self.thread is not None:
+            return
+        if importlib.util.find_spec("jinja2") is None:
+            raise ModuleNotFoundError("No module named 'jinja2'", name="jinja2")
+        self.thread = threading.Thread(target=self._run, name="report-imports", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            _import_packages()
+        except BaseException as exc:  # raised on the caller's thread by check()
+            self.failure = exc
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+
+    def check(self) -> None:
+        """Raise what the imports raised (e.g. a broken install of jinja2)."""
+        if self.failure is not None:
+            raise self.failure
+
+
+def _import_packages() -> None:
+    """The third-party packages the report imports after the pass. Only those: the
+    dissector modules are imported after the pass, on the caller's thread, so that no
+    module of this package is ever imported by two threads at once (two threads
+    importing modules that import each other can deadlock)."""
+    import jinja2  # noqa: F401
+    import numpy  # noqa: F401
     import pandas  # noqa: F401
     import pyarrow.acero  # noqa: F401  (pyarrow's group_by: 50 ms more)
-
-    from dissector.analytics import groups, lag, partitions, summary_table, versions  # noqa: F401
-    from dissector.analytics.report import page  # the charts, numpy, jinja2
-
-    page._template()
 
 
 def report_file(
@@ -211,7 +257,7 @@ def report_file(
         command += f" --max-frame {opts.max_frame}"
     if opts.tls:
         command += "".join(f" --tls-keylog {p}" for p in opts.tls.paths)
-    from dissector.analytics.report.page import write_report  # imported in the pass: _ahead
+    from dissector.analytics.report.page import write_report
 
     return write_report(df, output, title=title, command=command, ports=opts.ports)
 
