@@ -78,3 +78,14 @@ def quantile(groups: SortedGroups, q: float, rule: Rule) -> npt.NDArray[np.float
         picked = np.where(fraction >= 0.5, b - diff * (1 - fraction), a + diff * fraction)
     out[has] = picked
     return out
+
+
+def largest(groups: SortedGroups) -> npt.NDArray[np.float64]:
+    """Per group, its largest value (the last of its sorted ones); NaN for a group with
+    none."""
+    import numpy as np
+
+    out = np.full(len(groups.counts), np.nan)
+    has = groups.counts > 0
+    out[has] = groups.values[groups.starts[has] + groups.counts[has] - 1]
+    return out

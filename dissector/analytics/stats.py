@@ -921,12 +921,9 @@ def error_table(df: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
     picked = df["status"].isin(ERROR_STATUSES).astype(bool)
-    names, status = df["error_name"][picked], df["status"][picked]
     return pd.DataFrame(
         {
-            "error": names.astype("object")
-            .where(names.notna(), status.astype("object"))
-            .astype(str),
+            "error": error_label(df[["error_name", "status"]][picked]),
             "api": api_labels(df)[picked],
             "client": client_labels(df)[picked],
             "time": event_time(df)[picked],

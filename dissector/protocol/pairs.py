@@ -247,7 +247,8 @@ def row_decode_error(ex: ExchangeView, summary: dict[str, Any] | None) -> str | 
 
 def cut_facts(decoder: Any, ex: ExchangeView, names: Any) -> dict[str, Any]:
     """What the captured bytes of the sides not captured whole tell (native core:
-    summary.rs ``summarize_cut``, added to the row by pipeline.rs ``add_cut_facts``):
+    summary.rs ``read_cut`` and ``CutScan::facts``, added to the row by pipeline.rs
+    ``add_cut_facts``):
     ``topics``, the topics named in them (to add to the row's, ``add_topics``); of a
     response, a non-zero error code read before the cut (its error count is then
     unknown) and its throttle. The decoder reads each prefix as far as it goes; nothing

@@ -9,7 +9,7 @@ zip, compiled from source (no bytecode cache inside a zip), and at its first tas
 ``importlib.invalidate_caches`` re-reads the directories of the three archives (thousands
 of entries): about 0.4 s of CPU per worker process, measured on a 2-core machine. This
 module drops an archive from ``sys.path`` when every package in it is importable
-from a directory further on, in the same version, and then runs PySpark's daemon,
+from a directory of the path, in the same version, and then runs PySpark's daemon,
 whose forked workers inherit the path.
 
 Imports only the standard library before the fork (the daemon must start no thread
@@ -51,13 +51,13 @@ def same_version(archive: zipfile.ZipFile, name: str, directory: Path) -> bool:
     return True
 
 
-def redundant(entry: str, later: list[str]) -> bool:
+def redundant(entry: str, directories: list[str]) -> bool:
     """Whether archive ``entry`` of ``sys.path`` offers nothing that the directories in
-    ``later`` do not (its packages found there, in the same version)."""
+    ``directories`` do not (its packages found there, in the same version)."""
     try:
         with zipfile.ZipFile(entry) as archive:
             for name in top_level_names(archive):
-                spec = PathFinder.find_spec(name, later)
+                spec = PathFinder.find_spec(name, directories)
                 if spec is None or spec.origin is None:
                     return False
                 locations = list(spec.submodule_search_locations or [])

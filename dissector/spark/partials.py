@@ -26,7 +26,7 @@ Needs pyarrow, never pyspark: the Spark side of the same tables is ``aggregate``
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -240,10 +240,8 @@ def _of_set(columns: dict[str, pa.ChunkedArray], name: str, schema: pa.Schema) -
 
     n = len(next(iter(columns.values())))
     given = {"set": pa.array([name] * n, pa.string()), **columns}
-    arrays = [
-        given[f.name].cast(f.type) if f.name in given else pa.nulls(n, f.type) for f in schema
-    ]
-    return pa.Table.from_arrays(arrays, schema=schema)
+    others = {f.name: pa.nulls(n, f.type) for f in schema if f.name not in given}
+    return _in_schema({**given, **others}, schema)
 
 
 def group_partials(
@@ -270,11 +268,14 @@ def _named(
 ) -> pa.Table:
     """pyarrow's ``group_by().aggregate()`` output (the aggregates first, named
     ``<column>_<function>``, then the keys) as ``schema``'s columns, in order."""
+    return _in_schema(_by_name(aggregated, keys, values), schema)
+
+
+def _in_schema(columns: Mapping[str, pa.Array | pa.ChunkedArray], schema: pa.Schema) -> pa.Table:
+    """``schema``'s columns (each by name in ``columns``, cast to its type), in order."""
     import pyarrow as pa
 
-    named = _by_name(aggregated, keys, values)
-    columns = [named[f.name].cast(f.type) for f in schema]
-    return pa.Table.from_arrays(columns, schema=schema)
+    return pa.Table.from_arrays([columns[f.name].cast(f.type) for f in schema], schema=schema)
 
 
 def _by_name(

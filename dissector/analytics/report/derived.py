@@ -235,10 +235,16 @@ def lag_summary(
     """``lag.lag_at_end``: committed lag per (capture, group, topic, partition) at the end
     of the capture (``end`` per capture), the largest first and unknown lag last
     (``reduced``: as ``lag_at_end`` takes it)."""
-    from dissector.analytics.lag import GROUP_KEYS, lag_at_end
+    from dissector.analytics.lag import lag_at_end
 
-    out = lag_at_end(parts, end, reduced=reduced)
-    return out.sort_values(
+    return _largest_lag_first(lag_at_end(parts, end, reduced=reduced))
+
+
+def _largest_lag_first(lag: pd.DataFrame) -> pd.DataFrame:
+    """Lag rows, the largest lag (then time lag) first, unknown ones last."""
+    from dissector.analytics.lag import GROUP_KEYS
+
+    return lag.sort_values(
         ["lag", "time_lag_ms", *GROUP_KEYS],
         ascending=[False, False, *[True] * len(GROUP_KEYS)],
         na_position="last",
@@ -268,13 +274,7 @@ def table_lag(tables: AnalyticsTables, end: Mapping[str, pd.Timestamp]) -> pd.Da
     inputs = table.select(list(lag.INPUTS)).filter(pa.array(read))
     rows = lag_at_end_arrow(inputs, {c: int(t.value) for c, t in chosen.items()})
     nullable = {pa.int64(): pd.Int64Dtype(), pa.float64(): pd.Float64Dtype()}
-    frame = lag.typed(rows.to_pandas(types_mapper=nullable.get), lag.LAG_COLUMNS)
-    return frame.sort_values(
-        ["lag", "time_lag_ms", *lag.GROUP_KEYS],
-        ascending=[False, False, *[True] * len(lag.GROUP_KEYS)],
-        na_position="last",
-        kind="stable",
-    )
+    return _largest_lag_first(lag.typed(rows.to_pandas(types_mapper=nullable.get), lag.LAG_COLUMNS))
 
 
 def capture_ends(df: pd.DataFrame) -> dict[str, pd.Timestamp]:
@@ -302,7 +302,6 @@ def produce_to_fetch_summary(parts: pd.DataFrame) -> pd.DataFrame:
     ids = by_topic.ngroup().to_numpy()
     sizes = by_topic.size()
     groups = grouped.sorted_groups(ids, stats.as_float(p2f["latency_ms"]), len(sizes))
-    last = groups.starts + groups.counts - 1
     records = np.bincount(ids, stats.as_float(p2f["records"]).fillna(0.0), len(sizes))
     out = {
         "capture": [capture for capture, _ in sizes.index],
@@ -314,9 +313,7 @@ def produce_to_fetch_summary(parts: pd.DataFrame) -> pd.DataFrame:
             f"p{int(p * 100)}_ms": grouped.quantile(groups, p, grouped.SERIES).tolist()
             for p in (0.5, 0.9, 0.99)
         },
-        "max_ms": np.where(groups.counts > 0, groups.values[np.maximum(last, 0)], np.nan)
-        if len(groups.values)
-        else np.full(len(sizes), np.nan),
+        "max_ms": grouped.largest(groups).tolist(),
     }
     return pd.DataFrame(out, columns=columns)
 

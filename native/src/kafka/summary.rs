@@ -385,6 +385,17 @@ struct Scan<'a> {
     learned: Vec<(String, String)>,
 }
 
+impl Scan<'_> {
+    /// The topics the body's top level names (`topic`, then `topic_name`), after those
+    /// of its entries.
+    fn top_names(&self) -> impl Iterator<Item = Cow<'_, str>> {
+        [&self.top_topic, &self.top_topic_name]
+            .into_iter()
+            .flatten()
+            .map(|t| Cow::Borrowed(t.as_str()))
+    }
+}
+
 /// What an entry of an item array says about its topic (`summary._topic_of`).
 #[derive(Default)]
 struct Item<'a> {
@@ -1144,12 +1155,7 @@ impl CutScan<'_> {
         out.throttle_ms = resp_scan.throttle.and_then(|t| i64::try_from(t).ok());
         for scan in [req_scan, resp_scan] {
             let names = scan.topics.order.iter().map(|c| resolve(topics, c));
-            let tops = [&scan.top_topic, &scan.top_topic_name];
-            let tops = tops
-                .into_iter()
-                .flatten()
-                .map(|t| Cow::Borrowed(t.as_str()));
-            for name in names.chain(tops) {
+            for name in names.chain(scan.top_names()) {
                 if out.topics.len() < MAX_TOPICS && !out.topics.iter().any(|t| *t == name) {
                     out.topics.push(name.into_owned());
                 }
@@ -1427,12 +1433,7 @@ fn combine(
             .iter()
             .filter(|c| !settled.is_some_and(|r| r.topics.contains(c)))
             .map(|c| resolve(names, c));
-        let tops = [&scan.top_topic, &scan.top_topic_name];
-        let tops = tops
-            .into_iter()
-            .flatten()
-            .map(|t| Cow::Borrowed(t.as_str()));
-        for name in found.chain(tops) {
+        for name in found.chain(scan.top_names()) {
             let known = match &seen {
                 Some(set) => set.contains(&name),
                 None => picked.contains(&name),

@@ -215,7 +215,7 @@ impl<'m> Sparse<'m> {
         out: &mut Val<'a>,
     ) -> R<()> {
         if !m.array && m.kind.is_int() && !self.model.facts(m).odd {
-            *out = Val::Int(i64::try_from(read_int(cur, m.kind)?).map_err(|_| Stop("int_range"))?);
+            *out = Val::Int(int64(cur, m.kind)?);
         } else {
             *out = self.value(m, cur, depth)?;
         }
@@ -250,9 +250,7 @@ impl<'m> Sparse<'m> {
                 None => Val::Null,
                 Some(raw) => Val::Bytes(raw.len()),
             },
-            k if k.is_int() => {
-                Val::Int(i64::try_from(read_int(cur, k)?).map_err(|_| Stop("int_range"))?)
-            }
+            k if k.is_int() => Val::Int(int64(cur, k)?),
             Kind::Bool => Val::Bool(cur.u8()? != 0),
             _ => {
                 skip_value(self.model, m, cur, self.flexible, depth)?;
@@ -285,8 +283,7 @@ impl<'m> Sparse<'m> {
             k if k.is_int() => {
                 let mut items = Vec::with_capacity(bounded);
                 for _ in 0..count {
-                    let v = i64::try_from(read_int(cur, k)?).map_err(|_| Stop("int_range"))?;
-                    items.push(Val::Int(v));
+                    items.push(Val::Int(int64(cur, k)?));
                 }
                 Ok(Val::List(items))
             }
@@ -312,6 +309,13 @@ impl<'m> Sparse<'m> {
             offsets: x.map(|x| x.offsets).unwrap_or_default(),
         })
     }
+}
+
+/// An int field of kind `kind` as the tables keep it (i64; a u64 past it is a value
+/// Python's dict holds and the columns cannot: the walk stops).
+#[inline]
+fn int64(cur: &mut Cursor<'_>, kind: Kind) -> R<i64> {
+    i64::try_from(read_int(cur, kind)?).map_err(|_| Stop("int_range"))
 }
 
 /// One side of a pair as the tables read it.
