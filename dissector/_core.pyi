@@ -19,6 +19,7 @@ __all__ = [
     "Exchange",
     "Float64Column",
     "Frame",
+    "Int64Buffer",
     "Int64Column",
     "Int64ListColumn",
     "InterfaceFacts",
@@ -45,11 +46,19 @@ __all__ = [
 __version__: str
 
 @final
+class Int64Buffer:
+    """int64 values the core handed over without a copy, read through the buffer
+    protocol (read-only little-endian bytes; ``len()`` counts bytes, as for ``bytes``)."""
+
+    def __len__(self) -> int: ...
+
+@final
 class Int64Column:
-    """int64 values (little-endian) and Arrow's validity bitmap (None: no nulls)."""
+    """int64 values (little-endian) and Arrow's validity bitmap (None: no nulls); the
+    analytics tables' values come as an ``Int64Buffer``."""
 
     @property
-    def values(self) -> bytes: ...
+    def values(self) -> bytes | Int64Buffer: ...
     @property
     def validity(self) -> bytes | None: ...
     @property

@@ -520,7 +520,7 @@ def _producers(topic: str) -> list[dict[str, Any]]:
 def test_dense_ids_rank_as_numpy_unique() -> None:
     # superseded_in_table's ids, ranked by a table over short ranges, against the sort
     # np.unique does: short and wide ranges, nulls (_NONE), several keys.
-    from dissector.analytics.lag import _NONE, _dense_ids
+    from dissector.analytics.lag import _NONE, dense_ids
 
     def by_unique(*keys: Any) -> Any:
         ids = np.zeros(len(keys[0]), dtype=np.int64)
@@ -541,4 +541,4 @@ def test_dense_ids_rank_as_numpy_unique() -> None:
         n = int(rng.integers(1, 500))
         keys = [kinds[int(rng.integers(0, 4))](n).astype(np.int64) for _ in range(3)]
         for count in (1, 2, 3):
-            assert (_dense_ids(*keys[:count]) == by_unique(*keys[:count])).all()
+            assert (dense_ids(*keys[:count]) == by_unique(*keys[:count])).all()

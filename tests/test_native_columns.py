@@ -114,3 +114,39 @@ def test_stage_exchanges_carry_typed_endpoints() -> None:
         assert type(client) is Endpoint and type(broker) is Endpoint
     assert len(seen) > 3
     assert seen == oracle
+
+
+def test_table_int_columns_are_lent_to_arrow_without_a_copy() -> None:
+    """The analytics tables' int64 columns cross as an ``Int64Buffer``: read-only, wrapped
+    by Arrow in place (the array's data is the core's memory, not a copy), and still
+    readable once the core's records of the batch are gone (Arrow holds the buffer)."""
+    import ctypes
+    import gc
+
+    import pyarrow as pa
+    import pytest
+
+    from dissector.wire.native import arrow_column
+
+    analyzer = new_analyzer(Options(), tables=True)
+    open_capture(analyzer, str(REPO / "captures" / "kafka-4-lag.pcapng"))
+    analyzer.run(1_000_000)
+    batch = analyzer.take_tables()
+    assert batch is not None
+    rows = batch.partitions.rows
+    assert rows > 100
+    column = batch.partitions.columns["partition"]
+    assert isinstance(column, _core.Int64Column)
+    values = column.values
+    assert isinstance(values, _core.Int64Buffer)
+    view = memoryview(values)
+    assert view.readonly and view.nbytes == len(values) == rows * 8
+    with pytest.raises(TypeError):  # no writable export: Arrow's data must not change
+        (ctypes.c_char * 8).from_buffer(values)  # type: ignore[arg-type]
+    array = arrow_column(column)
+    assert array.buffers()[1].address == pa.py_buffer(values).address
+    expected = [int.from_bytes(view[i : i + 8], "little", signed=True) for i in range(0, 80, 8)]
+    view.release()
+    del view, values, column, batch
+    gc.collect()
+    assert array.fill_null(0).to_pylist()[:10] == expected

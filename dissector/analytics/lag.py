@@ -352,7 +352,7 @@ def evaluation_times_in_table(
     request = _ints(table.column("request_time").cast(pa.int64()))
     response = _ints(table.column("response_time").cast(pa.int64()))
     named = capture >= 0
-    latest = _group_max(capture[named], np.maximum(request, response)[named], None,
+    latest = group_max(capture[named], np.maximum(request, response)[named], None,
                         size=len(captures))  # fmt: skip
     seen = np.bincount(capture[named], minlength=len(captures)) > 0
     found = {
@@ -372,21 +372,21 @@ def superseded_in_table(table: pa.Table, chosen: Mapping[str, pd.Timestamp]) -> 
 
     rows = _FetchRows.of(table, chosen)
     fetch, log_end, position = rows.fetch, rows.log_end, rows.position
-    client = _dense_ids(rows.partition_id, rows.client)  # per (partition, client_id)
+    client = dense_ids(rows.partition_id, rows.client)  # per (partition, client_id)
     # per client and partition (``newest_fetches``): the highest log end told, the
     # latest response telling it, the latest response
-    hwm = _group_max(client, rows.watermark, log_end)
+    hwm = group_max(client, rows.watermark, log_end)
     at_highest = log_end & (rows.watermark == hwm[client])
-    told = _group_max(client, rows.time, at_highest)
-    latest = _group_max(client, rows.time, position)
+    told = group_max(client, rows.time, at_highest)
+    latest = group_max(client, rows.time, position)
     # per partition (``_newest_of`` of those): the highest of the clients', the latest
     # response telling it
     clients = np.flatnonzero(np.bincount(client, weights=log_end, minlength=len(hwm)) > 0)
     part_of_client = np.zeros(len(hwm), dtype=np.int64)
     part_of_client[client] = rows.partition_id
     parts = part_of_client[clients]
-    top = _group_max(parts, hwm[clients], None, size=rows.partitions)
-    top_told = _group_max(parts, told[clients], hwm[clients] == top[parts], size=rows.partitions)
+    top = group_max(parts, hwm[clients], None, size=rows.partitions)
+    top_told = group_max(parts, told[clients], hwm[clients] == top[parts], size=rows.partitions)
     pid = rows.partition_id
     highest = (rows.watermark == top[pid]) & (rows.time == top_told[pid]) & (top_told[pid] != _NONE)
     newest_position = (rows.time == latest[client]) & (latest[client] != _NONE)
@@ -438,7 +438,7 @@ class _FetchRows:
         partition = _ints(table.column("partition"))
         ok &= partition != _NONE
         topic, _ = _codes(table.column("topic"))
-        partition_id = _dense_ids(capture, topic, partition)
+        partition_id = dense_ids(capture, topic, partition)
         del capture, topic, partition
         watermark = _ints(table.column("high_watermark"))
         log_end = fetch & ok & (watermark >= 0)
@@ -491,7 +491,7 @@ def _ints(column: pa.ChunkedArray) -> Ints:
     return np.asarray(filled.to_numpy(), dtype=np.int64)
 
 
-def _dense_ids(*keys: Ints | Codes) -> Ints:
+def dense_ids(*keys: Ints | Codes) -> Ints:
     """One id per distinct combination of the integer ``keys`` (0 .. n - 1), in the
     order of the combinations (the first key most significant)."""
     import numpy as np
@@ -508,7 +508,7 @@ def _dense_ids(*keys: Ints | Codes) -> Ints:
 
 
 _DENSE_SPAN = 1 << 24
-"""Widest range of ids ``_dense_ids`` combines before ranking them again."""
+"""Widest range of ids ``dense_ids`` combines before ranking them again."""
 
 
 def _ranks(values: Ints | Codes) -> tuple[Ints, int]:
@@ -536,7 +536,7 @@ def _ranks(values: Ints | Codes) -> tuple[Ints, int]:
     return rank[offset], int(rank[-1]) + 1
 
 
-def _group_max(ids: Ints | Codes, values: Ints, mask: Mask | None, size: int | None = None) -> Ints:
+def group_max(ids: Ints | Codes, values: Ints, mask: Mask | None, size: int | None = None) -> Ints:
     """Per id (0 .. size - 1): the largest of ``values`` over the rows of ``mask``
     (all when None); ``_NONE`` where none."""
     import numpy as np

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from dissector.analytics.lag import dense_ids, group_max
 from dissector.protocol.families import COMMITS, names
 from dissector.protocol.keys import ApiKey
 from dissector.spark.typemap import ARROW_TIMESTAMP
@@ -207,61 +208,6 @@ def _is_fetch(rows: pa.Table) -> Any:
     return _codes(rows.column("api_name")) == (words.index(_FETCH) if _FETCH in words else -2)
 
 
-def _group_ids(keys: list[Any]) -> tuple[Any, Any]:
-    """(order, starts) grouping rows by equal ``keys`` (numpy int64 arrays, the last
-    the most significant): ``order`` sorts the rows by group, ``starts`` are the
-    positions in it where each group begins. The keys (dictionary codes, partition
-    numbers: small ranges) are packed into one int64 when their ranges fit, so that
-    one sort of one key does what a ``lexsort`` of four did (a third of a task's lag
-    work on a long-poll capture); else ``lexsort``."""
-    import numpy as np
-
-    packed = _packed(keys)
-    if packed is not None:
-        order = np.argsort(packed)
-        ranked = packed[order]
-        changed = np.empty(len(order), dtype=bool)
-        changed[0] = True
-        np.not_equal(ranked[1:], ranked[:-1], out=changed[1:])
-        return order, np.flatnonzero(changed)
-    order = np.lexsort(keys)
-    changed = np.zeros(len(order), dtype=bool)
-    changed[0] = True
-    for key in keys:
-        ranked = key[order]
-        changed[1:] |= ranked[1:] != ranked[:-1]
-    return order, np.flatnonzero(changed)
-
-
-def _packed(keys: list[Any]) -> Any:
-    """``keys`` (non-empty numpy int64 arrays of one length) as one int64 per row, equal
-    where all keys are equal, or None when their ranges need more than 62 bits."""
-    import numpy as np
-
-    packed = np.zeros(len(keys[0]), dtype=np.int64)
-    bits = 0
-    for key in keys:
-        low, high = int(key.min()), int(key.max())
-        width = (high - low).bit_length()
-        bits += width
-        if bits > 62:
-            return None
-        packed |= (key - low) << (bits - width)
-    return packed
-
-
-def _group_max(values: Any, group: tuple[Any, Any]) -> Any:
-    """Per row: the largest of ``values`` in its group (``_group_ids``)."""
-    import numpy as np
-
-    order, starts = group
-    largest = np.maximum.reduceat(values[order], starts)
-    sizes = np.diff(np.append(starts, len(order)))
-    out = np.empty_like(values)
-    out[order] = np.repeat(largest, sizes)
-    return out
-
-
 def needed_fetches(rows: pa.Table) -> Any:
     """Positions (numpy) of the Fetch rows of ``rows`` (``lag_inputs``) that
     ``lag.lag_at_end`` may read at its default evaluation time (the capture's end,
@@ -290,14 +236,14 @@ def needed_fetches(rows: pa.Table) -> Any:
     at = np.flatnonzero(log_end)
     if at.size == 0:
         return at
-    keys = [_int64s(rows.column("partition"), 0)[at]]
-    keys += [_codes(rows.column(c))[at] for c in ("topic", "client_id", "capture")]
-    group = _group_ids(keys)
+    keys = [_codes(rows.column(c))[at] for c in ("capture", "client_id", "topic")]
+    group = dense_ids(*keys, _int64s(rows.column("partition"), 0)[at])
+    groups = int(group.max()) + 1
     time, watermark = times[at], watermark[at]
-    at_highest = watermark == _group_max(watermark, group)
-    latest_at_highest = _group_max(np.where(at_highest, time, np.iinfo(np.int64).min), group)
+    at_highest = watermark == group_max(group, watermark, None, groups)[group]
+    latest_at_highest = group_max(group, time, at_highest, groups)[group]
     position = _int64s(rows.column("fetch_offset"), -1)[at] >= 0
-    latest_position = _group_max(np.where(position, time, np.iinfo(np.int64).min), group)
+    latest_position = group_max(group, time, position, groups)[group]
     kept = (at_highest & (time == latest_at_highest)) | (position & (time == latest_position))
     return at[kept]
 

@@ -5,8 +5,10 @@
 //! tables' are their contracts' (`table_model`).
 
 use std::collections::BTreeMap;
+use std::ffi::{c_int, c_void};
 
 use pyo3::exceptions::PyRuntimeError;
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
@@ -15,10 +17,11 @@ use crate::rows::columns::PairColumn;
 use crate::rows::tables::{Column, TableColumns, TableCounters};
 use crate::rows::{ColumnRef, Dict, DictList, Nullable, RowBuilder};
 
-/// int64 values (little-endian), Arrow's validity bitmap (None: no nulls).
+/// int64 values (little-endian), Arrow's validity bitmap (None: no nulls). `values` is
+/// `bytes`, or an `Int64Buffer` where the core hands over values it no longer needs.
 #[pyclass(frozen, get_all, module = "dissector._core")]
 pub struct Int64Column {
-    values: Py<PyBytes>,
+    values: Py<PyAny>,
     validity: Option<Py<PyBytes>>,
     null_count: usize,
 }
@@ -65,6 +68,73 @@ pub struct StrListColumn {
 pub struct Int64ListColumn {
     offsets: Py<PyBytes>,
     values: Py<PyBytes>,
+}
+
+/// int64 values the core built and hands over, lent to Python as they are through the
+/// buffer protocol (read-only, little-endian bytes; `len()` counts bytes, as for
+/// `bytes`): Arrow wraps them without a copy (`pa.py_buffer`) and keeps this object for
+/// as long as an array uses them. Copied into `bytes`, the analytics tables' columns
+/// cost a copy and the fresh pages' faults of every batch (a long-poll capture's
+/// partitions table has about 25 int64 columns of 250,000 rows).
+#[pyclass(frozen, module = "dissector._core")]
+pub struct Int64Buffer {
+    values: Vec<i64>,
+}
+
+impl Int64Buffer {
+    fn new(mut values: Vec<i64>) -> Self {
+        for v in &mut values {
+            *v = v.to_le(); // nothing to do on a little-endian machine
+        }
+        Int64Buffer { values }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the slice covers exactly the vector's initialised values; u8 has no
+        // alignment requirement and every byte is a valid u8.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.values.as_ptr().cast::<u8>(),
+                std::mem::size_of_val(self.values.as_slice()),
+            )
+        }
+    }
+}
+
+#[pymethods]
+impl Int64Buffer {
+    /// # Safety
+    /// Called by Python with a `Py_buffer` to fill (the buffer protocol).
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let bytes = slf.get().bytes();
+        let len = ffi::Py_ssize_t::try_from(bytes.len())
+            .map_err(|_| PyRuntimeError::new_err("buffer too large"))?;
+        // SAFETY: `view` is the caller's; the bytes live in this frozen object, which
+        // `PyBuffer_FillInfo` holds (view->obj) until the buffer is released. Read-only:
+        // a writable request is refused with BufferError.
+        let filled = unsafe {
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                bytes.as_ptr().cast_mut().cast::<c_void>(),
+                len,
+                1,
+                flags,
+            )
+        };
+        if filled == -1 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    fn __len__(&self) -> usize {
+        self.bytes().len()
+    }
 }
 
 /// Arrow's validity bitmap (bit i of byte i/8 set when row i is valid, least
@@ -124,7 +194,18 @@ fn words(py: Python<'_>, words: &[String]) -> (Py<PyBytes>, Py<PyBytes>) {
 fn int64(py: Python<'_>, col: &Nullable<i64>) -> PyResult<Py<PyAny>> {
     let (valid, null_count) = validity(&col.valid);
     let column = Int64Column {
-        values: le_bytes(py, &col.values, i64::to_le_bytes)?,
+        values: le_bytes(py, &col.values, i64::to_le_bytes)?.into_any(),
+        validity: valid.map(|v| bytes(py, &v)),
+        null_count,
+    };
+    Ok(Py::new(py, column)?.into_any())
+}
+
+/// A column the core no longer needs: its values handed over without a copy.
+fn owned_int64(py: Python<'_>, col: Nullable<i64>) -> PyResult<Py<PyAny>> {
+    let (valid, null_count) = validity(&col.valid);
+    let column = Int64Column {
+        values: Py::new(py, Int64Buffer::new(col.values))?.into_any(),
         validity: valid.map(|v| bytes(py, &v)),
         null_count,
     };
@@ -231,17 +312,17 @@ pub struct TablesBatch {
 
 fn table_buffers(
     py: Python<'_>,
-    table: &TableColumns,
+    table: TableColumns,
     counters: &BTreeMap<&'static str, u64>,
 ) -> PyResult<Py<TableBuffers>> {
     let columns = PyDict::new(py);
-    for (name, column) in &table.columns {
+    for (name, column) in table.columns {
         let column = match column {
-            Column::I64(c) => int64(py, c)?,
-            Column::F64(c) => float64(py, c)?,
-            Column::Str(c) => dictionary(py, c)?,
-            Column::Bool(c) => boolean(py, c)?,
-            Column::I64List { offsets, values } => int64_list(py, offsets, values)?,
+            Column::I64(c) => owned_int64(py, c)?,
+            Column::F64(c) => float64(py, &c)?,
+            Column::Str(c) => dictionary(py, &c)?,
+            Column::Bool(c) => boolean(py, &c)?,
+            Column::I64List { offsets, values } => int64_list(py, &offsets, &values)?,
         };
         columns.set_item(name, column)?;
     }
@@ -266,8 +347,8 @@ pub fn tables_batch(
     let mut partitions = None;
     let mut groups = None;
     let mut versions = None;
-    for (name, table) in &taken {
-        let (slot, counted) = match *name {
+    for (name, table) in taken {
+        let (slot, counted) = match name {
             "partitions" => (&mut partitions, &counters.partitions),
             "groups" => (&mut groups, &counters.groups),
             "versions" => (&mut versions, &counters.versions),
@@ -291,6 +372,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<DictColumn>()?;
     m.add_class::<StrListColumn>()?;
     m.add_class::<Int64ListColumn>()?;
+    m.add_class::<Int64Buffer>()?;
     m.add_class::<TableBuffers>()?;
     m.add_class::<TablesBatch>()?;
     Ok(())
