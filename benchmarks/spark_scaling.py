@@ -14,7 +14,9 @@ are printed. From them:
                              the JVM's start and Spark's fixed costs cancelled out
   offline throughput         pairs / second of ``dissector.analyze``, one process
 
-and their ratio (the fleet issue's goal: at least 0.25). Then the job runs once on
+and their ratio (the fleet issue's goal: at least 0.25). ``--analytics none`` times
+the pairs and the summaries alone: against the default, what the analytics tables
+(partitions, groups, versions, lag) cost each capture. Then the job runs once on
 ``--oom-copies`` copies (default 16; 0 skips it) with ``--verbose``, to show it ends
 without an OutOfMemoryError. For every job the peak resident memory (VmHWM) of the
 driver (the command's Python), of the JVM and of the largest Python worker is
@@ -336,7 +338,8 @@ def job_report(folder: Path, copies: list[int], args: argparse.Namespace) -> int
     print(f"  {offline_pairs} pairs, {rate:,.0f} pairs/s (best run)")
     for n in copies:
         walls = [j.seconds for j in jobs[n]]
-        print(f"spark x{n} ({args.master}, every table): {_summary(walls)} wall")
+        tables = "every table" if args.analytics == "all" else f"--analytics {args.analytics}"
+        print(f"spark x{n} ({args.master}, {tables}): {_summary(walls)} wall")
         if any(j.pairs != jobs[n][0].pairs for j in jobs[n]):
             print("  MISMATCH: pair counts differ between runs")
             return 1

@@ -508,9 +508,11 @@ enum CtxVal<'t> {
 
 type Context<'t> = [Option<CtxVal<'t>>; MAX_CONTEXT_SLOTS];
 
-/// One partition entry found in a body (`tables.partition_entries`).
-struct Found<'t, 'a> {
-    ctx: Context<'t>,
+/// One partition entry found in a body (`tables.partition_entries`), handed on as it
+/// is found: its context is the walk's, borrowed (copied into each entry, it was most
+/// of the bytes the merge moved).
+struct Found<'c, 't, 'a> {
+    ctx: &'c Context<'t>,
     name: Option<&'t str>,
     tid: Option<&'t str>,
     index: Option<i64>,
@@ -546,6 +548,16 @@ struct EntryView<'t> {
 impl EntryView<'_> {
     fn value(&self, slot: usize) -> Option<i64> {
         (slot < MAX_VALUE_SLOTS && self.present & (1 << slot) != 0).then(|| self.values[slot])
+    }
+
+    /// As `default()`, keeping the offsets' allocation (values past `present` are
+    /// never read).
+    fn reset(&mut self) {
+        self.present = 0;
+        self.records = None;
+        self.bytes = None;
+        self.offsets.clear();
+        self.acquired = None;
     }
 
     /// Keep the first value a slot is given (`dict.get` finds a name's one value).
@@ -631,7 +643,7 @@ impl<'m> Reader<'m> {
         body: &'t Dict<'a>,
         outer: &Context<'t>,
         depth: usize,
-        out: &mut Vec<Found<'t, 'a>>,
+        found: &mut dyn FnMut(Found<'_, 't, 'a>),
     ) {
         if depth > self.tables.max_depth {
             return;
@@ -647,7 +659,7 @@ impl<'m> Reader<'m> {
                 let topic = self.topic_of(item);
                 let parts = topic.and_then(|_| self.partition_array(item));
                 let (Some((name, tid)), Some(parts)) = (topic, parts) else {
-                    self.entries(item, &ctx, depth + 1, out);
+                    self.entries(item, &ctx, depth + 1, found);
                     continue;
                 };
                 for p in parts {
@@ -668,8 +680,8 @@ impl<'m> Reader<'m> {
                         }
                         _ => continue,
                     };
-                    out.push(Found {
-                        ctx,
+                    found(Found {
+                        ctx: &ctx,
                         name,
                         tid,
                         index,
@@ -692,18 +704,15 @@ impl<'m> Reader<'m> {
         let pair_context = self.context_of(request, &empty);
         let mut merged: Vec<Merged<'t, 'a>> = Vec::new();
         let mut index: Option<HashMap<Key<'t>, usize>> = None;
-        let mut found = Vec::new();
         // The last topic id looked up and the name learnt for it: a topic's partitions
         // follow each other, and comparing ids is cheaper than hashing one per entry.
         let mut last: Option<(&'t str, Option<&'t str>)> = None;
         for (side, body) in [(REQ, request), (RESP, response)] {
-            found.clear();
-            self.entries(body, &pair_context, 0, &mut found);
             // A response lists its partitions in its request's order: the row after the
             // last one matched is tried first (a key is in one row at most, so this is
             // the row the search would find), before a search of them all.
             let mut hint = 0;
-            for f in found.drain(..) {
+            self.entries(body, &pair_context, 0, &mut |f| {
                 let learnt = f.tid.and_then(|t| match last {
                     Some((id, name)) if id == t => name,
                     _ => {
@@ -729,7 +738,7 @@ impl<'m> Reader<'m> {
                     Some(at) => at,
                     None => {
                         merged.push(Merged {
-                            ctx: f.ctx,
+                            ctx: *f.ctx,
                             topic,
                             tid: f.tid,
                             partition: f.index,
@@ -749,7 +758,7 @@ impl<'m> Reader<'m> {
                 };
                 hint = at + 1;
                 let row = &mut merged[at];
-                for (mine, theirs) in row.ctx.iter_mut().zip(&f.ctx) {
+                for (mine, theirs) in row.ctx.iter_mut().zip(f.ctx) {
                     if theirs.is_some() {
                         *mine = *theirs;
                     }
@@ -758,15 +767,21 @@ impl<'m> Reader<'m> {
                     row.tid = f.tid;
                 }
                 row.sides[side] = f.entry;
-            }
+            });
         }
         merged
     }
 
-    /// One side's entry as the rows read it (None: no entry, or an empty one).
-    fn view<'t>(&self, side: Option<&'t Dict<'_>>) -> Option<EntryView<'t>> {
-        let d = side?;
-        let mut v = EntryView::default();
+    /// One side's entry as the rows read it, into `out` (None: no entry, or an empty
+    /// one): the view of the row before is reused (built anew and returned, the view
+    /// was copied twice a row).
+    fn view_into<'t>(&self, side: Option<&'t Dict<'_>>, out: &mut Option<EntryView<'t>>) {
+        let Some(d) = side else {
+            *out = None;
+            return;
+        };
+        let v = out.get_or_insert_with(EntryView::default);
+        v.reset();
         let mut value = |slot: Option<u16>, i: i64| {
             if let Some(slot) = slot.map(usize::from).filter(|&s| s < MAX_VALUE_SLOTS) {
                 v.set(slot, i);
@@ -803,7 +818,6 @@ impl<'m> Reader<'m> {
                 _ => {}
             }
         }
-        Some(v)
     }
 
     fn entry_value(&self, views: &[Option<EntryView<'_>>; 2], column: usize) -> Option<i64> {
@@ -922,9 +936,17 @@ impl<'m> Reader<'m> {
     ) {
         let top = response.int(self.model, |f| f.top_error);
         let columns = self.tables.entry_columns.len();
+        let mut views: [Option<EntryView<'t>>; 2] = [None, None];
         for m in self.merge(request, response, names) {
-            let views = [self.view(m.sides[REQ]), self.view(m.sides[RESP])];
-            let mut values: EntryValues = [None; MAX_ENTRY_COLUMNS];
+            self.view_into(m.sides[REQ], &mut views[REQ]);
+            self.view_into(m.sides[RESP], &mut views[RESP]);
+            let mut facts = PartitionFacts {
+                topic: Some(Cow::Borrowed(m.topic)),
+                topic_id: m.tid.map(Cow::Borrowed),
+                partition: m.partition,
+                ..Default::default()
+            };
+            let values = &mut facts.entry_values;
             for (c, v) in values.iter_mut().enumerate().take(columns) {
                 *v = self.entry_value(&views, c);
             }
@@ -934,19 +956,12 @@ impl<'m> Reader<'m> {
             };
             let ((req_n, req_b), (resp_n, resp_b)) = (counted(&views[REQ]), counted(&views[RESP]));
             let records = add(req_n, resp_n);
-            let (first, last) = self.offset_range(role, &views, records, &values, code);
-            let mut facts = PartitionFacts {
-                topic: Some(Cow::Borrowed(m.topic)),
-                topic_id: m.tid.map(Cow::Borrowed),
-                partition: m.partition,
-                error_code: code,
-                records,
-                record_bytes: add(req_b, resp_b),
-                first_offset: first,
-                last_offset: last,
-                entry_values: values,
-                ..Default::default()
-            };
+            let (first, last) = self.offset_range(role, &views, records, values, code);
+            facts.error_code = code;
+            facts.records = records;
+            facts.record_bytes = add(req_b, resp_b);
+            facts.first_offset = first;
+            facts.last_offset = last;
             self.fill_context(&mut facts, &m.ctx);
             emit(&facts);
         }
@@ -1406,6 +1421,12 @@ struct PartitionColumns {
 /// Most rows a step's partitions columns are sized for in advance.
 const RESERVE_ROWS: usize = 1 << 17;
 
+/// Rows the first step's partitions columns are sized for: a step ends once some
+/// 16,384 table rows wait (`pipeline::TABLE_ROWS`), and a few more come with the
+/// exchanges summarised last; grown from nothing by doubling, the columns were copied
+/// at every doubling (untouched, the room reserved takes no memory).
+const FIRST_ROWS: usize = 20_000;
+
 impl PartitionColumns {
     fn reserve(&mut self, rows: usize) {
         self.id.reserve(rows);
@@ -1721,8 +1742,13 @@ impl TableSink {
                 };
                 let pair_row = self.tables().pair_row_keys.contains(&api_key);
                 let p = &mut self.partitions;
-                if p.len == 0 && p.last_len > 0 {
-                    p.reserve(p.last_len.min(RESERVE_ROWS));
+                if p.len == 0 {
+                    let rows = if p.last_len > 0 {
+                        p.last_len
+                    } else {
+                        FIRST_ROWS
+                    };
+                    p.reserve(rows.min(RESERVE_ROWS));
                 }
                 ids.insert(PairRowIds {
                     id: p.id.ids(&self.capture, ex),
