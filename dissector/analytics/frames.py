@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,15 +39,17 @@ def tables_of(
     specs: Iterable[str | os.PathLike[str]] = (),
     tls: KeyLogs | None = None,
     options: Options | None = None,
+    tables: Collection[str] = ("partitions", "groups", "versions"),
 ) -> AnalyticsFrames:
     """The three tables of ``source`` (one path, or several read in a row; files of one
     rotated recording read as one capture, as by ``analyze``), in one pass of the native
     core. A capture that cannot be read raises, as ``analyze`` does. ``options``: the
-    pass's options (``ports``/``tls`` laid over them)."""
+    pass's options (``ports``/``tls`` laid over them); ``tables``: those built (the
+    others come empty, at no cost)."""
     from dissector.options import keyword_options
     from dissector.protocol.pairs import decoder_for_specs
     from dissector.wire.core import capture_tables
 
     options = keyword_options(options, ports=ports, tls=tls)
-    tables = capture_tables(source, options, decoder=decoder_for_specs(specs))
-    return AnalyticsFrames.of(tables)
+    built = capture_tables(source, options, decoder=decoder_for_specs(specs), tables=tables)
+    return AnalyticsFrames.of(built)

@@ -95,7 +95,10 @@ def groups(
     ``df.attrs["counters"]`` counts the pairs and decode errors."""
     from dissector.analytics.frames import tables_of
 
-    return tables_of(source, ports=ports, specs=specs, tls=tls, options=options).groups
+    frames = tables_of(
+        source, ports=ports, specs=specs, tls=tls, options=options, tables=["groups"]
+    )
+    return frames.groups
 
 
 def group_notes(calls: pd.DataFrame) -> dict[str, dict[str, Any]]:

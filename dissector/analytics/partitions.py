@@ -126,7 +126,10 @@ def partitions(
     without a partition index."""
     from dissector.analytics.frames import tables_of
 
-    return tables_of(source, ports=ports, specs=specs, tls=tls, options=options).partitions
+    frames = tables_of(
+        source, ports=ports, specs=specs, tls=tls, options=options, tables=["partitions"]
+    )
+    return frames.partitions
 
 
 # ----------------------------------------------------------------- derived quantities

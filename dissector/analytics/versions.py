@@ -51,7 +51,10 @@ def versions(
     ``tls``: key logs for Kafka over TLS."""
     from dissector.analytics.frames import tables_of
 
-    return tables_of(source, ports=ports, specs=specs, tls=tls, options=options).versions
+    frames = tables_of(
+        source, ports=ports, specs=specs, tls=tls, options=options, tables=["versions"]
+    )
+    return frames.versions
 
 
 # ``dissector.analytics.versions`` is both this module and the function users call (see partitions).

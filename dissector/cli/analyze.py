@@ -216,7 +216,10 @@ class _AnalyticsOutputs:
             except OSError as exc:
                 raise _cannot_write(out, exc) from exc
             outputs().streaming.append(out)
-        self.collector: TableCollector = TableCollector(writers=dict(self.writers))
+        # only the tables asked for: --groups alone does not read every Fetch's partitions
+        self.collector: TableCollector = TableCollector(
+            writers=dict(self.writers), wanted=frozenset(self.outputs)
+        )
 
     def finish(self, quiet: bool) -> None:
         done = outputs()

@@ -190,8 +190,8 @@ def _paths(n: int) -> str:
     default="all",
     show_default=True,
     help="analytics tables to write besides the pairs and summaries: comma-separated "
-    f"{', '.join(ANALYTICS_TABLES)}, or all, or none (they are built in the pass that "
-    "decodes the pairs; each costs CPU in every task)",
+    f"{', '.join(ANALYTICS_TABLES)}, or all, or none (built in the pass that decodes the "
+    "pairs; the APIs only an unnamed table reads are not decoded)",
 )
 @click.option("--conf", "confs", multiple=True, help="extra Spark setting KEY=VALUE (repeatable)")
 @click.option(

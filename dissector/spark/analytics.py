@@ -346,7 +346,12 @@ class PassTables:
         """The ``TableCollector`` to hand the pass (``wire.core.iter_tables``)."""
         from dissector.wire.tables import TableCollector
 
-        return TableCollector(writers={n: self._writer(n) for n in PASS_TABLES})
+        built = {n for n in PASS_TABLES if n in self.wanted}
+        if self.keeps:
+            built.add("partitions")  # what lag reads
+        return TableCollector(
+            writers={n: self._writer(n) for n in PASS_TABLES}, wanted=frozenset(built)
+        )
 
     def _writer(self, name: str) -> Callable[[pa.Table], None]:
         def take(batch: pa.Table) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
@@ -29,6 +29,7 @@ from dissector.options import (
 )
 from dissector.schema import COLUMNS, arrow_type, frame_dtype
 from dissector.stages import CaptureError, Endpoint, Exchange, Frame
+from dissector.tables_schema import CONTRACTS
 from dissector.wire.native import arrow_column, native
 
 if TYPE_CHECKING:
@@ -167,14 +168,15 @@ def new_analyzer(
     *,
     exchanges: bool = False,
     keep_keys: Iterable[int] = (),
-    tables: bool = False,
+    tables: bool | Collection[str] = False,
     pairs: bool = True,
     capture_budget: int | None = None,
 ) -> Analyzer:
     """The core for one run; ``tables``: also build the analytics tables
-    (``wire.tables``); ``pairs``: build the pairs' rows (off: the tables alone);
-    ``capture_budget``: bytes one capture may decompress in all (None: the core's
-    default, 4 GiB)."""
+    (``wire.tables``), all (True) or those named (the versions table always; a table
+    not named costs nothing: its APIs' bodies are not read for it); ``pairs``: build
+    the pairs' rows (off: the tables alone); ``capture_budget``: bytes one capture may
+    decompress in all (None: the core's default, 4 GiB)."""
     decoder = decoder or _default_decoder()
     if options.max_decompressed is not None:
         # Imports the Python decoder (messages, compile, summary: some 30 ms of every
@@ -190,6 +192,7 @@ def new_analyzer(
         budget["frame_cap"] = options.max_decompressed
     tls_keys = native_key_log(options.tls) if options.tls else None
     fallback = None
+    built = set(CONTRACTS if tables is True else tables or ())
     if tables:
         from dissector.wire.tables import TablesFallback
 
@@ -204,9 +207,11 @@ def new_analyzer(
         exchanges=exchanges,
         keep_keys=list(keep_keys),
         tls_keys=tls_keys,
-        tables=tables,
+        tables=bool(tables),
         tables_fallback=fallback,
         pairs=pairs,
+        partitions="partitions" in built,
+        groups="groups" in built,
         **budget,
     )
 
@@ -416,7 +421,8 @@ def iter_tables(
     ``sets``). ``counters`` receives the core's counters and ``tls`` the TLS
     connections it found, once the pass ends; ``on_batch(batch)`` sees each ``Batch``
     (progress displays, observers of the kept exchanges); ``tables`` (a
-    ``wire.tables.TableCollector``) receives the analytics tables built in the same pass;
+    ``wire.tables.TableCollector``) receives the analytics tables built in the same pass
+    (those it wants: ``TableCollector.wanted``);
     ``pairs=False`` builds no pairs (the tables alone: nothing is yielded);
     ``meanwhile()`` runs on this thread while the core reads each capture (imports the
     caller needs after the pass: see ``_batches``)."""
@@ -425,7 +431,11 @@ def iter_tables(
     decoder = decoder or _default_decoder()
     sources = capture_sets(paths, options.chain)
     analyzer = new_analyzer(
-        options, decoder, keep_keys=keep_keys, tables=tables is not None, pairs=pairs
+        options,
+        decoder,
+        keep_keys=keep_keys,
+        tables=tables.wanted if tables is not None else False,
+        pairs=pairs,
     )
 
     def ahead() -> None:
@@ -536,6 +546,7 @@ def capture_tables(
     *,
     decoder: Decoder | None = None,
     counters: Counters | None = None,
+    tables: Collection[str] = tuple(CONTRACTS),
 ) -> CaptureTables:
     """The partitions, groups and versions tables of a capture (a path, an
     ``options.CaptureBytes`` held in memory and read in place, or an ``options.CaptureSet``
@@ -546,13 +557,15 @@ def capture_tables(
 
     ``options``: ports and limits (``Options()`` when None); ``decoder``: a spec set
     (``protocol.decoder_for(--specs)``), the installed specs when None; ``counters``:
-    receives the pass's stage counters (the pairs' ``df.attrs["counters"]``). A source
-    that cannot be read raises ``CaptureError`` (or ``OSError``), as ``analyze`` does.
+    receives the pass's stage counters (the pairs' ``df.attrs["counters"]``);
+    ``tables``: the tables built (the others left empty, their APIs' bodies not read for
+    them; the versions table is always built). A source that cannot be read raises
+    ``CaptureError`` (or ``OSError``), as ``analyze`` does.
     """
     from dissector.options import capture_paths
     from dissector.wire.tables import TableCollector
 
-    collector = TableCollector()
+    collector = TableCollector(wanted=frozenset(tables))
     paths = capture_paths(sources)
     for _ in iter_tables(
         paths,

@@ -166,6 +166,9 @@ class TableCollector:
     batch by batch and not kept (its rows in ``written``): memory stays flat."""
 
     writers: dict[str, TableWriter] = field(default_factory=dict)
+    wanted: frozenset[str] = frozenset(CONTRACTS)
+    """The tables the pass builds; the others' stay empty, their APIs' bodies not read
+    for them (the versions table is always built: it costs a counter a pair)."""
     parts: dict[str, list[pa.Table]] = field(default_factory=lambda: {n: [] for n in CONTRACTS})
     counters: dict[str, Counter[str]] = field(
         default_factory=lambda: {n: Counter() for n in CONTRACTS}

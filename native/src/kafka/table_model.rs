@@ -449,11 +449,4 @@ impl TablesModel {
             item_overhead: j.item_overhead,
         })
     }
-
-    /// Does any table read pairs of this API key?
-    pub fn wants(&self, api_key: i16) -> bool {
-        self.partition_apis.contains_key(&api_key)
-            || self.group_apis.contains_key(&api_key)
-            || self.negotiation_key == Some(api_key)
-    }
 }

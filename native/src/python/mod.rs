@@ -30,7 +30,7 @@ use crate::pipeline::{self, batch_full, not_summarised, Fallback, RowSink, Summa
 use crate::python::tls::{summary_lines, KeyLog, TlsConnections};
 use crate::rows::queueing::LongPollRule;
 use crate::rows::tables::{
-    EntryValues, GroupFacts, Negotiation, PairFacts, PartitionFacts, TableSink,
+    EntryValues, GroupFacts, Negotiation, PairFacts, PartitionFacts, TableSink, Wanted,
 };
 use crate::rows::{RowBuilder, SummaryColumns};
 use crate::tls::{KeySource, Summary as TlsSummary};
@@ -160,8 +160,9 @@ impl Analyzer {
     /// `tables`: also build the partitions, groups and versions tables (`take_tables`);
     /// `tables_fallback(api_key, api_version, request, response, topic_names)` returns the
     /// `protocol.tables.PairFacts` of a pair the native reading leaves to Python;
-    /// `pairs`: build the pairs' rows (off when only the tables are wanted).
-    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, frame_cap=256 << 20, capture_budget=1 << 32, tls_keys=None, tables=false, tables_fallback=None, pairs=true))]
+    /// `pairs`: build the pairs' rows (off when only the tables are wanted);
+    /// `partitions`, `groups`: build those tables (off: their APIs' bodies are not read).
+    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, frame_cap=256 << 20, capture_budget=1 << 32, tls_keys=None, tables=false, tables_fallback=None, pairs=true, partitions=true, groups=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         model: &Model,
@@ -179,6 +180,8 @@ impl Analyzer {
         tables: bool,
         tables_fallback: Option<Py<PyAny>>,
         pairs: bool,
+        partitions: bool,
+        groups: bool,
     ) -> PyResult<Self> {
         let m = model.inner.clone();
         let session = SessionConfig {
@@ -192,9 +195,10 @@ impl Analyzer {
         let extracts = m.extracts.len();
         let mut rows = RowBuilder::new(extracts);
         rows.long_poll = LongPollRule::from_model(&m);
+        let wanted = Wanted { partitions, groups };
         let tables = match tables {
             false => None,
-            true => Some(TableSink::new(m.clone(), frame_cap).ok_or_else(|| {
+            true => Some(TableSink::new(m.clone(), frame_cap, wanted).ok_or_else(|| {
                 PyValueError::new_err("the spec model has no tables section (an older export)")
             })?),
         };

@@ -1570,9 +1570,27 @@ pub enum Observed {
     Defer,
 }
 
+/// Which of the tables a sink builds. The versions table always: it reads the
+/// ApiVersions exchanges and a counter a pair. Without the partitions table the bodies
+/// of the APIs only it reads (Fetch, Produce...: most of a capture's bytes) are not
+/// decoded at all; without the groups table, those of the membership calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wanted {
+    pub partitions: bool,
+    pub groups: bool,
+}
+
+impl Wanted {
+    pub const ALL: Wanted = Wanted {
+        partitions: true,
+        groups: true,
+    };
+}
+
 /// The tables of a run, built exchange by exchange in capture order.
 pub struct TableSink {
     model: Arc<Model>,
+    wanted: Wanted,
     /// The most one frame's record batches may decompress to (`--max-decompressed`).
     frame_cap: u64,
     capture: String,
@@ -1586,7 +1604,7 @@ pub struct TableSink {
 
 impl TableSink {
     /// None when the model has no tables section.
-    pub fn new(model: Arc<Model>, frame_cap: u64) -> Option<Self> {
+    pub fn new(model: Arc<Model>, frame_cap: u64, wanted: Wanted) -> Option<Self> {
         let columns = model.tables.as_ref()?.entry_columns.len();
         let partitions = PartitionColumns {
             entries: (0..columns).map(|_| Nullable::default()).collect(),
@@ -1594,6 +1612,7 @@ impl TableSink {
         };
         Some(TableSink {
             model,
+            wanted,
             frame_cap,
             capture: String::new(),
             partitions,
@@ -1621,6 +1640,14 @@ impl TableSink {
         self.partitions.len + self.groups.len + self.versions.len
     }
 
+    /// Whether an API's bodies are read for a wanted table.
+    fn reads(&self, api_key: i16) -> bool {
+        let t = self.tables();
+        (self.wanted.partitions && t.partition_apis.contains_key(&api_key))
+            || (self.wanted.groups && t.group_apis.contains_key(&api_key))
+            || t.negotiation_key == Some(api_key)
+    }
+
     /// One exchange, in capture order (after its summary, which learnt topic names).
     pub fn observe(&mut self, ex: &Exchange, names: &TopicNames) -> Observed {
         let (Some(api_key), Some(api_version)) = (ex.api_key, ex.api_version) else {
@@ -1645,7 +1672,7 @@ impl TableSink {
             .or_default()
             .entry(api_version)
             .or_insert(0) += 1;
-        if !self.tables().wants(api_key) {
+        if !self.reads(api_key) {
             return Observed::Done;
         }
         // A side not captured whole (a capture hole, the snap length) is not decoded.
@@ -1672,8 +1699,12 @@ impl TableSink {
             Ok(sides) => {
                 let api_name = model.api_name(api_key);
                 let mut ids = None;
-                let mut row =
-                    |f: &PartitionFacts<'_>| self.partition_row(ex, &api_name, &mut ids, f);
+                let partitions = self.wanted.partitions;
+                let mut row = |f: &PartitionFacts<'_>| {
+                    if partitions {
+                        self.partition_row(ex, &api_name, &mut ids, f);
+                    }
+                };
                 let facts = pair_facts(&model, names, api_key, &sides, &mut row);
                 self.apply(ex, facts);
                 Observed::Done
@@ -1694,7 +1725,7 @@ impl TableSink {
         let tables = model.tables.as_ref().expect("TableSink::new checked it");
         let api_name = model.api_name(api_key);
         let errors = u64::from(facts.decode_errors);
-        if tables.partition_apis.contains_key(&api_key) {
+        if self.wanted.partitions && tables.partition_apis.contains_key(&api_key) {
             count(&mut self.counters.partitions, "pairs", 1);
             count(&mut self.counters.partitions, "decode_errors", errors);
             let mut ids = None;
@@ -1702,7 +1733,11 @@ impl TableSink {
                 self.partition_row(ex, &api_name, &mut ids, f);
             }
         }
-        if let Some(protocol) = tables.group_apis.get(&api_key) {
+        if let Some(protocol) = tables
+            .group_apis
+            .get(&api_key)
+            .filter(|_| self.wanted.groups)
+        {
             count(&mut self.counters.groups, "pairs", 1);
             count(&mut self.counters.groups, "decode_errors", errors);
             let group = facts.group.clone().unwrap_or_default();
