@@ -385,6 +385,16 @@ def job_report(folder: Path, copies: list[int], args: argparse.Namespace) -> int
             f"  x{n} CPU by process: driver {j.peak.cpu_of('driver'):.1f} s, JVM "
             f"{j.peak.cpu_of('jvm'):.1f} s, Python workers {j.peak.cpu_of('worker'):.1f} s"
         )
+    # Per added copy and kind of process: where what each more capture costs goes (the
+    # Python workers' share is the tasks': the core's pass and the tables in Python).
+    shares = []
+    for kind, name in (("driver", "driver"), ("jvm", "JVM"), ("worker", "Python workers")):
+        paired = [
+            b.peak.cpu_of(kind) - s.peak.cpu_of(kind)
+            for b, s in zip(jobs[big], jobs[small], strict=True)
+        ]
+        shares.append(f"{name} {statistics.median(paired) / (big - small):.2f} s")
+    print(f"  marginal CPU a copy (median of {len(cpu_deltas)}): {', '.join(shares)}")
     if args.oom_copies:
         oom_in = make_copies(args.capture, args.oom_copies, folder / f"in-{args.oom_copies}")
         out = folder / f"out-{args.oom_copies}"
