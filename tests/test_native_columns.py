@@ -19,6 +19,7 @@ from dissector import _core
 from dissector.options import Options
 from dissector.schema import COLUMN_NAMES, COLUMNS
 from dissector.wire.core import arrow_schema, columns_to_table, new_analyzer, open_capture
+from dissector.wire.tables import TABLE_NAMES
 from tests.oracle.pipeline import iter_exchanges as oracle_exchanges
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,7 +129,7 @@ def test_table_int_columns_are_lent_to_arrow_without_a_copy() -> None:
 
     from dissector.wire.native import arrow_column
 
-    analyzer = new_analyzer(Options(), tables=True)
+    analyzer = new_analyzer(Options(), tables=TABLE_NAMES)
     open_capture(analyzer, str(REPO / "captures" / "kafka-4-lag.pcapng"))
     analyzer.run(1_000_000)
     batch = analyzer.take_tables()

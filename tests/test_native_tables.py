@@ -24,7 +24,7 @@ from dissector.protocol import api_name
 from dissector.protocol.tables import GROUP_APIS, NEGOTIATION_API, PARTITION_APIS
 from dissector.tls import KeyLogs, key_logs
 from dissector.wire.core import capture_tables, iter_exchanges
-from dissector.wire.tables import CaptureTables
+from dissector.wire.tables import TABLE_NAMES, CaptureTables
 from tests.hostile.build import ACK, PSH, tcp_frame, write_pcap
 from tests.oracle.tables import python_groups, python_partitions, python_versions
 
@@ -291,7 +291,7 @@ def test_take_tables_hands_a_typed_record_per_batch() -> None:
 
     capture = str(ROOT / "captures" / "kafka-4-mixed.pcapng")
     whole = capture_tables(capture)
-    analyzer = new_analyzer(Options(), tables=True)
+    analyzer = new_analyzer(Options(), tables=TABLE_NAMES)
     open_capture(analyzer, capture)
     rows: Counter[str] = Counter()
     counters: dict[str, Counter[str]] = {name: Counter() for name in CONTRACTS}

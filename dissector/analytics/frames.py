@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dissector.options import AnySource
+from dissector.tables_schema import CONTRACTS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,7 +40,7 @@ def tables_of(
     specs: Iterable[str | os.PathLike[str]] = (),
     tls: KeyLogs | None = None,
     options: Options | None = None,
-    tables: Collection[str] = ("partitions", "groups", "versions"),
+    tables: Collection[str] = tuple(CONTRACTS),
 ) -> AnalyticsFrames:
     """The three tables of ``source`` (one path, or several read in a row; files of one
     rotated recording read as one capture, as by ``analyze``), in one pass of the native

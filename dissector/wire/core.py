@@ -168,13 +168,13 @@ def new_analyzer(
     *,
     exchanges: bool = False,
     keep_keys: Iterable[int] = (),
-    tables: bool | Collection[str] = False,
+    tables: Collection[str] = (),
     pairs: bool = True,
     capture_budget: int | None = None,
 ) -> Analyzer:
-    """The core for one run; ``tables``: also build the analytics tables
-    (``wire.tables``), all (True) or those named (the versions table always; a table
-    not named costs nothing: its APIs' bodies are not read for it); ``pairs``: build
+    """The core for one run; ``tables``: also build the analytics tables named
+    (``wire.tables``; any name builds the versions table too; a table not named costs
+    nothing: its APIs' bodies are not read for it); ``pairs``: build
     the pairs' rows (off: the tables alone); ``capture_budget``: bytes one capture may
     decompress in all (None: the core's default, 4 GiB)."""
     decoder = decoder or _default_decoder()
@@ -192,7 +192,6 @@ def new_analyzer(
         budget["frame_cap"] = options.max_decompressed
     tls_keys = native_key_log(options.tls) if options.tls else None
     fallback = None
-    built = set(CONTRACTS if tables is True else tables or ())
     if tables:
         from dissector.wire.tables import TablesFallback
 
@@ -210,8 +209,8 @@ def new_analyzer(
         tables=bool(tables),
         tables_fallback=fallback,
         pairs=pairs,
-        partitions="partitions" in built,
-        groups="groups" in built,
+        partitions="partitions" in tables,
+        groups="groups" in tables,
         **budget,
     )
 
@@ -434,7 +433,7 @@ def iter_tables(
         options,
         decoder,
         keep_keys=keep_keys,
-        tables=tables.wanted if tables is not None else False,
+        tables=tables.wanted if tables is not None else (),
         pairs=pairs,
     )
 

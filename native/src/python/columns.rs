@@ -194,20 +194,20 @@ fn words(py: Python<'_>, words: &[String]) -> (Py<PyBytes>, Py<PyBytes>) {
 }
 
 fn int64(py: Python<'_>, col: &Nullable<i64>) -> PyResult<Py<PyAny>> {
-    let (valid, null_count) = validity(&col.valid);
-    let column = Int64Column {
-        values: le_bytes(py, &col.values, i64::to_le_bytes)?.into_any(),
-        validity: valid.map(|v| bytes(py, &v)),
-        null_count,
-    };
-    Ok(Py::new(py, column)?.into_any())
+    let values = le_bytes(py, &col.values, i64::to_le_bytes)?.into_any();
+    int64_column(py, values, &col.valid)
 }
 
 /// A column the core no longer needs: its values handed over without a copy.
 fn owned_int64(py: Python<'_>, col: Nullable<i64>) -> PyResult<Py<PyAny>> {
-    let (valid, null_count) = validity(&col.valid);
+    let values = Py::new(py, Int64Buffer::new(col.values))?.into_any();
+    int64_column(py, values, &col.valid)
+}
+
+fn int64_column(py: Python<'_>, values: Py<PyAny>, valid: &[bool]) -> PyResult<Py<PyAny>> {
+    let (valid, null_count) = validity(valid);
     let column = Int64Column {
-        values: Py::new(py, Int64Buffer::new(col.values))?.into_any(),
+        values,
         validity: valid.map(|v| bytes(py, &v)),
         null_count,
     };

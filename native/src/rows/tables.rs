@@ -1580,13 +1580,6 @@ pub struct Wanted {
     pub groups: bool,
 }
 
-impl Wanted {
-    pub const ALL: Wanted = Wanted {
-        partitions: true,
-        groups: true,
-    };
-}
-
 /// The tables of a run, built exchange by exchange in capture order.
 pub struct TableSink {
     model: Arc<Model>,
