@@ -349,3 +349,27 @@ def test_a_pass_builds_only_the_tables_wanted(wanted: tuple[str, ...]) -> None:
                 assert got.num_rows == 0, (capture.name, name)
                 assert not some.counters[name], (capture.name, name, some.counters[name])
     assert compared > 0
+
+
+def test_the_core_on_the_callers_thread_gives_the_python_decoders_tables() -> None:
+    """``iter_tables(ahead=False)`` (a Spark task given one core: no thread reading
+    ahead) gives the Python decoder's tables on every bundled and shared capture, and
+    the pairs the default pass gives, batch boundaries aside."""
+    from dissector.wire.core import iter_tables
+    from dissector.wire.tables import TableCollector
+
+    rows = 0
+    for capture in [*BUNDLED, *SHARED]:
+        collector = TableCollector()
+        inline = [
+            row
+            for t in iter_tables(
+                [str(capture)], Options(), tables=collector, batch_rows=7, ahead=False
+            )
+            for row in t.to_pylist()
+        ]
+        assert_same_tables(collector.result(), str(capture))
+        threaded = [row for t in iter_tables([str(capture)], Options()) for row in t.to_pylist()]
+        assert inline == threaded, capture.name
+        rows += len(inline)
+    assert rows > 1000

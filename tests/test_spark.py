@@ -592,6 +592,29 @@ def test_one_task_per_capture(spark: Any, fleet: Any, all_paths: list[str]) -> N
 
 
 @pytest.mark.spark
+def test_a_task_given_one_core_runs_the_core_on_its_own_thread(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark gives each task one core (``spark.task.cpus``, 1 by default): the core
+    runs on the task's thread; a task given more reads a step ahead on a second one."""
+    import pyspark
+
+    from dissector.spark.tasks import DecodeConfig, task_config
+
+    def ahead(_: object) -> bool:
+        return task_config(DecodeConfig()).core_ahead
+
+    assert spark.sparkContext.parallelize([0, 1], 2).map(ahead).collect() == [False, False]
+
+    class TwoCores:
+        def cpus(self) -> int:
+            return 2
+
+    monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: TwoCores()))
+    assert task_config(DecodeConfig()).core_ahead
+
+
+@pytest.mark.spark
 def test_files_spark_reads_give_the_same_rows(
     spark: Any, spark_pairs: list[Row], good_captures: list[Path]
 ) -> None:

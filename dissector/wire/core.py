@@ -341,8 +341,23 @@ class Batch:
     """The analytics tables' buffers (``Analyzer.take_tables``; None unless asked)."""
 
 
+def _step(analyzer: Analyzer, batch_rows: int) -> tuple[Batch, bool]:
+    """One step of the core: its batch, and whether the capture has more."""
+    more = analyzer.run(batch_rows)
+    batch = Batch(
+        analyzer.take_columns(),
+        list(analyzer.take_exchanges()),
+        analyzer.bytes_read(),
+        analyzer.take_tables(),
+    )
+    return batch, more
+
+
 def _batches(
-    analyzer: Analyzer, batch_rows: int, meanwhile: Callable[[], object] | None = None
+    analyzer: Analyzer,
+    batch_rows: int,
+    meanwhile: Callable[[], object] | None = None,
+    ahead: bool = True,
 ) -> Iterator[Batch]:
     """The open capture's batches, produced on a worker thread one step ahead.
 
@@ -351,7 +366,20 @@ def _batches(
     cold start; building the previous batch's table) runs on the second core
     meanwhile. Only the worker touches the analyzer until it ends; at most two batches
     wait, so memory stays bounded by ``batch_rows``.
+
+    ``ahead=False``: the core runs on the caller's thread, a step at a time, for a
+    caller given one core (a Spark task), where the worker thread would only compete
+    with the other tasks' for it.
     """
+    if not ahead:
+        if meanwhile is not None:
+            meanwhile()
+        more = True
+        while more:
+            batch, more = _step(analyzer, batch_rows)
+            yield batch
+        return
+
     import queue
     import threading
 
@@ -371,13 +399,7 @@ def _batches(
         try:
             more = True
             while more and not stop.is_set():
-                more = analyzer.run(batch_rows)
-                batch = Batch(
-                    analyzer.take_columns(),
-                    list(analyzer.take_exchanges()),
-                    analyzer.bytes_read(),
-                    analyzer.take_tables(),
-                )
+                batch, more = _step(analyzer, batch_rows)
                 if not put(("batch", batch)):
                     return
             put(("end", None))
@@ -414,6 +436,7 @@ def iter_tables(
     tables: TableCollector | None = None,
     pairs: bool = True,
     meanwhile: Callable[[], object] | None = None,
+    ahead: bool = True,
 ) -> Iterator[pa.Table]:
     """Arrow tables of the pairs of each capture, in capture order, ``batch_rows`` at a
     time; several files are grouped into capture sets first (``options.chain``, see
@@ -424,7 +447,8 @@ def iter_tables(
     (those it wants: ``TableCollector.wanted``);
     ``pairs=False`` builds no pairs (the tables alone: nothing is yielded);
     ``meanwhile()`` runs on this thread while the core reads each capture (imports the
-    caller needs after the pass: see ``_batches``)."""
+    caller needs after the pass: see ``_batches``); ``ahead=False`` runs the core on
+    this thread (a caller given one core: see ``_batches``)."""
     from dissector.wire.sets import capture_sets
 
     decoder = decoder or _default_decoder()
@@ -437,7 +461,7 @@ def iter_tables(
         pairs=pairs,
     )
 
-    def ahead() -> None:
+    def imports() -> None:
         arrow_schema()
         if meanwhile is not None:
             meanwhile()
@@ -446,7 +470,7 @@ def iter_tables(
         for path in sources:
             open_capture(analyzer, path)
             # pyarrow (0.15 s to import) is imported while the core reads the capture.
-            for batch in _batches(analyzer, batch_rows, meanwhile=ahead):
+            for batch in _batches(analyzer, batch_rows, meanwhile=imports, ahead=ahead):
                 table = columns_to_table(batch.columns, arrow_schema())
                 if tables is not None and batch.tables is not None:
                     tables.add(batch.tables)
