@@ -183,7 +183,8 @@ def _flags(pairs: pa.Table) -> dict[str, pa.Array]:
 
 
 def _with_topics(pairs: pa.Table) -> pa.Table:
-    """One row per (pair, distinct topic of its ``topics``); pairs without topics drop out."""
+    """One row per (pair, distinct topic of its ``topics``) of ``_SET_VALUES`` and the
+    topic; pairs without topics drop out."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -191,7 +192,7 @@ def _with_topics(pairs: pa.Table) -> pa.Table:
     parent = pc.list_parent_indices(topics)
     flat = pa.table({"_pair": parent, "topic": pc.list_flatten(topics)})
     distinct = flat.group_by(["_pair", "topic"], use_threads=False).aggregate([])
-    rows = pairs.take(distinct.column("_pair"))
+    rows = pairs.select(list(_SET_VALUES)).take(distinct.column("_pair"))
     return rows.append_column("topic", distinct.column("topic"))
 
 
@@ -210,6 +211,7 @@ def _set_partials(
     import pyarrow.compute as pc
 
     own = list(GROUP_SETS[name])
+    rows = rows.select([*own, *_SET_VALUES])  # the others' keys and topics: not copied
     some = pc.ScalarAggregateOptions(min_count=1)
     groups = rows.group_by(own, use_threads=False).aggregate(
         [
@@ -300,8 +302,8 @@ def error_partials(pairs: pa.Table, schema: pa.Schema) -> pa.Table:
 
     answered = pc.is_in(pairs.column("status"), pa.array(ANSWERED))
     failing = pc.and_kleene(answered, pc.not_equal(pairs.column("error_code"), 0))
-    rows = pairs.filter(pc.fill_null(failing, False))
     keys = [*TOP_ERROR_KEYS, *BROKER_KEYS, "capture"]
+    rows = pairs.select(keys).filter(pc.fill_null(failing, False))
     counted = rows.group_by(keys, use_threads=False).aggregate([([], "count_all")])
     return _named(counted, keys, ("pairs",), schema)
 
@@ -312,8 +314,9 @@ def unanswered_partials(pairs: pa.Table, schema: pa.Schema) -> pa.Table:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    lost = pairs.filter(pc.is_in(pairs.column("status"), pa.array(UNANSWERED_STATUSES)))
     keys = [*UNANSWERED_KEYS, "capture"]
+    lost = pairs.select([*keys, "request_time"])
+    lost = lost.filter(pc.is_in(pairs.column("status"), pa.array(UNANSWERED_STATUSES)))
     counted = lost.group_by(keys, use_threads=False).aggregate(
         [([], "count_all"), ("request_time", "min"), ("request_time", "max")]
     )
@@ -342,11 +345,12 @@ def throughput_partials(
     (``flags``: the batch's ``_flags``)."""
     import pyarrow.compute as pc
 
-    rows = pairs.append_column("window_start", window_starts(pairs, window_us))
+    keys = ["window_start", *BROKER_KEYS]
+    rows = pairs.select([*BROKER_KEYS, *(column for column, _ in THROUGHPUT_SUMS)])
+    rows = rows.append_column("window_start", window_starts(pairs, window_us))
     for name in ("answered", "errors"):
         rows = rows.append_column(f"_{name}", flags[name])
     rows = rows.filter(pc.is_valid(rows.column("window_start")))
-    keys = ["window_start", *BROKER_KEYS]
     some = pc.ScalarAggregateOptions(min_count=1)
     counted = rows.group_by(keys, use_threads=False).aggregate(
         [([], "count_all"), ("_answered", "sum"), ("_errors", "sum")]
