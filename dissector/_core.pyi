@@ -354,11 +354,9 @@ class Analyzer:
         frame_cap: int = ...,
         capture_budget: int = ...,
         tls_keys: KeyLog | None = None,
-        tables: bool = False,
+        tables: list[str] = ...,
         tables_fallback: _TablesFallback | None = None,
         pairs: bool = True,
-        partitions: bool = True,
-        groups: bool = True,
     ) -> Self: ...
     def open_path(self, name: str, path: str | bytes | os.PathLike[str]) -> None: ...
     def open_bytes(self, name: str, data: bytes) -> None: ...

@@ -206,11 +206,9 @@ def new_analyzer(
         exchanges=exchanges,
         keep_keys=list(keep_keys),
         tls_keys=tls_keys,
-        tables=bool(tables),
+        tables=sorted(tables),
         tables_fallback=fallback,
         pairs=pairs,
-        partitions="partitions" in tables,
-        groups="groups" in tables,
         **budget,
     )
 

@@ -157,12 +157,13 @@ impl Analyzer {
     /// columns of a pair the native interpreter deferred (see `summary_from_python`).
     #[new]
     ///
-    /// `tables`: also build the partitions, groups and versions tables (`take_tables`);
+    /// `tables`: the analytics tables to build besides the pairs (`take_tables`), by
+    /// name: `partitions`, `groups`, `versions` (any name builds the versions table too;
+    /// a table not named has its APIs' bodies left unread); none: no tables;
     /// `tables_fallback(api_key, api_version, request, response, topic_names)` returns the
     /// `protocol.tables.PairFacts` of a pair the native reading leaves to Python;
-    /// `pairs`: build the pairs' rows (off when only the tables are wanted);
-    /// `partitions`, `groups`: build those tables (off: their APIs' bodies are not read).
-    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, frame_cap=256 << 20, capture_budget=1 << 32, tls_keys=None, tables=false, tables_fallback=None, pairs=true, partitions=true, groups=true))]
+    /// `pairs`: build the pairs' rows (off when only the tables are wanted).
+    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, frame_cap=256 << 20, capture_budget=1 << 32, tls_keys=None, tables=Vec::new(), tables_fallback=None, pairs=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         model: &Model,
@@ -177,11 +178,9 @@ impl Analyzer {
         frame_cap: u64,
         capture_budget: u64,
         tls_keys: Option<PyRef<'_, KeyLog>>,
-        tables: bool,
+        tables: Vec<String>,
         tables_fallback: Option<Py<PyAny>>,
         pairs: bool,
-        partitions: bool,
-        groups: bool,
     ) -> PyResult<Self> {
         let m = model.inner.clone();
         let session = SessionConfig {
@@ -195,12 +194,13 @@ impl Analyzer {
         let extracts = m.extracts.len();
         let mut rows = RowBuilder::new(extracts);
         rows.long_poll = LongPollRule::from_model(&m);
-        let wanted = Wanted { partitions, groups };
-        let tables = match tables {
-            false => None,
-            true => Some(TableSink::new(m.clone(), frame_cap, wanted).ok_or_else(|| {
-                PyValueError::new_err("the spec model has no tables section (an older export)")
-            })?),
+        let tables = match Wanted::of(&tables).map_err(PyValueError::new_err)? {
+            None => None,
+            Some(wanted) => {
+                Some(TableSink::new(m.clone(), frame_cap, wanted).ok_or_else(|| {
+                    PyValueError::new_err("the spec model has no tables section (an older export)")
+                })?)
+            }
         };
         Ok(Analyzer {
             model: m.clone(),

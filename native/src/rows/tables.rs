@@ -1580,6 +1580,26 @@ pub struct Wanted {
     pub groups: bool,
 }
 
+impl Wanted {
+    /// The tables named (`partitions`, `groups`, `versions`); None when none is, an
+    /// error naming the first unknown name.
+    pub fn of(names: &[String]) -> Result<Option<Wanted>, String> {
+        if let Some(unknown) = names
+            .iter()
+            .find(|n| !matches!(n.as_str(), "partitions" | "groups" | "versions"))
+        {
+            return Err(format!(
+                "unknown table {unknown:?}: one of partitions, groups, versions"
+            ));
+        }
+        let named = |table: &str| names.iter().any(|n| n == table);
+        Ok((!names.is_empty()).then(|| Wanted {
+            partitions: named("partitions"),
+            groups: named("groups"),
+        }))
+    }
+}
+
 /// The tables of a run, built exchange by exchange in capture order.
 pub struct TableSink {
     model: Arc<Model>,
@@ -2044,5 +2064,32 @@ impl TableSink {
             ("groups", groups),
             ("versions", versions),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Wanted;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn wanted_tables_by_name() {
+        assert_eq!(Wanted::of(&[]), Ok(None));
+        let all = Wanted {
+            partitions: true,
+            groups: true,
+        };
+        let named = names(&["versions", "groups", "partitions"]);
+        assert_eq!(Wanted::of(&named), Ok(Some(all)));
+        let versions = Wanted {
+            partitions: false,
+            groups: false,
+        };
+        assert_eq!(Wanted::of(&names(&["versions"])), Ok(Some(versions)));
+        let wrong = Wanted::of(&names(&["groups", "lag"])).unwrap_err();
+        assert!(wrong.contains("\"lag\""), "{wrong}");
     }
 }
