@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dissector.spark.daemon import pruned_path
+from dissector.spark.daemon import ALLOCATOR_DEFAULTS, pruned_path
 
 pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed")
 
@@ -77,3 +77,22 @@ def test_spark_workers_import_pyspark_from_its_directory(spark: Any) -> None:
     for row in rows.collect():
         assert Path(row["worker"]).parent == SPARK_HOME, row["worker"]
         assert not set(ARCHIVES + CORE_JAR) & set(row["path"])
+
+
+def test_spark_workers_keep_freed_pages_for_their_next_task(spark: Any) -> None:
+    """The workers start with the allocator defaults in their environment, read by the
+    native core's and pyarrow's mimalloc as they load (a value the user set wins: the
+    daemon only fills in what is unset)."""
+
+    def worker_env(batches: Any) -> Any:  # defined here: pickled by value
+        import os
+
+        import pyarrow as pa
+
+        for batch in batches:
+            values = [os.environ.get(n) for n in sorted(ALLOCATOR_DEFAULTS)]
+            yield pa.RecordBatch.from_pydict({"env": [values] * batch.num_rows})
+
+    rows = spark.range(0, 2, 1, 2).mapInArrow(worker_env, "env array<string>").collect()
+    want = [ALLOCATOR_DEFAULTS[n] for n in sorted(ALLOCATOR_DEFAULTS)]
+    assert [row["env"] for row in rows] == [want, want]

@@ -12,16 +12,29 @@ module drops an archive from ``sys.path`` when every package in it is importable
 from a directory of the path, in the same version, and then runs PySpark's daemon,
 whose forked workers inherit the path.
 
+It also gives the workers' allocators a default (``ALLOCATOR_DEFAULTS``) that the
+environment does not already set.
+
 Imports only the standard library before the fork (the daemon must start no thread
 before it forks its workers; pyarrow and numpy do).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import zipfile
 from importlib.machinery import PathFinder
 from pathlib import Path, PurePosixPath
+
+# mimalloc, the allocator of the native core and of pyarrow's default memory pool, hands
+# pages a program frees back to the kernel 10 ms after (its purge delay), and the next
+# allocation takes them back one page fault at a time. A worker runs task after task,
+# and each task frees its tables' buffers as it writes them: kept for a second instead,
+# they are reused. Six tasks of a long-poll capture in one process: 54,000 page faults
+# instead of 89,000, 0.18 s less system CPU, peak RSS 230 MB instead of 214 MB. Read by
+# each mimalloc when it starts: the workers load both after the fork.
+ALLOCATOR_DEFAULTS = {"MIMALLOC_PURGE_DELAY": "1000"}
 
 # The file of a package that says its version, compared between archive and directory.
 VERSION_FILES = ("version.py", "_version.py", "__version__.py")
@@ -76,6 +89,8 @@ def pruned_path(path: list[str]) -> list[str]:
 
 
 def main() -> None:
+    for name, value in ALLOCATOR_DEFAULTS.items():
+        os.environ.setdefault(name, value)  # a setting of the user's wins
     kept = pruned_path(sys.path)
     for entry in set(sys.path) - set(kept):
         # its importer, made when this module was looked up, would be re-read too
