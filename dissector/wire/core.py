@@ -171,12 +171,15 @@ def new_analyzer(
     tables: Collection[str] = (),
     pairs: bool = True,
     capture_budget: int | None = None,
+    wire_thread: bool = True,
 ) -> Analyzer:
     """The core for one run; ``tables``: also build the analytics tables named
     (``wire.tables``; any name builds the versions table too; a table not named costs
     nothing: its APIs' bodies are not read for it); ``pairs``: build
     the pairs' rows (off: the tables alone); ``capture_budget``: bytes one capture may
-    decompress in all (None: the core's default, 4 GiB)."""
+    decompress in all (None: the core's default, 4 GiB); ``wire_thread``: the core reads
+    packets on a thread of its own while it summarises the last ones (off: both on the
+    thread that calls it, for a caller given one core)."""
     decoder = decoder or _default_decoder()
     if options.max_decompressed is not None:
         # Imports the Python decoder (messages, compile, summary: some 30 ms of every
@@ -209,6 +212,7 @@ def new_analyzer(
         tables=sorted(tables),
         tables_fallback=fallback,
         pairs=pairs,
+        wire_thread=wire_thread,
         **budget,
     )
 
@@ -446,7 +450,8 @@ def iter_tables(
     ``pairs=False`` builds no pairs (the tables alone: nothing is yielded);
     ``meanwhile()`` runs on this thread while the core reads each capture (imports the
     caller needs after the pass: see ``_batches``); ``ahead=False`` runs the core on
-    this thread (a caller given one core: see ``_batches``)."""
+    this thread alone, its reading of packets too (a caller given one core: see
+    ``_batches``)."""
     from dissector.wire.sets import capture_sets
 
     decoder = decoder or _default_decoder()
@@ -457,6 +462,7 @@ def iter_tables(
         keep_keys=keep_keys,
         tables=tables.wanted if tables is not None else (),
         pairs=pairs,
+        wire_thread=ahead,
     )
 
     def imports() -> None:

@@ -8,7 +8,7 @@ use _core::capture::open_path;
 use _core::counter::Counter;
 use _core::kafka::model::Model;
 use _core::kafka::session::{Session, SessionConfig};
-use _core::pipeline::{run_file, NoFallback, RowSink, Summaries};
+use _core::pipeline::{run_file, NoFallback, RowSink, Stages, Summaries};
 use _core::rows::RowBuilder;
 use _core::types::Counters;
 use serde_json::json;
@@ -63,12 +63,22 @@ fn bare_model() -> Model {
     Model::from_json(&text).expect("bare model")
 }
 
-#[test]
-fn a_capture_runs_through_the_pipeline_without_python() {
-    let capture = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../captures/kafka-4-mixed.pcapng"
-    );
+const MIXED: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../captures/kafka-4-mixed.pcapng"
+);
+
+/// What a run of the mixed capture gave: rows, and the wire stages' counts.
+struct Ran {
+    rows: usize,
+    steps: usize,
+    frames: u64,
+    tcp_packets: u64,
+}
+
+/// The mixed capture through the pipeline in steps of at least `max_rows` rows, the
+/// halves placed by `stages`.
+fn run_mixed(stages: Stages, max_rows: usize) -> Ran {
     let model = Arc::new(bare_model());
     let cfg = SessionConfig {
         broker_ports: vec![9092, 9094],
@@ -78,7 +88,7 @@ fn a_capture_runs_through_the_pipeline_without_python() {
         sasl_handshake_key: model.sasl_handshake_key,
         produce_key: model.produce_key,
     };
-    let mut reader = open_path(capture).expect("capture");
+    let mut reader = open_path(MIXED).expect("capture");
     let mut session = Session::new(cfg, model.clone());
     let mut summaries = Summaries::new(
         model.clone(),
@@ -92,21 +102,66 @@ fn a_capture_runs_through_the_pipeline_without_python() {
     let mut counters = Counters::default();
     summaries.start("mixed");
     sink.start("mixed");
+    let (mut rows, mut steps) = (0, 0);
+    loop {
+        let (result, ended) = run_file(
+            &mut reader,
+            &mut session,
+            &mut summaries,
+            &mut sink,
+            &mut counters,
+            true,
+            max_rows,
+            stages,
+        );
+        assert!(result.is_ok());
+        steps += 1;
+        if ended {
+            sink.take_all_held();
+        }
+        rows += sink.rows.len;
+        sink.rows.clear();
+        if ended {
+            break;
+        }
+        assert!(steps < 10_000, "the run does not end");
+    }
+    Ran {
+        rows,
+        steps,
+        frames: counters.get(Counter::Frames),
+        tcp_packets: counters.get(Counter::TcpPackets),
+    }
+}
+
+#[test]
+fn a_capture_runs_through_the_pipeline_without_python() {
     // One step reads the whole (small) capture: max_rows is far above its pairs.
-    let (result, ended) = run_file(
-        &mut reader,
-        &mut session,
-        &mut summaries,
-        &mut sink,
-        &mut counters,
-        true,
-        1 << 20,
-    );
-    assert!(result.is_ok() && ended);
-    sink.take_all_held();
+    let ran = run_mixed(Stages::Threaded, 1 << 20);
     // captures/README.md: dumpcap recorded 1814 packets, every one TCP to or from a
     // broker port; the pairs' rows came out of the row sink.
-    assert_eq!(counters.get(Counter::Frames), 1814);
-    assert_eq!(counters.get(Counter::TcpPackets), 1814);
-    assert!(sink.rows.len > 400, "{} rows", sink.rows.len);
+    assert_eq!(ran.frames, 1814);
+    assert_eq!(ran.tcp_packets, 1814);
+    assert!(ran.rows > 400, "{} rows", ran.rows);
+    assert_eq!(ran.steps, 1);
+}
+
+#[test]
+fn the_halves_on_one_thread_give_what_two_threads_give() {
+    let whole = run_mixed(Stages::Threaded, 1 << 20);
+    for max_rows in [1, 37, 1 << 20] {
+        for stages in [Stages::Threaded, Stages::Inline] {
+            let ran = run_mixed(stages, max_rows);
+            assert_eq!(
+                (ran.rows, ran.frames, ran.tcp_packets),
+                (whole.rows, whole.frames, whole.tcp_packets),
+                "{stages:?}, steps of {max_rows} rows"
+            );
+            // exchanges go to the summaries 256 at a time (`BATCH`): a full step ends
+            // after the first batch of this capture's two
+            if max_rows < 256 {
+                assert!(ran.steps >= 2, "{stages:?}: {} steps", ran.steps);
+            }
+        }
+    }
 }

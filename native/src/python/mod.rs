@@ -26,7 +26,7 @@ use crate::kafka::model::Model as SpecModel;
 use crate::kafka::session::{Session, SessionConfig};
 use crate::kafka::summary::TopicNames;
 use crate::kafka::table_model::MAX_ENTRY_COLUMNS;
-use crate::pipeline::{self, batch_full, not_summarised, Fallback, RowSink, Summaries};
+use crate::pipeline::{self, batch_full, not_summarised, Fallback, RowSink, Stages, Summaries};
 use crate::python::tls::{summary_lines, KeyLog, TlsConnections};
 use crate::rows::queueing::LongPollRule;
 use crate::rows::tables::{
@@ -149,6 +149,7 @@ pub struct Analyzer {
     tls_table: Vec<(String, TlsSummary)>,
     summaries: Summaries<PyFallback>,
     sink: RowSink,
+    stages: Stages,
 }
 
 #[pymethods]
@@ -162,8 +163,10 @@ impl Analyzer {
     /// a table not named has its APIs' bodies left unread); none: no tables;
     /// `tables_fallback(api_key, api_version, request, response, topic_names)` returns the
     /// `protocol.tables.PairFacts` of a pair the native reading leaves to Python;
-    /// `pairs`: build the pairs' rows (off when only the tables are wanted).
-    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, frame_cap=256 << 20, capture_budget=1 << 32, tls_keys=None, tables=Vec::new(), tables_fallback=None, pairs=true))]
+    /// `pairs`: build the pairs' rows (off when only the tables are wanted);
+    /// `wire_thread`: run the wire stages on a thread of their own beside the summaries
+    /// (off: both on the calling thread, for a caller given one core: `Stages`).
+    #[pyo3(signature = (model, broker_ports, heuristic, max_frame, idle_timeout_ns, fallback, exchanges=false, keep_keys=Vec::new(), frame_budget=64 << 20, frame_cap=256 << 20, capture_budget=1 << 32, tls_keys=None, tables=Vec::new(), tables_fallback=None, pairs=true, wire_thread=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         model: &Model,
@@ -181,6 +184,7 @@ impl Analyzer {
         tables: Vec<String>,
         tables_fallback: Option<Py<PyAny>>,
         pairs: bool,
+        wire_thread: bool,
     ) -> PyResult<Self> {
         let m = model.inner.clone();
         let session = SessionConfig {
@@ -228,6 +232,11 @@ impl Analyzer {
                 tables,
             ),
             sink: RowSink::new(rows, exchanges, pairs, keep_keys),
+            stages: if wire_thread {
+                Stages::Threaded
+            } else {
+                Stages::Inline
+            },
         })
     }
 
@@ -432,6 +441,7 @@ impl Analyzer {
         // Python may go on meanwhile (the CLI imports pyarrow while the core runs); the
         // rare Python summaries take it back for their call.
         let last_file = self.chained.is_empty();
+        let stages = self.stages;
         let Analyzer {
             counters,
             summaries,
@@ -447,6 +457,7 @@ impl Analyzer {
                 counters,
                 last_file,
                 max_rows,
+                stages,
             );
             (result, ended, reader, session)
         });
