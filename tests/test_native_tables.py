@@ -354,8 +354,9 @@ def test_a_pass_builds_only_the_tables_wanted(wanted: tuple[str, ...]) -> None:
 
 def test_the_core_on_the_callers_thread_gives_the_python_decoders_tables() -> None:
     """``iter_tables(ahead=False)`` (a Spark task given one core: no thread reading
-    ahead) gives the Python decoder's tables on every bundled and shared capture, and
-    the pairs the default pass gives, batch boundaries aside."""
+    ahead, the core's packet reading on the same thread) gives the Python decoder's
+    tables on every bundled and shared capture, and the pairs the default pass gives,
+    batch boundaries aside."""
     from dissector.wire.core import iter_tables
     from dissector.wire.tables import TableCollector
 

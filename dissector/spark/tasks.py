@@ -103,8 +103,9 @@ class DecodeConfig:
     # With ``output``: the throughput windows' length (microseconds) of the summaries'
     # partial tables the task writes beside the pairs (``spark.partials``); None: none.
     window_us: int | None = None
-    # The core reads a step ahead on a thread of its own (``wire.core.iter_tables``):
-    # set in each task by the cores Spark gave it (``task_config``).
+    # The core reads a step ahead, and reads packets, on threads of their own
+    # (``wire.core.iter_tables``' ``ahead``): set in each task by the cores Spark gave
+    # it (``task_config``).
     core_ahead: bool = True
 
 

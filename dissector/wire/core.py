@@ -371,7 +371,8 @@ def _batches(
 
     ``ahead=False``: the core runs on the caller's thread, a step at a time, for a
     caller given one core (a Spark task), where the worker thread would only compete
-    with the other tasks' for it.
+    with the other tasks' for it (such a caller's analyzer reads packets on the same
+    thread too: ``new_analyzer(wire_thread=False)``).
     """
     if not ahead:
         if meanwhile is not None:

@@ -569,9 +569,25 @@ pub fn run_file<F: Fallback>(
         return (Ok(()), false);
     }
     if stages == Stages::Inline {
-        return run_inline(
-            reader, session, summaries, sink, counters, last_file, max_rows,
-        );
+        // A batch of exchanges read, then summarised, until the rows fill the step or
+        // the file ends: nothing is read ahead of a full step.
+        let mut out = Vec::with_capacity(BATCH);
+        loop {
+            let ended = wire_step(reader, session, counters, last_file, &mut out);
+            if !ended && out.len() < BATCH {
+                continue;
+            }
+            let batch = std::mem::replace(&mut out, Vec::with_capacity(BATCH));
+            let result = summaries
+                .batch(batch, sink.exchanges_mode)
+                .map(|b| sink.consume(b));
+            if result.is_err() || ended {
+                return (result, ended);
+            }
+            if batch_full(sink, summaries, max_rows) {
+                return (Ok(()), false);
+            }
+        }
     }
     let stop = AtomicBool::new(false);
     let mut wire_counters = Counters::default();
@@ -625,35 +641,4 @@ pub fn run_file<F: Fallback>(
     });
     counters.merge(&wire_counters);
     (result, ended)
-}
-
-/// `run_file` with both halves on this thread (`Stages::Inline`): a batch of exchanges
-/// read, then summarised, until the rows fill a step or the file ends. Nothing is read
-/// ahead of a full step.
-fn run_inline<F: Fallback>(
-    reader: &mut PacketReader,
-    session: &mut Session,
-    summaries: &mut Summaries<F>,
-    sink: &mut RowSink,
-    counters: &mut Counters,
-    last_file: bool,
-    max_rows: usize,
-) -> (Result<(), F::Error>, bool) {
-    let mut out = Vec::with_capacity(BATCH);
-    loop {
-        let ended = wire_step(reader, session, counters, last_file, &mut out);
-        if !ended && out.len() < BATCH {
-            continue;
-        }
-        let batch = std::mem::replace(&mut out, Vec::with_capacity(BATCH));
-        let result = summaries
-            .batch(batch, sink.exchanges_mode)
-            .map(|b| sink.consume(b));
-        if result.is_err() || ended {
-            return (result, ended);
-        }
-        if batch_full(sink, summaries, max_rows) {
-            return (Ok(()), false);
-        }
-    }
 }
