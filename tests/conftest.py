@@ -1,4 +1,6 @@
-"""Shared test fixtures: where the conformance captures are, and the tshark oracle."""
+"""Shared test fixtures: where the conformance captures are, and the tshark oracle; and
+how ``pytest -n N`` keeps tests that share a machine-wide resource apart
+(``tests/scheduling.py``)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,41 @@ SHARED_CAPTURES = REPO.parent / "shared" / "captures"
 KAFKA_BROKER = REPO / "scripts" / "kafka-broker"
 BROKER_START_TIMEOUT_S = 420  # includes the first Maven resolution of the jars
 BROKER_STOP_TIMEOUT_S = 60
+# Fixtures and marks that use a machine-wide resource (tests/scheduling.py).
+SHARED_RESOURCE_FIXTURES = frozenset({"kafka_broker", "spark"})
+SHARED_RESOURCE_MARKS = ("broker", "spark")
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's (a dev dependency)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``pytest -n N`` (``--dist load``, the default with ``-n``): the shared-resource
+    scheduler. Another ``--dist`` asked for is left to xdist."""
+    if config.getvalue("dist") != "load":
+        return None
+    from tests.scheduling import SharedResourceScheduling
+
+    return SharedResourceScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test using the broker or Spark must be named so that the scheduler, which sees
+    only node ids, keeps it with the others (``scheduling.shared_resource``)."""
+    from tests.scheduling import shared_resource
+
+    unnamed = [
+        item.nodeid
+        for item in items
+        if shared_resource(item.nodeid) is None
+        and (
+            SHARED_RESOURCE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+            or any(item.get_closest_marker(mark) for mark in SHARED_RESOURCE_MARKS)
+        )
+    ]
+    if unnamed:
+        raise pytest.UsageError(
+            "tests that use the broker or Spark must say broker, live or spark in their "
+            "module or name (tests/scheduling.py): " + ", ".join(unnamed)
+        )
 
 
 @pytest.fixture(scope="session")
