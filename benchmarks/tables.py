@@ -10,7 +10,11 @@ reported:
 * ``tables``: ``kafka-dissector analyze FILE --quiet --partitions p.parquet --groups
   g.parquet`` (the pairs, the partitions and groups tables: one pass);
 * ``report``: ``kafka-dissector report FILE -o r.html`` (the pairs and every table in one
-  pass, then the report's statistics, charts and HTML).
+  pass, then the report's statistics, charts and HTML);
+* ``report-pass``: the report's pass alone, in a process of its own
+  (``analytics.report.run.analyze`` as ``report`` calls it: the pairs frame and its
+  tables, no page). ``report`` minus this is the page's cost; this against ``analyze``
+  is what no work on the page alone can go below.
 
 Printed per contender: wall time, CPU time (user + system of the child: less sensitive
 than wall time to other work on the machine; the load average is printed too) and peak
@@ -47,11 +51,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 LONGPOLL = REPO / "out" / "longpoll.pcapng"
 SHARED = REPO.parent / "shared" / "captures" / "local-tansu-confluent-kafka.pcapng"
-COMMANDS = ("analyze", "pairs", "tables", "report")
-# Runs `python -m dissector.cli ARGS` in this process and, at its exit, writes the
-# process's own peak RSS (VmHWM, KiB) to the file named by KD_BENCH_HWM.
-CLI = """
-import atexit, os, runpy, sys
+COMMANDS = ("analyze", "pairs", "tables", "report", "report-pass")
+# At its exit, the process writes its own peak RSS (VmHWM, KiB) to the file named by
+# KD_BENCH_HWM.
+PEAK_RSS_AT_EXIT = """
+import atexit, os, sys
 
 def hwm():
     with open("/proc/self/status") as status:
@@ -60,9 +64,26 @@ def hwm():
         out.write(kib)
 
 atexit.register(hwm)
+"""
+# `python -m dissector.cli ARGS` in this process.
+CLI = (
+    PEAK_RSS_AT_EXIT
+    + """
+import runpy
+
 sys.argv = ["kafka-dissector", *sys.argv[1:]]
 runpy.run_module("dissector.cli", run_name="__main__", alter_sys=True)
 """
+)
+# The report's pass on the captures ARGS: ``report_file`` without ``write_report``.
+REPORT_PASS = (
+    PEAK_RSS_AT_EXIT
+    + """
+from dissector.analytics.report.run import analyze, report_partition_columns
+
+analyze(sys.argv[1:], partition_columns=report_partition_columns())
+"""
+)
 
 
 @dataclass
@@ -109,6 +130,7 @@ def commands(capture: Path, out: Path, python: str) -> dict[str, list[str]]:
             "--partitions", str(out / "p.parquet"), "--groups", str(out / "g.parquet"),
         ],
         "report": [*cli, "report", str(capture), "-o", str(out / "r.html")],
+        "report-pass": [python, "-c", REPORT_PASS, str(capture)],
     }  # fmt: skip
 
 
@@ -142,11 +164,11 @@ def report(label: str, contenders: dict[str, Contender]) -> None:
     print(f"{label}:")
     for c in contenders.values():
         print(
-            f"  {c.name:8} wall {_stats(c.wall)}; CPU {_stats(c.cpu)}; "
+            f"  {c.name:11} wall {_stats(c.wall)}; CPU {_stats(c.cpu)}; "
             f"peak RSS {max(c.rss) / 2**20:5.0f} MiB"
         )
     base = contenders["analyze"]
-    for name in ("pairs", "tables", "report"):
+    for name in COMMANDS[1:]:
         c = contenders[name]
         wall = statistics.median(c.wall) / statistics.median(base.wall)
         cpu = statistics.median(c.cpu) / statistics.median(base.cpu)
