@@ -20,9 +20,6 @@ SHARED_CAPTURES = REPO.parent / "shared" / "captures"
 KAFKA_BROKER = REPO / "scripts" / "kafka-broker"
 BROKER_START_TIMEOUT_S = 420  # includes the first Maven resolution of the jars
 BROKER_STOP_TIMEOUT_S = 60
-# Fixtures and marks that use a machine-wide resource (tests/scheduling.py).
-SHARED_RESOURCE_FIXTURES = frozenset({"kafka_broker", "spark"})
-SHARED_RESOURCE_MARKS = ("broker", "spark")
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's (a dev dependency)
@@ -38,22 +35,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test using the broker or Spark must be named so that the scheduler, which sees
-    only node ids, keeps it with the others (``scheduling.shared_resource``)."""
-    from tests.scheduling import shared_resource
+    only node ids, keeps it with the others (``scheduling.unnamed``)."""
+    from tests.scheduling import unnamed
 
-    unnamed = [
-        item.nodeid
-        for item in items
-        if shared_resource(item.nodeid) is None
-        and (
-            SHARED_RESOURCE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-            or any(item.get_closest_marker(mark) for mark in SHARED_RESOURCE_MARKS)
-        )
-    ]
-    if unnamed:
+    misplaced = unnamed(items)
+    if misplaced:
         raise pytest.UsageError(
             "tests that use the broker or Spark must say broker, live or spark in their "
-            "module or name (tests/scheduling.py): " + ", ".join(unnamed)
+            "module or name (tests/scheduling.py): " + ", ".join(misplaced)
         )
 
 

@@ -10,8 +10,9 @@ a worker is free.
 
 The resource is read from the test's node id alone (the scheduler, in the controller,
 sees nothing else): its module or name says ``broker``, ``live`` or ``spark``.
-``conftest.py`` checks at collection that every test using the broker or Spark is
-named so. A name that matches by chance ("delivered") costs only parallelism.
+Collection fails for a test that uses the broker or Spark and is not named so
+(``unnamed``, from ``conftest.py``). A name that matches by chance ("first_delivery",
+"keepalive") costs only parallelism.
 
 xdist's own ``--dist loadgroup`` is not used: on pytest 9.2 its ``xdist_group`` marks
 are silently ignored (pytest-xdist issue 1386), which put two brokers on one port.
@@ -19,12 +20,17 @@ are silently ignored (pytest-xdist issue 1386), which put two brokers on one por
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import PurePosixPath
 
+import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 LOOPBACK = "loopback"
 SPARK = "spark"
+# The fixtures and marks of tests that use one of them.
+FIXTURES = frozenset({"kafka_broker", "spark"})
+MARKS = ("broker", "spark")
 
 
 def shared_resource(nodeid: str) -> str | None:
@@ -44,3 +50,18 @@ class SharedResourceScheduling(LoadScopeScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         return shared_resource(nodeid) or nodeid
+
+
+def unnamed(items: Iterable[pytest.Item]) -> list[str]:
+    """The node ids of the tests that use the broker or Spark (``FIXTURES``,
+    ``MARKS``) but whose node id does not say so: the scheduler would put them
+    anywhere."""
+    return [
+        item.nodeid
+        for item in items
+        if shared_resource(item.nodeid) is None
+        and (
+            FIXTURES.intersection(getattr(item, "fixturenames", ()))
+            or any(item.get_closest_marker(mark) for mark in MARKS)
+        )
+    ]

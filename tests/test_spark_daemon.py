@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dissector.spark.daemon import ALLOCATOR_DEFAULTS, pruned_path
+from dissector.spark.daemon import ALLOCATOR_DEFAULTS, allocator_settings, pruned_path
 
 pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed")
 
@@ -81,8 +81,7 @@ def test_spark_workers_import_pyspark_from_its_directory(spark: Any) -> None:
 
 def test_spark_workers_keep_freed_pages_for_their_next_task(spark: Any) -> None:
     """The workers start with the allocator defaults in their environment, read by the
-    native core's and pyarrow's mimalloc as they load (a value the user set wins: the
-    daemon only fills in what is unset)."""
+    native core's and pyarrow's mimalloc as they load."""
 
     def worker_env(batches: Any) -> Any:  # defined here: pickled by value
         import os
@@ -96,3 +95,9 @@ def test_spark_workers_keep_freed_pages_for_their_next_task(spark: Any) -> None:
     rows = spark.range(0, 2, 1, 2).mapInArrow(worker_env, "env array<string>").collect()
     want = [ALLOCATOR_DEFAULTS[n] for n in sorted(ALLOCATOR_DEFAULTS)]
     assert [row["env"] for row in rows] == [want, want]
+
+
+def test_an_allocator_setting_of_the_users_wins() -> None:
+    # mimalloc's purge delay, as docs/spark.md (Memory) gives it
+    assert allocator_settings({}) == {"MIMALLOC_PURGE_DELAY": "1000"}
+    assert allocator_settings({"MIMALLOC_PURGE_DELAY": "0", "PATH": "/bin"}) == {}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import sys
 import zipfile
+from collections.abc import Mapping
 from importlib.machinery import PathFinder
 from pathlib import Path, PurePosixPath
 
@@ -88,9 +89,14 @@ def pruned_path(path: list[str]) -> list[str]:
     return [p for p in path if not (Path(p or ".").is_file() and redundant(p, directories))]
 
 
+def allocator_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """The ``ALLOCATOR_DEFAULTS`` that ``environ`` leaves unset: a setting of the
+    user's wins."""
+    return {name: value for name, value in ALLOCATOR_DEFAULTS.items() if name not in environ}
+
+
 def main() -> None:
-    for name, value in ALLOCATOR_DEFAULTS.items():
-        os.environ.setdefault(name, value)  # a setting of the user's wins
+    os.environ.update(allocator_settings(os.environ))
     kept = pruned_path(sys.path)
     for entry in set(sys.path) - set(kept):
         # its importer, made when this module was looked up, would be re-read too

@@ -9,7 +9,7 @@ use _core::counter::Counter;
 use _core::kafka::model::Model;
 use _core::kafka::session::{Session, SessionConfig};
 use _core::pipeline::{run_file, NoFallback, RowSink, Stages, Summaries};
-use _core::rows::RowBuilder;
+use _core::rows::{Nullable, RowBuilder};
 use _core::types::Counters;
 use serde_json::json;
 
@@ -68,9 +68,13 @@ const MIXED: &str = concat!(
     "/../captures/kafka-4-mixed.pcapng"
 );
 
-/// What a run of the mixed capture gave: rows, and the wire stages' counts.
+/// A row's identity and what its bodies gave: (stream, correlation id, api key,
+/// request time, error code, records), None where null.
+type RowKey = [Option<i64>; 6];
+
+/// What a run of the mixed capture gave: its rows, and the wire stages' counts.
 struct Ran {
-    rows: usize,
+    rows: Vec<RowKey>,
     steps: usize,
     frames: u64,
     tcp_packets: u64,
@@ -102,7 +106,7 @@ fn run_mixed(stages: Stages, max_rows: usize) -> Ran {
     let mut counters = Counters::default();
     summaries.start("mixed");
     sink.start("mixed");
-    let (mut rows, mut steps) = (0, 0);
+    let (mut rows, mut steps) = (Vec::new(), 0);
     loop {
         let (result, ended) = run_file(
             &mut reader,
@@ -119,7 +123,7 @@ fn run_mixed(stages: Stages, max_rows: usize) -> Ran {
         if ended {
             sink.take_all_held();
         }
-        rows += sink.rows.len;
+        rows.extend(row_keys(&sink.rows));
         sink.rows.clear();
         if ended {
             break;
@@ -134,6 +138,22 @@ fn run_mixed(stages: Stages, max_rows: usize) -> Ran {
     }
 }
 
+fn row_keys(rows: &RowBuilder) -> Vec<RowKey> {
+    let at = |c: &Nullable<i64>, i: usize| c.valid[i].then(|| c.values[i]);
+    (0..rows.len)
+        .map(|i| {
+            [
+                at(&rows.stream, i),
+                at(&rows.correlation_id, i),
+                at(&rows.api_key, i),
+                at(&rows.request_time, i),
+                at(&rows.error_code, i),
+                at(&rows.records, i),
+            ]
+        })
+        .collect()
+}
+
 #[test]
 fn a_capture_runs_through_the_pipeline_without_python() {
     // One step reads the whole (small) capture: max_rows is far above its pairs.
@@ -142,7 +162,7 @@ fn a_capture_runs_through_the_pipeline_without_python() {
     // broker port; the pairs' rows came out of the row sink.
     assert_eq!(ran.frames, 1814);
     assert_eq!(ran.tcp_packets, 1814);
-    assert!(ran.rows > 400, "{} rows", ran.rows);
+    assert!(ran.rows.len() > 400, "{} rows", ran.rows.len());
     assert_eq!(ran.steps, 1);
 }
 
@@ -153,9 +173,16 @@ fn the_halves_on_one_thread_give_what_two_threads_give() {
         for stages in [Stages::Threaded, Stages::Inline] {
             let ran = run_mixed(stages, max_rows);
             assert_eq!(
-                (ran.rows, ran.frames, ran.tcp_packets),
-                (whole.rows, whole.frames, whole.tcp_packets),
+                (ran.frames, ran.tcp_packets),
+                (whole.frames, whole.tcp_packets),
                 "{stages:?}, steps of {max_rows} rows"
+            );
+            // the same rows in the same order, whatever the steps
+            assert!(
+                ran.rows == whole.rows,
+                "{stages:?}, steps of {max_rows} rows: {} rows against {}",
+                ran.rows.len(),
+                whole.rows.len()
             );
             // exchanges go to the summaries 256 at a time (`BATCH`): a full step ends
             // after the first batch of this capture's two
