@@ -62,6 +62,7 @@ RECORDS = 1500
 PRODUCE_S = 5.0
 TOOL_TIMEOUT_S = 120
 JOIN_TIMEOUT_S = 60
+METADATA_TIMEOUT_S = 30
 GROUPS = ("caught-up", "prefetch", "earliest", "txn")
 
 
@@ -199,13 +200,38 @@ def _bootstrap() -> str:
 
 
 def _create_topics(*topics: tuple[str, int]) -> None:
+    """Create ``topics`` (name, partitions) and wait until the broker's metadata has
+    a leader for every partition. Once, on a busy machine, the caught-up consumer,
+    joining 0.7 s after the topics were created, was assigned (generation 1), rejoined
+    at once as group leader (generation 2), and then neither polled nor heartbeated
+    until the broker removed it 45 s later: the scenario failed with "caught-up: no
+    assignment". Joining once the partitions have leaders, it no longer rejoined in
+    the run that checked this (the late groups still rejoin once, as before)."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=_bootstrap(), client_id="lag-admin")
     try:
         admin.create_topics([NewTopic(t, n, 1) for t, n in topics])
+        wanted = dict(topics)
+        deadline = time.monotonic() + METADATA_TIMEOUT_S
+        while not _led(admin.describe_topics(list(wanted)), wanted):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topics {sorted(wanted)} have no leader after "
+                                   f"{METADATA_TIMEOUT_S} s")  # fmt: skip
+            time.sleep(0.1)
     finally:
         admin.close()
+
+
+def _led(described: list[dict[str, Any]], wanted: dict[str, int]) -> bool:
+    """Whether every topic of ``wanted`` (name -> partitions) is described with that
+    many partitions, each with a leader."""
+    found = {t["name"]: t["partitions"] for t in described if not t["error_code"]}
+    return all(
+        len(found.get(name, ())) == count
+        and all(not p["error_code"] and p["leader_id"] >= 0 for p in found[name])
+        for name, count in wanted.items()
+    )
 
 
 @dataclass
