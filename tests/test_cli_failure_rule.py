@@ -211,6 +211,60 @@ def test_ctrl_c_during_decode_counts_the_lines_written(tmp_path: Path) -> None:
         json.loads(line)  # whole lines only
 
 
+def test_ctrl_c_caught_after_it_left_generated_source_still_exits_130(tmp_path: Path) -> None:
+    """A Ctrl-C landing while a lazy import builds a dataclass leaves an ``exec`` of
+    source text; CPython then ends a ``python -m`` process by SIGINT, not with the
+    command's status, unless the handler clears that (CI saw -2 once in ~15 runs of
+    the pass test above under load). The same path, made deterministic."""
+    module = tmp_path / "interrupted_in_exec.py"
+    module.write_text(
+        "from dissector.cli.common import Outputs, interrupted\n"
+        "try:\n"
+        "    exec('raise KeyboardInterrupt')  # what dataclasses and namedtuple run\n"
+        "except KeyboardInterrupt:\n"
+        "    interrupted(Outputs())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", module.stem],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == "interrupted: nothing written"
+
+
+def test_ctrl_c_wrapped_by_a_dataclass_being_built_is_a_ctrl_c(tmp_path: Path) -> None:
+    """Python 3.11 wraps a KeyboardInterrupt raised in ``__set_name__`` in a
+    RuntimeError: a Ctrl-C landing while a lazy import builds a dataclass (seen once in
+    75 interrupted passes under load) must still end as a Ctrl-C, not a traceback."""
+    module = tmp_path / "interrupted_in_set_name.py"
+    module.write_text(
+        "import click\n"
+        "from dissector.cli.app import main\n"
+        "class Interrupted:\n"
+        "    def __set_name__(self, owner, name):\n"
+        "        raise KeyboardInterrupt\n"
+        "@main.command('busy')\n"
+        "def busy():\n"
+        "    class Built:\n"
+        "        field = Interrupted()\n"
+        "main(['busy'])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", module.stem],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == "interrupted: nothing written"
+
+
 def test_ctrl_c_during_report_exits_130_writing_no_page(tmp_path: Path) -> None:
     page = tmp_path / "r.html"
     args = ["report", *[str(CAPTURE)] * 2000, "-o", str(page)]

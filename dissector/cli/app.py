@@ -82,6 +82,11 @@ class _LazyGroup(click.Group):
             return self._invoke(ctx)
         except KeyboardInterrupt:
             pass
+        except RuntimeError as exc:
+            # Python 3.11 wraps a KeyboardInterrupt raised in ``__set_name__`` (a
+            # dataclass being built while a lazy import runs) in a RuntimeError.
+            if not isinstance(exc.__cause__, KeyboardInterrupt):
+                raise
         # Outside the except block: the interrupted frames (and the native core's
         # iterators they hold, whose threads must be joined before the interpreter
         # shuts down) are released with the exception before the process exits.
