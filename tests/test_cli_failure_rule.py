@@ -211,27 +211,33 @@ def test_ctrl_c_during_decode_counts_the_lines_written(tmp_path: Path) -> None:
         json.loads(line)  # whole lines only
 
 
-def test_ctrl_c_caught_after_it_left_generated_source_still_exits_130(tmp_path: Path) -> None:
-    """A Ctrl-C landing while a lazy import builds a dataclass leaves an ``exec`` of
-    source text; CPython then ends a ``python -m`` process by SIGINT, not with the
-    command's status, unless the handler clears that (CI saw -2 once in ~15 runs of
-    the pass test above under load). The same path, made deterministic."""
-    module = tmp_path / "interrupted_in_exec.py"
-    module.write_text(
-        "from dissector.cli.common import Outputs, interrupted\n"
-        "try:\n"
-        "    exec('raise KeyboardInterrupt')  # what dataclasses and namedtuple run\n"
-        "except KeyboardInterrupt:\n"
-        "    interrupted(Outputs())\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-m", module.stem],
+def _run_as_module(tmp_path: Path, name: str, source: str) -> subprocess.CompletedProcess[str]:
+    """Run ``source`` as ``python -m name``: CPython's end-of-run handling of a
+    KeyboardInterrupt is that of ``-m``, the way the CLI runs."""
+    (tmp_path / f"{name}.py").write_text(source)
+    return subprocess.run(
+        [sys.executable, "-m", name],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(tmp_path)},
         timeout=TIMEOUT_S,
     )
+
+
+def test_ctrl_c_caught_after_it_left_generated_source_still_exits_130(tmp_path: Path) -> None:
+    """A Ctrl-C landing while a lazy import builds a dataclass leaves an ``exec`` of
+    source text; CPython then ends a ``python -m`` process by SIGINT, not with the
+    command's status, unless the handler clears that (the pass test above ended so
+    once in CI, and in about 15% of runs under load here). The path, deterministic."""
+    source = """
+from dissector.cli.common import Outputs, interrupted
+try:
+    exec("raise KeyboardInterrupt")  # what dataclasses and namedtuple run
+except KeyboardInterrupt:
+    interrupted(Outputs())
+"""
+    proc = _run_as_module(tmp_path, "interrupted_in_exec", source)
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip() == "interrupted: nothing written"
 
@@ -240,27 +246,18 @@ def test_ctrl_c_wrapped_by_a_dataclass_being_built_is_a_ctrl_c(tmp_path: Path) -
     """Python 3.11 wraps a KeyboardInterrupt raised in ``__set_name__`` in a
     RuntimeError: a Ctrl-C landing while a lazy import builds a dataclass (seen once in
     75 interrupted passes under load) must still end as a Ctrl-C, not a traceback."""
-    module = tmp_path / "interrupted_in_set_name.py"
-    module.write_text(
-        "import click\n"
-        "from dissector.cli.app import main\n"
-        "class Interrupted:\n"
-        "    def __set_name__(self, owner, name):\n"
-        "        raise KeyboardInterrupt\n"
-        "@main.command('busy')\n"
-        "def busy():\n"
-        "    class Built:\n"
-        "        field = Interrupted()\n"
-        "main(['busy'])\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-m", module.stem],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-        timeout=TIMEOUT_S,
-    )
+    source = """
+from dissector.cli.app import main
+class Interrupted:
+    def __set_name__(self, owner, name):
+        raise KeyboardInterrupt
+@main.command("busy")
+def busy():
+    class Built:
+        field = Interrupted()
+main(["busy"])
+"""
+    proc = _run_as_module(tmp_path, "interrupted_in_set_name", source)
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip() == "interrupted: nothing written"
 
