@@ -352,6 +352,33 @@ def test_a_pass_builds_only_the_tables_wanted(wanted: tuple[str, ...]) -> None:
     assert compared > 0
 
 
+def test_a_ctrl_c_that_cuts_the_core_workers_start_short_stops_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thread.start() waits for the thread to run, and a Ctrl-C there left the worker
+    reading the capture while the pass's end asked the analyzer for its counters: the
+    user got "RuntimeError: Already mutably borrowed" (seen under repeated Ctrl-C of
+    ``report``). The Ctrl-C must reach the caller, with the worker stopped first."""
+    import threading
+
+    from dissector.accounting import Counters
+    from dissector.wire.core import iter_tables
+
+    start = threading.Thread.start
+
+    def interrupted_start(thread: threading.Thread) -> None:
+        start(thread)
+        if thread.name == "kafka-dissector-core":
+            raise KeyboardInterrupt  # as Ctrl-C does in start()'s wait
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    counters = Counters()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in iter_tables([str(BUNDLED[0])] * 50, Options(), counters=counters):
+            pass
+    assert not [t for t in threading.enumerate() if t.name == "kafka-dissector-core"]
+
+
 def test_the_core_on_the_callers_thread_gives_the_python_decoders_tables() -> None:
     """``iter_tables(ahead=False)`` (a Spark task given one core: no thread reading
     ahead, the core's packet reading on the same thread) gives the Python decoder's

@@ -410,8 +410,11 @@ def _batches(
             put(("error", exc))
 
     worker = threading.Thread(target=work, name="kafka-dissector-core", daemon=True)
-    worker.start()
     try:
+        # In the try: a Ctrl-C can cut start() short (it waits for the thread to run)
+        # with the thread made, and the caller must not touch the analyzer until the
+        # worker has let it go.
+        worker.start()
         if meanwhile is not None:
             meanwhile()
         while True:
@@ -423,7 +426,10 @@ def _batches(
             yield item
     finally:
         stop.set()
-        worker.join()
+        # Not alive: ended, or not yet running, and then it sees `stop` before it
+        # touches the analyzer.
+        if worker.is_alive():
+            worker.join()
 
 
 def iter_tables(
