@@ -304,3 +304,53 @@ def test_ctrl_c_during_a_spark_job_cancels_it_and_names_the_output(tmp_path: Pat
     assert proc.returncode == 130, err[-2000:]
     assert f"{out} (the cancelled job's tables) is incomplete" in err
     assert "job failed" not in err and "Traceback" not in err
+
+
+def _spark_jvm_child(pid: int) -> int:
+    """The PID of the Spark JVM that process ``pid`` launched, once launched (PySpark's
+    spark-submit script execs into it)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        for children in Path(f"/proc/{pid}/task").glob("*/children"):
+            for child in children.read_text().split():
+                cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+                if (
+                    cmdline[0].endswith(b"java")
+                    and b"org.apache.spark.deploy.SparkSubmit" in cmdline
+                ):
+                    return int(child)
+        time.sleep(0.02)
+    raise AssertionError("no Spark JVM was launched")
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_ctrl_c_while_spark_starts_stops_it_and_leaves_no_jvm(tmp_path: Path) -> None:
+    """A Ctrl-C right after the Spark JVM is launched (its session not up yet) is acted on
+    once Spark is up, and Spark is stopped: interrupted inside PySpark's start-up, the
+    JVM stayed up with no one left to stop it, printing a Java trace after the command
+    had ended."""
+    from tests.test_spark_cli import command, spark_env
+
+    out = tmp_path / "out"
+    args = [*command(), "spark", str(CAPTURE), "--master", "local[1]", "-o", str(out)]
+    proc = _start(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=spark_env()
+    )
+    jvm = _spark_jvm_child(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.rstrip().endswith("interrupted: nothing written"), err[-2000:]
+    assert "Exception" not in err and "Traceback" not in err
+    deadline = time.monotonic() + TIMEOUT_S
+    while _running(jvm):
+        assert time.monotonic() < deadline, f"the Spark JVM {jvm} is still running"
+        time.sleep(0.1)
+    assert not out.exists()

@@ -22,7 +22,7 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -267,12 +267,19 @@ def spark_command(
             warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
         # Inside a running application (a notebook, a test) reuse its session, leave it up.
         owned = SparkSession.getActiveSession() is None
-        try:
-            spark = build_session(master, conf=_parse_conf(confs), quiet=not verbose)
-        except Exception as exc:
-            if verbose:
-                raise
-            raise click.ClickException(f"Spark did not start: {describe_failure(exc)}") from exc
+        with _ctrl_c_after_start_up() as asked_early:
+            try:
+                spark = _off_the_main_thread(
+                    partial(build_session, master, conf=_parse_conf(confs), quiet=not verbose)
+                )
+            except Exception as exc:
+                if verbose:
+                    raise
+                raise click.ClickException(f"Spark did not start: {describe_failure(exc)}") from exc
+        if asked_early.is_set():
+            if owned:
+                spark.stop()
+            raise KeyboardInterrupt
         try:
             cancelled = False
             with _cancelled_on_ctrl_c(spark) as asked:
@@ -295,30 +302,78 @@ def spark_command(
                 spark.stop()
 
 
+# How often a Ctrl-C'd run asks Spark again to cancel its jobs (those started since).
+CANCEL_EVERY_S = 0.2
+
+
 @contextmanager
-def _cancelled_on_ctrl_c(spark: SparkSession) -> Iterator[threading.Event]:
-    """Ctrl-C cancels the running Spark jobs and the command then exits 130 (app.py),
-    naming what it leaves behind. PySpark's own handler raises KeyboardInterrupt inside
-    a py4j call, which comes back as a 'job failed' error; here the first Ctrl-C asks
-    Spark to cancel (from a thread: the main thread may be inside py4j) and lets the job
-    end, a second one interrupts at once."""
+def _ctrl_c_after_start_up() -> Iterator[threading.Event]:
+    """Ctrl-C while Spark starts is acted on once it has started (the caller then
+    stops it): interrupted inside PySpark's start-up, the JVM it was launching stayed
+    up with no one left to stop it, and printed a Java trace after the command ended."""
     asked = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield asked
         return
 
     def on_sigint(signum: int, frame: Any) -> None:
+        if not asked.is_set():
+            click.echo("interrupting: Spark is starting, it is stopped once up", err=True)
+        asked.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield asked
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _off_the_main_thread(start: Callable[[], SparkSession]) -> SparkSession:
+    """``start()`` run on a thread of its own: a SparkContext started on the main
+    thread replaces the Ctrl-C handler with PySpark's, which raises inside the py4j
+    call under way (py4j then logs tracebacks) for the rest of the start-up."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="kafka-dissector-spark-start") as pool:
+        return pool.submit(start).result()
+
+
+@contextmanager
+def _cancelled_on_ctrl_c(spark: SparkSession) -> Iterator[threading.Event]:
+    """Ctrl-C cancels the running Spark jobs and the command then exits 130 (app.py),
+    naming what it leaves behind. PySpark's own handler raises KeyboardInterrupt inside
+    a py4j call, which comes back as a 'job failed' error; here the first Ctrl-C asks
+    Spark to cancel (from a thread: the main thread may be inside py4j) and lets the job
+    end, a second one interrupts at once. The run is several Spark jobs, and one that
+    starts after the Ctrl-C (it came while none ran) is cancelled too: the asking
+    repeats until the run ends."""
+    asked = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield asked
+        return
+    ended = threading.Event()
+
+    def cancel_until_ended() -> None:
+        while not ended.is_set():
+            try:
+                spark.sparkContext.cancelAllJobs()
+            except Exception:  # the run ended and Spark is stopping: nothing to cancel
+                return
+            ended.wait(CANCEL_EVERY_S)
+
+    def on_sigint(signum: int, frame: Any) -> None:
         if asked.is_set():
             raise KeyboardInterrupt
         asked.set()
         threading.Thread(
-            target=spark.sparkContext.cancelAllJobs, name="kafka-dissector-cancel", daemon=True
+            target=cancel_until_ended, name="kafka-dissector-cancel", daemon=True
         ).start()
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         yield asked
     finally:
+        ended.set()
         signal.signal(signal.SIGINT, previous)
 
 
