@@ -78,6 +78,9 @@ class _LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
+        # Run as the root context closes, whatever ends the command (its return, the
+        # SystemExit of a Ctrl-C or an error): after every KeyboardInterrupt caught.
+        ctx.call_on_close(_forget_interrupts_seen_by_exec)
         try:
             return self._invoke(ctx)
         except KeyboardInterrupt:
@@ -103,6 +106,16 @@ class _LazyGroup(click.Group):
             quiet_broken_pipe()
         except OSError as exc:
             raise click.ClickException(os_error_line(exc)) from exc
+
+
+def _forget_interrupts_seen_by_exec() -> None:
+    """CPython (3.11 to 3.13 at least) notes a KeyboardInterrupt that leaves an
+    ``exec`` of source text, even when it is then caught, and a ``python -m`` process
+    so marked ends by killing itself with SIGINT instead of with its exit status: a
+    parent saw "killed by SIGINT" instead of 130 whenever the Ctrl-C landed while a
+    lazy import built a dataclass or a namedtuple (both ``exec`` generated source).
+    Each ``exec`` of text clears the note when it starts; the command handled it."""
+    exec("")
 
 
 def _with_output_rule(cmd: click.Command, rules: dict[str, tuple[str, ...]]) -> click.Command:

@@ -301,18 +301,7 @@ def interrupted(done: Outputs) -> NoReturn:
     for left in done.incomplete:
         message += f"; {left} is incomplete"
     click.echo(message, err=True)
-    _forget_interrupts_seen_by_exec()
     sys.exit(EXIT_INTERRUPTED)
-
-
-def _forget_interrupts_seen_by_exec() -> None:
-    """CPython (3.11 to 3.13 at least) notes a KeyboardInterrupt that leaves an
-    ``exec`` of source text, even when it is then caught, and a ``python -m`` process
-    so marked ends by killing itself with SIGINT instead of with its exit status: a
-    parent saw "killed by SIGINT" instead of 130 whenever the Ctrl-C landed while a
-    lazy import built a dataclass or a namedtuple (both ``exec`` generated source).
-    Each ``exec`` of text clears the note when it starts; the Ctrl-C was handled."""
-    exec("")
 
 
 # ---------------------------------------------------------------- --filter

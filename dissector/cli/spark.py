@@ -267,7 +267,8 @@ def spark_command(
             warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
         # Inside a running application (a notebook, a test) reuse its session, leave it up.
         owned = SparkSession.getActiveSession() is None
-        with _ctrl_c_after_start_up() as asked_early:
+        asked_early = threading.Event()
+        with _on_sigint(partial(_held_while_starting, asked_early)):
             try:
                 spark = _off_the_main_thread(
                     partial(build_session, master, conf=_parse_conf(confs), quiet=not verbose)
@@ -276,11 +277,9 @@ def spark_command(
                 if verbose:
                     raise
                 raise click.ClickException(f"Spark did not start: {describe_failure(exc)}") from exc
-        if asked_early.is_set():
-            if owned:
-                spark.stop()
-            raise KeyboardInterrupt
         try:
+            if asked_early.is_set():
+                raise KeyboardInterrupt  # Spark is up now: stopped below, as at any end
             cancelled = False
             with _cancelled_on_ctrl_c(spark) as asked:
                 try:
@@ -307,25 +306,27 @@ CANCEL_EVERY_S = 0.2
 
 
 @contextmanager
-def _ctrl_c_after_start_up() -> Iterator[threading.Event]:
-    """Ctrl-C while Spark starts is acted on once it has started (the caller then
-    stops it): interrupted inside PySpark's start-up, the JVM it was launching stayed
-    up with no one left to stop it, and printed a Java trace after the command ended."""
-    asked = threading.Event()
+def _on_sigint(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """``handler`` takes SIGINT inside the block. Python delivers signals to the main
+    thread alone: on another (a notebook's worker) the block runs as it is."""
     if threading.current_thread() is not threading.main_thread():
-        yield asked
+        yield
         return
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        if not asked.is_set():
-            click.echo("interrupting: Spark is starting, it is stopped once up", err=True)
-        asked.set()
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = signal.signal(signal.SIGINT, handler)
     try:
-        yield asked
+        yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _held_while_starting(asked: threading.Event, signum: int, frame: Any) -> None:
+    """SIGINT while Spark starts: noted in ``asked``, acted on once Spark is up (and
+    then stopped). Interrupted inside PySpark's start-up, the JVM it was launching
+    stayed up with no one left to stop it, and printed a Java trace after the command
+    ended."""
+    if not asked.is_set():
+        click.echo("interrupting: Spark is starting, it is stopped once up", err=True)
+    asked.set()
 
 
 def _off_the_main_thread(start: Callable[[], SparkSession]) -> SparkSession:
@@ -348,9 +349,6 @@ def _cancelled_on_ctrl_c(spark: SparkSession) -> Iterator[threading.Event]:
     starts after the Ctrl-C (it came while none ran) is cancelled too: the asking
     repeats until the run ends."""
     asked = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield asked
-        return
     ended = threading.Event()
 
     def cancel_until_ended() -> None:
@@ -369,12 +367,11 @@ def _cancelled_on_ctrl_c(spark: SparkSession) -> Iterator[threading.Event]:
             target=cancel_until_ended, name="kafka-dissector-cancel", daemon=True
         ).start()
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield asked
-    finally:
-        ended.set()
-        signal.signal(signal.SIGINT, previous)
+    with _on_sigint(on_sigint):
+        try:
+            yield asked
+        finally:
+            ended.set()
 
 
 @dataclass(frozen=True)
