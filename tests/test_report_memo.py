@@ -1,15 +1,17 @@
 """What the report's speed work must not change (issue #19).
 
 ``stats.memoized`` computes the columns every statistic derives from the report's frame
-once: the page with it must be the page without it (the oracle: the same statistics
-computed afresh for every caller), and a caller changing what it got must not change
-what the next one gets. ``report.run._Imports`` imports pandas and numpy while the
+once, as many as its byte budget holds: the page with it, whole or held to part of its
+columns, must be the page without it (the oracle: the same statistics computed afresh
+for every caller), and a caller changing what it got must not change what the next one
+gets. ``report.run._Imports`` imports pandas and numpy while the
 core reads the capture: that only helps if importing the report package (what the CLI
 does before the pass) does not import them already.
 """
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -27,18 +29,52 @@ CAPTURES = [
 ]
 
 
+@pytest.mark.parametrize("budget", ["default", "part"])
 @pytest.mark.parametrize("capture", CAPTURES, ids=lambda p: p.name)
 def test_memoized_page_equals_the_page_computed_afresh(
-    capture: Path, monkeypatch: pytest.MonkeyPatch
+    capture: Path, budget: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if not capture.is_file():
         pytest.skip(f"bundled capture missing: {capture}")
     df = report.analyze([capture], partition_columns=report.report_partition_columns())
+    if budget == "part":
+        # room for some of the columns, not all: the others are computed per caller
+        monkeypatch.setattr(stats, "MEMO_MAX_BYTES", _kept_bytes(df) // 3)
     memoized = report.render(df, command="x")
-    monkeypatch.setattr(stats, "MEMO_MAX_ROWS", -1)  # no frame is memoized
+    monkeypatch.setattr(stats, "memoized", lambda frame: contextlib.nullcontext())
     afresh = report.render(df, command="x")
     assert len(df) > 100
     assert memoized == afresh
+
+
+def _kept_bytes(df: pd.DataFrame) -> int:
+    from dissector.analytics.report import sections
+
+    with stats.memoized(df):
+        sections.sections(df, "x")
+        memo = stats._memo
+        assert memo is not None and memo.kept_bytes > 0
+        return memo.kept_bytes
+
+
+def test_the_memo_keeps_columns_within_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    capture = CAPTURES[0]
+    if not capture.is_file():
+        pytest.skip(f"bundled capture missing: {capture}")
+    df = report.analyze([capture])
+    event_bytes = int(stats.event_time(df).memory_usage(index=False))
+    labels = stats.api_labels(df)
+    labels_bytes = int(labels.memory_usage(index=False))
+    monkeypatch.setattr(stats, "MEMO_MAX_BYTES", event_bytes + labels_bytes - 1)
+    with stats.memoized(df):
+        assert stats.event_time(df) is not stats.event_time(df)  # copies of one value
+        stats.api_labels(df)  # past the budget: computed, not kept
+        stats.span_seconds(df)  # a summary: kept whatever the budget
+        memo = stats._memo
+        assert memo is not None
+        assert sorted(memo.values) == ["event_time", "span_seconds"]
+        assert memo.kept_bytes == event_bytes
+        pd.testing.assert_series_equal(stats.api_labels(df), labels)
 
 
 def test_a_caller_changing_a_memoized_value_changes_nobody_elses() -> None:

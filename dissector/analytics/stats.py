@@ -172,29 +172,30 @@ then ``error_rate = errors / count`` and ``rate_per_s = count / span`` (span fro
 class _Memo:
     frame: pd.DataFrame
     values: dict[str, Any] = field(default_factory=dict)
+    kept_bytes: int = 0  # of the values with a row per frame row
 
 
 _memo: _Memo | None = None
 
-MEMO_MAX_ROWS = 250_000
-"""Largest frame ``memoized`` keeps derived columns of (about 25 MB of them)."""
+MEMO_MAX_BYTES = 32 << 20
+"""Most bytes of derived columns ``memoized`` keeps for one frame. They cost about 160
+bytes a row: the report of 259,000 long-poll pairs keeps all but the time buckets
+(its page in 2.8 s instead of 3.6 s), one of 1.5M pairs a few (all of them, 230 MiB,
+would break issue #21's memory bound)."""
 
 
 @contextmanager
 def memoized(df: pd.DataFrame) -> Iterator[None]:
-    """Within it, the columns every metric derives from ``df`` itself (event times,
-    labels, the prepared metric columns, service latency: ``_per_frame``) are computed
-    once and copied to each caller. A report computes them from the same frame dozens
-    of times (each a few pandas steps over every row: a tenth of a long capture's
-    report). Only for a frame not changed meanwhile (the report's: its sections only
-    read it); other frames (subsets) are computed as usual. A frame of more than
-    ``MEMO_MAX_ROWS`` rows is not memoized: what is kept costs about 100 bytes a row
-    (the report of 1.5M pairs peaked 80 MiB higher with it, issue #21's bound)."""
+    """Within it, what every metric derives from ``df`` itself is computed once and
+    copied to each caller: the columns (event times, labels, the prepared metric
+    columns, service latency: ``_per_frame``), up to ``MEMO_MAX_BYTES`` of them, and the
+    small summaries (the captures' spans: ``_summary_per_frame``). A report computes
+    them from the same frame dozens of times (each a few pandas steps over every row).
+    Only for a frame not changed meanwhile (the report's: its sections only read it);
+    other frames (subsets) are computed as usual."""
     global _memo
     outer = _memo
-    if len(df) > MEMO_MAX_ROWS:
-        _memo = None
-    elif outer is None or outer.frame is not df:
+    if outer is None or outer.frame is not df:
         _memo = _Memo(df)
     try:
         yield
@@ -206,16 +207,43 @@ _T = TypeVar("_T")
 
 
 def _per_frame(fn: Callable[[pd.DataFrame], _T]) -> Callable[[pd.DataFrame], _T]:
-    """``fn(df)`` once per ``memoized`` frame; a copy to each caller (callers may change
-    what they get: the shared value stays as computed)."""
+    """``fn(df)``, a value with a row per row of ``df``, once per ``memoized`` frame
+    while the memo has room for it (``MEMO_MAX_BYTES``); a copy to each caller (callers
+    may change what they get: the shared value stays as computed)."""
+    return _once_per_frame(fn, _row_bytes)
 
+
+def _summary_per_frame(fn: Callable[[pd.DataFrame], _T]) -> Callable[[pd.DataFrame], _T]:
+    """``fn(df)``, a value whose size does not grow with ``df``'s rows, once per
+    ``memoized`` frame; a copy to each caller."""
+    return _once_per_frame(fn, lambda value: 0)
+
+
+def _row_bytes(value: object) -> int:
+    """The memory of a Series' or DataFrame's values; text held as references to
+    shared strings (the labels) counts its references only, not the strings again."""
+    usage = getattr(value, "memory_usage", None)
+    if usage is None:
+        return 0
+    used = usage(index=False, deep=False)
+    return int(used.sum()) if hasattr(used, "sum") else int(used)
+
+
+def _once_per_frame(
+    fn: Callable[[pd.DataFrame], _T], size: Callable[[object], int]
+) -> Callable[[pd.DataFrame], _T]:
     @functools.wraps(fn)
     def once(df: pd.DataFrame) -> _T:
         memo = _memo
         if memo is None or memo.frame is not df:
             return fn(df)
         if fn.__name__ not in memo.values:
-            memo.values[fn.__name__] = fn(df)
+            value = fn(df)
+            cost = size(value)
+            if memo.kept_bytes + cost > MEMO_MAX_BYTES:
+                return value  # computed again by the next caller
+            memo.kept_bytes += cost
+            memo.values[fn.__name__] = value
         value = memo.values[fn.__name__]
         return value.copy() if hasattr(value, "copy") else value
 
@@ -229,7 +257,7 @@ def event_time(df: pd.DataFrame) -> pd.Series:
     return df[first].fillna(df[second])
 
 
-@_per_frame
+@_summary_per_frame
 def span_seconds(df: pd.DataFrame) -> float:
     """First to last event time, seconds; 0.0 for fewer than two timed rows."""
     times = event_time(df).dropna()
@@ -854,6 +882,7 @@ def latency_matrix(df: pd.DataFrame, value: str = "p99_ms") -> pd.DataFrame:
 CAPTURE_COLUMNS: tuple[str, ...] = ("capture", "first", "last", "span_s", "rows", "connections")
 
 
+@_summary_per_frame
 def per_capture(df: pd.DataFrame) -> pd.DataFrame:
     """One row per capture file: first and last event time, span, rows, connections;
     in time order."""
@@ -886,6 +915,7 @@ merged span; otherwise (captures days or years apart) the merged timeline would 
 mostly empty buckets, and time charts show the busiest capture only."""
 
 
+@_summary_per_frame
 def timeline_capture(df: pd.DataFrame) -> str | None:
     """The capture the time charts should show alone, or None when one shared timeline
     of every capture reads well (one capture, or captures close in time)."""
