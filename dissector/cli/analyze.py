@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import functools
-import gc
 import os
 import sys
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -28,6 +23,7 @@ from dissector.cli.common import (
     max_decompressed_option,
     max_frame_option,
     note_sets,
+    one_shot,
     outputs,
     parse_row_filter,
     pass_options,
@@ -46,45 +42,6 @@ if TYPE_CHECKING:
     from dissector.table.row_filter import Filter
     from dissector.wire.core import Run
     from dissector.wire.tables import TableCollector
-
-
-@contextlib.contextmanager
-def _one_shot() -> Iterator[None]:
-    """Settings for a command that does one thing and ends with the process (issue #10:
-    its wall time is compared with tshark's; measured on a 94,000-pair capture).
-
-    * numpy (imported by pyarrow) starts OpenBLAS's thread pool, whose threads spin a
-      while; the command does no linear algebra (about 35 ms of CPU on 2 cores).
-    * The cyclic collector would only walk the objects of imports, 90 times (about
-      30 ms): the rows live in Arrow buffers and the run makes no cycles worth it.
-    * At exit, the interpreter's last full collection walks every object again; frozen,
-      they are only freed (about 50 ms less CPU to end the process).
-    """
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read when numpy loads
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-        _freeze_at_exit()
-
-
-@functools.cache
-def _freeze_at_exit() -> None:
-    atexit.register(gc.freeze)
-
-
-def one_shot(command: Callable[..., None]) -> Callable[..., None]:
-    """``command`` run with ``_one_shot``'s settings."""
-
-    @functools.wraps(command)
-    def run(*args: Any, **kwargs: Any) -> None:
-        with _one_shot():
-            command(*args, **kwargs)
-
-    return run
 
 
 @click.command("analyze")

@@ -18,6 +18,7 @@ from dissector.cli.common import (
     chain_rule,
     max_decompressed_option,
     max_frame_option,
+    one_shot,
     outputs,
     parse_row_filter,
     pass_options,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 @max_decompressed_option
 @chain_options
 @tls_keylog_option
+@one_shot
 def report_command(
     paths: tuple[str, ...],
     output: str,
