@@ -232,6 +232,22 @@ def test_without_pyspark_one_line_names_the_extra(tmp_path: Path) -> None:
     ]
 
 
+def test_an_output_folder_that_cannot_be_written_fails_before_spark_starts(
+    tmp_path: Path,
+) -> None:
+    """The folder's parent is a file: one line naming the folder, exit 1, and no JVM
+    (``JAVA_HOME`` points nowhere: starting Spark would fail with another error)."""
+    spark_env()  # skips without pyspark
+    plain = tmp_path / "a-file"
+    plain.write_text("not a folder\n")
+    env = dict(spark_env(), JAVA_HOME=str(tmp_path / "no-java"))
+    capture = str(CAPTURES / "kafka-4-mixed.pcapng")
+    done = spark_cli([capture, "-o", "a-file/out"], tmp_path, env, timeout=120)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == ["Error: cannot write a-file/out: Not a directory"]
+    assert plain.read_text() == "not a folder\n"
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_failed_job_is_one_line_without_a_java_trace(tmp_path: Path) -> None:

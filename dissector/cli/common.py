@@ -109,6 +109,19 @@ def probe_writable(path: str) -> None:
         os.remove(path)
 
 
+def probe_writable_folder(path: str, shown: str) -> None:
+    """Fail now, not once a long job has started, when the folder ``path`` (named
+    ``shown`` on the command line) cannot be created or written."""
+    import tempfile
+
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {shown}: {exc.strerror or exc}") from exc
+
+
 def parse_ports(value: str | None) -> frozenset[int] | None:
     """``--ports``: ports and ranges, comma-separated, e.g. ``9092,9094-9096``.
 

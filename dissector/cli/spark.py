@@ -37,6 +37,7 @@ from dissector.cli.common import (
     max_frame_option,
     outputs,
     pass_options,
+    probe_writable_folder,
     tls_key_logs,
     tls_keylog_option,
 )
@@ -255,6 +256,8 @@ def spark_command(
         tls=tls_key_logs(tls_keylog, ship=True),
         chain=chain_rule(chain, no_chain, chain_gap),
     )
+    if out_dir is not None:
+        _check_output_folder(out_dir)
     if progress_every is None and sys.stderr.isatty():
         progress_every = PROGRESS_EVERY
     job = _Job(
@@ -303,6 +306,16 @@ def spark_command(
 
 # How often a Ctrl-C'd run asks Spark again to cancel its jobs (those started since).
 CANCEL_EVERY_S = 0.2
+
+
+def _check_output_folder(out_dir: str) -> None:
+    """A local output folder that cannot be written fails the command before Spark
+    starts (it failed the first task, after Spark's start-up, with a task's error)."""
+    from dissector.spark.write import local_folder
+
+    local = local_folder(out_dir)
+    if local is not None:
+        probe_writable_folder(local, out_dir)
 
 
 @contextmanager

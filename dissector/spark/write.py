@@ -42,12 +42,21 @@ def filesystem_for(location: str) -> tuple[Any, str]:
     """
     from pyarrow import fs
 
+    local = local_folder(location)
+    if local is not None:
+        return fs.LocalFileSystem(), local
+    return fs.FileSystem.from_uri(location)
+
+
+def local_folder(location: str) -> str | None:
+    """The path of an output ``location`` on the local file system (a plain path, a
+    drive letter, ``file:``), absolute; None for another file system."""
     parts = urlsplit(location)
     if not parts.scheme or len(parts.scheme) == 1:  # a plain path (or a drive letter)
-        return fs.LocalFileSystem(), os.path.abspath(location)
+        return os.path.abspath(location)
     if parts.scheme == "file":
-        return fs.LocalFileSystem(), parts.path
-    return fs.FileSystem.from_uri(location)
+        return parts.path
+    return None
 
 
 def python_writable(location: str) -> bool:
