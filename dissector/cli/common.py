@@ -111,15 +111,22 @@ def probe_writable(path: str) -> None:
 
 def probe_writable_folder(path: str, shown: str) -> None:
     """Fail now, not once a long job has started, when the folder ``path`` (named
-    ``shown`` on the command line) cannot be created or written."""
+    ``shown`` on the command line) cannot be created or written. What the probe
+    creates is removed: a job that fails later leaves no empty folder behind."""
     import tempfile
 
+    folder = Path(path)
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
         raise click.ClickException(f"cannot write {shown}: {exc.strerror or exc}") from exc
+    finally:
+        for created in made:  # the deepest first
+            with contextlib.suppress(OSError):
+                created.rmdir()
 
 
 def parse_ports(value: str | None) -> frozenset[int] | None:
