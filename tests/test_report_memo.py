@@ -77,6 +77,25 @@ def test_the_memo_keeps_columns_within_its_budget(monkeypatch: pytest.MonkeyPatc
         pd.testing.assert_series_equal(stats.api_labels(df), labels)
 
 
+@pytest.mark.parametrize(
+    "captures",
+    [[CAPTURES[0]], [CAPTURES[1]], CAPTURES],
+    ids=["mixed", "longpoll", "both"],
+)
+def test_the_digested_pass_gives_the_page_of_the_whole_table(captures: list[Path]) -> None:
+    """``report.analyze(digest=True)`` (the report command's pass) keeps only the
+    partitions rows read after the pass and adds the throughput up as it goes: the page
+    is the page made from the whole table, with fewer rows kept."""
+    if not all(c.is_file() for c in captures):
+        pytest.skip("bundled capture missing")
+    columns = report.report_partition_columns()
+    whole = report.analyze(captures, partition_columns=columns)
+    digested = report.analyze(captures, partition_columns=columns, digest=True)
+    kept = digested.attrs[report.TABLES_ATTR].arrow.partitions.num_rows
+    assert kept < whole.attrs[report.TABLES_ATTR].arrow.partitions.num_rows
+    assert report.render(digested, command="x") == report.render(whole, command="x")
+
+
 def test_a_caller_changing_a_memoized_value_changes_nobody_elses() -> None:
     capture = CAPTURES[0]
     if not capture.is_file():

@@ -41,9 +41,12 @@ from dissector.analytics.lag import (
     _LIST_OFFSETS,
     _PRODUCE,
     _TXN_OFFSET_COMMIT,
+    INPUTS,
     LAG_COLUMNS,
     LATEST_TIMESTAMP,
     READ_UNCOMMITTED,
+    dense_ids,
+    group_max,
 )
 
 if TYPE_CHECKING:
@@ -657,3 +660,84 @@ def _empty() -> pa.Table:
         "datetime64[ns, UTC]": pa.timestamp("ns", tz="UTC"),
     }
     return pa.schema([pa.field(n, types[t]) for n, t, _ in LAG_COLUMNS]).empty_table()
+
+
+# ---------------------------------------------------------------------------
+# The rows the lag reads, batch by batch
+# ---------------------------------------------------------------------------
+# A consumer that keeps the partitions table's rows as the core's batches come (a
+# Spark task, a report) keeps only those: most of a long capture's rows are Fetch
+# entries the lag never reads.
+
+
+def lag_inputs(partitions: pa.Table) -> pa.Table:
+    """The columns of a partitions batch that ``lag.lag_at_end`` reads
+    (``lag.INPUTS``), in one chunk per column with one dictionary each."""
+    return partitions.select(list(INPUTS)).unify_dictionaries().combine_chunks()
+
+
+def column_codes(column: pa.ChunkedArray) -> Ints:
+    """A one-chunk dictionary column's indices as numpy int64, -1 for null (a group
+    of its own, as ``groupby(dropna=False)`` has it)."""
+    import numpy as np
+    import pyarrow as pa
+
+    indices = column.chunk(0).indices if column.num_chunks else pa.array([], pa.int32())
+    return np.asarray(indices.fill_null(-1) if indices.null_count else indices, dtype=np.int64)
+
+
+def column_int64s(column: pa.ChunkedArray, fill: int) -> Ints:
+    """A one-chunk int64 (or timestamp) column as numpy int64, ``fill`` for null."""
+    import numpy as np
+    import pyarrow as pa
+
+    array = column.chunk(0) if column.num_chunks else pa.array([], pa.int64())
+    if pa.types.is_timestamp(array.type):
+        array = array.view(pa.int64())
+    return np.asarray(array.fill_null(fill) if array.null_count else array, dtype=np.int64)
+
+
+def is_fetch(rows: pa.Table) -> Mask:
+    """Per row of a ``lag_inputs`` table (numpy bool): a Fetch entry."""
+    words = rows.column("api_name").chunk(0).dictionary.to_pylist()
+    return column_codes(rows.column("api_name")) == (words.index(_FETCH) if _FETCH in words else -2)
+
+
+def needed_fetches(rows: pa.Table) -> Ints:
+    """Positions (numpy) of the Fetch rows of ``rows`` (``lag_inputs``) that
+    ``lag.lag_at_end`` may read at its default evaluation time (the capture's end,
+    which no row is after): ``lag.superseded_fetches``' rule. Of the answered Fetch
+    entries with a high watermark (its ``log_end`` reads), per (capture, client_id,
+    topic, partition) the latest of those at the highest high watermark, and the
+    latest with a fetch offset (its ``position`` reads); ties all kept. A row this
+    drops from part of a capture's rows ``superseded_fetches`` drops from all of them:
+    a later or higher one in the part is one in the whole (a row at the partition's
+    highest watermark is at its client's highest too). So ``lag_at_end`` of what is
+    kept, batch after batch, is ``lag_at_end`` of the whole table."""
+    import numpy as np
+
+    if rows.num_rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    fetch = is_fetch(rows)
+    times = column_int64s(rows.column("response_time"), np.iinfo(np.int64).min)
+    watermark = column_int64s(rows.column("high_watermark"), -1)
+    log_end = (
+        fetch
+        & np.asarray(rows.column("response_time").is_valid())
+        & (column_int64s(rows.column("error_code"), 0) == 0)
+        & np.asarray(rows.column("partition").is_valid())
+        & (watermark >= 0)
+    )
+    at = np.flatnonzero(log_end)
+    if at.size == 0:
+        return at
+    keys = [column_codes(rows.column(c))[at] for c in ("capture", "client_id", "topic")]
+    group = dense_ids(*keys, column_int64s(rows.column("partition"), 0)[at])
+    groups = int(group.max()) + 1
+    time, watermark = times[at], watermark[at]
+    at_highest = watermark == group_max(group, watermark, None, groups)[group]
+    latest_at_highest = group_max(group, time, at_highest, groups)[group]
+    position = column_int64s(rows.column("fetch_offset"), -1)[at] >= 0
+    latest_position = group_max(group, time, position, groups)[group]
+    kept = (at_highest & (time == latest_at_highest)) | (position & (time == latest_position))
+    return at[kept]

@@ -17,7 +17,7 @@ import os
 import sys
 import types
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dissector import schema
@@ -195,15 +195,28 @@ def throughput_totals_in_table(table: pa.Table) -> pd.DataFrame:
     it (Arrow), filtered and grouped in Arrow a chunk of rows at a time, each chunk's
     totals then added up: no pandas frame of every row and memory for one chunk (a long
     capture's table has hundreds of thousands of rows). The keys come as strings."""
-    import pandas as pd
+    return merged_throughput_totals(throughput_chunks(table))
+
+
+def throughput_chunks(table: pa.Table) -> list[pa.Table]:
+    """The totals of ``table`` (the partitions table, or a batch of it) a chunk of
+    ``TOTALS_CHUNK_ROWS`` rows at a time, keys as strings: what
+    ``merged_throughput_totals`` adds up. A consumer of the core's batches adds up each
+    batch's as it comes, and need not keep the rows."""
     import pyarrow as pa
 
     data = table.select(list(THROUGHPUT_INPUTS))
     chunks = data.to_batches(TOTALS_CHUNK_ROWS)
     parts = [_chunk_totals(pa.Table.from_batches([b])) for b in chunks]
+    return parts or [_chunk_totals(data)]  # an empty table: empty totals, typed
+
+
+def merged_throughput_totals(parts: Sequence[pa.Table]) -> pd.DataFrame:
+    """``throughput_totals`` (no window) from ``throughput_chunks`` of all the rows."""
+    import pandas as pd
+    import pyarrow as pa
+
     keys = _throughput_keys(None)
-    if not parts:
-        parts = [_chunk_totals(data)]  # an empty table: empty totals, typed
     grouped = (
         pa.concat_tables(parts)
         .group_by(keys, use_threads=False)

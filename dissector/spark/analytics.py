@@ -22,17 +22,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from dissector.analytics.lag import dense_ids, group_max
+from dissector.analytics.lag_arrow import (
+    column_codes,
+    column_int64s,
+    is_fetch,
+    lag_inputs,
+    needed_fetches,
+)
 from dissector.protocol.families import COMMITS, names
-from dissector.protocol.keys import ApiKey
 from dissector.spark.typemap import ARROW_TIMESTAMP
 from dissector.tables_schema import CONTRACTS, Contract
-
-_FETCH = ApiKey.FETCH.api_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -158,14 +161,6 @@ fifth less of the writer's time on a long-poll capture's partitions table alone;
 a task, beside the core's pass, the difference is in the noise)."""
 
 
-def lag_inputs(partitions: pa.Table) -> pa.Table:
-    """The columns of a partitions batch that ``lag.lag_at_end`` reads
-    (``lag.INPUTS``), in one chunk per column with one dictionary each."""
-    from dissector.analytics.lag import INPUTS
-
-    return partitions.select(list(INPUTS)).unify_dictionaries().combine_chunks()
-
-
 COMMIT_APIS = frozenset(names(COMMITS))
 """The partitions rows ``lag.commit_events`` reads commits from: a capture without any
 has no lag rows (``lag_at_end`` of it is empty), so its lag is not computed."""
@@ -181,71 +176,6 @@ def may_commit(partitions: pa.Table) -> bool:
         if COMMIT_APIS.intersection(v for v in values.to_pylist() if v is not None):
             return True
     return False
-
-
-def _codes(column: pa.ChunkedArray) -> Any:
-    """A one-chunk dictionary column's indices as numpy int64, -1 for null (a group
-    of its own, as ``groupby(dropna=False)`` has it)."""
-    import numpy as np
-
-    indices = column.chunk(0).indices if column.num_chunks else pa.array([], pa.int32())
-    return np.asarray(indices.fill_null(-1) if indices.null_count else indices, dtype=np.int64)
-
-
-def _int64s(column: pa.ChunkedArray, fill: int) -> Any:
-    """A one-chunk int64 (or timestamp) column as numpy int64, ``fill`` for null."""
-    import numpy as np
-
-    array = column.chunk(0) if column.num_chunks else pa.array([], pa.int64())
-    if pa.types.is_timestamp(array.type):
-        array = array.view(pa.int64())
-    return np.asarray(array.fill_null(fill) if array.null_count else array, dtype=np.int64)
-
-
-def _is_fetch(rows: pa.Table) -> Any:
-    """Per row of a ``lag_inputs`` table (numpy bool): a Fetch entry."""
-    words = rows.column("api_name").chunk(0).dictionary.to_pylist()
-    return _codes(rows.column("api_name")) == (words.index(_FETCH) if _FETCH in words else -2)
-
-
-def needed_fetches(rows: pa.Table) -> Any:
-    """Positions (numpy) of the Fetch rows of ``rows`` (``lag_inputs``) that
-    ``lag.lag_at_end`` may read at its default evaluation time (the capture's end,
-    which no row is after): ``lag.superseded_fetches``' rule. Of the answered Fetch
-    entries with a high watermark (its ``log_end`` reads), per (capture, client_id,
-    topic, partition) the latest of those at the highest high watermark, and the
-    latest with a fetch offset (its ``position`` reads); ties all kept. A row this
-    drops from part of a capture's rows ``superseded_fetches`` drops from all of them:
-    a later or higher one in the part is one in the whole (a row at the partition's
-    highest watermark is at its client's highest too). So ``lag_at_end`` of what is
-    kept, batch after batch, is ``lag_at_end`` of the whole table."""
-    import numpy as np
-
-    if rows.num_rows == 0:
-        return np.zeros(0, dtype=np.int64)
-    fetch = _is_fetch(rows)
-    times = _int64s(rows.column("response_time"), np.iinfo(np.int64).min)
-    watermark = _int64s(rows.column("high_watermark"), -1)
-    log_end = (
-        fetch
-        & np.asarray(rows.column("response_time").is_valid())
-        & (_int64s(rows.column("error_code"), 0) == 0)
-        & np.asarray(rows.column("partition").is_valid())
-        & (watermark >= 0)
-    )
-    at = np.flatnonzero(log_end)
-    if at.size == 0:
-        return at
-    keys = [_codes(rows.column(c))[at] for c in ("capture", "client_id", "topic")]
-    group = dense_ids(*keys, _int64s(rows.column("partition"), 0)[at])
-    groups = int(group.max()) + 1
-    time, watermark = times[at], watermark[at]
-    at_highest = watermark == group_max(group, watermark, None, groups)[group]
-    latest_at_highest = group_max(group, time, at_highest, groups)[group]
-    position = _int64s(rows.column("fetch_offset"), -1)[at] >= 0
-    latest_position = group_max(group, time, position, groups)[group]
-    kept = (at_highest & (time == latest_at_highest)) | (position & (time == latest_position))
-    return at[kept]
 
 
 _TIMES = ("request_time", "response_time")
@@ -272,7 +202,7 @@ class LagRows:
         rows = lag_inputs(partitions)
         self.commits = self.commits or may_commit(rows)
         self._note_ends(rows)
-        self.others.append(rows.filter(pa.array(~_is_fetch(rows))))
+        self.others.append(rows.filter(pa.array(~is_fetch(rows))))
         # this batch's candidates, then those of the ones before and them together
         taken = rows.take(pa.array(needed_fetches(rows)))
         both = taken if self.fetches is None else pa.concat_tables([self.fetches, taken])
@@ -290,10 +220,10 @@ class LagRows:
             return
         floor = np.iinfo(np.int64).min
         latest = np.maximum(
-            _int64s(rows.column("request_time"), floor),
-            _int64s(rows.column("response_time"), floor),
+            column_int64s(rows.column("request_time"), floor),
+            column_int64s(rows.column("response_time"), floor),
         )
-        captures = _codes(rows.column("capture"))
+        captures = column_codes(rows.column("capture"))
         names = rows.column("capture").chunk(0).dictionary.to_pylist()
         for code in np.unique(captures):
             at = int(latest[captures == code].max())

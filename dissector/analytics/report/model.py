@@ -12,6 +12,7 @@ from markupsafe import Markup
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
     from dissector.wire.tables import CaptureTables
 
@@ -147,6 +148,10 @@ class AnalyticsTables:
     are never changed after ``analyze``)."""
 
     arrow: CaptureTables
+    throughput_parts: tuple[pa.Table, ...] | None = None
+    """``partitions.throughput_chunks`` of every partitions row, added up as the pass
+    went, when ``arrow.partitions`` keeps only the rows read after it
+    (``report.analyze(digest=True)``); None: computed from ``arrow.partitions``."""
 
     @property
     def partitions(self) -> pd.DataFrame:

@@ -40,6 +40,7 @@ def analyze(
     tls: KeyLogs | None = None,
     show: bool = False,
     partition_columns: Iterable[str] | None = None,
+    digest: bool = False,
 ) -> pd.DataFrame:
     """``dissector.analyze`` plus ``df.attrs["tables"]`` (``AnalyticsTables``: the
     partitions, groups and versions tables), ``df.attrs["client_software"]``
@@ -54,7 +55,10 @@ def analyze(
     ``chain``: which files of ``paths`` are read as one capture (``wire.sets``).
     ``partition_columns``: keep only these columns of the partitions table, the others
     dropped batch by batch as the pass makes them (``REPORT_PARTITION_COLUMNS``: what the
-    report reads); None keeps them all.
+    report reads); None keeps them all. ``digest`` (with ``partition_columns``): of its
+    rows too, only those the report reads after the pass (``derived.read_after_the_pass``:
+    a long capture's table is mostly Fetch entries the report only counts), the
+    throughput added up batch by batch (``AnalyticsTables.throughput_parts``).
     """
     from dissector.analytics.groups import group_notes
     from dissector.analytics.versions import client_software
@@ -70,10 +74,11 @@ def analyze(
     frames = []
     collected = TableCollector()
     kept: list[pa.Table] = []
+    throughput: list[pa.Table] = []
     imports = _Imports()
     try:
         for source in sets:
-            narrowed = _Narrowed(partition_columns)
+            narrowed = _Narrowed(partition_columns, digest=digest, ready=imports.done)
             analytics = TableCollector(writers=narrowed.writers())
             try:
                 frames.append(_run_one(source, options, analytics, show, imports.start))
@@ -83,15 +88,18 @@ def analyze(
                 failures.append((source.name, str(exc)))
                 continue
             readable.append(source)
+            narrowed.digest_pending()
             collected.merge(analytics)
             kept.extend(narrowed.batches)
+            throughput.extend(narrowed.throughput)
     finally:
         imports.join()
     imports.check()
     df = combined_frame(frames)
     del frames
     release_memory()
-    tables = AnalyticsTables(_Narrowed(partition_columns).result(collected.result(), kept))
+    narrow = _Narrowed(partition_columns, digest=digest).result(collected.result(), kept)
+    tables = AnalyticsTables(narrow, throughput_parts=_throughput(narrow, throughput, digest))
     df.attrs[TABLES_ATTR] = tables
     df.attrs[CLIENT_SOFTWARE_ATTR] = client_software(df, tables.versions, stats.MISSING_LABEL)
     df.attrs[CAPTURES_ATTR] = [name for s in readable for name in s.file_names]
@@ -139,16 +147,42 @@ def report_partition_columns() -> tuple[str, ...]:
 class _Narrowed:
     """The partitions batches of a pass with only ``columns`` (all when None): a
     ``TableCollector`` writer keeps each batch's wanted columns, and the core's buffers
-    of the others are freed as the pass goes."""
+    of the others are freed as the pass goes. With ``digest``, only the rows read after
+    the pass are kept, and the throughput of all is added up as they come."""
 
     columns: Iterable[str] | None
+    digest: bool = False
+    ready: Callable[[], bool] = lambda: True
+    """Whether a batch may be digested as it comes: not while the report's packages
+    are imported (``_Imports``), which the first batch's digest would wait for, the
+    core's worker waiting in turn (a pass 0.14 s longer on a 37 MB capture)."""
     batches: list[pa.Table] = field(default_factory=list)
+    throughput: list[pa.Table] = field(default_factory=list)
+    pending: list[pa.Table] = field(default_factory=list)  # not digested yet
 
     def writers(self) -> dict[str, Callable[[pa.Table], None]]:
         return {} if self.columns is None else {"partitions": self._keep}
 
     def _keep(self, batch: pa.Table) -> None:
-        self.batches.append(_selected(batch, self.columns or ()))
+        if not self.digest:
+            self.batches.append(_selected(batch, self.columns or ()))
+            return
+        self.pending.append(_selected(batch, self.columns or ()))
+        if self.ready():
+            self.digest_pending()
+
+    def digest_pending(self) -> None:
+        """Digest the batches not digested yet: their throughput added up, the rows
+        read after the pass kept."""
+        import pyarrow as pa
+
+        from dissector.analytics.partitions import throughput_chunks
+        from dissector.analytics.report.derived import read_after_the_pass
+
+        pending, self.pending = self.pending, []
+        for batch in pending:
+            self.throughput.extend(throughput_chunks(batch))
+            self.batches.append(batch.filter(pa.array(read_after_the_pass(batch))))
 
     def result(self, tables: CaptureTables, kept: list[pa.Table]) -> CaptureTables:
         """``tables`` with the kept partitions batches as its partitions table."""
@@ -160,6 +194,18 @@ class _Narrowed:
             return tables
         narrow = pa.concat_tables(kept) if kept else _selected(tables.partitions, self.columns)
         return dataclasses.replace(tables, partitions=narrow)
+
+
+def _throughput(
+    tables: CaptureTables, parts: list[pa.Table], digest: bool
+) -> tuple[pa.Table, ...] | None:
+    """``AnalyticsTables.throughput_parts`` of a pass: None unless it kept only some
+    rows (``digest``); a pass without partitions rows gives its empty totals."""
+    from dissector.analytics.partitions import throughput_chunks
+
+    if not digest:
+        return None
+    return tuple(parts) if parts else tuple(throughput_chunks(tables.partitions))
 
 
 def _selected(table: pa.Table, columns: Iterable[str]) -> pa.Table:
@@ -212,6 +258,10 @@ class _Imports:
         if self.thread is not None:
             self.thread.join()
 
+    def done(self) -> bool:
+        """Whether the imports have ended (or never started)."""
+        return self.thread is None or not self.thread.is_alive()
+
     def check(self) -> None:
         """Raise what the imports raised (e.g. a broken install of jinja2)."""
         if self.failure is not None:
@@ -248,7 +298,12 @@ def report_file(
     sources = [str(p) for p in paths]
     opts = _laid_over(options, ports, tls, chain)
     df = analyze(
-        sources, opts, failures=failures, show=show, partition_columns=report_partition_columns()
+        sources,
+        opts,
+        failures=failures,
+        show=show,
+        partition_columns=report_partition_columns(),
+        digest=True,
     )
     command = "kafka-dissector report " + " ".join(sources) + f" -o {output}"
     if opts.ports:

@@ -688,7 +688,7 @@ def _partitions(df: pd.DataFrame) -> Section:
     if tables is not None:
         # Each table from the partitions rows and columns it reads (a long capture's
         # table has hundreds of thousands of rows): lean frames, one at a time.
-        traffic = partition_throughput(tables.arrow.partitions)
+        traffic = partition_throughput(tables.arrow.partitions, tables.throughput_parts)
         release_memory()
         lag = table_lag(tables, capture_ends(df))
         p2f = produce_to_fetch_summary(
