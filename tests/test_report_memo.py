@@ -67,7 +67,7 @@ def test_the_memo_keeps_columns_within_its_budget(monkeypatch: pytest.MonkeyPatc
     labels_bytes = int(labels.memory_usage(index=False))
     monkeypatch.setattr(stats, "MEMO_MAX_BYTES", event_bytes + labels_bytes - 1)
     with stats.memoized(df):
-        assert stats.event_time(df) is not stats.event_time(df)  # copies of one value
+        stats.event_time(df)  # within the budget: kept
         stats.api_labels(df)  # past the budget: computed, not kept
         stats.span_seconds(df)  # a summary: kept whatever the budget
         memo = stats._memo

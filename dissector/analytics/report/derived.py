@@ -356,15 +356,13 @@ def read_after_the_pass(partitions: pa.Table) -> Mask:
     does not read in the whole table). The throughput counts every Fetch entry: it is
     added up batch by batch instead (``partitions.throughput_chunks``). Of a long-poll
     capture's 228,489 rows, 215,152 are Fetch entries, 20,365 of them with offsets."""
-    import numpy as np
-
     from dissector.analytics.lag_arrow import is_fetch, lag_inputs, needed_fetches
 
     rows = lag_inputs(partitions)
     read = ~is_fetch(rows)
     read |= partitions.column("first_offset").is_valid().to_numpy(zero_copy_only=False)
     read[needed_fetches(rows)] = True
-    return np.asarray(read, dtype=bool)
+    return read
 
 
 def release_memory() -> None:

@@ -98,8 +98,9 @@ def analyze(
     df = combined_frame(frames)
     del frames
     release_memory()
-    narrow = _Narrowed(partition_columns, digest=digest).result(collected.result(), kept)
-    tables = AnalyticsTables(narrow, throughput_parts=_throughput(narrow, throughput, digest))
+    narrow = _Narrowed(partition_columns).result(collected.result(), kept)
+    # No batch digested (no digest, or no partitions rows): the table has every row.
+    tables = AnalyticsTables(narrow, throughput_parts=tuple(throughput) or None)
     df.attrs[TABLES_ATTR] = tables
     df.attrs[CLIENT_SOFTWARE_ATTR] = client_software(df, tables.versions, stats.MISSING_LABEL)
     df.attrs[CAPTURES_ATTR] = [name for s in readable for name in s.file_names]
@@ -194,18 +195,6 @@ class _Narrowed:
             return tables
         narrow = pa.concat_tables(kept) if kept else _selected(tables.partitions, self.columns)
         return dataclasses.replace(tables, partitions=narrow)
-
-
-def _throughput(
-    tables: CaptureTables, parts: list[pa.Table], digest: bool
-) -> tuple[pa.Table, ...] | None:
-    """``AnalyticsTables.throughput_parts`` of a pass: None unless it kept only some
-    rows (``digest``); a pass without partitions rows gives its empty totals."""
-    from dissector.analytics.partitions import throughput_chunks
-
-    if not digest:
-        return None
-    return tuple(parts) if parts else tuple(throughput_chunks(tables.partitions))
 
 
 def _selected(table: pa.Table, columns: Iterable[str]) -> pa.Table:
